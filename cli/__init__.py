@@ -1,0 +1,1 @@
+"""The initmem command line: a thin layer over initmem_core."""

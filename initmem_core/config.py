@@ -1,0 +1,188 @@
+"""The one config object of a run: every knob in one place, validated, hashed and logged as is.
+
+The CLI builds its ``run`` and ``sweep`` options from these fields (help text and panels
+included), so a knob added here is an option everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError, ordered_by_similarity
+
+MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
+    "Model and initialization", "Optimization", "Regularization", "Data",
+    "Metrics", "Reproducibility", "Execution",
+)
+
+
+def knob(default: Any, help: str, panel: str, *, kind: str | None = None, check: str | None = None,
+         hashed: bool = True, choices: tuple[str, ...] | None = None) -> Any:
+    """A config field with what the CLI and the validator need to know about it.
+
+    ``kind``: a component kind whose registry validates the value. ``check``: a numeric rule
+    (``positive``, ``non-negative``, ``unit-interval``, ``at-least-1``). ``hashed=False``: the knob
+    changes how a run executes, not what it computes, so it is left out of the config hash that
+    identifies a sweep cell.
+    """
+    meta = {"help": help, "panel": panel, "kind": kind, "check": check, "hashed": hashed, "choices": choices}
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: tuple(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    # Model and initialization: sigma enters only through the initializer.
+    arch: str = knob("resnet20", "Architecture (see `initmem plugins`)", MODEL, kind="architecture")
+    init: str = knob("fan-in", "Initializer that applies sigma", MODEL, kind="initializer")
+    sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive")
+    # Optimization
+    opt: str = knob("sgd", "Optimizer", OPTIM, kind="optimizer")
+    lr: float = knob(0.05, "Peak learning rate", OPTIM, check="positive")
+    momentum: float = knob(0.0, "SGD momentum (0: plain SGD)", OPTIM, check="unit-interval")
+    weight_decay: float = knob(0.0, "Decoupled weight decay, an optimizer option (AdamW, Muon)", OPTIM, check="non-negative")
+    batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
+    epochs: int = knob(30, "Training epochs", OPTIM, check="at-least-1")
+    schedule: str = knob("constant", "Learning-rate schedule", OPTIM, choices=("constant", "step", "cosine"))
+    warmup_epochs: float = knob(0.0, "Linear warm-up length in epochs", OPTIM, check="non-negative")
+    lr_step_epochs: int = knob(30, "Step schedule: decay every this many epochs", OPTIM, check="at-least-1")
+    lr_gamma: float = knob(0.1, "Step schedule: decay factor", OPTIM, check="positive")
+    # Regularization: coupled, i.e. part of the objective (decoupled decay is --weight-decay).
+    reg: str = knob("l2", "Explicit regularizer applied with coefficient --l2", REG, kind="regularizer")
+    l2: float = knob(0.0, "Regularization coefficient lambda (0: off)", REG, check="non-negative")
+    # Data
+    data: str = knob("digits", "Dataset", DATA, kind="dataset")
+    data_dir: str = knob("", "Folder holding the dataset files (default: ~/.cache/initmem/<dataset>)", DATA, hashed=False)
+    augment: str = knob("auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off"))
+    train_size: int = knob(0, "Use only the first N training examples (0: all)", DATA, check="non-negative")
+    # Metrics
+    metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL, kind="metric")
+    interp_threshold: float = knob(0.995, "Train accuracy that counts as interpolation (tau_interp)", EVAL, check="unit-interval")
+    # Reproducibility
+    seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative")
+    data_seed: int = knob(0, "Seed of the train/validation split", REPRO, check="non-negative")
+    # Execution: how, not what.
+    device: str = knob("auto", "Device: auto, cpu, cuda, cuda:N or mps", EXEC, hashed=False)
+    threads: int = knob(0, "CPU threads for torch (0: torch's default)", EXEC, check="non-negative", hashed=False)
+    eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
+
+    # -- derived -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    def config_hash(self) -> str:
+        """Identifies what a run computes; sweeps use it to skip cells that already finished."""
+        hashed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["hashed"]}
+        text = json.dumps(hashed, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def run_name(self) -> str:
+        """A name for humans, e.g. ``resnet56-muon-s2.0-seed0``."""
+        return f"{self.arch}-{self.opt}-s{_short(self.sigma)}-seed{self.seed}"
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return from_mapping({**self.to_dict(), **changes})
+
+
+def _short(value: float) -> str:
+    text = f"{value:g}"
+    return text if any(c in text for c in ".e") else f"{text}.0"
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def field_type(name: str) -> type:
+    default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else ()
+    return tuple if isinstance(default, tuple) else type(default)
+
+
+def unknown_key_error(key: str, source: str) -> ConfigError:
+    valid = ordered_by_similarity(key, list(FIELDS))
+    return ConfigError(f"unknown key '{key}' in {source}; valid keys: {', '.join(valid)}")
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Convert ``value`` (from TOML or a command line string) to the type of field ``name``."""
+    kind = field_type(name)
+    try:
+        if kind is tuple:
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(str(item).strip() for item in items if str(item).strip())
+        if kind is bool:
+            if isinstance(value, str):
+                return value.strip().lower() in {"1", "true", "yes", "on"}
+            return bool(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            number = float(value) if isinstance(value, str) and any(c in value for c in ".eE") else value
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            return int(number)
+        if kind is float:
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        expected = {int: "a whole number", float: "a number", tuple: "a list"}.get(kind, "text")
+        raise ConfigError(f"--{name.replace('_', '-')}: expected {expected}, got {value!r}") from None
+
+
+def from_mapping(values: Mapping[str, Any], source: str = "the config") -> RunConfig:
+    for key in values:
+        if key not in FIELDS:
+            raise unknown_key_error(key, source)
+    return RunConfig(**{key: coerce(key, value) for key, value in values.items()})
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file into a plain dict (never evaluated, never unpickled)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; check the path given to --config") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}") from None
+
+
+_CHECKS = {
+    "positive": (lambda v: v > 0, "must be greater than 0"),
+    "non-negative": (lambda v: v >= 0, "must be 0 or greater"),
+    "unit-interval": (lambda v: 0 <= v <= 1, "must be between 0 and 1"),
+    "at-least-1": (lambda v: v >= 1, "must be 1 or greater"),
+}
+
+
+def validate(config: RunConfig, registry: Any = None) -> RunConfig:
+    """Check every value; with a registry, check that component names exist. Returns ``config``."""
+    for name, f in FIELDS.items():
+        value, flag = getattr(config, name), f"--{name.replace('_', '-')}"
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{flag} must be a finite number, got {value}")
+        if f.metadata["check"]:
+            ok, rule = _CHECKS[f.metadata["check"]]
+            if not ok(value):
+                raise ConfigError(f"{flag} {rule}, got {value}")
+        if f.metadata["choices"] and value not in f.metadata["choices"]:
+            choices = ordered_by_similarity(str(value), list(f.metadata["choices"]))
+            raise ConfigError(f"{flag}: unknown value '{value}'; valid values: {', '.join(choices)}")
+    if config.momentum >= 1:
+        raise ConfigError(f"--momentum must be below 1, got {config.momentum}")
+    if registry is not None:
+        for name, f in FIELDS.items():
+            if f.metadata["kind"]:
+                values = getattr(config, name)
+                for value in values if isinstance(values, tuple) else (values,):
+                    registry.lookup(f.metadata["kind"], value)
+    return config

@@ -1,0 +1,139 @@
+"""The hooks a plugin implements. Each one *registers* named components; none builds them.
+
+Every hook receives ``register(name, factory, description)``:
+
+- ``name``: what users type (``--opt lion``). A name ending in ``:*`` registers a family:
+  ``timm:*`` answers to every ``timm:<variant>`` and the factory receives ``variant=``.
+- ``factory``: a callable, or an import string ``"package.module:function"`` that is resolved
+  only when the component is built, so listing plugins and validating names import no torch.
+- ``description``: one line shown by ``initmem plugins``.
+
+Implementations may accept a subset of a hook's arguments, so hooks can grow without breaking
+plugins. The factory contract for each kind is written in its hook below and in
+``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT_NAME = "initmem"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def initmem_register_architectures(register):
+    """Register model architectures (``--arch``).
+
+    The factory is called as ``factory(in_channels=..., num_classes=..., image_size=...,
+    variant=None)`` and returns an untrained ``torch.nn.Module`` mapping a batch of
+    ``(N, in_channels, image_size, image_size)`` images to ``(N, num_classes)`` logits.
+    The initializer (``--init``) later rescales its kernels by sigma.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_architectures(register):
+            register("mlp", "my_models.mlp:build_mlp", "Two-layer MLP on flattened pixels")
+    """
+
+
+@hookspec
+def initmem_register_optimizers(register):
+    """Register optimizers (``--opt``).
+
+    The factory is called as ``factory(model=..., config=..., variant=None)`` with the
+    ``torch.nn.Module`` and the run's ``RunConfig`` (``config.lr``, ``config.momentum``,
+    ``config.weight_decay``, ...) and returns a ``torch.optim.Optimizer`` over all trainable
+    parameters. It may set ``optimizer.initmem_param_groups`` (a dict of group name to parameter
+    names) to record which parameters went where; the run logs it as an artifact.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_optimizers(register):
+            register("lion", "my_lion.optim:build_lion", "Lion: sign of interpolated momentum")
+    """
+
+
+@hookspec
+def initmem_register_initializers(register):
+    """Register initializers (``--init``): where sigma_w enters a run.
+
+    The factory is called as ``factory(model=..., sigma=..., generator=...)`` and re-initializes
+    the model in place. It must be *paired*: draw a unit-scale ``Z`` from ``generator`` (a
+    ``torch.Generator`` seeded from the run seed, identical at every sigma) and set the kernels
+    to ``sigma * Z``, so that sigma is the only thing that changes across a sweep.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_initializers(register):
+            register("orthogonal", "my_inits:orthogonal", "sigma x orthogonal kernels")
+    """
+
+
+@hookspec
+def initmem_register_regularizers(register):
+    """Register explicit regularizers (``--reg``, strength ``--l2``).
+
+    The factory is called as ``factory(coefficient=...)`` and returns an object with
+    ``add_gradient(params, initial_params)``, which adds the gradient of its penalty to each
+    ``param.grad`` in place after backward (cheaper than a second autograd graph and exactly the
+    same update), and ``penalty(params, initial_params)``, which returns the penalty value for
+    logging. ``params`` and ``initial_params`` are matching lists of tensors.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_regularizers(register):
+            register("l1", "my_regs:L1Penalty", "lambda * ||W||_1")
+    """
+
+
+@hookspec
+def initmem_register_metrics(register):
+    """Register metrics (``--metric``), computed at every evaluation point.
+
+    The factory is called with no arguments and returns an object with
+    ``compute(state) -> dict[str, float]``, called once at initialization (epoch 0) and after
+    every epoch with an ``EvalState`` (``model``, ``initial_params``, ``epoch``, ``history``,
+    ``config``, ``dataset``, ``device``), and optionally ``summarize(history) -> dict[str, float]``
+    called once at the end. Returned names become MLflow metrics.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_metrics(register):
+            register("effective-rank", "my_metrics:EffectiveRank", "Effective rank per layer")
+    """
+
+
+@hookspec
+def initmem_register_datasets(register):
+    """Register datasets (``--data``).
+
+    The factory is called as ``factory(config=..., variant=None)`` and returns an
+    ``initmem_core.data.DatasetBundle``: train/val/test tensors (images ``N x C x H x W``,
+    ``uint8`` or ``float32``; labels ``int64``), the number of classes, the normalisation to
+    apply, and whether augmentation is on by default.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_datasets(register):
+            register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir")
+    """
+
+
+#: The kind of component each hook registers, in the order ``initmem plugins`` lists them.
+COMPONENT_KINDS = {
+    "architecture": "initmem_register_architectures",
+    "optimizer": "initmem_register_optimizers",
+    "initializer": "initmem_register_initializers",
+    "regularizer": "initmem_register_regularizers",
+    "metric": "initmem_register_metrics",
+    "dataset": "initmem_register_datasets",
+}

@@ -1,0 +1,1 @@
+"""initmem built-in plugins: one package per kind of component."""
