@@ -48,7 +48,7 @@ class RunConfig:
     opt: str = knob("sgd", "Optimizer", OPTIM, kind="optimizer")
     lr: float = knob(0.05, "Peak learning rate", OPTIM, check="positive")
     momentum: float = knob(0.0, "SGD momentum (0: plain SGD)", OPTIM, check="unit-interval")
-    weight_decay: float = knob(0.0, "Decoupled weight decay, an optimizer option (AdamW, Muon)", OPTIM, check="non-negative")
+    weight_decay: float = knob(0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative")
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
     epochs: int = knob(30, "Training epochs", OPTIM, check="at-least-1")
     schedule: str = knob("constant", "Learning-rate schedule", OPTIM, choices=("constant", "step", "cosine"))
@@ -72,6 +72,7 @@ class RunConfig:
     # Execution: how, not what.
     device: str = knob("auto", "Device: auto, cpu, cuda, cuda:N or mps", EXEC, hashed=False)
     threads: int = knob(0, "CPU threads for torch (0: torch's default)", EXEC, check="non-negative", hashed=False)
+    loader: str = knob("device", "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)", EXEC, choices=("device", "torchvision"), hashed=False)
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
 
     # -- derived -------------------------------------------------------------------------

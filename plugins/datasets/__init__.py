@@ -1,1 +1,26 @@
-"""Built-in datasets."""
+"""Built-in datasets.
+
+Registering imports nothing heavy: every factory is an import string, resolved only when a run
+builds its dataset. Each factory returns an ``initmem_core.data.DatasetBundle`` whose training
+split is already cut to ``--train-size`` (see ``initmem_plugins.datasets.common``).
+"""
+
+from __future__ import annotations
+
+from initmem_core.hookspecs import hookimpl
+
+_HERE = "initmem_plugins.datasets"
+
+
+@hookimpl
+def initmem_register_datasets(register):
+    register("digits", f"{_HERE}.digits:load_digits_dataset",
+             "scikit-learn handwritten digits, 1x8x8, 10 classes, 60/20/20 split (no download)")
+    register("cifar10", f"{_HERE}.cifar:load_cifar10",
+             "CIFAR-10 from --data-dir, 45k/5k train/val split + official test set")
+    register("cifar100", f"{_HERE}.cifar:load_cifar100",
+             "CIFAR-100 (fine labels) from --data-dir, 45k/5k train/val split + official test set")
+    register("synthetic", f"{_HERE}.synthetic:load_synthetic",
+             "Generated learnable images, 3x32x32, 10 classes, 1024/256/256 (tests, benchmarks)")
+    register("synthetic:*", f"{_HERE}.synthetic:load_synthetic_variant",
+             "Generated images sized by the variant CxHxW[-cK][-nN], e.g. synthetic:1x8x8-c4-n200")

@@ -1,0 +1,44 @@
+"""The ``initmem`` command: one Typer app, one module per command.
+
+Importing this module must stay cheap (no torch, no mlflow): `initmem --help` and
+`initmem plugins` answer in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from initmem_core.plugins import STRICT_ENV, set_registry
+
+from .errors import one_line_warnings
+from .plugins import plugins_command
+from .run import run_command
+
+app = typer.Typer(
+    name="initmem",
+    help="Experiments on how training forgets its initialization scale sigma_w.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def main_options(
+    strict_plugins: Annotated[bool, typer.Option("--strict-plugins", help=f"Fail on any plugin that does not load (also ${STRICT_ENV}=1)")] = False,
+) -> None:
+    one_line_warnings()
+    if strict_plugins:
+        os.environ[STRICT_ENV] = "1"
+        set_registry(None)  # reload under the strict rule
+
+
+app.command("run", no_args_is_help=False)(run_command)
+app.command("plugins")(plugins_command)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,46 @@
+"""User errors become one line on stderr and exit code 2; plugin warnings stay one line."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+from typing import Any, Callable
+
+import typer
+
+from initmem_core.errors import InitmemError
+from initmem_core.plugins import PluginLoadWarning
+
+USER_ERROR = 2
+
+
+def fail(message: str, code: int = USER_ERROR) -> typer.Exit:
+    typer.secho(f"Error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(code)
+
+
+def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn an ``InitmemError`` into one clear line and exit code 2, with no traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except InitmemError as error:
+            raise fail(str(error)) from None
+
+    return wrapper
+
+
+def one_line_warnings() -> None:
+    """Show plugin load warnings as a single line each (the default shows source lines)."""
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, PluginLoadWarning):
+            print(f"Warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show

@@ -1,0 +1,82 @@
+"""Command-line options generated from ``RunConfig``: one definition per knob, for every command.
+
+``run`` takes typed values; ``sweep`` takes the same options as text that may hold a list or a
+range. The help text and panels come from the config fields themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from initmem_core.config import FIELDS, field_type
+
+#: Option names that differ from the field name.
+FLAG_NAMES = {"metrics": "--metric"}
+
+
+def flag_for(name: str) -> str:
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+def complete_component(kind: str) -> Callable[[str], list[str]]:
+    def complete(incomplete: str) -> list[str]:
+        from initmem_core.plugins import get_registry
+
+        return [n for n in get_registry().names(kind) if n.startswith(incomplete)]
+
+    return complete
+
+
+def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Parameter:
+    meta = field.metadata
+    kind = field_type(name)
+    help_text = meta["help"]
+    if meta["choices"]:
+        help_text += f" [{'|'.join(meta['choices'])}]"
+    if as_text:
+        annotation: Any = Optional[str]
+        help_text += "; a list (a,b,c) or, for numbers, a range start:stop:count"
+    elif kind is tuple:
+        annotation = Optional[list[str]]
+    else:
+        annotation = Optional[kind]
+    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    option = typer.Option(
+        flag_for(name), help=help_text, rich_help_panel=meta["panel"],
+        show_default=(",".join(default) if isinstance(default, tuple) else str(default)) or "none",
+        autocompletion=complete_component(meta["kind"]) if meta["kind"] else None,
+    )
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[annotation, option])
+
+
+def with_config_options(as_text: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add one option per ``RunConfig`` field to a command.
+
+    The command receives ``config_values``: a dict of only the options the user gave (values
+    typed for ``run``, raw text for ``sweep``), so a TOML file's values are not overwritten by
+    defaults.
+    """
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "config_values"]
+        extra = [_option(name, field, as_text) for name, field in FIELDS.items()]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name in FIELDS}
+            given = {name: value for name, value in values.items() if value not in (None, [])}
+            return command(config_values=given, **kwargs)
+
+        parameters = own + extra
+        wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        del wrapper.__wrapped__  # typer must read the new signature, not the original one
+        return wrapper
+
+    return decorate

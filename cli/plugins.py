@@ -1,0 +1,70 @@
+"""``initmem plugins``: every registered component and every plugin that failed to load.
+
+Builds nothing and imports neither torch nor mlflow.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from initmem_core.hookspecs import COMPONENT_KINDS
+from initmem_core.plugins import get_registry
+
+from .errors import user_errors
+
+
+def plugins_report(registry) -> dict:
+    """The listing as plain data: the JSON output, and what the table shows."""
+    order = list(COMPONENT_KINDS)
+    specs = sorted(registry.all_specs(), key=lambda s: (order.index(s.kind), s.name))
+    return {
+        "components": [
+            {"kind": s.kind, "name": s.name, "description": s.description, "plugin": s.provider.plugin,
+             "package": s.provider.package, "version": s.provider.version}
+            for s in specs
+        ],
+        "conflicts": [
+            {"kind": kind, "name": name, "providers": [str(s.provider) for s in claims]}
+            for (kind, name), claims in registry.conflicts.items()
+        ],
+        "failed": [
+            {"plugin": f.plugin, "package": f.package, "version": f.version, "error": f.error}
+            for f in registry.failures
+        ],
+    }
+
+
+@user_errors
+def plugins_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
+) -> None:
+    """List every architecture, optimizer, initializer, regularizer, metric and dataset."""
+    report = plugins_report(get_registry())
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    console = Console()
+    table = Table(title="initmem components")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("description", ratio=1)
+    table.add_column("plugin (package version)", ratio=None)
+    for row in report["components"]:
+        table.add_row(row["kind"], row["name"], row["description"],
+                      f"{row['plugin']} ({row['package']} {row['version']})")
+    console.print(table)
+    for conflict in report["conflicts"]:
+        console.print(f"[red]conflict[/red]: {conflict['kind']} '{conflict['name']}' is registered by "
+                      + " and by ".join(conflict["providers"]))
+    if report["failed"]:
+        failed = Table(title="plugins that failed to load", title_style="red")
+        for column in ("plugin", "package", "version", "error"):
+            failed.add_column(column, overflow="fold")
+        for row in report["failed"]:
+            failed.add_row(row["plugin"], row["package"], row["version"], row["error"])
+        console.print(failed)

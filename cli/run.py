@@ -1,0 +1,72 @@
+"""``initmem run``: train one model and track it in MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from initmem_core.config import from_mapping, load_toml
+
+from .errors import fail, user_errors
+from .options import with_config_options
+
+TRACKING = "Tracking"
+SUMMARY_KEYS = ("best_val_test_acc", "best_val_epoch", "final_test_acc", "tau_interp", "repair_gap")
+FINAL_KEYS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine",
+              "clock_sgd", "clock_l2", "clock_adapt")
+
+
+def resolve_config(config_file: Optional[Path], config_values: dict[str, Any]):
+    """TOML file first, then the options given on the command line."""
+    values = load_toml(config_file) if config_file else {}
+    source = str(config_file) if config_file else "the options"
+    config = from_mapping(values, source)
+    return config.replace(**config_values) if config_values else config
+
+
+def summary_table(result) -> Table:
+    table = Table(title=f"{result.config.run_name()}  ({result.status})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    final = result.history[-1] if result.history else {}
+    for key in SUMMARY_KEYS:
+        value = result.summary.get(key)
+        table.add_row(key, "never interpolated" if value is None else f"{value:.4g}")
+    for key in FINAL_KEYS:
+        if key in final:
+            table.add_row(f"final {key}", f"{final[key]:.4g}")
+    return table
+
+
+@with_config_options()
+@user_errors
+def run_command(
+    config_values: dict[str, Any],
+    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file of run options; options given here override it", rich_help_panel="Configuration")] = None,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)] = "initmem",
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)] = None,
+    no_tracking: Annotated[bool, typer.Option("--no-tracking", help="Run without writing to MLflow", rich_help_panel=TRACKING)] = False,
+) -> None:
+    """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
+    import initmem_core
+    from initmem_core.training import Diverged
+
+    from .progress import RunProgress
+
+    run_config = resolve_config(config, config_values)
+    console = Console()
+    try:
+        with RunProgress(console, label=run_config.run_name()) as progress:
+            result = initmem_core.run(run_config, tracking=not no_tracking, tracking_uri=tracking_uri,
+                                      experiment=experiment, progress=progress)
+    except Diverged as error:
+        raise fail(f"{run_config.run_name()} {error}; the run is marked FAILED with tag diverged=true", 1)
+    except KeyboardInterrupt:
+        raise fail("interrupted; the run is marked KILLED", 130)
+    console.print(summary_table(result))
+    if result.run_id and not no_tracking:
+        console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")

@@ -1,0 +1,132 @@
+"""``run``: one training run from a config, tracked in MLflow. The CLI's ``initmem run`` calls it.
+
+Everything that can be wrong with the input is checked, and every component built, before the
+tracked run is created: bad input leaves nothing half-written in the store. Once the run
+exists, any failure marks it FAILED (KILLED for Ctrl-C) and is re-raised.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .config import RunConfig, from_mapping, validate
+from .plugins import get_registry
+from .registry import Registry
+from .tracking import DEFAULT_EXPERIMENT, MemoryTracker, MlflowTracker, Tracker, to_json
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    run_id: str | None
+    status: str
+    summary: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    model: Any = None
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def run_params(config: RunConfig, setup) -> dict[str, Any]:
+    """Every config value as is, plus what the run resolved and which packages provided it."""
+    params: dict[str, Any] = config.to_dict()
+    params["metrics"] = ",".join(config.metrics)
+    params["config_hash"] = config.config_hash()
+    params["resolved_device"] = str(setup.device)
+    params["num_params"] = setup.num_params
+    params["augment_resolved"] = getattr(setup.train_loader, "augment", None)
+    for split, size in setup.dataset.sizes().items():
+        params[f"data_{split}_size"] = size
+    for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
+        params[f"version.{package}"] = _version(package)
+    # What the optimizer actually uses, defaults included (e.g. Muon's momentum), as logged truth.
+    for key, value in setup.optimizer.defaults.items():
+        if isinstance(value, (int, float, str, bool, tuple)) or value is None:
+            params[f"optimizer.{key}"] = value
+    for kind, spec in setup.components.items():
+        params[f"provider.{kind}"] = f"{spec.provider.package} {spec.provider.version}"
+    return params
+
+
+def run(
+    config: RunConfig | Mapping[str, Any] | None = None,
+    *,
+    tracking: bool = True,
+    tracking_uri: str | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+    tracker: Tracker | None = None,
+    parent_run_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    progress: Any = None,
+    registry: Registry | None = None,
+    **overrides: Any,
+) -> RunResult:
+    """Train one model and track it.
+
+    >>> from initmem_core import run
+    >>> result = run(arch="resnet20", opt="muon", sigma=2.0, epochs=5, tracking=False)
+    >>> result.summary["best_val_test_acc"]
+
+    ``config`` may be a ``RunConfig`` or a mapping; keyword ``overrides`` replace its values.
+    With ``tracking=False`` nothing is written anywhere (a ``MemoryTracker`` records the run).
+    Raises ``InitmemError`` for bad input before anything is tracked.
+    """
+    from .training import Diverged, build_setup, train
+
+    registry = registry or get_registry()
+    if isinstance(config, RunConfig):
+        config = config.replace(**overrides) if overrides else config
+    else:
+        config = from_mapping({**dict(config or {}), **overrides})
+    validate(config, registry)
+    if tracker is None:
+        tracker = (MlflowTracker(tracking_uri, experiment, parent_run_id=parent_run_id)
+                   if tracking else MemoryTracker())
+    setup = build_setup(config, registry)
+
+    run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
+                "config_hash": config.config_hash(), **(tags or {})}
+    run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
+    status = "FAILED"
+    try:
+        tracker.log_text(to_json(config.to_dict()), "config.json")
+        groups = getattr(setup.optimizer, "initmem_param_groups", None)
+        if groups:
+            tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+        history, summary = train(setup, tracker.log_metrics, progress)
+        tracker.log_metrics(summary, step=config.epochs)
+        _log_final_artifacts(tracker, setup)
+        status = "FINISHED"
+        return RunResult(config, run_id, status, summary, history, setup.model)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Diverged as error:
+        tracker.set_tags({"diverged": "true", "diverged_epoch": str(error.epoch), "failure_reason": str(error)})
+        raise
+    except Exception as error:
+        tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})
+        raise
+    finally:
+        tracker.end_run(status)
+
+
+def _log_final_artifacts(tracker: Tracker, setup) -> None:
+    import torch
+
+    for metric in setup.metrics.values():
+        for name, text in getattr(metric, "artifacts", lambda: {})().items():
+            tracker.log_text(text, name)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "final_weights.pt"
+        torch.save(setup.model.state_dict(), path)  # plain tensors: loads with weights_only=True
+        tracker.log_artifact(path)

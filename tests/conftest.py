@@ -1,0 +1,63 @@
+"""Shared fixtures: a fresh plugin registry per test, fake installed plugin packages, and a
+pre-migrated MLflow store (creating the SQLite schema takes seconds; copying it takes none)."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from initmem_core import plugins
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    """Each test loads plugins anew, from the environment it sets up."""
+    for name in (plugins.LOAD_PLUGINS_ENV, plugins.STRICT_ENV):
+        monkeypatch.setenv(name, "")  # recorded, so whatever a test sets is undone after it
+        monkeypatch.delenv(name)
+    plugins.set_registry(None)
+    yield
+    plugins.set_registry(None)
+
+
+@pytest.fixture
+def install_fake_plugin(tmp_path, monkeypatch):
+    """Make a package with an ``initmem`` entry point importable, as pip would install it.
+
+    ``install_fake_plugin("myplug", "source code")`` writes ``myplug_mod.py`` holding the source
+    and a ``myplug-1.0.dist-info`` whose entry point ``myplug`` points at it.
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+
+    def install(name: str, source: str, version: str = "1.0") -> str:
+        module = f"{name.replace('-', '_')}_mod"
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(f"[initmem]\n{name} = {module}\n")
+        return module
+
+    return install
+
+
+@pytest.fixture(scope="session")
+def _empty_store(tmp_path_factory) -> Path:
+    from initmem_core.tracking import open_client
+
+    folder = tmp_path_factory.mktemp("store-template")
+    open_client(f"sqlite:///{folder / 'mlflow.db'}")
+    return folder / "mlflow.db"
+
+
+@pytest.fixture
+def tracking_uri(tmp_path, _empty_store) -> str:
+    """A fresh SQLite MLflow store in this test's folder."""
+    database = tmp_path / "mlflow.db"
+    shutil.copy(_empty_store, database)
+    return f"sqlite:///{database}"

@@ -1,0 +1,80 @@
+"""RunConfig: coercion, validation, TOML, hashing, names."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from initmem_core.config import RunConfig, from_mapping, load_toml, validate
+from initmem_core.errors import ConfigError, UnknownComponentError
+from initmem_core.plugins import load_registry
+
+
+def test_defaults_are_valid_and_run_name_reads_well():
+    config = validate(RunConfig(), load_registry(entry_points=False))
+    assert config.run_name() == "resnet20-sgd-s1.0-seed0"
+    assert RunConfig(arch="resnet56", opt="muon", sigma=2.0).run_name() == "resnet56-muon-s2.0-seed0"
+    assert RunConfig(sigma=0.25, seed=3).run_name() == "resnet20-sgd-s0.25-seed3"
+
+
+def test_hash_ignores_execution_knobs_but_not_learning_knobs():
+    base = RunConfig()
+    assert base.config_hash() == RunConfig(threads=4, device="cpu", eval_batch_size=7).config_hash()
+    assert base.config_hash() != RunConfig(sigma=2.0).config_hash()
+    assert base.config_hash() != RunConfig(seed=1).config_hash()
+
+
+def test_coercion_from_text_and_toml_values():
+    config = from_mapping({"sigma": "2", "batch_size": "128", "epochs": 3.0, "metrics": "a, b"})
+    assert (config.sigma, config.batch_size, config.epochs, config.metrics) == (2.0, 128, 3, ("a", "b"))
+    with pytest.raises(ConfigError, match="--batch-size: expected a whole number, got '12.5'"):
+        from_mapping({"batch_size": "12.5"})
+    with pytest.raises(ConfigError, match="--sigma: expected a number, got 'big'"):
+        from_mapping({"sigma": "big"})
+
+
+def test_unknown_key_names_the_closest_valid_key():
+    with pytest.raises(ConfigError, match="unknown key 'sigm' in run.toml; valid keys: sigma"):
+        from_mapping({"sigm": 1.0}, "run.toml")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"sigma": 0.0}, "--sigma must be greater than 0"),
+    ({"sigma": -1.0}, "--sigma must be greater than 0"),
+    ({"sigma": math.nan}, "--sigma must be a finite number"),
+    ({"lr": math.inf}, "--lr must be a finite number"),
+    ({"lr": 0.0}, "--lr must be greater than 0"),
+    ({"l2": -1e-4}, "--l2 must be 0 or greater"),
+    ({"batch_size": 0}, "--batch-size must be 1 or greater"),
+    ({"epochs": 0}, "--epochs must be 1 or greater"),
+    ({"momentum": 1.0}, "--momentum must be below 1"),
+    ({"schedule": "cosin"}, "--schedule: unknown value 'cosin'; valid values: cosine"),
+])
+def test_invalid_values_are_rejected_with_one_line(changes, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as error:
+        validate(RunConfig(**changes))
+    assert "\n" not in str(error.value)
+
+
+def test_component_names_are_checked_against_the_registry():
+    registry = load_registry(entry_points=False)
+    with pytest.raises(UnknownComponentError, match="unknown architecture 'resnet57'; valid names: resnet56"):
+        validate(RunConfig(arch="resnet57"), registry)
+    with pytest.raises(UnknownComponentError, match="unknown metric"):
+        validate(RunConfig(metrics=("no-such-metric",)), registry)
+
+
+def test_toml_is_parsed_as_data(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('arch = "resnet56"\nsigma = 2.0\nmetrics = ["weight-norms"]\n')
+    assert from_mapping(load_toml(path)) == RunConfig(arch="resnet56", sigma=2.0, metrics=("weight-norms",))
+    path.write_text("sigma = = 2")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_toml(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_toml(tmp_path / "missing.toml")
+
+
+def test_replace_revalidates_types():
+    assert RunConfig().replace(sigma="0.5").sigma == 0.5

@@ -1,0 +1,382 @@
+"""Built-in dataset plugins: digits, synthetic (and its family), cifar10/cifar100 from local files."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import subprocess
+import sys
+import tarfile
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from initmem_core.config import RunConfig
+from initmem_core.data import DatasetBundle
+from initmem_core.errors import ConfigError
+from initmem_core.plugins import load_registry
+
+DATASET_NAMES = {"digits", "cifar10", "cifar100", "synthetic", "synthetic:*"}
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry(entry_points=False)
+
+
+def build(registry, name: str, **config) -> DatasetBundle:
+    return registry.build("dataset", name, config=RunConfig(data=name, **config))
+
+
+def rows(images: torch.Tensor, labels: torch.Tensor) -> Counter:
+    """Multiset of (image bytes, label), to compare splits without caring about order."""
+    flat = images.reshape(len(images), -1).numpy()
+    return Counter((flat[i].tobytes(), int(labels[i])) for i in range(len(labels)))
+
+
+def assert_one_line_error(error: pytest.ExceptionInfo, *needles: str) -> None:
+    text = str(error.value)
+    assert "\n" not in text and text.strip() == text
+    for needle in needles:
+        assert needle in text, text
+
+
+# -- registration -------------------------------------------------------------------------------
+
+def test_registers_the_builtin_datasets(registry):
+    assert DATASET_NAMES <= set(registry.names("dataset"))
+    for name in DATASET_NAMES:
+        spec = registry.components["dataset"][name]
+        assert isinstance(spec.factory, str) and spec.factory.startswith("initmem_plugins.datasets.")
+        assert spec.description
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
+
+
+def test_registering_datasets_imports_no_torch():
+    result = _run_python("""
+        import sys
+        import initmem_plugins.datasets as datasets
+        names = []
+        datasets.initmem_register_datasets(register=lambda name, factory, description="": names.append(name))
+        heavy = [m for m in ("torch", "torchvision", "sklearn", "numpy") if m in sys.modules]
+        assert not heavy, heavy
+        print(sorted(names))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "digits" in result.stdout
+
+
+def test_loading_the_registry_imports_no_torch():
+    # The whole built-in registry, as `initmem plugins` loads it: a module-level torch import
+    # in any built-in plugin package fails this test (the factories are import strings).
+    result = _run_python("""
+        import sys
+        from initmem_core.plugins import load_registry
+        registry = load_registry(entry_points=False)
+        assert "digits" in registry.names("dataset")
+        assert "torch" not in sys.modules, "torch imported while registering"
+    """)
+    assert result.returncode == 0, result.stderr
+
+
+# -- digits ---------------------------------------------------------------------------------------
+
+def test_digits_shapes_and_splits(registry):
+    from sklearn.datasets import load_digits
+
+    bundle = build(registry, "digits")
+    assert bundle.name == "digits" and bundle.num_classes == 10
+    assert bundle.sizes() == {"train": 1079, "val": 359, "test": 359}
+    for x, y in ((bundle.train_x, bundle.train_y), (bundle.val_x, bundle.val_y), (bundle.test_x, bundle.test_y)):
+        assert x.dtype == torch.float32 and x.shape[1:] == (1, 8, 8)
+        assert y.dtype == torch.int64 and 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    assert (bundle.in_channels, bundle.image_size) == (1, 8)
+    assert bundle.augment_default is False and bundle.pixel_scale == 1.0
+    # The three splits partition the 1797 sklearn digits exactly.
+    digits = load_digits()
+    everything = torch.as_tensor(digits.images, dtype=torch.float32).div(16).unsqueeze(1)
+    union = rows(bundle.train_x, bundle.train_y) + rows(bundle.val_x, bundle.val_y) + rows(bundle.test_x, bundle.test_y)
+    assert union == rows(everything, torch.as_tensor(digits.target))
+    # mean/std are the train split's.
+    assert bundle.mean == pytest.approx((float(bundle.train_x.double().mean()),), rel=1e-9)
+    assert bundle.std == pytest.approx((float(bundle.train_x.double().std(unbiased=False)),), rel=1e-9)
+
+
+def test_digits_split_is_fixed_by_data_seed(registry):
+    first, again = build(registry, "digits", data_seed=3), build(registry, "digits", data_seed=3)
+    other = build(registry, "digits", data_seed=4)
+    for field in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y"):
+        assert torch.equal(getattr(first, field), getattr(again, field))
+    assert not torch.equal(first.val_x, other.val_x)
+    # The run seed does not move the split.
+    assert torch.equal(build(registry, "digits", data_seed=3, seed=9).val_y, first.val_y)
+
+
+def test_train_size_keeps_the_first_examples(registry):
+    full = build(registry, "digits")
+    small = build(registry, "digits", train_size=100)
+    assert small.sizes() == {"train": 100, "val": 359, "test": 359}
+    assert torch.equal(small.train_x, full.train_x[:100]) and torch.equal(small.train_y, full.train_y[:100])
+    assert torch.equal(small.val_x, full.val_x) and torch.equal(small.test_y, full.test_y)
+    assert small.mean == full.mean  # normalisation does not depend on --train-size
+    assert build(registry, "synthetic:1x4x4-c3-n50", train_size=7).sizes() == {"train": 7, "val": 12, "test": 12}
+
+
+def test_train_size_larger_than_the_split_is_a_config_error(registry):
+    with pytest.raises(ConfigError) as error:
+        build(registry, "digits", train_size=5000)
+    assert_one_line_error(error, "--train-size 5000", "1079")
+
+
+def test_apply_train_size_is_idempotent(registry):
+    from initmem_plugins.datasets.common import apply_train_size
+
+    config = RunConfig(train_size=10)
+    once = build(registry, "synthetic:1x4x4-c2-n40", train_size=10)
+    assert apply_train_size(once, config) is once
+
+
+# -- synthetic -------------------------------------------------------------------------------------
+
+def test_synthetic_default(registry):
+    bundle = build(registry, "synthetic")
+    assert bundle.sizes() == {"train": 1024, "val": 256, "test": 256}
+    assert bundle.train_x.shape == (1024, 3, 32, 32) and bundle.train_x.dtype == torch.float32
+    assert bundle.num_classes == 10 and bundle.augment_default is False and bundle.pixel_scale == 1.0
+    assert 0.0 <= float(bundle.train_x.min()) and float(bundle.train_x.max()) <= 1.0
+    assert bundle.train_y.dtype == torch.int64
+    assert torch.bincount(bundle.train_y, minlength=10).tolist() == [103] * 4 + [102] * 6  # balanced
+    assert len(bundle.mean) == len(bundle.std) == 3
+
+
+@pytest.mark.parametrize(("variant", "shape", "classes", "sizes"), [
+    ("1x8x8-c4-n200", (1, 8, 8), 4, (200, 50, 50)),
+    ("3x32x32", (3, 32, 32), 10, (1024, 256, 256)),
+    ("2x5x7-c3", (2, 5, 7), 3, (1024, 256, 256)),
+    ("1x6x6-n10", (1, 6, 6), 10, (10, 2, 2)),
+    ("1x2x2-c2-n1", (1, 2, 2), 2, (1, 1, 1)),
+])
+def test_synthetic_variants(registry, variant, shape, classes, sizes):
+    bundle = build(registry, f"synthetic:{variant}")
+    assert bundle.name == f"synthetic:{variant}"
+    assert bundle.train_x.shape[1:] == shape and bundle.num_classes == classes
+    assert tuple(bundle.sizes().values()) == sizes
+    assert int(bundle.train_y.max()) < classes
+
+
+@pytest.mark.parametrize("variant", [
+    "abc", "1x8", "1x8x8x8", "1x8x8-c4-n200-", "1x8x8-n200-c4", "1x8x8-k4", "1X8X8", " 1x8x8", "1x8x8-c-n5",
+    "0x8x8", "1x0x8", "1x8x8-c1", "1x8x8-c0", "1x8x8-n0", "-1x8x8", "1.5x8x8", "3x100000x100000",
+])
+def test_bad_synthetic_variant_is_a_config_error(registry, variant):
+    with pytest.raises(ConfigError) as error:
+        build(registry, f"synthetic:{variant}")
+    assert_one_line_error(error, f"synthetic:{variant}")
+
+
+def test_synthetic_is_fixed_by_data_seed(registry):
+    first, again = build(registry, "synthetic:1x8x8-c4-n64"), build(registry, "synthetic:1x8x8-c4-n64")
+    other = build(registry, "synthetic:1x8x8-c4-n64", data_seed=1)
+    assert torch.equal(first.train_x, again.train_x) and torch.equal(first.test_y, again.test_y)
+    assert not torch.equal(first.train_x, other.train_x)
+
+
+def test_synthetic_labels_are_learnable(registry):
+    # Nearest class mean, fit on train, must do far better than chance (25%) on val.
+    bundle = build(registry, "synthetic:1x8x8-c4-n200")
+    flat = bundle.train_x.flatten(1)
+    means = torch.stack([flat[bundle.train_y == k].mean(0) for k in range(4)])
+    predicted = torch.cdist(bundle.val_x.flatten(1), means).argmin(1)
+    assert (predicted == bundle.val_y).float().mean() > 0.9
+
+
+# -- cifar10 / cifar100 from files written here in the official on-disk format ---------------------
+
+class _Py2Pickler(pickle._Pickler):
+    """Writes ``bytes`` as Python 2 ``str`` (BINSTRING), as the official CIFAR pickles do.
+
+    The official files are Python 2 protocol-2 pickles whose keys are ``str``: they load as
+    ``b'data'`` with ``encoding='bytes'`` (the dataset page's recipe) and as ``'data'`` with
+    ``encoding='latin1'`` (torchvision's), and the numpy array's buffer is a ``str`` too.
+    """
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def _save_py2_str(self, obj):
+        n = len(obj)
+        self.write(pickle.SHORT_BINSTRING + bytes([n]) + obj if n < 256 else pickle.BINSTRING + struct.pack("<i", n) + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = _save_py2_str
+
+
+def _dump_py2(path: Path, obj) -> None:
+    buffer = io.BytesIO()
+    _Py2Pickler(buffer, protocol=2).dump(obj)
+    path.write_bytes(buffer.getvalue())
+
+
+def _fake_images(n: int, offset: int, rng: np.random.Generator) -> np.ndarray:
+    data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+    data[:, 0] = np.arange(offset, offset + n) % 256  # first red pixel: an id, so rows can be traced
+    data[:, 1] = np.arange(offset, offset + n) // 256
+    return data
+
+
+def write_cifar10(root: Path, per_batch: int = 20, n_test: int = 30) -> dict:
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    train_data, train_labels = [], []
+    for i in range(1, 6):
+        data = _fake_images(per_batch, (i - 1) * per_batch, rng)
+        labels = [int(v) for v in rng.integers(0, 10, per_batch)]
+        _dump_py2(folder / f"data_batch_{i}", {
+            b"batch_label": f"training batch {i} of 5".encode(), b"labels": labels, b"data": data,
+            b"filenames": [f"img_{i}_{j}.png".encode() for j in range(per_batch)],
+        })
+        train_data.append(data)
+        train_labels += labels
+    test_data = _fake_images(n_test, 10_000, rng)
+    test_labels = [int(v) for v in rng.integers(0, 10, n_test)]
+    _dump_py2(folder / "test_batch", {b"batch_label": b"testing batch 1 of 1", b"labels": test_labels,
+                                      b"data": test_data, b"filenames": [b"t.png"] * n_test})
+    _dump_py2(folder / "batches.meta", {b"num_cases_per_batch": per_batch, b"num_vis": 3072,
+                                        b"label_names": [f"class{k}".encode() for k in range(10)]})
+    return {"train_x": np.concatenate(train_data), "train_y": train_labels, "test_x": test_data, "test_y": test_labels}
+
+
+def write_cifar100(root: Path, n_train: int = 60, n_test: int = 20) -> dict:
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    arrays = {}
+    for split, n, offset in (("train", n_train, 0), ("test", n_test, 10_000)):
+        data = _fake_images(n, offset, rng)
+        fine = [int(v) for v in rng.integers(0, 100, n)]
+        _dump_py2(folder / split, {b"filenames": [b"x.png"] * n, b"batch_label": split.encode(),
+                                   b"fine_labels": fine, b"coarse_labels": [f // 5 for f in fine], b"data": data})
+        arrays[split] = (data, fine)
+    _dump_py2(folder / "meta", {b"fine_label_names": [f"f{k}".encode() for k in range(100)],
+                                b"coarse_label_names": [f"c{k}".encode() for k in range(20)]})
+    return arrays
+
+
+@pytest.fixture
+def skip_md5(monkeypatch):
+    """torchvision's CIFAR readers md5-check every file even with download=False; our small fakes
+    cannot match, so for these tests the check is reduced to "the file exists"."""
+    import torchvision.datasets.cifar as tv_cifar
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda path, md5=None: Path(path).is_file())
+
+
+def test_fake_files_have_the_official_pickle_layout(tmp_path):
+    write_cifar10(tmp_path)
+    with open(tmp_path / "cifar-10-batches-py" / "data_batch_1", "rb") as handle:
+        batch = pickle.load(handle, encoding="bytes")  # the recipe on the CIFAR page
+    assert batch[b"data"].dtype == np.uint8 and batch[b"data"].shape == (20, 3072)
+    assert len(batch[b"labels"]) == 20
+
+
+def _traced(images: torch.Tensor) -> list[int]:
+    """The ids written into the first two pixels by _fake_images."""
+    return (images[:, 0, 0, 0].long() + 256 * images[:, 0, 0, 1].long()).tolist()
+
+
+def test_cifar10_from_official_layout(registry, tmp_path, skip_md5):
+    original = write_cifar10(tmp_path)
+    bundle = build(registry, "cifar10", data_dir=str(tmp_path))
+    assert bundle.sizes() == {"train": 90, "val": 10, "test": 30}  # last 10% of the permutation is val
+    assert bundle.train_x.dtype == torch.uint8 and bundle.train_x.shape[1:] == (3, 32, 32)
+    assert bundle.train_y.dtype == torch.int64 and bundle.num_classes == 10
+    assert bundle.pixel_scale == 255 and bundle.augment_default is True
+    assert bundle.mean == (0.4914, 0.4822, 0.4465) and bundle.std == (0.2470, 0.2435, 0.2616)
+    # Every image is the official row reshaped to C x H x W, with its own label.
+    expected_x = torch.from_numpy(original["train_x"]).reshape(-1, 3, 32, 32)
+    expected_y = torch.tensor(original["train_y"])
+    for x, y in ((bundle.train_x, bundle.train_y), (bundle.val_x, bundle.val_y)):
+        ids = _traced(x)
+        assert torch.equal(x, expected_x[ids]) and torch.equal(y, expected_y[ids])
+    assert sorted(_traced(bundle.train_x) + _traced(bundle.val_x)) == list(range(100))
+    # The official test set, in its order.
+    assert torch.equal(bundle.test_x, torch.from_numpy(original["test_x"]).reshape(-1, 3, 32, 32))
+    assert bundle.test_y.tolist() == original["test_y"]
+
+
+def test_cifar10_split_is_fixed_by_data_seed(registry, tmp_path, skip_md5):
+    write_cifar10(tmp_path)
+    first = build(registry, "cifar10", data_dir=str(tmp_path), data_seed=5)
+    again = build(registry, "cifar10", data_dir=str(tmp_path), data_seed=5, seed=3)
+    other = build(registry, "cifar10", data_dir=str(tmp_path), data_seed=6)
+    assert _traced(first.val_x) == _traced(again.val_x) != _traced(other.val_x)
+    assert build(registry, "cifar10", data_dir=str(tmp_path), train_size=25).sizes()["train"] == 25
+
+
+def test_cifar_validation_is_exactly_5000_of_50000():
+    from initmem_plugins.datasets import cifar
+
+    assert int(round(50_000 * cifar.VAL_FRACTION)) == 5_000
+
+
+def test_cifar10_accepts_the_extracted_folder_and_the_archive(registry, tmp_path, skip_md5):
+    write_cifar10(tmp_path / "a")
+    direct = build(registry, "cifar10", data_dir=str(tmp_path / "a" / "cifar-10-batches-py"))
+    assert direct.sizes()["train"] == 90
+    # Only the official .tar.gz in --data-dir: it is extracted in place.
+    archive_root = tmp_path / "b"
+    archive_root.mkdir()
+    with tarfile.open(archive_root / "cifar-10-python.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "a" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    assert build(registry, "cifar10", data_dir=str(archive_root)).sizes() == direct.sizes()
+
+
+def test_cifar100_from_official_layout(registry, tmp_path, skip_md5):
+    original = write_cifar100(tmp_path)
+    bundle = build(registry, "cifar100", data_dir=str(tmp_path))
+    assert bundle.sizes() == {"train": 54, "val": 6, "test": 20}
+    assert bundle.num_classes == 100 and bundle.train_x.dtype == torch.uint8
+    data, fine = original["train"]
+    ids = _traced(bundle.train_x)
+    assert torch.equal(bundle.train_x, torch.from_numpy(data).reshape(-1, 3, 32, 32)[ids])
+    assert bundle.train_y.tolist() == [fine[i] for i in ids]  # fine labels, not coarse
+    assert bundle.test_y.tolist() == original["test"][1]
+
+
+@pytest.mark.parametrize(("name", "folder"), [("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python")])
+def test_missing_cifar_is_a_one_line_config_error(registry, tmp_path, name, folder):
+    with pytest.raises(ConfigError) as error:
+        build(registry, name, data_dir=str(tmp_path / "nowhere"))
+    assert_one_line_error(error, f"{name} not found in {tmp_path / 'nowhere'}", folder, "--data-dir",
+                          "https://www.cs.toronto.edu/~kriz/cifar.html")
+
+
+def test_missing_cifar_names_the_default_folder(registry, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ConfigError) as error:
+        build(registry, "cifar10")
+    assert_one_line_error(error, str(tmp_path / ".cache" / "initmem" / "cifar10"))
+
+
+def test_incomplete_cifar_is_a_config_error(registry, tmp_path):
+    write_cifar10(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(ConfigError) as error:
+        build(registry, "cifar10", data_dir=str(tmp_path))
+    assert_one_line_error(error, "not found")
+
+
+def test_cifar_files_failing_the_md5_check_are_a_config_error(registry, tmp_path):
+    # No skip_md5 here: torchvision verifies the checksums and our fakes are not the release.
+    write_cifar10(tmp_path)
+    with pytest.raises(ConfigError) as error:
+        build(registry, "cifar10", data_dir=str(tmp_path))
+    assert_one_line_error(error, "md5", "cifar-10-python.tar.gz")

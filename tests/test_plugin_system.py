@@ -1,0 +1,155 @@
+"""The plugin loader: isolation of broken plugins, allow-listing, strict mode, name clashes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from initmem_core import hookimpl
+from initmem_core.errors import DuplicateComponentError, PluginLoadError, UnknownComponentError
+from initmem_core.hookspecs import COMPONENT_KINDS
+from initmem_core.plugins import PluginLoadWarning, load_registry
+
+GOOD_PLUGIN = """
+from initmem_core import hookimpl
+
+@hookimpl
+def initmem_register_optimizers(register):
+    register("fancy", "torch.optim:SGD", "A fancy optimizer")
+"""
+
+
+class ClashingSgd:
+    @hookimpl
+    def initmem_register_optimizers(self, register):
+        register("sgd", "torch.optim:SGD", "another sgd")
+
+
+def test_builtins_register_every_kind():
+    registry = load_registry(entry_points=False)
+    for kind in COMPONENT_KINDS:
+        assert registry.names(kind), f"no built-in {kind}"
+    assert {"sgd", "adam", "adamw", "muon", "timm:*"} <= set(registry.names("optimizer"))
+    assert {"resnet9", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "timm:*"} <= set(
+        registry.names("architecture"))
+    assert {"fan-in", "scaled-default"} <= set(registry.names("initializer"))
+    assert {"l2", "l2-init"} <= set(registry.names("regularizer"))
+    assert {"cifar10", "cifar100", "digits", "synthetic"} <= set(registry.names("dataset"))
+    spec = registry.lookup("optimizer", "sgd")[0]
+    assert spec.provider.package == "initmem"
+
+
+def test_registering_imports_no_torch():
+    code = ("import sys; from initmem_core.plugins import load_registry; r = load_registry(); "
+            "r.lookup('optimizer', 'muon'); assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'mlflow' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_family_lookup_passes_the_variant():
+    registry = load_registry(entry_points=False)
+    spec, variant = registry.lookup("optimizer", "timm:lion")
+    assert spec.name == "timm:*" and variant == "lion"
+    with pytest.raises(UnknownComponentError):
+        registry.lookup("optimizer", "timm:")
+
+
+def test_unknown_name_lists_valid_names_closest_first():
+    registry = load_registry(entry_points=False)
+    with pytest.raises(UnknownComponentError) as error:
+        registry.lookup("optimizer", "mun")
+    message = str(error.value)
+    assert message.startswith("unknown optimizer 'mun'; valid names: muon")
+    assert "adamw" in message and "\n" not in message
+
+
+def test_third_party_plugin_loads_from_entry_point(install_fake_plugin):
+    install_fake_plugin("fancyplug", GOOD_PLUGIN, version="2.5")
+    registry = load_registry()
+    spec, _ = registry.lookup("optimizer", "fancy")
+    assert (spec.provider.plugin, spec.provider.package, spec.provider.version) == ("fancyplug", "fancyplug", "2.5")
+
+
+def test_plugin_that_fails_to_import_is_skipped_with_one_line_warning(install_fake_plugin):
+    install_fake_plugin("goodplug", GOOD_PLUGIN)
+    install_fake_plugin("brokenplug", "import definitely_not_a_module\n")
+    with pytest.warns(PluginLoadWarning) as warned:
+        registry = load_registry()
+    message = str(warned[0].message)
+    assert "brokenplug" in message and "definitely_not_a_module" in message and "\n" not in message
+    assert registry.lookup("optimizer", "fancy")  # its sibling still works
+    assert registry.lookup("optimizer", "sgd")
+    assert [f.plugin for f in registry.failures] == ["brokenplug"]
+
+
+def test_invalid_hook_implementation_is_skipped(install_fake_plugin):
+    install_fake_plugin("badargs", """
+from initmem_core import hookimpl
+
+@hookimpl
+def initmem_register_optimizers(register, not_a_hook_argument):
+    register("never", "x:y", "")
+""")
+    with pytest.warns(PluginLoadWarning, match="badargs"):
+        registry = load_registry()
+    assert "never" not in registry.names("optimizer")
+    assert "not_a_hook_argument" in registry.failures[0].error
+
+
+def test_misspelt_hook_name_is_an_invalid_plugin(install_fake_plugin):
+    install_fake_plugin("typo", """
+from initmem_core import hookimpl
+
+@hookimpl
+def initmem_register_optimisers(register):
+    register("never", "x:y", "")
+""")
+    with pytest.warns(PluginLoadWarning, match="unknown hook initmem_register_optimisers"):
+        registry = load_registry()
+    assert [f.plugin for f in registry.failures] == ["typo"]
+
+
+def test_plugin_that_raises_while_registering_is_skipped(install_fake_plugin):
+    install_fake_plugin("raiser", """
+from initmem_core import hookimpl
+
+@hookimpl
+def initmem_register_metrics(register):
+    raise RuntimeError("boom")
+""")
+    with pytest.warns(PluginLoadWarning, match="RuntimeError: boom"):
+        registry = load_registry()
+    assert "weight-norms" in registry.names("metric")
+
+
+def test_strict_mode_turns_failures_into_errors(install_fake_plugin, monkeypatch):
+    install_fake_plugin("brokenplug", "raise ImportError('no')\n")
+    with pytest.raises(PluginLoadError, match="brokenplug"):
+        load_registry(strict=True)
+    monkeypatch.setenv("INITMEM_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginLoadError):
+        load_registry()
+
+
+def test_allow_list(install_fake_plugin, monkeypatch):
+    install_fake_plugin("fancyplug", GOOD_PLUGIN)
+    monkeypatch.setenv("INITMEM_LOAD_PLUGINS", "")
+    assert "fancy" not in load_registry().names("optimizer")
+    assert "sgd" in load_registry().names("optimizer")  # built-ins always load
+    monkeypatch.setenv("INITMEM_LOAD_PLUGINS", "someotherplug")
+    assert "fancy" not in load_registry().names("optimizer")
+    monkeypatch.setenv("INITMEM_LOAD_PLUGINS", "someotherplug, fancyplug")
+    assert "fancy" in load_registry().names("optimizer")
+
+
+def test_same_name_twice_is_an_error_naming_both_providers():
+    registry = load_registry(entry_points=False, extra_plugins=[("clash", ClashingSgd())])
+    with pytest.raises(DuplicateComponentError) as error:
+        registry.lookup("optimizer", "sgd")
+    message = str(error.value)
+    assert "plugin 'optimizers' (initmem" in message and "plugin 'clash'" in message
+    assert registry.lookup("optimizer", "adam")  # other names keep working
+    with pytest.raises(DuplicateComponentError):
+        load_registry(entry_points=False, extra_plugins=[("clash", ClashingSgd())], strict=True)
