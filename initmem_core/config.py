@@ -72,6 +72,9 @@ class RunConfig:
     # Execution: how, not what.
     device: str = knob("auto", "Device: auto, cpu, cuda, cuda:N or mps", EXEC, hashed=False)
     threads: int = knob(0, "CPU threads for torch (0: torch's default)", EXEC, check="non-negative", hashed=False)
+    channels_last: bool = knob(False, "Channels-last memory format (faster convolutions on GPUs)", EXEC, hashed=False)
+    amp: str = knob("off", "Mixed precision: off, or bf16 autocast (weights, BatchNorm and optimizer stay fp32)", EXEC, choices=("off", "bf16"))
+    compile: bool = knob(False, "torch.compile the model (compiled once per process, reused across sweep cells)", EXEC, hashed=False)
     loader: str = knob("device", "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)", EXEC, choices=("device", "torchvision"), hashed=False)
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
 

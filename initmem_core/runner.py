@@ -88,10 +88,10 @@ def run(
     else:
         config = from_mapping({**dict(config or {}), **overrides})
     validate(config, registry)
+    setup = build_setup(config, registry)
     if tracker is None:
         tracker = (MlflowTracker(tracking_uri, experiment, parent_run_id=parent_run_id)
                    if tracking else MemoryTracker())
-    setup = build_setup(config, registry)
 
     run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
                 "config_hash": config.config_hash(), **(tags or {})}

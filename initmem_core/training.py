@@ -7,6 +7,7 @@ only at evaluation points, so nothing a plugin does costs time inside the step.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -87,6 +88,13 @@ class TrainingSetup:
     initial_params: dict[str, torch.Tensor]
     components: dict[str, Any] = field(default_factory=dict)
 
+    def forward_pass(self) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
+        """The model call and the autocast context the training step uses (see --compile, --amp)."""
+        forward = torch.compile(self.model) if self.config.compile else self.model
+        if self.config.amp == "bf16":
+            return forward, lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return forward, contextlib.nullcontext
+
     @property
     def num_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -114,7 +122,7 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
                            num_classes=dataset.num_classes, image_size=dataset.image_size)
     init_generator = torch.Generator().manual_seed(seed_for(config.seed, "init"))
     registry.build("initializer", config.init, model=model, sigma=config.sigma, generator=init_generator)
-    model.to(device)
+    model.to(device, memory_format=torch.channels_last if config.channels_last else torch.contiguous_format)
     initial_params = {name: p.detach().clone() for name, p in model.named_parameters()}
 
     optimizer = registry.build("optimizer", config.opt, model=model, config=config)
@@ -160,6 +168,8 @@ def train(setup: TrainingSetup, log_metrics: Callable[[dict[str, float], int], N
     initial = [setup.initial_params[name] for name, p in model.named_parameters() if p.requires_grad]
     history: list[dict[str, float]] = []
     l2 = config.l2 if setup.regularizer is not None else 0.0
+    forward, autocast = setup.forward_pass()
+    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
 
     def record(epoch: int, train_loss: float, train_acc: float, lr: float) -> None:
         row = {"train_loss": train_loss, "train_acc": train_acc}
@@ -188,8 +198,9 @@ def train(setup: TrainingSetup, log_metrics: Callable[[dict[str, float], int], N
         for x, y in setup.train_loader:
             lr = optimizer.param_groups[0]["lr"]  # the rate this step applies
             clocks.tick(lr, len(y), l2)
-            logits = model(x)
-            loss = F.cross_entropy(logits, y)
+            with autocast():
+                logits = forward(x.contiguous(memory_format=memory_format))
+                loss = F.cross_entropy(logits.float(), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if setup.regularizer is not None:

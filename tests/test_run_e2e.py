@@ -1,0 +1,134 @@
+"""`initmem run` end to end on digits: what lands in MLflow, and what a failure leaves there."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import initmem_core
+from initmem_cli.app import app
+from initmem_core import hookimpl
+from initmem_core.config import FIELDS
+from initmem_core.plugins import load_registry, set_registry
+
+runner = CliRunner()
+SMALL = ["--epochs", "2", "--train-size", "256", "--batch-size", "64", "--threads", "1"]
+EPOCH_METRICS = ["train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
+                 "weight_norm_ratio", "init_distance", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt", "lr"]
+
+
+def only_run(uri):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiments = client.search_experiments()
+    runs = [r for e in experiments for r in client.search_runs([e.experiment_id])]
+    return client, runs
+
+
+def test_cli_run_logs_params_metrics_and_artifacts(tracking_uri, tmp_path):
+    result = runner.invoke(app, ["run", *SMALL, "--sigma", "2.0", "--tracking-uri", tracking_uri])
+    assert result.exit_code == 0, result.output
+    client, runs = only_run(tracking_uri)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == "resnet20-sgd-s2.0-seed0"
+    assert run.info.run_id in result.stdout
+    params = run.data.params
+    assert set(FIELDS) <= set(params)
+    assert params["sigma"] == "2.0" and params["epochs"] == "2" and params["arch"] == "resnet20"
+    assert params["version.torch"] == importlib.metadata.version("torch")
+    assert params["provider.optimizer"].startswith("initmem ")
+    assert run.data.tags["arch"] == "resnet20" and run.data.tags["opt"] == "sgd" and run.data.tags["sigma"] == "2"
+    for name in EPOCH_METRICS:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, name)]
+        assert steps == [0, 1, 2], name
+    for name in ("best_val_test_acc", "best_val_epoch", "final_test_acc"):
+        assert name in run.data.metrics
+    # tau_interp and repair_gap exist exactly when the run interpolated
+    interpolated = max(m.value for m in client.get_metric_history(run.info.run_id, "train_acc")[1:]) >= 0.995
+    assert ("tau_interp" in run.data.metrics) == interpolated == ("repair_gap" in run.data.metrics)
+    clock = client.get_metric_history(run.info.run_id, "clock_adapt")
+    assert clock[-1].value == pytest.approx(2 * 4 * 0.05)  # 2 epochs x 4 steps x lr
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.json", "layer_norms.csv", "final_weights.pt"} <= artifacts
+    weights = client.download_artifacts(run.info.run_id, "final_weights.pt", str(tmp_path))
+    state = torch.load(weights, weights_only=True)
+    assert "conv1.weight" in state or any(k.endswith("weight") for k in state)
+    layer_table = client.download_artifacts(run.info.run_id, "layer_norms.csv", str(tmp_path))
+    lines = open(layer_table).read().splitlines()
+    assert lines[0].startswith("epoch,layer,weight_norm") and len(lines) > 20
+
+
+def test_config_file_with_cli_override(tracking_uri, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('opt = "adam"\nlr = 0.001\nsigma = 0.5\nepochs = 1\ntrain_size = 128\n')
+    result = runner.invoke(app, ["run", "--config", str(config), "--sigma", "1.5", "--tracking-uri", tracking_uri])
+    assert result.exit_code == 0, result.output
+    _, [run] = only_run(tracking_uri)
+    assert (run.data.params["opt"], run.data.params["sigma"], run.data.params["lr"]) == ("adam", "1.5", "0.001")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "5000"], "--batch-size 5000 is larger than the training set"),
+    (["--sigma", "-1"], "--sigma must be greater than 0"),
+    (["--lr", "nan"], "--lr must be a finite number"),
+    (["--arch", "resnet57"], "unknown architecture 'resnet57'; valid names: resnet56"),
+])
+def test_bad_input_exits_2_with_one_line_and_leaves_no_run(tracking_uri, args, message):
+    result = runner.invoke(app, ["run", *args, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert only_run(tracking_uri)[1] == []
+
+
+class ExplodingOptimizer:
+    @hookimpl
+    def initmem_register_optimizers(self, register):
+        register("exploding", ExplodingOptimizer.build, "raises on its first step")
+
+    @staticmethod
+    def build(model, config):
+        class Exploding(torch.optim.SGD):
+            def step(self, closure=None):
+                raise RuntimeError("optimizer exploded")
+        return Exploding(model.parameters(), lr=config.lr)
+
+
+def test_crash_marks_the_run_failed(tracking_uri):
+    set_registry(load_registry(entry_points=False, extra_plugins=[("exploding", ExplodingOptimizer())]))
+    with pytest.raises(RuntimeError, match="optimizer exploded"):
+        initmem_core.run(opt="exploding", epochs=1, train_size=128, tracking_uri=tracking_uri)
+    _, [run] = only_run(tracking_uri)
+    assert run.info.status == "FAILED"
+    assert "optimizer exploded" in run.data.tags["failure_reason"]
+
+
+def test_api_run_without_tracking_is_reproducible_and_seed_sensitive():
+    kwargs = dict(epochs=1, train_size=128, batch_size=32, tracking=False, threads=1)
+    first, again = initmem_core.run(seed=0, **kwargs), initmem_core.run(seed=0, **kwargs)
+    other = initmem_core.run(seed=1, **kwargs)
+    assert first.history == again.history
+    assert first.history != other.history
+    assert [row["epoch"] for row in first.history] == [0, 1]
+    assert all(math.isfinite(v) for v in first.history[-1].values())
+
+
+def test_paired_initialization_in_a_run():
+    """sigma is the only thing that changes the initial weights: W0(2) == 2 * W0(1)."""
+    from initmem_core.config import RunConfig
+    from initmem_core.training import build_setup
+
+    from initmem_plugins.initializers.kernels import kernel_parameters
+
+    registry = load_registry(entry_points=False)
+    one = build_setup(RunConfig(sigma=1.0, train_size=64), registry)
+    two = build_setup(RunConfig(sigma=2.0, train_size=64), registry)
+    kernels = [name for name, _ in kernel_parameters(one.model)]
+    assert len(kernels) == 20  # resnet20: 19 convs + the classifier
+    for name in kernels:
+        assert torch.equal(two.initial_params[name], 2 * one.initial_params[name]), name
