@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -89,18 +90,35 @@ def parse_values(name: str, spec: Any) -> tuple[Any, ...]:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The axes of a sweep (field -> values) and, from a sweep file, its name."""
+    """The axes of a sweep (field -> values), optional groups, and, from a sweep file, its name.
+
+    ``groups`` are alternative sets of fixed values (``[[groups]]`` in a sweep file), each crossed
+    with the axes: the paper compares SGD at a low learning rate, Adam at its own rate, SGD with
+    L2, ... over one sigma grid, which is a union of grids rather than one product.
+    """
 
     axes: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     name: str | None = None
+    groups: tuple[dict[str, Any], ...] = ()
 
     def override(self, other: "SweepSpec") -> "SweepSpec":
-        """``other``'s axes replace this spec's for the same fields (CLI over file)."""
-        return SweepSpec({**self.axes, **other.axes}, other.name or self.name)
+        """``other``'s axes replace this spec's for the same fields, in the groups too (CLI over file)."""
+        groups = tuple({k: v for k, v in group.items() if k not in other.axes} for group in self.groups)
+        return SweepSpec({**self.axes, **other.axes}, other.name or self.name,
+                         tuple(group for group in groups if group) if any(groups) else ())
+
+    def group_axes(self) -> list[dict[str, tuple[Any, ...]]]:
+        """The product grids whose union is the sweep."""
+        return [{**self.axes, **{k: (v,) for k, v in group.items()}} for group in self.groups] or [self.axes]
 
     @property
     def varying(self) -> list[str]:
-        return [name for name in FIELDS if len(self.axes.get(name, ())) > 1]
+        grids = self.group_axes()
+        return [name for name in FIELDS
+                if len({_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1]
+
+
+_DEFAULTS = RunConfig()
 
 
 def spec_from_values(values: Mapping[str, Any], name: str | None = None) -> SweepSpec:
@@ -112,8 +130,8 @@ def spec_from_toml(path: str | Path) -> SweepSpec:
     """A sweep file: optional ``name``, ``[base]`` fixed values, ``[grid]`` lists or ranges."""
     data = load_toml(path)
     for key in data:
-        if key not in ("name", "base", "grid"):
-            raise ConfigError(f"unknown key '{key}' in {path}; a sweep file has name, [base] and [grid]")
+        if key not in ("name", "base", "grid", "groups"):
+            raise ConfigError(f"unknown key '{key}' in {path}; a sweep file has name, [base], [grid] and [[groups]]")
     axes: dict[str, tuple[Any, ...]] = {}
     for table in ("base", "grid"):
         section = data.get(table, {})
@@ -135,26 +153,48 @@ def spec_from_toml(path: str | Path) -> SweepSpec:
     name = data.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ConfigError(f"'name' in {path} must be a non-empty string")
-    return SweepSpec(axes, name.strip() if name else None)
+    return SweepSpec(axes, name.strip() if name else None, _groups_from_toml(data.get("groups", []), axes, path))
 
 
-def _cell_order(spec: SweepSpec) -> list[str]:
+def _groups_from_toml(groups: Any, axes: dict[str, tuple[Any, ...]], path: str | Path) -> tuple[dict[str, Any], ...]:
+    if not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
+        raise ConfigError(f"'groups' in {path} must be an array of tables, [[groups]]")
+    parsed = []
+    for number, group in enumerate(groups, 1):
+        values = {}
+        for key, value in group.items():
+            if key not in FIELDS:
+                raise unknown_key_error(key, f"[[groups]] number {number} of {path}")
+            if key in axes and len(axes[key]) > 1:
+                raise ConfigError(f"'{key}' is in both [grid] and [[groups]] of {path}; keep it in one")
+            if isinstance(value, (list, dict)) and field_type(key) is not tuple:
+                raise ConfigError(f"[[groups]] {key} in {path} must be one value; put lists in [grid]")
+            values[key] = coerce(key, value)
+        parsed.append(values)
+    return tuple(parsed)
+
+
+def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
     # Group-defining fields vary slowest, then seed, then sigma: a group's cells run together.
-    names = [n for n in FIELDS if n in spec.axes and n not in WITHIN_GROUP]
-    return names + [n for n in ("seed", "sigma") if n in spec.axes]
+    names = [n for n in FIELDS if n in axes and n not in WITHIN_GROUP]
+    return names + [n for n in ("seed", "sigma") if n in axes]
 
 
 def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
     """Every cell of the grid as a validated ``RunConfig``; any bad value raises ``ConfigError``."""
-    names = _cell_order(spec)
-    cells = []
-    for values in itertools.product(*(spec.axes[n] for n in names)):
-        config = from_mapping(dict(zip(names, values)), "the sweep")
-        try:
-            cells.append(validate(config, registry))
-        except ConfigError as error:
-            varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
-            raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
+    cells, seen = [], set()
+    for axes in spec.group_axes():
+        names = _cell_order(axes)
+        for values in itertools.product(*(axes[n] for n in names)):
+            config = from_mapping(dict(zip(names, values)), "the sweep")
+            try:
+                validate(config, registry)
+            except ConfigError as error:
+                varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
+                raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
+            if config.config_hash() not in seen:  # two groups may share a cell
+                seen.add(config.config_hash())
+                cells.append(config)
     return cells
 
 
@@ -180,6 +220,20 @@ def group_key(config: RunConfig, fields: list[str]) -> str:
     return ",".join(f"{name}={_text(getattr(config, name))}" for name in fields) or SINGLE_GROUP
 
 
+def group_keys(configs: Iterable[RunConfig]) -> list[str]:
+    """Each config's group key, short enough to read: a field is shown only where it differs from
+    its most common value across the sweep (the first field always), e.g. ``opt=sgd,momentum=0.9``.
+    Two groups never share a key: equal keys mean equal values in every group field."""
+    configs = list(configs)
+    fields = group_fields(configs)
+    modes = {f: Counter(_text(getattr(c, f)) for c in configs).most_common(1)[0][0] for f in fields}
+    keys = []
+    for config in configs:
+        shown = [f for i, f in enumerate(fields) if i == 0 or _text(getattr(config, f)) != modes[f]]
+        keys.append(group_key(config, shown))
+    return keys
+
+
 def metric_suffix(key: str) -> str:
     """A group key as MLflow accepts in a metric name: ``opt=sgd,batch_size=64`` -> ``opt-sgd.batch_size-64``."""
     return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key.replace("=", "-").replace(",", "."))
@@ -187,12 +241,13 @@ def metric_suffix(key: str) -> str:
 
 def default_name(spec: SweepSpec) -> str:
     """A readable name that is the same for the same grid, so relaunching without ``--name``
-    resumes the sweep: e.g. ``digits-resnet20-sigma-x-opt-3fa2b1``."""
+    resumes the sweep: e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
     base = RunConfig()
     data, arch = (spec.axes.get(n, (getattr(base, n),)) for n in ("data", "arch"))
     hashed = {n: [_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]}
-    digest = hashlib.sha256(json.dumps(hashed).encode()).hexdigest()[:6]
-    varying = "-x-".join(spec.varying) or "single"
+    groups = [{n: _text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
+    digest = hashlib.sha256(json.dumps([hashed, groups] if groups else hashed).encode()).hexdigest()[:6]
+    varying = "-".join(spec.varying) or "single"
     prefix = "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", "+".join(map(str, v))) for v in (data, arch))
     return f"{prefix}-{varying}-{digest}"
 

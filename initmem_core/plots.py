@@ -66,7 +66,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
         ax.set(title=group, xlabel="epoch")
         ax.grid(alpha=0.3)
     for ax in axes[:, 0]:
-        ax.set_ylabel("||W||_F")
+        ax.set_ylabel("‖W‖_F")
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="σ_w")
@@ -85,6 +85,9 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
             ax.annotate(g.group, (value, g.spread), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
         if x and min(x) > 0 and max(x) / min(x) > 20:
             ax.set_xscale("log")
+        else:  # clocks are often tiny (T_SGD ~ 1e-4): short scientific tick labels
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
+            ax.locator_params(axis="x", nbins=4)
         ax.set(xlabel=CLOCK_LABELS[clock])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("spread over σ_w (pp)")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -58,21 +59,30 @@ def search_all(client, experiment_ids: list[str], filter_string: str) -> list[An
             return runs
 
 
+#: Letters, digits and ``_ . , = + : @ / -`` and spaces: a sweep name goes into search filters.
+SWEEP_NAME = re.compile(r"[\w.,=+:@/ -]{1,200}")
+
+
+def check_sweep_name(name: str) -> str:
+    if not SWEEP_NAME.fullmatch(name):
+        raise ConfigError(f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -")
+    return name
+
+
 def find_parent(client, experiment_id: str, name: str):
     """The parent run of sweep ``name`` in the experiment, or ``None``."""
-    runs = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{_quoted(name)}' and tags.`{ROLE_TAG}` = 'parent'",
-                              max_results=1, order_by=["attributes.start_time ASC"])
+    runs = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' "
+                              f"and tags.`{ROLE_TAG}` = 'parent'", max_results=1, order_by=["attributes.start_time ASC"])
     return runs[0] if runs else None
-
-
-def _quoted(text: str) -> str:
-    return text.replace("'", "\\'")
 
 
 def resolve_parent(client, experiment: str, name_or_run_id: str):
     """A sweep by name (in ``experiment``) or by its parent run id."""
     found = client.get_experiment_by_name(experiment)
-    parent = find_parent(client, found.experiment_id, name_or_run_id) if found else None
+    if found is None:
+        raise ConfigError(f"experiment '{experiment}' does not exist in this tracking store; check --experiment "
+                          "and --tracking-uri")
+    parent = find_parent(client, found.experiment_id, name_or_run_id)
     if parent is None and len(name_or_run_id) == 32 and all(c in "0123456789abcdef" for c in name_or_run_id):
         try:
             parent = client.get_run(name_or_run_id)
@@ -80,7 +90,7 @@ def resolve_parent(client, experiment: str, name_or_run_id: str):
             parent = None
     if parent is None or parent.data.tags.get(ROLE_TAG) != "parent":
         known = sorted({run.data.tags[SWEEP_TAG] for run in search_all(
-            client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")}) if found else []
+            client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")})
         listing = f"; sweeps there: {', '.join(known)}" if known else "; it has no sweeps"
         raise ConfigError(f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
                           "(check the name, --experiment and --tracking-uri)")
@@ -91,10 +101,15 @@ def child_runs(client, parent) -> list[Any]:
     return search_all(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
 
 
+ENDED = ("FINISHED", "FAILED", "KILLED")
+
+
 def latest_per_cell(runs: list[Any]) -> list[Any]:
-    """One run per config hash: a FINISHED one if any, else the newest (a relaunch retries failures)."""
+    """One ended run per config hash: a FINISHED one if any, else the newest (a relaunch retries
+    failures). Cells still running are left out: they have not failed, they have not finished."""
     chosen: dict[str, Any] = {}
-    for run in sorted(runs, key=lambda r: (r.info.status == "FINISHED", r.info.start_time or 0)):
+    ended = [r for r in runs if r.info.status in ENDED]
+    for run in sorted(ended, key=lambda r: (r.info.status == "FINISHED", r.info.start_time or 0)):
         chosen[run.data.tags.get("config_hash", run.info.run_id)] = run
     return list(chosen.values())
 

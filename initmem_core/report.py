@@ -21,7 +21,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from .grid import group_fields, group_key, metric_suffix
+from .grid import group_fields, group_keys, metric_suffix
 from .records import CellRecord
 
 NAN = float("nan")
@@ -138,8 +138,8 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     records = list(records)
     fields = group_fields(r.config for r in records)
     by_group: dict[str, list[CellRecord]] = {}
-    for record in records:
-        by_group.setdefault(group_key(record.config, fields), []).append(record)
+    for record, key in zip(records, group_keys(r.config for r in records)):
+        by_group.setdefault(key, []).append(record)
     groups, rows, failures, curves = [], [], [], {}
     for group in sorted(by_group):
         cells = by_group[group]
@@ -165,7 +165,7 @@ TABLE_COLUMNS = (
     ("test_acc", "test acc %", "{:.2f}"), ("test_acc_std", "± pp", "{:.2f}"),
     ("spread", "spread pp", "{:.2f}"), ("tau_interp", "tau_interp", "{:.1f}"),
     ("never_interp", "never interp", "{}"), ("repair_gap", "repair gap pp", "{:+.2f}"),
-    ("weight_norm", "||W||_F", "{:.4g}"), ("weight_norm_ratio", "||W||/||W0||", "{:.4g}"),
+    ("weight_norm", "‖W‖_F", "{:.4g}"), ("weight_norm_ratio", "‖W‖/‖W0‖", "{:.4g}"),
     ("clock_sgd", "T_SGD", "{:.4g}"), ("clock_l2", "T_L2", "{:.4g}"), ("clock_adapt", "T_adapt", "{:.4g}"),
 )
 

@@ -1,0 +1,44 @@
+"""``initmem presets``: the paper's sweeps, ready to run with ``initmem sweep --preset NAME``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import user_errors
+
+presets_app = typer.Typer(help="List the paper's sweep presets, or print one as an editable sweep file.",
+                          invoke_without_command=True, no_args_is_help=False)
+
+
+@presets_app.callback()
+@user_errors
+def list_presets(ctx: typer.Context) -> None:
+    """List every preset with its grid: cells, groups and what varies."""
+    if ctx.invoked_subcommand:
+        return
+    from initmem_core.grid import expand, group_keys
+    from initmem_core.presets import preset_description, preset_names, preset_spec
+
+    table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)")
+    for column in ("preset", "cells", "groups", "varies", "description"):
+        table.add_column(column, justify="right" if column in ("cells", "groups") else "left",
+                         no_wrap=column == "preset")
+    for name in preset_names():
+        spec = preset_spec(name)
+        cells = expand(spec)
+        groups = set(group_keys(cells))
+        table.add_row(name, str(len(cells)), str(len(groups)), ", ".join(spec.varying), preset_description(name))
+    Console().print(table)
+
+
+@presets_app.command("show")
+@user_errors
+def show_preset(name: Annotated[str, typer.Argument(help="Preset name, e.g. paper-mini")]) -> None:
+    """Print a preset's sweep file: `initmem presets show paper-mini > sweep.toml`, edit, `--config sweep.toml`."""
+    from initmem_core.presets import preset_text
+
+    typer.echo(preset_text(name), nl=False)

@@ -1,0 +1,34 @@
+"""``initmem ui``: the MLflow UI on the same store the runs and sweeps write to."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import fail, user_errors
+
+
+def ui_args(uri: str, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+
+
+@user_errors
+def ui_command(
+    host: Annotated[str, typer.Option(help="Address to bind; the default keeps the UI on this machine")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port")] = 5000,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")] = None,
+) -> None:
+    """Start the MLflow UI on the tracking store (Ctrl-C stops it)."""
+    from initmem_core.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    typer.echo(f"MLflow UI for {uri} at http://{host}:{port}  (Ctrl-C to stop)")
+    try:
+        code = subprocess.run(ui_args(uri, host, port)).returncode
+    except KeyboardInterrupt:
+        return
+    if code:
+        raise fail(f"mlflow ui exited with code {code} (is port {port} already in use? try --port)", code)

@@ -1,0 +1,83 @@
+"""The paper's presets: each expands to the intended grid, and `presets show` round-trips through --config."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from initmem_cli.app import app
+from initmem_core.errors import ConfigError
+from initmem_core.grid import expand, group_keys, spec_from_toml
+from initmem_core.plugins import load_registry
+from initmem_core.presets import preset_names, preset_spec, preset_text
+
+runner = CliRunner()
+PAPER_SIGMAS = (0.1, 0.5, 0.9, 1.3, 1.7, 2.1, 2.5)
+FIVE_OPTIMIZERS = {("sgd", 0.0), ("sgd", 0.9), ("adam", 0.0), ("adamw", 0.0), ("muon", 0.0)}
+
+
+def cells(name):
+    return expand(preset_spec(name), load_registry(entry_points=False))
+
+
+def test_every_preset_is_listed_and_valid():
+    assert preset_names() == ["paper-batch", "paper-depth", "paper-l2", "paper-long", "paper-mini", "paper-resnet9"]
+    result = runner.invoke(app, ["presets"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for name in preset_names():
+        assert name in result.stdout
+
+
+def test_paper_mini_is_the_scaled_down_comparison():
+    grid = cells("paper-mini")
+    assert len(grid) == 8 * 4 * 2
+    assert {c.data for c in grid} == {"digits"} and {c.arch for c in grid} == {"resnet20"}
+    assert sorted({c.sigma for c in grid}) == [0.1, 0.5, 1.4, 2.5] and {c.seed for c in grid} == {0, 1}
+    groups = set(group_keys(grid))
+    assert len(groups) == 8
+    sgd = [c for c in grid if c.opt == "sgd" and c.momentum == 0 and c.l2 == 0]
+    assert {c.batch_size for c in sgd} == {8, 32, 128} and {c.lr for c in sgd} == {0.01}
+    assert {(c.opt, c.momentum) for c in grid} == FIVE_OPTIMIZERS
+    assert {c.l2 for c in grid} == {0.0, 0.01}
+
+
+def test_paper_scale_presets():
+    resnet9 = cells("paper-resnet9")
+    assert len(resnet9) == 7 * 5 * 2
+    assert {c.arch for c in resnet9} == {"resnet9"} and {c.batch_size for c in resnet9} == {128}
+    assert tuple(sorted({c.sigma for c in resnet9})) == PAPER_SIGMAS
+    assert {(c.opt, c.momentum) for c in resnet9} == FIVE_OPTIMIZERS
+    depth = cells("paper-depth")
+    assert {c.arch for c in depth} == {"resnet56", "resnet110"} and len(depth) == 2 * 7 * 5 * 2
+    batch = cells("paper-batch")
+    assert sorted({c.batch_size for c in batch}) == [16, 32, 64, 128, 256] and {c.opt for c in batch} == {"sgd"}
+    assert sorted({c.l2 for c in cells("paper-l2")}) == [0.0, 1e-4, 1e-3, 1e-2]
+    long = cells("paper-long")
+    assert {c.epochs for c in long} == {5000} and len(long) == 7
+
+
+@pytest.mark.parametrize("name", ["paper-mini", "paper-depth"])
+def test_presets_show_round_trips_through_config(name, tmp_path):
+    shown = runner.invoke(app, ["presets", "show", name])
+    assert shown.exit_code == 0
+    assert shown.stdout == preset_text(name) and "#" in shown.stdout  # comments kept for the reader
+    path = tmp_path / "sweep.toml"
+    path.write_text(shown.stdout)
+    assert expand(spec_from_toml(path)) == expand(preset_spec(name))
+    dry = runner.invoke(app, ["sweep", "--config", str(path), "--dry-run"], env={"COLUMNS": "200"})
+    via_preset = runner.invoke(app, ["sweep", "--preset", name, "--dry-run"], env={"COLUMNS": "200"})
+    assert dry.exit_code == 0 and dry.stdout == via_preset.stdout
+
+
+def test_cli_options_override_a_preset():
+    result = runner.invoke(app, ["sweep", "--preset", "paper-mini", "--epochs", "2", "--seed", "0", "--dry-run"],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "32 cells in 8 group(s)" in result.stdout
+
+
+def test_unknown_preset_names_the_closest():
+    with pytest.raises(ConfigError, match="unknown preset 'paper-mni'; valid presets: paper-mini"):
+        preset_spec("paper-mni")
+    result = runner.invoke(app, ["presets", "show", "paper-mni"])
+    assert result.exit_code == 2 and "valid presets: paper-mini" in result.stderr

@@ -1,0 +1,121 @@
+"""The report from hand-made records: spread and per-sigma figures against a hand computation."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+
+from initmem_core.config import RunConfig
+from initmem_core.records import CellRecord
+from initmem_core.report import build_report, to_csv, to_json, to_markdown
+from initmem_core.report_files import write_report_files
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def cell(opt, sigma, seed, acc, tau=None, status="FINISHED", diverged=False, norm=10.0):
+    metrics = {"best_val_test_acc": acc, "weight_norm": norm, "weight_norm_ratio": norm / 10,
+               "clock_sgd": 0.01, "clock_l2": 0.0, "clock_adapt": 2.0 if opt == "sgd" else 3.0}
+    if tau is not None:
+        metrics.update(tau_interp=tau, repair_gap=0.02)
+    return CellRecord(RunConfig(opt=opt, sigma=sigma, seed=seed), status=status, metrics=metrics,
+                      weight_norms=[(0, norm * 0.9), (1, norm)], diverged=diverged,
+                      error="diverged in epoch 1: the training loss is not finite" if diverged else "",
+                      run_id=f"{opt}-{sigma}-{seed}")
+
+
+@pytest.fixture
+def records():
+    return [
+        # sgd remembers: 82, 91, 65 % -> spread 26 pp; sigma 2 never interpolates
+        cell("sgd", 0.5, 0, 0.80, tau=5), cell("sgd", 0.5, 1, 0.84, tau=7),
+        cell("sgd", 1.0, 0, 0.90, tau=4), cell("sgd", 1.0, 1, 0.92, tau=4),
+        cell("sgd", 2.0, 0, 0.60, norm=40.0), cell("sgd", 2.0, 1, 0.70, norm=40.0),
+        # adam forgets: 89, 91, 87 % -> spread 4 pp; one diverged cell is a failure, not a 0% point
+        cell("adam", 0.5, 0, 0.88, tau=3), cell("adam", 0.5, 1, 0.90, tau=3),
+        cell("adam", 1.0, 0, 0.90, tau=3), cell("adam", 1.0, 1, 0.92, tau=3),
+        cell("adam", 2.0, 0, 0.87, tau=3), cell("adam", 2.0, 1, 0.10, status="FAILED", diverged=True),
+    ]
+
+
+def test_spread_per_group_matches_the_hand_computation(records):
+    report = build_report(records)
+    assert report.group_fields == ["opt"]
+    groups = {g.group: g for g in report.groups}
+    assert set(groups) == {"opt=sgd", "opt=adam"}
+    sgd, adam = groups["opt=sgd"], groups["opt=adam"]
+    assert sgd.spread == pytest.approx(91.0 - 65.0)
+    assert (sgd.best_sigma, sgd.worst_sigma) == (1.0, 2.0)
+    assert adam.spread == pytest.approx(91.0 - 87.0)
+    assert (adam.failed, sgd.failed) == (1, 0)
+    assert (sgd.never_interp_sigmas, adam.never_interp_sigmas) == (1, 0)
+    assert (sgd.clock_adapt, adam.clock_adapt) == (2.0, 3.0)
+
+
+def test_per_sigma_rows(records):
+    rows = {(r.group, r.sigma): r for r in build_report(records).rows}
+    low = rows[("opt=sgd", 0.5)]
+    assert low.test_acc == pytest.approx(82.0)
+    assert low.test_acc_std == pytest.approx(math.sqrt(8.0))  # sample std of 80 and 84
+    assert (low.tau_interp, low.never_interp) == (6.0, 0)
+    assert low.repair_gap == pytest.approx(2.0)
+    high = rows[("opt=sgd", 2.0)]
+    assert math.isnan(high.tau_interp) and high.never_interp == 2 and math.isnan(high.repair_gap)
+    assert (high.weight_norm, high.weight_norm_ratio) == (40.0, 4.0)
+    diverged = rows[("opt=adam", 2.0)]
+    assert (diverged.runs, diverged.failed, diverged.test_acc) == (2, 1, pytest.approx(87.0))
+    assert math.isnan(diverged.test_acc_std)  # one trained seed left
+
+
+def test_failures_are_listed_and_parent_metrics_are_named_per_group(records):
+    report = build_report(records)
+    [failure] = report.failures
+    assert (failure.group, failure.sigma, failure.seed, failure.status) == ("opt=adam", 2.0, 1, "DIVERGED")
+    assert "diverged in epoch 1" in failure.error
+    metrics = report.parent_metrics()
+    assert metrics["spread_opt-sgd"] == pytest.approx(26.0)
+    assert metrics["spread_opt-adam"] == pytest.approx(4.0)
+    assert metrics["failed_cells_opt-adam"] == 1.0
+    assert metrics["never_interp_sigmas_opt-sgd"] == 1.0
+    assert metrics["clock_adapt_opt-sgd"] == 2.0
+    # the norm plot draws only trained cells
+    assert len(report.norm_curves["opt=adam"]) == 5 and len(report.norm_curves["opt=sgd"]) == 6
+
+
+def test_a_sweep_without_varying_fields_is_one_group_named_all():
+    report = build_report([cell("sgd", 0.5, 0, 0.5), cell("sgd", 1.0, 0, 0.75)])
+    assert [(g.group, g.spread) for g in report.groups] == [("all", pytest.approx(25.0))]
+    assert list(report.parent_metrics()) == ["spread_all", "never_interp_sigmas_all", "failed_cells_all",
+                                             "clock_sgd_all", "clock_l2_all", "clock_adapt_all"]
+
+
+def test_csv_markdown_and_json_hold_the_same_table(records):
+    report = build_report(records)
+    rows = list(csv.DictReader(io.StringIO(to_csv(report))))
+    assert len(rows) == 6
+    sgd_high = next(r for r in rows if r["group"] == "opt=sgd" and r["sigma"] == "2.0")
+    assert float(sgd_high["spread"]) == pytest.approx(26.0) and sgd_high["tau_interp"] == ""
+    markdown = to_markdown(report)
+    assert "| opt=sgd | 26.00 | 1 | 2 | 1 | 0 |" in markdown
+    assert "## Failed cells" in markdown and "DIVERGED" in markdown
+    data = json.loads(to_json(report))
+    assert {g["group"]: g["spread"] for g in data["groups"]} == pytest.approx({"opt=adam": 4.0, "opt=sgd": 26.0})
+    assert data["group_fields"] == ["opt"] and len(data["rows"]) == 6 and len(data["failures"]) == 1
+
+
+def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
+    from matplotlib import image
+
+    files = write_report_files(build_report(records), tmp_path / "out")
+    names = sorted(p.name for p in files)
+    assert names == ["report.csv", "report.md", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
+                     "test_acc_vs_sigma.png", "weight_norm_vs_epoch.png"]
+    for path in files:
+        if path.suffix == ".png":
+            assert path.read_bytes()[:8] == PNG_SIGNATURE
+            height, width, _ = image.imread(path).shape
+            assert height > 200 and width > 200

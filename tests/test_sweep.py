@@ -1,0 +1,262 @@
+"""`initmem sweep` and `initmem report` end to end on digits: the MLflow layout, the report on the
+parent, resuming, failing cells, and N workers on one SQLite store losing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from initmem_cli.app import app
+from initmem_core import hookimpl
+from initmem_core.checkpoints import CHECKPOINTS_FOLDER
+from initmem_core.plugins import load_registry, set_registry
+
+runner = CliRunner(env={"COLUMNS": "200"})  # rich wraps long lines at 80
+SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "200", "--batch-size", "50",
+         "--eval-batch-size", "512"]
+ONE_THREAD = ["--threads", "1"]  # the machine may be shared: no oversubscription
+GRID = ["--sigma", "0.5,2", "--opt", "sgd,adam", "--seed", "0"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png")
+
+
+def client_for(uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def all_runs(uri):
+    client = client_for(uri)
+    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+def split(runs):
+    parents = [r for r in runs if r.data.tags.get("initmem.role") == "parent"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, _empty_store):
+    """One 2-sigma x 2-optimizer x 1-seed sweep, shared by the tests that only read it."""
+    folder = tmp_path_factory.mktemp("sweep")
+    shutil.copy(_empty_store, folder / "mlflow.db")
+    uri, out = f"sqlite:///{folder / 'mlflow.db'}", folder / "out"
+    result = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return uri, out, result
+
+
+def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
+    uri, _, result = swept
+    assert "sweep e2e" in result.output
+    [parent], children = split(all_runs(uri))
+    assert parent.data.tags["initmem.sweep"] == "e2e" and parent.info.status == "FINISHED"
+    assert parent.info.run_id in result.output
+    assert len(children) == 4
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert {c.info.experiment_id for c in children} == {parent.info.experiment_id}
+    assert {c.info.status for c in children} == {"FINISHED"}
+    assert {c.data.tags["initmem.sweep"] for c in children} == {"e2e"}
+    assert sorted((c.data.tags["initmem.group"], c.data.params["sigma"]) for c in children) == [
+        ("opt=adam", "0.5"), ("opt=adam", "2.0"), ("opt=sgd", "0.5"), ("opt=sgd", "2.0")]
+    assert len({c.data.tags["config_hash"] for c in children}) == 4
+
+
+def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
+    from matplotlib import image
+
+    uri, out, _ = swept
+    [parent], children = split(all_runs(uri))
+    client = client_for(uri)
+    for group in ("sgd", "adam"):
+        accs = [100 * c.data.metrics["best_val_test_acc"] for c in children if c.data.params["opt"] == group]
+        assert parent.data.metrics[f"spread_opt-{group}"] == pytest.approx(max(accs) - min(accs))
+        assert f"never_interp_sigmas_opt-{group}" in parent.data.metrics
+        assert parent.data.metrics[f"failed_cells_opt-{group}"] == 0
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {f"report/{name}" for name in ("report.csv", "report.md", *PLOTS)} <= artifacts
+    assert "sweep.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    logged = client.download_artifacts(parent.info.run_id, "report/test_acc_vs_sigma.png", str(tmp_path))
+    assert open(logged, "rb").read(8) == PNG_SIGNATURE
+    for name in PLOTS:
+        assert (out / name).read_bytes()[:8] == PNG_SIGNATURE
+        assert image.imread(out / name).ndim == 3
+    assert "opt=sgd" in (out / "report.md").read_text()
+
+
+def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path):
+    uri, _, _ = swept
+    [parent], _ = split(all_runs(uri))
+    result = runner.invoke(app, ["report", "e2e", "--format", "json", "--tracking-uri", uri, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {g["group"]: g["spread"] for g in data["groups"]} == pytest.approx(
+        {"opt=adam": parent.data.metrics["spread_opt-adam"], "opt=sgd": parent.data.metrics["spread_opt-sgd"]})
+    assert all((tmp_path / name).is_file() for name in PLOTS)
+    by_id = runner.invoke(app, ["report", parent.info.run_id, "--format", "csv", "--tracking-uri", uri,
+                                "--out", str(tmp_path)])
+    assert by_id.exit_code == 0 and by_id.stdout.startswith("group,sigma,")
+    table = runner.invoke(app, ["report", "e2e", "--tracking-uri", uri, "--out", str(tmp_path)])
+    assert table.exit_code == 0 and "opt=adam" in table.stdout
+    unknown = runner.invoke(app, ["report", "e2f", "--tracking-uri", uri])
+    assert unknown.exit_code == 2
+    assert "no sweep 'e2f' in experiment 'initmem'; sweeps there: e2e" in unknown.output
+
+
+def test_relaunching_skips_finished_cells(swept):
+    uri, out, _ = swept
+    before = {r.info.run_id for r in all_runs(uri)}
+    again = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "4 cells: 0 ran, 4 skipped" in again.output
+    runs = all_runs(uri)
+    assert {r.info.run_id for r in runs} == before
+    [parent], _ = split(runs)
+    assert parent.info.status == "FINISHED"
+
+
+def test_dry_run_prints_the_cells_and_runs_nothing(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'never.db'}"
+    result = runner.invoke(app, ["sweep", *SMALL, *GRID, "--dry-run", "--tracking-uri", uri])
+    assert result.exit_code == 0, result.output
+    assert "4 cells in 2 group(s); estimated work: 32 optimizer steps" in result.output
+    assert "opt=adam" in result.output and "dry run" in result.output
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_a_sweep_file_gives_the_grid_and_options_override_it(tmp_path):
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text('name = "from-file"\n[base]\nepochs = 3\n[grid]\nsigma = "0.5:1.5:3"\nopt = ["sgd", "adam"]\n')
+    result = runner.invoke(app, ["sweep", "--config", str(sweep_file), "--opt", "muon", "--train-size", "100",
+                                 "--batch-size", "50", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sweep from-file" in result.output
+    assert "3 cells in 1 group(s); estimated work: 18 optimizer steps" in result.output
+
+
+def test_bad_grid_exits_2_before_anything_is_tracked(tracking_uri):
+    result = runner.invoke(app, ["sweep", *SMALL, "--sigma", "0.1:2.5:x", "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2
+    assert "the count of a range must be a whole number" in result.output
+    quoted = runner.invoke(app, ["sweep", *SMALL, "--name", "it's", "--tracking-uri", tracking_uri])
+    assert quoted.exit_code == 2 and "sweep name \"it's\": use up to 200 letters" in quoted.output
+    assert all_runs(tracking_uri) == []
+
+
+class Boom:
+    """Two optimizers that fail: one while it is built, one at its first step."""
+
+    @staticmethod
+    def build(model, config):
+        raise RuntimeError("boom: this optimizer cannot be built")
+
+    @staticmethod
+    def build_failing_step(model, config):
+        class FailingStep(torch.optim.SGD):
+            def step(self, closure=None):
+                raise RuntimeError("boom: this step always fails")
+
+        return FailingStep(model.parameters(), lr=config.lr)
+
+    @hookimpl
+    def initmem_register_optimizers(self, register):
+        register("boom", self.build, "fails when built")
+        register("boom-step", self.build_failing_step, "fails at its first step")
+
+
+def test_a_failing_cell_does_not_stop_the_sweep(tracking_uri, tmp_path):
+    set_registry(load_registry(entry_points=False, extra_plugins=[("boom", Boom())]))
+    result = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, "--opt", "boom,sgd,boom-step", "--name", "failing",
+                                 "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "3 cells: 1 ran, 0 skipped (finished before), 2 failed" in result.output
+    assert "boom: this optimizer cannot be built" in result.output
+    [parent], children = split(all_runs(tracking_uri))
+    status = {c.data.params["opt"]: c for c in children}
+    assert {opt: c.info.status for opt, c in status.items()} == {"sgd": "FINISHED", "boom": "FAILED",
+                                                                 "boom-step": "FAILED"}
+    assert "RuntimeError: boom: this optimizer cannot be built" in status["boom"].data.tags["failure_reason"]
+    assert "boom: this step always fails" in status["boom-step"].data.tags["failure_reason"]
+    assert parent.info.status == "FAILED" and parent.data.tags["initmem.cells_failed"] == "2"
+    assert parent.data.metrics["failed_cells_opt-boom"] == 1
+    # Relaunching retries the failed cells only, and the report counts each cell once.
+    again = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, "--opt", "boom,sgd,boom-step", "--name", "failing",
+                                "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
+    assert again.exit_code == 1 and "3 cells: 0 ran, 1 skipped (finished before), 2 failed" in again.output
+    [parent], children = split(all_runs(tracking_uri))
+    assert sorted(c.data.params["opt"] for c in children) == ["boom", "boom", "boom-step", "boom-step", "sgd"]
+    assert parent.data.metrics["failed_cells_opt-boom"] == 1
+
+
+def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_path):
+    """Every (child, metric) holds every step: 0..epochs for per-epoch metrics, one summary row.
+
+    The train_size=5 cells fail inside their worker (the batch is larger than the training set):
+    they end FAILED with their reason, and the others still finish.
+    """
+    epochs = 2
+    sizes = [arg if arg != "200" else "200,5" for arg in SMALL]
+    result = runner.invoke(app, ["sweep", *sizes, "--sigma", "0.5,2", "--seed", "0,1", "--workers", "2",
+                                 "--name", "parallel", "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "8 cells: 4 ran, 0 skipped (finished before), 4 failed" in result.output
+    _, children = split(all_runs(tracking_uri))
+    failed = [c for c in children if c.info.status == "FAILED"]
+    children = [c for c in children if c.info.status == "FINISHED"]
+    assert {c.data.params["train_size"] for c in failed} == {"5"} and len(failed) == 4
+    assert all("larger than the training set" in c.data.tags["failure_reason"] for c in failed)
+    assert len(children) == 4 and {c.data.params["train_size"] for c in children} == {"200"}
+    assert {c.data.params["threads"] for c in children} == {str(max(1, (os.cpu_count() or 1) // 2))}
+    database = tracking_uri[len("sqlite:///"):]
+    # Workers never open the store, yet keep their checkpoints beside it, as in-process cells do.
+    checkpoints = Path(database).parent / CHECKPOINTS_FOLDER
+    assert all(any((checkpoints / c.data.params["config_hash"]).glob("*.pt")) for c in children)
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT run_uuid, key, step FROM metrics").fetchall()
+    steps: dict[tuple[str, str], list[int]] = {}
+    for run_id, key, step in rows:
+        steps.setdefault((run_id, key), []).append(step)
+    per_epoch = {"train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
+                 "weight_norm_ratio", "init_distance", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt", "lr"}
+    summary = {"best_val_epoch", "best_val_loss", "best_val_test_acc", "final_test_acc"}
+    expected_rows = 0
+    for child in children:
+        run_id = child.info.run_id
+        keys = {key for (rid, key) in steps if rid == run_id}
+        interpolated = "tau_interp" in keys
+        assert keys == per_epoch | summary | ({"tau_interp", "repair_gap"} if interpolated else set())
+        for key in keys:
+            assert sorted(steps[(run_id, key)]) == (list(range(epochs + 1)) if key in per_epoch else [epochs]), key
+        expected_rows += (epochs + 1) * len(per_epoch) + len(summary) + 2 * interpolated
+    child_ids = {c.info.run_id for c in children}
+    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 4
+
+
+def test_ui_runs_mlflow_ui_on_the_store_bound_to_localhost(monkeypatch):
+    import subprocess
+
+    calls = []
+
+    def fake_run(args):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr("initmem_cli.ui.subprocess.run", fake_run)
+    result = runner.invoke(app, ["ui", "--tracking-uri", "sqlite:///x.db"])
+    assert result.exit_code == 0, result.output
+    assert "http://127.0.0.1:5000" in result.output
+    [args] = calls
+    assert args[1:] == ["-m", "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1",
+                        "--port", "5000"]
+    monkeypatch.setattr("initmem_cli.ui.subprocess.run", lambda args: subprocess.CompletedProcess(args, 1))
+    busy = runner.invoke(app, ["ui", "--port", "5001"])
+    assert busy.exit_code == 1 and "is port 5001 already in use?" in busy.output
