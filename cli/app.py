@@ -14,8 +14,14 @@ import typer
 from initmem_core.plugins import STRICT_ENV, set_registry
 
 from .errors import one_line_warnings
+from .new_plugin import new_plugin_command
 from .plugins import plugins_command
+from .presets import presets_app
+from .report import report_command
 from .run import run_command
+from .sweep import sweep_command
+from .sync import sync_command
+from .ui import ui_command
 
 app = typer.Typer(
     name="initmem",
@@ -38,6 +44,12 @@ def main_options(
 
 app.command("run", no_args_is_help=False)(run_command)
 app.command("plugins")(plugins_command)
+app.command("new-plugin")(new_plugin_command)
+app.command("sweep", no_args_is_help=False)(sweep_command)
+app.command("report")(report_command)
+app.command("ui")(ui_command)
+app.command("sync")(sync_command)
+app.add_typer(presets_app, name="presets")
 
 
 def main() -> None:

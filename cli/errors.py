@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import typer
 
-from initmem_core.errors import InitmemError
+from initmem_core.errors import InitmemError, RunWarning
 from initmem_core.plugins import PluginLoadWarning
 
 USER_ERROR = 2
@@ -34,11 +34,11 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def one_line_warnings() -> None:
-    """Show plugin load warnings as a single line each (the default shows source lines)."""
+    """Show plugin and run warnings as a single line each (the default shows source lines)."""
     default = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, PluginLoadWarning):
+        if issubclass(category, (PluginLoadWarning, RunWarning)):
             print(f"Warning: {message}", file=sys.stderr)
         else:
             default(message, category, filename, lineno, file, line)

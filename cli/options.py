@@ -38,16 +38,20 @@ def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Param
     help_text = meta["help"]
     if meta["choices"]:
         help_text += f" [{'|'.join(meta['choices'])}]"
+    metavar = None
     if as_text:
         annotation: Any = Optional[str]
         help_text += "; a list (a,b,c) or, for numbers, a range start:stop:count"
     elif kind is tuple:
         annotation = Optional[list[str]]
+    elif kind in (int, float):
+        # Parsed by config.coerce, so a value that is not a number gets one line like any bad value.
+        annotation, metavar = Optional[str], "INTEGER" if kind is int else "FLOAT"
     else:
         annotation = Optional[kind]
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     option = typer.Option(
-        flag_for(name), help=help_text, rich_help_panel=meta["panel"],
+        flag_for(name), help=help_text, rich_help_panel=meta["panel"], metavar=metavar,
         show_default=(",".join(default) if isinstance(default, tuple) else str(default)) or "none",
         autocompletion=complete_component(meta["kind"]) if meta["kind"] else None,
     )

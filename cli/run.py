@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from initmem_core.config import from_mapping, load_toml
+from initmem_core.config import EXEC, from_mapping, load_toml
 
 from .errors import fail, user_errors
 from .options import with_config_options
@@ -50,10 +50,11 @@ def run_command(
     experiment: Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)] = "initmem",
     tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)] = None,
     no_tracking: Annotated[bool, typer.Option("--no-tracking", help="Run without writing to MLflow", rich_help_panel=TRACKING)] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue this config's killed run from its last checkpoint, in the same MLflow run", rich_help_panel=EXEC)] = False,
 ) -> None:
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
-    from initmem_core.training import Diverged
+    from initmem_core.training import Diverged, Stopped
 
     from .progress import RunProgress
 
@@ -62,9 +63,13 @@ def run_command(
     try:
         with RunProgress(console, label=run_config.run_name()) as progress:
             result = initmem_core.run(run_config, tracking=not no_tracking, tracking_uri=tracking_uri,
-                                      experiment=experiment, progress=progress)
+                                      experiment=experiment, progress=progress, resume=resume)
     except Diverged as error:
         raise fail(f"{run_config.run_name()} {error}; the run is marked FAILED with tag diverged=true", 1)
+    except Stopped as error:
+        resume_hint = (f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
+                       if error.checkpoint else "")
+        raise fail(f"{error}; the run is marked KILLED{resume_hint}", error.exit_code)
     except KeyboardInterrupt:
         raise fail("interrupted; the run is marked KILLED", 130)
     console.print(summary_table(result))

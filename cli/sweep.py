@@ -12,7 +12,55 @@ from rich.table import Table
 from .errors import fail, user_errors
 from .options import with_config_options
 
-SWEEP, TRACKING = "Sweep", "Tracking"
+SWEEP, EXECUTOR, TRACKING = "Sweep", "Executor", "Tracking"
+#: Each executor option, and the executors it applies to.
+EXECUTOR_OPTIONS = {
+    "workers": ("--workers", ("local",)), "ray_address": ("--ray-address", ("ray",)),
+    "max_retries": ("--max-retries", ("ray",)), "cpus_per_cell": ("--cpus-per-cell", ("ray", "slurm")),
+    "gpus_per_cell": ("--gpus-per-cell", ("ray", "slurm")), "slurm_partition": ("--slurm-partition", ("slurm",)),
+    "slurm_time": ("--slurm-time", ("slurm",)), "slurm_option": ("--slurm-option", ("slurm",)),
+    "slurm_local": ("--slurm-local", ("slurm",)),
+}
+
+
+def complete_executor(incomplete: str) -> list[str]:
+    from initmem_core.executors import EXECUTORS
+
+    return [name for name in EXECUTORS if name.startswith(incomplete)]
+
+
+def sbatch_options(items: list[str]) -> dict[str, str]:
+    from initmem_core.errors import ConfigError
+
+    options = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not (key.strip() and equals):
+            raise ConfigError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. account=myproject or mem=32G")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def build_executor(name: str, out: Path, given: dict[str, Any]):
+    """The executor, from the executor options the user gave (``None``: not given)."""
+    from initmem_core.errors import ConfigError
+    from initmem_core.executors import EXECUTORS, make_executor
+
+    if name not in EXECUTORS:
+        return make_executor(name)  # says which names are valid
+    given = {key: value for key, value in given.items() if value not in (None, False, [])}
+    for key in given:
+        flag, executors = EXECUTOR_OPTIONS[key]
+        if name not in executors:
+            raise ConfigError(f"{flag} is for --executor {' or '.join(executors)}, not {name}")
+    renamed = {"ray_address": "address", "slurm_partition": "partition", "slurm_time": "time_min",
+               "slurm_local": "local", "slurm_option": "options"}
+    options = {renamed.get(key, key): value for key, value in given.items()}
+    if "options" in options:
+        options["options"] = sbatch_options(options["options"])
+    if name == "slurm":
+        options["folder"] = out / "slurm"
+    return make_executor(name, **options)
 
 
 def dry_run_table(spec, cells) -> Table:
@@ -57,21 +105,32 @@ def sweep_command(
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML sweep file: name, \\[base] fixed values, \\[grid] lists or ranges; options given here override it", rich_help_panel=SWEEP)] = None,
     preset: Annotated[Optional[str], typer.Option(help="Start from one of the paper's presets (see `initmem presets`); --config and options override it", rich_help_panel=SWEEP)] = None,
     name: Annotated[Optional[str], typer.Option(help="Sweep name (default: generated from the grid, and printed); relaunching a name resumes that sweep", rich_help_panel=SWEEP)] = None,
-    workers: Annotated[int, typer.Option(min=1, help="Cells run in parallel, each in its own process with an equal share of the CPU threads", rich_help_panel=SWEEP)] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells and the estimated work; run nothing", rich_help_panel=SWEEP)] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for the report's table and plots (default: initmem-output/<name>)", rich_help_panel=SWEEP)] = None,
+    executor_name: Annotated[str, typer.Option("--executor", help="Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm need a tracking server (see docs/distributed.md)", autocompletion=complete_executor, rich_help_panel=EXECUTOR)] = "local",
+    workers: Annotated[Optional[int], typer.Option(min=1, help="local: cells run in parallel, each in its own process with an equal share of the CPU threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
+    ray_address: Annotated[Optional[str], typer.Option(help="ray: the cluster to join, auto (the one this machine is part of) or host:port", show_default="start a Ray instance on this machine", rich_help_panel=EXECUTOR)] = None,
+    cpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: CPUs each cell gets; torch uses as many threads unless --threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
+    gpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: GPUs each cell gets; Ray shares a GPU between cells for a fraction (0.25: four per GPU)", show_default="0", rich_help_panel=EXECUTOR)] = None,
+    max_retries: Annotated[Optional[int], typer.Option(min=0, help="ray: times a cell whose worker process died is run again", show_default="3", rich_help_panel=EXECUTOR)] = None,
+    slurm_partition: Annotated[Optional[str], typer.Option(help="slurm: the partition", show_default="the cluster's", rich_help_panel=EXECUTOR)] = None,
+    slurm_time: Annotated[Optional[int], typer.Option(min=1, help="slurm: time limit of each cell's job, in minutes; a cell that reaches it is requeued and resumes", show_default="60", rich_help_panel=EXECUTOR)] = None,
+    slurm_option: Annotated[Optional[list[str]], typer.Option(help="slurm: any other sbatch option as KEY=VALUE, e.g. account=myproject, qos=high, mem=32G; repeat for more", rich_help_panel=EXECUTOR)] = None,
+    slurm_local: Annotated[bool, typer.Option("--slurm-local", help="slurm: run the jobs as processes on this machine (submitit's LocalExecutor), to try a sweep where there is no Slurm", rich_help_panel=EXECUTOR)] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)] = "initmem",
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)] = None,
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db; a server http://host:port for ray and slurm)", rich_help_panel=TRACKING)] = None,
 ) -> None:
     """Run a grid of runs, e.g. `initmem sweep --sigma 0.1:2.5:7 --opt sgd,adam --workers 2`.
+
+    On a cluster: `--executor ray --ray-address auto` or `--executor slurm`, with `--tracking-uri http://host:5000`.
 
     Any run option takes a list (a,b,c) or, for numbers, a range start:stop:count.
     """
     from initmem_core.grid import SweepSpec, default_name, estimate_work, expand, group_keys, spec_from_toml, spec_from_values
     from initmem_core.plugins import get_registry
-    from initmem_core.records import check_sweep_name
-
     from initmem_core.presets import preset_spec
+    from initmem_core.records import check_sweep_name
+    from initmem_core.sweep import DEFAULT_OUTPUT, run_sweep
 
     spec = preset_spec(preset) if preset else SweepSpec()
     if config:
@@ -79,6 +138,11 @@ def sweep_command(
     spec = spec.override(spec_from_values(config_values))
     cells = expand(spec, get_registry())
     name = check_sweep_name(name or spec.name or default_name(spec))
+    out = out or DEFAULT_OUTPUT / name
+    executor = build_executor(executor_name, out, {
+        "workers": workers, "ray_address": ray_address, "cpus_per_cell": cpus_per_cell,
+        "gpus_per_cell": gpus_per_cell, "max_retries": max_retries, "slurm_partition": slurm_partition,
+        "slurm_time": slurm_time, "slurm_option": slurm_option, "slurm_local": slurm_local})
     console = Console()
     console.print(f"sweep [bold]{name}[/bold]")
     if dry_run:
@@ -87,14 +151,13 @@ def sweep_command(
         console.print(f"{len(cells)} cells in {groups} group(s); estimated work: {estimate_work(cells)}")
         return
 
-    from initmem_core.sweep import run_sweep
-
     from .sweep_progress import SweepDisplay
 
-    console.print(f"{len(cells)} cells, {workers} worker(s)")
+    where = f"{workers or 1} worker(s)" if executor.name == "local" else f"executor {executor.name}"
+    console.print(f"{len(cells)} cells, {where}")
     try:
         with SweepDisplay(console) as display:
-            result = run_sweep(spec, name=name, workers=workers, tracking_uri=tracking_uri,
+            result = run_sweep(spec, name=name, executor=executor, tracking_uri=tracking_uri,
                                experiment=experiment, progress=display, out=out)
     except KeyboardInterrupt:
         raise fail(f"interrupted; launch `initmem sweep ... --name {name}` again to resume", 130)

@@ -21,10 +21,14 @@ def ui_command(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port")] = 5000,
     tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")] = None,
 ) -> None:
-    """Start the MLflow UI on the tracking store (Ctrl-C stops it)."""
-    from initmem_core.tracking import resolve_tracking_uri
+    """Start the MLflow UI on the tracking store (Ctrl-C stops it); a tracking server has its own."""
+    from initmem_core.tracking import open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith(("http://", "https://")):  # `mlflow ui` cannot open a server's store: the server is the UI
+        open_client(uri)  # says so in one line if it does not answer
+        typer.echo(f"{uri} is an MLflow tracking server: its UI is at {uri}")
+        return
     typer.echo(f"MLflow UI for {uri} at http://{host}:{port}  (Ctrl-C to stop)")
     try:
         code = subprocess.run(ui_args(uri, host, port)).returncode

@@ -12,16 +12,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .api_version import API_VERSION
 from .config import RunConfig
 from .errors import InitmemError
 from .hookspecs import hookimpl
 from .plugins import get_registry, load_registry
 
-#: The plugin API version. Plugins may declare the range they support (see docs/plugins.md).
-API_VERSION = "1.0"
-
 #: Public names that pull in torch or mlflow, imported on first use.
-_LAZY = {"run": ".runner", "RunResult": ".runner"}
+_LAZY = {
+    "run": ".runner", "RunResult": ".runner",
+    "run_sweep": ".sweep", "SweepResult": ".sweep",
+    "build_report": ".report", "load_sweep_records": ".records",
+}
 
 __all__ = ["API_VERSION", "InitmemError", "RunConfig", "get_registry", "hookimpl", "load_registry", *_LAZY]
 

@@ -69,6 +69,7 @@ class RunConfig:
     # Reproducibility
     seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative")
     data_seed: int = knob(0, "Seed of the train/validation split", REPRO, check="non-negative")
+    deterministic: bool = knob(False, "Use PyTorch's deterministic algorithms, which GPUs need for bit-identical reruns (on CPU a fixed --threads is enough)", REPRO, hashed=False)
     # Execution: how, not what.
     device: str = knob("auto", "Device: auto, cpu, cuda, cuda:N or mps", EXEC, hashed=False)
     threads: int = knob(0, "CPU threads for torch (0: torch's default)", EXEC, check="non-negative", hashed=False)
@@ -77,6 +78,9 @@ class RunConfig:
     compile: bool = knob(False, "torch.compile the model (compiled once per process, reused across sweep cells)", EXEC, hashed=False)
     loader: str = knob("device", "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)", EXEC, choices=("device", "torchvision"), hashed=False)
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
+    # Checkpoints: where a killed run is resumed from (see initmem_core.checkpoints).
+    checkpoint_every: int = knob(1, "Checkpoint every N epochs and at the end (0: never)", EXEC, check="non-negative", hashed=False)
+    checkpoint_dir: str = knob("", "Checkpoint folder, one subfolder per config hash (default: initmem-checkpoints beside the SQLite tracking database, else in the current folder)", EXEC, hashed=False)
 
     # -- derived -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

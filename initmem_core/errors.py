@@ -34,6 +34,10 @@ class PluginLoadError(InitmemError):
     """A plugin failed to load while strict plugin loading is on."""
 
 
+class RunWarning(UserWarning):
+    """Something a run worked around (a corrupt checkpoint skipped, metrics left unsynced); one line."""
+
+
 def ordered_by_similarity(name: str, candidates: list[str]) -> list[str]:
     """Return ``candidates`` with the closest matches to ``name`` first, the rest sorted."""
     close = difflib.get_close_matches(name, candidates, n=len(candidates), cutoff=0.0)

@@ -118,7 +118,9 @@ def initmem_register_datasets(register):
     The factory is called as ``factory(config=..., variant=None)`` and returns an
     ``initmem_core.data.DatasetBundle``: train/val/test tensors (images ``N x C x H x W``,
     ``uint8`` or ``float32``; labels ``int64``), the number of classes, the normalisation to
-    apply, and whether augmentation is on by default.
+    apply, and whether augmentation is on by default. Splits must be a pure function of
+    ``config.data_seed`` (so every sigma sees the same data), and ``config.train_size > 0`` must
+    keep only the first N training examples.
 
     Example::
 

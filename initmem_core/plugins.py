@@ -4,8 +4,9 @@ Built-in plugins always load (from ``BUILTIN_PLUGINS``, so a source checkout wor
 the installed entry-point metadata is stale). Third-party plugins load from the ``initmem``
 entry-point group, one at a time: a plugin that fails to import, has an invalid or misspelt
 hook, or raises while registering is skipped with a one-line warning, and everything else keeps
-working. ``INITMEM_LOAD_PLUGINS`` allow-lists third-party plugins (unset: all; empty: none);
-``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns every load failure into an error.
+working. So is a plugin whose declared ``INITMEM_API`` range excludes this initmem's
+``API_VERSION``. ``INITMEM_LOAD_PLUGINS`` allow-lists third-party plugins (unset: all; empty:
+none); ``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns every load failure into an error.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Iterable
 import pluggy
 
 from . import hookspecs
+from .api_version import check_plugin_api
 from .errors import PluginLoadError
 from .registry import ComponentSpec, PluginFailure, Provider, Registry
 
@@ -95,6 +97,7 @@ class _Loader:
         """``load`` returns the plugin object (a module or any object with hook implementations)."""
         try:
             plugin = load()
+            check_plugin_api(plugin)
             unknown = [
                 name for name in dir(plugin)
                 if name.startswith("initmem_") and hasattr(getattr(plugin, name), "initmem_impl")
@@ -173,8 +176,12 @@ def get_registry() -> Registry:
     return _registry
 
 
-def set_registry(registry: Registry | None) -> None:
-    """Replace (or with ``None``, reset) the process-wide registry; used by tests."""
+def set_registry(registry: Registry | None) -> Registry | None:
+    """Replace (or with ``None``, reset) the process-wide registry; return the one it replaced.
+
+    Used by tests, which put the previous one back afterwards.
+    """
     global _registry
-    _registry = registry
+    previous, _registry = _registry, registry
+    return previous
 

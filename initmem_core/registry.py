@@ -90,6 +90,12 @@ class Registry:
             "uninstall one of them or leave one out with INITMEM_LOAD_PLUGINS"
         )
 
+    def with_component(self, spec: ComponentSpec) -> "Registry":
+        """A copy in which ``spec`` answers to its kind and name (a test wraps a component so)."""
+        components = {kind: dict(specs) for kind, specs in self.components.items()}
+        components.setdefault(spec.kind, {})[spec.name] = spec
+        return Registry(components, list(self.failures), dict(self.plugins), dict(self.conflicts))
+
     def names(self, kind: str) -> list[str]:
         return sorted(self.components.get(kind, {}))
 

@@ -1,8 +1,11 @@
 """``run``: one training run from a config, tracked in MLflow. The CLI's ``initmem run`` calls it.
 
 Everything that can be wrong with the input is checked, and every component built, before the
-tracked run is created: bad input leaves nothing half-written in the store. Once the run
-exists, any failure marks it FAILED (KILLED for Ctrl-C) and is re-raised.
+tracked run is created: bad input (a checkpoint to resume included) leaves nothing half-written
+in the store. Once the run exists, any failure marks it FAILED (a divergence is tagged
+``diverged=true``), SIGTERM and Ctrl-C write a checkpoint and mark it KILLED, and the exception
+is re-raised. ``resume=True`` continues the run of the newest checkpoint of this config, in the
+same MLflow run, logging only the steps that run does not hold yet.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from .checkpoints import CheckpointStore, default_root, header, load_for_resume
 from .config import RunConfig, from_mapping, validate
+from .errors import ConfigError
 from .plugins import get_registry
 from .registry import Registry
+from .stop_signals import StopSignals, Stopped
 from .tracking import DEFAULT_EXPERIMENT, MemoryTracker, MlflowTracker, Tracker, to_json
 
 
@@ -57,6 +63,37 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     return params
 
 
+def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
+    """``--checkpoint-dir``, else beside the tracking store; ``None`` (no checkpoints) when
+    ``--checkpoint-every 0`` or when there is no store (``tracking=False``)."""
+    if config.checkpoint_every == 0:
+        return None
+    if config.checkpoint_dir:
+        return Path(config.checkpoint_dir).expanduser()
+    return default_root(store_uri) if store_uri else None
+
+
+def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None,
+              resume: bool) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
+    """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
+    store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
+    root = checkpoint_root(config, getattr(tracker, "uri", None))
+    if resume:
+        if root is None:
+            raise ConfigError("--resume needs checkpoints, which this run does not keep "
+                              "(--checkpoint-every 0, or no tracking without --checkpoint-dir)")
+        checkpoints, state = load_for_resume(root, config)
+        tracker.resume_run(state["run_id"])
+        return state["run_id"], checkpoints, state
+    run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
+                "config_hash": config.config_hash(), **(tags or {})}
+    run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
+    checkpoints = CheckpointStore(root / config.config_hash()) if root else None
+    if checkpoints:
+        checkpoints.start_fresh(config.epochs)
+    return run_id, checkpoints, None
+
+
 def run(
     config: RunConfig | Mapping[str, Any] | None = None,
     *,
@@ -68,6 +105,7 @@ def run(
     tags: Mapping[str, str] | None = None,
     progress: Any = None,
     registry: Registry | None = None,
+    resume: bool = False,
     **overrides: Any,
 ) -> RunResult:
     """Train one model and track it.
@@ -77,8 +115,11 @@ def run(
     >>> result.summary["best_val_test_acc"]
 
     ``config`` may be a ``RunConfig`` or a mapping; keyword ``overrides`` replace its values.
-    With ``tracking=False`` nothing is written anywhere (a ``MemoryTracker`` records the run).
-    Raises ``InitmemError`` for bad input before anything is tracked.
+    With ``tracking=False`` nothing is written anywhere (a ``MemoryTracker`` records the run, and
+    there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue from the
+    newest checkpoint of this config, in its run (``tracker`` must then be able to reopen it).
+    Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
+    that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM or Ctrl-C.
     """
     from .training import Diverged, build_setup, train
 
@@ -92,26 +133,34 @@ def run(
     if tracker is None:
         tracker = (MlflowTracker(tracking_uri, experiment, parent_run_id=parent_run_id)
                    if tracking else MemoryTracker())
-
-    run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
-                "config_hash": config.config_hash(), **(tags or {})}
-    run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
+    run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
+    save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
     status = "FAILED"
     try:
-        tracker.log_text(to_json(config.to_dict()), "config.json")
-        groups = getattr(setup.optimizer, "initmem_param_groups", None)
-        if groups:
-            tracker.log_text(to_json(groups), "optimizer_param_groups.json")
-        history, summary = train(setup, tracker.log_metrics, progress)
+        with StopSignals() as stop:
+            if resume_from is None:
+                tracker.log_text(to_json(config.to_dict()), "config.json")
+                groups = getattr(setup.optimizer, "initmem_param_groups", None)
+                if groups:
+                    tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+            history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
+                                     resume_from=resume_from, stop=stop)
         tracker.log_metrics(summary, step=config.epochs)
         _log_final_artifacts(tracker, setup)
         status = "FINISHED"
         return RunResult(config, run_id, status, summary, history, setup.model)
+    except Stopped as error:
+        status = "KILLED"
+        tracker.set_tags({"stopped_by": error.signal_name})
+        raise
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     except Diverged as error:
-        tracker.set_tags({"diverged": "true", "diverged_epoch": str(error.epoch), "failure_reason": str(error)})
+        where = {"diverged_epoch": str(error.epoch)}
+        if error.step is not None:
+            where["diverged_step"] = str(error.step)
+        tracker.set_tags({"diverged": "true", **where, "failure_reason": str(error)})
         raise
     except Exception as error:
         tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})

@@ -8,21 +8,21 @@ Idempotent: the parent run is found again by the sweep's name (tag ``initmem.swe
 cell whose config hash already has a FINISHED child is skipped, so a stopped sweep is resumed
 by launching it again. A failing cell never stops the sweep: its child ends FAILED with a
 ``failure_reason`` tag and the result lists it.
+
+Where the cells run is the executor's business (``initmem_core.executors``: this machine, a Ray
+cluster, Slurm); all of the above is this module's, and the same whichever runs them.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as futures
-import multiprocessing
-import os
-import queue as queues
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from .config import RunConfig
 from .errors import ConfigError
+from .executors import Executor, make_executor
+from .executors.base import Job, check_store
 from .grid import SweepSpec, default_name, expand, group_keys, spec_from_toml, spec_from_values
 from .plugins import get_registry
 from .records import (GROUP_TAG, PARENT_TAG, ROLE_TAG, SWEEP_TAG, check_sweep_name, child_runs, find_parent,
@@ -57,6 +57,7 @@ class CellOutcome:
     run_id: str
     error: str = ""
     skipped: bool = False  # finished in an earlier launch
+    resume: bool = False  # an earlier launch left it KILLED or RUNNING with a checkpoint: continue run_id
 
     @property
     def label(self) -> str:
@@ -85,35 +86,15 @@ def as_spec(spec: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
     return spec_from_values(spec)
 
 
-def for_slot(config: RunConfig, slot: int, workers: int, cpus: int, gpus: int) -> RunConfig:
-    """Divide the machine between parallel cells: CPU threads evenly, GPUs round robin.
-
-    Only knobs left at their defaults change, and neither is part of the config hash.
-    """
-    changes: dict[str, Any] = {}
-    if config.threads == 0:
-        changes["threads"] = max(1, cpus // workers)
-    if config.device == "auto" and gpus > 1:
-        changes["device"] = f"cuda:{slot % gpus}"
-    return config.replace(**changes) if changes else config
-
-
-@dataclass
-class _InFlight:
-    """A cell running in a worker: where its events go, which slot it holds, which pool runs it."""
-
-    cell: CellOutcome
-    writer: Any
-    progress: Any
-    slot: int
-    pool: futures.ProcessPoolExecutor
-
-
 class _Sweep:
-    """One launch of a sweep: the parent run, its children, and the one writer they share."""
+    """One launch of a sweep: the parent run and its children. Implements the ``SweepCells``
+    an executor works with (``executors.base``)."""
 
-    def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress):
-        self.name, self.uri, self.experiment, self.progress = name, uri, experiment, progress
+    def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Any):
+        from .cell_tracking import quiet_run_links
+
+        self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
+        quiet_run_links()
         self.client = open_client(uri)
         self.experiment_id = ensure_experiment(self.client, uri, experiment)
         parent = find_parent(self.client, self.experiment_id, name)
@@ -125,109 +106,53 @@ class _Sweep:
         self.parent = parent
         self.parent_id = parent.info.run_id
 
-    def finished_hashes(self) -> dict[str, str]:
-        """config hash -> run id of every child that finished in an earlier launch."""
-        return {run.data.tags["config_hash"]: run.info.run_id for run in child_runs(self.client, self.parent)
-                if run.info.status == "FINISHED" and "config_hash" in run.data.tags}
+    def earlier_runs(self, configs: list[RunConfig]) -> tuple[dict[str, str], dict[str, str]]:
+        """From earlier launches: (config hash -> run id) of the children that finished, and of
+        those left KILLED or RUNNING (a Ctrl-C, a machine that died) whose newest checkpoint
+        belongs to them, so a relaunch continues them in the same run."""
+        from .checkpoints import find_resumable
+        from .runner import checkpoint_root
 
-    def create_child(self, config: RunConfig, group: str):
+        by_hash = {config.config_hash(): config for config in configs}
+        finished, resumable = {}, {}
+        for run in child_runs(self.client, self.parent):
+            config = by_hash.get(run.data.tags.get("config_hash", ""))
+            if config is None:
+                continue
+            if run.info.status == "FINISHED":
+                finished[config.config_hash()] = run.info.run_id
+            elif run.info.status in ("KILLED", "RUNNING"):
+                root = checkpoint_root(config, self.uri)
+                point = find_resumable(config.config_hash(), root) if root else None
+                if point is not None and point.run_id == run.info.run_id:
+                    resumable[config.config_hash()] = run.info.run_id
+        return finished, {h: r for h, r in resumable.items() if h not in finished}
+
+    def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         from .cell_tracking import ChildRunWriter, config_params
 
-        run = self.client.create_run(self.experiment_id, run_name=config.run_name(), tags={
-            PARENT_TAG: self.parent_id, SWEEP_TAG: self.name, GROUP_TAG: group,
-            "config_hash": config.config_hash()})
-        writer = ChildRunWriter(self.uri, self.experiment, run.info.run_id)
-        writer.start_run(config.run_name(), config_params(config), {})
-        return writer
+        config = cell.config
+        if not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
+            cell.run_id = self.client.create_run(self.experiment_id, run_name=config.run_name(), tags={
+                PARENT_TAG: self.parent_id, SWEEP_TAG: self.name, GROUP_TAG: cell.group,
+                "config_hash": config.config_hash()}).info.run_id
+        if scheduled:
+            self.client.update_run(cell.run_id, status="SCHEDULED")
+        writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
+        if not cell.resume:
+            writer.start_run(config.run_name(), config_params(config), {})
+        return Job(cell, writer, self.progress.cell_started(cell.run_id, cell.label))
 
-    def run_in_process(self, cells: list[CellOutcome], registry: Any) -> None:
-        from .runner import run
-
-        for cell in cells:
-            writer = self.create_child(cell.config, cell.group)
-            cell.run_id = writer.run_id
-            progress = self.progress.cell_started(cell.run_id, cell.label)
-            try:
-                run(cell.config, tracker=writer, progress=progress, registry=registry)
-            except Exception as error:  # recorded on the child; the sweep goes on
-                cell.error = f"{type(error).__name__}: {error}"
-                writer.fail(cell.error)
-            except KeyboardInterrupt:
-                writer.fail("interrupted", "KILLED")
-                raise
-            self._finish(cell, writer)
-
-    def run_in_workers(self, cells: list[CellOutcome], workers: int) -> None:
-        """Cells in spawned processes; this process alone writes to the store (see cell_tracking)."""
-        from multiprocessing.managers import SyncManager
-
-        from .cell_tracking import ignore_sigint, run_cell_in_worker
-
-        context = multiprocessing.get_context("spawn")
-        gpus, cpus = _gpu_count(), os.cpu_count() or 1
-        todo = list(cells)
-        running: dict[futures.Future, _InFlight] = {}
-        manager = SyncManager(ctx=context)
-        manager.start(ignore_sigint)
-        with manager, tempfile.TemporaryDirectory(prefix="initmem-sweep-") as staging:
-            events = manager.Queue()
-            pool = futures.ProcessPoolExecutor(workers, mp_context=context)
-            try:
-                while todo or running:
-                    free = sorted(set(range(workers)) - {job.slot for job in running.values()})
-                    while todo and free:
-                        cell, slot = todo.pop(0), free.pop(0)
-                        cell.config = for_slot(cell.config, slot, workers, cpus, gpus)
-                        writer = self.create_child(cell.config, cell.group)
-                        cell.run_id = writer.run_id
-                        progress = self.progress.cell_started(cell.run_id, cell.label)
-                        future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, events, staging, self.uri)
-                        running[future] = _InFlight(cell, writer, progress, slot, pool)
-                    # A future that is done has put all its events: drain first, then close its cell.
-                    done = [f for f in running if f.done()]
-                    self._drain(events, {job.cell.run_id: job for job in running.values()}, wait=not done)
-                    for future in done:
-                        job = running.pop(future)
-                        try:
-                            job.cell.status, job.cell.error = future.result()
-                        except futures.process.BrokenProcessPool as error:  # a worker died, e.g. out of memory
-                            job.cell.error = f"worker process died: {error}"
-                            if job.pool is pool:
-                                pool.shutdown(wait=False)
-                                pool = futures.ProcessPoolExecutor(workers, mp_context=context)
-                        if job.cell.error:
-                            job.writer.fail(job.cell.error)
-                        self._finish(job.cell, job.writer)
-            except KeyboardInterrupt:
-                for job in running.values():
-                    job.writer.fail("interrupted", "KILLED")
-                raise
-            finally:  # after Ctrl-C, do not wait for the cells still running
-                pool.shutdown(wait=not running, cancel_futures=True)
+    def close(self, job: Job, error: str = "") -> None:
+        if error:
+            job.writer.fail(error)
+        job.cell.status, job.cell.error = job.writer.ended_status(), error
+        self.progress.cell_finished(job.cell.run_id, job.cell.status, error)
 
     @staticmethod
-    def _drain(events, jobs: dict[str, "_InFlight"], wait: bool) -> None:
-        """Replay every queued event into its child's writer (or its progress bar)."""
-        from .cell_tracking import PROGRESS_CALLS, TRACKER_CALLS
-
-        try:
-            event = events.get(timeout=0.2) if wait else events.get_nowait()
-            while True:
-                run_id, call, args = event
-                job = jobs[run_id]
-                if call in TRACKER_CALLS:
-                    getattr(job.writer, call)(*args)
-                    if call == "log_artifact":
-                        Path(args[0]).unlink()
-                elif call in PROGRESS_CALLS and job.progress is not None:
-                    getattr(job.progress, call)(*args)
-                event = events.get_nowait()
-        except queues.Empty:
-            return
-
-    def _finish(self, cell: CellOutcome, writer) -> None:
-        cell.status = writer.ended or "FAILED"
-        self.progress.cell_finished(cell.run_id, cell.status, cell.error)
+    def interrupt(jobs: Iterable[Job]) -> None:
+        for job in jobs:
+            job.writer.fail("interrupted", "KILLED")
 
     def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
         """Build the report from the store (this launch's cells and earlier ones alike) and write
@@ -251,17 +176,12 @@ class _Sweep:
         return report, files
 
 
-def _gpu_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def run_sweep(
     spec: SweepSpec | Mapping[str, Any] | str | Path,
     *,
     name: str | None = None,
     workers: int = 1,
+    executor: str | Executor = "local",
     tracking_uri: str | None = None,
     experiment: str = DEFAULT_EXPERIMENT,
     progress: SweepProgress | None = None,
@@ -275,30 +195,39 @@ def run_sweep(
     ``workers > 1`` cells run in that many spawned processes: plugins then come from the
     installed entry points, not from a registry set in this process, and a script that calls
     this needs the usual ``if __name__ == "__main__":`` guard of multiprocessing.
+
+    ``executor``: ``"local"`` (with ``workers``), ``"ray"`` or ``"slurm"`` with their defaults, or
+    an executor built with its options (``make_executor("ray", address="auto", gpus_per_cell=0.5)``).
+    Ray and Slurm workers write to the tracking store themselves: it must be a server.
     """
     spec = as_spec(spec)
-    if workers < 1:
-        raise ConfigError(f"--workers must be 1 or greater, got {workers}")
     registry = registry or get_registry()
     configs = expand(spec, registry)
     name = check_sweep_name(name or spec.name or default_name(spec))
+    out = Path(out) if out else DEFAULT_OUTPUT / name
+    if isinstance(executor, str):
+        options = {"local": {"workers": workers}, "slurm": {"folder": out / "slurm"}}.get(executor, {})
+        executor = make_executor(executor, **options)
+    elif workers != 1:
+        raise ConfigError(f"--workers is for --executor local; {executor.name} runs as many cells at once as "
+                          "its resources allow")
+    uri = resolve_tracking_uri(tracking_uri)
+    check_store(executor, uri)
     progress = progress or NoSweepProgress()
-    sweep = _Sweep(name, resolve_tracking_uri(tracking_uri), experiment, progress)
-    done = sweep.finished_hashes()
+    sweep = _Sweep(name, uri, experiment, progress, registry)
+    finished, resumable = sweep.earlier_runs(configs)
     cells = []
     for config, key in zip(configs, group_keys(configs)):
-        earlier = done.get(config.config_hash())
-        cells.append(CellOutcome(config, key, "FINISHED" if earlier else "PENDING", earlier or "",
-                                 skipped=bool(earlier)))
+        earlier, interrupted = finished.get(config.config_hash()), resumable.get(config.config_hash())
+        cells.append(CellOutcome(config, key, "FINISHED" if earlier else "PENDING", earlier or interrupted or "",
+                                 skipped=bool(earlier), resume=bool(interrupted)))
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(name, len(pending), len(cells) - len(pending))
     status = "FAILED"
     try:
-        if workers == 1:
-            sweep.run_in_process(pending, registry)
-        else:
-            sweep.run_in_workers(pending, workers)
-        report, files = sweep.publish(Path(out) if out else DEFAULT_OUTPUT / name, cells, spec)
+        if pending:
+            executor.run(pending, sweep)
+        report, files = sweep.publish(out, cells, spec)
         if all(cell.status == "FINISHED" for cell in cells):
             status = "FINISHED"
     except KeyboardInterrupt:
@@ -307,4 +236,3 @@ def run_sweep(
     finally:
         sweep.client.set_terminated(sweep.parent_id, status)
     return SweepResult(name, sweep.parent_id, cells, report, files)
-

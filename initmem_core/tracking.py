@@ -1,25 +1,38 @@
 """A small tracker interface, so training code never talks to MLflow directly.
 
 ``MlflowTracker`` writes through ``MlflowClient`` (explicit run ids, no global active run, so
-sweeps and threads cannot cross wires). ``MemoryTracker`` keeps everything in memory: unit
-tests and ``tracking=False`` runs use it.
+sweeps and threads cannot cross wires). A store that stops answering mid-run does not stop
+training: what could not be written waits in memory and is retried with backoff at the next
+logging point; a run that ends before the store is back leaves it in a local file for
+``initmem sync`` (see ``unsynced``). ``MemoryTracker`` keeps everything in memory: unit tests
+and ``tracking=False`` runs use it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import socket
+import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
+from urllib.parse import urlparse
 
-from .errors import ConfigError
+from .errors import ConfigError, RunWarning
+from .unsynced import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_EXPERIMENT = "initmem"
 MLFLOW_PARAM_LIMIT = 100  # params per log_batch call
+CONNECT_TIMEOUT_S = 3.0
+#: MLflow retries a failing HTTP request for minutes by default. Our callers either report a bad
+#: store at once or buffer and retry on their own schedule, so one quick try is what they need.
+FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -27,10 +40,39 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]).expanduser().resolve() if uri.startswith("sqlite:///") else None
+
+
+def store_folder(uri: str | None) -> Path:
+    """Where local files of a store's runs go (checkpoints, unsynced metrics): beside a SQLite
+    database, else in the current folder."""
+    database = sqlite_path(resolve_tracking_uri(uri))
+    return database.parent if database else Path.cwd()
+
+
+def same_store(first: str, second: str) -> bool:
+    return (sqlite_path(first) or first.rstrip("/")) == (sqlite_path(second) or second.rstrip("/"))
+
+
+@contextlib.contextmanager
+def fail_fast_http() -> Iterator[None]:
+    """MLflow reads these per request; values the user set are left alone."""
+    added = [key for key in FAIL_FAST_HTTP if key not in os.environ]
+    os.environ.update({key: FAIL_FAST_HTTP[key] for key in added})
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 class Tracker(Protocol):
     run_id: str | None
 
     def start_run(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str: ...
+    def resume_run(self, run_id: str) -> None:
+        """Reopen a run (status RUNNING); metric steps it already holds are not logged again."""
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
@@ -50,6 +92,7 @@ class MemoryTracker:
     texts: dict[str, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     status: str | None = None
+    logged: set[tuple[int, str]] = field(default_factory=set)  # (step, key) a resumed run already holds
 
     def start_run(self, name, params, tags):
         self.run_id, self.name = f"memory-{id(self):x}", name
@@ -57,8 +100,13 @@ class MemoryTracker:
         self.tags.update(tags)
         return self.run_id
 
+    def resume_run(self, run_id):
+        self.run_id, self.status = run_id, None
+        self.logged = {(step, key) for step, key, _ in self.metrics}
+
     def log_metrics(self, metrics, step):
-        self.metrics.extend((step, key, float(value)) for key, value in metrics.items())
+        self.metrics.extend((step, key, float(value)) for key, value in metrics.items()
+                            if (step, key) not in self.logged)
 
     def set_tags(self, tags):
         self.tags.update(tags)
@@ -85,10 +133,32 @@ def quiet_mlflow() -> None:
 
 def artifact_root_for(uri: str, experiment: str) -> str | None:
     """For a SQLite store, keep artifacts beside the database (as ``mlflow server`` does)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    database = Path(uri[len("sqlite:///"):]).expanduser().resolve()
-    return (database.parent / "mlartifacts" / experiment).as_uri()
+    database = sqlite_path(uri)
+    return (database.parent / "mlartifacts" / experiment).as_uri() if database else None
+
+
+def _check_writable(uri: str, folder: Path) -> None:
+    try:  # a real write: permission bits say nothing for root or on a read-only mount
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise ConfigError(
+            f"tracking store {uri} cannot be written: {folder} is missing or read-only; "
+            "pass --tracking-uri with a writable path or a server URL"
+        ) from None
+
+
+def _check_listening(uri: str) -> None:
+    """A refused or silent server fails here in seconds, not after MLflow's minutes of retries."""
+    address = urlparse(uri)
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((address.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(
+            f"tracking store {uri} cannot be reached: {reason}; start the server or check --tracking-uri"
+        ) from None
 
 
 def open_client(uri: str | None = None):
@@ -98,17 +168,16 @@ def open_client(uri: str | None = None):
     quiet_mlflow()
 
     uri = resolve_tracking_uri(uri)
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).expanduser().resolve().parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise ConfigError(
-                f"tracking store {uri} cannot be written: {folder} is missing or read-only; "
-                "pass --tracking-uri with a writable path or a server URL"
-            )
+    database = sqlite_path(uri)
+    if database:
+        _check_writable(uri, database.parent)
+    elif uri.startswith(("http://", "https://")):
+        _check_listening(uri)
     client = MlflowClient(tracking_uri=uri)
     try:
-        client.search_experiments(max_results=1)
-    except Exception as error:  # unreachable server, bad scheme, corrupt database
+        with fail_fast_http():
+            client.search_experiments(max_results=1)
+    except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
     return client
@@ -128,7 +197,12 @@ def ensure_experiment(client, uri: str, name: str) -> str:
 
 
 class MlflowTracker:
-    """Logs one run. ``parent_run_id`` nests it under a sweep's parent run."""
+    """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
+
+    Starting or reopening a run must succeed (it is how a bad store is reported before anything
+    trains). After that every write goes through ``pending``: a failing store is retried at later
+    logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
+    """
 
     def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
                  parent_run_id: str | None = None, run_id: str | None = None):
@@ -138,6 +212,9 @@ class MlflowTracker:
         self.run_id = run_id
         self.client = open_client(self.uri)
         self.experiment_id = ensure_experiment(self.client, self.uri, experiment)
+        self.pending = PendingWrites()
+        self.backoff = Backoff()
+        self.logged: dict[str, set[int]] = {}  # key -> steps a resumed run already holds
 
     def start_run(self, name, params, tags):
         from mlflow.entities import Param
@@ -152,25 +229,75 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=items[start:start + MLFLOW_PARAM_LIMIT])
         return self.run_id
 
-    def log_metrics(self, metrics, step):
-        from mlflow.entities import Metric
+    def resume_run(self, run_id):
+        from mlflow.exceptions import MlflowException
 
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            raise ConfigError(f"the checkpoint's run {run_id} is not in {self.uri}; "
+                              "resume with the --tracking-uri the run was tracked in") from None
+        if run.info.status == "FINISHED":
+            raise ConfigError(f"run {run_id} already finished; there is nothing to resume")
+        self.run_id = run_id
+        self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
+        self.client.update_run(run_id, status="RUNNING")
+
+    def log_metrics(self, metrics, step):
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+        self.pending.metrics.extend((k, float(v), now, step) for k, v in metrics.items()
+                                    if step not in self.logged.get(k, ()))
+        self.flush()
 
     def set_tags(self, tags):
-        from mlflow.entities import RunTag
-
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self.pending.tags.update({k: str(v) for k, v in tags.items()})
+        self.flush()
 
     def log_text(self, text, artifact_file):
-        self.client.log_text(self.run_id, text, artifact_file)
+        self.pending.texts[artifact_file] = text
+        self.flush()
 
     def log_artifact(self, local_path, artifact_path=None):
-        self.client.log_artifact(self.run_id, str(local_path), artifact_path)
+        if not self.pending and self.backoff.due():
+            try:
+                with fail_fast_http():
+                    self.client.log_artifact(self.run_id, str(local_path), artifact_path)
+                return
+            except Exception as error:  # kept below, like any other write the store refused
+                self._failed(error)
+        copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+        self.pending.files.append((copy, artifact_path))
+        self.flush()
 
     def end_run(self, status="FINISHED"):
-        self.client.set_terminated(self.run_id, status)
+        self.pending.status = (status, int(time.time() * 1000))
+        self.flush(force=True)
+        if self.pending:
+            path = spill(self.pending, unsynced_folder(store_folder(self.uri)), self.run_id, self.uri)
+            self.pending = PendingWrites()
+            warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                          f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
+                          "once the store answers", RunWarning, stacklevel=2)
+
+    def flush(self, force: bool = False) -> None:
+        """Try the pending writes now, unless the store failed too recently (``force``: anyway)."""
+        if not self.pending or not (force or self.backoff.due()):
+            return
+        try:
+            with fail_fast_http():
+                self.pending.send(self.client, self.run_id)
+        except Exception as error:  # unreachable, locked, timed out: training goes on
+            self._failed(error)
+        else:
+            self.backoff.succeeded()
+
+    def _failed(self, error: Exception) -> None:
+        if not self.backoff.failing:  # one line per outage, not per retry
+            lines = str(error).strip().splitlines()  # SQL errors go on with the statement: keep the first line
+            reason = lines[0][:200] if lines else type(error).__name__
+            warnings.warn(f"tracking store {self.uri} is not answering ({reason}); "
+                          f"run {self.run_id} keeps training and retries", RunWarning, stacklevel=3)
+        self.backoff.failed()
 
 
 def to_json(data: Any) -> str:

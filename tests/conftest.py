@@ -1,9 +1,13 @@
-"""Shared fixtures: a fresh plugin registry per test, fake installed plugin packages, and a
-pre-migrated MLflow store (creating the SQLite schema takes seconds; copying it takes none)."""
+"""Shared fixtures: a fresh plugin registry per test, fake installed plugin packages, real
+plugin packages pip-installed into a private folder, and a pre-migrated MLflow store (creating
+the SQLite schema takes seconds; copying it takes none)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -37,6 +41,7 @@ def install_fake_plugin(tmp_path, monkeypatch):
     def install(name: str, source: str, version: str = "1.0") -> str:
         module = f"{name.replace('-', '_')}_mod"
         (site / f"{module}.py").write_text(textwrap.dedent(source))
+        sys.modules.pop(module, None)  # an earlier test may have imported another module of this name
         info = site / f"{name}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
@@ -44,6 +49,51 @@ def install_fake_plugin(tmp_path, monkeypatch):
         return module
 
     return install
+
+
+@pytest.fixture(scope="session")
+def pip_install_isolated(tmp_path_factory):
+    """pip-install plugin packages where only subprocesses see them; return their environment.
+
+    ``env = pip_install_isolated(folder, ...)`` installs into a fresh private folder with
+    ``--no-deps --no-build-isolation --target``, so the test environment itself never changes,
+    and returns ``os.environ`` with that folder on ``PYTHONPATH`` and no plugin allow-list.
+    """
+
+    def install(*packages: Path) -> dict[str, str]:
+        target = tmp_path_factory.mktemp("site")
+        result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                                 "--no-build-isolation", "--target", str(target), *map(str, packages)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.fail(f"pip install {' '.join(map(str, packages))} failed:\n{result.stderr}")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])))
+        env.pop("INITMEM_LOAD_PLUGINS", None)
+        return env
+
+    return install
+
+
+@pytest.fixture(scope="session")
+def initmem_subprocess():
+    """``initmem_subprocess(env, "run", "--opt", ...)``: the real CLI in a fresh interpreter."""
+
+    def invoke(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "initmem_cli", *args], env=env, cwd=cwd,
+                              capture_output=True, text=True)
+
+    return invoke
+
+
+@pytest.fixture(scope="session")
+def package_tests_subprocess():
+    """``package_tests_subprocess(env, tests_folder, ...)``: run a plugin package's own tests with pytest."""
+
+    def run(env: dict[str, str], *folders: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, folders)],
+                              env=env, cwd=folders[0], capture_output=True, text=True)
+
+    return run
 
 
 @pytest.fixture(scope="session")

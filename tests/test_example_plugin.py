@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,32 +12,21 @@ EXAMPLE = ROOT / "examples" / "initmem-fromage"
 
 
 @pytest.fixture(scope="module")
-def installed_example(tmp_path_factory) -> dict[str, str]:
-    """pip-install the example into a private folder; return an environment that sees it."""
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(EXAMPLE)], check=True, capture_output=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])))
-    env.pop("INITMEM_LOAD_PLUGINS", None)
-    return env
+def installed_example(pip_install_isolated) -> dict[str, str]:
+    return pip_install_isolated(EXAMPLE)
 
 
-def initmem(env, *args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "initmem_cli", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True)
-
-
-def test_installed_plugin_is_listed(installed_example):
-    result = initmem(installed_example, "plugins", "--json")
+def test_installed_plugin_is_listed(installed_example, initmem_subprocess):
+    result = initmem_subprocess(installed_example, "plugins", "--json")
     assert result.returncode == 0, result.stderr
     rows = [r for r in json.loads(result.stdout)["components"] if r["name"] == "fromage"]
     assert rows and rows[0]["kind"] == "optimizer" and rows[0]["package"] == "initmem-fromage"
 
 
-def test_installed_plugin_trains_through_initmem_run(installed_example, tmp_path):
+def test_installed_plugin_trains_through_initmem_run(installed_example, initmem_subprocess, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = initmem(installed_example, "run", "--opt", "fromage", "--lr", "0.01", "--epochs", "1",
-                     "--train-size", "128", "--tracking-uri", uri, cwd=tmp_path)
+    result = initmem_subprocess(installed_example, "run", "--opt", "fromage", "--lr", "0.01", "--epochs", "1",
+                                "--train-size", "128", "--tracking-uri", uri, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     from mlflow.tracking import MlflowClient
 
@@ -51,13 +37,12 @@ def test_installed_plugin_trains_through_initmem_run(installed_example, tmp_path
     assert run.data.params["provider.optimizer"].startswith("initmem-fromage ")
 
 
-def test_allow_list_can_leave_the_plugin_out(installed_example):
+def test_allow_list_can_leave_the_plugin_out(installed_example, initmem_subprocess):
     env = dict(installed_example, INITMEM_LOAD_PLUGINS="")
-    names = [r["name"] for r in json.loads(initmem(env, "plugins", "--json").stdout)["components"]]
+    names = [r["name"] for r in json.loads(initmem_subprocess(env, "plugins", "--json").stdout)["components"]]
     assert "fromage" not in names and "sgd" in names
 
 
-def test_the_example_package_own_tests_pass(installed_example):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
-                            env=installed_example, capture_output=True, text=True, cwd=EXAMPLE)
+def test_the_example_package_own_tests_pass(installed_example, package_tests_subprocess):
+    result = package_tests_subprocess(installed_example, EXAMPLE / "tests")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -72,13 +72,13 @@ class CifarResNet(nn.Module):
             stages.append(nn.Sequential(*blocks))
             width = out_width
         self.layer1, self.layer2, self.layer3 = stages
-        self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.bn1(self.conv1(x)))
         x = self.layer3(self.layer2(self.layer1(x)))
-        return self.fc(torch.flatten(self.pool(x), 1))
+        # Global average pool as a mean: AdaptiveAvgPool2d's CUDA backward is not deterministic.
+        return self.fc(x.mean(dim=(2, 3)))
 
 
 def build_cifar_resnet(depth: int, *, in_channels: int, num_classes: int, image_size: int = 32,

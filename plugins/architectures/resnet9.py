@@ -3,7 +3,7 @@
 prep conv 3->64; layer1 conv 64->128 + maxpool + residual(two 128->128); layer2 conv 128->256 +
 maxpool; layer3 conv 256->512 + maxpool + residual(two 512->512); global max pool;
 Linear(512, classes, no bias) x 0.125. Every conv is 3x3 conv-BN-ReLU without bias. The final
-pool is adaptive (the original uses MaxPool2d(4) on 32x32), so any image size >= 8 works:
+pool is global (the original uses MaxPool2d(4) on 32x32), so any image size >= 8 works:
 8x8 inputs reach 1x1 after the three 2x2 maxpools.
 """
 
@@ -48,6 +48,14 @@ class ScaleLogits(nn.Module):
         return f"scale={self.scale}"
 
 
+class GlobalMaxPool(nn.Module):
+    """Max over all spatial positions. Same function as AdaptiveMaxPool2d(1) + Flatten, but its CUDA
+    backward is deterministic (--deterministic refuses adaptive max pooling on GPUs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.amax(x, dim=(2, 3))
+
+
 class ResNet9(nn.Sequential):
     def __init__(self, in_channels: int = 3, num_classes: int = 10):
         super().__init__()
@@ -55,8 +63,7 @@ class ResNet9(nn.Sequential):
         self.layer1 = nn.Sequential(conv_bn(64, 128), nn.MaxPool2d(2), Residual(128))
         self.layer2 = nn.Sequential(conv_bn(128, 256), nn.MaxPool2d(2))
         self.layer3 = nn.Sequential(conv_bn(256, 512), nn.MaxPool2d(2), Residual(512))
-        self.pool = nn.AdaptiveMaxPool2d(1)
-        self.flatten = nn.Flatten()
+        self.pool = GlobalMaxPool()
         self.linear = nn.Linear(512, num_classes, bias=False)
         self.scale = ScaleLogits(LOGIT_SCALE)
 

@@ -1,0 +1,40 @@
+"""``initmem new-plugin``: write a pip-installable plugin package with a working component."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from initmem_core.hookspecs import COMPONENT_KINDS
+
+from .errors import user_errors
+
+
+def complete_kind(incomplete: str) -> list[str]:
+    return [kind for kind in COMPONENT_KINDS if kind.startswith(incomplete)]
+
+
+@user_errors
+def new_plugin_command(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help=f"Kind of component: {', '.join(COMPONENT_KINDS)}",
+                                        autocompletion=complete_kind, show_default=False)],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Component name users will type, e.g. sign-sgd",
+                                        show_default=False)],
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", help="Folder to create (default: ./initmem-<name>); must not exist")] = None,
+) -> None:
+    """Create a plugin package, e.g. `initmem new-plugin optimizer sign-sgd`."""
+    from initmem_core.plugins import get_registry
+    from initmem_core.scaffold import KIND_TEMPLATES, create_plugin
+
+    folder, written = create_plugin(kind, name, directory, get_registry())
+    typer.echo(f"Created the {kind} plugin '{name}' in {folder}:")
+    for path in written:
+        typer.echo(f"  {path.relative_to(folder)}")
+    usage = KIND_TEMPLATES[kind].run_options.format(name=name)
+    typer.echo("Next:\n"
+               f"  pip install -e {folder}\n"
+               f"  python -m pytest {folder}\n"
+               f"  initmem run {usage} --epochs 1")

@@ -1,0 +1,30 @@
+"""``initmem sync``: upload what runs could not write to an unreachable or locked tracking store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import user_errors
+
+
+@user_errors
+def sync_command(
+    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")] = None,
+    folder: Annotated[Optional[Path], typer.Option(help="Folder of unsynced files (default: initmem-unsynced beside the SQLite database, else in the current folder)")] = None,
+) -> None:
+    """Upload the metrics, tags and artifacts runs left in initmem-unsynced/, then delete them.
+
+    Safe to repeat: a metric step the store already holds is not written again.
+    """
+    from initmem_core.unsynced import sync_folder
+
+    result = sync_folder(tracking_uri, folder)
+    for path in result.other_stores:
+        typer.echo(f"left {path}: it is for another tracking store (see its first line)")
+    if not result.uploaded:
+        typer.echo("nothing to sync" if not result.other_stores else "nothing to sync for this store")
+        return
+    typer.echo(f"synced {len(result.uploaded)} run(s), {result.metrics} metric value(s): {', '.join(result.uploaded)}")

@@ -1,0 +1,126 @@
+"""Real services for tests, on this machine: an MLflow tracking server and a Ray head node.
+
+Each starts in a session of its own, so that stopping it ends every process it started (Ray's
+worker processes, which are put in sessions of their own, are found as the head's descendants).
+``with mlflow_server(...)`` and ``with ray_head(...)`` stop them on the way out, pass or fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+STARTUP_S = 120  # a loaded 2-core machine starts an MLflow server in 20 s; leave room
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # exited meanwhile
+                continue
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            tree.setdefault(parent, []).append(int(entry.name))
+    return tree
+
+
+def _group_and_descendants(pgid: int) -> set[int]:
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == pgid:
+                    members.add(int(entry.name))
+    tree, todo = _children(), list(members)
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in members:
+                members.add(child)
+                todo.append(child)
+    return members
+
+
+def stop_session(pgid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM every process of the group and their descendants, then SIGKILL what is left."""
+    pids = _group_and_descendants(pgid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"  # a zombie has ended; its parent reaps it
+
+
+@contextlib.contextmanager
+def mlflow_server(database: Path, artifacts: Path) -> Iterator[str]:
+    """``mlflow server`` on a SQLite database, bound to 127.0.0.1; yields its URL once healthy."""
+    port = free_port()
+    log = open(database.parent / "mlflow-server.log", "wb")
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # a process the tests do not need
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{database}",
+         "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                    break
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not start:\n{Path(log.name).read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        stop_session(server.pid)
+        server.wait()
+        log.close()
+
+
+@contextlib.contextmanager
+def ray_head(num_cpus: int, env: dict[str, str]) -> Iterator[str]:
+    """``ray start --head``; yields its address. Ray binds its servers to every interface and
+    advertises the machine's address even when asked for 127.0.0.1: it has no loopback-only mode."""
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    log = Path(temp) / "ray-start.log"
+    with open(log, "wb") as output:  # a file, not a pipe: the head's processes inherit it and live on
+        start = subprocess.Popen(
+            ["ray", "start", "--head", "--num-cpus", str(num_cpus), "--port", str(port), "--include-dashboard=false",
+             "--disable-usage-stats", "--temp-dir", temp], env=env, start_new_session=True,
+            stdout=output, stderr=subprocess.STDOUT)
+    try:
+        if start.wait(timeout=STARTUP_S) != 0:
+            raise RuntimeError(f"ray start failed:\n{log.read_text()[-3000:]}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_session(start.pid)  # the session outlives `ray start`, which exits once the head is up
+        shutil.rmtree(temp, ignore_errors=True)

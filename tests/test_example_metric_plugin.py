@@ -1,0 +1,35 @@
+"""The effective-rank example installs with pip and its metric is logged by `initmem run --metric`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "initmem-effective-rank"
+
+
+@pytest.fixture(scope="module")
+def installed_example(pip_install_isolated) -> dict[str, str]:
+    return pip_install_isolated(EXAMPLE)
+
+
+def test_initmem_run_logs_the_effective_rank(installed_example, initmem_subprocess, tracking_uri, tmp_path):
+    result = initmem_subprocess(installed_example, "run", "--metric", "effective-rank", "--epochs", "1",
+                                "--train-size", "64", "--batch-size", "32", "--threads", "1",
+                                "--tracking-uri", tracking_uri, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    assert run.data.params["metrics"] == "effective-rank"
+    ratio = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "effective_rank_ratio")}
+    assert ratio[0] == pytest.approx(1.0)  # W is W0 at the initialization
+    update = client.get_metric_history(run.info.run_id, "update_effective_rank")
+    assert [m.step for m in update] == [1] and 0 < update[0].value <= 1
+
+
+def test_the_example_package_own_tests_pass(installed_example, package_tests_subprocess):
+    result = package_tests_subprocess(installed_example, EXAMPLE / "tests")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,192 @@
+"""Killed, stopped or interrupted runs resume to exactly the bits of a run left alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import initmem_core
+from initmem_cli.app import app
+from initmem_core.checkpoints import FORMAT, find_resumable, read_checkpoint
+from initmem_core.config import from_mapping
+from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.stop_signals import Stopped
+
+runner = CliRunner()
+# 16 steps an epoch; momentum and augmentation so that optimizer state and every RNG matter.
+CONFIG = dict(epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on",
+              momentum=0.9, seed=3)
+ARGS = [part for key, value in CONFIG.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+CONFIG_HASH = from_mapping(CONFIG).config_hash()
+STEPS_PER_EPOCH = 16
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run: its history, final weights and checkpoint folder."""
+    root = tmp_path_factory.mktemp("reference")
+    result = initmem_core.run(tracking=False, checkpoint_dir=str(root), **CONFIG)
+    return result.history, result.model.state_dict(), root / CONFIG_HASH
+
+
+def store_runs(uri):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    return client, [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+def assert_matches_reference(uri, run_id, reference, tmp_path):
+    """Every metric step logged once, with the reference's value; final weights bit-identical."""
+    history, weights, _ = reference
+    client, _ = store_runs(uri)
+    for key in ("train_loss", "val_acc", "test_loss", "weight_norm", "clock_sgd", "lr"):
+        logged = [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        assert sorted(logged) == [(row["epoch"], row[key]) for row in history], key
+    path = client.download_artifacts(run_id, "final_weights.pt", str(tmp_path))
+    final = torch.load(path, weights_only=True)
+    assert final.keys() == weights.keys() and all(torch.equal(final[k], weights[k]) for k in final)
+
+
+def start_cli_run(uri: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "initmem_cli", "run", *ARGS, "--tracking-uri", uri],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if process.poll() is not None:
+            pytest.fail(f"the run ended before {path.name} appeared: {process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"{path.name} did not appear within {timeout} s")
+        time.sleep(0.002)
+
+
+def test_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_run(tracking_uri, tmp_path, reference):
+    folder = tmp_path / "initmem-checkpoints" / CONFIG_HASH
+    process = start_cli_run(tracking_uri)
+    wait_for(folder / "ckpt-e000002-s000000.pt", process)
+    process.kill()  # SIGKILL: no handler runs, nothing is flushed
+    process.wait()
+    assert not (folder / "ckpt-e000003-s000000.pt").exists(), "killed too late: epoch 3 had finished"
+    _, [dead] = store_runs(tracking_uri)
+    assert dead.info.status == "RUNNING"
+
+    result = runner.invoke(app, ["run", *ARGS, "--tracking-uri", tracking_uri, "--resume"])
+    assert result.exit_code == 0, result.output
+    _, [resumed] = store_runs(tracking_uri)
+    assert resumed.info.run_id == dead.info.run_id and resumed.info.status == "FINISHED"
+    assert_matches_reference(tracking_uri, dead.info.run_id, reference, tmp_path)
+
+
+def test_sigterm_saves_a_checkpoint_marks_the_run_killed_and_exits_143(tracking_uri, tmp_path, reference):
+    process = start_cli_run(tracking_uri)
+    wait_for(tmp_path / "initmem-checkpoints" / CONFIG_HASH / "ckpt-e000001-s000000.pt", process)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143
+    stderr = process.stderr.read()
+    assert "stopped by SIGTERM" in stderr and "--resume" in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    _, [run] = store_runs(tracking_uri)
+    assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == "SIGTERM"
+
+    result = runner.invoke(app, ["run", *ARGS, "--tracking-uri", tracking_uri, "--resume"])
+    assert result.exit_code == 0, result.output
+    assert_matches_reference(tracking_uri, run.info.run_id, reference, tmp_path)
+
+
+class SignalAtStep:
+    """Progress that sends this process a real signal after a given step."""
+
+    def __init__(self, step: int, signum: int):
+        self.step, self.signum, self.done = step, signum, 0
+
+    def start(self, epochs, steps_per_epoch):
+        pass
+
+    def advance(self, steps):
+        self.done += steps
+        if self.done == self.step:
+            os.kill(os.getpid(), self.signum)
+
+    def epoch_done(self, epoch, metrics):
+        pass
+
+
+@pytest.mark.parametrize("signum, damage", [(signal.SIGTERM, None), (signal.SIGINT, "truncate")])
+def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(tracking_uri, tmp_path, reference,
+                                                                      signum, damage):
+    with pytest.raises(Stopped) as stopped:
+        initmem_core.run(tracking_uri=tracking_uri, progress=SignalAtStep(2 * STEPS_PER_EPOCH + 5, signum), **CONFIG)
+    assert stopped.value.exit_code == 128 + signum  # 143 for SIGTERM, 130 for Ctrl-C
+    newest = Path(stopped.value.checkpoint)
+    assert newest.name == "ckpt-e000002-s000005.pt"
+    folder = newest.parent
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000002-s000000.pt", newest.name]  # two kept
+    _, [run] = store_runs(tracking_uri)
+    assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == signum.name
+    point = find_resumable(CONFIG_HASH, folder.parent)
+    assert (point.run_id, point.epoch, point.step) == (run.info.run_id, 2, 5)
+
+    if damage:
+        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+        with pytest.warns(RunWarning, match="ckpt-e000002-s000005.pt cannot be read.*using ckpt-e000002-s000000.pt"):
+            initmem_core.run(tracking_uri=tracking_uri, resume=True, **CONFIG)
+    else:
+        initmem_core.run(tracking_uri=tracking_uri, resume=True, **CONFIG)
+    assert_matches_reference(tracking_uri, run.info.run_id, reference, tmp_path)
+    with pytest.raises(ConfigError, match="already finished"):
+        initmem_core.run(tracking_uri=tracking_uri, resume=True, **CONFIG)
+
+
+def test_checkpoint_holds_the_whole_state_as_plain_data(reference):
+    history, weights, folder = reference
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000003-s000000.pt", "ckpt-e000004-s000000.pt"]
+    state = read_checkpoint(folder / "ckpt-e000004-s000000.pt")  # torch.load(weights_only=True)
+    assert state["format"] == FORMAT and state["config_hash"] == CONFIG_HASH and state["run_id"]
+    assert (state["epoch"], state["step"], state["config"]["sigma"]) == (4, 0, 1.0)
+    assert all(torch.equal(state["model"][k], weights[k]) for k in weights)
+    assert any(k.endswith("running_var") for k in state["model"])
+    assert state["optimizer"]["state"] and state["scheduler"]["last_epoch"] == 4 * STEPS_PER_EPOCH
+    assert state["initial_params"].keys() == {k for k in weights if "running" not in k and "num_batches" not in k}
+    assert state["clocks"]["adapt"] == pytest.approx(4 * STEPS_PER_EPOCH * 0.05)
+    assert state["history"] == history
+    assert state["loader"]["generator"].dtype == torch.uint8
+    assert {"torch", "python", "numpy"} <= state["rng"].keys()
+    assert len(state["metrics"]["weight-norms"]["rows"]) == 5 * 20  # 5 evaluation points x 20 kernels
+
+
+def test_resume_with_another_config_names_the_keys_that_differ(tmp_path):
+    initmem_core.run(tracking=False, checkpoint_dir=str(tmp_path), epochs=1, train_size=64, threads=1)
+    changed = dict(tracking=False, checkpoint_dir=str(tmp_path), epochs=2, train_size=64, threads=1, lr=0.1)
+    with pytest.raises(ConfigError, match=r"nothing to resume.*differs in lr \(0.05 -> 0.1\), epochs \(1 -> 2\)"):
+        initmem_core.run(resume=True, **changed)
+    # A checkpoint found under the other config's hash (copied there) is refused all the same.
+    source = next(tmp_path.glob("*/ckpt-*.pt"))
+    target = tmp_path / from_mapping({"epochs": 2, "train_size": 64, "lr": 0.1}).config_hash() / source.name
+    target.parent.mkdir()
+    shutil.copy(source, target)
+    with pytest.raises(ConfigError, match=r"is of a different config: lr \(0.05 -> 0.1\), epochs \(1 -> 2\)"):
+        initmem_core.run(resume=True, **changed)
+
+
+def test_a_fresh_run_warns_that_it_replaces_an_unfinished_runs_checkpoints(tmp_path):
+    small = dict(tracking=False, checkpoint_dir=str(tmp_path), epochs=2, train_size=64, batch_size=32, threads=1)
+    with pytest.raises(Stopped):
+        initmem_core.run(progress=SignalAtStep(3, signal.SIGTERM), **small)  # 2 steps an epoch
+    folder = tmp_path / from_mapping({k: v for k, v in small.items() if k != "tracking"}).config_hash()
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000001-s000000.pt", "ckpt-e000001-s000001.pt"]
+    with pytest.warns(RunWarning, match="unfinished run of this config \\(epoch 1 of 2\\).*--resume"):
+        fresh = initmem_core.run(**small)
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000001-s000000.pt", "ckpt-e000002-s000000.pt"]
+    assert {read_checkpoint(p)["run_id"] for p in folder.iterdir()} == {fresh.run_id}

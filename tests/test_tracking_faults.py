@@ -1,0 +1,136 @@
+"""A tracking store that stops answering mid-run: training goes on and nothing is lost."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+import initmem_core
+from initmem_cli.app import app
+from initmem_core.errors import RunWarning
+from initmem_core.tracking import MlflowTracker
+
+runner = CliRunner()
+SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
+WRITES = ("log_batch", "log_text", "log_artifact", "set_terminated")
+
+
+class Outage:
+    """Makes a client's write methods raise while ``down`` (training starts, then ends it)."""
+
+    def __init__(self, client, until_epoch: int | None):
+        self.down, self.failures, self.until_epoch = False, 0, until_epoch
+        for name in WRITES:
+            setattr(client, name, self._failing(getattr(client, name)))
+
+    def _failing(self, write):
+        def call(*args, **kwargs):
+            if self.down:
+                self.failures += 1
+                raise ConnectionError("store unreachable")
+            return write(*args, **kwargs)
+        return call
+
+    # The training Progress protocol: the outage starts with training.
+    def start(self, epochs, steps_per_epoch):
+        self.down = True
+
+    def advance(self, steps):
+        pass
+
+    def epoch_done(self, epoch, metrics):
+        if epoch == self.until_epoch:
+            self.down = False
+
+
+def logged(uri: str, run_id: str, result) -> dict[str, list[tuple[int, float]]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    keys = [key for key in result.history[0] if key != "epoch"] + list(result.summary)
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+
+def expected(result) -> dict[str, list[tuple[int, float]]]:
+    rows = {key: [(row["epoch"], row[key]) for row in result.history] for key in result.history[0] if key != "epoch"}
+    return {**rows, **{key: [(result.config.epochs, value)] for key, value in result.summary.items()}}
+
+
+def status(uri: str, run_id: str) -> str:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri).get_run(run_id).info.status
+
+
+def test_writes_wait_for_the_store_and_land_once_it_answers(tracking_uri, tmp_path):
+    tracker = MlflowTracker(tracking_uri)
+    outage = Outage(tracker.client, until_epoch=1)
+    with pytest.warns(RunWarning, match="is not answering") as warned:
+        result = initmem_core.run(tracker=tracker, progress=outage, **SMALL)
+    assert outage.failures >= 1 and sum("not answering" in str(w.message) for w in warned) == 1
+    assert logged(tracking_uri, result.run_id, result) == expected(result)  # every step, once
+    assert status(tracking_uri, result.run_id) == "FINISHED"
+    assert not (tmp_path / "initmem-unsynced").exists()
+
+
+def test_writes_the_store_never_took_are_kept_for_initmem_sync_which_uploads_them_once(tracking_uri, tmp_path):
+    tracker = MlflowTracker(tracking_uri)
+    outage = Outage(tracker.client, until_epoch=None)
+    with pytest.warns(RunWarning) as warned:
+        result = initmem_core.run(tracker=tracker, progress=outage, **SMALL)
+    first, last = (str(w.message) for w in warned)  # one line when it fails, one when the run ends
+    assert "is not answering" in first
+    assert f"kept in {tmp_path / 'initmem-unsynced'}" in last and f"run `initmem sync --tracking-uri {tracking_uri}`" in last
+    unsynced = tmp_path / "initmem-unsynced" / f"{result.run_id}.jsonl"
+    saved = unsynced.read_text()
+    assert status(tracking_uri, result.run_id) == "RUNNING"
+    assert all(values == [] for values in logged(tracking_uri, result.run_id, result).values())
+
+    other = tmp_path / "initmem-unsynced" / "elsewhere.jsonl"
+    other.write_text('{"kind": "run", "run_id": "x", "tracking_uri": "http://127.0.0.1:5000"}\n')
+    count = sum(len(values) for values in expected(result).values())
+    synced = runner.invoke(app, ["sync", "--tracking-uri", tracking_uri])
+    assert synced.exit_code == 0, synced.output
+    assert f"synced 1 run(s), {count} metric value(s)" in synced.stdout and "left" in synced.stdout
+    assert logged(tracking_uri, result.run_id, result) == expected(result)
+    assert status(tracking_uri, result.run_id) == "FINISHED"
+    from mlflow.tracking import MlflowClient
+
+    artifacts = {a.path for a in MlflowClient(tracking_uri).list_artifacts(result.run_id)}
+    assert {"final_weights.pt", "layer_norms.csv"} <= artifacts
+    assert not unsynced.exists() and other.exists()
+
+    unsynced.write_text(saved)  # as if a sync had been killed before deleting the file
+    again = runner.invoke(app, ["sync", "--tracking-uri", tracking_uri])
+    assert "synced 1 run(s), 0 metric value(s)" in again.stdout, again.output
+    assert logged(tracking_uri, result.run_id, result) == expected(result)  # no duplicate steps
+    assert "nothing to sync for this store" in runner.invoke(app, ["sync", "--tracking-uri", tracking_uri]).stdout
+
+
+class LockForFirstLog:
+    """Progress that holds an exclusive lock on the SQLite file from the start of training until
+    epoch 0 has been (not) logged; MLflow waits 20 s for a lock before it gives up."""
+
+    def __init__(self, database: str):
+        self.connection = sqlite3.connect(database, isolation_level=None)
+
+    def start(self, epochs, steps_per_epoch):
+        self.connection.execute("BEGIN EXCLUSIVE")
+
+    def advance(self, steps):
+        pass
+
+    def epoch_done(self, epoch, metrics):
+        if epoch == 0:
+            self.connection.execute("ROLLBACK")
+
+
+def test_a_locked_sqlite_store_does_not_stop_training(tracking_uri):
+    lock = LockForFirstLog(tracking_uri[len("sqlite:///"):])
+    with pytest.warns(RunWarning, match="database is locked"):
+        result = initmem_core.run(tracking_uri=tracking_uri, progress=lock, **SMALL)
+    assert result.status == "FINISHED" and [row["epoch"] for row in result.history] == [0, 1, 2, 3]
+    assert logged(tracking_uri, result.run_id, result) == expected(result)
+    assert status(tracking_uri, result.run_id) == "FINISHED"
