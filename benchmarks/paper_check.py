@@ -29,7 +29,15 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
 
 
-def results_markdown(name: str, findings, report_md: str, seconds: float | None) -> str:
+def caveats(report) -> str:
+    """What limits the reading of the claims: groups whose runs did not all interpolate."""
+    lines = [f"- `{g.group}`: at {g.never_interp_sigmas} of {g.sigmas} sigmas no seed reached the "
+             "interpolation threshold, so its spread mixes initialization memory with under-training."
+             for g in report.groups if g.never_interp_sigmas]
+    return "\n".join(lines) or "- Every group interpolated at every sigma."
+
+
+def results_markdown(name: str, findings, report, report_md: str, seconds: float | None) -> str:
     rows = "\n".join(f"| {f.claim} | {f.measured} | {'yes' if f.reproduced else 'no' if f.reproduced is False else 'not evaluated'} |"
                      for f in findings)
     took = f" in {seconds / 60:.1f} minutes" if seconds else ""
@@ -45,7 +53,12 @@ Regenerate with `python benchmarks/paper_check.py` (add `--sweep {name}` to re-r
 
 Accuracies are test accuracy at each run's best-validation-loss epoch; spread is max - min over
 sigma of the mean over seeds, in percentage points. The claims are evaluated as written in
-`initmem_core/findings.py`; nothing here was tuned toward the paper's answer.
+`initmem_core/findings.py`; nothing here was tuned toward the paper's answer. At this scale
+the spreads are a few points, far below the paper's 26.5 pp on CIFAR-10: digits is easy at every
+sigma, so the check tests the *ordering* the paper reports, not its magnitudes.
+
+Reading these numbers:
+{caveats(report)}
 
 {plots}
 
@@ -92,7 +105,8 @@ def main() -> None:
     images.mkdir(parents=True, exist_ok=True)
     written = {path.name for path in write_plots(report, images)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
-    (args.docs / "RESULTS.md").write_text(results_markdown(name, findings, to_markdown(report, f"Full report: sweep {name}"), seconds))
+    (args.docs / "RESULTS.md").write_text(
+        results_markdown(name, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds))
     console.print(f"wrote {args.docs / 'RESULTS.md'}")
 
 
