@@ -1,0 +1,123 @@
+"""What each piece of bookkeeping in initmem's training step costs the host, in microseconds.
+
+    python benchmarks/step_costs.py [--device cpu|cuda] [--batch-size 128] [--threads 1]
+
+``bench.py`` compares whole epochs; this itemises the per-step work initmem's loop
+(``initmem_core.training.train``) does beyond a bare loop, each piece timed alone on the real
+objects ``build_setup`` makes (best of several rounds of many calls, so noise from other
+processes inflates nothing). On the CPU a step runs the model synchronously, so these costs
+add to the step; on a GPU they matter only while the host, not the device, is the bottleneck
+(small models, small batches: a launch-bound step). Device work of the extra ops is not
+waited for here: the figures are what the host spends issuing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from initmem_core import get_registry
+from initmem_core.clocks import ForgettingClocks
+from initmem_core.config import RunConfig
+from initmem_core.training import build_setup
+
+
+def best_microseconds(function: Callable[[], Any], calls: int = 2000, rounds: int = 7) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        began = time.perf_counter()
+        for _ in range(calls):
+            function()
+        best = min(best, (time.perf_counter() - began) / calls)
+    return best * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config = RunConfig(arch="resnet20", data=f"synthetic:3x32x32-c10-n{4 * args.batch_size}",
+                       batch_size=args.batch_size, device=args.device, threads=args.threads)
+    setup = build_setup(config, get_registry())
+    device, loader, optimizer, scheduler = setup.device, setup.train_loader, setup.optimizer, setup.scheduler
+    n = loader.num_examples
+    x, y = next(iter(loader))
+    logits = torch.randn(len(y), 10, device=device)
+    loss = F.cross_entropy(logits, y)
+    loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.long)
+    clocks = ForgettingClocks()
+    order = torch.randperm(n, device=device)
+    rows = order[: args.batch_size]
+    bare_x = ((loader.x.float() / loader.pixel_scale - loader.mean) / loader.std)
+
+    def accumulate_loss() -> None:
+        loss_sum.add_(loss.detach() * len(y))
+
+    def accumulate_correct() -> None:
+        correct.add_((logits.argmax(1) == y).sum())
+
+    def tick() -> None:
+        clocks.tick(optimizer.param_groups[0]["lr"], len(y), 0.0)
+
+    def noop_context() -> None:
+        with contextlib.nullcontext():
+            x.contiguous(memory_format=torch.contiguous_format)
+            logits.float()
+
+    def initmem_batch() -> None:  # DeviceLoader's per-batch work (no augmentation: synthetic)
+        images = loader.x.index_select(0, rows)
+        loader.y.index_select(0, rows)
+        images.to(torch.float32).sub(loader.mean).div_(loader.std)
+
+    def bare_batch() -> None:  # the bare loop's: data normalised once, indexed per batch
+        bare_x[rows]
+        loader.y[rows]
+
+    items = {
+        "scheduler.step() (LambdaLR)": scheduler.step,
+        "clocks.tick + param_groups lookup": tick,
+        "loss_sum += loss.detach() * b": accumulate_loss,
+        "correct += (argmax == y).sum()": accumulate_correct,
+        "nullcontext + .contiguous() + .float()": noop_context,
+        "DeviceLoader batch (index_select x2, normalise)": initmem_batch,
+        "bare batch (x[rows], y[rows], pre-normalised)": bare_batch,
+    }
+    try:  # the per-step divergence check and signal check, where this version of the loop has them
+        from initmem_core.divergence import LossGuard
+        from initmem_core.stop_signals import StopSignals
+
+        guard, stop = LossGuard(device), StopSignals()
+        items["LossGuard.tripped(loss) (divergence check)"] = lambda: guard.tripped(loss)
+        items["stop.requested (signal check)"] = lambda: stop.requested
+    except ImportError:
+        pass
+    try:
+        from initmem_cli.progress import RunProgress
+        from rich.console import Console
+
+        progress = RunProgress(Console(file=open("/dev/null", "w"), force_terminal=False))  # noqa: SIM115
+        progress.start(1, 10**9)
+        items["RunProgress.advance(1) (the CLI's rich bar)"] = lambda: progress.advance(1)
+    except ImportError:
+        pass
+    print(f"device {device}, batch {args.batch_size}, threads {torch.get_num_threads()}, torch {torch.__version__}")
+    # Stepping the scheduler with no optimizer step in between draws torch's ordering warning.
+    warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
+    for name, function in items.items():
+        print(f"{best_microseconds(function):9.1f} us  {name}")
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""benchmarks/bench.py runs end to end: every section reports positive numbers.
+
+Only the plumbing is tested; timings on a shared machine are not, so nothing here compares
+two figures or checks a target.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+
+
+def positive(stats: dict) -> bool:
+    return all(stats[key] > 0 for key in ("median", "min", "max")) and all(v > 0 for v in stats["samples"])
+
+
+def test_quick_benchmark_reports_every_section(tmp_path):
+    out = tmp_path / "bench.json"
+    # One torch thread: with two OpenMP threads on a machine busy with other tests, each parallel
+    # region waits for a descheduled thread and the run slows several-fold.
+    command = [sys.executable, str(BENCH), "--quick", "--threads", "1", "--json", str(out)]
+    # --quick takes well under a minute; the cap only stops a hang.
+    subprocess.run(command, check=True, capture_output=True, timeout=300, cwd=tmp_path)
+    results = json.loads(out.read_text())
+
+    assert {"machine", "plan", "train", "pipeline", "tracking", "cli"} <= set(results)
+    assert results["machine"]["cores"] > 0 and results["machine"]["threads"] > 0
+    assert set(results["train"]) == {"resnet20", "resnet9"}
+    for pair in results["train"].values():
+        assert positive(pair["initmem"]) and positive(pair["bare"]) and positive(pair["ratio"])
+        assert isinstance(pair["met"], bool)
+    pipeline = results["pipeline"]
+    assert positive(pipeline["device"]) and positive(pipeline["torchvision"]) and positive(pipeline["speedup"])
+    tracking = results["tracking"]
+    assert positive(tracking["on"]) and positive(tracking["off"])
+    assert len(tracking["overhead"]["samples"]) == len(tracking["on"]["samples"])
+    cli = results["cli"]
+    assert {"python -c pass", "initmem --help", "initmem plugins"} <= set(cli["times"])
+    assert all(positive(stats) for stats in cli["times"].values())
+    assert set(cli["heavy_modules_imported"]) == {"initmem --help", "initmem plugins"}
