@@ -1,6 +1,6 @@
 """initmem against the bare alternatives, side by side in one process: is the framework free?
 
-    python benchmarks/bench.py                       # the full benchmark (~10-15 min on 2 CPU cores)
+    python benchmarks/bench.py                       # the full benchmark (~7-10 min on 2 CPU cores)
     python benchmarks/bench.py --quick --json q.json  # every section, tiny sizes (< 1 min): a smoke test
     python benchmarks/bench.py --device cuda --channels-last --amp bf16 --compile
 
@@ -229,14 +229,22 @@ def bench_train(arch: str, plan: Plan, args: argparse.Namespace) -> dict[str, An
         return images / timer.epoch_seconds[-1]
 
     bare = BareLoop(config)
-    rates = interleaved({"initmem": initmem_epoch, "bare": lambda: images / bare.epoch()}, plan.repeats, plan.warmup)
+    sides = {"initmem": initmem_epoch, "bare": lambda: images / bare.epoch()}
+    if args.control:  # an A/A control: a second, identical bare loop shows the noise floor
+        again = BareLoop(config)
+        sides["bare_again"] = lambda: images / again.epoch()
+    rates = interleaved(sides, plan.repeats, plan.warmup)
     initmem, baseline = rates["initmem"], rates["bare"]
     ratios = paired_ratios(initmem, baseline)
-    return {
+    result = {
         "unit": "images/s", "batch_size": plan.batch_size, "steps": plan.train_steps[arch],
         "initmem": summary(initmem), "bare": summary(baseline), "ratio": summary(ratios),
         "target": f">= {TARGETS['train']}", "met": statistics.median(ratios) >= TARGETS["train"],
     }
+    if args.control:
+        result["bare_again"] = summary(rates["bare_again"])
+        result["control_ratio"] = summary(paired_ratios(rates["bare_again"], baseline))
+    return result
 
 
 # -- 2. input pipeline -------------------------------------------------------------------------------
@@ -443,6 +451,11 @@ def print_table(results: dict[str, Any]) -> None:
                       _spread(r["bare"], r["unit"]) + " bare", r["unit"],
                       f"{r['ratio']['median']:.3f}x [{r['ratio']['min']:.3f}-{r['ratio']['max']:.3f}]",
                       r["target"], mark[r["met"]])
+        if "control_ratio" in r:
+            c = r["control_ratio"]
+            table.add_row(f"  control: bare loop again ({arch})", _spread(r["bare_again"], r["unit"]) + " bare again",
+                          _spread(r["bare"], r["unit"]) + " bare", r["unit"],
+                          f"{c['median']:.3f}x [{c['min']:.3f}-{c['max']:.3f}]", "-", "-")
     if "pipeline" in results:
         r = results["pipeline"]
         table.add_row(f"pipeline epoch ({r['images']:,} uint8, aug)", _spread(r["device"], r["unit"]) + " device",
@@ -496,6 +509,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-steps", help="steps per repetition of the train section, e.g. resnet20=10,resnet9=4")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"a comma-separated subset of {SECTIONS}")
     parser.add_argument("--archs", default="resnet20,resnet9", help="architectures of the train section")
+    parser.add_argument("--control", action="store_true",
+                        help="train section: also time a second bare loop against the first (the noise floor)")
     return parser.parse_args(argv)
 
 
