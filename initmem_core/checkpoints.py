@@ -3,7 +3,14 @@
 A checkpoint is one ``torch.save`` file of plain data only (tensors, dicts, lists, str, int,
 float, bool, None), so ``torch.load(path, weights_only=True)`` reads it and a file from
 elsewhere cannot run code. It carries a ``format`` marker, the config and its hash, and the
-MLflow run id, beside the training state the loop saves (see ``training.snapshot``).
+MLflow run id, beside the training state the loop saves (see ``training.snapshot``), whose
+tensors are packed into one flat buffer per dtype (``tensor_packing``: ``torch.save`` costs
+per tensor, and a checkpoint holds hundreds of small ones).
+
+Saving is split so that training waits only for what must happen before the state moves on:
+the state is serialised on the caller's thread, and the file is written, synced and renamed on
+a background thread while training continues. One write is in flight at most; ``wait()`` blocks
+until it is on disk and raises what went wrong with it (a full disk, say).
 
 A run's checkpoints live in ``<root>/<config hash>/`` (root: ``--checkpoint-dir``, else
 ``initmem-checkpoints`` beside the SQLite database or in the current folder), named
@@ -15,9 +22,12 @@ disk that lied, corrupted, or not ours) is skipped, with a warning, for the one 
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import re
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +37,11 @@ import torch
 
 from .config import FIELDS, RunConfig
 from .errors import ConfigError, RunWarning
+from .tensor_packing import pack, unpack
 
-FORMAT = "initmem-checkpoint/1"
+FORMAT = "initmem-checkpoint/2"
+READABLE_FORMATS = ("initmem-checkpoint/1", FORMAT)  # /1: the same payload, tensors not packed
+HEADER = ("format", "config", "config_hash", "run_id", "epoch", "step")  # kept out of the packing: read alone
 CHECKPOINTS_FOLDER = "initmem-checkpoints"
 PATTERN = "ckpt-e*-s*.pt"
 NAME = re.compile(r"ckpt-e(\d{6})-s(\d{6})\.pt")  # epochs done, steps into the next
@@ -58,12 +71,55 @@ def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     except Exception as error:  # truncated zip, foreign pickle, random bytes
         reason = " ".join(str(error).split())[:120] or type(error).__name__
         raise UnusableCheckpoint(f"{path.name} cannot be read ({reason})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in READABLE_FORMATS:
         raise UnusableCheckpoint(f"{path.name} is not an initmem checkpoint")
+    if "packed" in payload:
+        try:
+            payload.update(unpack(payload.pop("packed"), copy=not mmap))
+            payload["history"] = history_rows(payload.get("history", []))
+        except Exception as error:  # damaged layout or buffers
+            raise UnusableCheckpoint(f"{path.name} has damaged tensors ({type(error).__name__})") from None
     missing = [key for key in REQUIRED if key not in payload]
     if missing:
         raise UnusableCheckpoint(f"{path.name} lacks {', '.join(missing)}")
     return payload
+
+
+def serialise(payload: dict[str, Any]) -> memoryview:
+    """The bytes of a checkpoint file: the header as it is, the training state packed."""
+    header_part = {key: payload[key] for key in HEADER if key in payload}
+    state = {key: value for key, value in payload.items() if key not in header_part}
+    if "history" in state:
+        state["history"] = history_columns(state["history"])
+    buffer = io.BytesIO()
+    torch.save({**header_part, "format": FORMAT, "packed": pack(state)}, buffer)
+    return buffer.getbuffer()
+
+
+def history_columns(rows: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+    """The epoch rows as one float64 table (exact for Python floats and ints below 2**53): a long
+    run's history, pickled row by row, would cost a Python object per value at every checkpoint.
+    Rows holding anything but numbers are kept as they are."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    if not keys or not all(type(value) in (int, float) for row in rows for value in row.values()):
+        return rows
+    return {
+        "keys": keys,
+        "values": torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in rows], dtype=torch.float64),
+        "present": torch.tensor([[key in row for key in keys] for row in rows], dtype=torch.bool),
+        "integer": [all(type(row[key]) is int for row in rows if key in row) for key in keys],
+    }
+
+
+def history_rows(history: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``history_columns`` undone: the same rows, keys and value types."""
+    if isinstance(history, list):
+        return history
+    keys, integer = history["keys"], history["integer"]
+    return [{key: int(value) if integer[j] else value for j, (key, value, here) in enumerate(zip(keys, values, present))
+             if here}
+            for values, present in zip(history["values"].reshape(-1, len(keys)).tolist(),
+                                       history["present"].reshape(-1, len(keys)).tolist())]
 
 
 class CheckpointStore:
@@ -72,17 +128,49 @@ class CheckpointStore:
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         self.previous: Path | None = None  # the last good file; kept when the next one is written
+        self._writer: threading.Thread | None = None
+        self._write_error: BaseException | None = None
+        self.seconds_waited = 0.0  # what saving cost the caller: serialising, and waiting for writes
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.folder.glob(PATTERN) if NAME.fullmatch(p.name)) if self.folder.is_dir() else []
 
     def save(self, payload: dict[str, Any]) -> Path:
+        """Serialise ``payload`` now (its tensors may change as soon as this returns) and write it
+        in the background; returns the path it will have. Waits for the previous write first."""
+        self.wait()
+        began = time.perf_counter()
+        path = self.folder / f"ckpt-e{payload['epoch']:06d}-s{payload['step']:06d}.pt"
+        data = serialise(payload)
+        self._writer = threading.Thread(target=self._write_in_background, args=(path, data),
+                                        name=f"initmem-checkpoint-{path.name}")
+        self._writer.start()
+        self.seconds_waited += time.perf_counter() - began
+        return path
+
+    def wait(self) -> None:
+        """Return once the last checkpoint saved is on disk; raise what stopped it getting there."""
+        if self._writer is not None:
+            began = time.perf_counter()
+            self._writer.join()
+            self._writer = None
+            self.seconds_waited += time.perf_counter() - began
+        if self._write_error is not None:
+            error, self._write_error = self._write_error, None
+            raise error
+
+    def _write_in_background(self, path: Path, data: memoryview) -> None:
+        try:
+            self._write(path, data)
+        except BaseException as error:  # handed to the training thread by wait()
+            self._write_error = error
+
+    def _write(self, path: Path, data: memoryview) -> None:
         """Write atomically, then delete every file but this one and the previous good one."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"ckpt-e{payload['epoch']:06d}-s{payload['step']:06d}.pt"
         temporary = self.folder / f".{path.name}.{os.getpid()}.tmp"
         with open(temporary, "wb") as handle:
-            torch.save(payload, handle)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -92,7 +180,6 @@ class CheckpointStore:
             if old not in keep:
                 old.unlink(missing_ok=True)
         self.previous = path
-        return path
 
     def start_fresh(self, epochs: int) -> None:
         """A new run of this config: its first save replaces the files here (not before, so that

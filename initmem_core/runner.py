@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from .checkpoints import CheckpointStore, default_root, header, load_for_resume
 from .config import RunConfig, from_mapping, validate
-from .errors import ConfigError
+from .errors import ConfigError, RunWarning
 from .plugins import get_registry
 from .registry import Registry
 from .stop_signals import StopSignals, Stopped
@@ -33,6 +34,7 @@ class RunResult:
     summary: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
     model: Any = None
+    checkpoint_seconds: float = 0.0  # what checkpoints cost the training thread (writes overlap training)
 
 
 def _version(package: str) -> str:
@@ -84,6 +86,10 @@ def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str
                               "(--checkpoint-every 0, or no tracking without --checkpoint-dir)")
         checkpoints, state = load_for_resume(root, config)
         tracker.resume_run(state["run_id"])
+        # Metrics are written in batches: a run killed outright may not have written the last
+        # epochs before its checkpoint. The checkpoint has them; the tracker skips steps it holds.
+        for row in state["history"]:
+            tracker.log_metrics({key: value for key, value in row.items() if key != "epoch"}, int(row["epoch"]))
         return state["run_id"], checkpoints, state
     run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
                 "config_hash": config.config_hash(), **(tags or {})}
@@ -145,10 +151,13 @@ def run(
                     tracker.log_text(to_json(groups), "optimizer_param_groups.json")
             history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
                                      resume_from=resume_from, stop=stop)
+        if checkpoints:
+            checkpoints.wait()  # written in the background: a run is not FINISHED before its checkpoint
         tracker.log_metrics(summary, step=config.epochs)
         _log_final_artifacts(tracker, setup)
         status = "FINISHED"
-        return RunResult(config, run_id, status, summary, history, setup.model)
+        return RunResult(config, run_id, status, summary, history, setup.model,
+                         checkpoints.seconds_waited if checkpoints else 0.0)
     except Stopped as error:
         status = "KILLED"
         tracker.set_tags({"stopped_by": error.signal_name})
@@ -166,7 +175,19 @@ def run(
         tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})
         raise
     finally:
+        if checkpoints:
+            _finish_checkpoint(checkpoints)
         tracker.end_run(status)
+
+
+def _finish_checkpoint(checkpoints: CheckpointStore) -> None:
+    """A stopped or failed run leaves no write behind: its last checkpoint is on disk (or said
+    to be missing) before the run ends and its exception reaches the caller."""
+    try:
+        checkpoints.wait()
+    except Exception as error:
+        warnings.warn(f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
+                      "a resume would start from the one before", RunWarning, stacklevel=3)
 
 
 def _log_final_artifacts(tracker: Tracker, setup) -> None:

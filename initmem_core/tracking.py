@@ -1,7 +1,11 @@
 """A small tracker interface, so training code never talks to MLflow directly.
 
 ``MlflowTracker`` writes through ``MlflowClient`` (explicit run ids, no global active run, so
-sweeps and threads cannot cross wires). A store that stops answering mid-run does not stop
+sweeps and threads cannot cross wires). Writes are batched: metrics, tags and texts wait in
+memory and go to the store at most every ``flush_every_s`` seconds (and whenever the run ends),
+since each write is a database transaction that costs as much as a short epoch. A run killed
+outright loses nothing by it: its checkpoint holds every epoch's metrics up to that checkpoint,
+and a resume logs the ones the store lacks. A store that stops answering mid-run does not stop
 training: what could not be written waits in memory and is retried with backoff at the next
 logging point; a run that ends before the store is back leaves it in a local file for
 ``initmem sync`` (see ``unsynced``). ``MemoryTracker`` keeps everything in memory: unit tests
@@ -30,6 +34,9 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_EXPERIMENT = "initmem"
 MLFLOW_PARAM_LIMIT = 100  # params per log_batch call
 CONNECT_TIMEOUT_S = 3.0
+#: How long metrics may wait in memory before they are written: the MLflow UI lags a running run
+#: by at most this much, and a run writes about once per interval instead of once per epoch.
+FLUSH_EVERY_S = 5.0
 #: MLflow retries a failing HTTP request for minutes by default. Our callers either report a bad
 #: store at once or buffer and retry on their own schedule, so one quick try is what they need.
 FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
@@ -161,8 +168,20 @@ def _check_listening(uri: str) -> None:
         ) from None
 
 
-def open_client(uri: str | None = None):
-    """An ``MlflowClient`` on a store that is known to answer; ``ConfigError`` if it does not."""
+@contextlib.contextmanager
+def store_must_answer(uri: str) -> Iterator[None]:
+    """Turn any failure of the store inside into one ``ConfigError`` line."""
+    try:
+        with fail_fast_http():
+            yield
+    except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
+
+
+def open_client(uri: str | None = None, probe: bool = True):
+    """An ``MlflowClient`` on a store that is known to answer; ``ConfigError`` if it does not.
+    ``probe=False``: the caller's own first request, under ``store_must_answer``, is the probe."""
     from mlflow.tracking import MlflowClient
 
     quiet_mlflow()
@@ -174,12 +193,9 @@ def open_client(uri: str | None = None):
     elif uri.startswith(("http://", "https://")):
         _check_listening(uri)
     client = MlflowClient(tracking_uri=uri)
-    try:
-        with fail_fast_http():
+    if probe:
+        with store_must_answer(uri):
             client.search_experiments(max_results=1)
-    except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
     return client
 
 
@@ -205,15 +221,19 @@ class MlflowTracker:
     """
 
     def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
-                 parent_run_id: str | None = None, run_id: str | None = None):
+                 parent_run_id: str | None = None, run_id: str | None = None,
+                 flush_every_s: float = FLUSH_EVERY_S):
         self.uri = resolve_tracking_uri(uri)
+        self.flush_every_s = flush_every_s
         self.experiment = experiment
         self.parent_run_id = parent_run_id
         self.run_id = run_id
-        self.client = open_client(self.uri)
-        self.experiment_id = ensure_experiment(self.client, self.uri, experiment)
+        self.client = open_client(self.uri, probe=False)
+        with store_must_answer(self.uri):  # the probe: a store that cannot answer this fails here
+            self.experiment_id = ensure_experiment(self.client, self.uri, experiment)
         self.pending = PendingWrites()
         self.backoff = Backoff()
+        self.last_flush = time.monotonic()
         self.logged: dict[str, set[int]] = {}  # key -> steps a resumed run already holds
 
     def start_run(self, name, params, tags):
@@ -258,7 +278,7 @@ class MlflowTracker:
         self.flush()
 
     def log_artifact(self, local_path, artifact_path=None):
-        if not self.pending and self.backoff.due():
+        if self.backoff.due():  # the file may be temporary: upload it now, or keep a copy
             try:
                 with fail_fast_http():
                     self.client.log_artifact(self.run_id, str(local_path), artifact_path)
@@ -280,9 +300,14 @@ class MlflowTracker:
                           "once the store answers", RunWarning, stacklevel=2)
 
     def flush(self, force: bool = False) -> None:
-        """Try the pending writes now, unless the store failed too recently (``force``: anyway)."""
-        if not self.pending or not (force or self.backoff.due()):
+        """Write what is pending if ``flush_every_s`` has passed since the last write and the
+        store is not backing off after a failure; ``force``: now, whatever the clock says."""
+        if not self.pending:
             return
+        if not force:
+            waiting = self.backoff.next_try if self.backoff.failing else self.last_flush + self.flush_every_s
+            if time.monotonic() < waiting:
+                return
         try:
             with fail_fast_http():
                 self.pending.send(self.client, self.run_id)
@@ -290,6 +315,7 @@ class MlflowTracker:
             self._failed(error)
         else:
             self.backoff.succeeded()
+        self.last_flush = time.monotonic()
 
     def _failed(self, error: Exception) -> None:
         if not self.backoff.failing:  # one line per outage, not per retry

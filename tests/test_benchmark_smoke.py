@@ -36,8 +36,12 @@ def test_quick_benchmark_reports_every_section(tmp_path):
     pipeline = results["pipeline"]
     assert positive(pipeline["device"]) and positive(pipeline["torchvision"]) and positive(pipeline["speedup"])
     tracking = results["tracking"]
-    assert positive(tracking["on"]) and positive(tracking["off"])
-    assert len(tracking["overhead"]["samples"]) == len(tracking["on"]["samples"])
+    assert all(positive(tracking[side]) for side in ("mlflow_checkpoints", "mlflow", "checkpoints", "off"))
+    assert set(tracking["overhead"]) == {"mlflow", "mlflow_with_checkpoints", "checkpoints", "default_vs_bare"}
+    assert all(len(o["samples"]) == len(tracking["off"]["samples"]) for o in tracking["overhead"].values())
+    assert positive(tracking["in_line"]["mlflow"]["tracker"]) and positive(tracking["in_line"]["checkpoints"]["checkpoints"])
+    assert all(positive(fraction) for fraction in tracking["in_line_fraction"].values())
+    assert isinstance(tracking["met"], bool)
     cli = results["cli"]
     assert {"python -c pass", "initmem --help", "initmem plugins"} <= set(cli["times"])
     assert all(positive(stats) for stats in cli["times"].values())

@@ -20,6 +20,7 @@ from initmem_core.checkpoints import FORMAT, find_resumable, read_checkpoint
 from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.stop_signals import Stopped
+from initmem_core.tracking import MlflowTracker
 
 runner = CliRunner()
 # 16 steps an epoch; momentum and augmentation so that optimizer state and every RNG matter.
@@ -105,6 +106,41 @@ def test_sigterm_saves_a_checkpoint_marks_the_run_killed_and_exits_143(tracking_
     assert_matches_reference(tracking_uri, run.info.run_id, reference, tmp_path)
 
 
+class DiesAtEpoch:
+    """Progress that raises once an epoch has been logged, before its checkpoint is written."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def start(self, epochs, steps_per_epoch):
+        pass
+
+    def advance(self, steps):
+        pass
+
+    def epoch_done(self, epoch, metrics):
+        if epoch == self.epoch:
+            raise RuntimeError("the machine died")
+
+
+class DroppedWrites(MlflowTracker):
+    """A process killed outright: whatever the tracker had not written yet is lost."""
+
+    def end_run(self, status="FINISHED"):
+        self.pending = type(self.pending)()
+
+
+def test_a_resume_logs_the_epochs_a_hard_kill_lost_from_its_checkpoint(tracking_uri, tmp_path, reference):
+    tracker = DroppedWrites(tracking_uri, flush_every_s=3600)  # nothing written after the start
+    with pytest.raises(RuntimeError, match="machine died"):
+        initmem_core.run(tracker=tracker, progress=DiesAtEpoch(3), **CONFIG)
+    client, [dead] = store_runs(tracking_uri)
+    assert dead.info.status == "RUNNING" and client.get_metric_history(dead.info.run_id, "val_acc") == []
+
+    initmem_core.run(tracking_uri=tracking_uri, resume=True, **CONFIG)  # from the epoch-2 checkpoint
+    assert_matches_reference(tracking_uri, dead.info.run_id, reference, tmp_path)  # epochs 0-2 came from it
+
+
 class SignalAtStep:
     """Progress that sends this process a real signal after a given step."""
 
@@ -163,7 +199,8 @@ def test_checkpoint_holds_the_whole_state_as_plain_data(reference):
     assert state["history"] == history
     assert state["loader"]["generator"].dtype == torch.uint8
     assert {"torch", "python", "numpy"} <= state["rng"].keys()
-    assert len(state["metrics"]["weight-norms"]["rows"]) == 5 * 20  # 5 evaluation points x 20 kernels
+    norms = state["metrics"]["weight-norms"]
+    assert norms["table"].shape == (5, 20, 4) and norms["epochs"].tolist() == [0, 1, 2, 3, 4]  # 5 points x 20 kernels
 
 
 def test_resume_with_another_config_names_the_keys_that_differ(tmp_path):

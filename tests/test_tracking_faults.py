@@ -65,7 +65,7 @@ def status(uri: str, run_id: str) -> str:
 
 
 def test_writes_wait_for_the_store_and_land_once_it_answers(tracking_uri, tmp_path):
-    tracker = MlflowTracker(tracking_uri)
+    tracker = MlflowTracker(tracking_uri, flush_every_s=0)  # write at every logging point
     outage = Outage(tracker.client, until_epoch=1)
     with pytest.warns(RunWarning, match="is not answering") as warned:
         result = initmem_core.run(tracker=tracker, progress=outage, **SMALL)
@@ -130,7 +130,7 @@ class LockForFirstLog:
 def test_a_locked_sqlite_store_does_not_stop_training(tracking_uri):
     lock = LockForFirstLog(tracking_uri[len("sqlite:///"):])
     with pytest.warns(RunWarning, match="database is locked"):
-        result = initmem_core.run(tracking_uri=tracking_uri, progress=lock, **SMALL)
+        result = initmem_core.run(tracker=MlflowTracker(tracking_uri, flush_every_s=0), progress=lock, **SMALL)
     assert result.status == "FINISHED" and [row["epoch"] for row in result.history] == [0, 1, 2, 3]
     assert logged(tracking_uri, result.run_id, result) == expected(result)
     assert status(tracking_uri, result.run_id) == "FINISHED"

@@ -13,9 +13,18 @@ import torch
 from initmem_plugins.initializers.kernels import kernel_parameters
 
 
+COLUMNS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine")
+
+
 class WeightNorms:
+    """Logs the four totals at every evaluation point, and keeps them per layer for
+    ``layer_norms.csv``. The per-layer table lives in tensors, not Python rows: it goes into every
+    checkpoint, and a long run holds epochs x layers of it."""
+
     def __init__(self) -> None:
-        self.rows: list[tuple[int, str, float, float, float, float]] = []
+        self.layers: list[str] = []
+        self.epochs: list[int] = []
+        self.per_layer: list[torch.Tensor] = []  # one [layers, 4] float32 tensor per evaluation point
 
     def compute(self, state) -> dict[str, float]:
         names, weights = zip(*kernel_parameters(state.model))
@@ -32,13 +41,25 @@ class WeightNorms:
             ])
             per_layer = torch.stack([w, w / w0, d / w0, dot / (w * w0)], dim=1)
         # One host sync for all the numbers of this evaluation point.
-        totals, per_layer = totals.tolist(), per_layer.tolist()
-        self.rows.extend((state.epoch, name, *row) for name, row in zip(names, per_layer))
-        return dict(zip(("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine"), totals))
+        totals, per_layer = totals.tolist(), per_layer.float().cpu()
+        self.layers = list(names)
+        self.epochs.append(state.epoch)
+        self.per_layer.append(per_layer)
+        return dict(zip(COLUMNS, totals))
+
+    def state_dict(self) -> dict:
+        table = torch.stack(self.per_layer) if self.per_layer else torch.zeros(0, len(self.layers), len(COLUMNS))
+        return {"layers": list(self.layers), "epochs": torch.tensor(self.epochs, dtype=torch.int64), "table": table}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.layers = list(state["layers"])
+        self.epochs = state["epochs"].tolist()
+        self.per_layer = list(state["table"].unbind(0))
 
     def artifacts(self) -> dict[str, str]:
         out = io.StringIO()
-        out.write("epoch,layer,weight_norm,weight_norm_ratio,init_distance,init_cosine\n")
-        for epoch, name, *values in self.rows:
-            out.write(f"{epoch},{name}," + ",".join(f"{v:.8g}" for v in values) + "\n")
+        out.write("epoch,layer," + ",".join(COLUMNS) + "\n")
+        for epoch, table in zip(self.epochs, self.per_layer):
+            for name, values in zip(self.layers, table.tolist()):
+                out.write(f"{epoch},{name}," + ",".join(f"{v:.8g}" for v in values) + "\n")
         return {"layer_norms.csv": out.getvalue()}
