@@ -327,16 +327,20 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
     # Seconds each run spent in line, per side: inside tracker calls, and saving checkpoints.
     in_line: dict[str, dict[str, list[float]]] = {side: {"tracker": [], "checkpoints": []} for side in
                                                   ("mlflow_checkpoints", "mlflow", "checkpoints")}
+    # CPU seconds of this process (every thread) per run: unlike wall time, not inflated when
+    # another process takes the core, so it tells a 1% cost apart on a shared machine.
+    cpu: dict[str, list[float]] = {"mlflow_checkpoints": [], "mlflow": [], "checkpoints": [], "off": []}
 
     def timed(side: str, tracking: bool, **changes: Any) -> Callable[[], float]:
         def once() -> float:
-            began = time.perf_counter()
+            began, cpu_began = time.perf_counter(), time.process_time()
             if tracking:
                 tracker = TimedTracker(lambda: MlflowTracker(uri, experiment))
                 result = run(config.replace(**changes), tracker=tracker)
             else:
                 result = run(config.replace(**changes), tracking=False)
             seconds = time.perf_counter() - began
+            cpu[side].append(time.process_time() - cpu_began)
             assert result.status == "FINISHED"
             if side in in_line:
                 in_line[side]["tracker"].append(tracker.seconds if tracking else 0.0)
@@ -354,18 +358,23 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
         "off": timed("off", False),
     }
     times = interleaved(sides, plan.tracking_repeats, plan.warmup)
-    for parts in in_line.values():
-        for values in parts.values():
-            del values[:plan.warmup]
+    for values in [*cpu.values(), *(v for parts in in_line.values() for v in parts.values())]:
+        del values[:plan.warmup]
 
-    def overhead(side: str, baseline: str) -> dict[str, Any]:
-        return summary([ratio - 1 for ratio in paired_ratios(times[side], times[baseline])])
+    def overhead(side: str, baseline: str, measure: dict[str, list[float]] = times) -> dict[str, Any]:
+        return summary([ratio - 1 for ratio in paired_ratios(measure[side], measure[baseline])])
 
     overheads = {
         "mlflow": overhead("mlflow", "off"),  # the comparison: tracking on vs off
         "mlflow_with_checkpoints": overhead("mlflow_checkpoints", "checkpoints"),
         "checkpoints": overhead("checkpoints", "off"),
         "default_vs_bare": overhead("mlflow_checkpoints", "off"),
+    }
+    cpu_overheads = {
+        "mlflow": overhead("mlflow", "off", cpu),
+        "mlflow_with_checkpoints": overhead("mlflow_checkpoints", "checkpoints", cpu),
+        "checkpoints": overhead("checkpoints", "off", cpu),
+        "default_vs_bare": overhead("mlflow_checkpoints", "off", cpu),
     }
     tracking_met = max(overheads["mlflow"]["median"], overheads["mlflow_with_checkpoints"]["median"]) <= TARGETS["tracking"]
     return {
@@ -375,6 +384,8 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
         "repeats": plan.tracking_repeats,
         **{name: summary(values) for name, values in times.items()},
         "overhead": overheads,
+        "cpu_seconds": {side: summary(values) for side, values in cpu.items()},
+        "cpu_overhead": cpu_overheads,
         # Seconds the runs spent in line: inside tracker calls (store opened, run created, metrics,
         # texts, artifacts, run ended) and saving checkpoints (serialising; the writes overlap
         # training), as fractions of the untracked run's wall time. The same costs as the overheads
@@ -530,29 +541,30 @@ def print_table(results: dict[str, Any]) -> None:
     if "tracking" in results:
         r = results["tracking"]
 
-        def overhead(stats: dict[str, Any]) -> str:
-            return f"{stats['median']:+.1%} [{stats['min']:+.1%}, {stats['max']:+.1%}]"
+        def overhead(stats: dict[str, Any], cpu: dict[str, Any] | None = None) -> str:
+            text = f"{stats['median']:+.1%} [{stats['min']:+.1%}, {stats['max']:+.1%}]"
+            return text + (f"; cpu {cpu['median']:+.1%}" if cpu else "")
 
-        o = r["overhead"]
+        o, c = r["overhead"], r["cpu_overhead"]
         table.add_row(f"digits run ({r['config']}): mlflow on vs off", _spread(r["mlflow"], "s") + " mlflow",
-                      _spread(r["off"], "s") + " off", "s", overhead(o["mlflow"]), r["target"],
+                      _spread(r["off"], "s") + " off", "s", overhead(o["mlflow"], c["mlflow"]), r["target"],
                       mark[o["mlflow"]["median"] <= TARGETS["tracking"]])
         table.add_row("  the same, both sides checkpointing every epoch",
                       _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints",
-                      _spread(r["checkpoints"], "s") + " checkpoints", "s", overhead(o["mlflow_with_checkpoints"]),
+                      _spread(r["checkpoints"], "s") + " checkpoints", "s", overhead(o["mlflow_with_checkpoints"], c["mlflow_with_checkpoints"]),
                       r["target"], mark[o["mlflow_with_checkpoints"]["median"] <= TARGETS["tracking"]])
         fraction = r["in_line_fraction"]
         table.add_row("  in line: time in tracker calls / untracked run",
                       _spread(r["in_line"]["mlflow"]["tracker"], "s") + " in calls", _spread(r["off"], "s") + " off",
                       "s", f"{fraction['mlflow']['median']:+.1%}", "-", "-")
         table.add_row("  checkpoints every epoch vs none (untracked)", _spread(r["checkpoints"], "s") + " checkpoints",
-                      _spread(r["off"], "s") + " off", "s", overhead(o["checkpoints"]), "-", "-")
+                      _spread(r["off"], "s") + " off", "s", overhead(o["checkpoints"], c["checkpoints"]), "-", "-")
         table.add_row("  in line: time saving checkpoints / untracked run",
                       _spread(r["in_line"]["checkpoints"]["checkpoints"], "s") + " saving",
                       _spread(r["off"], "s") + " off", "s", f"{fraction['checkpoints']['median']:+.1%}", "-", "-")
         table.add_row("  default tracked run vs untracked, no checkpoints",
                       _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints", _spread(r["off"], "s") + " off",
-                      "s", overhead(o["default_vs_bare"]), r["target"], mark[r["default_vs_bare_met"]])
+                      "s", overhead(o["default_vs_bare"], c["default_vs_bare"]), r["target"], mark[r["default_vs_bare_met"]])
         table.add_row("  in line: both / untracked run", "", _spread(r["off"], "s") + " off", "s",
                       f"{fraction['default_vs_bare']['median']:+.1%}", "-", "-")
     if "cli" in results:

@@ -151,10 +151,10 @@ def run(
                     tracker.log_text(to_json(groups), "optimizer_param_groups.json")
             history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
                                      resume_from=resume_from, stop=stop)
-        if checkpoints:
-            checkpoints.wait()  # written in the background: a run is not FINISHED before its checkpoint
         tracker.log_metrics(summary, step=config.epochs)
-        _log_final_artifacts(tracker, setup)
+        _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
+        if checkpoints:
+            checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
         status = "FINISHED"
         return RunResult(config, run_id, status, summary, history, setup.model,
                          checkpoints.seconds_waited if checkpoints else 0.0)

@@ -119,3 +119,16 @@ def test_device_tensors_are_packed_into_cpu_buffers():
     assert all(buffer.device.type == "cpu" for buffer in packed["buffers"].values())
     restored = unpack(packed)
     assert torch.equal(restored["w"], state["w"].cpu()) and torch.equal(restored["step"], state["step"])
+
+
+def test_the_last_two_checkpoints_are_kept_and_leftovers_go_at_the_first_write(tmp_path):
+    (tmp_path / "ckpt-e000009-s000000.pt").write_bytes(b"an earlier run's")
+    (tmp_path / ".ckpt-e000001-s000000.pt.123.tmp").write_bytes(b"a crash's half-written file")
+    store = CheckpointStore(tmp_path)
+    for epoch in range(1, 6):
+        store.save({"format": FORMAT, "config": {}, "config_hash": "abc", "run_id": None, "epoch": epoch, "step": 0,
+                    "model": {"w": torch.full((2,), float(epoch))}, "optimizer": {}, "scheduler": {}})
+        store.wait()
+        assert len(list(tmp_path.iterdir())) == min(epoch, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e000004-s000000.pt", "ckpt-e000005-s000000.pt"]
+    assert torch.equal(read_checkpoint(tmp_path / "ckpt-e000004-s000000.pt")["model"]["w"], torch.full((2,), 4.0))
