@@ -86,28 +86,39 @@ def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
 
 
 def capture(payload: dict[str, Any]) -> dict[str, Any]:
-    """What goes into the file: the header as it is, the training state packed. Packing copies
-    every tensor, so the result no longer changes with training and can be written at leisure."""
+    """What goes into the file: the header as it is, the training state packed (the history as
+    rows, or already as ``history_columns``). Packing copies every tensor, so the result no longer
+    changes with training and can be written at leisure."""
     header_part = {key: payload[key] for key in HEADER if key in payload}
     state = {key: value for key, value in payload.items() if key not in header_part}
-    if "history" in state:
+    if isinstance(state.get("history"), list):
         state["history"] = history_columns(state["history"])
     return {**header_part, "format": FORMAT, "packed": pack(state)}
 
 
-def history_columns(rows: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+def history_columns(rows: list[dict[str, Any]], before: Any = None) -> dict[str, Any] | list[dict[str, Any]]:
     """The epoch rows as one float64 table (exact for Python floats and ints below 2**53): a long
     run's history, pickled row by row, would cost a Python object per value at every checkpoint.
-    Rows holding anything but numbers are kept as they are."""
-    keys = list(dict.fromkeys(key for row in rows for key in row))
-    if not keys or not all(type(value) in (int, float) for row in rows for value in row.values()):
+    Rows holding anything but numbers are kept as they are. ``before``: this function's table of
+    the first rows of the same append-only history; only the rows after them are converted."""
+    if not (isinstance(before, dict) and before["rows"] <= len(rows)):
+        before = None
+    new = rows[before["rows"]:] if before else rows
+    if not all(type(value) in (int, float) for row in new for value in row.values()):
         return rows
-    return {
-        "keys": keys,
-        "values": torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in rows], dtype=torch.float64),
-        "present": torch.tensor([[key in row for key in keys] for row in rows], dtype=torch.bool),
-        "integer": [all(type(row[key]) is int for row in rows if key in row) for key in keys],
-    }
+    keys = list(dict.fromkeys([*(before["keys"] if before else []), *(key for row in new for key in row)]))
+    if not keys:
+        return rows
+    shape = (len(new), len(keys))
+    values = torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in new], dtype=torch.float64).reshape(shape)
+    present = torch.tensor([[key in row for key in keys] for row in new], dtype=torch.bool).reshape(shape)
+    integer = [all(type(row[key]) is int for row in new if key in row) for key in keys]
+    if before:  # earlier rows lack any key that appeared since: absent there
+        added = len(keys) - len(before["keys"])
+        values = torch.cat([torch.cat([before["values"], values.new_zeros(before["rows"], added)], 1), values])
+        present = torch.cat([torch.cat([before["present"], present.new_zeros(before["rows"], added)], 1), present])
+        integer = [old and now for old, now in zip([*before["integer"], *[True] * added], integer)]
+    return {"rows": len(rows), "keys": keys, "values": values, "present": present, "integer": integer}
 
 
 def history_rows(history: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,6 +140,7 @@ class CheckpointStore:
         self.previous: Path | None = None  # the last good file; kept when the next one is written
         self._before_previous: Path | None = None  # deleted when the next one is written
         self._swept = False  # whether a write has cleared out the folder yet
+        self._history: Any = None  # the history table of the last save, extended by the next
         self._writer: threading.Thread | None = None
         self._write_error: BaseException | None = None
         self.seconds_waited = 0.0  # what saving cost the caller: capturing, and waiting for writes
@@ -142,6 +154,9 @@ class CheckpointStore:
         self.wait()
         began = time.perf_counter()
         path = self.folder / f"ckpt-e{payload['epoch']:06d}-s{payload['step']:06d}.pt"
+        if "history" in payload:  # append-only: convert only the rows added since the last save
+            self._history = history_columns(payload["history"], self._history)
+            payload = {**payload, "history": self._history}
         captured = capture(payload)
         self._writer = threading.Thread(target=self._write_in_background, args=(path, captured),
                                         name=f"initmem-checkpoint-{path.name}")
@@ -191,7 +206,7 @@ class CheckpointStore:
     def start_fresh(self, epochs: int) -> None:
         """A new run of this config: its first save replaces the files here (not before, so that
         stopping it at once leaves an earlier killed run resumable). Warns if one is unfinished."""
-        self.previous, self._before_previous, self._swept = None, None, False
+        self.previous, self._before_previous, self._swept, self._history = None, None, False, None
         files = self.files()
         done = int(NAME.fullmatch(files[-1].name).group(1)) if files else epochs
         if done < epochs:

@@ -132,3 +132,16 @@ def test_the_last_two_checkpoints_are_kept_and_leftovers_go_at_the_first_write(t
         assert len(list(tmp_path.iterdir())) == min(epoch, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e000004-s000000.pt", "ckpt-e000005-s000000.pt"]
     assert torch.equal(read_checkpoint(tmp_path / "ckpt-e000004-s000000.pt")["model"]["w"], torch.full((2,), 4.0))
+
+
+def test_a_growing_history_is_extended_row_by_row_to_the_same_table():
+    rows = [{"epoch": 0, "val_acc": 0.1}]
+    table = history_columns(rows)
+    rows += [{"epoch": 1, "val_acc": 0.2, "tau": 3}, {"epoch": 2, "val_acc": 0.25, "tau": 2.5}]
+    extended = history_columns(rows, table)
+    whole = history_columns(rows)
+    assert extended["keys"] == whole["keys"] == ["epoch", "val_acc", "tau"] and extended["rows"] == 3
+    assert torch.equal(extended["values"], whole["values"]) and torch.equal(extended["present"], whole["present"])
+    assert extended["integer"] == whole["integer"] == [True, False, False]
+    assert history_rows(extended) == rows
+    assert history_columns(rows[:1], extended)["rows"] == 1  # not a continuation: converted afresh
