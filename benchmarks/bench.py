@@ -458,6 +458,23 @@ def bench_cli(plan: Plan) -> dict[str, Any]:
 
 # -- the machine -----------------------------------------------------------------------------------------
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat; ``None`` off Linux."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time the hypervisor gave to other machines: on a shared VM, the part of a
+    wall-time difference that is neither side's doing."""
+    if not before or not after or after[1] == before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def machine(args: argparse.Namespace) -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     try:
@@ -640,7 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="initmem-bench-") as folder:
         for section in sections:
             print(f"[{time.perf_counter() - began:6.1f} s] {section} ...", file=sys.stderr, flush=True)
-            section_began = time.perf_counter()
+            section_began, ticks = time.perf_counter(), cpu_ticks()
             if section == "train":
                 results["train"] = {arch: bench_train(arch, plan, args) for arch in args.archs.split(",")
                                     if arch.strip()}
@@ -652,9 +669,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 results["cli"] = bench_cli(plan)
             results["section_seconds"][section] = time.perf_counter() - section_began
             results["machine"][f"load_average_after_{section}"] = list(os.getloadavg())
+            results["machine"][f"cpu_steal_during_{section}"] = steal_share(ticks, cpu_ticks())
             save()
     text = save()
     print_table(results)
+    steal = {section: results["machine"].get(f"cpu_steal_during_{section}") for section in sections}
+    if any(share is not None for share in steal.values()):
+        print("CPU steal (time the hypervisor gave other machines) during: "
+              + ", ".join(f"{section} {share:.0%}" for section, share in steal.items() if share is not None)
+              + "; above a few %, wall-time differences of a few % are noise")
     print(text)
     return results
 
