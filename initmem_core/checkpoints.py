@@ -9,8 +9,9 @@ per tensor, and a checkpoint holds hundreds of small ones).
 
 Saving is split so that training waits only for what must happen before the state moves on:
 the state is captured (packed, which copies it) on the caller's thread, and the file is encoded,
-written, synced and renamed on a background thread while training continues. One write is in flight at most; ``wait()`` blocks
-until it is on disk and raises what went wrong with it (a full disk, say).
+written, synced and renamed on a background thread while training continues. One write is in
+flight at most; ``wait()`` blocks until it is on disk and raises what went wrong with it (a
+full disk, say).
 
 A run's checkpoints live in ``<root>/<config hash>/`` (root: ``--checkpoint-dir``, else
 ``initmem-checkpoints`` beside the SQLite database or in the current folder), named
@@ -110,7 +111,8 @@ def history_columns(rows: list[dict[str, Any]], before: Any = None) -> dict[str,
     if not keys:
         return rows
     shape = (len(new), len(keys))
-    values = torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in new], dtype=torch.float64).reshape(shape)
+    values = torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in new],
+                          dtype=torch.float64).reshape(shape)
     present = torch.tensor([[key in row for key in keys] for row in new], dtype=torch.bool).reshape(shape)
     integer = [all(type(row[key]) is int for row in new if key in row) for key in keys]
     if before:  # earlier rows lack any key that appeared since: absent there
