@@ -101,7 +101,13 @@ def initmem_register_metrics(register):
     ``compute(state) -> dict[str, float]``, called once at initialization (epoch 0) and after
     every epoch with an ``EvalState`` (``model``, ``initial_params``, ``epoch``, ``history``,
     ``config``, ``dataset``, ``device``), and optionally ``summarize(history) -> dict[str, float]``
-    called once at the end. Returned names become MLflow metrics.
+    called once at the end. Returned names become MLflow metrics. Optional too:
+    ``artifacts() -> dict[str, str]``, text files logged with the run at its end (``weight-norms``
+    writes ``layer_norms.csv``); and, for a metric that accumulates across epochs,
+    ``state_dict()``/``load_state_dict(state)`` of plain data and tensors, saved in every
+    checkpoint so that a resumed run continues it (without them, its attributes are saved when
+    they are plain data). Keep large accumulations in tensors: they are packed into the
+    checkpoint in one piece, where Python lists are pickled value by value at every epoch.
 
     Example::
 

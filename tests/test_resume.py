@@ -56,6 +56,9 @@ def assert_matches_reference(uri, run_id, reference, tmp_path):
     path = client.download_artifacts(run_id, "final_weights.pt", str(tmp_path))
     final = torch.load(path, weights_only=True)
     assert final.keys() == weights.keys() and all(torch.equal(final[k], weights[k]) for k in final)
+    # The per-layer table went through the checkpoint too: every evaluation point, not just the resumed ones.
+    table = Path(client.download_artifacts(run_id, "layer_norms.csv", str(tmp_path))).read_text().splitlines()
+    assert [int(line.split(",")[0]) for line in table[1:]] == [epoch for epoch in range(5) for _ in range(20)]
 
 
 def start_cli_run(uri: str) -> subprocess.Popen:
