@@ -29,16 +29,22 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
+def processes() -> Iterator[tuple[int, str, str, int]]:
+    """(pid, name, state, parent pid) of every process, from /proc (Linux)."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
             except OSError:  # exited meanwhile
                 continue
-            parent = int(stat[stat.rindex(")") + 2:].split()[1])
-            tree.setdefault(parent, []).append(int(entry.name))
+            name, (state, parent) = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()[:2]
+            yield int(entry.name), name, state, int(parent)
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for pid, _, _, parent in processes():
+        tree.setdefault(parent, []).append(pid)
     return tree
 
 

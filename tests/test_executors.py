@@ -34,7 +34,7 @@ from initmem_core.executors.base import CellTask, RetriedCellProgress  # noqa: E
 from initmem_core.executors.remote_cell import run_remote_cell  # noqa: E402
 from initmem_core.executors.slurm import ProgressFile  # noqa: E402
 from initmem_core.plugins import load_registry, set_registry  # noqa: E402
-from local_services import mlflow_server, ray_head  # noqa: E402
+from local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
 SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128", "--batch-size", "32",
@@ -189,17 +189,8 @@ def test_slurm_through_submitits_local_executor_runs_a_sweep_and_requeues_a_pree
 
 def ray_children() -> list[str]:
     """Ray's processes started by this process (a local instance's are its children)."""
-    ours = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # exited meanwhile
-                continue
-            name, (state, parent) = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()[:2]
-            if int(parent) == os.getpid() and name in ("gcs_server", "raylet") and state != "Z":
-                ours.append(name)
-    return ours
+    return [name for _, name, state, parent in processes()
+            if parent == os.getpid() and name in ("gcs_server", "raylet") and state != "Z"]
 
 
 def test_ray_without_an_address_starts_its_own_instance_and_stops_it(server, monkeypatch, tmp_path):
