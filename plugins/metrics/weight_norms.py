@@ -24,7 +24,7 @@ class WeightNorms:
     def __init__(self) -> None:
         self.layers: list[str] = []
         self.epochs: list[int] = []
-        self.per_layer: list[torch.Tensor] = []  # one [layers, 4] float32 tensor per evaluation point
+        self.per_layer: list[torch.Tensor] = []  # one [layers, 4] tensor per evaluation point, on the CPU
 
     def compute(self, state) -> dict[str, float]:
         names, weights = zip(*kernel_parameters(state.model))
@@ -41,11 +41,11 @@ class WeightNorms:
             ])
             per_layer = torch.stack([w, w / w0, d / w0, dot / (w * w0)], dim=1)
         # One host sync for all the numbers of this evaluation point.
-        totals, per_layer = totals.tolist(), per_layer.float().cpu()
+        on_host = torch.cat([totals, per_layer.reshape(-1)]).cpu()
         self.layers = list(names)
         self.epochs.append(state.epoch)
-        self.per_layer.append(per_layer)
-        return dict(zip(COLUMNS, totals))
+        self.per_layer.append(on_host[len(COLUMNS):].view(len(names), len(COLUMNS)))
+        return dict(zip(COLUMNS, on_host[:len(COLUMNS)].tolist()))
 
     def state_dict(self) -> dict:
         table = torch.stack(self.per_layer) if self.per_layer else torch.zeros(0, len(self.layers), len(COLUMNS))
