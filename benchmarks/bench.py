@@ -49,8 +49,8 @@ import torch.nn.functional as F
 
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
-from initmem_core.loaders import DeviceLoader, EvalLoader, TorchvisionLoader
-from initmem_core.training import TrainingSetup, build_setup, train
+from initmem_core.training.loaders import DeviceLoader, EvalLoader, TorchvisionLoader
+from initmem_core.training.loop import TrainingSetup, build_setup, train
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -314,7 +314,8 @@ class TimedTracker:
 
 def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from initmem_core import run
-    from initmem_core.tracking import MlflowTracker, ensure_experiment, open_client
+    from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.tracking.tracker import MlflowTracker
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     experiment = "bench"

@@ -31,10 +31,10 @@ from typing import Any, Callable
 import torch
 
 from initmem_core import get_registry
-from initmem_core.checkpoints import CheckpointStore, capture, header, history_columns
-from initmem_core.clocks import ForgettingClocks
+from initmem_core.training.checkpoints import CheckpointStore, capture, header, history_columns
+from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.config import RunConfig
-from initmem_core.training import EpochSums, build_setup, snapshot
+from initmem_core.training.loop import EpochSums, build_setup, snapshot
 
 
 def best_milliseconds(function: Callable[[], Any], rounds: int = 15) -> float:

@@ -76,12 +76,12 @@ def main() -> None:
 
     import time
 
-    from initmem_core.findings import evaluate_findings
-    from initmem_core.presets import preset_spec
-    from initmem_core.records import load_sweep_records
-    from initmem_core.report import build_report, to_markdown
-    from initmem_core.plots import write_plots
-    from initmem_core.sweep import run_sweep
+    from initmem_core.report.findings import evaluate_findings
+    from initmem_core.sweep.presets import preset_spec
+    from initmem_core.tracking.records import load_sweep_records
+    from initmem_core.report.memory import build_report, to_markdown
+    from initmem_core.report.plots import write_plots
+    from initmem_core.sweep.launch import run_sweep
 
     console = Console()
     seconds = None

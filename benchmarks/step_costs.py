@@ -3,7 +3,7 @@
     python benchmarks/step_costs.py [--device cpu|cuda] [--batch-size 128] [--threads 1]
 
 ``bench.py`` compares whole epochs; this itemises the per-step work initmem's loop
-(``initmem_core.training.train``) does beyond a bare loop, each piece timed alone on the real
+(``initmem_core.training.loop.train``) does beyond a bare loop, each piece timed alone on the real
 objects ``build_setup`` makes (best of several rounds of many calls, so noise from other
 processes inflates nothing). On the CPU a step runs the model synchronously, so these costs
 add to the step; on a GPU they matter only while the host, not the device, is the bottleneck
@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from initmem_core import get_registry
-from initmem_core.clocks import ForgettingClocks
+from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.config import RunConfig
-from initmem_core.training import build_setup
+from initmem_core.training.loop import build_setup
 
 
 def best_microseconds(function: Callable[[], Any], calls: int = 2000, rounds: int = 7) -> float:
@@ -93,8 +93,8 @@ def main() -> None:
         "bare batch (x[rows], y[rows], pre-normalised)": bare_batch,
     }
     try:  # the per-step divergence check and signal check, where this version of the loop has them
-        from initmem_core.divergence import LossGuard
-        from initmem_core.stop_signals import StopSignals
+        from initmem_core.training.divergence import LossGuard
+        from initmem_core.training.stop_signals import StopSignals
 
         guard, stop = LossGuard(device), StopSignals()
         items["LossGuard.tripped(loss) (divergence check)"] = lambda: guard.tripped(loss)

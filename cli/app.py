@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from initmem_core.plugins import STRICT_ENV, set_registry
+from initmem_core.plugin_system.loader import STRICT_ENV, set_registry
 
-from .errors import one_line_warnings
+from .errors import OneLineUsageErrors, one_line_warnings
 from .new_plugin import new_plugin_command
 from .plugins import plugins_command
 from .presets import presets_app
@@ -25,6 +25,7 @@ from .ui import ui_command
 
 app = typer.Typer(
     name="initmem",
+    cls=OneLineUsageErrors,
     help="Experiments on how training forgets its initialization scale sigma_w.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,

@@ -8,9 +8,15 @@ import warnings
 from typing import Any, Callable
 
 import typer
+from typer.core import TyperGroup
+
+try:  # recent Typer carries its own copy of Click, whose exceptions are not click's
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:
+    from click.exceptions import NoArgsIsHelpError, UsageError
 
 from initmem_core.errors import InitmemError, RunWarning
-from initmem_core.plugins import PluginLoadWarning
+from initmem_core.plugin_system.loader import PluginLoadWarning
 
 USER_ERROR = 2
 
@@ -31,6 +37,20 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise fail(str(error)) from None
 
     return wrapper
+
+
+class OneLineUsageErrors(TyperGroup):
+    """Click's own usage errors (a value not among an option's choices, a missing argument, an
+    unknown command) as one line on stderr with exit code 2, like every other user error."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise  # shows the command's help
+        except UsageError as error:
+            where = error.ctx.command_path if error.ctx else ctx.command_path
+            raise fail(f"{error.format_message()} (see `{where} --help`)") from None
 
 
 def one_line_warnings() -> None:

@@ -7,18 +7,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from initmem_core.hookspecs import COMPONENT_KINDS
+from initmem_core.kinds import KIND_NAMES
 
 from .errors import user_errors
 
 
 def complete_kind(incomplete: str) -> list[str]:
-    return [kind for kind in COMPONENT_KINDS if kind.startswith(incomplete)]
+    return [kind for kind in KIND_NAMES if kind.startswith(incomplete)]
 
 
 @user_errors
 def new_plugin_command(
-    kind: Annotated[str, typer.Argument(metavar="KIND", help=f"Kind of component: {', '.join(COMPONENT_KINDS)}",
+    kind: Annotated[str, typer.Argument(metavar="KIND", help=f"Kind of component: {', '.join(KIND_NAMES)}",
                                         autocompletion=complete_kind, show_default=False)],
     name: Annotated[str, typer.Argument(metavar="NAME", help="Component name users will type, e.g. sign-sgd",
                                         show_default=False)],
@@ -26,15 +26,14 @@ def new_plugin_command(
         "--dir", help="Folder to create (default: ./initmem-<name>); must not exist")] = None,
 ) -> None:
     """Create a plugin package, e.g. `initmem new-plugin optimizer sign-sgd`."""
-    from initmem_core.plugins import get_registry
-    from initmem_core.scaffold import KIND_TEMPLATES, create_plugin
+    from initmem_core.plugin_system.loader import get_registry
+    from initmem_core.plugin_system.scaffold import create_plugin, run_options
 
     folder, written = create_plugin(kind, name, directory, get_registry())
     typer.echo(f"Created the {kind} plugin '{name}' in {folder}:")
     for path in written:
         typer.echo(f"  {path.relative_to(folder)}")
-    usage = KIND_TEMPLATES[kind].run_options.format(name=name)
     typer.echo("Next:\n"
                f"  pip install -e {folder}\n"
                f"  python -m pytest {folder}\n"
-               f"  initmem run {usage} --epochs 1")
+               f"  initmem run {run_options(kind, name)} --epochs 1")

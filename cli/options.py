@@ -14,18 +14,20 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from initmem_core.config import FIELDS, field_type
+from initmem_core.kinds import BY_FIELD, flag_for
+from initmem_core.tracking.store import DEFAULT_EXPERIMENT
 
-#: Option names that differ from the field name.
-FLAG_NAMES = {"metrics": "--metric"}
+TRACKING = "Tracking"
 
-
-def flag_for(name: str) -> str:
-    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+#: The options every command that reads or writes the tracking store shares.
+TrackingUri = Annotated[Optional[str], typer.Option(
+    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)]
+Experiment = Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)]
 
 
 def complete_component(kind: str) -> Callable[[str], list[str]]:
     def complete(incomplete: str) -> list[str]:
-        from initmem_core.plugins import get_registry
+        from initmem_core.plugin_system.loader import get_registry
 
         return [n for n in get_registry().names(kind) if n.startswith(incomplete)]
 
@@ -53,7 +55,7 @@ def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Param
     option = typer.Option(
         flag_for(name), help=help_text, rich_help_panel=meta["panel"], metavar=metavar,
         show_default=(",".join(default) if isinstance(default, tuple) else str(default)) or "none",
-        autocompletion=complete_component(meta["kind"]) if meta["kind"] else None,
+        autocompletion=complete_component(BY_FIELD[name].name) if name in BY_FIELD else None,
     )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[annotation, option])

@@ -12,15 +12,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from initmem_core.hookspecs import COMPONENT_KINDS
-from initmem_core.plugins import get_registry
+from initmem_core.kinds import KIND_NAMES
+from initmem_core.plugin_system.loader import get_registry
 
 from .errors import user_errors
 
 
 def plugins_report(registry) -> dict:
     """The listing as plain data: the JSON output, and what the table shows."""
-    order = list(COMPONENT_KINDS)
+    order = list(KIND_NAMES)
     specs = sorted(registry.all_specs(), key=lambda s: (order.index(s.kind), s.name))
     return {
         "components": [

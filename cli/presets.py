@@ -20,8 +20,8 @@ def list_presets(ctx: typer.Context) -> None:
     """List every preset with its grid: cells, groups and what varies."""
     if ctx.invoked_subcommand:
         return
-    from initmem_core.grid import expand, group_keys
-    from initmem_core.presets import preset_description, preset_names, preset_spec
+    from initmem_core.sweep.grid import expand, group_keys
+    from initmem_core.sweep.presets import preset_description, preset_names, preset_spec
 
     table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)")
     for column in ("preset", "cells", "groups", "varies", "description"):
@@ -39,6 +39,6 @@ def list_presets(ctx: typer.Context) -> None:
 @user_errors
 def show_preset(name: Annotated[str, typer.Argument(help="Preset name, e.g. paper-mini")]) -> None:
     """Print a preset's sweep file: `initmem presets show paper-mini > sweep.toml`, edit, `--config sweep.toml`."""
-    from initmem_core.presets import preset_text
+    from initmem_core.sweep.presets import preset_text
 
     typer.echo(preset_text(name), nl=False)

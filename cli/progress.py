@@ -8,7 +8,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 
 class RunProgress:
-    """Implements ``initmem_core.training.Progress`` on top of ``rich.progress.Progress``."""
+    """Implements ``initmem_core.training.loop.Progress`` on top of ``rich.progress.Progress``."""
 
     def __init__(self, console: Console | None = None, label: str = "train"):
         self.label = label

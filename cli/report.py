@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,14 +11,19 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import user_errors
+from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 
-FORMATS = ("table", "markdown", "csv", "json")
-TRACKING = "Tracking"
+
+class ReportFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    csv = "csv"
+    json = "json"
 
 
 def rich_tables(report, name: str) -> list[Table]:
     """The full table in two halves that fit a terminal: the selected predictor, then weights and clocks."""
-    from initmem_core.report import TABLE_COLUMNS, formatted, table_rows
+    from initmem_core.report.memory import TABLE_COLUMNS, formatted, table_rows
 
     columns = [c for c, _, _ in TABLE_COLUMNS]
     split = columns.index("weight_norm")
@@ -39,20 +45,18 @@ def rich_tables(report, name: str) -> list[Table]:
 @user_errors
 def report_command(
     sweep: Annotated[str, typer.Argument(help="Sweep name or parent run id")],
-    format: Annotated[str, typer.Option("--format", "-f", help=f"Output format: {', '.join(FORMATS)}")] = "table",
+    format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format")] = ReportFormat.table,
     out: Annotated[Optional[Path], typer.Option(help="Folder for the table and plots (default: initmem-output/<name>)")] = None,
-    experiment: Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)] = "initmem",
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)] = None,
+    experiment: Experiment = DEFAULT_EXPERIMENT,
+    tracking_uri: TrackingUri = None,
 ) -> None:
     """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
     from initmem_core.errors import ConfigError
-    from initmem_core.records import load_sweep_records
-    from initmem_core.report import build_report, to_csv, to_json, to_markdown
-    from initmem_core.report_files import write_report_files
-    from initmem_core.sweep import DEFAULT_OUTPUT
+    from initmem_core.tracking.records import load_sweep_records
+    from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
+    from initmem_core.report.files import write_report_files
+    from initmem_core.sweep.grid import DEFAULT_OUTPUT
 
-    if format not in FORMATS:
-        raise ConfigError(f"--format: unknown value '{format}'; valid values: {', '.join(FORMATS)}")
     name, records = load_sweep_records(sweep, tracking_uri, experiment)
     if not records:
         raise ConfigError(f"sweep '{name}' has no cells yet; launch it with `initmem sweep --name {name} ...`")
@@ -61,8 +65,8 @@ def report_command(
     # Machine-readable formats own stdout; where the files went is said on stderr.
     text = {"markdown": lambda: to_markdown(report, f"Initialization memory: sweep {name}"),
             "csv": lambda: to_csv(report), "json": lambda: to_json(report)}
-    if format in text:
-        typer.echo(text[format](), nl=False)
+    if format.value in text:
+        typer.echo(text[format.value](), nl=False)
     else:
         Console().print(*rich_tables(report, name))
     Console(stderr=True).print(f"table and plots written to {files[0].parent}")

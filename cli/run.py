@@ -12,9 +12,8 @@ from rich.table import Table
 from initmem_core.config import EXEC, from_mapping, load_toml
 
 from .errors import fail, user_errors
-from .options import with_config_options
+from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
 
-TRACKING = "Tracking"
 SUMMARY_KEYS = ("best_val_test_acc", "best_val_epoch", "final_test_acc", "tau_interp", "repair_gap")
 FINAL_KEYS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine",
               "clock_sgd", "clock_l2", "clock_adapt")
@@ -47,14 +46,14 @@ def summary_table(result) -> Table:
 def run_command(
     config_values: dict[str, Any],
     config: Annotated[Optional[Path], typer.Option("--config", help="TOML file of run options; options given here override it", rich_help_panel="Configuration")] = None,
-    experiment: Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)] = "initmem",
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)] = None,
+    experiment: Experiment = DEFAULT_EXPERIMENT,
+    tracking_uri: TrackingUri = None,
     no_tracking: Annotated[bool, typer.Option("--no-tracking", help="Run without writing to MLflow", rich_help_panel=TRACKING)] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue this config's killed run from its last checkpoint, in the same MLflow run", rich_help_panel=EXEC)] = False,
 ) -> None:
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
-    from initmem_core.training import Diverged, Stopped
+    from initmem_core import Diverged, Stopped
 
     from .progress import RunProgress
 

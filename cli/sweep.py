@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -9,10 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import fail, user_errors
-from .options import with_config_options
+from initmem_core.sweep.executors import EXECUTORS
 
-SWEEP, EXECUTOR, TRACKING = "Sweep", "Executor", "Tracking"
+from .errors import fail, user_errors
+from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
+
+SWEEP, EXECUTOR = "Sweep", "Executor"
+ExecutorName = Enum("ExecutorName", {name: name for name in EXECUTORS}, type=str)
 #: Each executor option, and the executors it applies to.
 EXECUTOR_OPTIONS = {
     "workers": ("--workers", ("local",)), "ray_address": ("--ray-address", ("ray",)),
@@ -21,12 +25,6 @@ EXECUTOR_OPTIONS = {
     "slurm_time": ("--slurm-time", ("slurm",)), "slurm_option": ("--slurm-option", ("slurm",)),
     "slurm_local": ("--slurm-local", ("slurm",)),
 }
-
-
-def complete_executor(incomplete: str) -> list[str]:
-    from initmem_core.executors import EXECUTORS
-
-    return [name for name in EXECUTORS if name.startswith(incomplete)]
 
 
 def sbatch_options(items: list[str]) -> dict[str, str]:
@@ -44,10 +42,8 @@ def sbatch_options(items: list[str]) -> dict[str, str]:
 def build_executor(name: str, out: Path, given: dict[str, Any]):
     """The executor, from the executor options the user gave (``None``: not given)."""
     from initmem_core.errors import ConfigError
-    from initmem_core.executors import EXECUTORS, make_executor
+    from initmem_core.sweep.executors import make_executor
 
-    if name not in EXECUTORS:
-        return make_executor(name)  # says which names are valid
     given = {key: value for key, value in given.items() if value not in (None, False, [])}
     for key in given:
         flag, executors = EXECUTOR_OPTIONS[key]
@@ -63,22 +59,20 @@ def build_executor(name: str, out: Path, given: dict[str, Any]):
     return make_executor(name, **options)
 
 
-def dry_run_table(spec, cells) -> Table:
-    from initmem_core.grid import group_keys
-
-    varying = spec.varying
+def dry_run_table(plan) -> Table:
+    varying = plan.spec.varying
     table = Table(title="dry run: nothing is run")
     table.add_column("#", justify="right")
     for field in varying:
         table.add_column(field, justify="right")
     table.add_column("group")
-    for index, (cell, key) in enumerate(zip(cells, group_keys(cells)), 1):
+    for index, (cell, key) in enumerate(zip(plan.cells, plan.groups), 1):
         table.add_row(str(index), *(str(getattr(cell, f)) for f in varying), key)
     return table
 
 
 def groups_table(report) -> Table:
-    from initmem_core.report import formatted
+    from initmem_core.report.memory import formatted
 
     table = Table(title="initialization memory per group")
     for header in ("group", "spread pp", "best σ", "worst σ", "σ never interpolated", "failed"):
@@ -107,7 +101,7 @@ def sweep_command(
     name: Annotated[Optional[str], typer.Option(help="Sweep name (default: generated from the grid, and printed); relaunching a name resumes that sweep", rich_help_panel=SWEEP)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells and the estimated work; run nothing", rich_help_panel=SWEEP)] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for the report's table and plots (default: initmem-output/<name>)", rich_help_panel=SWEEP)] = None,
-    executor_name: Annotated[str, typer.Option("--executor", help="Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm need a tracking server (see docs/distributed.md)", autocompletion=complete_executor, rich_help_panel=EXECUTOR)] = "local",
+    executor_name: Annotated[ExecutorName, typer.Option("--executor", help="Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm need a tracking server http://host:port (see docs/distributed.md)", rich_help_panel=EXECUTOR)] = ExecutorName.local,
     workers: Annotated[Optional[int], typer.Option(min=1, help="local: cells run in parallel, each in its own process with an equal share of the CPU threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
     ray_address: Annotated[Optional[str], typer.Option(help="ray: the cluster to join, auto (the one this machine is part of) or host:port", show_default="start a Ray instance on this machine", rich_help_panel=EXECUTOR)] = None,
     cpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: CPUs each cell gets; torch uses as many threads unless --threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
@@ -117,8 +111,8 @@ def sweep_command(
     slurm_time: Annotated[Optional[int], typer.Option(min=1, help="slurm: time limit of each cell's job, in minutes; a cell that reaches it is requeued and resumes", show_default="60", rich_help_panel=EXECUTOR)] = None,
     slurm_option: Annotated[Optional[list[str]], typer.Option(help="slurm: any other sbatch option as KEY=VALUE, e.g. account=myproject, qos=high, mem=32G; repeat for more", rich_help_panel=EXECUTOR)] = None,
     slurm_local: Annotated[bool, typer.Option("--slurm-local", help="slurm: run the jobs as processes on this machine (submitit's LocalExecutor), to try a sweep where there is no Slurm", rich_help_panel=EXECUTOR)] = False,
-    experiment: Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)] = "initmem",
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db; a server http://host:port for ray and slurm)", rich_help_panel=TRACKING)] = None,
+    experiment: Experiment = DEFAULT_EXPERIMENT,
+    tracking_uri: TrackingUri = None,
 ) -> None:
     """Run a grid of runs, e.g. `initmem sweep --sigma 0.1:2.5:7 --opt sgd,adam --workers 2`.
 
@@ -126,47 +120,44 @@ def sweep_command(
 
     Any run option takes a list (a,b,c) or, for numbers, a range start:stop:count.
     """
-    from initmem_core.grid import SweepSpec, default_name, estimate_work, expand, group_keys, spec_from_toml, spec_from_values
-    from initmem_core.plugins import get_registry
-    from initmem_core.presets import preset_spec
-    from initmem_core.records import check_sweep_name
-    from initmem_core.sweep import DEFAULT_OUTPUT, run_sweep
+    from initmem_core.plugin_system.loader import get_registry
+    from initmem_core.sweep.grid import SweepSpec, estimate_work, plan_sweep, spec_from_toml, spec_from_values
+    from initmem_core.sweep.launch import run_sweep
+    from initmem_core.sweep.presets import preset_spec
 
     spec = preset_spec(preset) if preset else SweepSpec()
     if config:
         spec = spec.override(spec_from_toml(config)) if preset else spec_from_toml(config)
     spec = spec.override(spec_from_values(config_values))
-    cells = expand(spec, get_registry())
-    name = check_sweep_name(name or spec.name or default_name(spec))
-    out = out or DEFAULT_OUTPUT / name
-    executor = build_executor(executor_name, out, {
+    plan = plan_sweep(spec, name=name, out=out, registry=get_registry())
+    executor = build_executor(executor_name.value, plan.out, {
         "workers": workers, "ray_address": ray_address, "cpus_per_cell": cpus_per_cell,
         "gpus_per_cell": gpus_per_cell, "max_retries": max_retries, "slurm_partition": slurm_partition,
         "slurm_time": slurm_time, "slurm_option": slurm_option, "slurm_local": slurm_local})
     console = Console()
-    console.print(f"sweep [bold]{name}[/bold]")
+    console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
-        console.print(dry_run_table(spec, cells))
-        groups = len(set(group_keys(cells)))
-        console.print(f"{len(cells)} cells in {groups} group(s); estimated work: {estimate_work(cells)}")
+        console.print(dry_run_table(plan))
+        groups = len(set(plan.groups))
+        console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {estimate_work(plan.cells)}")
         return
 
     from .sweep_progress import SweepDisplay
 
     where = f"{workers or 1} worker(s)" if executor.name == "local" else f"executor {executor.name}"
-    console.print(f"{len(cells)} cells, {where}")
+    console.print(f"{len(plan.cells)} cells, {where}")
     try:
         with SweepDisplay(console) as display:
-            result = run_sweep(spec, name=name, executor=executor, tracking_uri=tracking_uri,
-                               experiment=experiment, progress=display, out=out)
+            result = run_sweep(plan, executor=executor, tracking_uri=tracking_uri, experiment=experiment,
+                               progress=display)
     except KeyboardInterrupt:
-        raise fail(f"interrupted; launch `initmem sweep ... --name {name}` again to resume", 130)
+        raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130)
     console.print(groups_table(result.report))
     skipped = sum(cell.skipped for cell in result.cells)
     console.print(f"{len(result.cells)} cells: {len(result.cells) - skipped - len(result.failed)} ran, "
                   f"{skipped} skipped (finished before), {len(result.failed)} failed")
     console.print(f"report and plots: {result.files[0].parent}   parent run: [bold]{result.parent_run_id}[/bold]"
-                  f"   (`initmem report {name}`, `initmem ui`)")
+                  f"   (`initmem report {plan.name}`, `initmem ui`)")
     if result.failed:
         console.print(failures_table(result.failed))
         raise typer.Exit(1)

@@ -42,7 +42,7 @@ class CellBar:
 
 
 class SweepDisplay:
-    """Implements ``initmem_core.sweep.SweepProgress`` with ``rich.progress``."""
+    """Implements ``initmem_core.sweep.launch.SweepProgress`` with ``rich.progress``."""
 
     def __init__(self, console: Console | None = None):
         self.bar = Progress(

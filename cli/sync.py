@@ -8,18 +8,19 @@ from typing import Annotated, Optional
 import typer
 
 from .errors import user_errors
+from .options import TrackingUri
 
 
 @user_errors
 def sync_command(
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")] = None,
+    tracking_uri: TrackingUri = None,
     folder: Annotated[Optional[Path], typer.Option(help="Folder of unsynced files (default: initmem-unsynced beside the SQLite database, else in the current folder)")] = None,
 ) -> None:
     """Upload the metrics, tags and artifacts runs left in initmem-unsynced/, then delete them.
 
     Safe to repeat: a metric step the store already holds is not written again.
     """
-    from initmem_core.unsynced import sync_folder
+    from initmem_core.tracking.sync import sync_folder
 
     result = sync_folder(tracking_uri, folder)
     for path in result.other_stores:

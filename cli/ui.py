@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from .errors import fail, user_errors
+from .options import TrackingUri
 
 
 def ui_args(uri: str, host: str, port: int) -> list[str]:
@@ -19,10 +20,10 @@ def ui_args(uri: str, host: str, port: int) -> list[str]:
 def ui_command(
     host: Annotated[str, typer.Option(help="Address to bind; the default keeps the UI on this machine")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port")] = 5000,
-    tracking_uri: Annotated[Optional[str], typer.Option(help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")] = None,
+    tracking_uri: TrackingUri = None,
 ) -> None:
     """Start the MLflow UI on the tracking store (Ctrl-C stops it); a tracking server has its own."""
-    from initmem_core.tracking import open_client, resolve_tracking_uri
+    from initmem_core.tracking.store import open_client, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):  # `mlflow ui` cannot open a server's store: the server is the UI

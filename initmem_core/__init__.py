@@ -1,10 +1,17 @@
 """initmem: how much does training remember its initialization scale?
 
-The Python API the CLI is a thin layer over. Importing this package is cheap: torch and mlflow
-load only when a run, sweep or report needs them (``run`` and friends resolve lazily).
+The documented Python API, which the CLI is a thin layer over. Importing this package is cheap:
+torch and mlflow load only when a run, sweep or report needs them (``run`` and friends resolve
+lazily).
 
 >>> import initmem_core
 >>> result = initmem_core.run(arch="resnet20", sigma=2.0, epochs=5, tracking=False)
+>>> sweep = initmem_core.run_sweep({"sigma": "0.5:2:4", "opt": ["sgd", "adam"], "epochs": 5})
+
+The subpackages follow a run: ``plugin_system`` (finding components), ``training`` (one run),
+``tracking`` (where its numbers go), ``sweep`` (a grid of runs), ``report`` (what the grid shows).
+What is imported from here, and ``initmem_core.contracts``, ``initmem_core.kernels`` and
+``initmem_core.testing``, is the public API; the subpackages' modules may change.
 """
 
 from __future__ import annotations
@@ -12,23 +19,27 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .api_version import API_VERSION
-from .config import RunConfig
-from .errors import InitmemError
-from .hookspecs import hookimpl
-from .plugins import get_registry, load_registry
+from initmem_core.config import RunConfig
+from initmem_core.contracts import DatasetBundle, EvalState
+from initmem_core.errors import ConfigError, InitmemError, UnknownComponentError
+from initmem_core.hookspecs import hookimpl
+from initmem_core.plugin_system.api_version import API_VERSION
+from initmem_core.plugin_system.loader import get_registry, load_registry
 
 #: Public names that pull in torch or mlflow, imported on first use.
 _LAZY = {
-    "run": ".runner", "RunResult": ".runner",
-    "run_sweep": ".sweep", "SweepResult": ".sweep",
-    "build_report": ".report", "load_sweep_records": ".records",
+    "run": "initmem_core.training.runner", "RunResult": "initmem_core.training.runner",
+    "Diverged": "initmem_core.training.divergence", "Stopped": "initmem_core.training.stop_signals",
+    "run_sweep": "initmem_core.sweep.launch", "plan_sweep": "initmem_core.sweep.grid",
+    "SweepResult": "initmem_core.sweep.launch",
+    "build_report": "initmem_core.report.memory", "load_sweep_records": "initmem_core.tracking.records",
 }
 
-__all__ = ["API_VERSION", "InitmemError", "RunConfig", "get_registry", "hookimpl", "load_registry", *_LAZY]
+__all__ = ["API_VERSION", "ConfigError", "DatasetBundle", "EvalState", "InitmemError", "RunConfig",
+           "UnknownComponentError", "get_registry", "hookimpl", "load_registry", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'initmem_core' has no attribute {name!r}")

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.kinds import BY_FIELD, flag_for
 
 MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
     "Model and initialization", "Optimization", "Regularization", "Data",
@@ -23,16 +24,17 @@ MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
 )
 
 
-def knob(default: Any, help: str, panel: str, *, kind: str | None = None, check: str | None = None,
+def knob(default: Any, help: str, panel: str, *, check: str | None = None,
          hashed: bool = True, choices: tuple[str, ...] | None = None) -> Any:
     """A config field with what the CLI and the validator need to know about it.
 
-    ``kind``: a component kind whose registry validates the value. ``check``: a numeric rule
+    A field that selects a component (``arch``, ``opt``...) is named in the table of kinds
+    (``initmem_core.kinds``), which says its flag and its registry. ``check``: a numeric rule
     (``positive``, ``non-negative``, ``unit-interval``, ``at-least-1``). ``hashed=False``: the knob
     changes how a run executes, not what it computes, so it is left out of the config hash that
     identifies a sweep cell.
     """
-    meta = {"help": help, "panel": panel, "kind": kind, "check": check, "hashed": hashed, "choices": choices}
+    meta = {"help": help, "panel": panel, "check": check, "hashed": hashed, "choices": choices}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -41,11 +43,11 @@ def knob(default: Any, help: str, panel: str, *, kind: str | None = None, check:
 @dataclass(frozen=True)
 class RunConfig:
     # Model and initialization: sigma enters only through the initializer.
-    arch: str = knob("resnet20", "Architecture (see `initmem plugins`)", MODEL, kind="architecture")
-    init: str = knob("fan-in", "Initializer that applies sigma", MODEL, kind="initializer")
+    arch: str = knob("resnet20", "Architecture (see `initmem plugins`)", MODEL)
+    init: str = knob("fan-in", "Initializer that applies sigma", MODEL)
     sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive")
     # Optimization
-    opt: str = knob("sgd", "Optimizer", OPTIM, kind="optimizer")
+    opt: str = knob("sgd", "Optimizer", OPTIM)
     lr: float = knob(0.05, "Peak learning rate", OPTIM, check="positive")
     momentum: float = knob(0.0, "SGD momentum (0: plain SGD)", OPTIM, check="unit-interval")
     weight_decay: float = knob(0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative")
@@ -56,15 +58,15 @@ class RunConfig:
     lr_step_epochs: int = knob(30, "Step schedule: decay every this many epochs", OPTIM, check="at-least-1")
     lr_gamma: float = knob(0.1, "Step schedule: decay factor", OPTIM, check="positive")
     # Regularization: coupled, i.e. part of the objective (decoupled decay is --weight-decay).
-    reg: str = knob("l2", "Explicit regularizer applied with coefficient --l2", REG, kind="regularizer")
+    reg: str = knob("l2", "Explicit regularizer applied with coefficient --l2", REG)
     l2: float = knob(0.0, "Regularization coefficient lambda (0: off)", REG, check="non-negative")
     # Data
-    data: str = knob("digits", "Dataset", DATA, kind="dataset")
+    data: str = knob("digits", "Dataset", DATA)
     data_dir: str = knob("", "Folder holding the dataset files (default: ~/.cache/initmem/<dataset>)", DATA, hashed=False)
     augment: str = knob("auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off"))
     train_size: int = knob(0, "Use only the first N training examples (0: all)", DATA, check="non-negative")
     # Metrics
-    metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL, kind="metric")
+    metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL)
     interp_threshold: float = knob(0.995, "Train accuracy that counts as interpolation (tau_interp)", EVAL, check="unit-interval")
     # Reproducibility
     seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative")
@@ -78,7 +80,7 @@ class RunConfig:
     compile: bool = knob(False, "torch.compile the model (compiled once per process, reused across sweep cells)", EXEC, hashed=False)
     loader: str = knob("device", "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)", EXEC, choices=("device", "torchvision"), hashed=False)
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
-    # Checkpoints: where a killed run is resumed from (see initmem_core.checkpoints).
+    # Checkpoints: where a killed run is resumed from (see initmem_core.training.checkpoints).
     checkpoint_every: int = knob(1, "Checkpoint every N epochs and at the end (0: never)", EXEC, check="non-negative", hashed=False)
     checkpoint_dir: str = knob("", "Checkpoint folder, one subfolder per config hash (default: initmem-checkpoints beside the SQLite tracking database, else in the current folder)", EXEC, hashed=False)
 
@@ -142,7 +144,7 @@ def coerce(name: str, value: Any) -> Any:
         return str(value)
     except (TypeError, ValueError):
         expected = {int: "a whole number", float: "a number", tuple: "a list"}.get(kind, "text")
-        raise ConfigError(f"--{name.replace('_', '-')}: expected {expected}, got {value!r}") from None
+        raise ConfigError(f"{flag_for(name)}: expected {expected}, got {value!r}") from None
 
 
 def from_mapping(values: Mapping[str, Any], source: str = "the config") -> RunConfig:
@@ -175,7 +177,7 @@ _CHECKS = {
 def validate(config: RunConfig, registry: Any = None) -> RunConfig:
     """Check every value; with a registry, check that component names exist. Returns ``config``."""
     for name, f in FIELDS.items():
-        value, flag = getattr(config, name), f"--{name.replace('_', '-')}"
+        value, flag = getattr(config, name), flag_for(name)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{flag} must be a finite number, got {value}")
         if f.metadata["check"]:
@@ -188,9 +190,8 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
     if config.momentum >= 1:
         raise ConfigError(f"--momentum must be below 1, got {config.momentum}")
     if registry is not None:
-        for name, f in FIELDS.items():
-            if f.metadata["kind"]:
-                values = getattr(config, name)
-                for value in values if isinstance(values, tuple) else (values,):
-                    registry.lookup(f.metadata["kind"], value)
+        for kind in BY_FIELD.values():
+            values = getattr(config, kind.field)
+            for value in values if kind.many else (values,):
+                registry.lookup(kind.name, value)
     return config

@@ -1,16 +1,22 @@
 """The hooks a plugin implements. Each one *registers* named components; none builds them.
 
-Every hook receives ``register(name, factory, description)``:
+Every hook receives ``register(name, factory, description, *, default=False)``:
 
 - ``name``: what users type (``--opt lion``). A name ending in ``:*`` registers a family:
   ``timm:*`` answers to every ``timm:<variant>`` and the factory receives ``variant=``.
 - ``factory``: a callable, or an import string ``"package.module:function"`` that is resolved
   only when the component is built, so listing plugins and validating names import no torch.
+  It is called with keyword arguments only, and only with those its signature accepts; what it
+  receives and returns is the kind's contract in ``initmem_core.contracts``.
 - ``description``: one line shown by ``initmem plugins``.
+- ``default``: for metrics, computed in every run whatever ``--metric`` says (the built-in
+  weight norms, interpolation and best-validation selection are).
 
-Implementations may accept a subset of a hook's arguments, so hooks can grow without breaking
-plugins. The factory contract for each kind is written in its hook below and in
-``docs/plugins.md``.
+Each hook is called once per plugin, one implementation at a time, and what each registers is
+collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwrapper``) mean
+nothing here. Implementations may accept a subset of a hook's arguments, so hooks can grow
+without breaking plugins. Which hook registers which kind, and the config field and flag that
+select it, is the table in ``initmem_core.kinds``.
 """
 
 from __future__ import annotations
@@ -97,11 +103,12 @@ def initmem_register_regularizers(register):
 def initmem_register_metrics(register):
     """Register metrics (``--metric``), computed at every evaluation point.
 
-    The factory is called with no arguments and returns an object with
-    ``compute(state) -> dict[str, float]``, called once at initialization (epoch 0) and after
-    every epoch with an ``EvalState`` (``model``, ``initial_params``, ``epoch``, ``history``,
-    ``config``, ``dataset``, ``device``), and optionally ``summarize(history) -> dict[str, float]``
-    called once at the end. Returned names become MLflow metrics. Optional too:
+    The factory is called as ``factory(config=...)`` with the run's ``RunConfig`` and returns an
+    object with ``compute(state) -> dict[str, float]``, called once at initialization (epoch 0)
+    and after every epoch with an ``EvalState`` (``model``, ``initial_params``, ``epoch``,
+    ``history``, ``config``, ``dataset``, ``device``, ``evaluate``), and/or
+    ``summarize(history) -> dict[str, float]``, called once at the end. Returned names become
+    MLflow metrics. Optional too:
     ``artifacts() -> dict[str, str]``, text files logged with the run at its end (``weight-norms``
     writes ``layer_norms.csv``); and, for a metric that accumulates across epochs,
     ``state_dict()``/``load_state_dict(state)`` of plain data and tensors, saved in every
@@ -122,7 +129,7 @@ def initmem_register_datasets(register):
     """Register datasets (``--data``).
 
     The factory is called as ``factory(config=..., variant=None)`` and returns an
-    ``initmem_core.data.DatasetBundle``: train/val/test tensors (images ``N x C x H x W``,
+    ``initmem_core.contracts.DatasetBundle``: train/val/test tensors (images ``N x C x H x W``,
     ``uint8`` or ``float32``; labels ``int64``), the number of classes, the normalisation to
     apply, and whether augmentation is on by default. Splits must be a pure function of
     ``config.data_seed`` (so every sigma sees the same data), and ``config.train_size > 0`` must
@@ -134,14 +141,3 @@ def initmem_register_datasets(register):
         def initmem_register_datasets(register):
             register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir")
     """
-
-
-#: The kind of component each hook registers, in the order ``initmem plugins`` lists them.
-COMPONENT_KINDS = {
-    "architecture": "initmem_register_architectures",
-    "optimizer": "initmem_register_optimizers",
-    "initializer": "initmem_register_initializers",
-    "regularizer": "initmem_register_regularizers",
-    "metric": "initmem_register_metrics",
-    "dataset": "initmem_register_datasets",
-}

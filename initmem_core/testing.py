@@ -15,7 +15,7 @@ In a plugin package's tests::
 
 pytest imports this module in every session of everyone who has initmem installed, so it must
 stay cheap: torch loads only when a check or ``smoke_train`` is first used (they live in
-``initmem_core.plugin_checks`` and are re-exported here lazily).
+``initmem_core.plugin_system.checks`` and are re-exported here lazily).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from .plugins import load_registry, set_registry
-from .registry import Registry
+from initmem_core.plugin_system.loader import load_registry, set_registry
+from initmem_core.plugin_system.registry import Registry
 
 #: Helpers that need torch, imported on first use.
 _LAZY = {
-    name: ".plugin_checks"
+    name: "initmem_core.plugin_system.checks"
     for name in ("smoke_train", "check_architecture", "check_optimizer", "check_initializer",
                  "check_regularizer", "check_metric", "check_dataset")
 }
@@ -73,5 +73,5 @@ def initmem_registry() -> Iterator[Any]:
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __package__), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'initmem_core.testing' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from initmem_core import plugins
+from initmem_core.plugin_system import loader as plugins
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +98,7 @@ def package_tests_subprocess():
 
 @pytest.fixture(scope="session")
 def _empty_store(tmp_path_factory) -> Path:
-    from initmem_core.tracking import open_client
+    from initmem_core.tracking.store import open_client
 
     folder = tmp_path_factory.mktemp("store-template")
     open_client(f"sqlite:///{folder / 'mlflow.db'}")

@@ -10,7 +10,7 @@ import torch
 
 import initmem_plugins.architectures as architectures
 from initmem_core.errors import ConfigError
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 from initmem_plugins.architectures.cifar_resnet import ShortcutA, build_cifar_resnet
 
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
@@ -118,7 +118,7 @@ def test_registering_imports_no_torch():
         "import sys\n"
         "import initmem_plugins.architectures, initmem_plugins.initializers\n"
         "assert 'torch' not in sys.modules, 'importing the plugin modules imported torch'\n"
-        "from initmem_core.plugins import load_registry\n"
+        "from initmem_core.plugin_system.loader import load_registry\n"
         "registry = load_registry(entry_points=False)\n"
         "assert 'resnet56' in registry.names('architecture')\n"
         "assert 'torch' not in sys.modules, 'load_registry imported torch'\n"

@@ -140,3 +140,15 @@ def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
     assert_one_line_error(result, "optimizer 'lion' is registered twice")
     assert "firstlionplug" in result.stderr and "secondlionplug" in result.stderr
     assert stored_runs(tracking_uri) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report", "some-sweep", "--format", "xml"], "'xml' is not one of 'table', 'markdown', 'csv', 'json'"),
+    (["sweep", "--executor", "dask", "--dry-run"], "'dask' is not one of 'local', 'ray', 'slurm'"),
+    (["report"], "Missing argument 'sweep'"),
+    (["runn"], "No such command 'runn'"),
+])
+def test_choices_and_usage_errors_are_one_line(args, message):
+    result = runner.invoke(app, args)
+    assert_one_line_error(result, message)
+    assert "--help`" in result.stderr

@@ -7,8 +7,9 @@ import torch
 
 import math
 
-from initmem_core.checkpoints import FORMAT, CheckpointStore, history_columns, history_rows, read_checkpoint
-from initmem_core.tensor_packing import pack, unpack
+from initmem_core.training.checkpoints import (FORMAT, CheckpointStore, UnusableCheckpoint, history_columns, history_rows,
+                                               read_checkpoint)
+from initmem_core.training.tensor_packing import pack, unpack
 
 
 def nested_state():
@@ -71,11 +72,12 @@ def test_a_checkpoint_file_is_a_few_packed_tensors_and_reads_back_whole(tmp_path
     assert read_checkpoint(path, mmap=True)["epoch"] == 2
 
 
-def test_a_checkpoint_written_before_packing_still_reads(tmp_path):
+def test_a_checkpoint_of_another_format_is_refused_in_a_few_words(tmp_path):
     old = {"format": "initmem-checkpoint/1", "config": {}, "config_hash": "abc", "run_id": "r1", "epoch": 1,
            "step": 0, "model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}}
     torch.save(old, tmp_path / "ckpt-e000001-s000000.pt")
-    assert torch.equal(read_checkpoint(tmp_path / "ckpt-e000001-s000000.pt")["model"]["w"], torch.ones(2))
+    with pytest.raises(UnusableCheckpoint, match="is not an initmem checkpoint of this version"):
+        read_checkpoint(tmp_path / "ckpt-e000001-s000000.pt")
 
 
 def test_the_state_is_captured_when_save_returns_not_when_the_file_is_written(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from initmem_core.clocks import ForgettingClocks
+from initmem_core.training.clocks import ForgettingClocks
 
 
 def test_clocks_match_hand_computed_sums():

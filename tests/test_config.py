@@ -8,7 +8,7 @@ import pytest
 
 from initmem_core.config import RunConfig, from_mapping, load_toml, validate
 from initmem_core.errors import ConfigError, UnknownComponentError
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 
 
 def test_defaults_are_valid_and_run_name_reads_well():

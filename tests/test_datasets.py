@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from initmem_core.config import RunConfig
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 
 DATASET_NAMES = {"digits", "cifar10", "cifar100", "synthetic", "synthetic:*"}
 
@@ -79,7 +79,7 @@ def test_loading_the_registry_imports_no_torch():
     # in any built-in plugin package fails this test (the factories are import strings).
     result = _run_python("""
         import sys
-        from initmem_core.plugins import load_registry
+        from initmem_core.plugin_system.loader import load_registry
         registry = load_registry(entry_points=False)
         assert "digits" in registry.names("dataset")
         assert "torch" not in sys.modules, "torch imported while registering"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import initmem_core
-from initmem_core.tracking import MemoryTracker
+from initmem_core.tracking.tracker import MemoryTracker
 
 # Momentum and augmentation, so optimizer state and every random stream take part.
 SMALL = dict(data="digits", arch="resnet20", train_size=128, batch_size=32, epochs=2, threads=1,

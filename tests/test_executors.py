@@ -30,10 +30,10 @@ pytestmark = pytest.mark.skipif(not loopback_only(), reason="needs a loopback-on
 import pausing_plugin  # noqa: E402  (tests/ is on sys.path; the workers get it from plugin_site)
 from initmem_cli.app import app  # noqa: E402
 from initmem_core.config import RunConfig  # noqa: E402
-from initmem_core.executors.base import CellTask, RetriedCellProgress  # noqa: E402
-from initmem_core.executors.remote_cell import run_remote_cell  # noqa: E402
-from initmem_core.executors.slurm import ProgressFile  # noqa: E402
-from initmem_core.plugins import load_registry, set_registry  # noqa: E402
+from initmem_core.sweep.executors.base import CellTask, RetriedCellProgress  # noqa: E402
+from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E402
+from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
+from initmem_core.plugin_system.loader import load_registry, set_registry  # noqa: E402
 from local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -258,7 +258,7 @@ def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
     (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.5"], "Slurm allocates whole GPUs"),
     (["--executor", "slurm"], "sbatch and srun are not on this machine's PATH"),
     (["--executor", "slurm", "--slurm-local", "--slurm-option", "mem"], "--slurm-option 'mem': expected KEY=VALUE"),
-    (["--executor", "dask"], "--executor: unknown value 'dask'; valid values: local, ray, slurm"),
+    (["--executor", "dask"], "'dask' is not one of 'local', 'ray', 'slurm'"),
 ])
 def test_executor_options_are_checked_before_anything_runs(args, message, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here, whatever this machine has
@@ -269,7 +269,8 @@ def test_executor_options_are_checked_before_anything_runs(args, message, monkey
 
 def open_cell(uri: str, config: RunConfig) -> str:
     """A child run as the sweep leaves it for a remote worker: SCHEDULED, its config logged."""
-    from initmem_core.sweep import CellOutcome, NoSweepProgress, _Sweep
+    from initmem_core.sweep.executors.base import CellOutcome
+    from initmem_core.sweep.launch import NoSweepProgress, _Sweep
 
     sweep = _Sweep("unit", uri, "initmem", NoSweepProgress(), None)
     return sweep.submit(CellOutcome(config, "all", "PENDING", ""), scheduled=True).cell.run_id

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from initmem_core.findings import evaluate_findings, forgetting_clock
-from initmem_core.records import CellRecord
+from initmem_core.report.findings import evaluate_findings, forgetting_clock
+from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 2.5)
 # group -> (fixed config, test accuracy at each sigma, final ||W|| at each sigma, clocks)

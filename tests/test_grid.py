@@ -8,9 +8,9 @@ import pytest
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.grid import (SweepSpec, default_name, estimate_work, expand, group_fields, group_key, metric_suffix,
+from initmem_core.sweep.grid import (SweepSpec, default_name, estimate_work, expand, group_fields, group_key, metric_suffix,
                                parse_range, parse_values, spec_from_toml, spec_from_values)
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 
 
 @pytest.mark.parametrize("name, text, expected", [

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 import initmem_plugins.initializers as initializers
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 from initmem_plugins.architectures.cifar_resnet import build_cifar_resnet
 from initmem_plugins.initializers.fan_in import fan_in_init
-from initmem_plugins.initializers.kernels import fan_in, kernel_parameters
+from initmem_core.kernels import fan_in, kernel_parameters
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import torch
 from torchvision.transforms.v2 import functional as TF
 
 from initmem_core.config import RunConfig
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
-from initmem_core.loaders import (
-    DeviceLoader, EvalLoader, TorchvisionLoader, eval_batches, make_loaders, normalize, random_crop_flip,
+from initmem_core.training.loaders import (
+    DeviceLoader, EvalLoader, TorchvisionLoader, make_loaders, normalize, random_crop_flip,
     resolve_augment,
 )
 
@@ -208,7 +208,7 @@ def test_torchvision_loader_augmentation_is_a_crop_flip_and_seeded():
 
 def test_eval_batches_in_order_without_augmentation():
     x = uint8_images(37)
-    batches = list(eval_batches(x, torch.arange(37), 10, MEAN, STD, 255.0, "cpu"))
+    batches = list(EvalLoader(x, torch.arange(37), batch_size=10, mean=MEAN, std=STD, pixel_scale=255.0))
     assert [len(y) for _, y in batches] == [10, 10, 10, 7]
     assert torch.cat([y for _, y in batches]).tolist() == list(range(37))
     mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
-from initmem_core.hookspecs import COMPONENT_KINDS
+from initmem_core.kinds import BY_NAME, KIND_NAMES
 
 runner = CliRunner()
 
@@ -26,7 +26,7 @@ def new_plugin(*args: str):
     return runner.invoke(app, ["new-plugin", *args])
 
 
-@pytest.mark.parametrize("kind", COMPONENT_KINDS)
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_writes_a_complete_package_for_every_kind(kind, tmp_path):
     folder = tmp_path / "pkg"
     result = new_plugin(kind, "my-thing", "--dir", str(folder))
@@ -41,7 +41,7 @@ def test_writes_a_complete_package_for_every_kind(kind, tmp_path):
     for path in folder.rglob("*.py"):
         ast.parse(path.read_text(), str(path))
     plugin = (folder / "src/initmem_my_thing/plugin.py").read_text()
-    assert f"def {COMPONENT_KINDS[kind]}(register):" in plugin
+    assert f"def {BY_NAME[kind].hook}(register):" in plugin
     assert f'"initmem_my_thing.{kind}:' in plugin and "import torch" not in plugin
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_registering_imports_no_torch():
         import sys
         import initmem_plugins.optimizers as optimizers
         import initmem_plugins.regularizers as regularizers
-        import initmem_core.schedules
+        import initmem_core.training.schedules
         names = []
         optimizers.initmem_register_optimizers(lambda name, factory, description: names.append(name))
         regularizers.initmem_register_regularizers(lambda name, factory, description: names.append(name))

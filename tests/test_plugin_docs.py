@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from initmem_core import hook_reference
-from initmem_core.plugins import load_registry
-from initmem_core.scaffold import create_plugin
+from initmem_core.plugin_system import hook_reference
+from initmem_core.plugin_system.loader import load_registry
+from initmem_core.plugin_system.scaffold import create_plugin
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
-REGENERATE = "regenerate it with `python -m initmem_core.hook_reference --update docs/plugins.md`"
+REGENERATE = "regenerate it with `python -m initmem_core.plugin_system.hook_reference --update docs/plugins.md`"
 TUTORIAL_FILE = re.compile(r"<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<text>.*?)```", re.DOTALL)
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from initmem_core import hookimpl
 from initmem_core.errors import DuplicateComponentError, PluginLoadError, UnknownComponentError
-from initmem_core.hookspecs import COMPONENT_KINDS
-from initmem_core.plugins import PluginLoadWarning, load_registry
+from initmem_core.kinds import KIND_NAMES
+from initmem_core.plugin_system.loader import PluginLoadWarning, load_registry
 
 GOOD_PLUGIN = """
 from initmem_core import hookimpl
@@ -29,7 +29,7 @@ class ClashingSgd:
 
 def test_builtins_register_every_kind():
     registry = load_registry(entry_points=False)
-    for kind in COMPONENT_KINDS:
+    for kind in KIND_NAMES:
         assert registry.names(kind), f"no built-in {kind}"
     assert {"sgd", "adam", "adamw", "muon", "timm:*"} <= set(registry.names("optimizer"))
     assert {"resnet9", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "timm:*"} <= set(
@@ -42,7 +42,7 @@ def test_builtins_register_every_kind():
 
 
 def test_registering_imports_no_torch():
-    code = ("import sys; from initmem_core.plugins import load_registry; r = load_registry(); "
+    code = ("import sys; from initmem_core.plugin_system.loader import load_registry; r = load_registry(); "
             "r.lookup('optimizer', 'muon'); assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'mlflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,9 +7,9 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError
-from initmem_core.grid import expand, group_keys, spec_from_toml
-from initmem_core.plugins import load_registry
-from initmem_core.presets import preset_names, preset_spec, preset_text
+from initmem_core.sweep.grid import expand, group_keys, spec_from_toml
+from initmem_core.plugin_system.loader import load_registry
+from initmem_core.sweep.presets import preset_names, preset_spec, preset_text
 
 runner = CliRunner()
 PAPER_SIGMAS = (0.1, 0.5, 0.9, 1.3, 1.7, 2.1, 2.5)

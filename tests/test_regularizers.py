@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from initmem_core.errors import ConfigError
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from initmem_core.config import RunConfig
-from initmem_core.records import CellRecord
-from initmem_core.report import build_report, to_csv, to_json, to_markdown
-from initmem_core.report_files import write_report_files
+from initmem_core.tracking.records import CellRecord
+from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
+from initmem_core.report.files import write_report_files
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

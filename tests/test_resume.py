@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core.checkpoints import FORMAT, find_resumable, read_checkpoint
+from initmem_core.training.checkpoints import FORMAT, find_resumable, read_checkpoint
 from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError, RunWarning
-from initmem_core.stop_signals import Stopped
-from initmem_core.tracking import MlflowTracker
+from initmem_core.training.stop_signals import Stopped
+from initmem_core.tracking.tracker import MlflowTracker
 
 runner = CliRunner()
 # 16 steps an epoch; momentum and augmentation so that optimizer state and every RNG matter.

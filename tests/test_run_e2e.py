@@ -13,7 +13,7 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core import hookimpl
 from initmem_core.config import FIELDS
-from initmem_core.plugins import load_registry, set_registry
+from initmem_core.plugin_system.loader import load_registry, set_registry
 
 runner = CliRunner()
 SMALL = ["--epochs", "2", "--train-size", "256", "--batch-size", "64", "--threads", "1"]
@@ -121,9 +121,9 @@ def test_api_run_without_tracking_is_reproducible_and_seed_sensitive():
 def test_paired_initialization_in_a_run():
     """sigma is the only thing that changes the initial weights: W0(2) == 2 * W0(1)."""
     from initmem_core.config import RunConfig
-    from initmem_core.training import build_setup
+    from initmem_core.training.loop import build_setup
 
-    from initmem_plugins.initializers.kernels import kernel_parameters
+    from initmem_core.kernels import kernel_parameters
 
     registry = load_registry(entry_points=False)
     one = build_setup(RunConfig(sigma=1.0, train_size=64), registry)

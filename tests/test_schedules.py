@@ -9,7 +9,7 @@ import torch
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.schedules import build_scheduler, lr_multiplier, lr_multipliers, warmup_steps
+from initmem_core.training.schedules import build_scheduler, lr_multiplier, lr_multipliers, warmup_steps
 
 
 def test_constant():

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import hookimpl
-from initmem_core.checkpoints import CHECKPOINTS_FOLDER
-from initmem_core.plugins import load_registry, set_registry
+from initmem_core.training.checkpoints import CHECKPOINTS_FOLDER
+from initmem_core.plugin_system.loader import load_registry, set_registry
 
 runner = CliRunner(env={"COLUMNS": "200"})  # rich wraps long lines at 80
 SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "200", "--batch-size", "50",

@@ -11,9 +11,9 @@ import torch
 
 import initmem_core.testing
 from initmem_core import hookimpl
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import PluginLoadError
-from initmem_core.plugins import get_registry, load_registry, set_registry
+from initmem_core.plugin_system.loader import get_registry, load_registry, set_registry
 from initmem_core.testing import (check_architecture, check_dataset, check_initializer, check_metric,
                                   check_optimizer, check_regularizer, registered_plugins, smoke_train)
 

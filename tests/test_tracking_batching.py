@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import initmem_core
-from initmem_core.tracking import MlflowTracker
+from initmem_core.tracking.tracker import MlflowTracker
 
 
 def count_batches(tracker: MlflowTracker) -> list[dict]:

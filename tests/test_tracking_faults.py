@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import RunWarning
-from initmem_core.tracking import MlflowTracker
+from initmem_core.tracking.tracker import MlflowTracker
 
 runner = CliRunner()
 SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)

@@ -6,7 +6,7 @@ module holding a factory is imported only when a model is built.
 
 from __future__ import annotations
 
-from initmem_core.hookspecs import hookimpl
+from initmem_core import hookimpl
 
 _CIFAR_RESNET = "initmem_plugins.architectures.cifar_resnet"
 

@@ -1,13 +1,13 @@
 """Built-in datasets.
 
 Registering imports nothing heavy: every factory is an import string, resolved only when a run
-builds its dataset. Each factory returns an ``initmem_core.data.DatasetBundle`` whose training
+builds its dataset. Each factory returns an ``initmem_core.contracts.DatasetBundle`` whose training
 split is already cut to ``--train-size`` (see ``initmem_plugins.datasets.common``).
 """
 
 from __future__ import annotations
 
-from initmem_core.hookspecs import hookimpl
+from initmem_core import hookimpl
 
 _HERE = "initmem_plugins.datasets"
 

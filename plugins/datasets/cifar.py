@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
 from .common import apply_train_size, split_permutation

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 
 from .common import apply_train_size, channel_stats, split_permutation
 

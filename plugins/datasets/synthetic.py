@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from initmem_core.data import DatasetBundle
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
 from .common import apply_train_size, channel_stats
@@ -41,10 +41,6 @@ class SyntheticSpec:
     @property
     def holdout(self) -> int:
         return max(1, self.train // 4)
-
-    @property
-    def name_suffix(self) -> str:
-        return f"{self.channels}x{self.height}x{self.width}-c{self.classes}-n{self.train}"
 
 
 def parse_variant(variant: str) -> SyntheticSpec:

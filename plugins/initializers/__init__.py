@@ -8,7 +8,7 @@ so registering imports no torch.
 
 from __future__ import annotations
 
-from initmem_core.hookspecs import hookimpl
+from initmem_core import hookimpl
 
 
 @hookimpl

@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from .kernels import fan_in, kernel_layers, kernel_parameters
+from initmem_core.kernels import fan_in, kernel_layers, kernel_parameters
 
 #: Layers whose affine parameters go back to weight 1, bias 0 (running stats reset too).
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .kernels import kernel_parameters
+from initmem_core.kernels import kernel_parameters
 
 
 @torch.no_grad()

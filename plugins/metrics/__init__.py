@@ -1,12 +1,9 @@
 """Built-in metrics: the paper's weight-space memory measures and its summary figures.
 
-These three are always computed (``DEFAULT_METRICS``); ``--metric`` adds others.
+These three are registered with ``default=True``: every run computes them; ``--metric`` adds others.
 """
 
-from initmem_core.hookspecs import hookimpl
-
-DEFAULT_METRICS = ("weight-norms", "interpolation", "best-val-selection")
-
+from initmem_core import hookimpl
 
 @hookimpl
 def initmem_register_metrics(register):
@@ -14,14 +11,17 @@ def initmem_register_metrics(register):
         "weight-norms",
         "initmem_plugins.metrics.weight_norms:WeightNorms",
         "||W||_F, ||W||/||W0||, ||W-W0||/||W0||, cos(W, W0) of the conv/linear kernels; per layer as a table",
+        default=True,
     )
     register(
         "interpolation",
         "initmem_plugins.metrics.selection:Interpolation",
         "tau_interp (first epoch with train accuracy >= threshold) and the repair gap after it",
+        default=True,
     )
     register(
         "best-val-selection",
         "initmem_plugins.metrics.selection:BestValidationSelection",
         "Test accuracy at the best-validation-loss epoch (the selected predictor), and final test accuracy",
+        default=True,
     )

@@ -5,12 +5,11 @@ Epoch 0 is the initialization, not a training checkpoint, so selection looks at 
 
 from __future__ import annotations
 
+from initmem_core.config import RunConfig
+
 
 class BestValidationSelection:
     """The paper selects the checkpoint with the lowest validation loss."""
-
-    def compute(self, state) -> dict[str, float]:
-        return {}
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
         trained = [row for row in history if row["epoch"] >= 1]
@@ -24,18 +23,14 @@ class BestValidationSelection:
 
 
 class Interpolation:
-    """tau_interp: first epoch with train accuracy >= threshold (0.995 by default).
+    """tau_interp: first epoch with train accuracy >= ``--interp-threshold`` (0.995 by default).
 
     Repair gap: validation accuracy at the final checkpoint minus at tau_interp. Both are left
     out when the run never interpolated, so the report can count such runs.
     """
 
-    def __init__(self, threshold: float = 0.995):
-        self.threshold = threshold
-
-    def compute(self, state) -> dict[str, float]:
-        self.threshold = state.config.interp_threshold
-        return {}
+    def __init__(self, config: RunConfig):
+        self.threshold = config.interp_threshold
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
         trained = [row for row in history if row["epoch"] >= 1]

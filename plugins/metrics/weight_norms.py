@@ -10,7 +10,7 @@ import io
 
 import torch
 
-from initmem_plugins.initializers.kernels import kernel_parameters
+from initmem_core.kernels import kernel_parameters
 
 
 COLUMNS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine")

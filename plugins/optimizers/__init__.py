@@ -6,7 +6,7 @@ string, so listing plugins or validating ``--opt`` never imports torch or timm.
 
 from __future__ import annotations
 
-from initmem_core.hookspecs import hookimpl
+from initmem_core import hookimpl
 
 _BUILTIN = "initmem_plugins.optimizers.builtin"
 

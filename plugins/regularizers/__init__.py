@@ -6,7 +6,7 @@ so listing plugins never imports torch.
 
 from __future__ import annotations
 
-from initmem_core.hookspecs import hookimpl
+from initmem_core import hookimpl
 
 _BUILTIN = "initmem_plugins.regularizers.builtin"
 

@@ -10,7 +10,7 @@ import torch
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.plugins import load_registry
+from initmem_core.plugin_system.loader import load_registry
 from initmem_fromage import plugin
 from initmem_fromage.optimizer import Fromage
 

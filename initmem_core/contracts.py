@@ -1,0 +1,155 @@
+"""What each kind of plugin component receives and returns: the contracts of the factories.
+
+A hook registers a factory (``hookspecs``); a run calls it with the keyword arguments written
+here, passing only those the factory's signature accepts (a factory may take a subset, as hook
+implementations may). Also here: the two records that cross the boundary, ``DatasetBundle``
+(what a dataset returns) and ``EvalState`` (what a metric sees). Importing this module imports
+no torch: the types are for readers, type checkers and the generated hook reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from initmem_core.config import RunConfig
+
+
+# -- records -----------------------------------------------------------------------------------
+
+@dataclass
+class DatasetBundle:
+    """Train/val/test splits held as tensors.
+
+    Images are ``N x C x H x W``, either ``uint8`` in 0..255 (CIFAR: 4x less memory on the
+    device; ``pixel_scale=255``) or ``float32`` already in 0..1 (``pixel_scale=1``). Labels are
+    ``int64``. ``mean``/``std`` (per channel, in 0..1 units) normalise a batch after
+    augmentation. ``augment_default`` says whether crop+flip augmentation is on by default.
+    """
+
+    name: str
+    train_x: "torch.Tensor"
+    train_y: "torch.Tensor"
+    val_x: "torch.Tensor"
+    val_y: "torch.Tensor"
+    test_x: "torch.Tensor"
+    test_y: "torch.Tensor"
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment_default: bool = False
+    pixel_scale: float = 1.0
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.train_x.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.train_x.shape[-1])
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train_y), "val": len(self.val_y), "test": len(self.test_y)}
+
+
+@dataclass
+class EvalState:
+    """Passed to ``metric.compute(state)`` at epoch 0 (the initialization) and after each epoch.
+
+    ``initial_params`` maps every parameter name to its value at initialization (W0), on the
+    training device. ``history`` holds the metric dicts already logged, one per epoch.
+    ``evaluate(split)`` returns ``(loss, accuracy)`` of the current model on ``"train"``,
+    ``"val"`` or ``"test"`` (an extra pass: use sparingly).
+    """
+
+    model: "torch.nn.Module"
+    initial_params: dict[str, "torch.Tensor"]
+    epoch: int
+    history: list[dict[str, float]]
+    config: "RunConfig"
+    dataset: DatasetBundle
+    device: "torch.device"
+    evaluate: Callable[[str], tuple[float, float]]
+
+
+# -- what each kind's factory is called with, and returns ------------------------------------
+
+class ArchitectureFactory(Protocol):
+    """Returns an untrained model mapping ``(N, in_channels, image_size, image_size)`` images to
+    ``(N, num_classes)`` logits; the initializer later rescales its kernels by sigma."""
+
+    def __call__(self, *, in_channels: int, num_classes: int, image_size: int,
+                 variant: str | None = None) -> "torch.nn.Module": ...
+
+
+class OptimizerFactory(Protocol):
+    """Returns an optimizer over every trainable parameter, set from ``config`` (``lr``,
+    ``momentum``, ``weight_decay``...). It may set ``optimizer.initmem_param_groups`` (group name
+    -> parameter names) to record which parameters went where."""
+
+    def __call__(self, *, model: "torch.nn.Module", config: "RunConfig",
+                 variant: str | None = None) -> "torch.optim.Optimizer": ...
+
+
+class InitializerFactory(Protocol):
+    """Re-initializes ``model`` in place, *paired*: a unit-scale ``Z`` drawn from ``generator``
+    (the same at every sigma), kernels set to ``sigma * Z``. Returns nothing."""
+
+    def __call__(self, *, model: "torch.nn.Module", sigma: float, generator: "torch.Generator",
+                 variant: str | None = None) -> None: ...
+
+
+@runtime_checkable
+class Regularizer(Protocol):
+    """An explicit penalty on the weights, applied after every backward pass."""
+
+    def add_gradient(self, params: list["torch.Tensor"], initial_params: list["torch.Tensor"]) -> None:
+        """Add the penalty's gradient to each ``param.grad`` in place."""
+
+    def penalty(self, params: list["torch.Tensor"], initial_params: list["torch.Tensor"]) -> "torch.Tensor":
+        """The penalty's value (a scalar tensor), for logging."""
+
+
+class RegularizerFactory(Protocol):
+    def __call__(self, *, coefficient: float, variant: str | None = None) -> Regularizer: ...
+
+
+@runtime_checkable
+class EpochMetric(Protocol):
+    """A metric computed at every evaluation point; returned names become MLflow metrics."""
+
+    def compute(self, state: EvalState) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class SummaryMetric(Protocol):
+    """A metric read off the whole history once, at the end of the run."""
+
+    def summarize(self, history: list[dict[str, float]]) -> dict[str, float]: ...
+
+
+#: A metric implements ``compute``, ``summarize`` or both. Optional too: ``artifacts() -> dict[str,
+#: str]`` (text files logged at the end) and ``state_dict()``/``load_state_dict(state)`` for state
+#: that must survive a resume.
+Metric = Any
+
+
+class MetricFactory(Protocol):
+    """Returns a metric (``EpochMetric``, ``SummaryMetric`` or both) for one run of ``config``."""
+
+    def __call__(self, *, config: "RunConfig", variant: str | None = None) -> Metric: ...
+
+
+class DatasetFactory(Protocol):
+    """Returns the whole dataset as a ``DatasetBundle``; splits are a pure function of
+    ``config.data_seed``, and ``config.train_size > 0`` keeps the first N training examples."""
+
+    def __call__(self, *, config: "RunConfig", variant: str | None = None) -> DatasetBundle: ...
+
+
+#: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
+FACTORIES = {cls.__name__: cls for cls in (ArchitectureFactory, OptimizerFactory, InitializerFactory,
+                                          RegularizerFactory, MetricFactory, DatasetFactory)}

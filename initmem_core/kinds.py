@@ -1,0 +1,53 @@
+"""The kinds of component a run is made of: the one table everything else reads.
+
+Each kind names its hook (``hookspecs``), the ``RunConfig`` field that selects it, the command-line
+flag of that field, and the contract its factory follows (``initmem_core.contracts``). The config,
+the CLI options, the plugin loader, the contract checks, the scaffold and the generated hook
+reference all read this table; nothing restates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from initmem_core.errors import ConfigError, ordered_by_similarity
+
+
+@dataclass(frozen=True)
+class ComponentKind:
+    name: str  # what users call it: "optimizer"
+    hook: str  # the hook that registers it: "initmem_register_optimizers"
+    field: str  # the RunConfig field that selects it: "opt"
+    flag: str  # that field's command-line flag: "--opt"
+    contract: str  # the factory's protocol in initmem_core.contracts: "OptimizerFactory"
+    many: bool = False  # the field holds several names (metrics)
+
+
+#: In the order ``initmem plugins`` lists them.
+KINDS: tuple[ComponentKind, ...] = (
+    ComponentKind("architecture", "initmem_register_architectures", "arch", "--arch", "ArchitectureFactory"),
+    ComponentKind("optimizer", "initmem_register_optimizers", "opt", "--opt", "OptimizerFactory"),
+    ComponentKind("initializer", "initmem_register_initializers", "init", "--init", "InitializerFactory"),
+    ComponentKind("regularizer", "initmem_register_regularizers", "reg", "--reg", "RegularizerFactory"),
+    ComponentKind("metric", "initmem_register_metrics", "metrics", "--metric", "MetricFactory", many=True),
+    ComponentKind("dataset", "initmem_register_datasets", "data", "--data", "DatasetFactory"),
+)
+
+BY_NAME = {kind.name: kind for kind in KINDS}
+BY_FIELD = {kind.field: kind for kind in KINDS}
+KIND_NAMES = tuple(BY_NAME)
+
+
+def kind_named(name: str) -> ComponentKind:
+    """The kind called ``name``; a ``ConfigError`` listing the valid kinds otherwise."""
+    if name not in BY_NAME:
+        valid = ordered_by_similarity(name, list(BY_NAME))
+        raise ConfigError(f"unknown kind '{name}'; valid kinds: {', '.join(valid)}")
+    return BY_NAME[name]
+
+
+def flag_for(field: str) -> str:
+    """The command-line flag of a ``RunConfig`` field: a kind's own flag (``metrics`` is
+    ``--metric``), else the field name with dashes (``batch_size`` is ``--batch-size``)."""
+    kind = BY_FIELD.get(field)
+    return kind.flag if kind else "--" + field.replace("_", "-")

@@ -1,0 +1,191 @@
+"""Load plugins into a pluggy manager and collect what they register.
+
+Built-in plugins always load (from ``BUILTIN_PLUGINS``, so a source checkout works even when
+the installed entry-point metadata is stale). Third-party plugins load from the ``initmem``
+entry-point group, one at a time: a plugin that fails to import, has an invalid or misspelt
+hook, or raises while registering is skipped with a one-line warning, and everything else keeps
+working. So is a plugin whose declared ``INITMEM_API`` range excludes this initmem's
+``API_VERSION``. ``INITMEM_LOAD_PLUGINS`` allow-lists third-party plugins (unset: all; empty:
+none); ``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns every load failure into an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+import os
+import warnings
+from typing import Any, Iterable
+
+import pluggy
+
+from initmem_core import hookspecs
+from initmem_core.kinds import KINDS
+from initmem_core.plugin_system.api_version import check_plugin_api
+from initmem_core.errors import PluginLoadError
+from initmem_core.plugin_system.registry import ComponentSpec, PluginFailure, Provider, Registry
+
+ENTRY_POINT_GROUP = "initmem"
+LOAD_PLUGINS_ENV = "INITMEM_LOAD_PLUGINS"
+STRICT_ENV = "INITMEM_STRICT_PLUGINS"
+
+#: Built-in plugin name -> module. pyproject.toml declares the same under the entry-point group.
+BUILTIN_PLUGINS = {
+    "architectures": "initmem_plugins.architectures",
+    "optimizers": "initmem_plugins.optimizers",
+    "initializers": "initmem_plugins.initializers",
+    "regularizers": "initmem_plugins.regularizers",
+    "metrics": "initmem_plugins.metrics",
+    "datasets": "initmem_plugins.datasets",
+}
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin was skipped because it failed to load."""
+
+
+def initmem_version() -> str:
+    try:
+        return metadata.version("initmem")
+    except metadata.PackageNotFoundError:
+        return "source"
+
+
+def strict_from_env() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def allowed_plugins() -> set[str] | None:
+    """Names allowed by ``INITMEM_LOAD_PLUGINS``; ``None`` means all."""
+    value = os.environ.get(LOAD_PLUGINS_ENV)
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def third_party_entry_points() -> list[metadata.EntryPoint]:
+    allowed = allowed_plugins()
+    selected = []
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        package = entry_point.dist.name if entry_point.dist else "?"
+        if package == "initmem" and entry_point.name in BUILTIN_PLUGINS:
+            continue  # already loaded from BUILTIN_PLUGINS
+        if allowed is not None and not ({entry_point.name, package} & allowed):
+            continue
+        selected.append(entry_point)
+    return selected
+
+
+class _Loader:
+    """Registers plugin objects one by one, recording failures instead of raising."""
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.registry = Registry()
+
+    def fail(self, provider: Provider, error: BaseException | str) -> None:
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        text = " ".join(str(text).split())  # one line, always
+        failure = PluginFailure(provider.plugin, provider.package, provider.version, text)
+        if self.strict:
+            raise PluginLoadError(f"{failure} (strict plugin loading is on)")
+        self.registry.failures.append(failure)
+        warnings.warn(str(failure), PluginLoadWarning, stacklevel=4)
+
+    def add(self, provider: Provider, load: Any) -> None:
+        """``load`` returns the plugin object (a module or any object with hook implementations)."""
+        try:
+            plugin = load()
+            check_plugin_api(plugin)
+            unknown = [
+                name for name in dir(plugin)
+                if name.startswith("initmem_") and hasattr(getattr(plugin, name), "initmem_impl")
+                and not hasattr(hookspecs, name)
+            ]
+            if unknown:
+                raise pluggy.PluginValidationError(
+                    plugin, f"unknown hook {unknown[0]}; valid hooks: {', '.join(kind.hook for kind in KINDS)}"
+                )
+            self.pm.register(plugin, name=provider.plugin)
+        except PluginLoadError:
+            raise
+        except Exception as error:  # a broken plugin must not take the others down
+            self.fail(provider, error)
+            return
+        self.registry.plugins[provider.plugin] = provider
+
+    def collect(self) -> Registry:
+        self.pm.check_pending()  # every hook implemented must match a spec (checked above too)
+        for kind in KINDS:
+            # One implementation at a time: what each plugin registers is kept apart, so a plugin
+            # that raises half-way registers nothing and takes no sibling down.
+            for impl in getattr(self.pm.hook, kind.hook).get_hookimpls():
+                provider = self.registry.plugins[impl.plugin_name]
+                specs: list[ComponentSpec] = []
+
+                def register(name: str, factory: Any, description: str = "", *, default: bool = False,
+                             _kind=kind.name, _p=provider):
+                    specs.append(ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default)))
+
+                try:
+                    impl.function(**{arg: register for arg in impl.argnames})
+                except PluginLoadError:
+                    raise
+                except Exception as error:
+                    self.fail(provider, error)
+                    continue
+                for spec in specs:
+                    self.registry.add(spec)
+        if self.strict and self.registry.conflicts:
+            (kind, name), _ = next(iter(self.registry.conflicts.items()))
+            raise self.registry.conflict_error(kind, name)
+        return self.registry
+
+
+def load_registry(
+    *,
+    strict: bool | None = None,
+    entry_points: bool = True,
+    extra_plugins: Iterable[tuple[str, Any]] = (),
+) -> Registry:
+    """Load every plugin and return the registry of what they registered.
+
+    ``extra_plugins`` are ``(name, plugin_object)`` pairs registered directly, as tests and
+    notebooks do (``initmem_core.testing`` wraps this).
+    """
+    loader = _Loader(strict_from_env() if strict is None else strict)
+    version = initmem_version()
+    for name, module_name in BUILTIN_PLUGINS.items():
+        loader.add(Provider(name, "initmem", version), lambda m=module_name: importlib.import_module(m))
+    if entry_points:
+        for entry_point in third_party_entry_points():
+            dist = entry_point.dist
+            provider = Provider(entry_point.name, dist.name if dist else "?", dist.version if dist else "?")
+            loader.add(provider, entry_point.load)
+    for name, plugin in extra_plugins:
+        loader.add(Provider(name, getattr(plugin, "__module__", None) or name, "local"), lambda p=plugin: p)
+    return loader.collect()
+
+
+_registry: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, loaded on first use."""
+    global _registry
+    if _registry is None:
+        _registry = load_registry()
+    return _registry
+
+
+def set_registry(registry: Registry | None) -> Registry | None:
+    """Replace (or with ``None``, reset) the process-wide registry; return the one it replaced.
+
+    Used by tests, which put the previous one back afterwards.
+    """
+    global _registry
+    previous, _registry = _registry, registry
+    return previous
+

@@ -1,0 +1,126 @@
+"""The report's figures as PNG files, drawn with matplotlib's Agg canvas.
+
+Figures are built with the object API (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no
+global backend is switched and nothing opens a window, in a terminal, a notebook or a worker.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from initmem_core.report.memory import CLOCKS, Report
+
+CLOCK_LABELS = {"clock_sgd": "T_SGD = Σ η² / b", "clock_l2": "T_L2 = λ Σ η", "clock_adapt": "T_adapt = Σ η"}
+
+
+def _figure(width: float = 6.4, height: float = 4.2):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def accuracy_vs_sigma(report: Report, path: Path) -> Path:
+    """The paper's main figure: test accuracy of the selected predictor against sigma, per group."""
+    figure = _figure()
+    ax = figure.add_subplot()
+    for group in report.groups:
+        rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
+        ax.errorbar([r.sigma for r in rows], [r.test_acc for r in rows],
+                    yerr=[0.0 if math.isnan(r.test_acc_std) else r.test_acc_std for r in rows],
+                    marker="o", capsize=3, label=f"{group.group} (spread {group.spread:.1f} pp)")
+    ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%)",
+           title="Initialization memory: test accuracy vs σ_w")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(figure, path)
+
+
+def weight_norm_curves(report: Report, path: Path) -> Path:
+    """||W||_F over epochs, one panel per group, coloured by sigma: radial memory at a glance."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    groups = [g.group for g in report.groups]
+    columns = min(3, max(1, len(groups)))
+    rows = math.ceil(len(groups) / columns) or 1
+    figure = _figure(4.2 * columns + 1.0, 3.4 * rows)
+    axes = figure.subplots(rows, columns, squeeze=False, sharey=True)
+    sigmas = [r.sigma for r in report.rows] or [1.0]
+    norm = Normalize(min(sigmas), max(sigmas) if max(sigmas) > min(sigmas) else min(sigmas) + 1)
+    cmap = colormaps["viridis"]
+    for ax, group in zip(axes.flat, groups):
+        for sigma, _seed, curve in report.norm_curves.get(group, []):
+            epochs, values = zip(*curve)
+            ax.plot(epochs, values, color=cmap(norm(sigma)), alpha=0.85)
+        ax.set(title=group, xlabel="epoch")
+        ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("‖W‖_F")
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="σ_w")
+    return _save(figure, path)
+
+
+def spread_vs_clocks(report: Report, path: Path) -> Path:
+    """Does forgetting follow the clocks? One point per group in each clock's panel."""
+    figure = _figure(13.0, 4.0)
+    axes = figure.subplots(1, len(CLOCKS), sharey=True)
+    groups = [g for g in report.groups if not math.isnan(g.spread)]
+    for ax, clock in zip(axes, CLOCKS):
+        x = [getattr(g, clock) for g in groups]
+        ax.scatter(x, [g.spread for g in groups])
+        for g, value in zip(groups, x):
+            ax.annotate(g.group, (value, g.spread), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
+        if x and min(x) > 0 and max(x) / min(x) > 20:
+            ax.set_xscale("log")
+        else:  # clocks are often tiny (T_SGD ~ 1e-4): short scientific tick labels
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
+            ax.locator_params(axis="x", nbins=4)
+        ax.set(xlabel=CLOCK_LABELS[clock])
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("spread over σ_w (pp)")
+    figure.suptitle("Spread vs forgetting clocks at the end of training")
+    return _save(figure, path)
+
+
+def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
+    """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
+    figure = _figure()
+    ax = figure.add_subplot()
+    for group in report.groups:
+        rows = [r for r in report.rows if r.group == group.group]
+        reached = [r for r in rows if not math.isnan(r.tau_interp)]
+        line, = ax.plot([r.sigma for r in reached], [r.tau_interp for r in reached], marker="o", label=group.group)
+        never = [r.sigma for r in rows if math.isnan(r.tau_interp) and r.runs > r.failed]
+        if never:
+            ax.scatter(never, [0.0] * len(never), marker="x", color=line.get_color(), clip_on=False)
+    ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(figure, path)
+
+
+PLOTS = {
+    "test_acc_vs_sigma.png": accuracy_vs_sigma,
+    "weight_norm_vs_epoch.png": weight_norm_curves,
+    "spread_vs_clocks.png": spread_vs_clocks,
+    "tau_interp_vs_sigma.png": tau_interp_vs_sigma,
+}
+
+
+def write_plots(report: Report, folder: str | Path) -> list[Path]:
+    """Every report figure into ``folder``; returns the paths written."""
+    folder = Path(folder)
+    return [draw(report, folder / name) for name, draw in PLOTS.items()]

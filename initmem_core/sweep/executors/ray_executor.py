@@ -1,0 +1,125 @@
+"""``--executor ray``: each cell is one Ray task with its own resource request.
+
+Ray schedules the tasks over the cluster (``--ray-address``), or over a Ray instance started
+here for the sweep (no address). A task whose worker process died (killed, out of memory, node
+lost) is run again by Ray, up to ``max_retries`` times, into the same child run (see
+``remote_cell``); a cell that raises is not retried: it failed. Progress comes back through a
+Ray queue, so the display is the same as with local workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from initmem_core.errors import ConfigError
+from initmem_core.sweep.executors.base import CellTask, Job, RetriedCellProgress, SweepCells, fit_to_request, replay_progress
+from initmem_core.sweep.executors.remote_cell import run_remote_cell
+
+POLL_S = 0.2
+
+
+def _ray_cell(task: CellTask, events: Any) -> tuple[str, str]:
+    """The Ray task: the cell, with its progress sent to the sweep through ``events``."""
+    from initmem_core.tracking.cells import QueueProgress
+
+    return run_remote_cell(task, QueueProgress(events, task.run_id))
+
+
+class RayExecutor:
+    name = "ray"
+    remote = True
+
+    def __init__(self, address: str | None = None, cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0,
+                 max_retries: int = 3):
+        if cpus_per_cell <= 0 or gpus_per_cell < 0 or max_retries < 0:
+            raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell and --max-retries 0 or more")
+        self.address, self.cpus, self.gpus, self.max_retries = address, cpus_per_cell, gpus_per_cell, max_retries
+
+    def run(self, cells: list, sweep: SweepCells) -> None:
+        import ray
+        from ray.util.queue import Queue
+
+        ours = self._connect()
+        try:
+            events = Queue(actor_options={"num_cpus": 0})  # bookkeeping: takes no cell's CPU
+            try:
+                self._run_tasks(cells, sweep, events)
+            finally:
+                events.shutdown()
+        finally:
+            if ours:
+                ray.shutdown()
+
+    def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
+        import ray
+
+        task = ray.remote(_ray_cell)
+        options = {"num_cpus": self.cpus, "num_gpus": self.gpus, "max_retries": self.max_retries,
+                   "retry_exceptions": False}
+        try:
+            task.options(**options)
+        except ValueError as error:  # e.g. a fractional GPU count above 1
+            raise ConfigError(f"--cpus-per-cell/--gpus-per-cell: {error}") from None
+        jobs: dict[Any, Job] = {}
+        try:
+            for cell in cells:
+                cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
+                job = sweep.submit(cell, scheduled=True)
+                job.progress = job.progress and RetriedCellProgress(job.progress)
+                ref = task.options(**options, name=f"initmem {cell.config.run_name()}").remote(
+                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment), events)
+                jobs[ref] = job
+            while jobs:
+                ready, _ = ray.wait(list(jobs), num_returns=len(jobs), timeout=POLL_S)
+                # A ready task has put all its events: replay them first, then close its cell.
+                _drain(events, {job.cell.run_id: job for job in jobs.values()})
+                for ref in ready:
+                    sweep.close(jobs.pop(ref), _error_of(ref))
+        except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
+            for ref in jobs:
+                ray.cancel(ref, force=True)
+            sweep.interrupt(jobs.values())
+            raise
+
+    def _connect(self) -> bool:
+        """Join the cluster, or start a Ray instance here; ``False`` if this process already
+        had Ray running (then it is the caller's, and stays up)."""
+        import ray
+
+        if ray.is_initialized():
+            return False
+        if self.address is None:
+            # address="local": a new instance even if another one runs on this machine.
+            ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+            return True
+        try:
+            ray.init(address=self.address, logging_level=logging.WARNING)
+        except (ConnectionError, ValueError) as error:
+            first_line = str(error).strip().splitlines()[0]
+            raise ConfigError(f"cannot join the Ray cluster at {self.address}: {first_line}; check --ray-address "
+                              "(a cluster with token authentication also needs RAY_AUTH_MODE=token and its "
+                              "token here, see docs/distributed.md)") from None
+        return True
+
+
+def _drain(events: Any, jobs: dict[str, Job]) -> None:
+    waiting = events.size()
+    for run_id, call, args in events.get_nowait_batch(waiting) if waiting else []:
+        if run_id in jobs:  # else a worker Ray gave up on (a lost node) still reports a closed cell
+            replay_progress(jobs[run_id], call, args)
+
+
+def _error_of(ref: Any) -> str:
+    """'' if the task returned (its run is ended in the store), else why Ray gave up on it."""
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    try:
+        return ray.get(ref)[1]
+    except RayTaskError as error:  # raised in the task before or after training, e.g. the server was down
+        cause = error.cause
+        return f"{type(cause).__name__}: {cause}"
+    except RayError as error:  # the worker died more often than --max-retries allows, or its node is gone
+        lines = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {lines[0] if lines else 'the Ray task failed'}"

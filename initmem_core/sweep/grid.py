@@ -1,0 +1,295 @@
+"""A sweep's grid: which values each config field takes, and the cells (validated configs) it spans.
+
+Every field is an *axis*: a tuple of values, one value for a fixed field, several for a varying
+one. Values come from the command line (``0.1,0.5,1`` or a range ``0.1:2.5:7``), from a TOML
+sweep file (``[base]`` fixed values, ``[grid]`` lists or ranges) or from a Python mapping, and are
+converted with ``config.coerce`` so a cell means exactly what a single ``initmem run`` would.
+
+Cells that differ only in sigma and seed form a *group*: the report measures the spread of test
+accuracy over sigma inside each group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from initmem_core.tracking.records import check_sweep_name
+from initmem_core.config import FIELDS, RunConfig, coerce, field_type, from_mapping, load_toml, unknown_key_error, validate
+from initmem_core.errors import ConfigError
+from initmem_core.kinds import flag_for
+
+#: Within a group only these vary; every other varying field tells groups apart.
+WITHIN_GROUP = ("sigma", "seed")
+SINGLE_GROUP = "all"
+
+
+def parse_range(name: str, text: str) -> tuple[Any, ...]:
+    """``start:stop:count``: ``count`` evenly spaced values, both ends included."""
+    kind = field_type(name)
+    if kind not in (int, float):
+        raise ConfigError(f"{flag_for(name)} {text}: a range start:stop:count needs a numeric option")
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise ConfigError(f"{flag_for(name)} {text}: a range is start:stop:count, e.g. 0.1:2.5:7")
+    start, stop = (coerce(name, part) for part in parts[:2])
+    try:
+        count = int(parts[2])
+    except ValueError:
+        count = 0
+    if count < 2:
+        raise ConfigError(f"{flag_for(name)} {text}: the count of a range must be a whole number of at least 2")
+    values = [start + (stop - start) * i / (count - 1) for i in range(count)]
+    if kind is int:
+        if any(not float(v).is_integer() for v in values):
+            raise ConfigError(f"{flag_for(name)} {text}: {count} evenly spaced values from {start} to {stop} "
+                              "are not all whole numbers; choose a count that divides the span, or list the values")
+        return tuple(int(v) for v in values)
+    # 12 significant digits: 0.1:0.3:3 gives 0.2, not 0.20000000000000004 (names and hashes stay clean).
+    return tuple(float(f"{v:.12g}") for v in values)
+
+
+def parse_values(name: str, spec: Any) -> tuple[Any, ...]:
+    """The values of one axis from CLI text, a TOML value or a Python value.
+
+    Text is a comma list or a numeric range. A list holds one value per item. For a list-typed
+    field (``metrics``) text is *one* value (``a,b`` means both metrics in every cell); vary it
+    with a list of lists.
+    """
+    if name not in FIELDS:
+        raise unknown_key_error(name, "the sweep")
+    if isinstance(spec, str):
+        text = spec.strip()
+        if field_type(name) is tuple:
+            items: Iterable[Any] = [text]
+        elif ":" in text and field_type(name) in (int, float):
+            return parse_range(name, text)
+        else:
+            items = [item.strip() for item in text.split(",")]
+    elif isinstance(spec, (list, tuple)):
+        items = spec
+    else:
+        items = [spec]
+    values = tuple(coerce(name, item) for item in items)
+    if not values or any(isinstance(v, str) and not v for v in values):
+        raise ConfigError(f"{flag_for(name)} {spec!r}: give at least one value, with none empty")
+    repeated = [v for i, v in enumerate(values) if v in values[:i]]
+    if repeated:
+        raise ConfigError(f"{flag_for(name)} {spec!r} lists {repeated[0]!r} more than once")
+    return values
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The axes of a sweep (field -> values), optional groups, and, from a sweep file, its name.
+
+    ``groups`` are alternative sets of fixed values (``[[groups]]`` in a sweep file), each crossed
+    with the axes: the paper compares SGD at a low learning rate, Adam at its own rate, SGD with
+    L2, ... over one sigma grid, which is a union of grids rather than one product.
+    """
+
+    axes: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    name: str | None = None
+    groups: tuple[dict[str, Any], ...] = ()
+
+    def override(self, other: "SweepSpec") -> "SweepSpec":
+        """``other``'s axes replace this spec's for the same fields, in the groups too (CLI over file)."""
+        groups = tuple({k: v for k, v in group.items() if k not in other.axes} for group in self.groups)
+        return SweepSpec({**self.axes, **other.axes}, other.name or self.name,
+                         tuple(group for group in groups if group) if any(groups) else ())
+
+    def group_axes(self) -> list[dict[str, tuple[Any, ...]]]:
+        """The product grids whose union is the sweep."""
+        return [{**self.axes, **{k: (v,) for k, v in group.items()}} for group in self.groups] or [self.axes]
+
+    @property
+    def varying(self) -> list[str]:
+        grids = self.group_axes()
+        return [name for name in FIELDS
+                if len({_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1]
+
+
+_DEFAULTS = RunConfig()
+
+
+def spec_from_values(values: Mapping[str, Any], name: str | None = None) -> SweepSpec:
+    """From CLI text or a Python mapping: ``{"sigma": "0.1:2.5:7", "opt": ["sgd", "adam"], "epochs": 5}``."""
+    return SweepSpec({key: parse_values(key, value) for key, value in values.items()}, name)
+
+
+def spec_from_toml(path: str | Path) -> SweepSpec:
+    """A sweep file: optional ``name``, ``[base]`` fixed values, ``[grid]`` lists or ranges."""
+    data = load_toml(path)
+    for key in data:
+        if key not in ("name", "base", "grid", "groups"):
+            raise ConfigError(f"unknown key '{key}' in {path}; a sweep file has name, [base], [grid] and [[groups]]")
+    axes: dict[str, tuple[Any, ...]] = {}
+    for table in ("base", "grid"):
+        section = data.get(table, {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"'{table}' in {path} must be a table, [{table}]")
+        for key, value in section.items():
+            if key not in FIELDS:
+                raise unknown_key_error(key, f"[{table}] of {path}")
+            if key in axes:
+                raise ConfigError(f"'{key}' is in both [base] and [grid] of {path}; keep it in one")
+            if table == "base":
+                if isinstance(value, (list, dict)) and field_type(key) is not tuple:
+                    raise ConfigError(f"[base] {key} in {path} must be one value; put lists in [grid]")
+                axes[key] = (coerce(key, value),)
+            else:
+                if not isinstance(value, (list, str)):
+                    raise ConfigError(f"[grid] {key} in {path} must be a list or a range string 'start:stop:count'")
+                axes[key] = parse_values(key, value)
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ConfigError(f"'name' in {path} must be a non-empty string")
+    return SweepSpec(axes, name.strip() if name else None, _groups_from_toml(data.get("groups", []), axes, path))
+
+
+def _groups_from_toml(groups: Any, axes: dict[str, tuple[Any, ...]], path: str | Path) -> tuple[dict[str, Any], ...]:
+    if not isinstance(groups, list) or not all(isinstance(group, dict) for group in groups):
+        raise ConfigError(f"'groups' in {path} must be an array of tables, [[groups]]")
+    parsed = []
+    for number, group in enumerate(groups, 1):
+        values = {}
+        for key, value in group.items():
+            if key not in FIELDS:
+                raise unknown_key_error(key, f"[[groups]] number {number} of {path}")
+            if key in axes and len(axes[key]) > 1:
+                raise ConfigError(f"'{key}' is in both [grid] and [[groups]] of {path}; keep it in one")
+            if isinstance(value, (list, dict)) and field_type(key) is not tuple:
+                raise ConfigError(f"[[groups]] {key} in {path} must be one value; put lists in [grid]")
+            values[key] = coerce(key, value)
+        parsed.append(values)
+    return tuple(parsed)
+
+
+def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
+    # Group-defining fields vary slowest, then seed, then sigma: a group's cells run together.
+    names = [n for n in FIELDS if n in axes and n not in WITHIN_GROUP]
+    return names + [n for n in ("seed", "sigma") if n in axes]
+
+
+def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
+    """Every cell of the grid as a validated ``RunConfig``; any bad value raises ``ConfigError``."""
+    cells, seen = [], set()
+    for axes in spec.group_axes():
+        names = _cell_order(axes)
+        for values in itertools.product(*(axes[n] for n in names)):
+            config = from_mapping(dict(zip(names, values)), "the sweep")
+            try:
+                validate(config, registry)
+            except ConfigError as error:
+                varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
+                raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
+            if config.config_hash() not in seen:  # two groups may share a cell
+                seen.add(config.config_hash())
+                cells.append(config)
+    return cells
+
+
+def group_fields(configs: Iterable[RunConfig]) -> list[str]:
+    """Fields that tell groups apart: those that vary across ``configs``, except sigma and seed,
+    and except execution knobs (threads, device: they change how, not what)."""
+    configs = list(configs)
+    return [name for name, f in FIELDS.items()
+            if f.metadata["hashed"] and name not in WITHIN_GROUP
+            and len({_text(getattr(c, name)) for c in configs}) > 1]
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "+".join(value) or "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def group_key(config: RunConfig, fields: list[str]) -> str:
+    """A short readable key, e.g. ``opt=sgd,batch_size=64``; ``all`` when there is one group."""
+    return ",".join(f"{name}={_text(getattr(config, name))}" for name in fields) or SINGLE_GROUP
+
+
+def group_keys(configs: Iterable[RunConfig]) -> list[str]:
+    """Each config's group key, short enough to read: a field is shown only where it differs from
+    its most common value across the sweep (the first field always), e.g. ``opt=sgd,momentum=0.9``.
+    Two groups never share a key: equal keys mean equal values in every group field."""
+    configs = list(configs)
+    fields = group_fields(configs)
+    modes = {f: Counter(_text(getattr(c, f)) for c in configs).most_common(1)[0][0] for f in fields}
+    keys = []
+    for config in configs:
+        shown = [f for i, f in enumerate(fields) if i == 0 or _text(getattr(config, f)) != modes[f]]
+        keys.append(group_key(config, shown))
+    return keys
+
+
+def metric_suffix(key: str) -> str:
+    """A group key as MLflow accepts in a metric name: ``opt=sgd,batch_size=64`` -> ``opt-sgd.batch_size-64``."""
+    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key.replace("=", "-").replace(",", "."))
+
+
+def default_name(spec: SweepSpec) -> str:
+    """A readable name that is the same for the same grid, so relaunching without ``--name``
+    resumes the sweep: e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
+    base = RunConfig()
+    data, arch = (spec.axes.get(n, (getattr(base, n),)) for n in ("data", "arch"))
+    hashed = {n: [_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]}
+    groups = [{n: _text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
+    digest = hashlib.sha256(json.dumps([hashed, groups] if groups else hashed).encode()).hexdigest()[:6]
+    varying = "-".join(spec.varying) or "single"
+    prefix = "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", "+".join(map(str, v))) for v in (data, arch))
+    return f"{prefix}-{varying}-{digest}"
+
+
+def estimate_work(cells: list[RunConfig]) -> str:
+    """Optimizer steps when every cell fixes ``train_size``; otherwise the total epochs."""
+    if cells and all(c.train_size > 0 for c in cells):
+        steps = sum(c.epochs * math.ceil(c.train_size / c.batch_size) for c in cells)
+        return f"{steps:,} optimizer steps"
+    return f"{sum(c.epochs for c in cells):,} epochs"
+
+
+# -- the plan of a sweep ---------------------------------------------------------------------
+
+#: Where a sweep's report files go, one folder per sweep name.
+DEFAULT_OUTPUT = Path("initmem-output")
+
+
+def as_spec(spec: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
+    """A spec, a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML path."""
+    if isinstance(spec, SweepSpec):
+        return spec
+    if isinstance(spec, (str, Path)):
+        return spec_from_toml(spec)
+    return spec_from_values(spec)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep will run, known before anything runs: its validated cells, each cell's group,
+    its name and its output folder. ``initmem sweep --dry-run`` prints it; ``run_sweep`` runs it."""
+
+    spec: SweepSpec
+    cells: list[RunConfig]
+    groups: list[str]  # the group key of each cell
+    name: str
+    out: Path
+
+
+def plan_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, *, name: str | None = None,
+               out: str | Path | None = None, registry: Any = None) -> SweepPlan:
+    """Expand and validate the grid (``ConfigError`` for any bad value or name), and settle the
+    sweep's name (given, the file's, or generated from the grid) and output folder."""
+    spec = as_spec(spec)
+    cells = expand(spec, registry)
+    name = check_sweep_name(name or spec.name or default_name(spec))
+    return SweepPlan(spec, cells, group_keys(cells), name, Path(out) if out else DEFAULT_OUTPUT / name)

@@ -1,0 +1,210 @@
+"""``run_sweep``: every cell of a grid as a child run of one parent run, then the report on the parent.
+
+>>> from initmem_core.sweep.launch import run_sweep
+>>> result = run_sweep({"sigma": "0.1:2.5:7", "opt": ["sgd", "adam"], "epochs": 30}, workers=2)
+>>> result.report.groups[0].spread
+
+Idempotent: the parent run is found again by the sweep's name (tag ``initmem.sweep``), and a
+cell whose config hash already has a FINISHED child is skipped, so a stopped sweep is resumed
+by launching it again. A failing cell never stops the sweep: its child ends FAILED with a
+``failure_reason`` tag and the result lists it.
+
+Where the cells run is the executor's business (``initmem_core.sweep.executors``: this machine, a Ray
+cluster, Slurm); all of the above is this module's, and the same whichever runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol
+
+from initmem_core.config import RunConfig
+from initmem_core.errors import ConfigError
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.report.files import write_report_files
+from initmem_core.report.memory import Report, build_report
+from initmem_core.sweep.executors import Executor, make_executor
+from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
+from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
+from initmem_core.tracking.records import (GROUP_TAG, PARENT_TAG, ROLE_TAG, SWEEP_TAG, child_runs, find_parent,
+                                           latest_per_cell, record_from_run)
+from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, log_in_batches, open_client,
+                                         resolve_tracking_uri, to_json)
+
+
+class SweepProgress(Protocol):
+    """Receives a sweep's progress; the CLI draws it with rich."""
+
+    def sweep_started(self, name: str, total: int, skipped: int) -> None: ...
+    def cell_started(self, run_id: str, label: str) -> Any: ...  # a training Progress, or None
+    def cell_finished(self, run_id: str, status: str, error: str) -> None: ...
+
+
+class NoSweepProgress:
+    def sweep_started(self, name, total, skipped): pass
+    def cell_started(self, run_id, label): return None
+    def cell_finished(self, run_id, status, error): pass
+
+
+@dataclass
+class SweepResult:
+    name: str
+    parent_run_id: str
+    cells: list[CellOutcome]
+    report: Report
+    files: list[Path] = field(default_factory=list)  # the report's table and plots in the output folder
+
+    @property
+    def failed(self) -> list[CellOutcome]:
+        return [cell for cell in self.cells if cell.status != "FINISHED"]
+
+
+class _Sweep:
+    """One launch of a sweep: the parent run and its children. Implements the ``SweepCells``
+    an executor works with (``executors.base``)."""
+
+    def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Any):
+        from initmem_core.tracking.cells import quiet_run_links
+
+        self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
+        quiet_run_links()
+        self.client = open_client(uri)
+        self.experiment_id = ensure_experiment(self.client, uri, experiment)
+        parent = find_parent(self.client, self.experiment_id, name)
+        if parent is None:
+            parent = self.client.create_run(self.experiment_id, run_name=name,
+                                            tags={SWEEP_TAG: name, ROLE_TAG: "parent"})
+        else:
+            self.client.update_run(parent.info.run_id, status="RUNNING")
+        self.parent = parent
+        self.parent_id = parent.info.run_id
+
+    def earlier_runs(self, configs: list[RunConfig]) -> tuple[dict[str, str], dict[str, str]]:
+        """From earlier launches: (config hash -> run id) of the children that finished, and of
+        those left KILLED or RUNNING (a Ctrl-C, a machine that died) whose newest checkpoint
+        belongs to them, so a relaunch continues them in the same run."""
+        from initmem_core.training.checkpoints import find_resumable
+        from initmem_core.training.runner import checkpoint_root
+
+        by_hash = {config.config_hash(): config for config in configs}
+        finished, resumable = {}, {}
+        for run in child_runs(self.client, self.parent):
+            config = by_hash.get(run.data.tags.get("config_hash", ""))
+            if config is None:
+                continue
+            if run.info.status == "FINISHED":
+                finished[config.config_hash()] = run.info.run_id
+            elif run.info.status in ("KILLED", "RUNNING"):
+                root = checkpoint_root(config, self.uri)
+                point = find_resumable(config.config_hash(), root) if root else None
+                if point is not None and point.run_id == run.info.run_id:
+                    resumable[config.config_hash()] = run.info.run_id
+        return finished, {h: r for h, r in resumable.items() if h not in finished}
+
+    def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
+        from initmem_core.tracking.cells import ChildRunWriter, config_params
+
+        config = cell.config
+        if not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
+            cell.run_id = self.client.create_run(self.experiment_id, run_name=config.run_name(), tags={
+                PARENT_TAG: self.parent_id, SWEEP_TAG: self.name, GROUP_TAG: cell.group,
+                "config_hash": config.config_hash()}).info.run_id
+        if scheduled:
+            self.client.update_run(cell.run_id, status="SCHEDULED")
+        writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
+        if not cell.resume:
+            writer.start_run(config.run_name(), config_params(config), {})
+        return Job(cell, writer, self.progress.cell_started(cell.run_id, cell.label))
+
+    def close(self, job: Job, error: str = "") -> None:
+        if error:
+            job.writer.fail(error)
+        job.cell.status, job.cell.error = job.writer.ended_status(), error
+        self.progress.cell_finished(job.cell.run_id, job.cell.status, error)
+
+    @staticmethod
+    def interrupt(jobs: Iterable[Job]) -> None:
+        for job in jobs:
+            job.writer.fail("interrupted", "KILLED")
+
+    def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
+        """Build the report from the store (this launch's cells and earlier ones alike) and write
+        it onto the parent run and into ``out``."""
+        from mlflow.entities import Metric, RunTag
+
+        runs = latest_per_cell(child_runs(self.client, self.parent))
+        report = build_report(record_from_run(self.client, run) for run in runs)
+        files = write_report_files(report, out, title=f"Initialization memory: sweep {self.name}")
+        for path in files:
+            self.client.log_artifact(self.parent_id, str(path), "report")
+        grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
+        self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
+        log_in_batches(self.client, self.parent_id, "metrics",
+                       [Metric(key, value, 0, 0) for key, value in report.parent_metrics().items()])
+        failed = sum(1 for cell in cells if cell.status != "FINISHED")
+        self.client.log_batch(self.parent_id, tags=[
+            RunTag("initmem.cells", str(len(cells))), RunTag("initmem.cells_failed", str(failed)),
+            RunTag("initmem.varying", ",".join(spec.varying))])
+        return report, files
+
+
+def run_sweep(
+    spec: SweepPlan | SweepSpec | Mapping[str, Any] | str | Path,
+    *,
+    name: str | None = None,
+    workers: int = 1,
+    executor: str | Executor = "local",
+    tracking_uri: str | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+    progress: SweepProgress | None = None,
+    out: str | Path | None = None,
+    registry: Any = None,
+) -> SweepResult:
+    """Run every cell of ``spec`` not finished before, then write the report onto the parent run
+    and into ``out`` (default ``initmem-output/<name>``).
+
+    ``spec``: a ``SweepPlan`` (``plan_sweep``, which the CLI prints before it runs), a
+    ``SweepSpec``, a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML
+    sweep file. Every cell is validated before anything is tracked (``ConfigError`` otherwise).
+    With ``workers > 1`` cells run in that many spawned processes: plugins then come from the
+    installed entry points, not from a registry set in this process, and a script that calls
+    this needs the usual ``if __name__ == "__main__":`` guard of multiprocessing.
+
+    ``executor``: ``"local"`` (with ``workers``), ``"ray"`` or ``"slurm"`` with their defaults, or
+    an executor built with its options (``make_executor("ray", address="auto", gpus_per_cell=0.5)``).
+    Ray and Slurm workers write to the tracking store themselves: it must be a server.
+    """
+    registry = registry or get_registry()
+    plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
+    if isinstance(executor, str):
+        options = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}.get(executor, {})
+        executor = make_executor(executor, **options)
+    elif workers != 1:
+        raise ConfigError(f"--workers is for --executor local; {executor.name} runs as many cells at once as "
+                          "its resources allow")
+    uri = resolve_tracking_uri(tracking_uri)
+    check_store(executor, uri)
+    progress = progress or NoSweepProgress()
+    sweep = _Sweep(plan.name, uri, experiment, progress, registry)
+    finished, resumable = sweep.earlier_runs(plan.cells)
+    cells = []
+    for config, key in zip(plan.cells, plan.groups):
+        earlier, interrupted = finished.get(config.config_hash()), resumable.get(config.config_hash())
+        cells.append(CellOutcome(config, key, "FINISHED" if earlier else "PENDING", earlier or interrupted or "",
+                                 skipped=bool(earlier), resume=bool(interrupted)))
+    pending = [cell for cell in cells if not cell.skipped]
+    progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
+    status = "FAILED"
+    try:
+        if pending:
+            executor.run(pending, sweep)
+        report, files = sweep.publish(plan.out, cells, plan.spec)
+        if all(cell.status == "FINISHED" for cell in cells):
+            status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        sweep.client.set_terminated(sweep.parent_id, status)
+    return SweepResult(plan.name, sweep.parent_id, cells, report, files)

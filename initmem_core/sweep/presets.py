@@ -1,0 +1,40 @@
+"""The paper as presets: sweep files shipped with initmem (``initmem_core/presets/*.toml``).
+
+Each preset is a plain sweep file with a comment on why each value was chosen, so
+``initmem presets show NAME > sweep.toml`` gives a user a copy to edit and run with ``--config``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from initmem_core.errors import ConfigError, ordered_by_similarity
+
+_FOLDER = resources.files(__package__) / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(entry.name[:-len(".toml")] for entry in _FOLDER.iterdir() if entry.name.endswith(".toml"))
+
+
+def preset_text(name: str) -> str:
+    """The preset's sweep file, comments included."""
+    if name not in preset_names():
+        raise ConfigError(f"unknown preset '{name}'; valid presets: {', '.join(ordered_by_similarity(name, preset_names()))}")
+    return (_FOLDER / f"{name}.toml").read_text()
+
+
+def preset_description(name: str) -> str:
+    """The first comment line of the file, without the ``# name:`` prefix."""
+    first = preset_text(name).splitlines()[0].lstrip("# ")
+    return first.split(":", 1)[1].strip() if first.startswith(f"{name}:") else first
+
+
+def preset_spec(name: str):
+    """The preset as a ``SweepSpec``, parsed exactly as ``--config`` would parse the file."""
+    from initmem_core.sweep.grid import spec_from_toml
+
+    with resources.as_file(_FOLDER / f"{name}.toml") as path:
+        preset_text(name)  # a clear error for an unknown name
+        return spec_from_toml(Path(path))

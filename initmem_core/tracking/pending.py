@@ -1,0 +1,151 @@
+"""Writes the tracking store has not taken yet: held in memory and retried with backoff while a
+run trains, and left in a local file if the run ends first (``sync`` uploads it).
+
+The file is ``initmem-unsynced/<run id>.jsonl`` beside the SQLite database (in the current folder
+for a server), one JSON object per line: a ``run`` line naming the store and the run, then
+``metric`` (key, value, timestamp, step), ``tag``, ``text``, ``artifact`` (a copy kept in
+``<run id>.files/``) and ``status`` lines. Uploading it twice adds nothing the second time: a
+metric whose key already has that step in the store is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from initmem_core.errors import ConfigError
+
+UNSYNCED_FOLDER = "initmem-unsynced"
+FIRST_RETRY_S, LONGEST_RETRY_S = 1.0, 300.0
+
+
+@dataclass
+class PendingWrites:
+    """What one run still owes the store, oldest first."""
+
+    metrics: list[tuple[str, float, int, int]] = field(default_factory=list)  # key, value, timestamp ms, step
+    tags: dict[str, str] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)  # artifact file -> text
+    files: list[tuple[str, str | None]] = field(default_factory=list)  # local copy, artifact path
+    status: tuple[str, int] | None = None  # status, end time ms
+
+    def __bool__(self) -> bool:
+        return bool(self.metrics or self.tags or self.texts or self.files or self.status)
+
+    def send(self, client, run_id: str) -> None:
+        """Write everything, dropping each part as soon as the store has taken it, so a failure
+        half-way never sends a part twice. The status goes last: a run ends after its data."""
+        from mlflow.entities import Metric, RunTag
+
+        from initmem_core.tracking.store import log_in_batches
+
+        log_in_batches(client, run_id, "metrics", [Metric(k, v, t, s) for k, v, t, s in self.metrics],
+                       taken=lambda count: self.metrics.__delitem__(slice(0, count)))
+        log_in_batches(client, run_id, "tags", [RunTag(k, v) for k, v in self.tags.items()],
+                       taken=lambda count: [self.tags.pop(key) for key in list(self.tags)[:count]])
+        while self.texts:
+            name, text = next(iter(self.texts.items()))
+            client.log_text(run_id, text, name)
+            del self.texts[name]
+        while self.files:
+            path, artifact_path = self.files[0]
+            client.log_artifact(run_id, path, artifact_path)
+            discard_copy(Path(path))
+            del self.files[0]
+        if self.status:
+            status, end_time = self.status
+            client.set_terminated(run_id, status, end_time)
+            self.status = None
+
+
+class Backoff:
+    """When to try a failing store again: 1 s after the first failure, doubling up to 5 minutes."""
+
+    def __init__(self) -> None:
+        self.delay, self.next_try = 0.0, 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_try
+
+    def failed(self) -> None:
+        self.delay = min(LONGEST_RETRY_S, max(FIRST_RETRY_S, 2 * self.delay))
+        self.next_try = time.monotonic() + self.delay
+
+    def succeeded(self) -> None:
+        self.delay, self.next_try = 0.0, 0.0
+
+    @property
+    def failing(self) -> bool:
+        return self.delay > 0
+
+
+def unsynced_folder(store_folder: Path) -> Path:
+    return store_folder / UNSYNCED_FOLDER
+
+
+def keep_copy(folder: Path, run_id: str, local_path: str | Path) -> str:
+    """Copy an artifact the store did not take, since its source may be a temporary file."""
+    source = Path(local_path)
+    target = folder / f"{run_id}.files" / uuid.uuid4().hex[:8] / source.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, target)
+    return str(target)
+
+
+def discard_copy(path: Path) -> None:
+    """Delete an uploaded copy, and the folders ``keep_copy`` made for it once they are empty."""
+    path.unlink()
+    for folder in list(path.parents)[:3]:  # <random>/, <run id>.files/, initmem-unsynced/
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: other writes are still waiting there
+            return
+
+
+def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) -> Path:
+    """Append what is still pending to ``<folder>/<run_id>.jsonl`` (written whole, then renamed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{run_id}.jsonl"
+    lines = [] if path.exists() else [{"kind": "run", "run_id": run_id, "tracking_uri": tracking_uri}]
+    lines += [{"kind": "metric", "key": k, "value": v, "timestamp": t, "step": s} for k, v, t, s in pending.metrics]
+    lines += [{"kind": "tag", "key": k, "value": v} for k, v in pending.tags.items()]
+    lines += [{"kind": "text", "artifact_file": name, "text": text} for name, text in pending.texts.items()]
+    lines += [{"kind": "artifact", "path": str(Path(p).relative_to(folder)), "artifact_path": a}
+              for p, a in pending.files]
+    if pending.status:
+        lines.append({"kind": "status", "status": pending.status[0], "end_time": pending.status[1]})
+    text = (path.read_text() if path.exists() else "") + "".join(json.dumps(line) + "\n" for line in lines)
+    temporary = path.with_suffix(".jsonl.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+    return path
+
+
+def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
+    """The ``run`` line and the pending writes of one file; ``ConfigError`` if it is not ours."""
+    try:
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} is not an initmem unsynced file ({error}); move it out of the way") from None
+    if not lines or lines[0].get("kind") != "run" or "run_id" not in lines[0]:
+        raise ConfigError(f"{path} is not an initmem unsynced file (no run line); move it out of the way")
+    pending = PendingWrites()
+    for line in lines[1:]:
+        kind = line.get("kind")
+        if kind == "metric":
+            pending.metrics.append((line["key"], float(line["value"]), int(line["timestamp"]), int(line["step"])))
+        elif kind == "tag":
+            pending.tags[line["key"]] = line["value"]
+        elif kind == "text":
+            pending.texts[line["artifact_file"]] = line["text"]
+        elif kind == "artifact" and (path.parent / line["path"]).exists():
+            # A copy is deleted once uploaded: a missing one was taken by an interrupted sync.
+            pending.files.append((str(path.parent / line["path"]), line["artifact_path"]))
+        elif kind == "status":
+            pending.status = (line["status"], int(line["end_time"]))
+    return lines[0], pending

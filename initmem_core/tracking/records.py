@@ -1,0 +1,137 @@
+"""What the report is computed from: one record per sweep cell, read back from the tracking store.
+
+``load_sweep_records`` reads only through the MLflow client (params, tags, latest metrics and the
+``weight_norm`` history), so a report can be rebuilt from any store, a remote server included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from initmem_core.config import FIELDS, RunConfig, from_mapping
+from initmem_core.errors import ConfigError
+from initmem_core.tracking.store import DEFAULT_EXPERIMENT, open_client, resolve_tracking_uri
+
+SWEEP_TAG = "initmem.sweep"
+ROLE_TAG = "initmem.role"
+GROUP_TAG = "initmem.group"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+@dataclass
+class CellRecord:
+    """One cell's outcome. ``metrics`` holds the latest value of every metric the run logged:
+    its summary figures (``best_val_test_acc``, ``tau_interp``...) and its final per-epoch ones
+    (``weight_norm``, ``clock_sgd``...); fractions stay fractions (accuracy 0..1)."""
+
+    config: RunConfig
+    status: str = "FINISHED"
+    metrics: dict[str, float] = field(default_factory=dict)
+    weight_norms: list[tuple[int, float]] = field(default_factory=list)
+    error: str = ""
+    diverged: bool = False
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.config, Mapping):
+            self.config = from_mapping(self.config, "a record")
+
+    @property
+    def trained(self) -> bool:
+        """Finished without diverging: only such cells carry a selected predictor."""
+        return self.status == "FINISHED" and not self.diverged
+
+
+def config_from_params(params: Mapping[str, str]) -> RunConfig:
+    """The cell's config from its logged params (every config field is logged as is)."""
+    return from_mapping({key: value for key, value in params.items() if key in FIELDS}, "the run's params")
+
+
+def search_all(client, experiment_ids: list[str], filter_string: str) -> list[Any]:
+    runs, token = [], None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+#: Letters, digits and ``_ . , = + : @ / -`` and spaces: a sweep name goes into search filters.
+SWEEP_NAME = re.compile(r"[\w.,=+:@/ -]{1,200}")
+
+
+def check_sweep_name(name: str) -> str:
+    if not SWEEP_NAME.fullmatch(name):
+        raise ConfigError(f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -")
+    return name
+
+
+def find_parent(client, experiment_id: str, name: str):
+    """The parent run of sweep ``name`` in the experiment, or ``None``."""
+    runs = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' "
+                              f"and tags.`{ROLE_TAG}` = 'parent'", max_results=1, order_by=["attributes.start_time ASC"])
+    return runs[0] if runs else None
+
+
+def resolve_parent(client, experiment: str, name_or_run_id: str):
+    """A sweep by name (in ``experiment``) or by its parent run id."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ConfigError(f"experiment '{experiment}' does not exist in this tracking store; check --experiment "
+                          "and --tracking-uri")
+    parent = find_parent(client, found.experiment_id, name_or_run_id)
+    if parent is None and len(name_or_run_id) == 32 and all(c in "0123456789abcdef" for c in name_or_run_id):
+        try:
+            parent = client.get_run(name_or_run_id)
+        except Exception:  # no such run
+            parent = None
+    if parent is None or parent.data.tags.get(ROLE_TAG) != "parent":
+        known = sorted({run.data.tags[SWEEP_TAG] for run in search_all(
+            client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")})
+        listing = f"; sweeps there: {', '.join(known)}" if known else "; it has no sweeps"
+        raise ConfigError(f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
+                          "(check the name, --experiment and --tracking-uri)")
+    return parent
+
+
+def child_runs(client, parent) -> list[Any]:
+    return search_all(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
+
+
+ENDED = ("FINISHED", "FAILED", "KILLED")
+
+
+def latest_per_cell(runs: list[Any]) -> list[Any]:
+    """One ended run per config hash: a FINISHED one if any, else the newest (a relaunch retries
+    failures). Cells still running are left out: they have not failed, they have not finished."""
+    chosen: dict[str, Any] = {}
+    ended = [r for r in runs if r.info.status in ENDED]
+    for run in sorted(ended, key=lambda r: (r.info.status == "FINISHED", r.info.start_time or 0)):
+        chosen[run.data.tags.get("config_hash", run.info.run_id)] = run
+    return list(chosen.values())
+
+
+def record_from_run(client, run) -> CellRecord:
+    tags = run.data.tags
+    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "weight_norm")]
+    return CellRecord(
+        config=config_from_params(run.data.params),
+        status=run.info.status,
+        metrics=dict(run.data.metrics),
+        weight_norms=sorted(history),
+        error=tags.get("failure_reason", ""),
+        diverged=tags.get("diverged") == "true",
+        run_id=run.info.run_id,
+    )
+
+
+def load_sweep_records(name_or_parent_run_id: str, tracking_uri: str | None = None,
+                       experiment: str = DEFAULT_EXPERIMENT) -> tuple[str, list[CellRecord]]:
+    """The sweep's name and one record per cell, read from the tracking store alone."""
+    client = open_client(resolve_tracking_uri(tracking_uri))
+    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    runs = latest_per_cell(child_runs(client, parent))
+    return parent.data.tags[SWEEP_TAG], [record_from_run(client, run) for run in runs]

@@ -1,0 +1,160 @@
+"""The tracking store: which one (URIs), opening it so that a bad one fails in one line, and
+writing to it in batches within MLflow's limits.
+
+Every module that talks to MLflow opens its client here (``open_client``) and writes batches
+through ``log_in_batches``, so the limits per call and the fail-fast rules live in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import urlparse
+
+from initmem_core.errors import ConfigError
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+DEFAULT_EXPERIMENT = "initmem"
+CONNECT_TIMEOUT_S = 3.0
+#: MLflow's limits per ``log_batch`` call.
+BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
+#: MLflow retries a failing HTTP request for minutes by default. Our callers either report a bad
+#: store at once or buffer and retry on their own schedule, so one quick try is what they need.
+FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` here."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]).expanduser().resolve() if uri.startswith("sqlite:///") else None
+
+
+def store_folder(uri: str | None) -> Path:
+    """Where local files of a store's runs go (checkpoints, unsynced metrics): beside a SQLite
+    database, else in the current folder."""
+    database = sqlite_path(resolve_tracking_uri(uri))
+    return database.parent if database else Path.cwd()
+
+
+def same_store(first: str, second: str) -> bool:
+    return (sqlite_path(first) or first.rstrip("/")) == (sqlite_path(second) or second.rstrip("/"))
+
+
+@contextlib.contextmanager
+def fail_fast_http() -> Iterator[None]:
+    """MLflow reads these per request; values the user set are left alone."""
+    added = [key for key in FAIL_FAST_HTTP if key not in os.environ]
+    os.environ.update({key: FAIL_FAST_HTTP[key] for key in added})
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def quiet_mlflow() -> None:
+    # MLflow's INFO lines (database migrations, run links) would break our progress display.
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def artifact_root_for(uri: str, experiment: str) -> str | None:
+    """For a SQLite store, keep artifacts beside the database (as ``mlflow server`` does)."""
+    database = sqlite_path(uri)
+    return (database.parent / "mlartifacts" / experiment).as_uri() if database else None
+
+
+def _check_writable(uri: str, folder: Path) -> None:
+    try:  # a real write: permission bits say nothing for root or on a read-only mount
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise ConfigError(
+            f"tracking store {uri} cannot be written: {folder} is missing or read-only; "
+            "pass --tracking-uri with a writable path or a server URL"
+        ) from None
+
+
+def _check_listening(uri: str) -> None:
+    """A refused or silent server fails here in seconds, not after MLflow's minutes of retries."""
+    address = urlparse(uri)
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((address.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(
+            f"tracking store {uri} cannot be reached: {reason}; start the server or check --tracking-uri"
+        ) from None
+
+
+@contextlib.contextmanager
+def store_must_answer(uri: str) -> Iterator[None]:
+    """Turn any failure of the store inside into one ``ConfigError`` line."""
+    try:
+        with fail_fast_http():
+            yield
+    except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
+
+
+def open_client(uri: str | None = None, probe: bool = True):
+    """An ``MlflowClient`` on a store that is known to answer; ``ConfigError`` if it does not.
+    ``probe=False``: the caller's own first request, under ``store_must_answer``, is the probe."""
+    from mlflow.tracking import MlflowClient
+
+    quiet_mlflow()
+
+    uri = resolve_tracking_uri(uri)
+    database = sqlite_path(uri)
+    if database:
+        _check_writable(uri, database.parent)
+    elif uri.startswith(("http://", "https://")):
+        _check_listening(uri)
+    client = MlflowClient(tracking_uri=uri)
+    if probe:
+        with store_must_answer(uri):
+            client.search_experiments(max_results=1)
+    return client
+
+
+def ensure_experiment(client, uri: str, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_root_for(uri, name))
+    except Exception:  # created meanwhile by a parallel worker
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def log_in_batches(client: Any, run_id: str, kind: str, entities: Sequence[Any],
+                   taken: Callable[[int], None] | None = None) -> None:
+    """Log ``entities`` (MLflow ``Metric``, ``Param`` or ``RunTag`` objects; ``kind`` is
+    ``metrics``, ``params`` or ``tags``) in as few ``log_batch`` calls as MLflow's limits allow.
+    ``taken(count)`` is called after each call the store accepted, so a caller can drop what was
+    written and never send it twice after a failure half-way."""
+    limit = BATCH_LIMITS[kind]
+    for start in range(0, len(entities), limit):
+        chunk = entities[start:start + limit]
+        client.log_batch(run_id, **{kind: list(chunk)})
+        if taken is not None:
+            taken(len(chunk))
+
+
+def to_json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=2, sort_keys=True, default=str)

@@ -1,0 +1,66 @@
+"""``initmem sync``: upload what runs left in ``initmem-unsynced/`` once the store answers again.
+
+Safe to repeat: a metric whose key already has that step in the store is skipped, and a file is
+deleted only once the store took all of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from initmem_core.errors import ConfigError
+from initmem_core.tracking.pending import PendingWrites, read_unsynced, unsynced_folder
+from initmem_core.tracking.store import open_client, resolve_tracking_uri, same_store, store_folder
+
+
+@dataclass
+class SyncResult:
+    uploaded: list[str] = field(default_factory=list)  # run ids
+    metrics: int = 0  # metric values written (those already in the store are not counted)
+    other_stores: list[Path] = field(default_factory=list)  # files meant for another tracking URI
+
+
+def sync_folder(tracking_uri: str | None = None, folder: str | Path | None = None) -> SyncResult:
+    """Upload every unsynced file meant for this store, then delete it. Safe to repeat."""
+    uri = resolve_tracking_uri(tracking_uri)
+    folder = Path(folder) if folder else unsynced_folder(store_folder(uri))
+    result = SyncResult()
+    files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    if not files:
+        return result
+    client = open_client(uri)
+    for path in files:
+        header, pending = read_unsynced(path)
+        if not same_store(header.get("tracking_uri", ""), uri):
+            result.other_stores.append(path)
+            continue
+        result.metrics += upload(client, header["run_id"], pending, uri)
+        path.unlink()
+        shutil.rmtree(folder / f"{header['run_id']}.files", ignore_errors=True)
+        result.uploaded.append(header["run_id"])
+    return result
+
+
+def upload(client, run_id: str, pending: PendingWrites, uri: str) -> int:
+    """Write ``pending`` into the run, skipping metric steps the store already holds. The status is
+    set only on a run still RUNNING: one resumed and ended since keeps its own."""
+    try:
+        run = client.get_run(run_id)
+    except Exception:
+        raise ConfigError(f"run {run_id} is not in {uri}; pass the --tracking-uri the run was tracked in") from None
+    seen: dict[str, set[int]] = {}
+    fresh = []
+    for key, value, timestamp, step in pending.metrics:
+        if key not in seen:
+            seen[key] = {m.step for m in client.get_metric_history(run_id, key)}
+        if step not in seen[key]:
+            seen[key].add(step)
+            fresh.append((key, value, timestamp, step))
+    pending.metrics = fresh
+    if pending.status and run.info.status != "RUNNING":
+        pending.status = None
+    count = len(fresh)  # send() empties the list as the store takes it
+    pending.send(client, run_id)
+    return count

@@ -1,0 +1,201 @@
+"""A small tracker interface, so training code never talks to MLflow directly.
+
+``MlflowTracker`` writes through ``MlflowClient`` (explicit run ids, no global active run, so
+sweeps and threads cannot cross wires). Writes are batched: metrics, tags and texts wait in
+memory and go to the store at most every ``flush_every_s`` seconds (and whenever the run ends),
+since each write is a database transaction that costs as much as a short epoch. A run killed
+outright loses nothing by it: its checkpoint holds every epoch's metrics up to that checkpoint,
+and a resume logs the ones the store lacks. A store that stops answering mid-run does not stop
+training: what could not be written waits in memory and is retried with backoff at the next
+logging point; a run that ends before the store is back leaves it in a local file for
+``initmem sync`` (see ``pending`` and ``sync``). ``MemoryTracker`` keeps everything in memory: unit tests
+and ``tracking=False`` runs use it.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
+from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, fail_fast_http, log_in_batches,
+                                         open_client, resolve_tracking_uri, store_folder, store_must_answer)
+
+#: How long metrics may wait in memory before they are written: the MLflow UI lags a running run
+#: by at most this much, and a run writes about once per interval instead of once per epoch.
+FLUSH_EVERY_S = 5.0
+
+
+class Tracker(Protocol):
+    run_id: str | None
+
+    def start_run(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str: ...
+    def resume_run(self, run_id: str) -> None:
+        """Reopen a run (status RUNNING); metric steps it already holds are not logged again."""
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
+    def end_run(self, status: str = "FINISHED") -> None: ...
+
+
+@dataclass
+class MemoryTracker:
+    """Records every call; nothing leaves the process."""
+
+    run_id: str | None = None
+    name: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    metrics: list[tuple[int, str, float]] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+    status: str | None = None
+    logged: set[tuple[int, str]] = field(default_factory=set)  # (step, key) a resumed run already holds
+
+    def start_run(self, name, params, tags):
+        self.run_id, self.name = f"memory-{id(self):x}", name
+        self.params.update(params)
+        self.tags.update(tags)
+        return self.run_id
+
+    def resume_run(self, run_id):
+        self.run_id, self.status = run_id, None
+        self.logged = {(step, key) for step, key, _ in self.metrics}
+
+    def log_metrics(self, metrics, step):
+        self.metrics.extend((step, key, float(value)) for key, value in metrics.items()
+                            if (step, key) not in self.logged)
+
+    def set_tags(self, tags):
+        self.tags.update(tags)
+
+    def log_text(self, text, artifact_file):
+        self.texts[artifact_file] = text
+
+    def log_artifact(self, local_path, artifact_path=None):
+        path = Path(local_path)
+        self.files[f"{artifact_path}/{path.name}" if artifact_path else path.name] = path
+
+    def end_run(self, status="FINISHED"):
+        self.status = status
+
+    def history(self, key: str) -> list[tuple[int, float]]:
+        return [(step, value) for step, name, value in self.metrics if name == key]
+
+
+class MlflowTracker:
+    """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
+
+    Starting or reopening a run must succeed (it is how a bad store is reported before anything
+    trains). After that every write goes through ``pending``: a failing store is retried at later
+    logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
+    """
+
+    def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
+                 parent_run_id: str | None = None, run_id: str | None = None,
+                 flush_every_s: float = FLUSH_EVERY_S):
+        self.uri = resolve_tracking_uri(uri)
+        self.flush_every_s = flush_every_s
+        self.experiment = experiment
+        self.parent_run_id = parent_run_id
+        self.run_id = run_id
+        self.client = open_client(self.uri, probe=False)
+        with store_must_answer(self.uri):  # the probe: a store that cannot answer this fails here
+            self.experiment_id = ensure_experiment(self.client, self.uri, experiment)
+        self.pending = PendingWrites()
+        self.backoff = Backoff()
+        self.last_flush = time.monotonic()
+        self.logged: dict[str, set[int]] = {}  # key -> steps a resumed run already holds
+
+    def start_run(self, name, params, tags):
+        from mlflow.entities import Param
+
+        tags = dict(tags)
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        self.run_id = run.info.run_id
+        log_in_batches(self.client, self.run_id, "params", [Param(key, str(value)) for key, value in params.items()])
+        return self.run_id
+
+    def resume_run(self, run_id):
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            raise ConfigError(f"the checkpoint's run {run_id} is not in {self.uri}; "
+                              "resume with the --tracking-uri the run was tracked in") from None
+        if run.info.status == "FINISHED":
+            raise ConfigError(f"run {run_id} already finished; there is nothing to resume")
+        self.run_id = run_id
+        self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
+        self.client.update_run(run_id, status="RUNNING")
+
+    def log_metrics(self, metrics, step):
+        now = int(time.time() * 1000)
+        self.pending.metrics.extend((k, float(v), now, step) for k, v in metrics.items()
+                                    if step not in self.logged.get(k, ()))
+        self.flush()
+
+    def set_tags(self, tags):
+        self.pending.tags.update({k: str(v) for k, v in tags.items()})
+        self.flush()
+
+    def log_text(self, text, artifact_file):
+        self.pending.texts[artifact_file] = text
+        self.flush()
+
+    def log_artifact(self, local_path, artifact_path=None):
+        if self.backoff.due():  # the file may be temporary: upload it now, or keep a copy
+            try:
+                with fail_fast_http():
+                    self.client.log_artifact(self.run_id, str(local_path), artifact_path)
+                return
+            except Exception as error:  # kept below, like any other write the store refused
+                self._failed(error)
+        copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+        self.pending.files.append((copy, artifact_path))
+        self.flush()
+
+    def end_run(self, status="FINISHED"):
+        self.pending.status = (status, int(time.time() * 1000))
+        self.flush(force=True)
+        if self.pending:
+            path = spill(self.pending, unsynced_folder(store_folder(self.uri)), self.run_id, self.uri)
+            self.pending = PendingWrites()
+            warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                          f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
+                          "once the store answers", RunWarning, stacklevel=2)
+
+    def flush(self, force: bool = False) -> None:
+        """Write what is pending if ``flush_every_s`` has passed since the last write and the
+        store is not backing off after a failure; ``force``: now, whatever the clock says."""
+        if not self.pending:
+            return
+        if not force:
+            waiting = self.backoff.next_try if self.backoff.failing else self.last_flush + self.flush_every_s
+            if time.monotonic() < waiting:
+                return
+        try:
+            with fail_fast_http():
+                self.pending.send(self.client, self.run_id)
+        except Exception as error:  # unreachable, locked, timed out: training goes on
+            self._failed(error)
+        else:
+            self.backoff.succeeded()
+        self.last_flush = time.monotonic()
+
+    def _failed(self, error: Exception) -> None:
+        if not self.backoff.failing:  # one line per outage, not per retry
+            lines = str(error).strip().splitlines()  # SQL errors go on with the statement: keep the first line
+            reason = lines[0][:200] if lines else type(error).__name__
+            warnings.warn(f"tracking store {self.uri} is not answering ({reason}); "
+                          f"run {self.run_id} keeps training and retries", RunWarning, stacklevel=3)
+        self.backoff.failed()
+

@@ -1,0 +1,215 @@
+"""The training loop: a built ``TrainingSetup`` in, a per-epoch history and a summary out.
+
+Kept lean on purpose: loss and accuracy accumulate on the device and the host reads them once
+per epoch (the logging point); the forgetting clocks tick on host floats; metric plugins run
+only at evaluation points, so nothing a plugin does costs time inside the step.
+
+Reproducible to the bit: every random stream is seeded from ``config.seed`` (``seed_for``), and
+``snapshot``/``restore`` carry everything the loop depends on through a checkpoint, so a run
+stopped at any step boundary and resumed computes exactly what it would have computed anyway.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from initmem_core.contracts import EvalState
+from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.divergence import Diverged, LossGuard, all_finite
+from initmem_core.training.setup import TrainingSetup, build_setup, seed_for
+from initmem_core.training.state import EpochSums, restore, snapshot
+from initmem_core.training.stop_signals import NoStop, StopRequest, Stopped
+
+__all__ = ["Diverged", "Stopped", "TrainingSetup", "build_setup", "evaluate", "seed_for", "train"]
+
+History = list[dict[str, float]]
+LogMetrics = Callable[[dict[str, float], int], None]
+SaveCheckpoint = Callable[[dict[str, Any]], Any]
+
+
+class Progress(Protocol):
+    """Receives progress; the CLI draws it with rich."""
+
+    def start(self, epochs: int, steps_per_epoch: int) -> None: ...
+    def advance(self, steps: int) -> None: ...
+    def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None: ...
+
+
+class NoProgress:
+    def start(self, epochs, steps_per_epoch): pass
+    def advance(self, steps): pass
+    def epoch_done(self, epoch, metrics): pass
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+@torch.no_grad()
+def evaluate(setup: TrainingSetup, split: str) -> tuple[float, float]:
+    """Mean loss and accuracy on a split, in eval mode, with large batches."""
+    model = setup.model
+    was_training = model.training
+    model.eval()
+    loss_sum = torch.zeros((), device=setup.device)
+    correct = torch.zeros((), device=setup.device, dtype=torch.long)
+    loader = setup.eval_loaders[split]
+    for xb, yb in loader:
+        logits = model(xb)
+        loss_sum += F.cross_entropy(logits, yb, reduction="sum")
+        correct += (logits.argmax(1) == yb).sum()
+    model.train(was_training)
+    n = loader.num_examples
+    return loss_sum.item() / n, correct.item() / n
+
+
+def evaluation_row(setup: TrainingSetup, epoch: int, history: History, clocks: ForgettingClocks,
+                   train_figures: tuple[float, float], lr: float) -> dict[str, float]:
+    """Every figure logged at one evaluation point: the epoch's training loss and accuracy, the
+    validation and test splits, each metric plugin's numbers, the clocks and the rate."""
+    row = {"train_loss": train_figures[0], "train_acc": train_figures[1]}
+    for split in ("val", "test"):
+        row[f"{split}_loss"], row[f"{split}_acc"] = evaluate(setup, split)
+    state = EvalState(setup.model, setup.initial_params, epoch, history, setup.config, setup.dataset, setup.device,
+                      evaluate=lambda split: evaluate(setup, split))
+    for metric in setup.metrics.values():
+        if hasattr(metric, "compute"):
+            row.update(metric.compute(state))
+    row.update(clocks.as_metrics())
+    row["lr"] = lr
+    if setup.regularizer is not None:
+        with torch.no_grad():
+            row["reg_penalty"] = float(setup.regularizer.penalty(*setup.penalized()))
+    return row
+
+
+# -- one epoch ------------------------------------------------------------------------------
+
+def epoch_batches(loader: Any, start: int) -> Iterator[Any]:
+    """One epoch's batches from batch ``start`` on; the epoch's randomness is drawn as from 0."""
+    if hasattr(loader, "epoch"):
+        return loader.epoch(start_batch=start)
+    return itertools.islice(iter(loader), start, None)
+
+
+class EpochInterrupted(Exception):
+    """A stop was requested inside an epoch; ``step`` batches of it are done."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+
+def run_epoch(setup: TrainingSetup, epoch: int, step: int, sums: EpochSums, clocks: ForgettingClocks,
+              guard: LossGuard, progress: Progress, stop: StopRequest) -> float:
+    """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
+    applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
+    requested before the epoch's last step (the caller checkpoints there)."""
+    config, model, optimizer = setup.config, setup.model, setup.optimizer
+    trainable, initial = setup.penalized()
+    l2 = config.l2 if setup.regularizer is not None else 0.0
+    forward, autocast = setup.forward_pass()
+    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+    steps_per_epoch = len(setup.train_loader)
+    lr = optimizer.param_groups[0]["lr"]
+    for x, y in epoch_batches(setup.train_loader, step):
+        lr = optimizer.param_groups[0]["lr"]  # the rate this step applies
+        clocks.tick(lr, len(y), l2)
+        with autocast():
+            logits = forward(x.contiguous(memory_format=memory_format))
+            loss = F.cross_entropy(logits.float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if setup.regularizer is not None:
+            setup.regularizer.add_gradient(trainable, initial)
+        optimizer.step()
+        setup.scheduler.step()
+        # Accumulate on the device: the host reads these once, at the end of the epoch.
+        sums.loss += loss.detach() * len(y)
+        sums.correct += (logits.argmax(1) == y).sum()
+        sums.seen += len(y)
+        step += 1
+        progress.advance(1)
+        if guard.tripped(loss):
+            raise Diverged(epoch, "the training loss", step=(epoch - 1) * steps_per_epoch + step)
+        if stop.requested and step < steps_per_epoch:
+            raise EpochInterrupted(step)
+    return lr
+
+
+# -- the whole run --------------------------------------------------------------------------
+
+def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | None = None, *,
+          save_checkpoint: SaveCheckpoint | None = None, resume_from: dict[str, Any] | None = None,
+          stop: StopRequest | None = None) -> tuple[History, dict[str, float]]:
+    """Train for ``config.epochs`` epochs. ``log_metrics(metrics, step)`` gets every epoch's
+    figures, starting with the initialization at step 0. Returns (history, summary).
+
+    ``save_checkpoint(state)`` receives a ``snapshot`` (and returns where it saved it) every
+    ``config.checkpoint_every`` epochs, after the last one, and when ``stop.requested`` turns
+    true (checked after every step; the loop then raises ``Stopped``). ``resume_from``: such a
+    state, to continue from exactly there. A non-finite loss or weight raises ``Diverged``
+    before anything of that epoch is logged.
+    """
+    config = setup.config
+    progress = progress or NoProgress()
+    stop = stop or NoStop()
+    clocks = ForgettingClocks()
+    history: History = []
+    steps_per_epoch = len(setup.train_loader)
+    guard = LossGuard(setup.device)
+
+    def record(epoch: int, train_figures: tuple[float, float], lr: float) -> None:
+        row = evaluation_row(setup, epoch, history, clocks, train_figures, lr)
+        log_metrics(row, epoch)
+        history.append({"epoch": epoch, **row})
+        progress.epoch_done(epoch, row)
+
+    def checkpoint(position: tuple[int, int], sums: EpochSums, loader_state: dict[str, Any]) -> str | None:
+        """Where the checkpoint went, for the message of a stopped run; ``None``: none kept."""
+        if save_checkpoint is None:
+            return None
+        return str(save_checkpoint(snapshot(setup, position, clocks, history, sums, loader_state)))
+
+    # Start: the initialization is evaluation point 0; a resumed run continues mid-epoch.
+    progress.start(config.epochs, steps_per_epoch)
+    done, step, sums = 0, 0, EpochSums.zero(setup.device)
+    if resume_from is None:
+        record(0, evaluate(setup, "train"), setup.optimizer.param_groups[0]["lr"])
+    else:
+        (done, step), sums = restore(setup, resume_from, clocks, history)
+        progress.advance(done * steps_per_epoch + step)
+
+    setup.model.train()
+    for epoch in range(done + 1, config.epochs + 1):
+        # Train the epoch; a stop inside it checkpoints the position and the epoch's sums.
+        loader_state = setup.train_loader.state_dict()  # as this epoch begins, before it draws
+        try:
+            lr = run_epoch(setup, epoch, step, sums, clocks, guard, progress, stop)
+        except EpochInterrupted as interrupted:
+            raise Stopped(stop.signum, checkpoint((epoch - 1, interrupted.step), sums, loader_state)) from None
+
+        # Log the epoch: the one host sync for its training figures, after the divergence checks.
+        train_loss = sums.loss.item() / sums.seen
+        if not torch.isfinite(torch.tensor(train_loss)):
+            raise Diverged(epoch, "the training loss")
+        if not all_finite(setup.model):
+            raise Diverged(epoch, "a weight or BatchNorm statistic")
+        record(epoch, (train_loss, sums.correct.item() / sums.seen), lr)
+        step, sums = 0, EpochSums.zero(setup.device)
+
+        # Checkpoint on schedule, at the end, and before stopping on a signal.
+        every = config.checkpoint_every
+        saved = None
+        if stop.requested or epoch == config.epochs or (every and epoch % every == 0):
+            saved = checkpoint((epoch, 0), sums, setup.train_loader.state_dict())
+        if stop.requested:
+            raise Stopped(stop.signum, saved)
+
+    # Summaries: the figures read off the whole history (selection, tau_interp...).
+    summary: dict[str, float] = {}
+    for metric in setup.metrics.values():
+        if hasattr(metric, "summarize"):
+            summary.update(metric.summarize(history))
+    return history, summary

@@ -1,0 +1,203 @@
+"""``run``: one training run from a config, tracked in MLflow. The CLI's ``initmem run`` calls it.
+
+Everything that can be wrong with the input is checked, and every component built, before the
+tracked run is created: bad input (a checkpoint to resume included) leaves nothing half-written
+in the store. Once the run exists, any failure marks it FAILED (a divergence is tagged
+``diverged=true``), SIGTERM and Ctrl-C write a checkpoint and mark it KILLED, and the exception
+is re-raised. ``resume=True`` continues the run of the newest checkpoint of this config, in the
+same MLflow run, logging only the steps that run does not hold yet.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from initmem_core.training.checkpoints import CheckpointStore, default_root, header, load_for_resume
+from initmem_core.config import RunConfig, from_mapping, validate
+from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.registry import Registry
+from initmem_core.training.stop_signals import StopSignals, Stopped
+from initmem_core.tracking.store import DEFAULT_EXPERIMENT, to_json
+from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    run_id: str | None
+    status: str
+    summary: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    model: Any = None
+    checkpoint_seconds: float = 0.0  # what checkpoints cost the training thread (writes overlap training)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def run_params(config: RunConfig, setup) -> dict[str, Any]:
+    """Every config value as is, plus what the run resolved and which packages provided it."""
+    params: dict[str, Any] = config.to_dict()
+    params["metrics"] = ",".join(config.metrics)
+    params["config_hash"] = config.config_hash()
+    params["resolved_device"] = str(setup.device)
+    params["num_params"] = setup.num_params
+    params["augment_resolved"] = getattr(setup.train_loader, "augment", None)
+    for split, size in setup.dataset.sizes().items():
+        params[f"data_{split}_size"] = size
+    for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
+        params[f"version.{package}"] = _version(package)
+    # What the optimizer actually uses, defaults included (e.g. Muon's momentum), as logged truth.
+    for key, value in setup.optimizer.defaults.items():
+        if isinstance(value, (int, float, str, bool, tuple)) or value is None:
+            params[f"optimizer.{key}"] = value
+    for kind, spec in setup.components.items():
+        params[f"provider.{kind}"] = f"{spec.provider.package} {spec.provider.version}"
+    return params
+
+
+def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
+    """``--checkpoint-dir``, else beside the tracking store; ``None`` (no checkpoints) when
+    ``--checkpoint-every 0`` or when there is no store (``tracking=False``)."""
+    if config.checkpoint_every == 0:
+        return None
+    if config.checkpoint_dir:
+        return Path(config.checkpoint_dir).expanduser()
+    return default_root(store_uri) if store_uri else None
+
+
+def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None,
+              resume: bool) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
+    """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
+    store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
+    root = checkpoint_root(config, getattr(tracker, "uri", None))
+    if resume:
+        if root is None:
+            raise ConfigError("--resume needs checkpoints, which this run does not keep "
+                              "(--checkpoint-every 0, or no tracking without --checkpoint-dir)")
+        checkpoints, state = load_for_resume(root, config)
+        tracker.resume_run(state["run_id"])
+        # Metrics are written in batches: a run killed outright may not have written the last
+        # epochs before its checkpoint. The checkpoint has them; the tracker skips steps it holds.
+        for row in state["history"]:
+            tracker.log_metrics({key: value for key, value in row.items() if key != "epoch"}, int(row["epoch"]))
+        return state["run_id"], checkpoints, state
+    run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
+                "config_hash": config.config_hash(), **(tags or {})}
+    run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
+    checkpoints = CheckpointStore(root / config.config_hash()) if root else None
+    if checkpoints:
+        checkpoints.start_fresh(config.epochs)
+    return run_id, checkpoints, None
+
+
+def run(
+    config: RunConfig | Mapping[str, Any] | None = None,
+    *,
+    tracking: bool = True,
+    tracking_uri: str | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+    tracker: Tracker | None = None,
+    parent_run_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    progress: Any = None,
+    registry: Registry | None = None,
+    resume: bool = False,
+    **overrides: Any,
+) -> RunResult:
+    """Train one model and track it.
+
+    >>> from initmem_core import run
+    >>> result = run(arch="resnet20", opt="muon", sigma=2.0, epochs=5, tracking=False)
+    >>> result.summary["best_val_test_acc"]
+
+    ``config`` may be a ``RunConfig`` or a mapping; keyword ``overrides`` replace its values.
+    With ``tracking=False`` nothing is written anywhere (a ``MemoryTracker`` records the run, and
+    there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue from the
+    newest checkpoint of this config, in its run (``tracker`` must then be able to reopen it).
+    Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
+    that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM or Ctrl-C.
+    """
+    from initmem_core.training.loop import Diverged, build_setup, train
+
+    registry = registry or get_registry()
+    if isinstance(config, RunConfig):
+        config = config.replace(**overrides) if overrides else config
+    else:
+        config = from_mapping({**dict(config or {}), **overrides})
+    validate(config, registry)
+    setup = build_setup(config, registry)
+    if tracker is None:
+        tracker = (MlflowTracker(tracking_uri, experiment, parent_run_id=parent_run_id)
+                   if tracking else MemoryTracker())
+    run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
+    save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
+    status = "FAILED"
+    try:
+        with StopSignals() as stop:
+            if resume_from is None:
+                tracker.log_text(to_json(config.to_dict()), "config.json")
+                groups = getattr(setup.optimizer, "initmem_param_groups", None)
+                if groups:
+                    tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+            history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
+                                     resume_from=resume_from, stop=stop)
+        tracker.log_metrics(summary, step=config.epochs)
+        _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
+        if checkpoints:
+            checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
+        status = "FINISHED"
+        return RunResult(config, run_id, status, summary, history, setup.model,
+                         checkpoints.seconds_waited if checkpoints else 0.0)
+    except Stopped as error:
+        status = "KILLED"
+        tracker.set_tags({"stopped_by": error.signal_name})
+        raise
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Diverged as error:
+        where = {"diverged_epoch": str(error.epoch)}
+        if error.step is not None:
+            where["diverged_step"] = str(error.step)
+        tracker.set_tags({"diverged": "true", **where, "failure_reason": str(error)})
+        raise
+    except Exception as error:
+        tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})
+        raise
+    finally:
+        if checkpoints:
+            _finish_checkpoint(checkpoints)
+        tracker.end_run(status)
+
+
+def _finish_checkpoint(checkpoints: CheckpointStore) -> None:
+    """A stopped or failed run leaves no write behind: its last checkpoint is on disk (or said
+    to be missing) before the run ends and its exception reaches the caller."""
+    try:
+        checkpoints.wait()
+    except Exception as error:
+        warnings.warn(f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
+                      "a resume would start from the one before", RunWarning, stacklevel=3)
+
+
+def _log_final_artifacts(tracker: Tracker, setup) -> None:
+    import torch
+
+    for metric in setup.metrics.values():
+        for name, text in getattr(metric, "artifacts", lambda: {})().items():
+            tracker.log_text(text, name)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "final_weights.pt"
+        torch.save(setup.model.state_dict(), path)  # plain tensors: loads with weights_only=True
+        tracker.log_artifact(path)

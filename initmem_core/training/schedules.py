@@ -1,0 +1,95 @@
+"""Learning-rate schedules as a pure function of the optimizer step.
+
+``lr_multiplier(config, step, steps_per_epoch)`` is the factor applied to ``config.lr`` at
+optimizer step ``step`` (0-based, counted over the whole run): the learning rate used by the
+``k``-th call to ``optimizer.step()`` is ``eta_k = config.lr * lr_multiplier(config, k, spe)``.
+The forgetting clocks (``T_SGD = sum_k eta_k^2 / b``, ``T_L2 = lambda * sum_k eta_k``,
+``T_adapt = sum_k eta_k``) are accumulated from exactly these values.
+
+Schedules (``config.schedule``), with ``W = round(warmup_epochs * steps_per_epoch)`` warm-up
+steps and ``T = epochs * steps_per_epoch`` steps in all:
+
+- ``constant``: 1.
+- ``step``: ``lr_gamma ** (epoch // lr_step_epochs)`` with ``epoch = step // steps_per_epoch``,
+  epochs counted from the start of training (warm-up included).
+- ``cosine``: ``0.5 * (1 + cos(pi * p))`` with ``p = (step - W) / (T - W)``, clamped to [0, 1]:
+  1 at the first step after warm-up, decaying over the rest of training (the last step's
+  multiplier is small but not 0; it reaches 0 only after the last step).
+
+Warm-up (``W > 0``): for ``step < W`` the schedule's value is multiplied by
+``(step + 1) / W``, a linear ramp from ``lr / W`` at step 0 to ``lr`` at step ``W - 1``. (For
+``constant`` and ``cosine`` the schedule's value during warm-up is 1, so the multiplier is
+exactly ``(step + 1) / W``.)
+
+``build_scheduler`` wraps this in ``torch.optim.lr_scheduler.LambdaLR``. The convention: call
+``scheduler.step()`` once after every ``optimizer.step()``. LambdaLR applies multiplier 0 at
+construction, so the first optimizer step uses ``lr_multiplier(..., 0, ...)``, the ``k``-th
+(0-based) uses ``lr_multiplier(..., k, ...)``, matching the clocks above.
+
+No torch at import time: only ``build_scheduler`` imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from initmem_core.errors import ConfigError
+
+SCHEDULES = ("constant", "step", "cosine")
+
+
+def warmup_steps(config: Any, steps_per_epoch: int) -> int:
+    """Number of warm-up steps: ``round(config.warmup_epochs * steps_per_epoch)``."""
+    return int(round(float(config.warmup_epochs) * steps_per_epoch))
+
+
+def total_steps(config: Any, steps_per_epoch: int) -> int:
+    """Number of optimizer steps in the run: ``config.epochs * steps_per_epoch``."""
+    return int(config.epochs) * int(steps_per_epoch)
+
+
+def lr_multiplier(config: Any, step: int, steps_per_epoch: int) -> float:
+    """The factor on ``config.lr`` used by optimizer step ``step`` (0-based). See module doc."""
+    if steps_per_epoch < 1:
+        raise ValueError(f"steps_per_epoch must be >= 1, got {steps_per_epoch}")
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    schedule = config.schedule
+    warmup = warmup_steps(config, steps_per_epoch)
+    if schedule == "constant":
+        value = 1.0
+    elif schedule == "step":
+        epoch = step // steps_per_epoch
+        value = float(config.lr_gamma) ** (epoch // int(config.lr_step_epochs))
+    elif schedule == "cosine":
+        span = total_steps(config, steps_per_epoch) - warmup
+        progress = (step - warmup) / span if span > 0 else 1.0
+        progress = min(1.0, max(0.0, progress))
+        value = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise ConfigError(f"--schedule: unknown value '{schedule}'; valid values: {', '.join(SCHEDULES)}")
+    if step < warmup:
+        value *= (step + 1) / warmup
+    return value
+
+
+def lr_multipliers(config: Any, steps_per_epoch: int) -> list[float]:
+    """``lr_multiplier`` for every step of the run, in order (handy for the clocks and plots)."""
+    return [lr_multiplier(config, k, steps_per_epoch) for k in range(total_steps(config, steps_per_epoch))]
+
+
+def build_scheduler(optimizer: Any, config: Any, steps_per_epoch: int):
+    """A ``LambdaLR`` applying ``lr_multiplier``; step it once after every ``optimizer.step()``.
+
+    It scales each parameter group's ``lr`` as set when the optimizer was built (its
+    ``initial_lr``), so groups with their own learning rates keep their ratios.
+    """
+    from torch.optim.lr_scheduler import LambdaLR
+
+    lr_multiplier(config, 0, steps_per_epoch)  # fail early on a bad schedule or steps_per_epoch
+
+    def multiplier(step: int) -> float:  # a plain function, so LambdaLR.state_dict skips it
+        return lr_multiplier(config, step, steps_per_epoch)
+
+    return LambdaLR(optimizer, multiplier)

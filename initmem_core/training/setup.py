@@ -1,0 +1,129 @@
+"""Everything a run is made of, built from its config: data, model, initialization, optimizer,
+schedule, regularizer and metrics, on the device the config asks for."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from initmem_core.config import RunConfig
+from initmem_core.contracts import DatasetBundle, Metric, Regularizer
+from initmem_core.errors import ConfigError
+from initmem_core.kinds import KINDS
+from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.training.loaders import make_loaders
+from initmem_core.training.schedules import build_scheduler
+
+
+def seed_for(seed: int, stream: str) -> int:
+    """Independent, reproducible seeds for separate random streams of one run."""
+    digest = hashlib.sha256(f"{stream}:{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device: unknown device '{name}'; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA GPU is available here; use --device cpu or auto")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("--device mps: MPS is not available here; use --device cpu or auto")
+    return device
+
+
+@dataclass
+class TrainingSetup:
+    """Everything a run is made of, built from the config before any tracking starts."""
+
+    config: RunConfig
+    device: torch.device
+    dataset: DatasetBundle
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    regularizer: Regularizer | None
+    metrics: dict[str, Metric]
+    train_loader: Any
+    eval_loaders: dict[str, Any]
+    initial_params: dict[str, torch.Tensor]
+    components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
+
+    def forward_pass(self) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
+        """The model call and the autocast context the training step uses (see --compile, --amp)."""
+        forward = torch.compile(self.model) if self.config.compile else self.model
+        if self.config.amp == "bf16":
+            return forward, lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return forward, contextlib.nullcontext
+
+    def penalized(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The trainable parameters and their W0, as matching lists (what a regularizer sees)."""
+        named = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad]
+        return [p for _, p in named], [self.initial_params[name] for name, _ in named]
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def use_determinism(deterministic: bool, device: torch.device) -> None:
+    """``--deterministic``: kernels that give the same bits on every run, where a device has a
+    choice (GPUs). The setting is process-wide, so it follows the config of each run built."""
+    if deterministic and device.type == "cuda":
+        # cuBLAS needs a fixed workspace to be deterministic; read when its handle is created.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if torch.are_deterministic_algorithms_enabled() != deterministic:  # the call costs seconds
+        torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.deterministic = deterministic
+    if deterministic:
+        torch.backends.cudnn.benchmark = False  # benchmarking picks kernels by timing, run to run
+
+
+def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
+    """Build data, model, initialization, optimizer, schedule, regularizer and metrics."""
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
+    use_determinism(config.deterministic, device)
+    dataset = registry.build("dataset", config.data, config=config)
+    n_train = len(dataset.train_y)
+    if config.batch_size > n_train:
+        raise ConfigError(
+            f"--batch-size {config.batch_size} is larger than the training set of {config.data} "
+            f"({n_train} examples); use at most {n_train}"
+        )
+
+    # The architecture's own init draws from the global RNG: seed it so that draw is the
+    # paired Z of this seed (scaled-default relies on it), whatever sigma is.
+    torch.manual_seed(config.seed)
+    model = registry.build("architecture", config.arch, in_channels=dataset.in_channels,
+                           num_classes=dataset.num_classes, image_size=dataset.image_size)
+    init_generator = torch.Generator().manual_seed(seed_for(config.seed, "init"))
+    registry.build("initializer", config.init, model=model, sigma=config.sigma, generator=init_generator)
+    model.to(device, memory_format=torch.channels_last if config.channels_last else torch.contiguous_format)
+    initial_params = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    optimizer = registry.build("optimizer", config.opt, model=model, config=config)
+    train_loader, eval_loaders = make_loaders(
+        dataset, config, device, torch.Generator().manual_seed(seed_for(config.seed, "data-order")))
+    scheduler = build_scheduler(optimizer, config, len(train_loader))
+    regularizer = (registry.build("regularizer", config.reg, coefficient=config.l2) if config.l2 > 0 else None)
+    # The metrics every run computes (registered with default=True), then the config's own.
+    metric_names = list(dict.fromkeys([*registry.defaults("metric"), *config.metrics]))
+    metrics = {name: registry.build("metric", name, config=config) for name in metric_names}
+    components = {kind.name: registry.lookup(kind.name, getattr(config, kind.field))[0]
+                  for kind in KINDS if not kind.many}
+    return TrainingSetup(config, device, dataset, model, optimizer, scheduler, regularizer, metrics,
+                         train_loader, eval_loaders, initial_params, components)

@@ -1,0 +1,101 @@
+"""The training state at a step boundary, as a checkpoint holds it, and how it is put back.
+
+Everything the loop depends on is in it (model with BatchNorm buffers, optimizer, schedule, W0,
+clocks, history, the figures of the epoch in progress, the data order, metric plugins' state,
+every random stream), so a run resumed from it computes exactly what it would have computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from initmem_core.contracts import Metric
+from initmem_core.errors import RunWarning
+from initmem_core.training.checkpoints import capture_rng, restore_rng
+from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.setup import TrainingSetup
+
+
+@dataclass
+class EpochSums:
+    """Training figures of the epoch in progress, accumulated on the device."""
+
+    loss: torch.Tensor
+    correct: torch.Tensor
+    seen: int = 0
+
+    @classmethod
+    def zero(cls, device: torch.device) -> "EpochSums":
+        return cls(torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.long))
+
+
+def _is_plain(value: Any) -> bool:
+    """Data ``torch.load(weights_only=True)`` reads back."""
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _is_plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool, torch.Tensor))
+
+
+def metric_states(metrics: dict[str, Metric]) -> dict[str, Any]:
+    """Each metric plugin's state: its ``state_dict()`` if it has one, else its attributes when
+    they are plain data (e.g. the per-layer table ``weight-norms`` accumulates)."""
+    states = {}
+    for name, metric in metrics.items():
+        state = metric.state_dict() if hasattr(metric, "state_dict") else dict(vars(metric))
+        if _is_plain(state):
+            states[name] = state
+        else:
+            warnings.warn(f"metric {name} keeps state that is not plain data, so a resumed run restarts it; "
+                          "give it state_dict()/load_state_dict()", RunWarning, stacklevel=2)
+    return states
+
+
+def snapshot(setup: TrainingSetup, position: tuple[int, int], clocks: ForgettingClocks,
+             history: list[dict[str, float]], sums: EpochSums, loader_state: dict[str, Any]) -> dict[str, Any]:
+    """The training state at a step boundary: ``position`` = (epochs done, steps into the next);
+    ``loader_state`` = the data-order generator as it was when that next epoch began."""
+    return {
+        "epoch": position[0], "step": position[1],
+        "model": setup.model.state_dict(),  # BatchNorm buffers included
+        "optimizer": setup.optimizer.state_dict(),
+        "scheduler": setup.scheduler.state_dict(),
+        "initial_params": setup.initial_params,  # W0, which the memory metrics compare against
+        "clocks": dataclasses.asdict(clocks),
+        "history": history,  # best-validation selection and tau_interp are read off it
+        "epoch_sums": {"loss": sums.loss, "correct": sums.correct, "seen": sums.seen},
+        "loader": loader_state,
+        "metrics": metric_states(setup.metrics),
+        "rng": capture_rng(),
+    }
+
+
+def restore(setup: TrainingSetup, state: dict[str, Any], clocks: ForgettingClocks,
+            history: list[dict[str, float]]) -> tuple[tuple[int, int], EpochSums]:
+    """Put a ``snapshot`` back; returns its position and the sums of the epoch in progress."""
+    device = setup.device
+    setup.model.load_state_dict(state["model"])
+    setup.optimizer.load_state_dict(state["optimizer"])
+    setup.scheduler.load_state_dict(state["scheduler"])
+    with torch.no_grad():
+        for name, value in state["initial_params"].items():
+            setup.initial_params[name].copy_(value)
+    for key, value in state["clocks"].items():
+        setattr(clocks, key, value)
+    history.extend(state["history"])
+    setup.train_loader.load_state_dict(state["loader"])
+    for name, metric_state in state["metrics"].items():
+        metric = setup.metrics[name]
+        if hasattr(metric, "load_state_dict"):
+            metric.load_state_dict(metric_state)
+        else:
+            vars(metric).update(metric_state)
+    sums = state["epoch_sums"]
+    restore_rng(state["rng"])
+    return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])

@@ -1,0 +1,78 @@
+"""SIGTERM and Ctrl-C during training: finish the step, write a checkpoint, then stop.
+
+The handler only records the signal; the training loop looks at ``requested`` after every step
+(no I/O, no lock, nothing half-done inside a signal handler). A second signal while the first
+is being handled stops at once, for a run stuck in a write.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any, Protocol
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(KeyboardInterrupt):
+    """Training stopped on a signal; ``checkpoint`` is the file it saved first (``None`` when the
+    run keeps none, or a second signal cut the save short). A ``KeyboardInterrupt``, so code that
+    treats Ctrl-C as "mark the run KILLED and stop" treats SIGTERM the same way."""
+
+    def __init__(self, signum: int, checkpoint: str | None = None):
+        super().__init__(signum, checkpoint)
+        self.signum, self.checkpoint = signum, checkpoint
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    def __str__(self) -> str:
+        return f"stopped by {self.signal_name}"
+
+
+class StopRequest(Protocol):
+    """What the training loop asks after every step: was a stop requested, by which signal."""
+
+    @property
+    def requested(self) -> bool: ...
+
+    signum: int | None
+
+
+class NoStop:
+    requested = False
+    signum: int | None = None
+
+
+class StopSignals:
+    """While active (``with StopSignals() as stop``), SIGINT and SIGTERM set ``stop.signum``.
+
+    Outside the main thread signals cannot be handled, so there it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise Stopped(signum)
+        self.signum = signum
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
