@@ -50,7 +50,8 @@ import torch.nn.functional as F
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.loaders import DeviceLoader, EvalLoader, TorchvisionLoader
-from initmem_core.training.loop import TrainingSetup, build_setup, train
+from initmem_core.training.loop import train
+from initmem_core.training.setup import TrainingSetup, build_setup
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

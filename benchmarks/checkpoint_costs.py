@@ -34,7 +34,8 @@ from initmem_core import get_registry
 from initmem_core.training.checkpoints import CheckpointStore, capture, header, history_columns
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.config import RunConfig
-from initmem_core.training.loop import EpochSums, build_setup, snapshot
+from initmem_core.training.setup import build_setup
+from initmem_core.training.state import EpochSums, snapshot
 
 
 def best_milliseconds(function: Callable[[], Any], rounds: int = 15) -> float:

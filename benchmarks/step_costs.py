@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from initmem_core import get_registry
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.config import RunConfig
-from initmem_core.training.loop import build_setup
+from initmem_core.training.setup import build_setup
 
 
 def best_microseconds(function: Callable[[], Any], calls: int = 2000, rounds: int = 7) -> float:

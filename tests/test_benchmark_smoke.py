@@ -6,10 +6,14 @@ two figures or checks a target.
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+pytestmark = pytest.mark.slow  # runs the benchmark script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 

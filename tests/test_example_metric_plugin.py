@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # pip-installs the example package and runs it
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "initmem-effective-rank"
 
 

@@ -25,7 +25,7 @@ from network_isolation import loopback_only  # noqa: E402
 pytest.importorskip("ray")
 pytest.importorskip("submitit")
 # Ray reaches for outside addresses; test_executors_isolated.py runs this file in a namespace with only loopback.
-pytestmark = pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace")]
 
 import pausing_plugin  # noqa: E402  (tests/ is on sys.path; the workers get it from plugin_site)
 from initmem_cli.app import app  # noqa: E402

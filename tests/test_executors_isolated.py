@@ -6,6 +6,8 @@ import pytest
 
 from network_isolation import loopback_only, run_isolated
 
+pytestmark = pytest.mark.slow  # the Ray and Slurm suite in a network namespace
+
 
 @pytest.mark.skipif(loopback_only(), reason="already isolated: test_executors.py runs directly")
 def test_executor_suite_in_a_private_network_namespace():

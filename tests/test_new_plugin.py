@@ -111,6 +111,7 @@ def generated(tmp_path_factory, pip_install_isolated) -> tuple[dict[str, Path], 
     return folders, pip_install_isolated(*folders.values())
 
 
+@pytest.mark.slow  # pip-installs the generated packages
 def test_initmem_plugins_lists_every_generated_plugin(generated, initmem_subprocess):
     _, env = generated
     result = initmem_subprocess(env, "plugins", "--json")
@@ -122,6 +123,7 @@ def test_initmem_plugins_lists_every_generated_plugin(generated, initmem_subproc
         assert listed.get((kind, name)) == f"initmem-{name}"
 
 
+@pytest.mark.slow  # pip-installs the generated packages
 def test_one_initmem_run_uses_a_generated_plugin_of_every_kind(generated, initmem_subprocess, tracking_uri, tmp_path):
     _, env = generated
     g = GENERATED
@@ -144,6 +146,7 @@ def test_one_initmem_run_uses_a_generated_plugin_of_every_kind(generated, initme
     assert run.data.metrics["reg_penalty"] > 0
 
 
+@pytest.mark.slow  # pip-installs the generated packages
 def test_every_generated_package_passes_its_own_tests(generated, package_tests_subprocess):
     folders, env = generated
     result = package_tests_subprocess(env, *folders.values())

@@ -22,6 +22,8 @@ from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.training.stop_signals import Stopped
 from initmem_core.tracking.tracker import MlflowTracker
 
+pytestmark = pytest.mark.slow  # resume: real runs killed and continued, some in subprocesses
+
 runner = CliRunner()
 # 16 steps an epoch; momentum and augmentation so that optimizer state and every RNG matter.
 CONFIG = dict(epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on",

@@ -15,6 +15,8 @@ from initmem_core import hookimpl
 from initmem_core.config import FIELDS
 from initmem_core.plugin_system.loader import load_registry, set_registry
 
+pytestmark = pytest.mark.slow  # end-to-end runs through the CLI and MLflow
+
 runner = CliRunner()
 SMALL = ["--epochs", "2", "--train-size", "256", "--batch-size", "64", "--threads", "1"]
 EPOCH_METRICS = ["train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
@@ -121,7 +123,7 @@ def test_api_run_without_tracking_is_reproducible_and_seed_sensitive():
 def test_paired_initialization_in_a_run():
     """sigma is the only thing that changes the initial weights: W0(2) == 2 * W0(1)."""
     from initmem_core.config import RunConfig
-    from initmem_core.training.loop import build_setup
+    from initmem_core.training.setup import build_setup
 
     from initmem_core.kernels import kernel_parameters
 

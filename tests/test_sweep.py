@@ -18,6 +18,8 @@ from initmem_core import hookimpl
 from initmem_core.training.checkpoints import CHECKPOINTS_FOLDER
 from initmem_core.plugin_system.loader import load_registry, set_registry
 
+pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
+
 runner = CliRunner(env={"COLUMNS": "200"})  # rich wraps long lines at 80
 SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "200", "--batch-size", "50",
          "--eval-batch-size", "512"]

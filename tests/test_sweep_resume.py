@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import signal
 import subprocess
@@ -10,6 +12,8 @@ import time
 
 import initmem_core
 from initmem_core.config import RunConfig
+
+pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
 CELL = dict(epochs=10, train_size=256, batch_size=16, threads=1, eval_batch_size=512)
 ARGS = ["--sigma", "0.5,2", "--epochs", "10", "--train-size", "256", "--batch-size", "16", "--threads", "1",

@@ -20,11 +20,11 @@ import torch.nn.functional as F
 from initmem_core.contracts import EvalState
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
-from initmem_core.training.setup import TrainingSetup, build_setup, seed_for
+from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import NoStop, StopRequest, Stopped
 
-__all__ = ["Diverged", "Stopped", "TrainingSetup", "build_setup", "evaluate", "seed_for", "train"]
+__all__ = ["evaluate", "evaluation_row", "run_epoch", "train"]
 
 History = list[dict[str, float]]
 LogMetrics = Callable[[dict[str, float], int], None]

@@ -128,7 +128,9 @@ def run(
     Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
     that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM or Ctrl-C.
     """
-    from initmem_core.training.loop import Diverged, build_setup, train
+    from initmem_core.training.divergence import Diverged
+    from initmem_core.training.loop import train
+    from initmem_core.training.setup import build_setup
 
     registry = registry or get_registry()
     if isinstance(config, RunConfig):

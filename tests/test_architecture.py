@@ -1,0 +1,82 @@
+"""The layout docs/ARCHITECTURE.md describes: a small top level, no import cycles, and a core
+that never reaches into the built-in plugins."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import initmem_core
+
+CORE = Path(initmem_core.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = ["initmem_core", *path.relative_to(CORE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool, top_level_only: bool) -> set[str]:
+    """Modules of initmem_core (and initmem_plugins) that ``module`` imports."""
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith(("initmem_core", "initmem_plugins"))}
+
+
+def _graph(top_level_only: bool) -> dict[str, set[str]]:
+    modules = {_module_name(path): path for path in CORE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        imported = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", top_level_only)
+        graph[name] = {m for m in imported if m in modules and m != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, path + [node])):
+                return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [])):
+            return found
+    return None
+
+
+def test_no_import_cycles_between_core_modules():
+    for top_level_only in (True, False):
+        # A package imports its own modules' names through __init__ only when it re-exports them.
+        graph = {m: {i for i in imports if not m.startswith(i + ".")} for m, imports in _graph(top_level_only).items()}
+        assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
+
+
+def test_the_core_never_imports_the_builtin_plugins():
+    for path in CORE.rglob("*.py"):
+        name = _module_name(path)
+        imported = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", top_level_only=False)
+        assert not {m for m in imported if m.startswith("initmem_plugins")}, f"{name} imports initmem_plugins"
+
+
+def test_a_small_top_level_and_a_one_line_purpose_for_every_subpackage():
+    top_modules = sorted(p.name for p in CORE.glob("*.py"))
+    assert len(top_modules) <= 8, top_modules
+    for package in (p for p in CORE.rglob("__init__.py") if p.parent != CORE):
+        doc = ast.get_docstring(ast.parse(package.read_text()))
+        assert doc and doc.strip(), f"{package.parent.name}/__init__.py says nothing of what it is for"
