@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from initmem_core.plugin_system.loader import STRICT_ENV, set_registry
+from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set_registry
 
-from .errors import OneLineUsageErrors, one_line_warnings
+from .errors import OneLineUsageErrors
 from .new_plugin import new_plugin_command
 from .plugins import plugins_command
 from .presets import presets_app

@@ -1,10 +1,8 @@
-"""User errors become one line on stderr and exit code 2; plugin warnings stay one line."""
+"""User errors and usage errors become one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
 import functools
-import sys
-import warnings
 from typing import Any, Callable
 
 import typer
@@ -15,8 +13,7 @@ try:  # recent Typer carries its own copy of Click, whose exceptions are not cli
 except ImportError:
     from click.exceptions import NoArgsIsHelpError, UsageError
 
-from initmem_core.errors import InitmemError, RunWarning
-from initmem_core.plugin_system.loader import PluginLoadWarning
+from initmem_core.errors import InitmemError
 
 USER_ERROR = 2
 
@@ -35,6 +32,10 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except InitmemError as error:
             raise fail(str(error)) from None
+        except OSError as error:
+            if error.filename is None:  # not about a path the user can fix
+                raise
+            raise fail(f"{error.filename}: {error.strerror or error}; choose a path this user can write") from None
 
     return wrapper
 
@@ -51,16 +52,3 @@ class OneLineUsageErrors(TyperGroup):
         except UsageError as error:
             where = error.ctx.command_path if error.ctx else ctx.command_path
             raise fail(f"{error.format_message()} (see `{where} --help`)") from None
-
-
-def one_line_warnings() -> None:
-    """Show plugin and run warnings as a single line each (the default shows source lines)."""
-    default = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, (PluginLoadWarning, RunWarning)):
-            print(f"Warning: {message}", file=sys.stderr)
-        else:
-            default(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show

@@ -54,7 +54,7 @@ def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Param
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     option = typer.Option(
         flag_for(name), help=help_text, rich_help_panel=meta["panel"], metavar=metavar,
-        show_default=(",".join(default) if isinstance(default, tuple) else str(default)) or "none",
+        show_default=meta.get("shown") or (",".join(default) if isinstance(default, tuple) else str(default)) or "none",
         autocompletion=complete_component(BY_FIELD[name].name) if name in BY_FIELD else None,
     )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from initmem_core.kinds import KIND_NAMES
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import describe
 
 from .errors import user_errors
 
@@ -25,7 +26,9 @@ def plugins_report(registry) -> dict:
     return {
         "components": [
             {"kind": s.kind, "name": s.name, "description": s.description, "plugin": s.provider.plugin,
-             "package": s.provider.package, "version": s.provider.version}
+             "package": s.provider.package, "version": s.provider.version,
+             # an optimizer's declared lr and --opt-arg options (a family's are read only when used)
+             **({"defaults": describe(s.defaults)} if s.kind == "optimizer" else {})}
             for s in specs
         ],
         "conflicts": [
@@ -50,12 +53,14 @@ def plugins_command(
         return
     console = Console()
     table = Table(title="initmem components")
-    table.add_column("kind", no_wrap=True)
-    table.add_column("name", no_wrap=True)
-    table.add_column("description", ratio=1)
-    table.add_column("plugin (package version)", ratio=None)
+    # fold, never an ellipsis: a name or version cut short on a narrow terminal is a wrong name
+    table.add_column("kind", overflow="fold")
+    table.add_column("name", overflow="fold")
+    table.add_column("description", ratio=1, overflow="fold")
+    table.add_column("plugin (package version)", overflow="fold")
     for row in report["components"]:
-        table.add_row(row["kind"], row["name"], row["description"],
+        description = row["description"] + (f" [dim](defaults: {row['defaults']})[/dim]" if "defaults" in row else "")
+        table.add_row(row["kind"], row["name"], description,
                       f"{row['plugin']} ({row['package']} {row['version']})")
     console.print(table)
     for conflict in report["conflicts"]:

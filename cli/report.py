@@ -12,6 +12,7 @@ from rich.table import Table
 
 from .errors import user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
+from .tables import fitted_tables
 
 
 class ReportFormat(str, Enum):
@@ -21,24 +22,27 @@ class ReportFormat(str, Enum):
     json = "json"
 
 
-def rich_tables(report, name: str) -> list[Table]:
-    """The full table in two halves that fit a terminal: the selected predictor, then weights and clocks."""
+def rich_tables(report, name: str, width: int) -> list[Table]:
+    """The full table, one section per group (its label as the title: labels are long), each
+    split into as many tables as ``width`` needs, sigma repeated in each: nothing is cut."""
     from initmem_core.report.memory import TABLE_COLUMNS, formatted, table_rows
 
-    columns = [c for c, _, _ in TABLE_COLUMNS]
-    split = columns.index("weight_norm")
-    halves = {f"initialization memory: sweep {name}": columns[:split],
-              "final weights and forgetting clocks": ["group", "sigma", *columns[split:]]}
-    headers = {c: h for c, h, _ in TABLE_COLUMNS}
+    keys = [c for c, _, _ in TABLE_COLUMNS if c != "group"]
+    headers = [h for c, h, _ in TABLE_COLUMNS if c != "group"]
     rows = table_rows(report)
     tables = []
-    for title, keys in halves.items():
-        table = Table(title=title)
-        for key in keys:
-            table.add_column(headers[key], justify="left" if key == "group" else "right", no_wrap=key == "group")
-        for row in rows:
-            table.add_row(*(formatted(key, row[key]) for key in keys))
-        tables.append(table)
+    for group in dict.fromkeys(row["group"] for row in rows):
+        cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
+        tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width,
+                                right=tuple(range(len(keys))))
+    if report.pairs:  # a − b, the same bootstrap draws for both groups (see report.memory)
+        from initmem_core.report.memory import interval
+
+        cells = [[p.a, p.b, f"{p.spread_diff:+.2f}", interval(p.spread_diff_lo, p.spread_diff_hi),
+                  f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)] for p in report.pairs]
+        tables += fitted_tables(f"sweep {name}, paired differences (a − b, 95% CI)",
+                                ["a", "b", "spread diff pp", "95% CI", "acc diff pp", "95% CI", "pairs"], cells,
+                                width, keys=2, right=(2, 3, 4, 5, 6))
     return tables
 
 
@@ -56,6 +60,9 @@ def report_command(
     from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
     from initmem_core.report.files import write_report_files
     from initmem_core.sweep.grid import DEFAULT_OUTPUT
+    from initmem_core.tracking.store import resolve_tracking_uri
+
+    from .ui import DEFAULT_UI, sweep_urls
 
     name, records = load_sweep_records(sweep, tracking_uri, experiment)
     if not records:
@@ -68,5 +75,12 @@ def report_command(
     if format.value in text:
         typer.echo(text[format.value](), nl=False)
     else:
-        Console().print(*rich_tables(report, name))
-    Console(stderr=True).print(f"table and plots written to {files[0].parent}")
+        console = Console()
+        console.print(*rich_tables(report, name, console.width))
+    errors = Console(stderr=True, soft_wrap=True)  # a URL must not be cut or broken across lines
+    errors.print(f"table and plots written to {files[0].parent}")
+    uri = resolve_tracking_uri(tracking_uri)
+    server = uri.startswith(("http://", "https://"))
+    what, url = sweep_urls(uri, uri if server else DEFAULT_UI, experiment, name)[-1]
+    errors.print(f"{what} in the MLflow UI: {url}" + ("" if server else "  (serve it with `initmem ui`)"),
+                 markup=False, highlight=False)

@@ -29,8 +29,8 @@ def resolve_config(config_file: Optional[Path], config_values: dict[str, Any]):
 
 def summary_table(result) -> Table:
     table = Table(title=f"{result.config.run_name()}  ({result.status})")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
+    table.add_column("figure", overflow="fold")  # fold, never cut, on a narrow terminal
+    table.add_column("value", justify="right", overflow="fold")
     final = result.history[-1] if result.history else {}
     for key in SUMMARY_KEYS:
         value = result.summary.get(key)
@@ -64,13 +64,23 @@ def run_command(
             result = initmem_core.run(run_config, tracking=not no_tracking, tracking_uri=tracking_uri,
                                       experiment=experiment, progress=progress, resume=resume)
     except Diverged as error:
-        raise fail(f"{run_config.run_name()} {error}; the run is marked FAILED with tag diverged=true", 1)
+        raise fail(f"{run_config.run_name()} {error}; {stored_as('FAILED with tag diverged=true', error)}", 1)
     except Stopped as error:
         resume_hint = (f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
-                       if error.checkpoint else "")
-        raise fail(f"{error}; the run is marked KILLED{resume_hint}", error.exit_code)
-    except KeyboardInterrupt:
-        raise fail("interrupted; the run is marked KILLED", 130)
+                       if error.checkpoint and error.status == "KILLED" else "")
+        raise fail(f"{error}; {stored_as(error.status, error)}{resume_hint}", error.exit_code)
+    except KeyboardInterrupt:  # only before the run exists: from then on signals become Stopped
+        raise fail("interrupted before the run was tracked; nothing was written", 130)
     console.print(summary_table(result))
+    if result.unsynced:
+        console.print(f"[yellow]{stored_as(result.status, result)}[/yellow]")
     if result.run_id and not no_tracking:
         console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
+
+
+def stored_as(status: str, outcome: Any) -> str:
+    """What the store holds of the run: its end, or, while writes wait, still RUNNING."""
+    unsynced = getattr(outcome, "unsynced", "")
+    if unsynced:
+        return f"the run ended {status}, but the store still shows it RUNNING: {unsynced}"
+    return f"the run is marked {status}"

@@ -76,7 +76,7 @@ def groups_table(report) -> Table:
 
     table = Table(title="initialization memory per group")
     for header in ("group", "spread pp", "best σ", "worst σ", "σ never interpolated", "failed"):
-        table.add_column(header, justify="left" if header == "group" else "right")
+        table.add_column(header, justify="left" if header == "group" else "right", overflow="fold")  # never cut
     for g in report.groups:
         table.add_row(g.group, formatted("spread", g.spread), formatted("sigma", g.best_sigma),
                       formatted("sigma", g.worst_sigma), str(g.never_interp_sigmas), str(g.failed))
@@ -100,9 +100,10 @@ def sweep_command(
     preset: Annotated[Optional[str], typer.Option(help="Start from one of the paper's presets (see `initmem presets`); --config and options override it", rich_help_panel=SWEEP)] = None,
     name: Annotated[Optional[str], typer.Option(help="Sweep name (default: generated from the grid, and printed); relaunching a name resumes that sweep", rich_help_panel=SWEEP)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells and the estimated work; run nothing", rich_help_panel=SWEEP)] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run again the cells that diverged in an earlier launch (a divergence is otherwise final; other failures always run again)", rich_help_panel=SWEEP)] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for the report's table and plots (default: initmem-output/<name>)", rich_help_panel=SWEEP)] = None,
     executor_name: Annotated[ExecutorName, typer.Option("--executor", help="Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm need a tracking server http://host:port (see docs/distributed.md)", rich_help_panel=EXECUTOR)] = ExecutorName.local,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="local: cells run in parallel, each in its own process with an equal share of the CPU threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="local: cells run in parallel, each in its own process; every cell uses --threads torch threads (default 1 in a sweep), so its numbers do not depend on --workers", show_default="1", rich_help_panel=EXECUTOR)] = None,
     ray_address: Annotated[Optional[str], typer.Option(help="ray: the cluster to join, auto (the one this machine is part of) or host:port", show_default="start a Ray instance on this machine", rich_help_panel=EXECUTOR)] = None,
     cpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: CPUs each cell gets; torch uses as many threads unless --threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
     gpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: GPUs each cell gets; Ray shares a GPU between cells for a fraction (0.25: four per GPU)", show_default="0", rich_help_panel=EXECUTOR)] = None,
@@ -149,13 +150,14 @@ def sweep_command(
     try:
         with SweepDisplay(console) as display:
             result = run_sweep(plan, executor=executor, tracking_uri=tracking_uri, experiment=experiment,
-                               progress=display)
+                               progress=display, retry_failed=retry_failed)
     except KeyboardInterrupt:
         raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130)
     console.print(groups_table(result.report))
     skipped = sum(cell.skipped for cell in result.cells)
-    console.print(f"{len(result.cells)} cells: {len(result.cells) - skipped - len(result.failed)} ran, "
-                  f"{skipped} skipped (finished before), {len(result.failed)} failed")
+    finished_now = sum(not cell.skipped and cell.status == "FINISHED" for cell in result.cells)
+    console.print(f"{len(result.cells)} cells: {finished_now} ran, "
+                  f"{skipped} skipped (ended before: finished or diverged), {len(result.failed)} failed")
     console.print(f"report and plots: {result.files[0].parent}   parent run: [bold]{result.parent_run_id}[/bold]"
                   f"   (`initmem report {plan.name}`, `initmem ui`)")
     if result.failed:

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,11 @@ from typing import Any, Mapping
 from initmem_core.errors import ConfigError, ordered_by_similarity
 from initmem_core.kinds import BY_FIELD, flag_for
 
+#: Bounds beyond which a run cannot mean anything: sigma * Z overflows float32 long before 1e300,
+#: checkpoint names hold 6 digits of epochs, torch seeds are unsigned 64-bit.
+MAX_SIGMA, MAX_LR, MAX_EPOCHS = 1e3, 1e3, 999_999
+MAX_SEED, MAX_INT = 2**64 - 1, 2**63 - 1
+
 MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
     "Model and initialization", "Optimization", "Regularization", "Data",
     "Metrics", "Reproducibility", "Execution",
@@ -25,16 +31,22 @@ MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
 
 
 def knob(default: Any, help: str, panel: str, *, check: str | None = None,
-         hashed: bool = True, choices: tuple[str, ...] | None = None) -> Any:
+         hashed: bool = True, choices: tuple[str, ...] | None = None, maximum: float | None = None,
+         shown: str | None = None) -> Any:
     """A config field with what the CLI and the validator need to know about it.
 
     A field that selects a component (``arch``, ``opt``...) is named in the table of kinds
     (``initmem_core.kinds``), which says its flag and its registry. ``check``: a numeric rule
     (``positive``, ``non-negative``, ``unit-interval``, ``at-least-1``). ``hashed=False``: the knob
     changes how a run executes, not what it computes, so it is left out of the config hash that
-    identifies a sweep cell.
+    identifies a sweep cell. ``maximum``: the largest value accepted (whole numbers are otherwise
+    bounded by what a 64-bit integer holds). ``shown``: the default as ``--help`` states it, when
+    the value itself does not say it (``lr`` 0 stands for the optimizer's own default).
     """
-    meta = {"help": help, "panel": panel, "check": check, "hashed": hashed, "choices": choices}
+    if maximum is not None:
+        help = f"{help} (at most {maximum:g})"
+    meta = {"help": help, "panel": panel, "check": check, "hashed": hashed, "choices": choices, "maximum": maximum,
+            "shown": shown}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -45,14 +57,16 @@ class RunConfig:
     # Model and initialization: sigma enters only through the initializer.
     arch: str = knob("resnet20", "Architecture (see `initmem plugins`)", MODEL)
     init: str = knob("fan-in", "Initializer that applies sigma", MODEL)
-    sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive")
+    sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive", maximum=MAX_SIGMA)
     # Optimization
     opt: str = knob("sgd", "Optimizer", OPTIM)
-    lr: float = knob(0.05, "Peak learning rate", OPTIM, check="positive")
+    lr: float = knob(0.0, "Peak learning rate; unset (0): the optimizer's declared default", OPTIM, check="non-negative",
+                     maximum=MAX_LR, shown="the optimizer's own: sgd 0.05, adam/adamw 0.001, muon 0.02 in timm's units; `initmem plugins` lists all")
     momentum: float = knob(0.0, "SGD momentum (0: plain SGD)", OPTIM, check="unit-interval")
     weight_decay: float = knob(0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative")
+    opt_arg: tuple[str, ...] = knob((), "An option of the optimizer as key=value, e.g. betas=0.9,0.99 (repeatable; `initmem plugins` lists each optimizer's)", OPTIM)
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
-    epochs: int = knob(30, "Training epochs", OPTIM, check="at-least-1")
+    epochs: int = knob(30, "Training epochs", OPTIM, check="at-least-1", maximum=MAX_EPOCHS)
     schedule: str = knob("constant", "Learning-rate schedule", OPTIM, choices=("constant", "step", "cosine"))
     warmup_epochs: float = knob(0.0, "Linear warm-up length in epochs", OPTIM, check="non-negative")
     lr_step_epochs: int = knob(30, "Step schedule: decay every this many epochs", OPTIM, check="at-least-1")
@@ -67,10 +81,12 @@ class RunConfig:
     train_size: int = knob(0, "Use only the first N training examples (0: all)", DATA, check="non-negative")
     # Metrics
     metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL)
+    train_eval_size: int = knob(0, "Clean training-set evaluation (train_acc, tau_interp) on a fixed, data-seeded subset of N examples (0: all)", EVAL, check="non-negative")
+    eval_size: int = knob(0, "Keep a fixed, data-seeded subset of at most N validation and N test examples (0: all)", DATA, check="non-negative")
     interp_threshold: float = knob(0.995, "Train accuracy that counts as interpolation (tau_interp)", EVAL, check="unit-interval")
     # Reproducibility
-    seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative")
-    data_seed: int = knob(0, "Seed of the train/validation split", REPRO, check="non-negative")
+    seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative", maximum=MAX_SEED)
+    data_seed: int = knob(0, "Seed of the train/validation split", REPRO, check="non-negative", maximum=MAX_SEED)
     deterministic: bool = knob(False, "Use PyTorch's deterministic algorithms, which GPUs need for bit-identical reruns (on CPU a fixed --threads is enough)", REPRO, hashed=False)
     # Execution: how, not what.
     device: str = knob("auto", "Device: auto, cpu, cuda, cuda:N or mps", EXEC, hashed=False)
@@ -126,12 +142,19 @@ def coerce(name: str, value: Any) -> Any:
     kind = field_type(name)
     try:
         if kind is tuple:
-            items = value.split(",") if isinstance(value, str) else list(value)
+            if isinstance(value, Mapping):  # TOML: opt_arg = {betas = "0.9,0.99"}
+                value = [f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()]
+            if isinstance(value, str) and name == "opt_arg":  # a comma starts a new item only before key=
+                items = re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", value)
+            else:
+                items = value.split(",") if isinstance(value, str) else list(value)
             return tuple(str(item).strip() for item in items if str(item).strip())
         if kind is bool:
             if isinstance(value, str):
                 return value.strip().lower() in {"1", "true", "yes", "on"}
             return bool(value)
+        if kind in (int, float) and isinstance(value, bool):
+            raise ValueError  # True == 1 to Python; a TOML true is not a number
         if kind is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
@@ -162,6 +185,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; check the path given to --config") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder; --config takes a TOML file") from None
+    except OSError as error:
+        raise ConfigError(f"config file {path} cannot be read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not valid TOML: it is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}") from None
 
@@ -175,7 +204,9 @@ _CHECKS = {
 
 
 def validate(config: RunConfig, registry: Any = None) -> RunConfig:
-    """Check every value; with a registry, check that component names exist. Returns ``config``."""
+    """Check every value; with a registry, check that component names exist and resolve the
+    optimizer's settings (``lr`` 0: its declared default; ``--opt-arg``s checked against what it
+    declares). Returns the config to run: use the return value."""
     for name, f in FIELDS.items():
         value, flag = getattr(config, name), flag_for(name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -184,6 +215,12 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             ok, rule = _CHECKS[f.metadata["check"]]
             if not ok(value):
                 raise ConfigError(f"{flag} {rule}, got {value}")
+        top = f.metadata.get("maximum")
+        if top is None and type(value) is int:
+            top = MAX_INT
+        if top is not None and value > top:
+            raise ConfigError(f"{flag} must be at most {top:g}, got {value:g}" if isinstance(value, float)
+                              else f"{flag} must be at most {int(top)}, got {value}")
         if f.metadata["choices"] and value not in f.metadata["choices"]:
             choices = ordered_by_similarity(str(value), list(f.metadata["choices"]))
             raise ConfigError(f"{flag}: unknown value '{value}'; valid values: {', '.join(choices)}")
@@ -194,4 +231,7 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             values = getattr(config, kind.field)
             for value in values if kind.many else (values,):
                 registry.lookup(kind.name, value)
+        from initmem_core.plugin_system.optimizer_options import resolve
+
+        return resolve(config, registry)
     return config

@@ -9,7 +9,7 @@ no torch: the types are for readers, type checkers and the generated hook refere
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -28,6 +28,8 @@ class DatasetBundle:
     device; ``pixel_scale=255``) or ``float32`` already in 0..1 (``pixel_scale=1``). Labels are
     ``int64``. ``mean``/``std`` (per channel, in 0..1 units) normalise a batch after
     augmentation. ``augment_default`` says whether crop+flip augmentation is on by default.
+    ``reads_files``: ``False`` for data that is generated or ships inside a package, so that a
+    ``--data-dir`` given for it is refused rather than silently ignored (``None``: not said).
     """
 
     name: str
@@ -42,6 +44,7 @@ class DatasetBundle:
     std: tuple[float, ...]
     augment_default: bool = False
     pixel_scale: float = 1.0
+    reads_files: bool | None = None
 
     @property
     def in_channels(self) -> int:
@@ -62,7 +65,9 @@ class EvalState:
     ``initial_params`` maps every parameter name to its value at initialization (W0), on the
     training device. ``history`` holds the metric dicts already logged, one per epoch.
     ``evaluate(split)`` returns ``(loss, accuracy)`` of the current model on ``"train"``,
-    ``"val"`` or ``"test"`` (an extra pass: use sparingly).
+    ``"val"`` or ``"test"`` (an extra pass: use sparingly). ``figures``: this point's
+    ``train_*``/``val_*``/``test_*`` figures already measured; ``test_correct``: which test
+    examples the model got right (a bool tensor on the device), for the selection metric.
     """
 
     model: "torch.nn.Module"
@@ -73,6 +78,8 @@ class EvalState:
     dataset: DatasetBundle
     device: "torch.device"
     evaluate: Callable[[str], tuple[float, float]]
+    figures: dict[str, float] = field(default_factory=dict)
+    test_correct: Any = None
 
 
 # -- what each kind's factory is called with, and returns ------------------------------------
@@ -87,10 +94,12 @@ class ArchitectureFactory(Protocol):
 
 class OptimizerFactory(Protocol):
     """Returns an optimizer over every trainable parameter, set from ``config`` (``lr``,
-    ``momentum``, ``weight_decay``...). It may set ``optimizer.initmem_param_groups`` (group name
-    -> parameter names) to record which parameters went where."""
+    ``momentum``, ``weight_decay``...) and ``options`` (its declared options with the run's
+    ``--opt-arg`` values, typed). It may set ``optimizer.initmem_param_groups`` (group name ->
+    parameter names) to record which parameters went where, and ``optimizer.initmem_clock`` to
+    override its declared clock convention (a family whose variants differ)."""
 
-    def __call__(self, *, model: "torch.nn.Module", config: "RunConfig",
+    def __call__(self, *, model: "torch.nn.Module", config: "RunConfig", options: dict[str, Any],
                  variant: str | None = None) -> "torch.optim.Optimizer": ...
 
 

@@ -1,6 +1,6 @@
 """The hooks a plugin implements. Each one *registers* named components; none builds them.
 
-Every hook receives ``register(name, factory, description, *, default=False)``:
+Every hook receives ``register(name, factory, description, *, default=False, **declared)``:
 
 - ``name``: what users type (``--opt lion``). A name ending in ``:*`` registers a family:
   ``timm:*`` answers to every ``timm:<variant>`` and the factory receives ``variant=``.
@@ -11,6 +11,8 @@ Every hook receives ``register(name, factory, description, *, default=False)``:
 - ``description``: one line shown by ``initmem plugins``.
 - ``default``: for metrics, computed in every run whatever ``--metric`` says (the built-in
   weight norms, interpolation and best-validation selection are).
+- ``defaults`` and ``clock``: for optimizers, their declared settings and clock convention
+  (see ``initmem_register_optimizers``).
 
 Each hook is called once per plugin, one implementation at a time, and what each registers is
 collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwrapper``) mean
@@ -50,17 +52,31 @@ def initmem_register_architectures(register):
 def initmem_register_optimizers(register):
     """Register optimizers (``--opt``).
 
-    The factory is called as ``factory(model=..., config=..., variant=None)`` with the
-    ``torch.nn.Module`` and the run's ``RunConfig`` (``config.lr``, ``config.momentum``,
-    ``config.weight_decay``, ...) and returns a ``torch.optim.Optimizer`` over all trainable
-    parameters. It may set ``optimizer.initmem_param_groups`` (a dict of group name to parameter
-    names) to record which parameters went where; the run logs it as an artifact.
+    The factory is called as ``factory(model=..., config=..., options=..., variant=None)`` with
+    the ``torch.nn.Module``, the run's ``RunConfig`` (``config.lr``, ``config.momentum``,
+    ``config.weight_decay``, ...) and ``options``: every option it declared, with the run's
+    ``--opt-arg`` values read as the type of the declared default. It returns a
+    ``torch.optim.Optimizer`` over all trainable parameters. It may set
+    ``optimizer.initmem_param_groups`` (a dict of group name to parameter names) to record which
+    parameters went where; the run logs it as an artifact.
+
+    Two keyword arguments of ``register`` are for optimizers only:
+
+    - ``defaults``: a dict of ``lr`` (what ``--lr`` left unset means; 0.05 when not declared) and
+      every option ``--opt-arg key=value`` may set, with its default value. An unknown key is
+      refused with the valid ones. A family (``name:*``) may give an import string of a function
+      ``f(variant) -> dict``, read only when a run uses it.
+    - ``clock``: how a step maps to the forgetting clocks. ``"heavy-ball"`` (the default):
+      effective step ``lr * (1 - dampening) / (1 - momentum)`` read from the first param group,
+      for momentum that sums gradients (torch SGD); ``"lr"``: the step is ``lr``, for momentum
+      that averages them (Adam, Lion, Muon) or none. The run logs it as ``clock_convention``.
 
     Example::
 
         @hookimpl
         def initmem_register_optimizers(register):
-            register("lion", "my_lion.optim:build_lion", "Lion: sign of interpolated momentum")
+            register("lion", "my_lion.optim:build_lion", "Lion: sign of interpolated momentum",
+                     defaults={"lr": 1e-4, "betas": (0.9, 0.99)}, clock="lr")
     """
 
 

@@ -7,6 +7,7 @@ a plugin clashing with a built-in name are covered in test_run_e2e.py and test_c
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import socket
 import time
 
@@ -15,7 +16,8 @@ import torch
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
-from initmem_core.config import from_mapping
+from initmem_core.config import from_mapping, validate
+from initmem_core.plugin_system.loader import get_registry
 
 runner = CliRunner()
 SMALL = ["--epochs", "1", "--train-size", "64", "--threads", "1"]
@@ -36,11 +38,11 @@ def assert_one_line_error(result, message: str) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--sigma", "nan"], "--sigma must be a finite number, got nan"),
+    (["--data-dir", "."], "--data-dir: dataset digits reads no files (it is generated or bundled)"),
     (["--sigma", "inf"], "--sigma must be a finite number, got inf"),
     (["--sigma", "0"], "--sigma must be greater than 0, got 0.0"),
     (["--lr", "inf"], "--lr must be a finite number, got inf"),
-    (["--lr", "0"], "--lr must be greater than 0, got 0.0"),
-    (["--lr", "-0.1"], "--lr must be greater than 0, got -0.1"),
+    (["--lr", "-0.1"], "--lr must be 0 or greater, got -0.1"),  # 0 means the optimizer's default
     (["--l2", "nan"], "--l2 must be a finite number, got nan"),
     (["--l2", "-inf"], "--l2 must be a finite number, got -inf"),
     (["--l2", "-0.01"], "--l2 must be 0 or greater, got -0.01"),
@@ -103,7 +105,9 @@ def test_tracking_server_that_does_not_answer_fails_fast():
     (lambda path: path.write_bytes(b"\x00garbage" * 100), "cannot be read"),
 ], ids=["a-plain-state-dict", "garbage-bytes"])
 def test_checkpoint_not_ours_or_corrupt(tracking_uri, tmp_path, write, message):
-    folder = tmp_path / "initmem-checkpoints" / from_mapping({"epochs": 1, "train_size": 64}).config_hash()
+    # The hash of the config as run: validate resolves lr to sgd's declared default.
+    config = validate(from_mapping({"epochs": 1, "train_size": 64}), get_registry())
+    folder = tmp_path / "initmem-checkpoints" / config.config_hash()
     folder.mkdir(parents=True)
     write(folder / "ckpt-e000001-s000000.pt")
     result = runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, "--resume"])
@@ -152,3 +156,137 @@ def test_choices_and_usage_errors_are_one_line(args, message):
     result = runner.invoke(app, args)
     assert_one_line_error(result, message)
     assert "--help`" in result.stderr
+
+
+# -- every case of issue 15 (bad input that reached a traceback or a wasted run) ---------------
+
+UNWRITABLE = "/proc/initmem-nope"  # not even root can create a folder in /proc
+linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seed", str(2**64)], f"--seed must be at most {2**64 - 1}, got {2**64}"),
+    (["--data-seed", str(2**64)], f"--data-seed must be at most {2**64 - 1}"),
+    (["--batch-size", str(2**63)], f"--batch-size must be at most {2**63 - 1}"),
+    (["--sigma", "1e300"], "--sigma must be at most 1000, got 1e+300"),
+    (["--lr", "1e9"], "--lr must be at most 1000"),
+    (["--epochs", str(2**62)], f"--epochs must be at most 999999, got {2**62}"),
+    (["--experiment", ""], "--experiment must not be empty"),
+    (["--experiment", "  "], "--experiment must not be empty"),
+])
+def test_values_beyond_their_bounds(tracking_uri, args, message):
+    assert_one_line_error(runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, *args]), message)
+    assert stored_runs(tracking_uri) == []
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("foo://bar", "--tracking-uri foo://bar: unsupported scheme 'foo'"),
+    ("plain-folder", "--tracking-uri plain-folder is a path, not a tracking store; for a SQLite database"),
+    ("/tmp/initmem-some/file.db", "is a path, not a tracking store"),
+    ("file:///tmp/initmem-store", "is a path, not a tracking store"),
+    ("http://", "--tracking-uri http:// names no host"),
+])
+def test_tracking_uri_that_is_no_store(tmp_path, monkeypatch, uri, message):
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(runner.invoke(app, ["run", *SMALL, "--tracking-uri", uri]), message)
+    assert list(tmp_path.iterdir()) == []
+
+
+@linux_only
+def test_unwritable_checkpoint_dir_fails_before_training(tracking_uri):
+    result = runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, "--checkpoint-dir", UNWRITABLE])
+    assert_one_line_error(result, f"--checkpoint-dir {UNWRITABLE} cannot be written")
+    assert stored_runs(tracking_uri) == []
+
+
+@linux_only
+@pytest.mark.parametrize("args, message", [
+    (["--out", UNWRITABLE], f"--out {UNWRITABLE} cannot be written"),
+    (["--checkpoint-dir", UNWRITABLE], f"--checkpoint-dir {UNWRITABLE} cannot be written"),
+    (["--name", ""], "sweep name ''"),
+    (["--name", "../../x"], "with no . or .. between slashes"),
+    (["--name", "/abs/x"], "no leading /"),
+])
+def test_sweep_input_fails_before_any_cell(tracking_uri, tmp_path, args, message):
+    result = runner.invoke(app, ["sweep", *SMALL, "--sigma", "0.5,1", "--tracking-uri", tracking_uri,
+                                 *(["--out", str(tmp_path / "out")] if "--out" not in args else []), *args])
+    assert_one_line_error(result, message)
+    assert stored_runs(tracking_uri) == []
+
+
+@pytest.mark.parametrize("write, message", [
+    (lambda path: path.write_bytes(b"\x00\xff\xfe binary"), "is not valid TOML: it is not UTF-8 text"),
+    (lambda path: path.mkdir(), "is a folder; --config takes a TOML file"),
+], ids=["binary-file", "folder"])
+def test_config_that_is_not_a_toml_file(tracking_uri, tmp_path, write, message):
+    config = tmp_path / "run.toml"
+    write(config)
+    for command in ("run", "sweep"):
+        result = runner.invoke(app, [command, "--config", str(config), "--tracking-uri", tracking_uri])
+        assert_one_line_error(result, message)
+    assert stored_runs(tracking_uri) == []
+
+
+def test_a_boolean_in_a_numeric_grid_is_not_a_repeated_number(tracking_uri, tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text("[grid]\nsigma = [1.0, true]\n")
+    result = runner.invoke(app, ["sweep", "--config", str(config), "--tracking-uri", tracking_uri])
+    assert_one_line_error(result, "--sigma: expected a number, got True")
+
+
+@linux_only
+def test_new_plugin_where_nothing_can_be_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["new-plugin", "optimizer", "sign-sgd", "--dir", f"{UNWRITABLE}/plugin"])
+    assert_one_line_error(result, UNWRITABLE)
+    assert list(tmp_path.iterdir()) == []
+
+
+def fake_sweep(uri: str, name: str) -> str:
+    """A parent run with one finished child, written straight into the store (what a shared
+    tracking server lets anyone write); returns the parent's id."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.config import RunConfig
+    from initmem_core.tracking.cells import config_params
+    from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG, SWEEP_TAG
+
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("initmem")
+    parent = client.create_run(experiment, tags={SWEEP_TAG: name, ROLE_TAG: "parent"}).info.run_id
+    child = client.create_run(experiment, tags={PARENT_TAG: parent, "config_hash": RunConfig().config_hash()})
+    params = [Param(key, str(value)) for key, value in config_params(RunConfig()).items()]
+    client.log_batch(child.info.run_id, params=params[:100],
+                     metrics=[Metric("best_val_test_acc", 0.5, 0, 1), Metric("weight_norm", 3.0, 0, 1)])
+    client.set_terminated(child.info.run_id, "FINISHED")
+    return parent
+
+
+@pytest.mark.parametrize("crafted", ["../../escaped", "/tmp/initmem-escaped", "a/../../escaped"])
+def test_report_refuses_a_crafted_sweep_tag(tracking_uri, tmp_path, monkeypatch, crafted):
+    work = tmp_path / "work" / "deeper"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    parent = fake_sweep(tracking_uri, crafted)
+    result = runner.invoke(app, ["report", parent, "--tracking-uri", tracking_uri])
+    assert_one_line_error(result, f"run {parent} carries an unsafe sweep name in its tag initmem.sweep")
+    assert [p.name for p in work.parent.iterdir()] == ["deeper"] and not Path("/tmp/initmem-escaped").exists()
+    assert list(work.iterdir()) == []
+
+
+@linux_only
+def test_report_into_an_unwritable_folder(tracking_uri, tmp_path):
+    fake_sweep(tracking_uri, "fine")
+    result = runner.invoke(app, ["report", "fine", "--tracking-uri", tracking_uri, "--out", f"{UNWRITABLE}/report"])
+    assert_one_line_error(result, UNWRITABLE)
+
+
+def test_experiment_names_never_lead_artifacts_out_of_mlartifacts(tmp_path):
+    from initmem_core.tracking.store import artifact_root_for, path_under, safe_file_name
+
+    root = tmp_path / "mlartifacts"
+    for name in ("../../x", "/etc", "a/../..", "..", "", "x\\..\\y", "ok name"):
+        location = Path(artifact_root_for(f"sqlite:///{tmp_path / 'mlflow.db'}", name).removeprefix("file://"))
+        assert location.parent == root and location.name == safe_file_name(name), name
+        assert path_under(root, name).resolve().is_relative_to(root)

@@ -6,12 +6,12 @@ two figures or checks a target.
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 pytestmark = pytest.mark.slow  # runs the benchmark script
 

@@ -44,7 +44,7 @@ def test_unknown_key_names_the_closest_valid_key():
     ({"sigma": -1.0}, "--sigma must be greater than 0"),
     ({"sigma": math.nan}, "--sigma must be a finite number"),
     ({"lr": math.inf}, "--lr must be a finite number"),
-    ({"lr": 0.0}, "--lr must be greater than 0"),
+    ({"lr": -1.0}, "--lr must be 0 or greater"),  # 0 means the optimizer's default
     ({"l2": -1e-4}, "--l2 must be 0 or greater"),
     ({"batch_size": 0}, "--batch-size must be 1 or greater"),
     ({"epochs": 0}, "--epochs must be 1 or greater"),

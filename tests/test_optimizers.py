@@ -144,7 +144,7 @@ def test_registering_imports_no_torch():
         import initmem_plugins.regularizers as regularizers
         import initmem_core.training.schedules
         names = []
-        optimizers.initmem_register_optimizers(lambda name, factory, description: names.append(name))
+        optimizers.initmem_register_optimizers(lambda name, factory, description, **declared: names.append(name))
         regularizers.initmem_register_regularizers(lambda name, factory, description: names.append(name))
         assert names == ["sgd", "adam", "adamw", "muon", "timm:*", "l2", "l2-init"], names
         heavy = sorted(m for m in ("torch", "timm") if m in sys.modules)

@@ -21,7 +21,8 @@ def cells(name):
 
 
 def test_every_preset_is_listed_and_valid():
-    assert preset_names() == ["paper-batch", "paper-depth", "paper-l2", "paper-long", "paper-mini", "paper-resnet9"]
+    assert preset_names() == ["paper-batch", "paper-depth", "paper-fmnist", "paper-l2", "paper-long", "paper-mini",
+                              "paper-resnet9"]
     result = runner.invoke(app, ["presets"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for name in preset_names():
@@ -39,6 +40,16 @@ def test_paper_mini_is_the_scaled_down_comparison():
     assert {c.batch_size for c in sgd} == {8, 32, 128} and {c.lr for c in sgd} == {0.01}
     assert {(c.opt, c.momentum) for c in grid} == FIVE_OPTIMIZERS
     assert {c.l2 for c in grid} == {0.0, 0.01}
+
+
+def test_paper_fmnist_compares_sgd_adaptive_and_batch_on_real_images():
+    grid = cells("paper-fmnist")
+    assert len(grid) == 4 * 4 * 3 and {c.data for c in grid} == {"fashion-mnist"}
+    assert {c.train_size for c in grid} == {2000} and {c.eval_size for c in grid} == {1000}
+    # adam and muon at their declared defaults, resolved into each cell (and its hash)
+    assert {(c.opt, c.lr, c.batch_size) for c in grid} == {("sgd", 0.01, 32), ("sgd", 0.01, 128),
+                                                          ("adam", 0.001, 32), ("muon", 0.02, 32)}
+    assert len(set(group_keys(grid))) == 4 and {c.seed for c in grid} == {0, 1, 2}
 
 
 def test_paper_scale_presets():

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 
 import pytest
 
@@ -86,11 +87,13 @@ def test_failures_are_listed_and_parent_metrics_are_named_per_group(records):
     assert len(report.norm_curves["opt=adam"]) == 5 and len(report.norm_curves["opt=sgd"]) == 6
 
 
-def test_a_sweep_without_varying_fields_is_one_group_named_all():
+def test_a_sweep_without_varying_fields_is_one_group_named_by_its_config():
+    # Named by what it trains, as in any other sweep (issue 13: labels never depend on the sweep)
     report = build_report([cell("sgd", 0.5, 0, 0.5), cell("sgd", 1.0, 0, 0.75)])
-    assert [(g.group, g.spread) for g in report.groups] == [("all", pytest.approx(25.0))]
-    assert list(report.parent_metrics()) == ["spread_all", "never_interp_sigmas_all", "failed_cells_all",
-                                             "clock_sgd_all", "clock_l2_all", "clock_adapt_all"]
+    assert [(g.group, g.spread) for g in report.groups] == [("opt=sgd", pytest.approx(25.0))]
+    assert list(report.parent_metrics()) == ["spread_opt-sgd", "never_interp_sigmas_opt-sgd", "failed_cells_opt-sgd",
+                                             "clock_sgd_opt-sgd", "clock_l2_opt-sgd", "clock_adapt_opt-sgd",
+                                             "spread_lo_opt-sgd", "spread_hi_opt-sgd", "did_not_train_opt-sgd"]
 
 
 def test_csv_markdown_and_json_hold_the_same_table(records):
@@ -100,7 +103,7 @@ def test_csv_markdown_and_json_hold_the_same_table(records):
     sgd_high = next(r for r in rows if r["group"] == "opt=sgd" and r["sigma"] == "2.0")
     assert float(sgd_high["spread"]) == pytest.approx(26.0) and sgd_high["tau_interp"] == ""
     markdown = to_markdown(report)
-    assert "| opt=sgd | 26.00 | 1 | 2 | 1 | 0 |" in markdown
+    assert re.search(r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| 1 \| 2 \| 1 \| 0 \|", markdown), markdown
     assert "## Failed cells" in markdown and "DIVERGED" in markdown
     data = json.loads(to_json(report))
     assert {g["group"]: g["spread"] for g in data["groups"]} == pytest.approx({"opt=adam": 4.0, "opt=sgd": 26.0})

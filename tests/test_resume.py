@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -17,10 +16,18 @@ from typer.testing import CliRunner
 import initmem_core
 from initmem_cli.app import app
 from initmem_core.training.checkpoints import FORMAT, find_resumable, read_checkpoint
-from initmem_core.config import from_mapping
+from initmem_core.config import from_mapping, validate
+from initmem_core.plugin_system.loader import get_registry
+
+
+def hash_of(values) -> str:
+    """The hash of the config as run: validate resolves lr to the optimizer's declared default."""
+    return validate(from_mapping(values), get_registry()).config_hash()
+
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.training.stop_signals import Stopped
 from initmem_core.tracking.tracker import MlflowTracker
+from signal_progress import SignalAtStep  # noqa: E402  (tests/ is on sys.path)
 
 pytestmark = pytest.mark.slow  # resume: real runs killed and continued, some in subprocesses
 
@@ -29,7 +36,7 @@ runner = CliRunner()
 CONFIG = dict(epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on",
               momentum=0.9, seed=3)
 ARGS = [part for key, value in CONFIG.items() for part in (f"--{key.replace('_', '-')}", str(value))]
-CONFIG_HASH = from_mapping(CONFIG).config_hash()
+CONFIG_HASH = hash_of(CONFIG)
 STEPS_PER_EPOCH = 16
 
 
@@ -146,24 +153,6 @@ def test_a_resume_logs_the_epochs_a_hard_kill_lost_from_its_checkpoint(tracking_
     assert_matches_reference(tracking_uri, dead.info.run_id, reference, tmp_path)  # epochs 0-2 came from it
 
 
-class SignalAtStep:
-    """Progress that sends this process a real signal after a given step."""
-
-    def __init__(self, step: int, signum: int):
-        self.step, self.signum, self.done = step, signum, 0
-
-    def start(self, epochs, steps_per_epoch):
-        pass
-
-    def advance(self, steps):
-        self.done += steps
-        if self.done == self.step:
-            os.kill(os.getpid(), self.signum)
-
-    def epoch_done(self, epoch, metrics):
-        pass
-
-
 @pytest.mark.parametrize("signum, damage", [(signal.SIGTERM, None), (signal.SIGINT, "truncate")])
 def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(tracking_uri, tmp_path, reference,
                                                                       signum, damage):
@@ -200,7 +189,8 @@ def test_checkpoint_holds_the_whole_state_as_plain_data(reference):
     assert any(k.endswith("running_var") for k in state["model"])
     assert state["optimizer"]["state"] and state["scheduler"]["last_epoch"] == 4 * STEPS_PER_EPOCH
     assert state["initial_params"].keys() == {k for k in weights if "running" not in k and "num_batches" not in k}
-    assert state["clocks"]["adapt"] == pytest.approx(4 * STEPS_PER_EPOCH * 0.05)
+    # sgd's default lr 0.05 at momentum 0.9: the effective step of the clocks is 0.05 / (1 - 0.9)
+    assert state["clocks"]["adapt"] == pytest.approx(4 * STEPS_PER_EPOCH * 0.05 / (1 - 0.9))
     assert state["history"] == history
     assert state["loader"]["generator"].dtype == torch.uint8
     assert {"torch", "python", "numpy"} <= state["rng"].keys()
@@ -215,7 +205,7 @@ def test_resume_with_another_config_names_the_keys_that_differ(tmp_path):
         initmem_core.run(resume=True, **changed)
     # A checkpoint found under the other config's hash (copied there) is refused all the same.
     source = next(tmp_path.glob("*/ckpt-*.pt"))
-    target = tmp_path / from_mapping({"epochs": 2, "train_size": 64, "lr": 0.1}).config_hash() / source.name
+    target = tmp_path / hash_of({"epochs": 2, "train_size": 64, "lr": 0.1}) / source.name
     target.parent.mkdir()
     shutil.copy(source, target)
     with pytest.raises(ConfigError, match=r"is of a different config: lr \(0.05 -> 0.1\), epochs \(1 -> 2\)"):
@@ -226,7 +216,7 @@ def test_a_fresh_run_warns_that_it_replaces_an_unfinished_runs_checkpoints(tmp_p
     small = dict(tracking=False, checkpoint_dir=str(tmp_path), epochs=2, train_size=64, batch_size=32, threads=1)
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(3, signal.SIGTERM), **small)  # 2 steps an epoch
-    folder = tmp_path / from_mapping({k: v for k, v in small.items() if k != "tracking"}).config_hash()
+    folder = tmp_path / hash_of({k: v for k, v in small.items() if k != "tracking"})
     assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000001-s000000.pt", "ckpt-e000001-s000001.pt"]
     with pytest.warns(RunWarning, match="unfinished run of this config \\(epoch 1 of 2\\).*--resume"):
         fresh = initmem_core.run(**small)

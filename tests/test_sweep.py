@@ -4,7 +4,6 @@ parent, resuming, failing cells, and N workers on one SQLite store losing nothin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import hookimpl
+from initmem_core.sweep.grid import metric_suffix
 from initmem_core.training.checkpoints import CHECKPOINTS_FOLDER
 from initmem_core.plugin_system.loader import load_registry, set_registry
 
@@ -68,8 +68,17 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
     assert {c.info.experiment_id for c in children} == {parent.info.experiment_id}
     assert {c.info.status for c in children} == {"FINISHED"}
     assert {c.data.tags["initmem.sweep"] for c in children} == {"e2e"}
-    assert sorted((c.data.tags["initmem.group"], c.data.params["sigma"]) for c in children) == [
+    assert sorted((c.data.tags["initmem.group"].split(",")[0], c.data.params["sigma"]) for c in children) == [
         ("opt=adam", "0.5"), ("opt=adam", "2.0"), ("opt=sgd", "0.5"), ("opt=sgd", "2.0")]
+    for c in children:  # complete labels (issue 13): every value but sigma and seed that is not the default
+        assert c.data.tags["initmem.group"] == (f"opt={c.data.params['opt']},lr={float(c.data.params['lr']):g},"
+                                                "batch_size=50,epochs=2,train_size=200")
+    # names carry what tells the cells apart; the parent carries the grid and a description
+    assert sorted(c.info.run_name for c in children) == [
+        "resnet20-adam-s0.5-seed0", "resnet20-adam-s2.0-seed0", "resnet20-sgd-s0.5-seed0", "resnet20-sgd-s2.0-seed0"]
+    assert (parent.data.params["opt"], parent.data.params["sigma"], parent.data.params["epochs"]) == ("sgd,adam", "0.5,2.0", "2")
+    assert "| spread pp |" in parent.data.tags["mlflow.note.content"]
+    assert {i.dataset.name for c in children for i in c.inputs.dataset_inputs} == {"digits"}
     assert len({c.data.tags["config_hash"] for c in children}) == 4
 
 
@@ -81,9 +90,10 @@ def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
     client = client_for(uri)
     for group in ("sgd", "adam"):
         accs = [100 * c.data.metrics["best_val_test_acc"] for c in children if c.data.params["opt"] == group]
-        assert parent.data.metrics[f"spread_opt-{group}"] == pytest.approx(max(accs) - min(accs))
-        assert f"never_interp_sigmas_opt-{group}" in parent.data.metrics
-        assert parent.data.metrics[f"failed_cells_opt-{group}"] == 0
+        suffix = metric_suffix(next(c.data.tags["initmem.group"] for c in children if c.data.params["opt"] == group))
+        assert parent.data.metrics[f"spread_{suffix}"] == pytest.approx(max(accs) - min(accs), abs=0.005)
+        assert f"never_interp_sigmas_{suffix}" in parent.data.metrics
+        assert parent.data.metrics[f"failed_cells_{suffix}"] == 0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {f"report/{name}" for name in ("report.csv", "report.md", *PLOTS)} <= artifacts
     assert "sweep.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -101,8 +111,10 @@ def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path)
     result = runner.invoke(app, ["report", "e2e", "--format", "json", "--tracking-uri", uri, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert {g["group"]: g["spread"] for g in data["groups"]} == pytest.approx(
-        {"opt=adam": parent.data.metrics["spread_opt-adam"], "opt=sgd": parent.data.metrics["spread_opt-sgd"]})
+    assert len(data["groups"]) == 2
+    for g in data["groups"]:  # the parent's metric is the report's spread, rounded for the UI
+        assert parent.data.metrics[f"spread_{metric_suffix(g['group'])}"] == pytest.approx(g["spread"], abs=0.005)
+    assert "prepared comparison in the MLflow UI: http://127.0.0.1:5000/#/experiments/" in result.stderr
     assert all((tmp_path / name).is_file() for name in PLOTS)
     by_id = runner.invoke(app, ["report", parent.info.run_id, "--format", "csv", "--tracking-uri", uri,
                                 "--out", str(tmp_path)])
@@ -180,7 +192,7 @@ def test_a_failing_cell_does_not_stop_the_sweep(tracking_uri, tmp_path):
     result = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, "--opt", "boom,sgd,boom-step", "--name", "failing",
                                  "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
     assert result.exit_code == 1, result.output
-    assert "3 cells: 1 ran, 0 skipped (finished before), 2 failed" in result.output
+    assert "3 cells: 1 ran, 0 skipped (ended before: finished or diverged), 2 failed" in result.output
     assert "boom: this optimizer cannot be built" in result.output
     [parent], children = split(all_runs(tracking_uri))
     status = {c.data.params["opt"]: c for c in children}
@@ -189,14 +201,14 @@ def test_a_failing_cell_does_not_stop_the_sweep(tracking_uri, tmp_path):
     assert "RuntimeError: boom: this optimizer cannot be built" in status["boom"].data.tags["failure_reason"]
     assert "boom: this step always fails" in status["boom-step"].data.tags["failure_reason"]
     assert parent.info.status == "FAILED" and parent.data.tags["initmem.cells_failed"] == "2"
-    assert parent.data.metrics["failed_cells_opt-boom"] == 1
+    assert [v for k, v in parent.data.metrics.items() if k.startswith("failed_cells_opt-boom.")] == [1]
     # Relaunching retries the failed cells only, and the report counts each cell once.
     again = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, "--opt", "boom,sgd,boom-step", "--name", "failing",
                                 "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
-    assert again.exit_code == 1 and "3 cells: 0 ran, 1 skipped (finished before), 2 failed" in again.output
+    assert again.exit_code == 1 and "3 cells: 0 ran, 1 skipped (ended before: finished or diverged), 2 failed" in again.output
     [parent], children = split(all_runs(tracking_uri))
     assert sorted(c.data.params["opt"] for c in children) == ["boom", "boom", "boom-step", "boom-step", "sgd"]
-    assert parent.data.metrics["failed_cells_opt-boom"] == 1
+    assert [v for k, v in parent.data.metrics.items() if k.startswith("failed_cells_opt-boom.")] == [1]
 
 
 def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_path):
@@ -210,14 +222,14 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     result = runner.invoke(app, ["sweep", *sizes, "--sigma", "0.5,2", "--seed", "0,1", "--workers", "2",
                                  "--name", "parallel", "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
     assert result.exit_code == 1, result.output
-    assert "8 cells: 4 ran, 0 skipped (finished before), 4 failed" in result.output
+    assert "8 cells: 4 ran, 0 skipped (ended before: finished or diverged), 4 failed" in result.output
     _, children = split(all_runs(tracking_uri))
     failed = [c for c in children if c.info.status == "FAILED"]
     children = [c for c in children if c.info.status == "FINISHED"]
     assert {c.data.params["train_size"] for c in failed} == {"5"} and len(failed) == 4
     assert all("larger than the training set" in c.data.tags["failure_reason"] for c in failed)
     assert len(children) == 4 and {c.data.params["train_size"] for c in children} == {"200"}
-    assert {c.data.params["threads"] for c in children} == {str(max(1, (os.cpu_count() or 1) // 2))}
+    assert {c.data.params["threads"] for c in children} == {"1"}  # pinned, not a share of the machine
     database = tracking_uri[len("sqlite:///"):]
     # Workers never open the store, yet keep their checkpoints beside it, as in-process cells do.
     checkpoints = Path(database).parent / CHECKPOINTS_FOLDER
@@ -230,35 +242,29 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     per_epoch = {"train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
                  "weight_norm_ratio", "init_distance", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt", "lr"}
     summary = {"best_val_epoch", "best_val_loss", "best_val_test_acc", "final_test_acc"}
+    batch = {"train_loss_batch", "train_acc_batch"}  # running train-mode figures: epochs 1.. only
     expected_rows = 0
     for child in children:
         run_id = child.info.run_id
         keys = {key for (rid, key) in steps if rid == run_id}
         interpolated = "tau_interp" in keys
-        assert keys == per_epoch | summary | ({"tau_interp", "repair_gap"} if interpolated else set())
+        assert keys == per_epoch | batch | summary | ({"tau_interp", "repair_gap"} if interpolated else set())
         for key in keys:
-            assert sorted(steps[(run_id, key)]) == (list(range(epochs + 1)) if key in per_epoch else [epochs]), key
-        expected_rows += (epochs + 1) * len(per_epoch) + len(summary) + 2 * interpolated
+            expected = (list(range(epochs + 1)) if key in per_epoch else list(range(1, epochs + 1)) if key in batch
+                        else [epochs])
+            assert sorted(steps[(run_id, key)]) == expected, key
+        expected_rows += (epochs + 1) * len(per_epoch) + epochs * len(batch) + len(summary) + 2 * interpolated
     child_ids = {c.info.run_id for c in children}
-    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 4
+    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 2 * 2 + 4 * 4
 
 
-def test_ui_runs_mlflow_ui_on_the_store_bound_to_localhost(monkeypatch):
-    import subprocess
+def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracking_uri, monkeypatch):
+    # The real server, its URLs and its shutdown: tests/test_mlflow_ui.py.
+    from initmem_cli.ui import ui_args
 
-    calls = []
-
-    def fake_run(args):
-        calls.append(args)
-        return subprocess.CompletedProcess(args, 0)
-
-    monkeypatch.setattr("initmem_cli.ui.subprocess.run", fake_run)
-    result = runner.invoke(app, ["ui", "--tracking-uri", "sqlite:///x.db"])
-    assert result.exit_code == 0, result.output
-    assert "http://127.0.0.1:5000" in result.output
-    [args] = calls
-    assert args[1:] == ["-m", "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1",
-                        "--port", "5000"]
-    monkeypatch.setattr("initmem_cli.ui.subprocess.run", lambda args: subprocess.CompletedProcess(args, 1))
-    busy = runner.invoke(app, ["ui", "--port", "5001"])
-    assert busy.exit_code == 1 and "is port 5001 already in use?" in busy.output
+    started = []
+    monkeypatch.setattr("initmem_cli.ui.subprocess.Popen", lambda *a, **k: started.append(a))
+    assert ui_args("sqlite:///x.db", "127.0.0.1", 5000)[2:] == [
+        "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1", "--port", "5000"]
+    result = runner.invoke(app, ["ui", "--sweep", "nope", "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and "experiment 'initmem' does not exist" in result.stderr and not started

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 import initmem_core
-from initmem_core.config import RunConfig
+from initmem_core import get_registry
+from initmem_core.config import RunConfig, validate
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
@@ -28,7 +29,7 @@ def sweep_process(uri: str, cwd) -> subprocess.Popen:
 def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    first = RunConfig(sigma=0.5, **CELL)
+    first = validate(RunConfig(sigma=0.5, **CELL), get_registry())  # the optimizer's lr filled in, as a sweep does
     folder = tmp_path / "initmem-checkpoints" / first.config_hash()
     process = sweep_process(tracking_uri, tmp_path)
     deadline = time.monotonic() + 240

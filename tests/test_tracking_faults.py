@@ -49,12 +49,14 @@ def logged(uri: str, run_id: str, result) -> dict[str, list[tuple[int, float]]]:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
-    keys = [key for key in result.history[0] if key != "epoch"] + list(result.summary)
+    keys = list(dict.fromkeys(key for row in result.history for key in row if key != "epoch")) + list(result.summary)
     return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
 
 
 def expected(result) -> dict[str, list[tuple[int, float]]]:
-    rows = {key: [(row["epoch"], row[key]) for row in result.history] for key in result.history[0] if key != "epoch"}
+    # Not every key is in every row: train_*_batch starts at epoch 1 (no batches at epoch 0).
+    keys = dict.fromkeys(key for row in result.history for key in row if key != "epoch")
+    rows = {key: [(row["epoch"], row[key]) for row in result.history if key in row] for key in keys}
     return {**rows, **{key: [(result.config.epochs, value)] for key, value in result.summary.items()}}
 
 

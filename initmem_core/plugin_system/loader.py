@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as metadata
 import os
+import sys
 import warnings
 from typing import Any, Iterable
 
@@ -42,6 +43,25 @@ BUILTIN_PLUGINS = {
 
 class PluginLoadWarning(UserWarning):
     """A plugin was skipped because it failed to load."""
+
+
+def one_line_warnings() -> None:
+    """Show plugin and run warnings as one line each on stderr (Python's default adds the source
+    line). The CLI installs it, and so does every sweep worker process, which starts bare."""
+    from initmem_core.errors import RunWarning
+
+    default = warnings.showwarning
+    if getattr(default, "one_line", False):
+        return  # installed already
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, (PluginLoadWarning, RunWarning)):
+            print(f"Warning: {' '.join(str(message).split())}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show.one_line = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 def initmem_version() -> str:
@@ -109,9 +129,9 @@ class _Loader:
                     plugin, f"unknown hook {unknown[0]}; valid hooks: {', '.join(kind.hook for kind in KINDS)}"
                 )
             self.pm.register(plugin, name=provider.plugin)
-        except PluginLoadError:
+        except (PluginLoadError, KeyboardInterrupt):
             raise
-        except Exception as error:  # a broken plugin must not take the others down
+        except BaseException as error:  # a broken plugin (even one calling sys.exit) must not take the others down
             self.fail(provider, error)
             return
         self.registry.plugins[provider.plugin] = provider
@@ -126,14 +146,16 @@ class _Loader:
                 specs: list[ComponentSpec] = []
 
                 def register(name: str, factory: Any, description: str = "", *, default: bool = False,
-                             _kind=kind.name, _p=provider):
-                    specs.append(ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default)))
+                             _kind=kind.name, _p=provider, **declared: Any):
+                    # declared: an optimizer's defaults and clock convention (see ComponentSpec)
+                    specs.append(ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default),
+                                               **declared))
 
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
-                except PluginLoadError:
+                except (PluginLoadError, KeyboardInterrupt):
                     raise
-                except Exception as error:
+                except BaseException as error:  # SystemExit included
                     self.fail(provider, error)
                     continue
                 for spec in specs:

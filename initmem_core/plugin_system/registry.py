@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
@@ -36,6 +36,12 @@ class ComponentSpec:
     description: str
     provider: Provider
     default: bool = False  # built into every run (the built-in metrics), whatever the config names
+    #: Optimizers: the declared defaults, ``lr`` and every option ``--opt-arg`` may set, as a mapping
+    #: or an import string of ``f(variant) -> mapping`` (a family such as ``timm:*``: read lazily).
+    defaults: Mapping[str, Any] | str | None = None
+    #: Optimizers: how a step maps to the forgetting clocks (``initmem_core.training.clocks``);
+    #: empty means the default convention.
+    clock: str = ""
 
     @property
     def is_family(self) -> bool:
@@ -47,6 +53,15 @@ class ComponentSpec:
             return self.factory
         module_name, _, attribute = self.factory.partition(":")
         return getattr(importlib.import_module(module_name), attribute)
+
+    def declared_defaults(self, variant: str | None = None) -> dict[str, Any]:
+        """The defaults the component declared (an import string is resolved here, not before)."""
+        if self.defaults is None:
+            return {}
+        if isinstance(self.defaults, str):
+            module_name, _, attribute = self.defaults.partition(":")
+            return dict(getattr(importlib.import_module(module_name), attribute)(variant))
+        return dict(self.defaults)
 
     def build(self, variant: str | None = None, **kwargs: Any) -> Any:
         """Call the factory with the keyword arguments of its kind's contract that it accepts

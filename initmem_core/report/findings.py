@@ -1,29 +1,57 @@
-"""The paper's findings as checks on a sweep's results: each claim, the numbers, reproduced or not.
+"""The paper's findings as checks on a sweep's results: each claim is one function returning a
+``Finding`` with the numbers and a verdict.
+
+The decision rule is the same for every claim: a claim is *reproduced* only when the 95% interval
+of the relevant difference excludes zero in the claimed direction, *contradicted* when it excludes
+zero the other way, and otherwise *not resolved at this scale*. A claim that compares several
+groups (SGD against each adaptive optimizer) is reproduced when every comparison is, and
+contradicted when any is. Spread intervals come from the report's bootstrap (the same draws for
+every group, so differences pair up); norm and accuracy differences from t intervals over seeds.
 
 Groups are recognised by their configuration, not by name: the *baseline SGD* group is plain SGD
-(no momentum, no L2) at the sweep's most common batch size; *adaptive* groups are Adam, AdamW and
-Muon. A claim whose groups are missing from the sweep is reported as not evaluated, never as
-reproduced.
+(no momentum, no L2, no weight decay) at the sweep's most common batch size; *adaptive* groups are
+Adam, AdamW and Muon at that batch size. Groups that did not train are left out. A claim whose
+groups are missing is *not evaluated*, never reproduced.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
+from initmem_core.report.memory import (GroupSummary, Report, build_report, interval, mean_interval,
+                                        percentile_interval)
 from initmem_core.sweep.grid import group_keys
 from initmem_core.tracking.records import CellRecord
-from initmem_core.report.memory import GroupSummary, Report, build_report
 
 ADAPTIVE = ("adam", "adamw", "muon")
+REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED = (
+    "reproduced", "contradicted", "not resolved at this scale", "not evaluated")
 
 
 @dataclass
 class Finding:
     claim: str
     measured: str
-    reproduced: bool | None  # None: the sweep lacks the groups this claim needs
+    verdict: str
+
+    @property
+    def reproduced(self) -> bool | None:
+        """True: reproduced; False: contradicted; None: not resolved or not evaluated."""
+        return {REPRODUCED: True, CONTRADICTED: False}.get(self.verdict)
+
+
+def decide(intervals: list[tuple[float, float]]) -> str:
+    """The verdict on intervals of differences each claimed to be above zero."""
+    if not intervals or any(math.isnan(low) or math.isnan(high) for low, high in intervals):
+        return NOT_RESOLVED
+    if any(high < 0 for _, high in intervals):
+        return CONTRADICTED
+    if all(low > 0 for low, _ in intervals):
+        return REPRODUCED
+    return NOT_RESOLVED
 
 
 @dataclass
@@ -32,9 +60,30 @@ class _Group:
     opt: str
     momentum: float
     l2: float
+    weight_decay: float
     batch_size: int
-    norm_coupling: float  # final ||W||_F at the largest sigma / at the smallest (1: forgot the scale)
+    cells: list[CellRecord]
+    draws: Any  # the group's spread in each bootstrap draw
     clock: float  # the clock that drives this group's forgetting (see forgetting_clock)
+
+    def label(self) -> str:
+        extra = "" if self.opt in ADAPTIVE else f" b={self.batch_size}"
+        return f"{self.opt}{extra}{f' l2={self.l2:g}' if self.l2 else ''}"
+
+    def spread_text(self) -> str:
+        s = self.summary
+        return f"{self.label()} {s.spread:.2f} pp {interval(s.spread_lo, s.spread_hi, '.2f')}"
+
+
+@dataclass
+class Sweep:
+    """What every claim reads: the report and the groups it can name."""
+
+    report: Report
+    groups: list[_Group]
+    baseline: _Group | None
+    adaptive: list[_Group]
+    sgd: list[_Group]  # plain SGD at every batch size
 
 
 def forgetting_clock(opt: str, clock_sgd: float, clock_l2: float, clock_adapt: float) -> float:
@@ -42,71 +91,133 @@ def forgetting_clock(opt: str, clock_sgd: float, clock_l2: float, clock_adapt: f
     return clock_adapt if opt in ADAPTIVE else clock_sgd + clock_l2
 
 
-def _groups(records: list[CellRecord], report: Report) -> list[_Group]:
-    configs = {key: record.config for record, key in zip(records, group_keys(r.config for r in records))}
+def read_sweep(records: Iterable[CellRecord]) -> Sweep:
+    records = list(records)
+    report = build_report(records)
+    keys = group_keys(r.config for r in records)
+    cells: dict[str, list[CellRecord]] = {}
+    for record, key in zip(records, keys):
+        cells.setdefault(key, []).append(record)
     groups = []
     for summary in report.groups:
-        config = configs[summary.group]
-        rows = sorted((r for r in report.rows if r.group == summary.group and r.runs > r.failed),
-                      key=lambda r: r.sigma)
-        coupling = rows[-1].weight_norm / rows[0].weight_norm if len(rows) > 1 else float("nan")
-        groups.append(_Group(summary, config.opt, config.momentum, config.l2, config.batch_size, coupling,
+        if math.isnan(summary.spread):  # did not train, or one sigma: nothing to compare
+            continue
+        config = cells[summary.group][0].config
+        groups.append(_Group(summary, config.opt, config.momentum, config.l2, config.weight_decay,
+                             config.batch_size, cells[summary.group], report.replicates[summary.group],
                              forgetting_clock(config.opt, summary.clock_sgd, summary.clock_l2, summary.clock_adapt)))
-    return groups
+    base_batch = Counter(g.batch_size for g in groups).most_common(1)[0][0] if groups else None
+    sgd = sorted((g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 == 0 and g.weight_decay == 0),
+                 key=lambda g: g.batch_size)
+    baseline = next((g for g in sgd if g.batch_size == base_batch), None)
+    adaptive = [g for g in groups if g.opt in ADAPTIVE and g.batch_size == base_batch and g.l2 == 0]
+    return Sweep(report, groups, baseline, adaptive, sgd)
 
 
-def _spearman(xs: list[float], ys: list[float]) -> float:
-    def ranks(values: list[float]) -> list[float]:
-        order = sorted(range(len(values)), key=values.__getitem__)
-        result = [0.0] * len(values)
-        for rank, index in enumerate(order):
-            result[index] = float(rank)
-        return result
+def _spread_difference(a: _Group, b: _Group) -> tuple[str, tuple[float, float]]:
+    low, high = percentile_interval(a.draws - b.draws)
+    text = f"{a.label()} − {b.label()}: {a.summary.spread - b.summary.spread:+.2f} pp {interval(low, high)}"
+    return text, (low, high)
 
-    rx, ry = ranks(xs), ranks(ys)
-    n = len(xs)
-    mean = (n - 1) / 2
-    cov = sum((a - mean) * (b - mean) for a, b in zip(rx, ry))
-    var = sum((a - mean) ** 2 for a in rx)
-    return cov / var if var else float("nan")
+
+def _compare(claim: str, pairs: list[tuple[_Group, _Group]], shown: list[_Group]) -> Finding:
+    """Claim: the spread of the first of each pair is above the second's."""
+    if not pairs:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    differences = [_spread_difference(a, b) for a, b in pairs]
+    measured = "; ".join(g.spread_text() for g in shown) + " | " + "; ".join(text for text, _ in differences)
+    return Finding(claim, measured, decide([bounds for _, bounds in differences]))
+
+
+def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
+    pairs = [(sweep.baseline, g) for g in sweep.adaptive] if sweep.baseline else []
+    return _compare("SGD's spread is larger than each adaptive optimizer's", pairs,
+                    [sweep.baseline, *sweep.adaptive] if sweep.baseline else [])
+
+
+def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
+    base = sweep.baseline
+    l2 = [g for g in sweep.groups if base and g.opt == "sgd" and g.momentum == 0 and g.l2 > 0
+          and g.batch_size == base.batch_size]
+    return _compare("L2 shrinks SGD's spread", [(base, g) for g in l2], [base, *l2] if base else [])
+
+
+def larger_batch_increases_spread(sweep: Sweep) -> Finding:
+    ends = [(sweep.sgd[-1], sweep.sgd[0])] if len(sweep.sgd) >= 2 else []
+    return _compare("A larger batch increases SGD's spread", ends, sweep.sgd)
+
+
+def norm_forgetting(group: _Group) -> dict[int, float]:
+    """Per seed, how far the final norm ratio across sigma moved from the initial one, in log
+    scale: 0 = ||W|| at sigma_max / at sigma_min stayed what it was at initialization (radial
+    memory), 1 = the final norms meet (a common scale), below 0 = they moved further apart."""
+    by_seed: dict[int, dict[float, CellRecord]] = {}
+    for cell in group.cells:
+        if cell.trained and {"weight_norm", "weight_norm_ratio"} <= set(cell.metrics):
+            by_seed.setdefault(cell.config.seed, {})[cell.config.sigma] = cell
+    sigmas = sorted({c.config.sigma for c in group.cells})
+    moved = {}
+    for seed, cells in by_seed.items():
+        low, high = cells.get(sigmas[0]), cells.get(sigmas[-1])
+        if low is None or high is None or low is high:
+            continue
+        final = high.metrics["weight_norm"] / low.metrics["weight_norm"]
+        initial = (high.metrics["weight_norm"] / high.metrics["weight_norm_ratio"]) / (
+            low.metrics["weight_norm"] / low.metrics["weight_norm_ratio"])
+        if initial > 0 and final > 0 and abs(math.log(initial)) > 1e-12:
+            moved[seed] = 1 - math.log(final) / math.log(initial)
+    return moved
+
+
+def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
+    claim = "SGD's final ||W||_F stays coupled to sigma; adaptive methods' converge"
+    if sweep.baseline is None or not sweep.adaptive:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    sgd = norm_forgetting(sweep.baseline)
+    parts, bounds = [], []
+    for group in sweep.adaptive:
+        theirs = norm_forgetting(group)
+        differences = [theirs[s] - sgd[s] for s in sorted(set(sgd) & set(theirs))]  # paired by seed
+        low, high = mean_interval(differences)
+        bounds.append((low, high))
+        mean = sum(differences) / len(differences) if differences else math.nan
+        parts.append(f"{group.label()} − sgd: {mean:+.2f} {interval(low, high)} over {len(differences)} seeds")
+    shown = "; ".join(f"{g.label()} {sum(m.values()) / len(m):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} –"
+                      for g in [sweep.baseline, *sweep.adaptive])
+    measured = ("share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled: "
+                f"{shown} | {'; '.join(parts)}")
+    return Finding(claim, measured, decide(bounds))
+
+
+def clocks_order_spreads(sweep: Sweep) -> Finding:
+    claim = "The forgetting clocks order the groups as their spreads (larger clock, smaller spread)"
+    groups = sweep.groups
+    if len(groups) < 3:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    import numpy as np
+    from scipy import stats
+
+    clocks = [g.clock for g in groups]
+
+    def rho(spreads: Any) -> float:
+        if len(set(clocks)) < 2 or len(set(np.round(spreads, 12))) < 2 or np.isnan(spreads).any():
+            return math.nan
+        return float(stats.spearmanr(clocks, spreads).statistic)  # average ranks for ties
+
+    observed = rho(np.array([g.summary.spread for g in groups]))
+    draws = np.stack([g.draws for g in groups])  # (groups, draws)
+    low, high = percentile_interval([rho(draws[:, b]) for b in range(draws.shape[1])])
+    measured = (f"Spearman rank correlation (ties averaged) of clock and spread over {len(groups)} groups: "
+                f"{observed:.2f} {interval(low, high)}")
+    return Finding(claim, measured, decide([(-high, -low)]))  # claimed: below zero
+
+
+CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (
+    sgd_remembers_more_than_adaptive, l2_shrinks_sgd_spread, larger_batch_increases_spread,
+    norms_coupled_for_sgd_not_adaptive, clocks_order_spreads,
+)
 
 
 def evaluate_findings(records: Iterable[CellRecord]) -> list[Finding]:
-    records = list(records)
-    groups = _groups(records, build_report(records))
-    sgd = [g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 == 0]
-    base_batch = Counter(g.batch_size for g in groups).most_common(1)[0][0] if groups else None
-    baseline = next((g for g in sgd if g.batch_size == base_batch), None)
-    adaptive = [g for g in groups if g.opt in ADAPTIVE and g.batch_size == base_batch and g.l2 == 0]
-    l2 = [g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 > 0 and g.batch_size == base_batch]
-    findings = []
-
-    def add(claim: str, needed: bool, measured: str, holds: bool) -> None:
-        findings.append(Finding(claim, measured if needed else "groups missing from the sweep",
-                                holds if needed else None))
-
-    def spread(g: _Group) -> str:
-        return f"{g.opt}{'' if g.opt in ADAPTIVE else f' b={g.batch_size}'}{f' l2={g.l2:g}' if g.l2 else ''} {g.summary.spread:.2f} pp"
-
-    ok = baseline is not None and bool(adaptive)
-    add("SGD's spread is larger than each adaptive optimizer's", ok,
-        ok and "; ".join([spread(baseline), *map(spread, adaptive)]),
-        ok and all(baseline.summary.spread > g.summary.spread for g in adaptive))
-    ok = baseline is not None and bool(l2)
-    add("L2 shrinks SGD's spread", ok, ok and "; ".join([spread(baseline), *map(spread, l2)]),
-        ok and all(g.summary.spread < baseline.summary.spread for g in l2))
-    by_batch = sorted((g for g in sgd), key=lambda g: g.batch_size)
-    ok = len(by_batch) >= 2
-    add("A larger batch increases SGD's spread", ok, ok and "; ".join(map(spread, by_batch)),
-        ok and by_batch[-1].summary.spread > by_batch[0].summary.spread)
-    ok = baseline is not None and bool(adaptive)
-    add("SGD's final ||W||_F stays coupled to sigma; adaptive methods' converge", ok,
-        ok and "final-norm ratio, largest/smallest sigma: " + "; ".join(
-            f"{g.opt} {g.norm_coupling:.2f}" for g in [baseline, *adaptive]),
-        ok and all(baseline.norm_coupling > g.norm_coupling for g in adaptive))
-    ok = len(groups) >= 3
-    rho = _spearman([g.clock for g in groups], [g.summary.spread for g in groups]) if ok else float("nan")
-    add("The forgetting clocks order the groups as their spreads (larger clock, smaller spread)", ok,
-        ok and f"Spearman rank correlation of clock and spread over {len(groups)} groups: {rho:.2f}",
-        ok and rho < 0)
-    return findings
+    sweep = read_sweep(records)
+    return [claim(sweep) for claim in CLAIMS]

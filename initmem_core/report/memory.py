@@ -5,10 +5,17 @@ hand computation. Accuracies arrive as fractions and leave in percent; the sprea
 percentage points (the paper's unit).
 
 A group is every cell that differs only in sigma and seed (``grid.group_fields``). Per group and
-sigma: test accuracy at the best-validation checkpoint (mean and std over seeds), tau_interp and
-how many seeds never interpolated, the repair gap, the final ||W||_F and ||W||/||W0||, and the
-forgetting clocks at the end. Cells that failed or diverged count as failures to train and are
-left out of every mean.
+sigma: test accuracy at the best-validation checkpoint (mean, std and a 95% t interval over
+seeds), tau_interp and how many seeds never interpolated, the repair gap, the final ||W||_F and
+||W||/||W0||, and the forgetting clocks at the end. Cells that failed or diverged count as
+failures to train and are left out of every mean.
+
+Uncertainty: the spread of each group carries a 95% percentile-bootstrap interval that resamples
+seeds and test examples together (the test examples from each run's ``test_correct`` record,
+when it has one; seeds only otherwise). Every group is resampled with the *same* draws, so the
+difference of two groups' spreads has its own interval (``pairs``), next to the mean paired
+difference of accuracy over cells of equal sigma and seed. A group whose best accuracy is within
+``CHANCE_MARGIN_PP`` of chance *did not train*: it gets no spread.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ from initmem_core.tracking.records import CellRecord
 
 NAN = float("nan")
 CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
+#: Bootstrap replicates, and the fixed seed that makes a report reproducible.
+REPLICATES, BOOTSTRAP_SEED = 1000, 0
+#: A group whose best mean accuracy is below chance + this many points did not train.
+CHANCE_MARGIN_PP = 5.0
 
 
 @dataclass
@@ -36,6 +47,8 @@ class SigmaRow:
     failed: int
     test_acc: float  # % mean over seeds, at the best-validation checkpoint
     test_acc_std: float  # pp, sample std over seeds (nan with one seed)
+    test_acc_lo: float  # 95% t interval of the mean over seeds (nan with one seed)
+    test_acc_hi: float
     tau_interp: float  # mean epoch over the seeds that interpolated
     never_interp: int  # trained seeds that never reached the threshold
     repair_gap: float  # pp
@@ -49,7 +62,9 @@ class SigmaRow:
 @dataclass
 class GroupSummary:
     group: str
-    spread: float  # pp: max - min over sigma of the mean test accuracy
+    spread: float  # pp: max - min over sigma of the mean test accuracy (nan: did not train)
+    spread_lo: float  # 95% bootstrap interval over seeds and test examples
+    spread_hi: float
     best_sigma: float
     worst_sigma: float
     sigmas: int
@@ -58,6 +73,24 @@ class GroupSummary:
     clock_sgd: float
     clock_l2: float
     clock_adapt: float
+    did_not_train: bool = False  # best accuracy within CHANCE_MARGIN_PP of chance
+    best_acc: float = NAN  # % the best mean over sigma
+
+
+@dataclass
+class PairedDifference:
+    """Group ``a`` minus group ``b``: spreads (bootstrap interval, the same draws for both) and
+    accuracy over cells of equal sigma and seed (t interval over those pairs)."""
+
+    a: str
+    b: str
+    spread_diff: float
+    spread_diff_lo: float
+    spread_diff_hi: float
+    acc_diff: float
+    acc_diff_lo: float
+    acc_diff_hi: float
+    pairs: int
 
 
 @dataclass
@@ -78,6 +111,9 @@ class Report:
     group_fields: list[str]
     #: group -> [(sigma, seed, [(epoch, ||W||_F)])] of every trained cell, for the norm plot
     norm_curves: dict[str, list[tuple[float, int, list[tuple[int, float]]]]] = field(default_factory=dict)
+    pairs: list[PairedDifference] = field(default_factory=list)
+    #: group -> its spread in each bootstrap replicate (numpy, the same draws for every group)
+    replicates: dict[str, Any] = field(default_factory=dict)
 
     def parent_metrics(self) -> dict[str, float]:
         """Per-group figures as metric names the MLflow UI can chart, e.g. ``spread_opt-sgd``."""
@@ -85,7 +121,8 @@ class Report:
         for g in self.groups:
             suffix = metric_suffix(g.group)
             figures = {"spread": g.spread, "never_interp_sigmas": g.never_interp_sigmas,
-                       "failed_cells": g.failed, **{c: getattr(g, c) for c in CLOCKS}}
+                       "failed_cells": g.failed, **{c: getattr(g, c) for c in CLOCKS},
+                       "spread_lo": g.spread_lo, "spread_hi": g.spread_hi, "did_not_train": float(g.did_not_train)}
             metrics.update({f"{name}_{suffix}": float(value) for name, value in figures.items()
                             if not math.isnan(value)})
         return metrics
@@ -99,9 +136,103 @@ def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else NAN
 
 
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The t interval of the mean (scipy.stats.t); nan with fewer than two values."""
+    if len(values) < 2:
+        return NAN, NAN
+    from scipy import stats
+
+    mean, sem = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+    if sem == 0:
+        return mean, mean
+    return tuple(float(v) for v in stats.t.interval(level, len(values) - 1, loc=mean, scale=sem))
+
+
+def percentile_interval(samples: Any, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of bootstrap replicates, ignoring replicates that are nan."""
+    import numpy as np
+
+    samples = np.asarray(samples, dtype=float)
+    samples = samples[~np.isnan(samples)]
+    if samples.size == 0:
+        return NAN, NAN
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _accuracy(cell: CellRecord) -> float:
+    return 100 * cell.metrics["best_val_test_acc"]
+
+
+def bootstrap_spreads(by_group: dict[str, list[CellRecord]], replicates: int = REPLICATES,
+                      seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """Each group's spread (pp) in ``replicates`` bootstrap draws that resample seeds and test
+    examples together, the same draws for every group (so differences of groups pair up).
+
+    A draw picks seeds with replacement (one multiset, used at every sigma and in every group:
+    the same seed is the same Z and data order) and test examples with replacement (one set of
+    counts per test-set size: the same examples for every run). A run's accuracy in a draw is its
+    ``test_correct`` averaged with those counts, or its measured accuracy when it has no record.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    trained = [c for cells in by_group.values() for c in cells if c.trained and "best_val_test_acc" in c.metrics]
+    seeds = sorted({c.config.seed for c in trained})
+    if not seeds:
+        return {group: np.full(replicates, np.nan) for group in by_group}
+    seed_index = {s: i for i, s in enumerate(seeds)}
+    seed_counts = rng.multinomial(len(seeds), np.full(len(seeds), 1 / len(seeds)), size=replicates)
+    example_weights: dict[int, Any] = {}
+
+    def accuracy_draws(cell: CellRecord) -> Any:
+        mask = cell.test_correct
+        if mask is None or len(mask) == 0:
+            return np.full(replicates, _accuracy(cell))
+        n = len(mask)
+        if n not in example_weights:  # counts of each example in each draw: a (n, replicates) matrix
+            picks = rng.integers(0, n, size=(replicates, n)) + n * np.arange(replicates)[:, None]
+            example_weights[n] = np.bincount(picks.ravel(), minlength=replicates * n).reshape(replicates, n).T
+        return 100 * (np.asarray(mask, dtype=np.float32) @ example_weights[n]) / n
+
+    spreads = {}
+    for group, cells in by_group.items():
+        means = []
+        for sigma in sorted({c.config.sigma for c in cells}):
+            runs = [c for c in cells if c.config.sigma == sigma and c.trained and "best_val_test_acc" in c.metrics]
+            if not runs:
+                continue
+            counts = np.stack([seed_counts[:, seed_index[c.config.seed]] for c in runs], axis=1)  # (B, runs)
+            draws = np.stack([accuracy_draws(c) for c in runs], axis=1)
+            total = counts.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means.append(np.where(total > 0, (counts * draws).sum(axis=1) / total, np.nan))
+        if len(means) < 2:
+            spreads[group] = np.full(replicates, np.nan)
+            continue
+        stacked = np.stack(means)
+        valid = (~np.isnan(stacked)).sum(axis=0) >= 2  # a draw that lost all seeds of a sigma but one
+        with np.errstate(invalid="ignore"):
+            spread = np.nanmax(stacked, axis=0) - np.nanmin(stacked, axis=0)
+        spreads[group] = np.where(valid, spread, np.nan)
+    return spreads
+
+
+def _paired(a: GroupSummary, b: GroupSummary, cells_a: list[CellRecord], cells_b: list[CellRecord],
+            draws: dict[str, Any]) -> PairedDifference:
+    lo, hi = percentile_interval(draws[a.group] - draws[b.group])
+    theirs = {(c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b
+              if c.trained and "best_val_test_acc" in c.metrics}
+    diffs = [_accuracy(c) - theirs[(c.config.sigma, c.config.seed)] for c in cells_a
+             if c.trained and "best_val_test_acc" in c.metrics and (c.config.sigma, c.config.seed) in theirs]
+    return PairedDifference(a.group, b.group, a.spread - b.spread, lo, hi, _mean(diffs), *mean_interval(diffs),
+                            len(diffs))
+
+
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     trained = [c for c in cells if c.trained]
-    acc = [100 * c.metrics["best_val_test_acc"] for c in trained if "best_val_test_acc" in c.metrics]
+    acc = [_accuracy(c) for c in trained if "best_val_test_acc" in c.metrics]
     interpolated = [c for c in trained if "tau_interp" in c.metrics]
 
     def mean_of(key: str, among: list[CellRecord] = trained, scale: float = 1.0) -> float:
@@ -109,7 +240,7 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
 
     return SigmaRow(
         group=group, sigma=sigma, runs=len(cells), failed=len(cells) - len(trained),
-        test_acc=_mean(acc), test_acc_std=_std(acc),
+        test_acc=_mean(acc), test_acc_std=_std(acc), **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
         tau_interp=mean_of("tau_interp", interpolated), never_interp=len(trained) - len(interpolated),
         repair_gap=mean_of("repair_gap", interpolated, 100.0),
         weight_norm=mean_of("weight_norm"), weight_norm_ratio=mean_of("weight_norm_ratio"),
@@ -117,14 +248,20 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     )
 
 
-def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord]) -> GroupSummary:
+def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], draws: Any) -> GroupSummary:
     measured = [r for r in rows if not math.isnan(r.test_acc)]
     best = max(measured, key=lambda r: r.test_acc, default=None)
     worst = min(measured, key=lambda r: r.test_acc, default=None)
     trained = [c for c in cells if c.trained]
+    classes = max((c.num_classes for c in cells), default=0)
+    # Near chance everywhere: the spread would measure noise around a model that never learned.
+    stuck = bool(best and classes and best.test_acc < 100 / classes + CHANCE_MARGIN_PP)
+    spread = best.test_acc - worst.test_acc if best and not stuck else NAN
+    low, high = (NAN, NAN) if math.isnan(spread) else percentile_interval(draws)
     return GroupSummary(
         group=group,
-        spread=best.test_acc - worst.test_acc if best else NAN,
+        spread=spread, spread_lo=low, spread_hi=high, did_not_train=stuck,
+        best_acc=best.test_acc if best else NAN,
         best_sigma=best.sigma if best else NAN,
         worst_sigma=worst.sigma if worst else NAN,
         sigmas=len(rows),
@@ -141,12 +278,13 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     for record, key in zip(records, group_keys(r.config for r in records)):
         by_group.setdefault(key, []).append(record)
     groups, rows, failures, curves = [], [], [], {}
+    draws = bootstrap_spreads(by_group)
     for group in sorted(by_group):
         cells = by_group[group]
         sigmas = sorted({c.config.sigma for c in cells})
         group_rows = [_sigma_row(group, s, [c for c in cells if c.config.sigma == s]) for s in sigmas]
         rows.extend(group_rows)
-        groups.append(_summary(group, group_rows, cells))
+        groups.append(_summary(group, group_rows, cells, draws[group]))
         curves[group] = [(c.config.sigma, c.config.seed, c.weight_norms)
                          for c in sorted(cells, key=lambda c: (c.config.sigma, c.config.seed))
                          if c.trained and c.weight_norms]
@@ -154,7 +292,10 @@ def build_report(records: Iterable[CellRecord]) -> Report:
             Failure(group, c.config.sigma, c.config.seed, "DIVERGED" if c.diverged else c.status,
                     c.error, c.run_id)
             for c in cells if not c.trained)
-    return Report(groups, rows, failures, fields, curves)
+    trained = [g for g in groups if not math.isnan(g.spread)]
+    pairs = [_paired(a, b, by_group[a.group], by_group[b.group], draws)
+             for i, a in enumerate(trained) for b in trained[i + 1:]]
+    return Report(groups, rows, failures, fields, curves, pairs, draws)
 
 
 # -- output formats -------------------------------------------------------------------------
@@ -163,7 +304,9 @@ def build_report(records: Iterable[CellRecord]) -> Report:
 TABLE_COLUMNS = (
     ("group", "group", "{}"), ("sigma", "sigma", "{:g}"), ("runs", "runs", "{}"), ("failed", "failed", "{}"),
     ("test_acc", "test acc %", "{:.2f}"), ("test_acc_std", "± pp", "{:.2f}"),
-    ("spread", "spread pp", "{:.2f}"), ("tau_interp", "tau_interp", "{:.1f}"),
+    ("test_acc_lo", "95% CI low", "{:.2f}"), ("test_acc_hi", "95% CI high", "{:.2f}"),
+    ("spread", "spread pp", "{:.2f}"), ("spread_lo", "spread CI low", "{:.2f}"), ("spread_hi", "spread CI high", "{:.2f}"),
+    ("tau_interp", "tau_interp", "{:.1f}"),
     ("never_interp", "never interp", "{}"), ("repair_gap", "repair gap pp", "{:+.2f}"),
     ("weight_norm", "‖W‖_F", "{:.4g}"), ("weight_norm_ratio", "‖W‖/‖W0‖", "{:.4g}"),
     ("clock_sgd", "T_SGD", "{:.4g}"), ("clock_l2", "T_L2", "{:.4g}"), ("clock_adapt", "T_adapt", "{:.4g}"),
@@ -175,8 +318,9 @@ _FORMATS = {column: fmt for column, _, fmt in TABLE_COLUMNS}
 
 def table_rows(report: Report) -> list[dict[str, Any]]:
     """The full table as plain rows: each (group, sigma) row carries its group's spread."""
-    spread = {g.group: g.spread for g in report.groups}
-    return [{**asdict(row), "spread": spread[row.group]} for row in report.rows]
+    by_group = {g.group: g for g in report.groups}
+    return [{**asdict(row), "spread": by_group[row.group].spread, "spread_lo": by_group[row.group].spread_lo,
+             "spread_hi": by_group[row.group].spread_hi} for row in report.rows]
 
 
 def formatted(column: str, value: Any) -> str:
@@ -200,17 +344,37 @@ def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
 
 
+def interval(low: float, high: float, fmt: str = "+.2f") -> str:
+    return "–" if math.isnan(low) or math.isnan(high) else f"[{low:{fmt}}, {high:{fmt}}]"
+
+
+def _spread_cell(g: GroupSummary) -> str:
+    return f"did not train (best {g.best_acc:.1f}%)" if g.did_not_train else (
+        "–" if math.isnan(g.spread) else f"{g.spread:.2f}")
+
+
 def to_markdown(report: Report, title: str = "Initialization memory") -> str:
     lines = [f"# {title}", "", "Spread: max − min over sigma of the mean test accuracy at the "
-             "best-validation checkpoint, in percentage points.", ""]
+             "best-validation checkpoint, in percentage points, with its 95% bootstrap interval over seeds "
+             f"and test examples ({REPLICATES} draws). A group within {CHANCE_MARGIN_PP:g} points of chance "
+             "did not train and has no spread.", ""]
     lines += _markdown_table(
-        ["group", "spread pp", "best sigma", "worst sigma", "sigmas never interpolated", "failed cells",
+        ["group", "spread pp", "95% CI", "best sigma", "worst sigma", "sigmas never interpolated", "failed cells",
          "T_SGD", "T_L2", "T_adapt"],
-        [[g.group, *(("–" if math.isnan(v) else f"{v:{f}}") for v, f in (
-            (g.spread, ".2f"), (g.best_sigma, "g"), (g.worst_sigma, "g"))),
+        [[g.group, _spread_cell(g), interval(g.spread_lo, g.spread_hi, ".2f"),
+          *(("–" if math.isnan(v) else f"{v:g}") for v in (g.best_sigma, g.worst_sigma)),
           str(g.never_interp_sigmas), str(g.failed),
           *(("–" if math.isnan(v) else f"{v:.4g}") for v in (g.clock_sgd, g.clock_l2, g.clock_adapt))]
          for g in report.groups])
+    if report.pairs:
+        lines += ["", "## Paired differences (a − b)", "",
+                  "Spread difference with its bootstrap interval (the same draws for both groups); accuracy "
+                  "difference averaged over cells of equal sigma and seed, with its t interval over those pairs.", ""]
+        lines += _markdown_table(
+            ["a", "b", "spread diff pp", "95% CI", "acc diff pp", "95% CI", "pairs"],
+            [[p.a, p.b, f"{p.spread_diff:+.2f}", interval(p.spread_diff_lo, p.spread_diff_hi),
+              "–" if math.isnan(p.acc_diff) else f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi),
+              str(p.pairs)] for p in report.pairs])
     lines += ["", "## Per sigma", ""]
     lines += _markdown_table([h for _, h, _ in TABLE_COLUMNS],
                              [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)])
@@ -234,5 +398,6 @@ def to_json(report: Report) -> str:
         return value
 
     data = {"group_fields": report.group_fields, "groups": [asdict(g) for g in report.groups],
-            "rows": table_rows(report), "failures": [asdict(f) for f in report.failures]}
+            "rows": table_rows(report), "pairs": [asdict(p) for p in report.pairs],
+            "failures": [asdict(f) for f in report.failures]}
     return json.dumps(clean(data), indent=2)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from initmem_core.report.memory import CLOCKS, Report
 
+# η is the effective step (η/(1-β) for heavy-ball momentum); λ every shrinking force.
 CLOCK_LABELS = {"clock_sgd": "T_SGD = Σ η² / b", "clock_l2": "T_L2 = λ Σ η", "clock_adapt": "T_adapt = Σ η"}
 
 
@@ -29,16 +30,32 @@ def _save(figure, path: Path) -> Path:
     return path
 
 
+def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> list[list[float]]:
+    """Asymmetric error bars from intervals; 0 where an interval is unknown (one seed)."""
+    return [[0.0 if math.isnan(lo) else v - lo for v, lo in zip(values, lows)],
+            [0.0 if math.isnan(hi) else hi - v for v, hi in zip(values, highs)]]
+
+
+def _spread_label(group) -> str:
+    if group.did_not_train:
+        return f"{group.group} (did not train)"
+    if math.isnan(group.spread_lo):
+        return f"{group.group} (spread {group.spread:.1f} pp)"
+    return f"{group.group} (spread {group.spread:.1f} pp [{group.spread_lo:.1f}, {group.spread_hi:.1f}])"
+
+
 def accuracy_vs_sigma(report: Report, path: Path) -> Path:
-    """The paper's main figure: test accuracy of the selected predictor against sigma, per group."""
+    """The paper's main figure: test accuracy of the selected predictor against sigma, per group,
+    with the 95% interval of the mean over seeds as error bars."""
     figure = _figure()
     ax = figure.add_subplot()
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
-        ax.errorbar([r.sigma for r in rows], [r.test_acc for r in rows],
-                    yerr=[0.0 if math.isnan(r.test_acc_std) else r.test_acc_std for r in rows],
-                    marker="o", capsize=3, label=f"{group.group} (spread {group.spread:.1f} pp)")
-    ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%)",
+        values = [r.test_acc for r in rows]
+        ax.errorbar([r.sigma for r in rows], values,
+                    yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
+                    marker="o", capsize=3, label=_spread_label(group))
+    ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%, 95% CI over seeds)",
            title="Initialization memory: test accuracy vs σ_w")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -80,7 +97,9 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
     groups = [g for g in report.groups if not math.isnan(g.spread)]
     for ax, clock in zip(axes, CLOCKS):
         x = [getattr(g, clock) for g in groups]
-        ax.scatter(x, [g.spread for g in groups])
+        spreads = [g.spread for g in groups]
+        ax.errorbar(x, spreads, yerr=_error_bars(spreads, [g.spread_lo for g in groups], [g.spread_hi for g in groups]),
+                    fmt="o", capsize=3)
         for g, value in zip(groups, x):
             ax.annotate(g.group, (value, g.spread), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
         if x and min(x) > 0 and max(x) / min(x) > 20:
@@ -90,7 +109,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
             ax.locator_params(axis="x", nbins=4)
         ax.set(xlabel=CLOCK_LABELS[clock])
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("spread over σ_w (pp)")
+    axes[0].set_ylabel("spread over σ_w (pp, 95% bootstrap CI)")
     figure.suptitle("Spread vs forgetting clocks at the end of training")
     return _save(figure, path)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from initmem_core.tracking.records import check_sweep_name
-from initmem_core.config import FIELDS, RunConfig, coerce, field_type, from_mapping, load_toml, unknown_key_error, validate
+from initmem_core.config import FIELDS, RunConfig, _short as short_number, coerce, field_type, from_mapping, load_toml, unknown_key_error, validate
 from initmem_core.errors import ConfigError
 from initmem_core.kinds import flag_for
 
@@ -186,7 +186,7 @@ def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:
-                validate(config, registry)
+                config = validate(config, registry)  # the lr a cell runs with is in its hash
             except ConfigError as error:
                 varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
                 raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
@@ -214,22 +214,57 @@ def _text(value: Any) -> str:
 
 
 def group_key(config: RunConfig, fields: list[str]) -> str:
-    """A short readable key, e.g. ``opt=sgd,batch_size=64``; ``all`` when there is one group."""
+    """``opt=sgd,batch_size=64`` from the named fields; ``all`` when there are none."""
     return ",".join(f"{name}={_text(getattr(config, name))}" for name in fields) or SINGLE_GROUP
 
 
+#: Always named in a group label, default or not: a label is never empty and says what trains.
+#: (An unset lr, 0, is the optimizer's declared default, so ``opt`` alone says it.)
+ALWAYS_LABELLED = ("opt",)
+
+
+def _exact(value: Any) -> str:
+    # 12 significant digits, not _text's 6: lr 0.0010001 and 0.001 must not share a label.
+    return f"{value:.12g}" if isinstance(value, float) else _text(value)
+
+
+def group_label(config: RunConfig) -> str:
+    """The label of ``config``'s group, from that config alone, e.g. ``opt=lion,lr=0.001``: the
+    optimizer, then every hashed field except sigma and seed whose value is not the default.
+    The same group has the same label in every sweep, and two groups that differ in anything
+    but sigma and seed never share one (the UI groups by it across sweeps)."""
+    return ",".join(f"{name}={_exact(getattr(config, name))}" for name, f in FIELDS.items()
+                    if f.metadata["hashed"] and name not in WITHIN_GROUP
+                    and (name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name)))
+
+
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
-    """Each config's group key, short enough to read: a field is shown only where it differs from
-    its most common value across the sweep (the first field always), e.g. ``opt=sgd,momentum=0.9``.
-    Two groups never share a key: equal keys mean equal values in every group field."""
-    configs = list(configs)
-    fields = group_fields(configs)
-    modes = {f: Counter(_text(getattr(c, f)) for c in configs).most_common(1)[0][0] for f in fields}
-    keys = []
-    for config in configs:
-        shown = [f for i, f in enumerate(fields) if i == 0 or _text(getattr(config, f)) != modes[f]]
-        keys.append(group_key(config, shown))
-    return keys
+    """Each config's group label (``group_label``): complete and stable, never shortened
+    relative to the sweep, so equal labels mean equal values in every field but sigma and seed."""
+    return [group_label(config) for config in configs]
+
+
+#: Short prefixes of varying numeric fields in cell names; other fields show their name.
+NAME_PREFIX = {"lr": "lr", "momentum": "mom", "weight_decay": "wd", "batch_size": "b", "epochs": "ep",
+               "l2": "l2", "train_size": "n", "warmup_epochs": "warm", "interp_threshold": "thr"}
+
+
+def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
+    """A run name per cell that carries every value telling it apart in its sweep, e.g.
+    ``resnet20-lion-lr0.001-s0.5-seed0``; names stay unique (a config hash is appended on a clash)."""
+    extra = [n for n in FIELDS if n in set(varying) and FIELDS[n].metadata["hashed"]
+             and n not in ("arch", "opt", "sigma", "seed")]
+
+    def part(config: RunConfig, name: str) -> str:
+        value = getattr(config, name)
+        if isinstance(value, str) and name not in NAME_PREFIX:
+            return value  # data, schedule, init...: the value says which field it is
+        return f"{NAME_PREFIX.get(name, name)}{_exact(value)}"
+
+    names = ["-".join([config.arch, config.opt, *(part(config, n) for n in extra),
+                       f"s{short_number(config.sigma)}", f"seed{config.seed}"]) for config in configs]
+    counts = Counter(names)
+    return [f"{n}-{c.config_hash()[:6]}" if counts[n] > 1 else n for n, c in zip(names, configs)]
 
 
 def metric_suffix(key: str) -> str:
@@ -280,9 +315,10 @@ class SweepPlan:
 
     spec: SweepSpec
     cells: list[RunConfig]
-    groups: list[str]  # the group key of each cell
+    groups: list[str]  # the group label of each cell
     name: str
     out: Path
+    names: list[str] = field(default_factory=list)  # each cell's run name (``cell_names``)
 
 
 def plan_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, *, name: str | None = None,
@@ -291,5 +327,7 @@ def plan_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, *, name: str | 
     sweep's name (given, the file's, or generated from the grid) and output folder."""
     spec = as_spec(spec)
     cells = expand(spec, registry)
-    name = check_sweep_name(name or spec.name or default_name(spec))
-    return SweepPlan(spec, cells, group_keys(cells), name, Path(out) if out else DEFAULT_OUTPUT / name)
+    # An empty --name is a mistake to report, not a request for the generated name.
+    name = check_sweep_name(name if name is not None else spec.name or default_name(spec))
+    return SweepPlan(spec, cells, group_keys(cells), name, Path(out) if out else DEFAULT_OUTPUT / name,
+                     cell_names(cells, spec.varying))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol
 
-from initmem_core.config import RunConfig
+from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.files import write_report_files
@@ -27,10 +27,16 @@ from initmem_core.report.memory import Report, build_report
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
-from initmem_core.tracking.records import (GROUP_TAG, PARENT_TAG, ROLE_TAG, SWEEP_TAG, child_runs, find_parent,
-                                           latest_per_cell, record_from_run)
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, log_in_batches, open_client,
-                                         resolve_tracking_uri, to_json)
+from initmem_core.tracking.records import (ENDED, GROUP_TAG, PARENT_TAG, ROLE_TAG, SWEEP_TAG, child_runs,
+                                           find_parent, latest_per_cell, record_from_run)
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
+from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_writable_folder, ensure_experiment,
+                                         log_in_batches, open_client, resolve_tracking_uri, store_folder, to_json)
+from initmem_core.tracking.ui_view import description, write_view
+
+
+def _param_text(value: Any) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 class SweepProgress(Protocol):
@@ -54,6 +60,8 @@ class SweepResult:
     cells: list[CellOutcome]
     report: Report
     files: list[Path] = field(default_factory=list)  # the report's table and plots in the output folder
+    experiment_id: str = ""
+    view_key: str = ""  # the sweep's prepared view in the MLflow UI (``tracking.ui_view``)
 
     @property
     def failed(self) -> list[CellOutcome]:
@@ -79,43 +87,89 @@ class _Sweep:
             self.client.update_run(parent.info.run_id, status="RUNNING")
         self.parent = parent
         self.parent_id = parent.info.run_id
+        self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
+        self.restarted: set[str] = set()  # child runs an earlier launch left with no checkpoint: run again
+        self.view_key = ""
 
-    def earlier_runs(self, configs: list[RunConfig]) -> tuple[dict[str, str], dict[str, str]]:
-        """From earlier launches: (config hash -> run id) of the children that finished, and of
-        those left KILLED or RUNNING (a Ctrl-C, a machine that died) whose newest checkpoint
-        belongs to them, so a relaunch continues them in the same run."""
+    def describe(self, plan: SweepPlan) -> None:
+        """Give the parent the sweep's grid as params (a fixed field's value, a varying one's
+        values, e.g. ``sigma=0.5,2``) and the cells their names. A relaunch with another grid
+        adds params it lacks (MLflow never changes a logged param); the grid of every launch
+        is in ``sweep.json`` and the tag ``initmem.varying``."""
+        from mlflow.entities import Param
+
+        self.names = {config.config_hash(): name for config, name in zip(plan.cells, plan.names)}
+        held = self.client.get_run(self.parent_id).data.params
+        grid = {name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
+                for name, f in FIELDS.items() if f.metadata["hashed"]}
+        grid["cells"] = str(len(plan.cells))
+        log_in_batches(self.client, self.parent_id, "params",
+                       [Param(k, v[:6000]) for k, v in grid.items() if k not in held])
+
+    def earlier_runs(self, configs: list[RunConfig], retry_failed: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+        """From earlier launches: (config hash -> run) of the children whose cell is done, FINISHED
+        or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
+        (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
+        whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
         from initmem_core.training.checkpoints import find_resumable
         from initmem_core.training.runner import checkpoint_root
 
         by_hash = {config.config_hash(): config for config in configs}
-        finished, resumable = {}, {}
+        finished: dict[str, Any] = {}
+        resumable: dict[str, str] = {}
+        restartable: dict[str, str] = {}
         for run in child_runs(self.client, self.parent):
             config = by_hash.get(run.data.tags.get("config_hash", ""))
             if config is None:
                 continue
-            if run.info.status == "FINISHED":
-                finished[config.config_hash()] = run.info.run_id
+            diverged = run.info.status == "FAILED" and run.data.tags.get("diverged") == "true"
+            if run.info.status == "FINISHED" or (diverged and not retry_failed):
+                self._same_threads(run, config)
+                if finished.get(config.config_hash()) is None or run.info.status == "FINISHED":
+                    finished[config.config_hash()] = run
             elif run.info.status in ("KILLED", "RUNNING"):
                 root = checkpoint_root(config, self.uri)
                 point = find_resumable(config.config_hash(), root) if root else None
                 if point is not None and point.run_id == run.info.run_id:
+                    self._same_threads(run, config)
                     resumable[config.config_hash()] = run.info.run_id
+                else:  # stopped before its first checkpoint: start over, in that run, not a second one
+                    restartable.setdefault(config.config_hash(), run.info.run_id)
+        resumable = {**restartable, **resumable}
+        self.restarted = {run_id for h, run_id in restartable.items() if resumable[h] == run_id}
         return finished, {h: r for h, r in resumable.items() if h not in finished}
+
+    def _same_threads(self, run: Any, config: RunConfig) -> None:
+        """A cell computed under other CPU threads would mix two sets of numbers in one sweep."""
+        held = run.data.params.get("threads")
+        if held is not None and held != str(config.threads):
+            raise ConfigError(
+                f"sweep {self.name}: cell {run.info.run_name} was computed with --threads {held} in an earlier "
+                f"launch, this one would use {config.threads}; a cell's numbers depend on its threads, so relaunch "
+                f"with --threads {held} (or give the sweep another --name)")
 
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         from initmem_core.tracking.cells import ChildRunWriter, config_params
 
         config = cell.config
-        if not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
-            cell.run_id = self.client.create_run(self.experiment_id, run_name=config.run_name(), tags={
+        restart = cell.run_id in self.restarted  # its earlier launch died before a checkpoint
+        if restart:
+            cell.resume = False
+        elif not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
+            cell.run_id = self.client.create_run(self.experiment_id, run_name=self.run_name(config), tags={
                 PARENT_TAG: self.parent_id, SWEEP_TAG: self.name, GROUP_TAG: cell.group,
                 "config_hash": config.config_hash()}).info.run_id
         if scheduled:
             self.client.update_run(cell.run_id, status="SCHEDULED")
         writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
+        if restart:
+            writer.resume_run(cell.run_id)  # RUNNING again; steps it holds are not written twice
         if not cell.resume:
-            writer.start_run(config.run_name(), config_params(config), {})
+            writer.start_run(self.run_name(config), config_params(config), {})
         return Job(cell, writer, self.progress.cell_started(cell.run_id, cell.label))
+
+    def run_name(self, config: RunConfig) -> str:
+        return self.names.get(config.config_hash()) or config.run_name()
 
     def close(self, job: Job, error: str = "") -> None:
         if error:
@@ -140,13 +194,27 @@ class _Sweep:
             self.client.log_artifact(self.parent_id, str(path), "report")
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
+        # Rounded as the report prints them: the UI shows a metric at full float precision.
         log_in_batches(self.client, self.parent_id, "metrics",
-                       [Metric(key, value, 0, 0) for key, value in report.parent_metrics().items()])
+                       [Metric(key, float(f"{value:.4g}"), 0, 0) for key, value in report.parent_metrics().items()])
         failed = sum(1 for cell in cells if cell.status != "FINISHED")
+        self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
+        note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
         self.client.log_batch(self.parent_id, tags=[
             RunTag("initmem.cells", str(len(cells))), RunTag("initmem.cells_failed", str(failed)),
-            RunTag("initmem.varying", ",".join(spec.varying))])
+            RunTag("initmem.varying", ",".join(spec.varying)), RunTag("mlflow.note.content", note)])
         return report, files
+
+
+def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> None:
+    """Every folder the sweep will write to, before its first cell: a bad one fails in one
+    line, not once every cell has trained."""
+    from initmem_core.training.runner import checkpoint_root
+
+    check_writable_folder(plan.out, "--out")
+    if not executor.remote:  # remote cells write their checkpoints on their own machines
+        for root in {checkpoint_root(config, uri) for config in plan.cells} - {None}:
+            check_writable_folder(root, "--checkpoint-dir")
 
 
 def run_sweep(
@@ -160,6 +228,7 @@ def run_sweep(
     progress: SweepProgress | None = None,
     out: str | Path | None = None,
     registry: Any = None,
+    retry_failed: bool = False,
 ) -> SweepResult:
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
@@ -174,6 +243,9 @@ def run_sweep(
     ``executor``: ``"local"`` (with ``workers``), ``"ray"`` or ``"slurm"`` with their defaults, or
     an executor built with its options (``make_executor("ray", address="auto", gpus_per_cell=0.5)``).
     Ray and Slurm workers write to the tracking store themselves: it must be a server.
+
+    A cell that diverged in an earlier launch is final, like a finished one; ``retry_failed``
+    runs it again (cells that failed otherwise, a crash, run again on every launch).
     """
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
@@ -185,14 +257,35 @@ def run_sweep(
                           "its resources allow")
     uri = resolve_tracking_uri(tracking_uri)
     check_store(executor, uri)
+    _check_where_it_writes(plan, executor, uri)
     progress = progress or NoSweepProgress()
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
-    finished, resumable = sweep.earlier_runs(plan.cells)
+    sweep.describe(plan)
+    pin = getattr(executor, "pin", None) or (lambda config: config)
+    configs = [pin(config) for config in plan.cells]
+    # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
+    leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
+    owned_elsewhere = {config.config_hash() for config in configs
+                       if leases is not None and not leases.take(config.config_hash())}
+    try:
+        finished, resumable = sweep.earlier_runs(configs, retry_failed)
+    except ConfigError:  # this launch runs nothing: the parent goes back to how it was
+        earlier = sweep.parent.info.status
+        sweep.client.set_terminated(sweep.parent_id, earlier if earlier in ENDED else "FAILED")
+        if leases is not None:
+            leases.release()
+        raise
     cells = []
-    for config, key in zip(plan.cells, plan.groups):
+    for config, key in zip(configs, plan.groups):
         earlier, interrupted = finished.get(config.config_hash()), resumable.get(config.config_hash())
-        cells.append(CellOutcome(config, key, "FINISHED" if earlier else "PENDING", earlier or interrupted or "",
-                                 skipped=bool(earlier), resume=bool(interrupted)))
+        if config.config_hash() in owned_elsewhere and earlier is None:
+            cells.append(CellOutcome(config, key, "RUNNING", interrupted or "", "running in another live sweep "
+                                     "process; relaunch once it has ended", skipped=True))
+        elif earlier is not None:
+            cells.append(CellOutcome(config, key, earlier.info.status, earlier.info.run_id,
+                                     earlier.data.tags.get("failure_reason", ""), skipped=True))
+        else:
+            cells.append(CellOutcome(config, key, "PENDING", interrupted or "", resume=bool(interrupted)))
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
     status = "FAILED"
@@ -207,4 +300,6 @@ def run_sweep(
         raise
     finally:
         sweep.client.set_terminated(sweep.parent_id, status)
-    return SweepResult(plan.name, sweep.parent_id, cells, report, files)
+        if leases is not None:
+            leases.release()
+    return SweepResult(plan.name, sweep.parent_id, cells, report, files, sweep.experiment_id, sweep.view_key)

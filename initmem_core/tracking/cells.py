@@ -28,11 +28,44 @@ from initmem_core.tracking.store import log_in_batches
 from initmem_core.tracking.tracker import MlflowTracker
 
 #: Calls a worker may send, and so the only ones the sweep process replays.
-TRACKER_CALLS = frozenset({"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact", "end_run"})
+TRACKER_CALLS = frozenset({"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact",
+                           "log_dataset", "end_run"})
 PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})
 PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
 ATTEMPTS_TAG = "initmem.attempts"  # how many times a remote worker started the cell
 WORKER_TAG = "initmem.worker"  # host:pid of the worker running (or that last ran) the cell
+
+
+LEASES_FOLDER = "initmem-leases"
+
+
+class CellLeases:
+    """Which cells this sweep process owns: an exclusive lock per config hash, in
+    ``initmem-leases/`` beside the store, held until the sweep ends. The kernel drops a lock
+    when its process dies, however it dies, and the sweep's workers die with it (see
+    ``executors.local.die_with_parent``), so a lock that is held means a live owner: a relaunch
+    leaves that cell alone rather than run or resume it a second time."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.held: list[Any] = []
+
+    def take(self, config_hash: str) -> bool:
+        from filelock import FileLock, Timeout
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.folder / f"{config_hash}.lock", timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return False
+        self.held.append(lock)
+        return True
+
+    def release(self) -> None:
+        for lock in self.held:
+            lock.release()
+        self.held.clear()
 
 
 def quiet_run_links() -> None:
@@ -44,7 +77,9 @@ def quiet_run_links() -> None:
 def config_params(config: RunConfig) -> dict[str, Any]:
     """The config exactly as ``run`` logs it. Logged when the child is created, so even a cell
     that fails before ``run`` logs anything (or is still running) carries its config."""
-    return {**config.to_dict(), "metrics": ",".join(config.metrics), "config_hash": config.config_hash()}
+    # List fields as ``run`` logs them, comma-joined (MLflow refuses a param logged twice unequal).
+    values = {key: ",".join(value) if isinstance(value, list) else value for key, value in config.to_dict().items()}
+    return {**values, "config_hash": config.config_hash()}
 
 
 def _log_params(client, run_id: str, params: dict[str, Any]) -> None:
@@ -164,6 +199,9 @@ class QueueTracker:
         staged.parent.mkdir(parents=True)
         shutil.copy2(source, staged)
         self._send("log_artifact", str(staged), artifact_path)
+
+    def log_dataset(self, name, digest, profile):
+        self._send("log_dataset", name, digest, dict(profile))
 
     def end_run(self, status="FINISHED"):
         self._send("end_run", status)

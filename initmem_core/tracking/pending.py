@@ -37,6 +37,10 @@ class PendingWrites:
     def __bool__(self) -> bool:
         return bool(self.metrics or self.tags or self.texts or self.files or self.status)
 
+    def count(self) -> int:
+        """How many values wait: metric values, tags, texts, files and the final status."""
+        return len(self.metrics) + len(self.tags) + len(self.texts) + len(self.files) + bool(self.status)
+
     def send(self, client, run_id: str) -> None:
         """Write everything, dropping each part as soon as the store has taken it, so a failure
         half-way never sends a part twice. The status goes last: a run ends after its data."""

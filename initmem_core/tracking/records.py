@@ -33,6 +33,9 @@ class CellRecord:
     error: str = ""
     diverged: bool = False
     run_id: str = ""
+    #: which test examples were right at the selected checkpoint (a bool numpy array), when logged
+    test_correct: Any = None
+    num_classes: int = 0  # the dataset's, for the report's chance level (0: unknown)
 
     def __post_init__(self) -> None:
         if isinstance(self.config, Mapping):
@@ -64,8 +67,11 @@ SWEEP_NAME = re.compile(r"[\w.,=+:@/ -]{1,200}")
 
 
 def check_sweep_name(name: str) -> str:
-    if not SWEEP_NAME.fullmatch(name):
-        raise ConfigError(f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -")
+    """A name that is safe in a search filter and, as ``initmem-output/<name>``, stays in that
+    folder: no ``.`` or ``..`` part, no leading ``/``."""
+    if not SWEEP_NAME.fullmatch(name) or name.startswith("/") or {".", ".."} & set(name.split("/")):
+        raise ConfigError(f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -, "
+                          "with no . or .. between slashes and no leading /")
     return name
 
 
@@ -125,7 +131,33 @@ def record_from_run(client, run) -> CellRecord:
         error=tags.get("failure_reason", ""),
         diverged=tags.get("diverged") == "true",
         run_id=run.info.run_id,
+        test_correct=_test_correct(client, run) if run.info.status == "FINISHED" else None,
+        num_classes=int(run.data.params.get("data_num_classes", 0) or 0),
     )
+
+
+def _test_correct(client, run):
+    """The run's ``test_correct.json`` artifact decoded, or ``None`` (an older run, a lost file)."""
+    import tempfile
+    from pathlib import Path
+
+    from initmem_core.tracking.correct_sets import ARTIFACT, decode
+
+    import os
+
+    previous = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no bar per cell on stderr
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            path = client.download_artifacts(run.info.run_id, ARTIFACT, folder)
+            return decode(Path(path).read_text())
+    except Exception:  # absent: the report then resamples seeds only
+        return None
+    finally:
+        if previous is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = previous
 
 
 def load_sweep_records(name_or_parent_run_id: str, tracking_uri: str | None = None,
@@ -134,4 +166,15 @@ def load_sweep_records(name_or_parent_run_id: str, tracking_uri: str | None = No
     client = open_client(resolve_tracking_uri(tracking_uri))
     parent = resolve_parent(client, experiment, name_or_parent_run_id)
     runs = latest_per_cell(child_runs(client, parent))
-    return parent.data.tags[SWEEP_TAG], [record_from_run(client, run) for run in runs]
+    return sweep_name_of(parent), [record_from_run(client, run) for run in runs]
+
+
+def sweep_name_of(parent) -> str:
+    """The parent run's sweep name, which callers turn into a folder: anyone who can write to a
+    shared store can set this tag, so a name that would lead out of that folder is refused."""
+    name = parent.data.tags.get(SWEEP_TAG, "")
+    try:
+        return check_sweep_name(name)
+    except ConfigError:
+        raise ConfigError(f"run {parent.info.run_id} carries an unsafe sweep name in its tag {SWEEP_TAG} "
+                          f"({name[:80]!r}); refusing to use it as a folder name") from None

@@ -8,15 +8,17 @@ through ``log_in_batches``, so the limits per call and the fail-fast rules live 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import re
 import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlparse
 
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, InitmemError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_EXPERIMENT = "initmem"
@@ -26,6 +28,74 @@ BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
 #: MLflow retries a failing HTTP request for minutes by default. Our callers either report a bad
 #: store at once or buffer and retry on their own schedule, so one quick try is what they need.
 FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+#: Backends MLflow 3 tracks into (a database dialect may name its driver: postgresql+psycopg2).
+SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+ALLOW_FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
+
+
+def check_tracking_uri(uri: str) -> str:
+    """A URI MLflow can track into, else one line saying what to pass instead (MLflow itself
+    answers a bad one with a long traceback, and a plain path with a refusal of file stores)."""
+    scheme = urlparse(uri).scheme.lower()
+    file_store_allowed = os.environ.get(ALLOW_FILE_STORE_ENV, "").lower() == "true"
+    if (file_store_allowed and scheme in ("", "file")) or len(scheme) == 1:
+        return uri  # the user opted into MLflow's file store (one letter: a Windows drive)
+    if scheme in ("", "file"):
+        path = urlparse(uri).path if scheme else uri
+        raise ConfigError(f"--tracking-uri {uri} is a path, not a tracking store; "
+                          f"for a SQLite database there pass sqlite:///{Path(path).expanduser().resolve()}")
+    if scheme.split("+")[0] not in SUPPORTED_SCHEMES:
+        raise ConfigError(f"--tracking-uri {uri}: unsupported scheme '{scheme}'; use sqlite:///path/to/mlflow.db "
+                          "or a server http(s)://host:port")
+    if scheme in ("http", "https") and not urlparse(uri).hostname:
+        raise ConfigError(f"--tracking-uri {uri} names no host; use http(s)://host:port")
+    return uri
+
+
+def check_experiment_name(name: str) -> str:
+    if not name.strip():
+        raise ConfigError("--experiment must not be empty; leave it out for the default, initmem")
+    return name
+
+
+# -- names that become paths -----------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^\w.,=+@-]")
+
+
+def safe_file_name(name: str) -> str:
+    """``name`` as one file name that cannot leave its folder: separators and anything unusual
+    become ``_``, leading dots go (no ``..``, no hidden files), at most 200 characters."""
+    safe = _UNSAFE.sub("_", name).lstrip(".")[:200]
+    return safe or "_"
+
+
+def path_under(root: str | Path, name: str) -> Path:
+    """``root/<safe_file_name(name)>``, checked to stay under ``root`` whatever links say."""
+    root = Path(root)
+    path = root / safe_file_name(name)
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ConfigError(f"{name!r} leads out of {root}; choose another name")
+    return path
+
+
+def check_writable_folder(folder: str | Path, flag: str) -> Path:
+    """A folder that exists or can be created, and can be written: checked (without creating
+    anything) before any training, so a bad path fails at once rather than after every run."""
+    folder = Path(folder).expanduser()
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {folder}: {existing} is not a folder")
+    try:  # a real write: permission bits say nothing for root or on a read-only mount
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        reason = error.strerror or errno.errorcode.get(error.errno or 0, type(error).__name__)
+        raise ConfigError(f"{flag} {folder} cannot be written ({reason} in {existing}); "
+                          "choose a writable folder") from None
+    return folder
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -67,9 +137,10 @@ def quiet_mlflow() -> None:
 
 
 def artifact_root_for(uri: str, experiment: str) -> str | None:
-    """For a SQLite store, keep artifacts beside the database (as ``mlflow server`` does)."""
+    """For a SQLite store, keep artifacts beside the database (as ``mlflow server`` does), in a
+    folder named after the experiment that stays under ``mlartifacts`` whatever the name says."""
     database = sqlite_path(uri)
-    return (database.parent / "mlartifacts" / experiment).as_uri() if database else None
+    return path_under(database.parent / "mlartifacts", experiment).as_uri() if database else None
 
 
 def _check_writable(uri: str, folder: Path) -> None:
@@ -102,6 +173,8 @@ def store_must_answer(uri: str) -> Iterator[None]:
     try:
         with fail_fast_http():
             yield
+    except InitmemError:
+        raise  # already one line that says what to fix
     except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
@@ -114,11 +187,17 @@ def open_client(uri: str | None = None, probe: bool = True):
 
     quiet_mlflow()
 
-    uri = resolve_tracking_uri(uri)
+    uri = check_tracking_uri(resolve_tracking_uri(uri))
     database = sqlite_path(uri)
     if database:
         _check_writable(uri, database.parent)
-    elif uri.startswith(("http://", "https://")):
+        # The first request creates or migrates the database; two commands doing so at once on a
+        # fresh folder collide in alembic, so that request is made under a lock beside the file.
+        with creating_store(database), store_must_answer(uri):
+            client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)
+        return client
+    if uri.startswith(("http://", "https://")):
         _check_listening(uri)
     client = MlflowClient(tracking_uri=uri)
     if probe:
@@ -127,8 +206,16 @@ def open_client(uri: str | None = None, probe: bool = True):
     return client
 
 
+def creating_store(database: Path):
+    """An exclusive lock on ``<database>.lock``, held while this process creates (or migrates, or
+    merely opens) a SQLite store, so any number of commands may start together on one folder."""
+    from filelock import FileLock
+
+    return FileLock(f"{database}.lock")
+
+
 def ensure_experiment(client, uri: str, name: str) -> str:
-    experiment = client.get_experiment_by_name(name)
+    experiment = client.get_experiment_by_name(check_experiment_name(name))
     if experiment is not None:
         return experiment.experiment_id
     try:

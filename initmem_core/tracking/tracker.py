@@ -40,6 +40,8 @@ class Tracker(Protocol):
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
+    def log_dataset(self, name: str, digest: str, profile: dict[str, Any]) -> None:
+        """The run's dataset as an MLflow input: the runs table's Dataset column."""
     def end_run(self, status: str = "FINISHED") -> None: ...
 
 
@@ -54,6 +56,7 @@ class MemoryTracker:
     metrics: list[tuple[int, str, float]] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
+    datasets: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     status: str | None = None
     logged: set[tuple[int, str]] = field(default_factory=set)  # (step, key) a resumed run already holds
 
@@ -80,6 +83,9 @@ class MemoryTracker:
     def log_artifact(self, local_path, artifact_path=None):
         path = Path(local_path)
         self.files[f"{artifact_path}/{path.name}" if artifact_path else path.name] = path
+
+    def log_dataset(self, name, digest, profile):
+        self.datasets.append((name, digest, dict(profile)))
 
     def end_run(self, status="FINISHED"):
         self.status = status
@@ -111,6 +117,7 @@ class MlflowTracker:
         self.backoff = Backoff()
         self.last_flush = time.monotonic()
         self.logged: dict[str, set[int]] = {}  # key -> steps a resumed run already holds
+        self.unsynced = ""  # set by end_run when the store did not take everything: how many writes, where
 
     def start_run(self, name, params, tags):
         from mlflow.entities import Param
@@ -163,12 +170,27 @@ class MlflowTracker:
         self.pending.files.append((copy, artifact_path))
         self.flush()
 
+    def log_dataset(self, name, digest, profile):
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name, digest, "code", json.dumps({"initmem.dataset": name}), profile=json.dumps(profile))
+        try:  # once per run, at its start: not worth a place in the pending writes
+            with fail_fast_http():
+                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "train")])])
+        except Exception as error:
+            self._failed(error)
+
     def end_run(self, status="FINISHED"):
         self.pending.status = (status, int(time.time() * 1000))
         self.flush(force=True)
         if self.pending:
+            count = self.pending.count()
             path = spill(self.pending, unsynced_folder(store_folder(self.uri)), self.run_id, self.uri)
             self.pending = PendingWrites()
+            self.unsynced = (f"{count} write(s), its end included, wait in {path}: "
+                             f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
             warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
                           f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
                           "once the store answers", RunWarning, stacklevel=2)

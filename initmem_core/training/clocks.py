@@ -1,19 +1,59 @@
 """The forgetting clocks of the paper, accumulated once per optimizer step.
 
-With learning rate eta_k actually applied at step k, batch size b and L2 coefficient lambda:
+With eta_k the *effective* step of the optimizer at step k, b the batch size and lambda every
+force that shrinks the weights:
 
 - ``T_SGD   = sum_k eta_k**2 / b``   finite-step / minibatch-noise effects
 - ``T_L2    = lambda * sum_k eta_k`` explicit norm decay
 - ``T_adapt = sum_k eta_k``          adaptive preconditioning
 
-The learning rate is a host-side float, so ticking a clock never synchronises with the device.
-``b`` is the size of the batch actually used at that step (the last batch of an epoch may be
-smaller when the training set is not a multiple of b).
+Conventions (an optimizer plugin declares one with ``register(..., clock=...)``; logged as the
+run's ``clock_convention`` param):
+
+- ``heavy-ball`` (the default for a plugin that declares none): ``eta = lr * (1 - dampening) /
+  (1 - momentum)``, read from the first param group. Backward-error analysis of heavy-ball and
+  Nesterov momentum beta gives a gradient flow with step ``lr / (1 - beta)``; an optimizer whose
+  groups have no ``momentum`` gets ``eta = lr``.
+- ``lr``: ``eta = lr``, for optimizers whose momentum is an average (Adam's, Lion's, Muon's EMA)
+  or that have none.
+
+lambda = the coupled ``--l2`` coefficient (when its regularizer is built) + ``--weight-decay``,
+coupled or decoupled: a decoupled step ``W <- (1 - lr*lambda) W`` shrinks by the same lambda*eta.
+T_L2 uses the same effective eta (a coupled decay passes through the momentum buffer too).
+
+The rates are host-side floats, so ticking a clock never synchronises with the device. ``b`` is
+the size of the batch actually used at that step (the last batch of an epoch may be smaller).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from initmem_core.errors import ConfigError
+
+CONVENTIONS = {
+    "heavy-ball": "eta = lr*(1-dampening)/(1-momentum); lambda = l2 + weight_decay",
+    "lr": "eta = lr; lambda = l2 + weight_decay",
+}
+DEFAULT_CONVENTION = "heavy-ball"
+
+
+def check_convention(name: str, optimizer: str) -> str:
+    if name not in CONVENTIONS:
+        raise ConfigError(f"optimizer {optimizer} declares clock convention '{name}'; "
+                          f"valid conventions: {', '.join(CONVENTIONS)}")
+    return name
+
+
+def effective_step(group: Mapping[str, Any], convention: str) -> float:
+    """The step the clocks count for one optimizer step with param group ``group``."""
+    lr = float(group["lr"])
+    if convention == "heavy-ball":
+        beta = float(group.get("momentum", 0.0) or 0.0)
+        dampening = float(group.get("dampening", 0.0) or 0.0) if beta else 0.0
+        return lr * (1.0 - dampening) / (1.0 - beta)
+    return lr
 
 
 @dataclass
@@ -22,10 +62,11 @@ class ForgettingClocks:
     l2: float = 0.0
     adapt: float = 0.0
 
-    def tick(self, lr: float, batch_size: int, l2: float) -> None:
-        self.sgd += lr * lr / batch_size
-        self.l2 += l2 * lr
-        self.adapt += lr
+    def tick(self, eta: float, batch_size: int, l2: float) -> None:
+        """One step of effective size ``eta`` on a batch of ``batch_size``; ``l2``: the total lambda."""
+        self.sgd += eta * eta / batch_size
+        self.l2 += l2 * eta
+        self.adapt += eta
 
     def as_metrics(self) -> dict[str, float]:
         return {f"clock_{name}": value for name, value in asdict(self).items()}

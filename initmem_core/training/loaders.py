@@ -332,14 +332,16 @@ def resolve_augment(config: Any, bundle: Any) -> bool:
 
 
 def make_loaders(bundle: Any, config: Any, device: torch.device | str, generator: torch.Generator,
-                 kind: str | None = None) -> tuple[Any, dict[str, EvalLoader]]:
+                 kind: str | None = None, subset_generator: torch.Generator | None = None,
+                 ) -> tuple[Any, dict[str, EvalLoader]]:
     """The training loader and the evaluation loaders (``train``, ``val``, ``test``) of a run.
 
     ``kind``: ``device`` (default) or ``torchvision``; when ``None``, ``config.loader`` if the
     config has such a field. Training uses ``config.batch_size``, shuffles with ``generator`` and
     augments per ``--augment``; evaluation uses ``config.eval_batch_size``. The ``train``
-    evaluation loader (unaugmented, for train accuracy) shares the device copy of the training
-    images with a ``DeviceLoader``.
+    evaluation loader (unaugmented, for the clean train accuracy) shares the device copy of the
+    training images with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset fixed
+    by ``config.data_seed``.
     """
     from initmem_core.errors import ConfigError
 
@@ -353,6 +355,13 @@ def make_loaders(bundle: Any, config: Any, device: torch.device | str, generator
                          augment=resolve_augment(config, bundle), shuffle=True, generator=generator,
                          drop_last=False, **common)
     train_x, train_y = (train.x, train.y) if kind == "device" else (bundle.train_x, bundle.train_y)
+    cap = int(getattr(config, "train_eval_size", 0) or 0)
+    if 0 < cap < len(train_y):
+        # --train-eval-size: the same examples at every epoch (and, from a data-seeded
+        # ``subset_generator``, at every seed and sigma).
+        chosen = subset_generator or torch.Generator().manual_seed(int(getattr(config, "data_seed", 0)))
+        keep = torch.randperm(len(train_y), generator=chosen)[:cap].sort().values.to(train_x.device)
+        train_x, train_y = train_x.index_select(0, keep), train_y.index_select(0, keep)
     size = config.eval_batch_size
     evals = {
         "train": EvalLoader(train_x, train_y, batch_size=size, **common),

@@ -1,7 +1,10 @@
 """The training loop: a built ``TrainingSetup`` in, a per-epoch history and a summary out.
 
 Kept lean on purpose: loss and accuracy accumulate on the device and the host reads them once
-per epoch (the logging point); the forgetting clocks tick on host floats; metric plugins run
+per epoch (the logging point). After every epoch the model is evaluated in eval mode on the
+clean training set (``train_acc``, what tau_interp reads; ``--train-eval-size`` caps it), on
+validation and on test: a forward pass over the training set costs about a third of a training
+epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats; metric plugins run
 only at evaluation points, so nothing a plugin does costs time inside the step.
 
 Reproducible to the bit: every random stream is seeded from ``config.seed`` (``seed_for``), and
@@ -18,13 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from initmem_core.contracts import EvalState
-from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.clocks import ForgettingClocks, effective_step
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import NoStop, StopRequest, Stopped
 
-__all__ = ["evaluate", "evaluation_row", "run_epoch", "train"]
+__all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "train"]
 
 History = list[dict[str, float]]
 LogMetrics = Callable[[dict[str, float], int], None]
@@ -48,32 +51,44 @@ class NoProgress:
 # -- evaluation ------------------------------------------------------------------------------
 
 @torch.no_grad()
-def evaluate(setup: TrainingSetup, split: str) -> tuple[float, float]:
-    """Mean loss and accuracy on a split, in eval mode, with large batches."""
+def evaluate_correct(setup: TrainingSetup, split: str) -> tuple[float, float, torch.Tensor]:
+    """Mean loss, accuracy and which examples were right (a bool tensor on the device) on a
+    split, in eval mode (BatchNorm on its running statistics), unaugmented, with large batches."""
     model = setup.model
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=setup.device)
-    correct = torch.zeros((), device=setup.device, dtype=torch.long)
     loader = setup.eval_loaders[split]
+    right = []
     for xb, yb in loader:
         logits = model(xb)
         loss_sum += F.cross_entropy(logits, yb, reduction="sum")
-        correct += (logits.argmax(1) == yb).sum()
+        right.append(logits.argmax(1) == yb)
     model.train(was_training)
+    correct = torch.cat(right)
     n = loader.num_examples
-    return loss_sum.item() / n, correct.item() / n
+    return loss_sum.item() / n, correct.sum().item() / n, correct
+
+
+def evaluate(setup: TrainingSetup, split: str) -> tuple[float, float]:
+    """Mean loss and accuracy on a split, in eval mode, with large batches."""
+    return evaluate_correct(setup, split)[:2]
 
 
 def evaluation_row(setup: TrainingSetup, epoch: int, history: History, clocks: ForgettingClocks,
-                   train_figures: tuple[float, float], lr: float) -> dict[str, float]:
-    """Every figure logged at one evaluation point: the epoch's training loss and accuracy, the
-    validation and test splits, each metric plugin's numbers, the clocks and the rate."""
-    row = {"train_loss": train_figures[0], "train_acc": train_figures[1]}
-    for split in ("val", "test"):
-        row[f"{split}_loss"], row[f"{split}_acc"] = evaluate(setup, split)
+                   batch_figures: tuple[float, float] | None, lr: float) -> dict[str, float]:
+    """Every figure logged at one evaluation point: the clean training set (``train_*``: eval
+    mode, unaugmented, what tau_interp reads), the epoch's running train-mode figures
+    (``train_*_batch``, none at epoch 0), the validation and test splits, each metric plugin's
+    numbers, the clocks and the rate."""
+    row = {}
+    row["train_loss"], row["train_acc"] = evaluate(setup, "train")
+    if batch_figures is not None:
+        row["train_loss_batch"], row["train_acc_batch"] = batch_figures
+    row["val_loss"], row["val_acc"] = evaluate(setup, "val")
+    row["test_loss"], row["test_acc"], test_correct = evaluate_correct(setup, "test")
     state = EvalState(setup.model, setup.initial_params, epoch, history, setup.config, setup.dataset, setup.device,
-                      evaluate=lambda split: evaluate(setup, split))
+                      evaluate=lambda split: evaluate(setup, split), figures=dict(row), test_correct=test_correct)
     for metric in setup.metrics.values():
         if hasattr(metric, "compute"):
             row.update(metric.compute(state))
@@ -108,14 +123,16 @@ def run_epoch(setup: TrainingSetup, epoch: int, step: int, sums: EpochSums, cloc
     requested before the epoch's last step (the caller checkpoints there)."""
     config, model, optimizer = setup.config, setup.model, setup.optimizer
     trainable, initial = setup.penalized()
-    l2 = config.l2 if setup.regularizer is not None else 0.0
+    # Every force that shrinks the weights: the coupled regularizer and the optimizer's decay.
+    shrink = (config.l2 if setup.regularizer is not None else 0.0) + config.weight_decay
     forward, autocast = setup.forward_pass()
     memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
     steps_per_epoch = len(setup.train_loader)
     lr = optimizer.param_groups[0]["lr"]
     for x, y in epoch_batches(setup.train_loader, step):
-        lr = optimizer.param_groups[0]["lr"]  # the rate this step applies
-        clocks.tick(lr, len(y), l2)
+        group = optimizer.param_groups[0]
+        lr = group["lr"]  # the rate this step applies
+        clocks.tick(effective_step(group, setup.clock_convention), len(y), shrink)
         with autocast():
             logits = forward(x.contiguous(memory_format=memory_format))
             loss = F.cross_entropy(logits.float(), y)
@@ -160,8 +177,8 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
     steps_per_epoch = len(setup.train_loader)
     guard = LossGuard(setup.device)
 
-    def record(epoch: int, train_figures: tuple[float, float], lr: float) -> None:
-        row = evaluation_row(setup, epoch, history, clocks, train_figures, lr)
+    def record(epoch: int, batch_figures: tuple[float, float] | None, lr: float) -> None:
+        row = evaluation_row(setup, epoch, history, clocks, batch_figures, lr)
         log_metrics(row, epoch)
         history.append({"epoch": epoch, **row})
         progress.epoch_done(epoch, row)
@@ -176,7 +193,7 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
     progress.start(config.epochs, steps_per_epoch)
     done, step, sums = 0, 0, EpochSums.zero(setup.device)
     if resume_from is None:
-        record(0, evaluate(setup, "train"), setup.optimizer.param_groups[0]["lr"])
+        record(0, None, setup.optimizer.param_groups[0]["lr"])
     else:
         (done, step), sums = restore(setup, resume_from, clocks, history)
         progress.advance(done * steps_per_epoch + step)

@@ -22,8 +22,10 @@ from initmem_core.config import RunConfig, from_mapping, validate
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
+from initmem_core.training.clocks import CONVENTIONS
 from initmem_core.training.stop_signals import StopSignals, Stopped
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT, to_json
+from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_experiment_name, check_tracking_uri,
+                                         check_writable_folder, resolve_tracking_uri, to_json)
 from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
 
 
@@ -36,6 +38,7 @@ class RunResult:
     history: list[dict[str, float]] = field(default_factory=list)
     model: Any = None
     checkpoint_seconds: float = 0.0  # what checkpoints cost the training thread (writes overlap training)
+    unsynced: str = ""  # writes the store did not take (it shows the run RUNNING until `initmem sync`)
 
 
 def _version(package: str) -> str:
@@ -49,6 +52,13 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     """Every config value as is, plus what the run resolved and which packages provided it."""
     params: dict[str, Any] = config.to_dict()
     params["metrics"] = ",".join(config.metrics)
+    params["opt_arg"] = ",".join(config.opt_arg)  # read back by config.coerce (splits before key=)
+    for item in config.opt_arg:
+        key, _, value = item.partition("=")
+        params[f"opt_arg.{key}"] = value
+    params["clock_convention"] = f"{setup.clock_convention}: {CONVENTIONS[setup.clock_convention]}"
+    params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
+    params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
     params["config_hash"] = config.config_hash()
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
@@ -64,6 +74,20 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     for kind, spec in setup.components.items():
         params[f"provider.{kind}"] = f"{spec.provider.package} {spec.provider.version}"
     return params
+
+
+def dataset_input(config: RunConfig, dataset) -> tuple[str, str, dict[str, Any]]:
+    """(name, digest, profile) of the data a run trains on. The digest covers every split's
+    images and labels, so two runs with the same digest saw the same examples."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for tensor in (dataset.train_x, dataset.train_y, dataset.val_x, dataset.val_y, dataset.test_x, dataset.test_y):
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    profile = {**{f"{split}_size": size for split, size in dataset.sizes().items()},
+               "num_classes": dataset.num_classes, "data_seed": config.data_seed}
+    return config.data, digest.hexdigest()[:16], profile
 
 
 def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
@@ -95,6 +119,7 @@ def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str
     run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
                 "config_hash": config.config_hash(), **(tags or {})}
     run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
+    tracker.log_dataset(*dataset_input(config, setup.dataset))
     checkpoints = CheckpointStore(root / config.config_hash()) if root else None
     if checkpoints:
         checkpoints.start_fresh(config.epochs)
@@ -128,7 +153,6 @@ def run(
     Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
     that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM or Ctrl-C.
     """
-    from initmem_core.training.divergence import Diverged
     from initmem_core.training.loop import train
     from initmem_core.training.setup import build_setup
 
@@ -137,16 +161,17 @@ def run(
         config = config.replace(**overrides) if overrides else config
     else:
         config = from_mapping({**dict(config or {}), **overrides})
-    validate(config, registry)
+    config = validate(config, registry)  # resolves the optimizer's lr and --opt-arg
+    _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
     setup = build_setup(config, registry)
     if tracker is None:
         tracker = (MlflowTracker(tracking_uri, experiment, parent_run_id=parent_run_id)
                    if tracking else MemoryTracker())
-    run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
-    save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
-    status = "FAILED"
-    try:
-        with StopSignals() as stop:
+    # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
+    with StopSignals() as stop:
+        run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
+        save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
+        try:
             if resume_from is None:
                 tracker.log_text(to_json(config.to_dict()), "config.json")
                 groups = getattr(setup.optimizer, "initmem_param_groups", None)
@@ -154,33 +179,67 @@ def run(
                     tracker.log_text(to_json(groups), "optimizer_param_groups.json")
             history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
                                      resume_from=resume_from, stop=stop)
-        tracker.log_metrics(summary, step=config.epochs)
-        _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
-        if checkpoints:
-            checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
-        status = "FINISHED"
-        return RunResult(config, run_id, status, summary, history, setup.model,
-                         checkpoints.seconds_waited if checkpoints else 0.0)
-    except Stopped as error:
-        status = "KILLED"
+            stop.finishing = True  # trained: a signal now waits until the run is written
+            tracker.log_metrics(summary, step=config.epochs)
+            _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
+            if checkpoints:
+                checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
+            status = "FINISHED"
+            result = RunResult(config, run_id, status, summary, history, setup.model,
+                               checkpoints.seconds_waited if checkpoints else 0.0)
+        except BaseException as error:
+            stop.finishing = True
+            status = _record_failure(tracker, error)
+            # Whoever reports the error must say what the store holds: the end may not be there yet.
+            error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
+            raise
+        unsynced = _end_run(tracker, checkpoints, status)
+    result.unsynced = unsynced
+    if stop.requested:  # the signal came while the finished run was being written: stop now
+        error = Stopped(stop.signum, status="FINISHED")
+        error.unsynced = unsynced
+        raise error
+    return result
+
+
+def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str) -> str:
+    """End the run in the store; returns what the store did not take (empty when it took all)."""
+    if checkpoints:
+        _finish_checkpoint(checkpoints)
+    tracker.end_run(status)
+    return getattr(tracker, "unsynced", "")
+
+
+def _record_failure(tracker: Tracker, error: BaseException) -> str:
+    """Tag why the run ends; returns the status it ends with."""
+    from initmem_core.training.divergence import Diverged
+
+    if isinstance(error, Stopped):
         tracker.set_tags({"stopped_by": error.signal_name})
-        raise
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    except Diverged as error:
+        return "KILLED"
+    if isinstance(error, KeyboardInterrupt):
+        return "KILLED"
+    if isinstance(error, Diverged):
         where = {"diverged_epoch": str(error.epoch)}
         if error.step is not None:
             where["diverged_step"] = str(error.step)
         tracker.set_tags({"diverged": "true", **where, "failure_reason": str(error)})
-        raise
-    except Exception as error:
+    else:
         tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})
-        raise
-    finally:
-        if checkpoints:
-            _finish_checkpoint(checkpoints)
-        tracker.end_run(status)
+    return "FAILED"
+
+
+def _check_where_it_writes(config: RunConfig, tracker: Tracker | None, tracking: bool, tracking_uri: str | None,
+                           experiment: str) -> None:
+    """The store's URI, the experiment and the checkpoint folder, before anything is built or
+    trained: a bad one fails in one line, not after the run."""
+    uri = getattr(tracker, "uri", None)
+    if tracker is None and tracking:
+        uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
+        check_experiment_name(experiment)
+    root = checkpoint_root(config, uri)
+    if root is not None:
+        check_writable_folder(root, "--checkpoint-dir")
 
 
 def _finish_checkpoint(checkpoints: CheckpointStore) -> None:

@@ -4,6 +4,7 @@ schedule, regularizer and metrics, on the device the config asks for."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
 from initmem_core.training.loaders import make_loaders
 from initmem_core.training.schedules import build_scheduler
 
@@ -60,6 +62,7 @@ class TrainingSetup:
     eval_loaders: dict[str, Any]
     initial_params: dict[str, torch.Tensor]
     components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
+    clock_convention: str = DEFAULT_CONVENTION  # how a step maps to the clocks (training.clocks)
 
     def forward_pass(self) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
         """The model call and the autocast context the training step uses (see --compile, --amp)."""
@@ -91,13 +94,32 @@ def use_determinism(deterministic: bool, device: torch.device) -> None:
         torch.backends.cudnn.benchmark = False  # benchmarking picks kernels by timing, run to run
 
 
+def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBundle:
+    """``--eval-size``: at most ``size`` validation and test examples, the same ones at every seed
+    and sigma (chosen by ``data_seed`` alone, kept in their original order)."""
+    changes = {}
+    for split in ("val", "test"):
+        x, y = getattr(bundle, f"{split}_x"), getattr(bundle, f"{split}_y")
+        if 0 < size < len(y):
+            generator = torch.Generator().manual_seed(seed_for(data_seed, f"eval-subset-{split}"))
+            keep = torch.randperm(len(y), generator=generator)[:size].sort().values
+            changes.update({f"{split}_x": x[keep], f"{split}_y": y[keep]})
+    return dataclasses.replace(bundle, **changes) if changes else bundle
+
+
 def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     """Build data, model, initialization, optimizer, schedule, regularizer and metrics."""
+    from initmem_core.plugin_system import optimizer_options
+
+    config = optimizer_options.resolve(config, registry)  # a caller that skipped validate gets the declared lr
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     use_determinism(config.deterministic, device)
-    dataset = registry.build("dataset", config.data, config=config)
+    dataset = eval_subset(registry.build("dataset", config.data, config=config), config.eval_size, config.data_seed)
+    if config.data_dir and dataset.reads_files is False:
+        raise ConfigError(f"--data-dir: dataset {config.data} reads no files (it is generated or bundled), "
+                          "so the folder would be ignored; leave --data-dir out")
     n_train = len(dataset.train_y)
     if config.batch_size > n_train:
         raise ConfigError(
@@ -115,9 +137,14 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     model.to(device, memory_format=torch.channels_last if config.channels_last else torch.contiguous_format)
     initial_params = {name: p.detach().clone() for name, p in model.named_parameters()}
 
-    optimizer = registry.build("optimizer", config.opt, model=model, config=config)
+    optimizer = registry.build("optimizer", config.opt, model=model, config=config,
+                               options=optimizer_options.options(config, registry))
+    optimizer_spec = registry.lookup("optimizer", config.opt)[0]
+    clock = check_convention(getattr(optimizer, "initmem_clock", None) or optimizer_spec.clock or DEFAULT_CONVENTION,
+                             config.opt)
     train_loader, eval_loaders = make_loaders(
-        dataset, config, device, torch.Generator().manual_seed(seed_for(config.seed, "data-order")))
+        dataset, config, device, torch.Generator().manual_seed(seed_for(config.seed, "data-order")),
+        subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")))
     scheduler = build_scheduler(optimizer, config, len(train_loader))
     regularizer = (registry.build("regularizer", config.reg, coefficient=config.l2) if config.l2 > 0 else None)
     # The metrics every run computes (registered with default=True), then the config's own.
@@ -126,4 +153,4 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     components = {kind.name: registry.lookup(kind.name, getattr(config, kind.field))[0]
                   for kind in KINDS if not kind.many}
     return TrainingSetup(config, device, dataset, model, optimizer, scheduler, regularizer, metrics,
-                         train_loader, eval_loaders, initial_params, components)
+                         train_loader, eval_loaders, initial_params, components, clock)

@@ -3,6 +3,11 @@
 The handler only records the signal; the training loop looks at ``requested`` after every step
 (no I/O, no lock, nothing half-done inside a signal handler). A second signal while the first
 is being handled stops at once, for a run stuck in a write.
+
+The handler stays until the run is ended in the store: once ``finishing`` is set (the run is
+trained, or is being stopped), any signal is only recorded, so neither a second signal nor one
+that arrives while the summary and artifacts are written can cut the store's last writes short
+and leave the run RUNNING.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ class Stopped(KeyboardInterrupt):
     run keeps none, or a second signal cut the save short). A ``KeyboardInterrupt``, so code that
     treats Ctrl-C as "mark the run KILLED and stop" treats SIGTERM the same way."""
 
-    def __init__(self, signum: int, checkpoint: str | None = None):
+    def __init__(self, signum: int, checkpoint: str | None = None, status: str = "KILLED"):
         super().__init__(signum, checkpoint)
         self.signum, self.checkpoint = signum, checkpoint
+        self.status = status  # how the run ended: KILLED, or FINISHED when it came during finalization
+        self.unsynced = ""  # writes the store has not taken yet, and how to upload them
 
     @property
     def exit_code(self) -> int:
@@ -58,12 +65,16 @@ class StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.previous: dict[int, Any] = {}
+        self.finishing = False  # the run is being ended in the store: record signals, never interrupt
 
     @property
     def requested(self) -> bool:
         return self.signum is not None
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.finishing:
+            self.signum = self.signum or signum
+            return
         if self.signum is not None:
             raise Stopped(signum)
         self.signum = signum

@@ -20,7 +20,7 @@ import torch
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
-from .common import apply_train_size, split_permutation
+from .common import apply_train_size, official_split
 
 HOMEPAGE = "https://www.cs.toronto.edu/~kriz/cifar.html"
 VAL_FRACTION = 0.1
@@ -97,17 +97,9 @@ def load_cifar(config: Any, name: str) -> DatasetBundle:
     train, test = _read(dataset_class, name, root)
     images, labels = _to_tensors(train)
     test_x, test_y = _to_tensors(test)
-    n = len(labels)
-    n_val = int(round(n * VAL_FRACTION))  # 5,000 of CIFAR's 50,000
-    order = split_permutation(n, config.data_seed)
-    train_idx, val_idx = order[: n - n_val], order[n - n_val:]
-    bundle = DatasetBundle(
-        name=name,
-        train_x=images[train_idx], train_y=labels[train_idx],
-        val_x=images[val_idx], val_y=labels[val_idx],
-        test_x=test_x, test_y=test_y,
-        num_classes=classes, mean=mean, std=std, augment_default=True, pixel_scale=255.0,
-    )
+    # 5,000 of CIFAR's 50,000 for validation
+    bundle = official_split(name, images, labels, test_x, test_y, config.data_seed, VAL_FRACTION,
+                            num_classes=classes, mean=mean, std=std, augment_default=True, pixel_scale=255.0)
     return apply_train_size(bundle, config)
 
 

@@ -38,5 +38,6 @@ def load_digits_dataset(config: Any) -> DatasetBundle:
         val_x=images[val_idx], val_y=labels[val_idx],
         test_x=images[test_idx], test_y=labels[test_idx],
         num_classes=10, mean=mean, std=std, augment_default=False, pixel_scale=1.0,
+        reads_files=False,  # bundled with scikit-learn
     )
     return apply_train_size(bundle, config)

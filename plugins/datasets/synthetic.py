@@ -96,6 +96,7 @@ def build(spec: SyntheticSpec, config: Any, name: str) -> DatasetBundle:
         val_x=splits["val"][0], val_y=splits["val"][1],
         test_x=splits["test"][0], test_y=splits["test"][1],
         num_classes=spec.classes, mean=mean, std=std, augment_default=False, pixel_scale=1.0,
+        reads_files=False,  # generated
     )
     return apply_train_size(bundle, config)
 

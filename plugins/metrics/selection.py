@@ -9,7 +9,31 @@ from initmem_core.config import RunConfig
 
 
 class BestValidationSelection:
-    """The paper selects the checkpoint with the lowest validation loss."""
+    """The paper selects the checkpoint with the lowest validation loss.
+
+    It also keeps which test examples were right at that checkpoint (on the device, no sync) and
+    logs them as ``test_correct.json``, from which the report bootstraps over test examples.
+    """
+
+    def __init__(self) -> None:
+        self.best_loss: float | None = None
+        self.best_epoch = 0
+        self.test_correct = None  # bool tensor of the best epoch so far
+
+    def compute(self, state) -> dict[str, float]:
+        val_loss = state.figures.get("val_loss")
+        # The same rule as summarize: lowest val loss over epochs >= 1, the earliest on a tie.
+        if state.epoch >= 1 and val_loss is not None and state.test_correct is not None and (
+                self.best_loss is None or val_loss < self.best_loss):
+            self.best_loss, self.best_epoch, self.test_correct = val_loss, state.epoch, state.test_correct
+        return {}
+
+    def artifacts(self) -> dict[str, str]:
+        if self.test_correct is None:
+            return {}
+        from initmem_core.tracking.correct_sets import ARTIFACT, encode
+
+        return {ARTIFACT: encode(self.test_correct.cpu().numpy(), self.best_epoch)}
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
         trained = [row for row in history if row["epoch"] >= 1]
@@ -24,6 +48,10 @@ class BestValidationSelection:
 
 class Interpolation:
     """tau_interp: first epoch with train accuracy >= ``--interp-threshold`` (0.995 by default).
+
+    Train accuracy is the clean one (``train_acc``: eval mode, unaugmented training set), not the
+    running train-mode accuracy of the epoch's batches (``train_acc_batch``): with BatchNorm the
+    two differ by tens of points early on, and the repair gap compares eval-mode figures.
 
     Repair gap: validation accuracy at the final checkpoint minus at tau_interp. Both are left
     out when the run never interpolated, so the report can count such runs.

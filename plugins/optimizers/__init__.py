@@ -2,6 +2,15 @@
 
 This module only *registers* them; the factories live in ``builtin`` and are named by import
 string, so listing plugins or validating ``--opt`` never imports torch or timm.
+
+Each declares its defaults: ``lr`` (what ``--lr`` left unset means) and every option
+``--opt-arg key=value`` may set. The rates are literature defaults, not yet the result of a
+measured lr scan (that scan is still to be run): SGD 0.05 (initmem's long-standing default),
+Adam/AdamW 1e-3 (the libraries' default), Muon 0.02 in timm's units (timm scales Muon's step by
+0.2 * sqrt(max dim) to match AdamW's RMS). ``clock`` says how a step maps to the forgetting
+clocks (``initmem_core.training.clocks``): SGD's heavy-ball buffer sums gradients, so its
+effective step is eta / (1 - beta); Adam's, AdamW's and Muon's momentum is an average (EMA),
+so theirs is eta.
 """
 
 from __future__ import annotations
@@ -9,17 +18,26 @@ from __future__ import annotations
 from initmem_core import hookimpl
 
 _BUILTIN = "initmem_plugins.optimizers.builtin"
+_ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False}
 
 
 @hookimpl
 def initmem_register_optimizers(register):
     register("sgd", f"{_BUILTIN}:build_sgd",
-             "torch SGD; momentum 0 unless --momentum; --weight-decay is coupled (added to the gradient)")
+             "torch SGD; momentum 0 unless --momentum; --weight-decay is coupled (added to the gradient)",
+             defaults={"lr": 0.05, "nesterov": False, "dampening": 0.0}, clock="heavy-ball")
     register("adam", f"{_BUILTIN}:build_adam",
-             "torch Adam; --weight-decay is coupled L2 (passes through the preconditioner)")
+             "torch Adam; --weight-decay is coupled L2 (passes through the preconditioner)",
+             defaults=_ADAM_DEFAULTS, clock="lr")
     register("adamw", f"{_BUILTIN}:build_adamw",
-             "torch AdamW; --weight-decay is decoupled")
+             "torch AdamW; --weight-decay is decoupled",
+             defaults=_ADAM_DEFAULTS, clock="lr")
     register("muon", f"{_BUILTIN}:build_muon",
-             "timm Muon (flattened conv kernels); 1-D params and the classifier head use its AdamW fallback")
+             "timm Muon (flattened conv kernels); 1-D params and the classifier head use its AdamW fallback; "
+             "lr in timm's units (step scaled by 0.2*sqrt(max dim))",
+             defaults={"lr": 0.02, "nesterov": False, "ns_steps": 5, "adjust_lr_fn": "match_rms_adamw",
+                       "fallback_lr_scale": 1.0, "betas": (0.9, 0.95), "eps": 1e-7},
+             clock="lr")
     register("timm:*", f"{_BUILTIN}:build_timm",
-             "Any timm optimizer by name, e.g. timm:lion (timm.optim.create_optimizer_v2)")
+             "Any timm optimizer by name, e.g. timm:lion (timm.optim.create_optimizer_v2), with timm's defaults",
+             defaults=f"{_BUILTIN}:timm_defaults")

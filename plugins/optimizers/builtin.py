@@ -1,8 +1,10 @@
 """Factories of the built-in optimizers (imported only when an optimizer is built).
 
-Every factory is called as ``factory(model=..., config=...)`` (``build_timm`` also gets
-``variant=``) and returns a ``torch.optim.Optimizer`` over every trainable parameter of
-``model``, configured from ``config.lr``, ``config.momentum`` and ``config.weight_decay``.
+Every factory is called as ``factory(model=..., config=..., options=...)`` (``build_timm`` also
+gets ``variant=``) and returns a ``torch.optim.Optimizer`` over every trainable parameter of
+``model``, configured from ``config.lr`` (already resolved to the declared default when unset),
+``config.momentum``, ``config.weight_decay`` and ``options``: the declared options with the
+run's ``--opt-arg`` values, typed (see ``initmem_core.plugin_system.optimizer_options``).
 
 What ``--weight-decay`` means differs by optimizer, and that matters for a study of weight
 norms:
@@ -41,24 +43,28 @@ def _params(model: nn.Module) -> list[nn.Parameter]:
     return [p for _, p in trainable_named_parameters(model)]
 
 
-def build_sgd(model: nn.Module, config) -> torch.optim.Optimizer:
-    """Plain SGD, or heavy-ball SGD with ``--momentum`` (default 0: no momentum buffer)."""
+def build_sgd(model: nn.Module, config, options: dict | None = None) -> torch.optim.Optimizer:
+    """Plain SGD, or heavy-ball SGD with ``--momentum`` (default 0: no momentum buffer);
+    ``--opt-arg nesterov=true`` / ``dampening=...``."""
+    options = options or {}
+    if options.get("nesterov") and not config.momentum:
+        raise ConfigError("--opt-arg nesterov=true needs --momentum above 0")
     return torch.optim.SGD(_params(model), lr=config.lr, momentum=config.momentum,
-                           weight_decay=config.weight_decay)
+                           weight_decay=config.weight_decay, **options)
 
 
-def build_adam(model: nn.Module, config) -> torch.optim.Optimizer:
-    """Adam with torch's default betas/eps. ``weight_decay`` is *coupled* L2 (see module doc)."""
-    return torch.optim.Adam(_params(model), lr=config.lr, weight_decay=config.weight_decay)
+def build_adam(model: nn.Module, config, options: dict | None = None) -> torch.optim.Optimizer:
+    """Adam; betas/eps/amsgrad from ``options``. ``weight_decay`` is *coupled* L2 (see module doc)."""
+    return torch.optim.Adam(_params(model), lr=config.lr, weight_decay=config.weight_decay, **(options or {}))
 
 
-def build_adamw(model: nn.Module, config) -> torch.optim.Optimizer:
+def build_adamw(model: nn.Module, config, options: dict | None = None) -> torch.optim.Optimizer:
     """AdamW with torch's default betas/eps and *decoupled* ``weight_decay``.
 
     Note: torch's AdamW defaults to ``weight_decay=0.01``; here it is ``config.weight_decay``
     (default 0), so AdamW and Adam differ only when ``--weight-decay`` is set.
     """
-    return torch.optim.AdamW(_params(model), lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.AdamW(_params(model), lr=config.lr, weight_decay=config.weight_decay, **(options or {}))
 
 
 # -- Muon ------------------------------------------------------------------------------------
@@ -103,7 +109,7 @@ def split_muon_params(model: nn.Module) -> tuple[list[tuple[str, nn.Parameter]],
     return muon, fallback
 
 
-def build_muon(model: nn.Module, config) -> torch.optim.Optimizer:
+def build_muon(model: nn.Module, config, options: dict | None = None) -> torch.optim.Optimizer:
     """timm's Muon with explicit groups: Muon for hidden kernels, AdamW fallback for the rest.
 
     Settings (the paper leaves them open; these are logged with the run):
@@ -111,7 +117,8 @@ def build_muon(model: nn.Module, config) -> torch.optim.Optimizer:
     adjustment scales Muon's orthogonalized update to AdamW's RMS, so one lr serves both),
     ``weight_decay=config.weight_decay`` (decoupled, both groups), ``conv_mode='flatten'``,
     momentum ``config.momentum`` if set, else 0.95, and timm's defaults otherwise
-    (``nesterov=False``, 5 quintic Newton-Schulz steps, fallback betas (0.9, 0.95)).
+    (``nesterov=False``, 5 quintic Newton-Schulz steps, fallback betas (0.9, 0.95)), each of
+    which ``--opt-arg`` may change (``options``).
 
     Sets ``optimizer.initmem_param_groups = {"muon": [...], "adamw_fallback": [...]}``.
     """
@@ -125,7 +132,7 @@ def build_muon(model: nn.Module, config) -> torch.optim.Optimizer:
         groups.append({"params": [p for _, p in fallback], "use_fallback": True})
     momentum = config.momentum if config.momentum > 0 else MUON_DEFAULT_MOMENTUM
     optimizer = Muon(groups, lr=config.lr, weight_decay=config.weight_decay, momentum=momentum,
-                     conv_mode="flatten")
+                     conv_mode="flatten", **(options or {}))
     optimizer.initmem_param_groups = {
         "muon": [name for name, _ in muon],
         "adamw_fallback": [name for name, _ in fallback],
@@ -135,14 +142,7 @@ def build_muon(model: nn.Module, config) -> torch.optim.Optimizer:
 
 # -- timm:* ----------------------------------------------------------------------------------
 
-def build_timm(model: nn.Module, config, variant: str | None = None) -> torch.optim.Optimizer:
-    """Any optimizer in timm's registry, by name (``timm:lion``, ``timm:lookahead_adamw``, ...).
-
-    Built by ``timm.optim.create_optimizer_v2(model, opt=variant, lr=config.lr,
-    weight_decay=config.weight_decay, momentum=config.momentum)``, so timm's defaults apply,
-    including its exclusion of 1-D parameters from weight decay. Records the resulting groups
-    in ``optimizer.initmem_param_groups`` keyed by their weight decay.
-    """
+def _timm_name(variant: str | None) -> str:
     import timm.optim
 
     available = timm.optim.list_optimizers()
@@ -154,9 +154,52 @@ def build_timm(model: nn.Module, config, variant: str | None = None) -> torch.op
             f"unknown timm optimizer '{variant}'; close matches: {', '.join(close)} "
             "(all: python -c 'import timm.optim; print(timm.optim.list_optimizers())')"
         )
+    return name
+
+
+#: Set through initmem's own knobs (or not options at all), so never an --opt-arg.
+_NOT_OPTIONS = {"self", "params", "weight_decay", "momentum", "foreach", "maximize", "capturable",
+                "differentiable", "fused", "verbose"}
+
+
+def timm_defaults(variant: str | None) -> dict:
+    """timm's defaults for ``timm:<variant>``: the optimizer class's keyword defaults with timm's
+    own overrides (e.g. ``nesterov=True`` for ``sgd``); ``lr`` included. Plain values only."""
+    import inspect
+
+    from timm.optim._optim_factory import default_registry
+
+    info = default_registry.get_optimizer_info(_timm_name(variant).split("_")[-1])
+    defaults = {}
+    for name, parameter in inspect.signature(info.opt_class.__init__).parameters.items():
+        value = parameter.default
+        if name in _NOT_OPTIONS or value is inspect.Parameter.empty:
+            continue
+        if isinstance(value, (bool, int, float, str)) or (
+                isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)):
+            defaults[name] = value
+    defaults.update({k: v for k, v in (info.defaults or {}).items() if k not in _NOT_OPTIONS})
+    return defaults
+
+
+def build_timm(model: nn.Module, config, variant: str | None = None, options: dict | None = None) -> torch.optim.Optimizer:
+    """Any optimizer in timm's registry, by name (``timm:lion``, ``timm:lookahead_adamw``, ...).
+
+    Built by ``timm.optim.create_optimizer_v2(model, opt=variant, lr=config.lr,
+    weight_decay=config.weight_decay, momentum=config.momentum)``, so timm's defaults apply,
+    including its exclusion of 1-D parameters from weight decay. Records the resulting groups
+    in ``optimizer.initmem_param_groups`` keyed by their weight decay.
+    """
+    import timm.optim
+
+    name = _timm_name(variant)
+    defaults = timm_defaults(variant)
+    # Only what --opt-arg changed: the rest stays timm's own choice (create_optimizer_v2 sets some).
+    given = {key: value for key, value in (options or {}).items() if value != defaults.get(key)}
     try:
         optimizer = timm.optim.create_optimizer_v2(
             model, opt=name, lr=config.lr, weight_decay=config.weight_decay, momentum=config.momentum,
+            **given,
         )
     except (ImportError, AssertionError) as error:  # apex / bitsandbytes / CUDA-only optimizers
         message = " ".join(str(error).split()) or type(error).__name__
@@ -167,4 +210,6 @@ def build_timm(model: nn.Module, config, variant: str | None = None) -> torch.op
         key = f"weight_decay={group.get('weight_decay', 0.0):g}"
         recorded.setdefault(key, []).extend(names.get(id(p), "?") for p in group["params"])
     optimizer.initmem_param_groups = recorded
+    # torch SGD's buffer sums gradients (heavy ball); timm's other optimizers average them.
+    optimizer.initmem_clock = "heavy-ball" if isinstance(optimizer, torch.optim.SGD) else "lr"
     return optimizer

@@ -84,6 +84,11 @@ class Executor(Protocol):
     #: Workers write to the tracking store themselves, from other machines: it must be a server.
     remote: bool
 
+    def pin(self, config: RunConfig) -> RunConfig:
+        """The cell's config with the compute settings it will run under (its CPU threads), set
+        before the sweep looks at earlier launches: a cell's numbers depend on them, so they must
+        not depend on how many cells run beside it."""
+
     def run(self, cells: list[CellOutcome], sweep: SweepCells) -> None:
         """Run every cell, submitting and closing each through ``sweep``."""
 

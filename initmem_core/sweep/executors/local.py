@@ -8,10 +8,13 @@ tracker calls and progress through one queue, replayed here into the cell's chil
 from __future__ import annotations
 
 import concurrent.futures as futures
+import ctypes
+import functools
 import multiprocessing
 import os
 import queue as queues
 import signal
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,22 +25,48 @@ from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import Job, SweepCells, replay_progress, run_cell
 
 
-def for_slot(config: RunConfig, slot: int, workers: int, cpus: int, gpus: int) -> RunConfig:
-    """Divide the machine between parallel cells: CPU threads evenly, GPUs round robin.
+#: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
+#: reduction's bits depend on the thread count, so a share would make results depend on --workers.
+CELL_THREADS = 1
 
-    Only knobs left at their defaults change, and neither is part of the config hash.
-    """
-    changes: dict[str, Any] = {}
-    if config.threads == 0:
-        changes["threads"] = max(1, cpus // workers)
+
+def pin_threads(config: RunConfig) -> RunConfig:
+    return config if config.threads else config.replace(threads=CELL_THREADS)
+
+
+def for_slot(config: RunConfig, slot: int, gpus: int) -> RunConfig:
+    """GPUs round robin between parallel cells (a GPU's results do not depend on which one).
+    Only a device left at its default changes; it is not part of the config hash."""
     if config.device == "auto" and gpus > 1:
-        changes["device"] = f"cuda:{slot % gpus}"
-    return config.replace(**changes) if changes else config
+        return config.replace(device=f"cuda:{slot % gpus}")
+    return config
 
 
-def ignore_sigint() -> None:
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Whatever kills the sweep (SIGKILL included), the kernel kills this helper or worker too,
+    so none is left training, writing checkpoints and holding memory under PID 1 (Linux)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the sweep died before the line above took effect
+        os._exit(1)
+
+
+def start_manager(parent_pid: int) -> None:
     """For the queue's manager process: Ctrl-C is for the sweep, which still drains the queue."""
+    die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_worker(parent_pid: int) -> None:
+    """A spawned worker starts bare: it dies with the sweep and warns in one line, as the CLI does."""
+    from initmem_core.plugin_system.loader import one_line_warnings
+
+    die_with_parent(parent_pid)
+    one_line_warnings()
 
 
 def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str, uri: str,
@@ -70,6 +99,10 @@ class LocalExecutor:
             raise ConfigError(f"--workers must be 1 or greater, got {workers}")
         self.workers = workers
 
+    @staticmethod
+    def pin(config: RunConfig) -> RunConfig:
+        return pin_threads(config)
+
     def run(self, cells: list, sweep: SweepCells) -> None:
         if self.workers == 1:
             self._in_process(cells, sweep)
@@ -79,6 +112,7 @@ class LocalExecutor:
     @staticmethod
     def _in_process(cells: list, sweep: SweepCells) -> None:
         for cell in cells:
+            cell.config = pin_threads(cell.config)
             job = sweep.submit(cell)
             try:
                 _, error = run_cell(cell.config, tracker=job.writer, progress=job.progress, registry=sweep.registry,
@@ -93,20 +127,22 @@ class LocalExecutor:
         from multiprocessing.managers import SyncManager
 
         context = multiprocessing.get_context("spawn")
-        workers, gpus, cpus = self.workers, _gpu_count(), os.cpu_count() or 1
+        workers, gpus = self.workers, _gpu_count()
         todo = list(cells)
         running: dict[futures.Future, _InFlight] = {}
         manager = SyncManager(ctx=context)
-        manager.start(ignore_sigint)
+        manager.start(start_manager, (os.getpid(),))
         with manager, tempfile.TemporaryDirectory(prefix="initmem-sweep-") as staging:
             events = manager.Queue()
-            pool = futures.ProcessPoolExecutor(workers, mp_context=context)
+            new_pool = functools.partial(futures.ProcessPoolExecutor, workers, mp_context=context,
+                                         initializer=start_worker, initargs=(os.getpid(),))
+            pool = new_pool()
             try:
                 while todo or running:
                     free = sorted(set(range(workers)) - {flight.slot for flight in running.values()})
                     while todo and free:
                         cell, slot = todo.pop(0), free.pop(0)
-                        cell.config = for_slot(cell.config, slot, workers, cpus, gpus)
+                        cell.config = for_slot(pin_threads(cell.config), slot, gpus)
                         job = sweep.submit(cell)
                         future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, events, staging, sweep.uri,
                                              cell.resume)
@@ -122,7 +158,7 @@ class LocalExecutor:
                             error = f"worker process died: {broken}"
                             if flight.pool is pool:
                                 pool.shutdown(wait=False)
-                                pool = futures.ProcessPoolExecutor(workers, mp_context=context)
+                                pool = new_pool()
                         sweep.close(flight.job, error)
             except KeyboardInterrupt:
                 sweep.interrupt(flight.job for flight in running.values())

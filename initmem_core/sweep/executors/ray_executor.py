@@ -36,6 +36,9 @@ class RayExecutor:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell and --max-retries 0 or more")
         self.address, self.cpus, self.gpus, self.max_retries = address, cpus_per_cell, gpus_per_cell, max_retries
 
+    def pin(self, config):
+        return fit_to_request(config, self.cpus, self.gpus)
+
     def run(self, cells: list, sweep: SweepCells) -> None:
         import ray
         from ray.util.queue import Queue

@@ -96,6 +96,9 @@ class SlurmExecutor:
         executor.update_parameters(**parameters)
         return executor
 
+    def pin(self, config):
+        return fit_to_request(config, self.cpus, self.gpus)
+
     def run(self, cells: list, sweep: SweepCells) -> None:
         progress_folder = self.folder / "progress"
         progress_folder.mkdir(parents=True, exist_ok=True)

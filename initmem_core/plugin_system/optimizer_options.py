@@ -1,0 +1,128 @@
+"""An optimizer's own settings: the defaults it declares, and ``--opt-arg key=value`` checked against them.
+
+An optimizer plugin registers ``defaults={"lr": ..., "betas": (0.9, 0.999), ...}``: ``lr`` is what
+``--lr`` left unset (0) means, every other key is an option ``--opt-arg`` may set, and its default
+value gives the type a command-line value is read as. ``resolve`` runs in ``validate`` (with a
+registry), so the config that is hashed, logged and built already holds the resolved ``lr`` and
+the options in one canonical spelling. Imports no torch (a family's defaults may, when read).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from initmem_core.errors import ConfigError, ordered_by_similarity
+
+#: The rate of an optimizer that declares none (the old global default of ``--lr``).
+FALLBACK_LR = 0.05
+
+
+def split_opt_args(items: Iterable[str]) -> dict[str, str]:
+    """``["betas=0.9,0.99", "eps=1e-8"]`` -> ``{"betas": "0.9,0.99", "eps": "1e-8"}``."""
+    parsed: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise ConfigError(f"--opt-arg {item!r}: write key=value, e.g. --opt-arg betas=0.9,0.99")
+        if key in parsed:
+            raise ConfigError(f"--opt-arg {key} is given more than once")
+        parsed[key] = value.strip()
+    return parsed
+
+
+def _scalar(text: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ValueError
+        return text.lower() in ("true", "1", "yes", "on")
+    if isinstance(like, int):
+        return int(text)
+    if isinstance(like, float) or like is None:
+        try:
+            return float(text)
+        except ValueError:
+            if like is None:  # a default of None takes a number or text
+                return text
+            raise
+    return text
+
+
+def coerce_option(key: str, text: str, default: Any) -> Any:
+    """Read ``text`` as the type of the declared ``default`` (a tuple: comma-separated items)."""
+    try:
+        if isinstance(default, (tuple, list)):
+            items = [part.strip() for part in text.split(",")]
+            if len(items) != len(default):
+                raise ValueError
+            return tuple(_scalar(part, like) for part, like in zip(items, default))
+        return _scalar(text, default)
+    except ValueError:
+        expected = (f"{len(default)} comma-separated values like {render(default)}"
+                    if isinstance(default, (tuple, list)) else f"a value like {render(default)}")
+        raise ConfigError(f"--opt-arg {key}={text}: expected {expected}") from None
+
+
+def render(value: Any) -> str:
+    """The canonical text of an option value (what the hash and the params hold)."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(render(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def declared(config: Any, registry: Any) -> dict[str, Any]:
+    spec, variant = registry.lookup("optimizer", config.opt)
+    return spec.declared_defaults(variant)
+
+
+def options(config: Any, registry: Any) -> dict[str, Any]:
+    """Every option of the run's optimizer, typed: its declared defaults, then the ``--opt-arg``s."""
+    defaults = declared(config, registry)
+    given = split_opt_args(config.opt_arg)
+    _check_keys(config.opt, given, defaults)
+    merged = {key: value for key, value in defaults.items() if key != "lr"}
+    merged.update({key: coerce_option(key, text, defaults[key]) for key, text in given.items()})
+    return merged
+
+
+def given_options(config: Any, registry: Any) -> dict[str, Any]:
+    """Only the options ``--opt-arg`` set, typed (a family such as ``timm:*`` passes just these)."""
+    defaults = declared(config, registry)
+    given = split_opt_args(config.opt_arg)
+    _check_keys(config.opt, given, defaults)
+    return {key: coerce_option(key, text, defaults[key]) for key, text in given.items()}
+
+
+def _check_keys(opt: str, given: dict[str, str], defaults: dict[str, Any]) -> None:
+    valid = sorted(key for key in defaults if key != "lr")
+    for key in given:
+        if key == "lr":
+            raise ConfigError("--opt-arg lr: set the learning rate with --lr")
+        if key not in valid:
+            listing = ", ".join(ordered_by_similarity(key, valid)) if valid else "none (it declares no options)"
+            raise ConfigError(f"--opt-arg {key}: optimizer {opt} has no option '{key}'; valid keys: {listing}")
+
+
+def resolve(config: Any, registry: Any) -> Any:
+    """``config`` with ``lr`` = the optimizer's declared default when unset (0) and the
+    ``--opt-arg``s checked, typed and spelled canonically (sorted ``key=value``, without those
+    equal to the declared default)."""
+    defaults = declared(config, registry)
+    typed = given_options(config, registry)
+    # A value equal to the declared default changes nothing, so it leaves the hash alone too.
+    canonical = tuple(f"{key}={render(value)}" for key, value in sorted(typed.items()) if value != defaults[key])
+    lr = config.lr or float(defaults.get("lr", FALLBACK_LR))
+    if lr == config.lr and canonical == tuple(config.opt_arg):
+        return config
+    return config.replace(lr=lr, opt_arg=canonical)
+
+
+def describe(defaults: Any) -> str:
+    """The defaults as ``initmem plugins`` shows them, without reading a family's lazily."""
+    if defaults is None:
+        return f"lr {FALLBACK_LR:g} (declares none)"
+    if isinstance(defaults, str):
+        return "the library's own, per variant (see --opt-arg)"
+    return ", ".join(f"{key} {render(value)}" for key, value in defaults.items())

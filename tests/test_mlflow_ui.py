@@ -1,0 +1,127 @@
+"""Issue 13 end to end: `initmem ui` over a store with a finished sweep prints its URLs only once the
+server answers, the prepared view renders in headless Chromium with the sweep's cells, columns and
+groups and no manual step, and SIGTERM leaves no process and no listening port behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from local_services import STARTUP_S, _alive, _children, free_port, stop_session
+
+pytestmark = pytest.mark.slow  # a sweep, an MLflow server and a browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _descendants(pid: int) -> set[int]:
+    tree, found, todo = _children(), set(), [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _listening(port: int) -> bool:
+    wanted = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[1].endswith(wanted) and fields[3] == "0A":  # 0A: LISTEN
+                return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, _empty_store):
+    """A finished 2-optimizer x 2-sigma sweep, and `initmem ui` serving its store."""
+    from initmem_core import run_sweep
+
+    folder = tmp_path_factory.mktemp("ui")
+    shutil.copy(_empty_store, folder / "mlflow.db")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    result = run_sweep({"opt": "sgd,adam", "sigma": "0.5,2.0", "data": "digits", "epochs": 1, "train_size": 64,
+                        "threads": 1, "checkpoint_every": 0}, name="ui-e2e", tracking_uri=uri, out=folder / "out")
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "initmem_cli", "ui", "--port", str(port), "--tracking-uri", uri],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, answered = [], []
+    deadline = time.monotonic() + STARTUP_S
+    try:
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            if "http://" in line:  # the moment a URL is printed, the server must already answer
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    answered.append(response.status)
+            lines.append(line)
+            if "Ctrl-C" in line:
+                break
+        assert any("prepared comparison" in line for line in lines), "".join(lines)
+        yield {"process": process, "port": port, "lines": lines, "answered": answered, "result": result, "uri": uri}
+    finally:
+        stop_session(process.pid)
+
+
+def test_ui_prints_the_runs_page_and_the_view_only_once_the_server_answers(ui):
+    result = ui["result"]
+    assert ui["answered"] == [200, 200]
+    text = "".join(ui["lines"])
+    base = f"http://127.0.0.1:{ui['port']}/#/experiments/{result.experiment_id}/runs"
+    assert f"{base}\n" in text
+    assert f"{base}?viewStateShareKey={result.view_key}\n" in text
+
+
+def _rendered_text(url: str, profile: Path) -> str:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1800,1000", "--virtual-time-budget=30000"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    text = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
+
+
+def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_groups(ui, tmp_path):
+    if CHROMIUM is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    result = ui["result"]
+    url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
+    text = _rendered_text(url, tmp_path / "profile")
+    assert "viewing a shared view" in text, text[:2000]
+    runs = MlflowClient(ui["uri"]).search_runs([result.experiment_id],
+                                               f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+    assert len(runs) == 4
+    for run in runs:
+        assert run.info.run_name in text
+    assert f"{len(runs)} matching runs" in text  # the sweep's cells, not its parent nor other runs
+    for header in ("sigma", "opt", "lr", "best_val_test_acc"):
+        assert re.search(rf"\b{header}\b", text), header
+    for group in {cell.group for cell in result.cells}:
+        assert f"Group: {group}" in text
+
+
+def test_sigterm_stops_every_process_ui_started_and_frees_the_port(ui):
+    process, port = ui["process"], ui["port"]
+    started = _descendants(process.pid)
+    assert started and _listening(port)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (any(_alive(pid) for pid in started) or _listening(port)):
+        time.sleep(0.2)
+    assert not [pid for pid in started if _alive(pid)]
+    assert not _listening(port)
