@@ -38,11 +38,13 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
     if report.pairs:  # a − b, the same bootstrap draws for both groups (see report.memory)
         from initmem_core.report.memory import interval
 
-        cells = [[p.a, p.b, f"{p.spread_diff:+.2f}", interval(p.spread_diff_lo, p.spread_diff_hi),
-                  f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)] for p in report.pairs]
-        tables += fitted_tables(f"sweep {name}, paired differences (a − b, 95% CI)",
-                                ["a", "b", "spread diff pp", "95% CI", "acc diff pp", "95% CI", "pairs"], cells,
-                                width, keys=2, right=(2, 3, 4, 5, 6))
+        # One table per pair, the two labels in its title: side by side they leave no room for numbers.
+        for p in report.pairs:
+            cells = [[f"{p.spread_diff:+.2f}", interval(p.spread_diff_lo, p.spread_diff_hi), f"{p.acc_diff:+.2f}",
+                      interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)]]
+            tables += fitted_tables(f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}",
+                                    ["spread diff pp", "95% CI", "acc diff pp", "95% CI", "pairs"], cells,
+                                    width, keys=0, right=(0, 1, 2, 3, 4))
     return tables
 
 

@@ -89,3 +89,21 @@ def test_tables_fold_rather_than_cut_on_a_narrow_terminal(width):
     flat = re.sub(r"[\s│┃]", "", text)
     for value in [v for row in rows for v in row] + [w for h in headers for w in h.split()]:
         assert value in flat, value
+
+
+def test_the_report_keeps_every_number_of_long_labelled_groups_whole_at_80_columns():
+    from initmem_cli.report import rich_tables
+
+    base = dict(epochs=2, train_size=256, batch_size=32)  # constants of the sweep make labels long
+    records = [CellRecord(RunConfig(opt=opt, lr=lr, sigma=sigma, seed=seed, **base),
+                          metrics={"best_val_test_acc": acc, "weight_norm": 13.3, "clock_sgd": 3.125e-4})
+               for opt, lr in (("sgd", 0.05), ("adam", 0.001))
+               for sigma, seed, acc in ((0.5, 0, 0.80), (0.5, 1, 0.84), (2.0, 0, 0.60), (2.0, 1, 0.71))]
+    report = build_report(records)
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(*rich_tables(report, "t", 80))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    (pair,) = report.pairs
+    for number in (f"{pair.spread_diff:+.2f}", f"{pair.acc_diff:+.2f}", "0.0003125"):
+        assert any(number in line for line in text.splitlines()), number  # on one line, not folded
