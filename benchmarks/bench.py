@@ -507,8 +507,9 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
 
 
 #: The modules whose code the benchmark measures; their digests say which version was measured.
-MEASURED_CODE = ("initmem_core/training.py", "initmem_core/loaders.py", "initmem_core/runner.py",
-                 "initmem_core/tracking.py", "initmem_core/divergence.py", "initmem_core/checkpoints.py")
+MEASURED_CODE = ("initmem_core/training/loop.py", "initmem_core/training/setup.py", "initmem_core/training/loaders.py",
+                 "initmem_core/training/runner.py", "initmem_core/tracking/tracker.py",
+                 "initmem_core/training/divergence.py", "initmem_core/training/checkpoints.py")
 
 
 def code_version() -> dict[str, Any]:

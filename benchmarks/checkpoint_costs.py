@@ -5,7 +5,7 @@
 Times, on the state ``build_setup`` makes (best of several rounds, so noise from other
 processes inflates nothing):
 
-- ``snapshot``: ``training.snapshot``, the references to the live state;
+- ``snapshot``: ``training.state.snapshot``, the references to the live state;
 - ``capture``: what ``CheckpointStore.save`` does on the training thread (pack every tensor into
   one flat buffer per dtype; extend the history table of the previous save by the new row),
   after which training goes on;

@@ -3,7 +3,7 @@
 A checkpoint is one ``torch.save`` file of plain data only (tensors, dicts, lists, str, int,
 float, bool, None), so ``torch.load(path, weights_only=True)`` reads it and a file from
 elsewhere cannot run code. It carries a ``format`` marker, the config and its hash, and the
-MLflow run id, beside the training state the loop saves (see ``training.snapshot``), whose
+MLflow run id, beside the training state the loop saves (see ``training.state.snapshot``), whose
 tensors are packed into one flat buffer per dtype (``tensor_packing``: ``torch.save`` costs
 per tensor, and a checkpoint holds hundreds of small ones).
 

@@ -126,7 +126,7 @@ def fit_to_request(config: RunConfig, cpus: float, gpus: float) -> RunConfig:
 
 
 def replay_progress(job: Job, call: str, args: Any) -> None:
-    """A progress event a worker sent (see ``cell_tracking.QueueProgress``), onto the cell's bar."""
+    """A progress event a worker sent (see ``tracking.cells.QueueProgress``), onto the cell's bar."""
     if job.progress is not None and call in PROGRESS_CALLS:
         getattr(job.progress, call)(*args)
 

@@ -2,7 +2,7 @@
 
 With workers, this process stays the tracking store's only writer: each worker sends its
 tracker calls and progress through one queue, replayed here into the cell's child run (see
-``cell_tracking``), so N workers on one SQLite file lose nothing.
+``initmem_core.tracking.cells``), so N workers on one SQLite file lose nothing.
 """
 
 from __future__ import annotations
