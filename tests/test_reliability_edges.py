@@ -313,3 +313,42 @@ def test_no_worker_outlives_a_killed_sweep_and_a_relaunch_runs_each_cell_once(tr
     done = subprocess.run(reference, cwd=tmp_path / "reference", capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert metric_histories(tracking_uri, "orphans") == metric_histories(reference_uri, "orphans")
+
+
+# -- unsynced files name their run and their copies: neither may point outside ---------------------
+
+def write_unsynced(folder: Path, run_id: str, artifact: str | None = None) -> Path:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [{"kind": "run", "run_id": run_id, "tracking_uri": "sqlite:///mlflow.db"},
+             {"kind": "metric", "key": "loss", "value": 1.0, "timestamp": 0, "step": 0}]
+    if artifact is not None:
+        lines.append({"kind": "artifact", "path": artifact, "artifact_path": None})
+    path = folder / "crafted.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("run_id", ["../../elsewhere", "/tmp/x", "a/b", ""])
+def test_an_unsynced_file_naming_no_run_id_is_refused(tmp_path, run_id):
+    from initmem_core.tracking.pending import read_unsynced
+
+    with pytest.raises(ConfigError, match="which is not a run id; move it out of the way"):
+        read_unsynced(write_unsynced(tmp_path / "initmem-unsynced", run_id))
+
+
+def test_an_unsynced_artifact_outside_its_runs_copies_is_refused_and_left_alone(tmp_path):
+    from initmem_core.tracking.pending import read_unsynced
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not initmem's")
+    path = write_unsynced(tmp_path / "initmem-unsynced", "0123abcd", artifact="../victim.txt")
+    with pytest.raises(ConfigError, match=r"points an artifact outside 0123abcd.files/"):
+        read_unsynced(path)
+    assert victim.read_text() == "not initmem's"
+    (tmp_path / "initmem-unsynced" / "0123abcd.files" / "x").mkdir(parents=True)
+    (tmp_path / "initmem-unsynced" / "0123abcd.files" / "x" / "kept.pt").write_text("a copy")
+    inside = write_unsynced(tmp_path / "initmem-unsynced", "0123abcd", artifact="0123abcd.files/x/kept.pt")
+    _, pending = read_unsynced(inside)
+    assert [Path(copy).name for copy, _ in pending.files] == ["kept.pt"]

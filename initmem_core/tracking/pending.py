@@ -11,6 +11,7 @@ metric whose key already has that step in the store is skipped.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import uuid
@@ -21,6 +22,9 @@ from typing import Any
 from initmem_core.errors import ConfigError
 
 UNSYNCED_FOLDER = "initmem-unsynced"
+#: What a run id may look like where it names a file (MLflow's are 32 hex digits): a crafted one
+#: such as ``../../x`` must not place or delete files outside the unsynced folder.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 FIRST_RETRY_S, LONGEST_RETRY_S = 1.0, 300.0
 
 
@@ -92,10 +96,17 @@ def unsynced_folder(store_folder: Path) -> Path:
     return store_folder / UNSYNCED_FOLDER
 
 
+def checked_run_id(run_id: object) -> str:
+    """``run_id`` if it can name a file safely; a ``ConfigError`` otherwise."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        raise ConfigError(f"run id {run_id!r} cannot name a file (letters, digits, _ and - only); refusing it")
+    return run_id
+
+
 def keep_copy(folder: Path, run_id: str, local_path: str | Path) -> str:
     """Copy an artifact the store did not take, since its source may be a temporary file."""
     source = Path(local_path)
-    target = folder / f"{run_id}.files" / uuid.uuid4().hex[:8] / source.name
+    target = folder / f"{checked_run_id(run_id)}.files" / uuid.uuid4().hex[:8] / source.name
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(source, target)
     return str(target)
@@ -114,7 +125,7 @@ def discard_copy(path: Path) -> None:
 def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) -> Path:
     """Append what is still pending to ``<folder>/<run_id>.jsonl`` (written whole, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{run_id}.jsonl"
+    path = folder / f"{checked_run_id(run_id)}.jsonl"
     lines = [] if path.exists() else [{"kind": "run", "run_id": run_id, "tracking_uri": tracking_uri}]
     lines += [{"kind": "metric", "key": k, "value": v, "timestamp": t, "step": s} for k, v, t, s in pending.metrics]
     lines += [{"kind": "tag", "key": k, "value": v} for k, v in pending.tags.items()]
@@ -138,6 +149,12 @@ def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
         raise ConfigError(f"{path} is not an initmem unsynced file ({error}); move it out of the way") from None
     if not lines or lines[0].get("kind") != "run" or "run_id" not in lines[0]:
         raise ConfigError(f"{path} is not an initmem unsynced file (no run line); move it out of the way")
+    try:
+        run_id = checked_run_id(lines[0]["run_id"])
+    except ConfigError:
+        raise ConfigError(f"{path} names the run {lines[0]['run_id']!r}, which is not a run id; "
+                          "move it out of the way") from None
+    copies = (path.parent / f"{run_id}.files").resolve()  # the only place its artifact copies may be
     pending = PendingWrites()
     for line in lines[1:]:
         kind = line.get("kind")
@@ -147,6 +164,9 @@ def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
             pending.tags[line["key"]] = line["value"]
         elif kind == "text":
             pending.texts[line["artifact_file"]] = line["text"]
+        elif kind == "artifact" and not (path.parent / line["path"]).resolve().is_relative_to(copies):
+            raise ConfigError(f"{path} points an artifact outside {copies.name}/ ({line['path']}); "
+                              "move it out of the way")
         elif kind == "artifact" and (path.parent / line["path"]).exists():
             # A copy is deleted once uploaded: a missing one was taken by an interrupted sync.
             pending.files.append((str(path.parent / line["path"]), line["artifact_path"]))
