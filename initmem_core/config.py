@@ -61,7 +61,7 @@ class RunConfig:
     # Optimization
     opt: str = knob("sgd", "Optimizer", OPTIM)
     lr: float = knob(0.0, "Peak learning rate; unset (0): the optimizer's declared default", OPTIM, check="non-negative",
-                     maximum=MAX_LR, shown="the optimizer's own: sgd 0.05, adam/adamw 0.001, muon 0.02 in timm's units; `initmem plugins` lists all")
+                     maximum=MAX_LR, shown="the optimizer's own: sgd 0.05, adam/adamw 0.001, muon 0.01 in timm's units; `initmem plugins` lists all")
     momentum: float = knob(0.0, "SGD momentum (0: plain SGD)", OPTIM, check="unit-interval")
     weight_decay: float = knob(0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative")
     opt_arg: tuple[str, ...] = knob((), "An option of the optimizer as key=value, e.g. betas=0.9,0.99 (repeatable; `initmem plugins` lists each optimizer's)", OPTIM)

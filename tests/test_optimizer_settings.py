@@ -22,7 +22,7 @@ def resolved(**values):
     return validate(from_mapping(values), get_registry())
 
 
-@pytest.mark.parametrize("opt, lr", [("sgd", 0.05), ("adam", 1e-3), ("adamw", 1e-3), ("muon", 0.02)])
+@pytest.mark.parametrize("opt, lr", [("sgd", 0.05), ("adam", 1e-3), ("adamw", 1e-3), ("muon", 0.01)])
 def test_unset_lr_is_the_optimizers_declared_default(opt, lr):
     assert resolved(opt=opt).lr == lr
     assert resolved(opt=opt, lr=0.3).lr == 0.3  # a given rate wins

@@ -48,7 +48,7 @@ def test_paper_fmnist_compares_sgd_adaptive_and_batch_on_real_images():
     assert {c.train_size for c in grid} == {2000} and {c.eval_size for c in grid} == {1000}
     # adam and muon at their declared defaults, resolved into each cell (and its hash)
     assert {(c.opt, c.lr, c.batch_size) for c in grid} == {("sgd", 0.01, 32), ("sgd", 0.01, 128),
-                                                          ("adam", 0.001, 32), ("muon", 0.02, 32)}
+                                                          ("adam", 0.001, 32), ("muon", 0.01, 32)}
     assert len(set(group_keys(grid))) == 4 and {c.seed for c in grid} == {0, 1, 2}
 
 
