@@ -40,6 +40,21 @@ def caveats(report) -> str:
     return "\n".join(lines) or "- Every group interpolated at every sigma."
 
 
+def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
+    """From the first cell's start to the last cell's end, as the store recorded them (for a sweep
+    launched more than once, the pauses between launches count too)."""
+    from initmem_core.tracking.records import SWEEP_TAG, search_all
+    from initmem_core.tracking.store import open_client
+
+    client = open_client(tracking_uri)
+    experiment = client.get_experiment_by_name("initmem")
+    runs = [r for r in search_all(client, [experiment.experiment_id], f"tags.`{SWEEP_TAG}` = '{name}'")
+            if "mlflow.parentRunId" in r.data.tags and r.info.end_time] if experiment else []
+    if not runs:
+        return None
+    return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
+
+
 def results_markdown(name: str, findings, report, report_md: str, seconds: float | None,
                      preset: str = "paper-mini") -> str:
     rows = "\n".join(f"| {f.claim} | {f.measured.replace('|', '/')} | {f.verdict} |" for f in findings)
@@ -96,6 +111,8 @@ def main() -> None:
         result = run_sweep(preset_spec(args.preset), workers=args.workers, tracking_uri=args.tracking_uri)
         seconds, name = time.perf_counter() - started, result.name
     name, records = load_sweep_records(name, tracking_uri=args.tracking_uri)
+    if seconds is None:
+        seconds = cells_wall_seconds(name, args.tracking_uri)
     findings = evaluate_findings(records)
 
     table = Table(title=f"paper findings on sweep {name}")

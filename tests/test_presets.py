@@ -31,9 +31,9 @@ def test_every_preset_is_listed_and_valid():
 
 def test_paper_mini_is_the_scaled_down_comparison():
     grid = cells("paper-mini")
-    assert len(grid) == 8 * 4 * 2
+    assert len(grid) == 8 * 4 * 6
     assert {c.data for c in grid} == {"digits"} and {c.arch for c in grid} == {"resnet20"}
-    assert sorted({c.sigma for c in grid}) == [0.1, 0.5, 1.4, 2.5] and {c.seed for c in grid} == {0, 1}
+    assert sorted({c.sigma for c in grid}) == [0.1, 0.5, 1.4, 2.5] and {c.seed for c in grid} == set(range(6))
     groups = set(group_keys(grid))
     assert len(groups) == 8
     sgd = [c for c in grid if c.opt == "sgd" and c.momentum == 0 and c.l2 == 0]

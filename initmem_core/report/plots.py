@@ -26,7 +26,7 @@ def _figure(width: float = 6.4, height: float = 4.2):
 
 def _save(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")  # nothing cut at the edges
     return path
 
 
@@ -47,7 +47,7 @@ def _spread_label(group) -> str:
 def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     """The paper's main figure: test accuracy of the selected predictor against sigma, per group,
     with the 95% interval of the mean over seeds as error bars."""
-    figure = _figure()
+    figure = _figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
@@ -55,10 +55,10 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
         ax.errorbar([r.sigma for r in rows], values,
                     yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
                     marker="o", capsize=3, label=_spread_label(group))
-    ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%, 95% CI over seeds)",
-           title="Initialization memory: test accuracy vs σ_w")
+    ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%)",
+           title="Initialization memory: test accuracy vs σ_w (bars: 95% CI over seeds)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    figure.legend(loc="outside lower center", fontsize="small")  # group labels are long: below, not over the lines
     return _save(figure, path)
 
 
@@ -116,7 +116,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
 
 def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
-    figure = _figure()
+    figure = _figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group]
@@ -127,7 +127,7 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
             ax.scatter(never, [0.0] * len(never), marker="x", color=line.get_color(), clip_on=False)
     ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    figure.legend(loc="outside lower center", fontsize="small")
     return _save(figure, path)
 
 
