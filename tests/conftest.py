@@ -105,9 +105,19 @@ def _empty_store(tmp_path_factory) -> Path:
     return folder / "mlflow.db"
 
 
+@pytest.fixture(scope="session")
+def store_in(_empty_store):
+    """``store_in(folder)``: a fresh SQLite MLflow store in ``folder`` (a copy of the migrated
+    template); returns its URI. For module-scoped fixtures; tests take ``tracking_uri``."""
+
+    def copy(folder: Path) -> str:
+        shutil.copy(_empty_store, folder / "mlflow.db")
+        return f"sqlite:///{folder / 'mlflow.db'}"
+
+    return copy
+
+
 @pytest.fixture
-def tracking_uri(tmp_path, _empty_store) -> str:
+def tracking_uri(tmp_path, store_in) -> str:
     """A fresh SQLite MLflow store in this test's folder."""
-    database = tmp_path / "mlflow.db"
-    shutil.copy(_empty_store, database)
-    return f"sqlite:///{database}"
+    return store_in(tmp_path)

@@ -104,11 +104,10 @@ def pausing(monkeypatch, plugin_site, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, _empty_store):
+def reference(tmp_path_factory, store_in):
     """The grid on the local executor, in this process: what the other executors must reproduce."""
     folder = tmp_path_factory.mktemp("reference")
-    shutil.copy(_empty_store, folder / "mlflow.db")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = store_in(folder)
     set_registry(load_registry(extra_plugins=[("pausing", pausing_plugin)]))
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(pausing_plugin.PAUSE_ENV, raising=False)  # nothing pauses here

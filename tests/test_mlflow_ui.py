@@ -44,13 +44,12 @@ def _listening(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, _empty_store):
+def ui(tmp_path_factory, store_in):
     """A finished 2-optimizer x 2-sigma sweep, and `initmem ui` serving its store."""
     from initmem_core import run_sweep
 
     folder = tmp_path_factory.mktemp("ui")
-    shutil.copy(_empty_store, folder / "mlflow.db")
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    uri = store_in(folder)
     result = run_sweep({"opt": "sgd,adam", "sigma": "0.5,2.0", "data": "digits", "epochs": 1, "train_size": 64,
                         "threads": 1, "checkpoint_every": 0}, name="ui-e2e", tracking_uri=uri, out=folder / "out")
     port = free_port()

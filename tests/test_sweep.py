@@ -4,7 +4,6 @@ parent, resuming, failing cells, and N workers on one SQLite store losing nothin
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -47,11 +46,10 @@ def split(runs):
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory, _empty_store):
+def swept(tmp_path_factory, store_in):
     """One 2-sigma x 2-optimizer x 1-seed sweep, shared by the tests that only read it."""
     folder = tmp_path_factory.mktemp("sweep")
-    shutil.copy(_empty_store, folder / "mlflow.db")
-    uri, out = f"sqlite:///{folder / 'mlflow.db'}", folder / "out"
+    uri, out = store_in(folder), folder / "out"
     result = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)])
     assert result.exit_code == 0, result.output
     return uri, out, result
