@@ -39,7 +39,7 @@ class PendingWrites:
     status: tuple[str, int] | None = None  # status, end time ms
 
     def __bool__(self) -> bool:
-        return bool(self.metrics or self.tags or self.texts or self.files or self.status)
+        return self.count() > 0
 
     def count(self) -> int:
         """How many values wait: metric values, tags, texts, files and the final status."""
@@ -52,10 +52,16 @@ class PendingWrites:
 
         from initmem_core.tracking.store import log_in_batches
 
+        def drop_metrics(count: int) -> None:
+            del self.metrics[:count]
+
+        def drop_tags(count: int) -> None:
+            for key in list(self.tags)[:count]:
+                del self.tags[key]
+
         log_in_batches(client, run_id, "metrics", [Metric(k, v, t, s) for k, v, t, s in self.metrics],
-                       taken=lambda count: self.metrics.__delitem__(slice(0, count)))
-        log_in_batches(client, run_id, "tags", [RunTag(k, v) for k, v in self.tags.items()],
-                       taken=lambda count: [self.tags.pop(key) for key in list(self.tags)[:count]])
+                       taken=drop_metrics)
+        log_in_batches(client, run_id, "tags", [RunTag(k, v) for k, v in self.tags.items()], taken=drop_tags)
         while self.texts:
             name, text = next(iter(self.texts.items()))
             client.log_text(run_id, text, name)
