@@ -55,26 +55,26 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
     return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
 
 
-def results_markdown(name: str, findings, report, report_md: str, seconds: float | None,
-                     preset: str = "paper-mini") -> str:
+#: Everything below this line in RESULTS.md is written by hand and kept when the page is regenerated.
+KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
+
+
+def sweep_section(name: str, preset: str, findings, report, report_md: str, seconds: float | None) -> str:
+    """One sweep's part of RESULTS.md: its claims, caveats, plots (``images/<name>/``) and full report."""
     rows = "\n".join(f"| {f.claim} | {f.measured.replace('|', '/')} | {f.verdict} |" for f in findings)
     took = f" in {seconds / 60:.1f} minutes" if seconds else ""
-    plots = "\n\n".join(f"![{p[:-4]}](images/{p})" for p in PLOTS)
-    return f"""# Results: the paper's findings at mini scale
+    plots = "\n\n".join(f"![{name}: {p[:-4]}](images/{name}/{p})" for p in PLOTS)
+    report_md = report_md.replace("\n# ", "\n### ").replace("\n## ", "\n#### ")
+    report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
+    again = (f"`python benchmarks/paper_check.py --preset {preset}` (or `--sweep {name}` to re-read the sweep)"
+             if preset else f"`python benchmarks/paper_check.py --sweep {name}`")
+    return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
 
-Sweep `{name}` (preset `{preset}`), run{took} on {machine()}, {date.today()}.
-Regenerate with `python benchmarks/paper_check.py --preset {preset}` (add `--sweep {name}` to re-read an existing sweep).
+Run{took} on {machine()}, {date.today()}. Regenerate this section with {again}.
 
 | claim (../shared/PAPER.md) | measured (95% intervals) | verdict |
 |---|---|---|
 {rows}
-
-Accuracies are test accuracy at each run's best-validation-loss epoch; spread is max - min over
-sigma of the mean over seeds, in percentage points, with a 95% bootstrap interval over seeds and
-test examples. A claim is *reproduced* only when the interval of the relevant difference
-excludes zero in the claimed direction, *contradicted* when it excludes zero the other way, and
-otherwise *not resolved at this scale* (`initmem_core/report/findings.py`); nothing here was
-tuned toward the paper's answer.
 
 Reading these numbers:
 {caveats(report)}
@@ -85,36 +85,34 @@ Reading these numbers:
 """
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", help="evaluate an existing sweep (name or parent run id) instead of running a preset")
-    parser.add_argument("--preset", default="paper-mini", help="the preset to run (paper-mini, paper-fmnist, ...)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--tracking-uri", default=None)
-    parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where RESULTS.md and images/ go")
-    args = parser.parse_args()
+def results_markdown(sections: list[str], kept: str) -> str:
+    return f"""# Results: the paper's findings at small scale
 
-    import time
+One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
+tracking store. Accuracies are test accuracy at each run's best-validation-loss epoch; spread is
+max - min over sigma of the mean over seeds, in percentage points, with a 95% bootstrap interval
+over seeds and test examples. A claim is *reproduced* only when the interval of the relevant
+difference excludes zero in the claimed direction, *contradicted* when it excludes zero the other
+way, and otherwise *not resolved at this scale* (`initmem_core/report/findings.py`); nothing here
+was tuned toward the paper's answer.
 
+{"".join(sections)}
+{KEPT_BELOW}
+{kept}"""
+
+
+def evaluate(name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None,
+             console: Console) -> str:
+    """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
     from initmem_core.report.findings import evaluate_findings
-    from initmem_core.sweep.presets import preset_spec
-    from initmem_core.tracking.records import load_sweep_records
     from initmem_core.report.memory import build_report, to_markdown
     from initmem_core.report.plots import write_plots
-    from initmem_core.sweep.launch import run_sweep
+    from initmem_core.tracking.records import load_sweep_records
 
-    console = Console()
-    seconds = None
-    name = args.sweep
-    if name is None:
-        started = time.perf_counter()
-        result = run_sweep(preset_spec(args.preset), workers=args.workers, tracking_uri=args.tracking_uri)
-        seconds, name = time.perf_counter() - started, result.name
-    name, records = load_sweep_records(name, tracking_uri=args.tracking_uri)
+    name, records = load_sweep_records(name, tracking_uri=tracking_uri)
     if seconds is None:
-        seconds = cells_wall_seconds(name, args.tracking_uri)
+        seconds = cells_wall_seconds(name, tracking_uri)
     findings = evaluate_findings(records)
-
     table = Table(title=f"paper findings on sweep {name}")
     for column in ("claim", "measured (95% intervals)", "verdict"):
         table.add_column(column, overflow="fold")
@@ -122,16 +120,46 @@ def main() -> None:
     for f in findings:
         table.add_row(f.claim, f.measured, colour[f.reproduced] + f.verdict)
     console.print(table)
-
     report = build_report(records)
-    images = args.docs / "images"
-    images.mkdir(parents=True, exist_ok=True)
-    written = {path.name for path in write_plots(report, images)}
+    written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
-    (args.docs / "RESULTS.md").write_text(
-        results_markdown(name, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds,
-                         args.preset))
-    console.print(f"wrote {args.docs / 'RESULTS.md'}")
+    return sweep_section(name, preset, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="append", default=[],
+                        help="evaluate an existing sweep (name or parent run id) instead of running a preset; "
+                             "repeat for one section each")
+    parser.add_argument("--preset", default="paper-mini", help="the preset to run (paper-mini, paper-fmnist, ...)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tracking-uri", action="append", default=[],
+                        help="the store of each --sweep, in the same order (one: for all of them)")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where RESULTS.md and images/ go")
+    args = parser.parse_args()
+
+    import time
+
+    from initmem_core.sweep.launch import run_sweep
+    from initmem_core.sweep.presets import preset_names, preset_spec
+
+    console = Console()
+    uris = args.tracking_uri or [None]
+    if len(uris) not in (1, max(1, len(args.sweep))):
+        parser.error("give one --tracking-uri, or one per --sweep")
+    sections = []
+    if not args.sweep:
+        started = time.perf_counter()
+        result = run_sweep(preset_spec(args.preset), workers=args.workers, tracking_uri=uris[0])
+        sections.append(evaluate(result.name, uris[0], args.preset, args.docs, time.perf_counter() - started, console))
+    for index, name in enumerate(args.sweep):
+        uri = uris[index] if len(uris) > 1 else uris[0]
+        sections.append(evaluate(name, uri, name if name in preset_names() else "", args.docs, None, console))
+    page = args.docs / "RESULTS.md"
+    old = page.read_text() if page.exists() else ""
+    kept = old.split(KEPT_BELOW, 1)[1].lstrip("\n") if KEPT_BELOW in old else ""
+    page.write_text(results_markdown(sections, kept))
+    console.print(f"wrote {page} ({len(sections)} sweep section(s); the part written by hand kept)")
 
 
 if __name__ == "__main__":

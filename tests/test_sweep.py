@@ -266,3 +266,31 @@ def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracki
         "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1", "--port", "5000"]
     result = runner.invoke(app, ["ui", "--sweep", "nope", "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and "experiment 'initmem' does not exist" in result.stderr and not started
+
+SWEEP_PROCESS = """
+import multiprocessing, sys, time
+from initmem_core.sweep.launch import run_sweep
+
+if __name__ == "__main__":
+    grid = {"sigma": [0.5, 2], "epochs": 1, "train_size": 100, "batch_size": 50, "eval_batch_size": 512}
+    first = run_sweep(grid, name="light", workers=2, tracking_uri=sys.argv[1], out="out")
+    again = run_sweep(grid, name="light", workers=2, tracking_uri=sys.argv[1], out="out")  # nothing to run
+    deadline = time.monotonic() + 15
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print([c.status for c in first.cells], [c.skipped for c in again.cells], "torch" in sys.modules,
+          len(multiprocessing.active_children()))
+"""
+
+
+def test_the_sweep_process_leaves_torch_to_its_workers_and_stops_them(tracking_uri, tmp_path):
+    """Workers start before the store is opened and import torch meanwhile; the sweep process
+    itself never does. Workers a relaunch did not need are stopped."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "sweep_process.py"
+    script.write_text(SWEEP_PROCESS)
+    done = subprocess.run([sys.executable, str(script), tracking_uri], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "['FINISHED', 'FINISHED'] [True, True] False 0"

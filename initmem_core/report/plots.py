@@ -24,6 +24,17 @@ def _figure(width: float = 6.4, height: float = 4.2):
     return figure
 
 
+def warm_up() -> None:
+    """Import matplotlib and draw a throw-away figure with the report's symbols, so that fonts and
+    text layout are loaded before the report is due (a sweep calls this while its cells run)."""
+    figure = _figure(2.0, 2.0)
+    ax = figure.add_subplot()
+    ax.errorbar([0.0, 1.0], [0.0, 1.0], yerr=[[0.1, 0.1], [0.1, 0.1]], marker="o", label="σ_w")
+    ax.set(xlabel=CLOCK_LABELS["clock_sgd"], title=CLOCK_LABELS["clock_l2"])
+    figure.legend(loc="outside lower center", fontsize="small")
+    figure.canvas.draw()
+
+
 def _save(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120, bbox_inches="tight")  # nothing cut at the edges

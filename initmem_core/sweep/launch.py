@@ -15,6 +15,7 @@ cluster, Slurm); all of the above is this module's, and the same whichever runs 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol
@@ -24,6 +25,7 @@ from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import Report, build_report
+from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
@@ -206,6 +208,13 @@ class _Sweep:
         return report, files
 
 
+def _warm_up_drawing() -> None:
+    try:
+        warm_up()
+    except Exception:  # only a head start: the report draws, and reports what fails, for itself
+        pass
+
+
 def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> None:
     """Every folder the sweep will write to, before its first cell: a bad one fails in one
     line, not once every cell has trained."""
@@ -259,6 +268,15 @@ def run_sweep(
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)
     progress = progress or NoSweepProgress()
+    getattr(executor, "start", lambda: None)()  # workers import torch while the store opens
+    try:
+        return _launch(plan, executor, uri, experiment, progress, registry, retry_failed)
+    finally:
+        getattr(executor, "stop", lambda: None)()  # workers no cell needed (every cell was done)
+
+
+def _launch(plan: SweepPlan, executor: Executor, uri: str, experiment: str, progress: SweepProgress,
+            registry: Any, retry_failed: bool) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
     sweep.describe(plan)
     pin = getattr(executor, "pin", None) or (lambda config: config)
@@ -291,7 +309,13 @@ def run_sweep(
     status = "FAILED"
     try:
         if pending:
+            # The process waits for its cells: meanwhile, get the report's drawing ready.
+            drawing = threading.Thread(target=_warm_up_drawing, name="initmem-report-warm-up", daemon=True)
+            drawing.start()
             executor.run(pending, sweep)
+            drawing.join()  # matplotlib is not thread-safe: one thread draws at a time
+        else:
+            getattr(executor, "stop", lambda: None)()
         report, files = sweep.publish(plan.out, cells, plan.spec)
         if all(cell.status == "FINISHED" for cell in cells):
             status = "FINISHED"

@@ -184,16 +184,21 @@ class MlflowTracker:
 
     def end_run(self, status="FINISHED"):
         self.pending.status = (status, int(time.time() * 1000))
+        self.write_or_keep()
+
+    def write_or_keep(self) -> None:
+        """Write everything pending now; what the store refuses goes to the unsynced file."""
         self.flush(force=True)
         if self.pending:
             count = self.pending.count()
+            ended = ", its end included" if self.pending.status else ""
             path = spill(self.pending, unsynced_folder(store_folder(self.uri)), self.run_id, self.uri)
             self.pending = PendingWrites()
-            self.unsynced = (f"{count} write(s), its end included, wait in {path}: "
+            self.unsynced = (f"{count} write(s){ended} wait in {path}: "
                              f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
             warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
                           f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                          "once the store answers", RunWarning, stacklevel=2)
+                          "once the store answers", RunWarning, stacklevel=3)
 
     def flush(self, force: bool = False) -> None:
         """Write what is pending if ``flush_every_s`` has passed since the last write and the

@@ -19,6 +19,8 @@ A run's checkpoints live in ``<root>/<config hash>/`` (root: ``--checkpoint-dir`
 training. A file is written to a temporary name, flushed to disk and renamed over, so a crash
 leaves either the old file or the new one. A file that still cannot be read (truncated by a
 disk that lied, corrupted, or not ours) is skipped, with a warning, for the one before it.
+
+torch is imported where it is used: a sweep process finds and names checkpoints without it.
 """
 
 from __future__ import annotations
@@ -34,11 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError, RunWarning
-from initmem_core.training.tensor_packing import pack, unpack
 
 FORMAT = "initmem-checkpoint/2"
 HEADER = ("format", "config", "config_hash", "run_id", "epoch", "step")  # kept out of the packing: read alone
@@ -66,6 +65,10 @@ class UnusableCheckpoint(Exception):
 def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     """Load one checkpoint with ``weights_only=True``; ``UnusableCheckpoint`` if it is not a whole
     initmem checkpoint. ``mmap``: leave tensor data on disk (to read the header cheaply)."""
+    import torch
+
+    from initmem_core.training.tensor_packing import unpack
+
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as error:  # truncated zip, foreign pickle, random bytes
@@ -88,6 +91,8 @@ def capture(payload: dict[str, Any]) -> dict[str, Any]:
     """What goes into the file: the header as it is, the training state packed (the history as
     rows, or already as ``history_columns``). Packing copies every tensor, so the result no longer
     changes with training and can be written at leisure."""
+    from initmem_core.training.tensor_packing import pack
+
     header_part = {key: payload[key] for key in HEADER if key in payload}
     state = {key: value for key, value in payload.items() if key not in header_part}
     if isinstance(state.get("history"), list):
@@ -100,6 +105,8 @@ def history_columns(rows: list[dict[str, Any]], before: Any = None) -> dict[str,
     run's history, pickled row by row, would cost a Python object per value at every checkpoint.
     Rows holding anything but numbers are kept as they are. ``before``: this function's table of
     the first rows of the same append-only history; only the rows after them are converted."""
+    import torch
+
     if not (isinstance(before, dict) and before["rows"] <= len(rows)):
         before = None
     new = rows[before["rows"]:] if before else rows
@@ -183,6 +190,8 @@ class CheckpointStore:
 
     def _write(self, path: Path, captured: dict[str, Any]) -> None:
         """Write atomically, then delete every file but this one and the previous good one."""
+        import torch
+
         self.folder.mkdir(parents=True, exist_ok=True)
         temporary = self.folder / f".{path.name}.{os.getpid()}.tmp"
         encoded = io.BytesIO()  # half the CPU time of torch.save into a file object, which writes in pieces
@@ -307,6 +316,7 @@ def find_resumable(config_hash: str, checkpoint_root: str | Path) -> ResumePoint
 
 def capture_rng() -> dict[str, Any]:
     import numpy
+    import torch
 
     version, state, gauss = random.getstate()
     kind, keys, position, has_gauss, cached = numpy.random.get_state()
@@ -323,6 +333,7 @@ def capture_rng() -> dict[str, Any]:
 
 def restore_rng(captured: dict[str, Any]) -> None:
     import numpy
+    import torch
 
     torch.set_rng_state(captured["torch"])
     python = captured["python"]

@@ -6,6 +6,11 @@ in the store. Once the run exists, any failure marks it FAILED (a divergence is 
 ``diverged=true``), SIGTERM and Ctrl-C write a checkpoint and mark it KILLED, and the exception
 is re-raised. ``resume=True`` continues the run of the newest checkpoint of this config, in the
 same MLflow run, logging only the steps that run does not hold yet.
+
+The store is opened first, by a helper process (``tracking.tracker_process``) while this one
+builds data and model, so that MLflow's import and the store's set-up cost no wall time; the run
+itself is created only once everything is built. (A bad input found while the data is read may
+thus leave a new, empty store behind: never a run.)
 """
 
 from __future__ import annotations
@@ -138,6 +143,7 @@ def run(
     progress: Any = None,
     registry: Registry | None = None,
     resume: bool = False,
+    helper_process: bool | None = None,
     **overrides: Any,
 ) -> RunResult:
     """Train one model and track it.
@@ -152,8 +158,13 @@ def run(
     newest checkpoint of this config, in its run (``tracker`` must then be able to reopen it).
     Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
     that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM or Ctrl-C.
+
+    ``helper_process``: track through a helper process (``tracking.tracker_process``) that imports
+    MLflow, opens the store and writes the run on another core while this one builds the data
+    and model and trains. ``None`` (the default) chooses it when MLflow is not imported in this
+    process yet, as in ``initmem run``; in a notebook that has it already, tracking in process
+    costs less than starting a helper.
     """
-    from initmem_core.training.loop import train
     from initmem_core.training.setup import build_setup
 
     registry = registry or get_registry()
@@ -163,10 +174,35 @@ def run(
         config = from_mapping({**dict(config or {}), **overrides})
     config = validate(config, registry)  # resolves the optimizer's lr and --opt-arg
     _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
-    setup = build_setup(config, registry)
-    if tracker is None:
-        tracker = (MlflowTracker(tracking_uri, experiment, parent_run_id=parent_run_id)
-                   if tracking else MemoryTracker())
+    owned = tracker is None
+    if tracker is None:  # first: a helper process sets the store up while the setup is built
+        tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process)
+    try:
+        setup = build_setup(config, registry)
+        return _train_tracked(config, setup, tracker, tags, progress, resume)
+    finally:
+        if owned:  # a helper process ends once its run has, or when the run never began
+            getattr(tracker, "close", lambda: None)()
+
+
+def _new_tracker(tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None,
+                 helper_process: bool | None) -> Tracker:
+    import os
+    import sys
+
+    if not tracking:
+        return MemoryTracker()
+    if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
+        from initmem_core.tracking.tracker_process import TrackerProcess
+
+        return TrackerProcess(uri, experiment, parent_run_id=parent_run_id)
+    return MlflowTracker(uri, experiment, parent_run_id=parent_run_id)
+
+
+def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any,
+                   resume: bool) -> RunResult:
+    from initmem_core.training.loop import train
+
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
         run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)

@@ -4,7 +4,9 @@ The sweep keeps everything else, whichever executor runs the cells: the parent r
 run per cell created before the cell is handed over, skipping cells that finished before, the
 progress display and the report. An executor calls ``sweep.submit(cell)`` to get the cell's
 ``Job`` (its child run, its progress bar) as it hands the cell over, and ``sweep.close(job,
-error)`` once the cell ended or its worker is gone for good.
+error)`` once the cell ended or its worker is gone for good. An executor may also have
+``start()``, which ``run_sweep`` calls before it opens the store (to start workers meanwhile),
+and ``stop()`` for workers started but not needed.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import ctypes
-import functools
 import multiprocessing
 import os
 import queue as queues
@@ -62,11 +61,23 @@ def start_manager(parent_pid: int) -> None:
 
 
 def start_worker(parent_pid: int) -> None:
-    """A spawned worker starts bare: it dies with the sweep and warns in one line, as the CLI does."""
+    """A spawned worker starts bare: it dies with the sweep and warns in one line, as the CLI
+    does. It imports torch and the training code at once, while the sweep opens the store."""
     from initmem_core.plugin_system.loader import one_line_warnings
 
     die_with_parent(parent_pid)
     one_line_warnings()
+    import torch  # noqa: F401  (the bulk of a cell's start-up)
+
+    import initmem_core.training.loop  # noqa: F401
+    import initmem_core.training.setup  # noqa: F401
+
+
+def gpus_in_worker() -> int:
+    """How many GPUs a worker sees; asked of a worker so that the sweep never imports torch."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str, uri: str,
@@ -87,6 +98,42 @@ class _InFlight:
     pool: futures.ProcessPoolExecutor
 
 
+class _Workers:
+    """The worker processes, the queue they report through and the folder their artifact files
+    are staged in. Started as soon as the sweep knows it needs them: every worker imports torch
+    and the training code (``start_worker``) while the sweep process opens the store."""
+
+    def __init__(self, workers: int):
+        from multiprocessing.managers import SyncManager
+
+        self.workers = workers
+        self.context = multiprocessing.get_context("spawn")
+        self.manager = SyncManager(ctx=self.context)
+        self.manager.start(start_manager, (os.getpid(),))
+        self.events = self.manager.Queue()
+        self.staging = tempfile.TemporaryDirectory(prefix="initmem-sweep-")
+        self.pool = self.new_pool()
+        # One task per worker makes the pool start them all now (it starts them on demand).
+        self.gpus = [self.pool.submit(gpus_in_worker) for _ in range(workers)][0]
+
+    def new_pool(self) -> futures.ProcessPoolExecutor:
+        return futures.ProcessPoolExecutor(self.workers, mp_context=self.context, initializer=start_worker,
+                                           initargs=(os.getpid(),))
+
+    def gpu_count(self) -> int:
+        try:
+            return self.gpus.result()
+        except futures.process.BrokenProcessPool:
+            return 0
+
+    def close(self) -> None:
+        """Every cell has ended or been given up (Ctrl-C): the workers exit while the sweep
+        writes its report, and die with it if it is quicker."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.manager.shutdown()
+        self.staging.cleanup()
+
+
 class LocalExecutor:
     """``workers == 1``: cells one after another in this process (plugins registered in this
     process work). More: that many spawned processes, plugins from installed entry points."""
@@ -98,10 +145,23 @@ class LocalExecutor:
         if workers < 1:
             raise ConfigError(f"--workers must be 1 or greater, got {workers}")
         self.workers = workers
+        self._started: _Workers | None = None
 
     @staticmethod
     def pin(config: RunConfig) -> RunConfig:
         return pin_threads(config)
+
+    def start(self) -> None:
+        """Start the worker processes now, before the sweep opens the store (``run_sweep`` calls
+        this when there are cells to run); ``run`` would start them otherwise."""
+        if self.workers > 1 and self._started is None:
+            self._started = _Workers(self.workers)
+
+    def stop(self) -> None:
+        """Stop workers started but never used (the sweep failed before its first cell)."""
+        if self._started is not None:
+            self._started.close()
+            self._started = None
 
     def run(self, cells: list, sweep: SweepCells) -> None:
         if self.workers == 1:
@@ -124,47 +184,40 @@ class LocalExecutor:
 
     def _in_workers(self, cells: list, sweep: SweepCells) -> None:
         """Cells in spawned processes; this process alone writes to the store."""
-        from multiprocessing.managers import SyncManager
-
-        context = multiprocessing.get_context("spawn")
-        workers, gpus = self.workers, _gpu_count()
+        self.start()
+        started, self._started = self._started, None
+        assert started is not None
+        workers, gpus, events = self.workers, started.gpu_count(), started.events
         todo = list(cells)
         running: dict[futures.Future, _InFlight] = {}
-        manager = SyncManager(ctx=context)
-        manager.start(start_manager, (os.getpid(),))
-        with manager, tempfile.TemporaryDirectory(prefix="initmem-sweep-") as staging:
-            events = manager.Queue()
-            new_pool = functools.partial(futures.ProcessPoolExecutor, workers, mp_context=context,
-                                         initializer=start_worker, initargs=(os.getpid(),))
-            pool = new_pool()
-            try:
-                while todo or running:
-                    free = sorted(set(range(workers)) - {flight.slot for flight in running.values()})
-                    while todo and free:
-                        cell, slot = todo.pop(0), free.pop(0)
-                        cell.config = for_slot(pin_threads(cell.config), slot, gpus)
-                        job = sweep.submit(cell)
-                        future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, events, staging, sweep.uri,
-                                             cell.resume)
-                        running[future] = _InFlight(job, slot, pool)
-                    # A future that is done has put all its events: drain first, then close its cell.
-                    done = [f for f in running if f.done()]
-                    _drain(events, {flight.job.cell.run_id: flight.job for flight in running.values()}, wait=not done)
-                    for future in done:
-                        flight = running.pop(future)
-                        try:
-                            _, error = future.result()
-                        except futures.process.BrokenProcessPool as broken:  # a worker died, e.g. out of memory
-                            error = f"worker process died: {broken}"
-                            if flight.pool is pool:
-                                pool.shutdown(wait=False)
-                                pool = new_pool()
-                        sweep.close(flight.job, error)
-            except KeyboardInterrupt:
-                sweep.interrupt(flight.job for flight in running.values())
-                raise
-            finally:  # after Ctrl-C, do not wait for the cells still running
-                pool.shutdown(wait=not running, cancel_futures=True)
+        try:
+            while todo or running:
+                free = sorted(set(range(workers)) - {flight.slot for flight in running.values()})
+                while todo and free:
+                    cell, slot = todo.pop(0), free.pop(0)
+                    cell.config = for_slot(pin_threads(cell.config), slot, gpus)
+                    job = sweep.submit(cell)
+                    future = started.pool.submit(run_cell_in_worker, cell.config, cell.run_id, events,
+                                                 started.staging.name, sweep.uri, cell.resume)
+                    running[future] = _InFlight(job, slot, started.pool)
+                # A future that is done has put all its events: drain first, then close its cell.
+                done = [f for f in running if f.done()]
+                _drain(events, {flight.job.cell.run_id: flight.job for flight in running.values()}, wait=not done)
+                for future in done:
+                    flight = running.pop(future)
+                    try:
+                        _, error = future.result()
+                    except futures.process.BrokenProcessPool as broken:  # a worker died, e.g. out of memory
+                        error = f"worker process died: {broken}"
+                        if flight.pool is started.pool:
+                            started.pool.shutdown(wait=False)
+                            started.pool = started.new_pool()
+                    sweep.close(flight.job, error)
+        except KeyboardInterrupt:
+            sweep.interrupt(flight.job for flight in running.values())
+            raise
+        finally:
+            started.close()
 
 
 def _drain(events, jobs: dict[str, Job], wait: bool) -> None:
@@ -185,9 +238,3 @@ def _drain(events, jobs: dict[str, Job], wait: bool) -> None:
             event = events.get_nowait()
     except queues.Empty:
         return
-
-
-def _gpu_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -1,0 +1,193 @@
+"""Tracking through a helper process: the same run in the store as tracking in process, a bad store
+still fails in one line before training, and nothing is lost when either process dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import initmem_core
+from initmem_cli.app import app
+from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.tracking.tracker_process import TrackerProcess
+
+SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
+runner = CliRunner()
+
+
+def stored(uri: str, run_id: str) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    return {
+        "status": run.info.status,
+        "params": run.data.params,
+        "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
+        "metrics": {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+                    for key in run.data.metrics},
+        "artifacts": sorted(a.path for a in client.list_artifacts(run_id)),
+        "datasets": [(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs],
+    }
+
+
+def test_a_run_tracked_by_the_helper_is_the_run_tracked_in_process(tracking_uri):
+    helper = initmem_core.run(tracking_uri=tracking_uri, helper_process=True, **SMALL)
+    in_process = initmem_core.run(tracking_uri=tracking_uri, helper_process=False, **SMALL)
+    ours, theirs = stored(tracking_uri, helper.run_id), stored(tracking_uri, in_process.run_id)
+    assert helper.run_id != in_process.run_id and ours["status"] == "FINISHED"
+    assert ours["metrics"] == theirs["metrics"] and len(ours["metrics"]["test_acc"]) == 4
+    assert ours["params"] == theirs["params"] and ours["tags"] == theirs["tags"]
+    assert ours["artifacts"] == theirs["artifacts"] and "final_weights.pt" in ours["artifacts"]
+    assert ours["datasets"] == theirs["datasets"] != []
+
+
+def test_the_training_process_never_imports_mlflow(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = textwrap.dedent(f"""
+        import sys, initmem_core
+        result = initmem_core.run(tracking_uri={uri!r}, **{SMALL!r})
+        assert "mlflow" not in sys.modules, "mlflow imported"
+        print(result.run_id)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert stored(uri, done.stdout.strip())["status"] == "FINISHED"
+
+
+def test_a_store_that_cannot_be_opened_fails_in_one_line_before_training(tmp_path):
+    database = tmp_path / "mlflow.db"
+    database.write_bytes(b"not a database" * 100)
+    with pytest.raises(ConfigError, match=f"tracking store sqlite:///{database}.*cannot be reached") as raised:
+        initmem_core.run(tracking_uri=f"sqlite:///{database}", helper_process=True, **SMALL)
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "initmem-checkpoints").exists()  # nothing was trained
+
+
+class KillHelperAfterEpoch:
+    """Progress that SIGKILLs the tracking helper once an epoch is done."""
+
+    def __init__(self, tracker: TrackerProcess, epoch: int):
+        self.tracker, self.epoch = tracker, epoch
+
+    def start(self, epochs, steps_per_epoch):
+        pass
+
+    def advance(self, steps):
+        pass
+
+    def epoch_done(self, epoch, metrics):
+        if epoch == self.epoch:
+            os.kill(self.tracker._process.pid, signal.SIGKILL)
+            self.tracker._process.wait()
+
+
+def test_a_helper_that_dies_loses_nothing_initmem_sync_uploads_the_rest(tracking_uri, tmp_path):
+    expected = initmem_core.run(tracking_uri=tracking_uri, helper_process=False, **SMALL)
+    tracker = TrackerProcess(tracking_uri, flush_every_s=3600)  # nothing reaches the store before the kill
+    with pytest.warns(RunWarning, match="tracking helper process of run .* ended"):
+        result = initmem_core.run(tracker=tracker, progress=KillHelperAfterEpoch(tracker, 1), **SMALL)
+    assert result.status == "FINISHED" and "initmem sync" in result.unsynced
+    assert stored(tracking_uri, result.run_id)["status"] == "RUNNING"
+    synced = runner.invoke(app, ["sync", "--tracking-uri", tracking_uri])
+    assert synced.exit_code == 0, synced.output
+    ours, theirs = stored(tracking_uri, result.run_id), stored(tracking_uri, expected.run_id)
+    assert ours["status"] == "FINISHED" and ours["metrics"] == theirs["metrics"]  # every epoch, once
+    assert ours["artifacts"] == theirs["artifacts"]
+
+
+KILLED_MID_RUN = """
+import json, os, signal, sys
+import initmem_core
+
+class KillSelf:
+    def __init__(self):
+        self.tracker = None
+    def start(self, epochs, steps_per_epoch):
+        pass
+    def advance(self, steps):
+        pass
+    def epoch_done(self, epoch, metrics):
+        if epoch == 2:
+            helper = [p for p in os.listdir("/proc") if p.isdigit() and
+                      open(f"/proc/{p}/cmdline", "rb").read().count(b"initmem_core.tracking.tracker_process")
+                      and open(f"/proc/{p}/stat").read().split()[3] == str(os.getpid())]
+            open("helper.pid", "w").write(helper[0])
+            os.kill(os.getpid(), signal.SIGKILL)
+
+initmem_core.run(tracking_uri=sys.argv[1], progress=KillSelf(), **json.loads(sys.argv[2]))
+"""
+
+
+def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_resumes(tracking_uri, tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_MID_RUN)
+    killed = subprocess.run([sys.executable, str(script), tracking_uri, json.dumps(SMALL)], cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    helper = int((tmp_path / "helper.pid").read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{helper}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{helper}").exists(), "the helper outlived its training process"
+    from mlflow.tracking import MlflowClient
+
+    (run,) = MlflowClient(tracking_uri).search_runs([MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id])
+    held = stored(tracking_uri, run.info.run_id)
+    # Written at the end of the input although the 5 s batching interval had not passed.
+    assert held["status"] == "RUNNING" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2]
+    resumed = initmem_core.run(tracking_uri=tracking_uri, resume=True, helper_process=True, **SMALL)
+    assert resumed.run_id == run.info.run_id and stored(tracking_uri, run.info.run_id)["status"] == "FINISHED"
+    assert [step for step, _ in stored(tracking_uri, run.info.run_id)["metrics"]["test_acc"]] == [0, 1, 2, 3]
+
+
+class LockWhileTraining:
+    """Holds an exclusive lock on the SQLite file from the start of training until epoch
+    ``release`` is done, sleeping ``hold_s`` there first; notes when each epoch ended."""
+
+    def __init__(self, database: str, release: int, hold_s: float = 0.0):
+        import sqlite3
+
+        self.connection = sqlite3.connect(database, isolation_level=None)
+        self.release, self.hold_s, self.ended = release, hold_s, {}
+
+    def start(self, epochs, steps_per_epoch):
+        self.connection.execute("BEGIN EXCLUSIVE")
+        self.started = time.monotonic()
+
+    def advance(self, steps):
+        pass
+
+    def epoch_done(self, epoch, metrics):
+        self.ended[epoch] = time.monotonic() - self.started
+        if epoch == self.release:
+            time.sleep(self.hold_s)
+            self.connection.execute("ROLLBACK")
+
+
+def test_a_locked_store_never_holds_up_training(tracking_uri):
+    """In process, the first write would wait up to MLflow's 20 s lock timeout."""
+    lock = LockWhileTraining(tracking_uri[len("sqlite:///"):], release=3)
+    result = initmem_core.run(tracker=TrackerProcess(tracking_uri, flush_every_s=0), progress=lock, **SMALL)
+    assert lock.ended[3] < 15, lock.ended  # every epoch trained while the store was locked
+    held = stored(tracking_uri, result.run_id)
+    assert held["status"] == "FINISHED" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow  # the helper waits out MLflow's 20 s lock timeout
+def test_the_helpers_warnings_reach_the_training_process_in_one_line(tracking_uri):
+    lock = LockWhileTraining(tracking_uri[len("sqlite:///"):], release=1, hold_s=22)
+    with pytest.warns(RunWarning, match="is not answering .*database is locked") as warned:
+        result = initmem_core.run(tracker=TrackerProcess(tracking_uri, flush_every_s=0), progress=lock, **SMALL)
+    assert all("\n" not in str(w.message) for w in warned)
+    held = stored(tracking_uri, result.run_id)
+    assert held["status"] == "FINISHED" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2, 3]
