@@ -2,8 +2,8 @@
 
 Plain PyTorch and scikit-learn only (the CIFAR ResNet-20 class is taken from initmem's built-in
 plugin so both sides train the very same network): digits, a 60/20/20 split, SGD at a constant
-rate, batch 32, and after every epoch the evaluations an initmem run makes (clean training set,
-validation and test, in eval mode, large batches). No tracking, no checkpoints, no progress bar.
+rate, batch 32, and before training and after every epoch the evaluations an initmem run makes
+(clean training set, validation and test, in eval mode, large batches). No tracking, no checkpoints, no progress bar.
 
     python benchmarks/bare_run.py --epochs 10 --sigma 1.0 --seed 0
 """
@@ -59,8 +59,8 @@ def main() -> None:
 
     train_x, train_y = data["train"]
     shuffle = torch.Generator().manual_seed(args.seed)
-    for epoch in range(1, args.epochs + 1):
-        for idx in torch.randperm(len(train_y), generator=shuffle).split(args.batch_size):
+    for epoch in range(0, args.epochs + 1):  # epoch 0: the initialization, evaluated as an initmem run does
+        for idx in torch.randperm(len(train_y), generator=shuffle).split(args.batch_size) if epoch else ():
             loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -19,6 +19,7 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.tracker_process import TrackerProcess
+from initmem_core.training.loop import NoProgress
 
 SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
 runner = CliRunner()
@@ -73,17 +74,11 @@ def test_a_store_that_cannot_be_opened_fails_in_one_line_before_training(tmp_pat
     assert not (tmp_path / "initmem-checkpoints").exists()  # nothing was trained
 
 
-class KillHelperAfterEpoch:
+class KillHelperAfterEpoch(NoProgress):
     """Progress that SIGKILLs the tracking helper once an epoch is done."""
 
     def __init__(self, tracker: TrackerProcess, epoch: int):
         self.tracker, self.epoch = tracker, epoch
-
-    def start(self, epochs, steps_per_epoch):
-        pass
-
-    def advance(self, steps):
-        pass
 
     def epoch_done(self, epoch, metrics):
         if epoch == self.epoch:
@@ -109,13 +104,9 @@ KILLED_MID_RUN = """
 import json, os, signal, sys
 import initmem_core
 
-class KillSelf:
-    def __init__(self):
-        self.tracker = None
-    def start(self, epochs, steps_per_epoch):
-        pass
-    def advance(self, steps):
-        pass
+from initmem_core.training.loop import NoProgress
+
+class KillSelf(NoProgress):
     def epoch_done(self, epoch, metrics):
         if epoch == 2:
             helper = [p for p in os.listdir("/proc") if p.isdigit() and
@@ -150,7 +141,7 @@ def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_r
     assert [step for step, _ in stored(tracking_uri, run.info.run_id)["metrics"]["test_acc"]] == [0, 1, 2, 3]
 
 
-class LockWhileTraining:
+class LockWhileTraining(NoProgress):
     """Holds an exclusive lock on the SQLite file from the start of training until epoch
     ``release`` is done, sleeping ``hold_s`` there first; notes when each epoch ended."""
 
@@ -163,9 +154,6 @@ class LockWhileTraining:
     def start(self, epochs, steps_per_epoch):
         self.connection.execute("BEGIN EXCLUSIVE")
         self.started = time.monotonic()
-
-    def advance(self, steps):
-        pass
 
     def epoch_done(self, epoch, metrics):
         self.ended[epoch] = time.monotonic() - self.started
