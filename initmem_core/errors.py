@@ -42,3 +42,13 @@ def ordered_by_similarity(name: str, candidates: list[str]) -> list[str]:
     """Return ``candidates`` with the closest matches to ``name`` first, the rest sorted."""
     close = difflib.get_close_matches(name, candidates, n=len(candidates), cutoff=0.0)
     return close if close else sorted(candidates)
+
+
+class Diverged(RuntimeError):
+    """The loss or the weights became non-finite (``training.divergence`` detects it). Here, not
+    there, so that catching it imports no torch."""
+
+    def __init__(self, epoch: int, what: str, step: int | None = None):
+        self.epoch, self.step = epoch, step
+        where = f"epoch {epoch}" if step is None else f"epoch {epoch} (step {step})"
+        super().__init__(f"diverged in {where}: {what} is not finite")

@@ -47,6 +47,13 @@ def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> l
             [0.0 if math.isnan(hi) else hi - v for v, hi in zip(values, highs)]]
 
 
+def _wrapped(label: str, width: int) -> str:
+    """A group label on as many lines as it needs, broken after its commas."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label.replace(",", ", "), width)).replace(", ", ",")
+
+
 def _spread_label(group) -> str:
     if group.did_not_train:
         return f"{group.group} (did not train)"
@@ -91,7 +98,8 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
         for sigma, _seed, curve in report.norm_curves.get(group, []):
             epochs, values = zip(*curve)
             ax.plot(epochs, values, color=cmap(norm(sigma)), alpha=0.85)
-        ax.set(title=group, xlabel="epoch")
+        ax.set_title(_wrapped(group, 38), fontsize="small")  # long group labels would run into the next panel
+        ax.set(xlabel="epoch")
         ax.grid(alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel("‖W‖_F")

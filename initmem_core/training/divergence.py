@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from initmem_core.errors import Diverged
 
-class Diverged(RuntimeError):
-    """The loss or the weights became non-finite."""
-
-    def __init__(self, epoch: int, what: str, step: int | None = None):
-        self.epoch, self.step = epoch, step
-        where = f"epoch {epoch}" if step is None else f"epoch {epoch} (step {step})"
-        super().__init__(f"diverged in {where}: {what} is not finite")
+__all__ = ["Diverged", "LossGuard", "all_finite"]
 
 
 class LossGuard:

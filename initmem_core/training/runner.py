@@ -165,8 +165,6 @@ def run(
     process yet, as in ``initmem run``; in a notebook that has it already, tracking in process
     costs less than starting a helper.
     """
-    from initmem_core.training.setup import build_setup
-
     registry = registry or get_registry()
     if isinstance(config, RunConfig):
         config = config.replace(**overrides) if overrides else config
@@ -178,6 +176,8 @@ def run(
     if tracker is None:  # first: a helper process sets the store up while the setup is built
         tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process)
     try:
+        from initmem_core.training.setup import build_setup  # torch: imported while the helper starts
+
         setup = build_setup(config, registry)
         return _train_tracked(config, setup, tracker, tags, progress, resume)
     finally:
