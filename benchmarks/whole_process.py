@@ -9,7 +9,9 @@ the bare side). Comparisons:
 - ``untracked``: ``initmem run --no-tracking --checkpoint-every 0`` vs the bare script;
 - ``tracked``: ``initmem run`` as it comes (MLflow and per-epoch checkpoints), store already there;
 - ``fresh``: the same in an empty folder, so the store is created by the run;
-- ``sweep``: ``initmem sweep`` of 4 sigmas with ``--workers 2`` vs the bare script 4 times, 2 at a time.
+- ``sweep``: ``initmem sweep`` of 4 sigmas with ``--workers 2`` vs the bare script 4 times, 2 at a time;
+- ``tracked-same-exit``: ``tracked`` against the bare script ending as ``initmem`` does (no
+  interpreter teardown, ``--fast-exit``), so that the ratio shows what initmem adds alone.
 
     python benchmarks/whole_process.py --pairs 5 --json whole_process.json
 """
@@ -56,6 +58,8 @@ def sides(name: str, epochs: int, folder: Path) -> tuple[list[list[str]], list[l
         return [[*INITMEM, *run, "--no-tracking", "--checkpoint-every", "0"]], [bare], 1, None
     if name == "tracked":
         return [[*INITMEM, *run]], [bare], 1, None
+    if name == "tracked-same-exit":
+        return [[*INITMEM, *run]], [[*bare, "--fast-exit"]], 1, None
     if name == "fresh":
         return [[*INITMEM, *run]], [bare], 1, folder
     sweep = ["sweep", "--epochs", str(epochs), "--batch-size", "32", "--threads", "1", "--workers", "2",
@@ -67,7 +71,7 @@ def compare(name: str, pairs: int, epochs: int, root: Path) -> dict:
     work = root / name
     work.mkdir()
     ours, bare, parallel, fresh = sides(name, epochs, work)
-    if name == "tracked":
+    if name in ("tracked", "tracked-same-exit"):
         timed(ours, work)  # creates the store: this comparison is about a store that is there
     walls, cpus = [], []
     for pair in range(pairs):
@@ -97,7 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--only", nargs="*", default=["untracked", "tracked", "fresh", "sweep"])
+    parser.add_argument("--only", nargs="*", default=["untracked", "tracked", "fresh", "sweep", "tracked-same-exit"])
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

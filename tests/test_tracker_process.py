@@ -179,3 +179,16 @@ def test_the_helpers_warnings_reach_the_training_process_in_one_line(tracking_ur
     assert all("\n" not in str(w.message) for w in warned)
     held = stored(tracking_uri, result.run_id)
     assert held["status"] == "FINISHED" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2, 3]
+
+
+def test_the_cli_skips_the_teardown_after_training_but_keeps_its_output_and_exit_codes(tmp_path, initmem_subprocess):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    small = ["--epochs", "1", "--train-size", "128", "--batch-size", "32", "--threads", "1"]
+    env = dict(os.environ, COLUMNS="200")
+    done = initmem_subprocess(env, "run", *small, "--tracking-uri", uri, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split("MLflow run id: ")[1].split()[0]  # the last line made it out
+    assert "best_val_test_acc" in done.stdout and stored(uri, run_id)["status"] == "FINISHED"
+    # Fails after torch was imported (no checkpoint to resume): the code and the one line survive.
+    failed = initmem_subprocess(env, "run", *small, "--seed", "7", "--resume", "--tracking-uri", uri, cwd=tmp_path)
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and "checkpoint" in failed.stderr, failed.stderr

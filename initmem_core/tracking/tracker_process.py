@@ -250,6 +250,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
                                                       parent_run_id=settings["parent_run_id"],
                                                       flush_every_s=settings["flush_every_s"])
         opening_error = ""
+        _warm_up(tracker)
     except Exception as error:  # answered to the first call that waits: start_run or resume_run
         tracker, opening_error = None, _first_line(error)
     buffered, last_seq = b"", 0
@@ -289,6 +290,21 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
             send({"ack": seq})
         if call == "end_run":
             return
+
+
+def _warm_up(tracker: Any) -> None:
+    """Pay now, while the training process is still building, for what would otherwise land in
+    ``start_run``, which it waits for: MLflow's first load of an experiment, and the first full
+    garbage collection over everything MLflow's import created (~0.2 s here), after which those
+    objects are frozen out of every later collection."""
+    import gc
+
+    try:
+        tracker.client.get_experiment(tracker.experiment_id)
+    except Exception:  # only a head start: start_run meets (and reports) any real problem
+        pass
+    gc.collect()
+    gc.freeze()
 
 
 def _first_line(error: BaseException) -> str:
