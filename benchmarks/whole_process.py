@@ -10,8 +10,9 @@ the bare side). Comparisons:
 - ``tracked``: ``initmem run`` as it comes (MLflow and per-epoch checkpoints), store already there;
 - ``fresh``: the same in an empty folder, so the store is created by the run;
 - ``sweep``: ``initmem sweep`` of 4 sigmas with ``--workers 2`` vs the bare script 4 times, 2 at a time;
-- ``tracked-same-exit``: ``tracked`` against the bare script ending as ``initmem`` does (no
-  interpreter teardown, ``--fast-exit``), so that the ratio shows what initmem adds alone.
+- ``tracked-same-exit``, ``fresh-same-exit``: ``tracked`` and ``fresh`` against the bare script
+  ending as ``initmem`` does (no interpreter teardown, ``--fast-exit``), so that the ratio shows
+  what initmem adds alone.
 
     python benchmarks/whole_process.py --pairs 5 --json whole_process.json
 """
@@ -60,6 +61,8 @@ def sides(name: str, epochs: int, folder: Path) -> tuple[list[list[str]], list[l
         return [[*INITMEM, *run]], [bare], 1, None
     if name == "tracked-same-exit":
         return [[*INITMEM, *run]], [[*bare, "--fast-exit"]], 1, None
+    if name == "fresh-same-exit":
+        return [[*INITMEM, *run]], [[*bare, "--fast-exit"]], 1, folder
     if name == "fresh":
         return [[*INITMEM, *run]], [bare], 1, folder
     sweep = ["sweep", "--epochs", str(epochs), "--batch-size", "32", "--threads", "1", "--workers", "2",
@@ -101,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--only", nargs="*", default=["untracked", "tracked", "fresh", "sweep", "tracked-same-exit"])
+    parser.add_argument("--only", nargs="*", default=["untracked", "tracked", "fresh", "sweep", "tracked-same-exit", "fresh-same-exit"])
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
