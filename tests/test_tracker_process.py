@@ -1,8 +1,10 @@
-"""Tracking through a helper process: the same run in the store as tracking in process, a bad store
-still fails in one line before training, and nothing is lost when either process dies."""
+"""Set-up off the training path. Tracking through a helper process: the same run in the store as
+tracking in process, a bad store still fails in one line before training, and nothing is lost when
+either process dies. The collector held off while a run is built, and the CLI's fast exit."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -63,6 +65,63 @@ def test_the_training_process_never_imports_mlflow(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert stored(uri, done.stdout.strip())["status"] == "FINISHED"
+
+
+HELPER_BEFORE_TORCH = """
+import sys
+import initmem_core.tracking.tracker_process as tracker_process
+
+started = tracker_process.TrackerProcess.__init__
+def note(self, *args, **kwargs):
+    print("torch imported when the helper started:", "torch" in sys.modules, flush=True)
+    started(self, *args, **kwargs)
+tracker_process.TrackerProcess.__init__ = note
+
+from initmem_cli.app import main
+sys.argv = ["initmem", "run", *sys.argv[1:]]
+main()
+"""
+
+
+def test_initmem_run_starts_the_helper_before_it_imports_torch(tmp_path):
+    """So that MLflow's import and the store's set-up overlap torch's import, not only the build."""
+    script = tmp_path / "helper_first.py"
+    script.write_text(HELPER_BEFORE_TORCH)
+    args = ["--epochs", "1", "--train-size", "128", "--batch-size", "32", "--threads", "1",
+            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    done = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "torch imported when the helper started: False" in done.stdout
+
+
+class FreezeWatcher(NoProgress):
+    """Notes, at the start of training, whether the collector runs and how much it has frozen."""
+
+    def start(self, epochs, steps_per_epoch):
+        self.seen = (gc.isenabled(), gc.get_freeze_count())
+
+
+def test_what_a_run_builds_is_frozen_out_of_the_collector_until_the_run_ends():
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    watcher = FreezeWatcher()
+    initmem_core.run(tracking=False, progress=watcher, **SMALL)
+    enabled, frozen = watcher.seen
+    assert enabled and frozen > 10_000  # modules, data and model: out of the collector's scans
+    assert gc.get_freeze_count() == 0 and gc.isenabled()  # as the caller had it
+
+
+def test_a_caller_that_froze_objects_keeps_its_own_scheme():
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        watcher = FreezeWatcher()
+        initmem_core.run(tracking=False, progress=watcher, **SMALL)
+        enabled, frozen = watcher.seen
+        # Not frozen again (that would add everything built since) nor unfrozen; frozen objects
+        # freed by reference counting meanwhile only lower the count.
+        assert enabled and frozen <= before and 0 < gc.get_freeze_count() <= before
+    finally:
+        gc.unfreeze()
 
 
 def test_a_store_that_cannot_be_opened_fails_in_one_line_before_training(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any
 from initmem_core.config import RunConfig
 from initmem_core.tracking.records import ENDED
 from initmem_core.tracking.store import log_in_batches
-from initmem_core.tracking.tracker import MlflowTracker
+from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
 
 #: Calls a worker may send, and so the only ones the sweep process replays.
 TRACKER_CALLS = frozenset({"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact",
@@ -163,7 +163,7 @@ class ServerCellWriter(MlflowTracker):
         return self.run_id
 
 
-class QueueTracker:
+class QueueTracker(ForwardedCalls):
     """The ``Tracker`` protocol for a worker process: every call goes to the sweep process.
 
     Artifact files are copied into the sweep's staging folder first, since ``run`` deletes its
@@ -174,37 +174,25 @@ class QueueTracker:
     def __init__(self, queue: Any, run_id: str, staging: str | Path, uri: str):
         self.queue, self.run_id, self.staging, self.uri = queue, run_id, Path(staging), uri
 
-    def _send(self, call: str, *args: Any) -> None:
+    def _forward(self, call: str, *args: Any) -> None:
         self.queue.put((self.run_id, call, args))
 
     def start_run(self, name, params, tags):
-        self._send("start_run", name, dict(params), dict(tags))
+        self._forward("start_run", name, dict(params), dict(tags))
         return self.run_id
 
     def resume_run(self, run_id):
-        self._send("resume_run", run_id)
-
-    def log_metrics(self, metrics, step):
-        self._send("log_metrics", {k: float(v) for k, v in metrics.items()}, int(step))
-
-    def set_tags(self, tags):
-        self._send("set_tags", {k: str(v) for k, v in tags.items()})
-
-    def log_text(self, text, artifact_file):
-        self._send("log_text", text, artifact_file)
+        self._forward("resume_run", run_id)
 
     def log_artifact(self, local_path, artifact_path=None):
         source = Path(local_path)
         staged = self.staging / uuid.uuid4().hex / source.name
         staged.parent.mkdir(parents=True)
         shutil.copy2(source, staged)
-        self._send("log_artifact", str(staged), artifact_path)
-
-    def log_dataset(self, name, digest, profile):
-        self._send("log_dataset", name, digest, dict(profile))
+        self._forward("log_artifact", str(staged), artifact_path)
 
     def end_run(self, status="FINISHED"):
-        self._send("end_run", status)
+        self._forward("end_run", status)
 
 
 class QueueProgress:

@@ -45,6 +45,27 @@ class Tracker(Protocol):
     def end_run(self, status: str = "FINISHED") -> None: ...
 
 
+class ForwardedCalls:
+    """The ``Tracker`` calls that only carry data, as plain values for another process: a tracker
+    that hands its calls on (``QueueTracker``, ``TrackerProcess``) defines ``_forward(call, *args)``
+    and the calls with answers (``start_run``, ``resume_run``, ``log_artifact``, ``end_run``)."""
+
+    def _forward(self, call: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def log_metrics(self, metrics, step):
+        self._forward("log_metrics", {k: float(v) for k, v in metrics.items()}, int(step))
+
+    def set_tags(self, tags):
+        self._forward("set_tags", {k: str(v) for k, v in tags.items()})
+
+    def log_text(self, text, artifact_file):
+        self._forward("log_text", text, artifact_file)
+
+    def log_dataset(self, name, digest, profile):
+        self._forward("log_dataset", name, digest, dict(profile))
+
+
 @dataclass
 class MemoryTracker:
     """Records every call; nothing leaves the process."""

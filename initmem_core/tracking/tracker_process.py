@@ -44,7 +44,7 @@ from typing import Any
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
-from initmem_core.tracking.tracker import FLUSH_EVERY_S
+from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
 
 #: Calls whose caller waits for the helper's answer.
 ANSWERED = frozenset({"start_run", "resume_run", "log_artifact", "end_run"})
@@ -52,9 +52,10 @@ CALLS = ANSWERED | {"log_metrics", "set_tags", "log_text", "log_dataset"}
 _EXITED = object()  # what the reader thread queues when the helper's output ends
 
 
-class TrackerProcess:
+class TrackerProcess(ForwardedCalls):
     """The ``Tracker`` protocol, served by an ``MlflowTracker`` in a helper process started at
-    construction. ``close()`` ends the helper (call it if the run is never ended)."""
+    construction (the data-only calls come from ``ForwardedCalls``). ``close()`` ends the helper
+    (call it if the run is never ended)."""
 
     def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
                  parent_run_id: str | None = None, flush_every_s: float = FLUSH_EVERY_S):
@@ -79,30 +80,18 @@ class TrackerProcess:
     # -- the Tracker protocol ----------------------------------------------------------------
 
     def start_run(self, name, params, tags):
-        self.run_id = self._call("start_run", name, {k: str(v) for k, v in params.items()}, dict(tags))
+        self.run_id = self._forward("start_run", name, {k: str(v) for k, v in params.items()}, dict(tags))
         return self.run_id
 
     def resume_run(self, run_id):
-        self._call("resume_run", run_id)
+        self._forward("resume_run", run_id)
         self.run_id = run_id
 
-    def log_metrics(self, metrics, step):
-        self._call("log_metrics", {k: float(v) for k, v in metrics.items()}, int(step))
-
-    def set_tags(self, tags):
-        self._call("set_tags", {k: str(v) for k, v in tags.items()})
-
-    def log_text(self, text, artifact_file):
-        self._call("log_text", text, artifact_file)
-
     def log_artifact(self, local_path, artifact_path=None):
-        self._call("log_artifact", str(local_path), artifact_path)
-
-    def log_dataset(self, name, digest, profile):
-        self._call("log_dataset", name, digest, dict(profile))
+        self._forward("log_artifact", str(local_path), artifact_path)
 
     def end_run(self, status="FINISHED"):
-        self.unsynced = self._call("end_run", status) or self.unsynced
+        self.unsynced = self._forward("end_run", status) or self.unsynced
         self.close()
 
     def close(self) -> None:
@@ -119,7 +108,7 @@ class TrackerProcess:
 
     # -- the pipe ----------------------------------------------------------------------------
 
-    def _call(self, call: str, *args: Any) -> Any:
+    def _forward(self, call: str, *args: Any) -> Any:
         if self._orphaned is not None:
             return self._keep(call, args, int(time.time() * 1000))
         self._sent += 1

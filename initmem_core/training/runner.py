@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.metadata as metadata
+import os
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -210,9 +212,6 @@ def _setup_out_of_the_collectors_way(freeze: bool) -> Iterator[None]:
 
 def _new_tracker(tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None,
                  helper_process: bool | None) -> Tracker:
-    import os
-    import sys
-
     if not tracking:
         return MemoryTracker()
     if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
