@@ -3,7 +3,8 @@
 Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist`;
 relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
 each claim as reproduced / contradicted / not resolved at this scale with its numbers and 95%
-intervals, and writes docs/RESULTS.md with the main plots. A claim is reproduced only when the
+intervals, and writes its section of docs/RESULTS.md with the main plots (the other sweeps'
+sections and the part written by hand below the marker stay as they are). A claim is reproduced only when the
 interval of its difference excludes zero in the claimed direction (initmem_core/report/findings.py).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 from datetime import date
 from pathlib import Path
 
@@ -96,8 +98,7 @@ difference excludes zero in the claimed direction, *contradicted* when it exclud
 way, and otherwise *not resolved at this scale* (`initmem_core/report/findings.py`); nothing here
 was tuned toward the paper's answer.
 
-{"".join(sections)}
-{KEPT_BELOW}
+{"".join(sections)}{KEPT_BELOW}
 {kept}"""
 
 
@@ -157,9 +158,23 @@ def main() -> None:
         sections.append(evaluate(name, uri, name if name in preset_names() else "", args.docs, None, console))
     page = args.docs / "RESULTS.md"
     old = page.read_text() if page.exists() else ""
-    kept = old.split(KEPT_BELOW, 1)[1].lstrip("\n") if KEPT_BELOW in old else ""
-    page.write_text(results_markdown(sections, kept))
-    console.print(f"wrote {page} ({len(sections)} sweep section(s); the part written by hand kept)")
+    generated, _, kept = old.partition(KEPT_BELOW)
+    merged = merge_sections(generated, sections)
+    page.write_text(results_markdown(merged, kept.lstrip("\n")))
+    console.print(f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
+                  "kept from the page, and the part written by hand)")
+
+
+def merge_sections(page: str, fresh: list[str]) -> list[str]:
+    """The page's sweep sections, in their order, with those of the sweeps just evaluated replaced
+    (new sweeps go last): regenerating one sweep never drops another's section."""
+    def sweep_of(section: str) -> str:
+        return section.split("`", 2)[1]
+
+    old = re.split(r"(?m)^(?=## Sweep `)", page)[1:]
+    new = {sweep_of(section): section for section in fresh}
+    merged = [new.pop(sweep_of(section), section) for section in old]
+    return [section.rstrip("\n") + "\n\n" for section in merged + list(new.values())]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""benchmarks/paper_check.py regenerates RESULTS.md one sweep at a time: the other sweeps' sections
+and the part written by hand stay as they were."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_check.py"
+
+
+def paper_check():
+    spec = importlib.util.spec_from_file_location("paper_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_regenerating_one_sweep_keeps_the_others_and_the_hand_written_part():
+    check = paper_check()
+    page = check.results_markdown(["## Sweep `a` (preset `a`)\n\nold a\n", "## Sweep `b`\n\nold b\n"],
+                                  "## Notes\n\nby hand\n")
+    generated, marker, kept = page.partition(check.KEPT_BELOW)
+    sections = check.merge_sections(generated, ["## Sweep `b`\n\nnew b\n", "## Sweep `c`\n\nnew c\n"])
+    again = check.results_markdown(sections, kept.lstrip("\n"))
+    assert marker and again.index("old a") < again.index("new b") < again.index("new c") < again.index(marker)
+    assert "old b" not in again and again.endswith("## Notes\n\nby hand\n")
+    # Re-reading a page and writing it back changes nothing.
+    generated, _, kept = again.partition(check.KEPT_BELOW)
+    assert check.results_markdown(check.merge_sections(generated, []), kept.lstrip("\n")) == again
