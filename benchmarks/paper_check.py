@@ -1,7 +1,7 @@
 """Check the paper's findings on a sweep: `python benchmarks/paper_check.py [--preset NAME | --sweep NAME] [--workers 2]`.
 
-Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist`;
-relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
+Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist
+[--data-dir DIR]`; relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
 each claim as reproduced / contradicted / not resolved at this scale with its numbers and 95%
 intervals, and writes its section of docs/RESULTS.md with the main plots (the other sweeps'
 sections and the part written by hand below the marker stay as they are). A claim is reproduced only when the
@@ -61,14 +61,17 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
 KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
 
 
-def sweep_section(name: str, preset: str, findings, report, report_md: str, seconds: float | None) -> str:
-    """One sweep's part of RESULTS.md: its claims, caveats, plots (``images/<name>/``) and full report."""
+def sweep_section(name: str, preset: str, findings, report, report_md: str, seconds: float | None,
+                  data_dir: str = "") -> str:
+    """One sweep's part of RESULTS.md: its claims, caveats, plots (``images/<name>/``) and full report.
+    ``data_dir``: where the sweep read its dataset from, if it was told (the command to rerun it says so)."""
     rows = "\n".join(f"| {f.claim} | {f.measured.replace('|', '/')} | {f.verdict} |" for f in findings)
     took = f" in {seconds / 60:.1f} minutes" if seconds else ""
     plots = "\n\n".join(f"![{name}: {p[:-4]}](images/{name}/{p})" for p in PLOTS)
     report_md = report_md.replace("\n# ", "\n### ").replace("\n## ", "\n#### ")
     report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
-    again = (f"`python benchmarks/paper_check.py --preset {preset}` (or `--sweep {name}` to re-read the sweep)"
+    data = " --data-dir DIR" if data_dir else ""
+    again = (f"`python benchmarks/paper_check.py --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
              if preset else f"`python benchmarks/paper_check.py --sweep {name}`")
     return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
 
@@ -124,7 +127,9 @@ def evaluate(name: str, tracking_uri: str | None, preset: str, docs: Path, secon
     report = build_report(records)
     written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
-    return sweep_section(name, preset, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds)
+    told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
+    return sweep_section(name, preset, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds,
+                         told_data_dir)
 
 
 def main() -> None:
@@ -133,6 +138,9 @@ def main() -> None:
                         help="evaluate an existing sweep (name or parent run id) instead of running a preset; "
                              "repeat for one section each")
     parser.add_argument("--preset", default="paper-mini", help="the preset to run (paper-mini, paper-fmnist, ...)")
+    parser.add_argument("--data-dir", default="",
+                        help="where the preset's dataset files are (default: the dataset's own search, e.g. "
+                             "~/.cache/initmem/fashion-mnist or Debian's dataset-fashion-mnist)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tracking-uri", action="append", default=[],
                         help="the store of each --sweep, in the same order (one: for all of them)")
@@ -142,7 +150,7 @@ def main() -> None:
     import time
 
     from initmem_core.sweep.launch import run_sweep
-    from initmem_core.sweep.presets import preset_names, preset_spec
+    from initmem_core.sweep.presets import preset_names
 
     console = Console()
     uris = args.tracking_uri or [None]
@@ -151,7 +159,7 @@ def main() -> None:
     sections = []
     if not args.sweep:
         started = time.perf_counter()
-        result = run_sweep(preset_spec(args.preset), workers=args.workers, tracking_uri=uris[0])
+        result = run_sweep(preset_to_run(args.preset, args.data_dir), workers=args.workers, tracking_uri=uris[0])
         sections.append(evaluate(result.name, uris[0], args.preset, args.docs, time.perf_counter() - started, console))
     for index, name in enumerate(args.sweep):
         uri = uris[index] if len(uris) > 1 else uris[0]
@@ -163,6 +171,16 @@ def main() -> None:
     page.write_text(results_markdown(merged, kept.lstrip("\n")))
     console.print(f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
                   "kept from the page, and the part written by hand)")
+
+
+def preset_to_run(preset: str, data_dir: str = ""):
+    """The preset's sweep, reading its dataset from ``data_dir`` when one is given (as
+    `initmem sweep --preset NAME --data-dir DIR` does)."""
+    from initmem_core.sweep.grid import SweepSpec
+    from initmem_core.sweep.presets import preset_spec
+
+    spec = preset_spec(preset)
+    return spec.override(SweepSpec({"data_dir": (data_dir,)})) if data_dir else spec
 
 
 def merge_sections(page: str, fresh: list[str]) -> list[str]:

@@ -28,3 +28,11 @@ def test_regenerating_one_sweep_keeps_the_others_and_the_hand_written_part():
     # Re-reading a page and writing it back changes nothing.
     generated, _, kept = again.partition(check.KEPT_BELOW)
     assert check.results_markdown(check.merge_sections(generated, []), kept.lstrip("\n")) == again
+
+
+def test_a_preset_reads_its_data_from_the_folder_it_is_told(tmp_path):
+    check = paper_check()
+    plain = check.preset_to_run("paper-fmnist")
+    told = check.preset_to_run("paper-fmnist", str(tmp_path))
+    assert "data_dir" not in plain.axes and told.axes["data_dir"] == (str(tmp_path),)
+    assert told.groups == plain.groups and {k: v for k, v in told.axes.items() if k != "data_dir"} == plain.axes

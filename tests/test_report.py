@@ -122,3 +122,31 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
             assert path.read_bytes()[:8] == PNG_SIGNATURE
             height, width, _ = image.imread(path).shape
             assert height > 200 and width > 200
+
+
+def test_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
+    from initmem_core.report.plots import group_names
+
+    names, shared = group_names(["opt=sgd,lr=0.01,batch_size=128,epochs=40",
+                                 "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"])
+    assert names == {"opt=sgd,lr=0.01,batch_size=128,epochs=40": "opt=sgd,lr=0.01,batch_size=128",
+                     "opt=lion,opt_arg=betas=0.9,0.99,epochs=40": "opt=lion,opt_arg=betas=0.9,0.99"}
+    assert shared == "epochs=40"
+    assert group_names(["opt=sgd,epochs=40"]) == ({"opt=sgd,epochs=40": "opt=sgd,epochs=40"}, "")
+
+
+def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_path):
+    import dataclasses
+
+    from initmem_core.report import plots
+
+    long = [dataclasses.replace(r, config=dataclasses.replace(r.config, epochs=40, schedule="cosine"))
+            for r in records]
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: drawn.append(figure) or path)
+    plots.accuracy_vs_sigma(build_report(long), tmp_path / "acc.png")
+    legend = [text.get_text() for text in drawn[0].legends[0].get_texts()]
+    assert [label.split(" (")[0] for label in legend] == ["opt=adam", "opt=sgd"]
+    assert drawn[0].legends[0].get_title().get_text() == "every group: epochs=40, schedule=cosine"
+    plots.spread_vs_clocks(build_report(long), tmp_path / "clocks.png")  # one colour per group, named below
+    assert [text.get_text() for text in drawn[1].legends[0].get_texts()] == ["opt=adam", "opt=sgd"]

@@ -54,12 +54,49 @@ def _wrapped(label: str, width: int) -> str:
     return "\n".join(textwrap.wrap(label.replace(",", ", "), width)).replace(", ", ",")
 
 
-def _spread_label(group) -> str:
+def group_names(labels: list[str]) -> tuple[dict[str, str], str]:
+    """Short names for the figures: each group label without the ``key=value`` parts every group
+    shares, and those shared parts once (for a caption). ``opt=sgd,lr=0.01,batch_size=128,
+    epochs=40`` beside ``opt=adam,...,epochs=40`` reads ``opt=sgd,lr=0.01,batch_size=128``."""
+    import re
+
+    from initmem_core.config import FIELDS
+
+    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")
+
+    def parts(label: str) -> list[str]:
+        return boundary.split(label)  # only before a field's name: a value may hold commas (betas=0.9,0.99)
+
+    split = {label: parts(label) for label in labels}
+    shared = set.intersection(*(set(p) for p in split.values())) if len(split) > 1 else set()
+    names = {label: ",".join(p for p in pieces if p not in shared) or label for label, pieces in split.items()}
+    common = [p for p in split[labels[0]] if p in shared] if labels else []
+    return names, ", ".join(common)
+
+
+def _shared_text(shared: str) -> str | None:
+    return f"every group: {shared}" if shared else None
+
+
+def _caption(figure, shared: str) -> None:
+    """What every group shares, under a figure without a legend."""
+    if shared:
+        figure.supxlabel(_shared_text(shared), fontsize="small", color="0.35")
+
+
+def _legend_below(figure, shared: str, columns: int = 1) -> None:
+    """The legend under the axes (group labels are long: not over the lines), titled with what
+    every group shares."""
+    figure.legend(loc="outside lower center", fontsize="small", title=_shared_text(shared),
+                  title_fontsize="small", ncols=columns)
+
+
+def _spread_label(group, name: str) -> str:
     if group.did_not_train:
-        return f"{group.group} (did not train)"
+        return f"{name} (did not train)"
     if math.isnan(group.spread_lo):
-        return f"{group.group} (spread {group.spread:.1f} pp)"
-    return f"{group.group} (spread {group.spread:.1f} pp [{group.spread_lo:.1f}, {group.spread_hi:.1f}])"
+        return f"{name} (spread {group.spread:.1f} pp)"
+    return f"{name} (spread {group.spread:.1f} pp [{group.spread_lo:.1f}, {group.spread_hi:.1f}])"
 
 
 def accuracy_vs_sigma(report: Report, path: Path) -> Path:
@@ -67,16 +104,17 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     with the 95% interval of the mean over seeds as error bars."""
     figure = _figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
+    names, shared = group_names([g.group for g in report.groups])
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
         values = [r.test_acc for r in rows]
         ax.errorbar([r.sigma for r in rows], values,
                     yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
-                    marker="o", capsize=3, label=_spread_label(group))
+                    marker="o", capsize=3, label=_spread_label(group, names[group.group]))
     ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%)",
            title="Initialization memory: test accuracy vs σ_w (bars: 95% CI over seeds)")
     ax.grid(alpha=0.3)
-    figure.legend(loc="outside lower center", fontsize="small")  # group labels are long: below, not over the lines
+    _legend_below(figure, shared)
     return _save(figure, path)
 
 
@@ -87,6 +125,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
     from matplotlib.colors import Normalize
 
     groups = [g.group for g in report.groups]
+    names, shared = group_names(groups)
     columns = min(3, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) or 1
     figure = _figure(4.2 * columns + 1.0, 3.4 * rows)
@@ -98,7 +137,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
         for sigma, _seed, curve in report.norm_curves.get(group, []):
             epochs, values = zip(*curve)
             ax.plot(epochs, values, color=cmap(norm(sigma)), alpha=0.85)
-        ax.set_title(_wrapped(group, 38), fontsize="small")  # long group labels would run into the next panel
+        ax.set_title(_wrapped(names[group], 38), fontsize="small")  # long labels would run into the next panel
         ax.set(xlabel="epoch")
         ax.grid(alpha=0.3)
     for ax in axes[:, 0]:
@@ -106,21 +145,24 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="σ_w")
+    _caption(figure, shared)
     return _save(figure, path)
 
 
 def spread_vs_clocks(report: Report, path: Path) -> Path:
-    """Does forgetting follow the clocks? One point per group in each clock's panel."""
-    figure = _figure(13.0, 4.0)
-    axes = figure.subplots(1, len(CLOCKS), sharey=True)
+    """Does forgetting follow the clocks? One point per group in each clock's panel, one colour
+    per group across the panels (named in the legend: labels beside points would overlap)."""
     groups = [g for g in report.groups if not math.isnan(g.spread)]
+    names, shared = group_names([g.group for g in report.groups])
+    columns = 2 if len(groups) > 3 else 1
+    figure = _figure(13.0, 4.6 + 0.22 * math.ceil(len(groups) / columns))  # room for the legend below
+    axes = figure.subplots(1, len(CLOCKS), sharey=True)
+    colours = [f"C{index % 10}" for index in range(len(groups))]
     for ax, clock in zip(axes, CLOCKS):
         x = [getattr(g, clock) for g in groups]
-        spreads = [g.spread for g in groups]
-        ax.errorbar(x, spreads, yerr=_error_bars(spreads, [g.spread_lo for g in groups], [g.spread_hi for g in groups]),
-                    fmt="o", capsize=3)
-        for g, value in zip(groups, x):
-            ax.annotate(g.group, (value, g.spread), fontsize="x-small", xytext=(3, 3), textcoords="offset points")
+        for g, value, colour in zip(groups, x, colours):
+            ax.errorbar([value], [g.spread], yerr=_error_bars([g.spread], [g.spread_lo], [g.spread_hi]),
+                        fmt="o", capsize=3, color=colour, label=names[g.group] if ax is axes[0] else None)
         if x and min(x) > 0 and max(x) / min(x) > 20:
             ax.set_xscale("log")
         else:  # clocks are often tiny (T_SGD ~ 1e-4): short scientific tick labels
@@ -130,6 +172,10 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("spread over σ_w (pp, 95% bootstrap CI)")
     figure.suptitle("Spread vs forgetting clocks at the end of training")
+    if groups:
+        _legend_below(figure, shared, columns)
+    else:
+        _caption(figure, shared)
     return _save(figure, path)
 
 
@@ -137,16 +183,22 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
     figure = _figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    for group in report.groups:
+    names, shared = group_names([g.group for g in report.groups])
+    sigmas = [r.sigma for r in report.rows] or [0.0]
+    dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # x markers of different groups side by side
+    for index, group in enumerate(report.groups):
         rows = [r for r in report.rows if r.group == group.group]
         reached = [r for r in rows if not math.isnan(r.tau_interp)]
-        line, = ax.plot([r.sigma for r in reached], [r.tau_interp for r in reached], marker="o", label=group.group)
+        line, = ax.plot([r.sigma for r in reached], [r.tau_interp for r in reached], marker="o",
+                        label=names[group.group])
         never = [r.sigma for r in rows if math.isnan(r.tau_interp) and r.runs > r.failed]
         if never:
-            ax.scatter(never, [0.0] * len(never), marker="x", color=line.get_color(), clip_on=False)
+            offset = (index - (len(report.groups) - 1) / 2) * dodge
+            ax.scatter([sigma + offset for sigma in never], [0.0] * len(never), marker="x", color=line.get_color(),
+                       clip_on=False)
     ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
     ax.grid(alpha=0.3)
-    figure.legend(loc="outside lower center", fontsize="small")
+    _legend_below(figure, shared)
     return _save(figure, path)
 
 
