@@ -124,15 +124,18 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
             assert height > 200 and width > 200
 
 
-def test_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
-    from initmem_core.report.plots import group_names
+def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
+    from initmem_core.sweep.grid import short_group_names
 
-    names, shared = group_names(["opt=sgd,lr=0.01,batch_size=128,epochs=40",
-                                 "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"])
+    names, shared = short_group_names(["opt=sgd,lr=0.01,batch_size=128,epochs=40",
+                                       "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"])
     assert names == {"opt=sgd,lr=0.01,batch_size=128,epochs=40": "opt=sgd,lr=0.01,batch_size=128",
                      "opt=lion,opt_arg=betas=0.9,0.99,epochs=40": "opt=lion,opt_arg=betas=0.9,0.99"}
     assert shared == "epochs=40"
-    assert group_names(["opt=sgd,epochs=40"]) == ({"opt=sgd,epochs=40": "opt=sgd,epochs=40"}, "")
+    # The optimizer stays in every name, even when all groups share it.
+    names, shared = short_group_names(["opt=sgd,epochs=40", "opt=sgd,lr=0.1,epochs=40"])
+    assert list(names.values()) == ["opt=sgd", "opt=sgd,lr=0.1"] and shared == "epochs=40"
+    assert short_group_names(["opt=sgd,epochs=40"]) == ({"opt=sgd,epochs=40": "opt=sgd,epochs=40"}, "")
 
 
 def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_path):
@@ -150,3 +153,19 @@ def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_
     assert drawn[0].legends[0].get_title().get_text() == "every group: epochs=40, schedule=cosine"
     plots.spread_vs_clocks(build_report(long), tmp_path / "clocks.png")  # one colour per group, named below
     assert [text.get_text() for text in drawn[1].legends[0].get_texts()] == ["opt=adam", "opt=sgd"]
+
+
+def test_the_sweep_summary_table_names_groups_by_what_tells_them_apart(records):
+    import dataclasses
+
+    from rich.console import Console
+
+    from initmem_cli.sweep import groups_table
+
+    long = [dataclasses.replace(r, config=dataclasses.replace(r.config, epochs=40)) for r in records]
+    console = Console(record=True, width=200)
+    console.print(groups_table(build_report(long)))
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if "opt=" in line]
+    assert [row.split("│")[1].strip() for row in rows] == ["opt=adam", "opt=sgd"]
+    assert "every group: epochs=40" in text

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from initmem_core.report.memory import CLOCKS, Report
+from initmem_core.sweep.grid import short_group_names
 
 # η is the effective step (η/(1-β) for heavy-ball momentum); λ every shrinking force.
 CLOCK_LABELS = {"clock_sgd": "T_SGD = Σ η² / b", "clock_l2": "T_L2 = λ Σ η", "clock_adapt": "T_adapt = Σ η"}
@@ -54,26 +55,6 @@ def _wrapped(label: str, width: int) -> str:
     return "\n".join(textwrap.wrap(label.replace(",", ", "), width)).replace(", ", ",")
 
 
-def group_names(labels: list[str]) -> tuple[dict[str, str], str]:
-    """Short names for the figures: each group label without the ``key=value`` parts every group
-    shares, and those shared parts once (for a caption). ``opt=sgd,lr=0.01,batch_size=128,
-    epochs=40`` beside ``opt=adam,...,epochs=40`` reads ``opt=sgd,lr=0.01,batch_size=128``."""
-    import re
-
-    from initmem_core.config import FIELDS
-
-    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")
-
-    def parts(label: str) -> list[str]:
-        return boundary.split(label)  # only before a field's name: a value may hold commas (betas=0.9,0.99)
-
-    split = {label: parts(label) for label in labels}
-    shared = set.intersection(*(set(p) for p in split.values())) if len(split) > 1 else set()
-    names = {label: ",".join(p for p in pieces if p not in shared) or label for label, pieces in split.items()}
-    common = [p for p in split[labels[0]] if p in shared] if labels else []
-    return names, ", ".join(common)
-
-
 def _shared_text(shared: str) -> str | None:
     return f"every group: {shared}" if shared else None
 
@@ -104,7 +85,7 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     with the 95% interval of the mean over seeds as error bars."""
     figure = _figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    names, shared = group_names([g.group for g in report.groups])
+    names, shared = short_group_names([g.group for g in report.groups])
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
         values = [r.test_acc for r in rows]
@@ -125,7 +106,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
     from matplotlib.colors import Normalize
 
     groups = [g.group for g in report.groups]
-    names, shared = group_names(groups)
+    names, shared = short_group_names(groups)
     columns = min(3, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) or 1
     figure = _figure(4.2 * columns + 1.0, 3.4 * rows)
@@ -153,7 +134,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
     """Does forgetting follow the clocks? One point per group in each clock's panel, one colour
     per group across the panels (named in the legend: labels beside points would overlap)."""
     groups = [g for g in report.groups if not math.isnan(g.spread)]
-    names, shared = group_names([g.group for g in report.groups])
+    names, shared = short_group_names([g.group for g in report.groups])
     columns = 2 if len(groups) > 3 else 1
     figure = _figure(13.0, 4.6 + 0.22 * math.ceil(len(groups) / columns))  # room for the legend below
     axes = figure.subplots(1, len(CLOCKS), sharey=True)
@@ -183,7 +164,7 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
     figure = _figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    names, shared = group_names([g.group for g in report.groups])
+    names, shared = short_group_names([g.group for g in report.groups])
     sigmas = [r.sigma for r in report.rows] or [0.0]
     dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # x markers of different groups side by side
     for index, group in enumerate(report.groups):

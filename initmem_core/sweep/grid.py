@@ -244,6 +244,19 @@ def group_keys(configs: Iterable[RunConfig]) -> list[str]:
     return [group_label(config) for config in configs]
 
 
+def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
+    """Short names for figures and terminal tables, and what every group shares (for a caption):
+    each label (``group_label``) keeps its optimizer and the parts that not every group has, so
+    ``opt=sgd,lr=0.01,batch_size=128,epochs=40`` beside ``opt=adam,...,epochs=40`` reads
+    ``opt=sgd,lr=0.01,batch_size=128``, with ``epochs=40`` shared."""
+    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
+    split = {label: boundary.split(label) for label in labels}
+    shared = set.intersection(*(set(parts) for parts in split.values())) if len(split) > 1 else set()
+    shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
+    names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
+    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
+
+
 #: Short prefixes of varying numeric fields in cell names; other fields show their name.
 NAME_PREFIX = {"lr": "lr", "momentum": "mom", "weight_decay": "wd", "batch_size": "b", "epochs": "ep",
                "l2": "l2", "train_size": "n", "warmup_epochs": "warm", "interp_threshold": "thr"}
