@@ -16,6 +16,7 @@ from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set
 
 from .errors import OneLineUsageErrors
 from .new_plugin import new_plugin_command
+from .output import BROKEN_PIPE_EXIT, flush_standard_streams, guard_standard_streams
 from .plugins import plugins_command
 from .presets import presets_app
 from .report import report_command
@@ -56,13 +57,20 @@ app.add_typer(presets_app, name="presets")
 
 def main() -> None:
     """The ``initmem`` command."""
+    guard_standard_streams()
     try:
         app()
     except SystemExit as done:
-        if "torch" not in sys.modules:
-            raise
-        exit_without_teardown(done)
-    raise SystemExit(0)
+        if "torch" in sys.modules:
+            exit_without_teardown(done)
+        raise SystemExit(exit_code_after_flushing(done.code)) from None
+    raise SystemExit(exit_code_after_flushing(0))
+
+
+def exit_code_after_flushing(code: int | str | None) -> int | str | None:
+    """``code``, or 141 if the command would have succeeded but the reader of its output left."""
+    broken = flush_standard_streams()
+    return BROKEN_PIPE_EXIT if broken and not code else code
 
 
 def exit_without_teardown(done: SystemExit) -> None:
@@ -73,15 +81,11 @@ def exit_without_teardown(done: SystemExit) -> None:
     import threading
 
     if any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
-        raise done
+        raise SystemExit(exit_code_after_flushing(done.code)) from None
     code = done.code
     if isinstance(code, str):
-        print(code, file=sys.stderr)
+        if sys.stderr is not None:
+            print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code or 0)
+    os._exit(exit_code_after_flushing(code) or 0)
