@@ -54,6 +54,7 @@ def run_command(
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
     from initmem_core import Diverged, Stopped
+    from initmem_core.training.checkpoints import CheckpointNotWritten
 
     from .progress import RunProgress
 
@@ -65,6 +66,8 @@ def run_command(
                                       experiment=experiment, progress=progress, resume=resume)
     except Diverged as error:
         raise fail(f"{run_config.run_name()} {error}; {stored_as('FAILED with tag diverged=true', error)}", 1)
+    except CheckpointNotWritten as error:
+        raise fail(f"{run_config.run_name()}: {error}; {stored_as('FAILED', error)}; {error.how_to_continue()}", 1)
     except Stopped as error:
         resume_hint = (f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
                        if error.checkpoint and error.status == "KILLED" else "")

@@ -7,8 +7,8 @@ import torch
 
 import math
 
-from initmem_core.training.checkpoints import (FORMAT, CheckpointStore, UnusableCheckpoint, history_columns, history_rows,
-                                               read_checkpoint)
+from initmem_core.training.checkpoints import (FORMAT, CheckpointNotWritten, CheckpointStore, UnusableCheckpoint,
+                                               history_columns, history_rows, read_checkpoint)
 from initmem_core.training.tensor_packing import pack, unpack
 
 
@@ -96,7 +96,7 @@ def test_a_failed_background_write_is_raised_to_the_training_thread(tmp_path):
     blocker.write_text("a file where the checkpoint folder should be")
     store = CheckpointStore(blocker / "run")
     store.save({"epoch": 1, "step": 0, "model": {"w": torch.ones(1)}})  # returns: the write happens later
-    with pytest.raises(OSError):
+    with pytest.raises(CheckpointNotWritten, match=f"checkpoint {blocker / 'run'}/ckpt-e000001-s000000.pt could not"):
         store.wait()
     store.wait()  # raised once; nothing is left in flight
 

@@ -70,3 +70,80 @@ def test_a_run_with_stdout_closed_lands_without_a_traceback(tmp_path, tracking_u
                           stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
+
+
+# -- H: a full checkpoint disk -------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk("3m")``: a folder on a tmpfs of that size (root only; skips elsewhere), with
+    ``.resize(size)`` to free space; unmounted after the test."""
+    mounted = []
+
+    class Disk(type(tmp_path)):
+        def resize(self, size: str) -> None:
+            subprocess.run(["mount", "-o", f"remount,size={size}", str(self)], check=True)
+
+    def make(size: str) -> Path:
+        folder = Disk(tmp_path / f"disk{len(mounted)}")
+        folder.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                                               capture_output=True).returncode != 0:
+            pytest.skip("needs root and tmpfs to make a full disk")
+        mounted.append(folder)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    from initmem_core.training import checkpoints
+    from initmem_core.training.checkpoints import FORMAT, CheckpointNotWritten, CheckpointStore
+
+    def payload(epoch):
+        return {"format": FORMAT, "config": {}, "config_hash": "abc", "run_id": None, "epoch": epoch, "step": 0,
+                "model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}}
+
+    store = CheckpointStore(tmp_path)
+    first = store.save(payload(1))
+    store.wait()
+
+    def full_disk(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints.os, "fsync", full_disk)
+    store.save(payload(2))
+    with pytest.raises(CheckpointNotWritten) as refused:
+        store.wait()
+    assert str(refused.value) == f"checkpoint {tmp_path / 'ckpt-e000002-s000000.pt'} could not be written: No space left on device"
+    assert refused.value.last_good == first and f"--resume continues from {first}" in refused.value.how_to_continue()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # no .tmp, the good one kept
+
+
+@pytest.mark.slow
+def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_it(tmp_path, tracking_uri, small_disk):
+    disk = small_disk("3m")  # two checkpoints of this model fit, not three
+    command = initmem_command("run", *TINY_ARGS, "--epochs", "4", "--tracking-uri", tracking_uri,
+                              "--checkpoint-dir", str(disk))
+    failed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
+    assert f"could not be written: No space left on device" in failed.stderr and str(disk) in failed.stderr
+    assert "the run is marked FAILED" in failed.stderr and "--resume continues from" in failed.stderr
+    assert not list(disk.rglob("*.tmp"))
+    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FAILED")]
+
+    disk.resize("8m")
+    resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    (run,) = client.search_runs(client.get_experiment_by_name("initmem").experiment_id)
+    assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == [0, 1, 2, 3, 4]

@@ -25,6 +25,8 @@ torch is imported where it is used: a sweep process finds and names checkpoints 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import os
 import random
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.config import FIELDS, RunConfig
-from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.errors import ConfigError, InitmemError, RunWarning
 
 FORMAT = "initmem-checkpoint/2"
 HEADER = ("format", "config", "config_hash", "run_id", "epoch", "step")  # kept out of the packing: read alone
@@ -56,6 +58,23 @@ def default_root(tracking_uri: str | None) -> Path:
 def header(config: RunConfig, run_id: str | None) -> dict[str, Any]:
     """What identifies a checkpoint: ours, of which config, of which tracked run."""
     return {"format": FORMAT, "config": config.to_dict(), "config_hash": config.config_hash(), "run_id": run_id}
+
+
+class CheckpointNotWritten(InitmemError):
+    """A checkpoint file could not be written (a full or read-only disk). The message names the
+    file and the reason; ``last_good`` is the newest whole checkpoint of the run, if any."""
+
+    def __init__(self, path: Path, error: OSError, last_good: Path | None):
+        self.path, self.last_good = path, last_good
+        self.reason = error.strerror or errno.errorcode.get(error.errno or 0, type(error).__name__)
+        super().__init__(f"checkpoint {path} could not be written: {self.reason}")
+
+    def how_to_continue(self) -> str:
+        """What the user can do about it, in a few words."""
+        where = f"free space in {self.path.parent} or choose another --checkpoint-dir"
+        if self.last_good is None:
+            return f"{where}, then run the command again"
+        return f"{where}; the same command with --resume continues from {self.last_good}"
 
 
 class UnusableCheckpoint(Exception):
@@ -192,16 +211,21 @@ class CheckpointStore:
         """Write atomically, then delete every file but this one and the previous good one."""
         import torch
 
-        self.folder.mkdir(parents=True, exist_ok=True)
         temporary = self.folder / f".{path.name}.{os.getpid()}.tmp"
         encoded = io.BytesIO()  # half the CPU time of torch.save into a file object, which writes in pieces
         torch.save(captured, encoded)
-        with open(temporary, "wb") as handle:
-            handle.write(encoded.getbuffer())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        _fsync_folder(self.folder)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(temporary, "wb") as handle:
+                handle.write(encoded.getbuffer())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+            _fsync_folder(self.folder)
+        except OSError as error:  # a full or read-only disk: no partial file stays behind
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            raise CheckpointNotWritten(path, error, self.previous) from None
         if self._swept:  # only the file before the previous one is left over
             stale = [self._before_previous] if self._before_previous else []
         else:  # the first write here: whatever earlier runs or crashes left too
