@@ -1,8 +1,13 @@
 """``initmem ui``: the MLflow UI on the same store the runs and sweeps write to, opened on the runs.
 
-The server runs in its own process group (``mlflow ui`` starts uvicorn workers and a job runner
-with its own children): Ctrl-C, SIGTERM and SIGHUP stop that whole group, so nothing is left
-serving the port.
+MLflow's server starts lean here: one uvicorn worker and no job runner. Its defaults (4 workers,
+a job runner and 7 huey consumers for the GenAI features, each importing MLflow) take three times
+as long to answer on a 2-core machine and serve nothing a training run uses; ``--workers`` and
+``--jobs`` bring them back (docs/PERFORMANCE.md has the start-up times).
+
+The server runs in its own process group (``mlflow ui`` starts uvicorn workers, and with
+``--jobs`` a job runner with its own children): Ctrl-C, SIGTERM and SIGHUP stop that whole group,
+so nothing is left serving the port.
 """
 
 from __future__ import annotations
@@ -24,10 +29,19 @@ from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 START_TIMEOUT_S = 180.0  # a first start migrates the SQLite schema: tens of seconds on a slow disk
 STOP_TIMEOUT_S = 10.0
 DEFAULT_UI = "http://127.0.0.1:5000"  # where `initmem ui` serves with its defaults
+SERVER = "Server"
+#: MLflow 3's switch for its job runner (GenAI jobs: judges, prompt optimization, trace roll-ups).
+JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
-def ui_args(uri: str, host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+def ui_args(uri: str, host: str, port: int, workers: int = 1) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
+            "--workers", str(workers)]
+
+
+def server_env(jobs: bool) -> dict[str, str]:
+    """This process's environment, with MLflow's job runner on or off."""
+    return {**os.environ, JOBS_ENV: "true" if jobs else "false"}
 
 
 def answers(base: str) -> bool:
@@ -98,8 +112,15 @@ def print_urls(urls: list[tuple[str, str]]) -> None:
 
 @user_errors
 def ui_command(
-    host: Annotated[str, typer.Option(help="Address to bind; the default keeps the UI on this machine")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port")] = int(DEFAULT_UI.rsplit(":", 1)[1]),
+    host: Annotated[str, typer.Option(help="Address to bind; the default keeps the UI on this machine",
+                                      rich_help_panel=SERVER)] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port", rich_help_panel=SERVER)] = int(DEFAULT_UI.rsplit(":", 1)[1]),
+    workers: Annotated[int, typer.Option(min=1, help="Uvicorn worker processes; one serves a person's browser",
+                                         rich_help_panel=SERVER)] = 1,
+    jobs: Annotated[bool, typer.Option("--jobs/--no-jobs", envvar=JOBS_ENV, show_envvar=False,
+                                       help="Start MLflow's job runner (only its GenAI features use it; "
+                                            "MLflow's own environment variable for it is honoured)",
+                                       rich_help_panel=SERVER)] = False,
     sweep: Annotated[Optional[str], typer.Option(help="Open this sweep's prepared view (default: the newest sweep)")] = None,
     open_browser: Annotated[bool, typer.Option("--open", help="Open the prepared view in a web browser")] = False,
     experiment: Experiment = DEFAULT_EXPERIMENT,
@@ -125,13 +146,13 @@ def ui_command(
         raise fail(f"port {port} already answers as a server on {host}; stop it or choose another --port")
     # Its own process group: a signal to that group reaches every worker the server started.
     log = tempfile.TemporaryFile()  # not a pipe: a pipe nobody reads fills up and stalls the server
-    process = subprocess.Popen(ui_args(uri, host, port), start_new_session=True, stdout=log, stderr=log)
+    process = subprocess.Popen(ui_args(uri, host, port, workers), env=server_env(jobs), start_new_session=True,
+                               stdout=log, stderr=log)
 
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not answers(base):
@@ -140,7 +161,7 @@ def ui_command(
                            f"(is port {port} in use? try --port)")
             if time.monotonic() > deadline:
                 raise fail(f"mlflow ui did not answer on {base} within {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.5)
+            time.sleep(0.2)
         print_urls([(what, f"{base}{url}" if url.startswith("/") or not url else url) for what, url in urls])
         typer.echo("(Ctrl-C stops the UI)")
         if open_browser:
@@ -154,3 +175,5 @@ def ui_command(
     finally:
         stop_group(process)
         log.close()
+        for sig, handler in before.items():  # a caller in the same process (a test) keeps its own
+            signal.signal(sig, handler)

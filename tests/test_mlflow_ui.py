@@ -79,8 +79,8 @@ def test_ui_prints_the_runs_page_and_the_view_only_once_the_server_answers(ui):
     assert ui["answered"] == [200, 200]
     text = "".join(ui["lines"])
     base = f"http://127.0.0.1:{ui['port']}/#/experiments/{result.experiment_id}/runs"
-    assert f"{base}\n" in text
-    assert f"{base}?viewStateShareKey={result.view_key}\n" in text
+    assert f"{base}?workflowType=machine_learning\n" in text  # the sidebar in model-training mode
+    assert f"{base}?viewStateShareKey={result.view_key}&workflowType=machine_learning\n" in text
 
 
 def _rendered_text(url: str, profile: Path) -> str:

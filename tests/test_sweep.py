@@ -263,7 +263,7 @@ def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracki
     started = []
     monkeypatch.setattr("initmem_cli.ui.subprocess.Popen", lambda *a, **k: started.append(a))
     assert ui_args("sqlite:///x.db", "127.0.0.1", 5000)[2:] == [
-        "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1", "--port", "5000"]
+        "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1", "--port", "5000", "--workers", "1"]
     result = runner.invoke(app, ["ui", "--sweep", "nope", "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and "experiment 'initmem' does not exist" in result.stderr and not started
 

@@ -73,7 +73,8 @@ def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_pl
     spreads = {g.group: g.spread for g in report.groups}
     assert f"| opt=sgd | {spreads['opt=sgd']:.2f} |" in text and f"| opt=adam | {spreads['opt=adam']:.2f} |" in text
     assert not math.isclose(spreads["opt=sgd"], spreads["opt=adam"])
-    assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k)" in text
+    assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning)" in text
+    assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning&compareRunsMode=CHART)" in text
     assert f"(/#/experiments/7/runs/{'r' * 32}/artifacts/report/test_acc_vs_sigma.png)" in text
 
 

@@ -83,12 +83,20 @@ def write_view(client: Any, experiment_id: str, sweep: str, parent_run_id: str) 
 
 # -- addresses ------------------------------------------------------------------------------
 
+#: The sidebar's mode: MLflow 3 opens in GenAI mode unless the URL (or the browser's last choice)
+#: says otherwise; no server setting chooses it.
+TRAINING_SIDEBAR = "workflowType=machine_learning"
+
+
 def runs_url(base: str, experiment_id: str) -> str:
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING_SIDEBAR}"
 
 
-def view_url(base: str, experiment_id: str, key: str) -> str:
-    return f"{runs_url(base, experiment_id)}?viewStateShareKey={quote(key)}"
+def view_url(base: str, experiment_id: str, key: str, charts: bool = False) -> str:
+    """The saved view; ``charts`` opens it on its chart tab (``compareRunsMode=CHART``) rather
+    than the runs table."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?viewStateShareKey={quote(key)}&{TRAINING_SIDEBAR}"
+            + ("&compareRunsMode=CHART" if charts else ""))
 
 
 def artifact_url(base: str, experiment_id: str, run_id: str, path: str) -> str:
@@ -117,7 +125,8 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
         lines.append(f"| {g.group} | {_pp(g.spread)} | {spread_interval(g)} | "
                      f"{'–' if math.isnan(g.best_sigma) else f'{g.best_sigma:g}'} | "
                      f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} |")
-    lines += ["", f"[Compare the cells (prepared view)]({view_url('', experiment_id, key)})", "",
+    lines += ["", f"[Compare the cells (prepared view)]({view_url('', experiment_id, key)}) · "
+              f"[its chart of accuracy against sigma]({view_url('', experiment_id, key, charts=True)})", "",
               "Report: " + " · ".join(f"[{plot}]({artifact_url('', experiment_id, parent_run_id, 'report/' + plot)})"
                                       for plot in REPORT_PLOTS)
               + f" · [report.md]({artifact_url('', experiment_id, parent_run_id, 'report/report.md')})"]
