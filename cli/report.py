@@ -35,16 +35,17 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
         tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width,
                                 right=tuple(range(len(keys))))
-    if report.pairs:  # a − b, the same bootstrap draws for both groups (see report.memory)
+    if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
         from initmem_core.report.memory import interval
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
-            cells = [[f"{p.spread_diff:+.2f}", interval(p.spread_diff_lo, p.spread_diff_hi), f"{p.acc_diff:+.2f}",
-                      interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)]]
+            cells = [["–" if p.spread_diff != p.spread_diff else f"{p.spread_diff:+.2f}",
+                      p.note or interval(p.spread_diff_lo, p.spread_diff_hi), str(p.shared_sigmas),
+                      f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)]]
             tables += fitted_tables(f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}",
-                                    ["spread diff pp", "95% CI", "acc diff pp", "95% CI", "pairs"], cells,
-                                    width, keys=0, right=(0, 1, 2, 3, 4))
+                                    ["debiased spread diff pp", "95% CI", "sigmas", "acc diff pp", "95% CI", "pairs"],
+                                    cells, width, keys=0, right=(0, 1, 2, 3, 4, 5))
     return tables
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from initmem_core.report.findings import evaluate_findings, forgetting_clock
+from initmem_core.report.findings import CANNOT_DECIDE, evaluate_findings, forgetting_clock
 from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 2.5)
@@ -16,14 +16,20 @@ REMEMBERING_WORLD = {
 }
 
 
-def records(world):
+#: Seed-to-seed wobble of accuracy (fractions) at each sigma; each column averages to 0.0005.
+WOBBLE = {0.1: (0.0, 0.004, -0.004, 0.002), 2.5: (0.002, -0.004, 0.004, 0.0)}
+
+
+def records(world, seeds=4):
     out = []
     for config, accs, norms, (t_sgd, t_l2, t_adapt) in world.values():
         for sigma, acc, norm in zip(SIGMAS, accs, norms):
-            for seed in (0, 1):
+            for seed in range(seeds):
+                acc_seed = acc + WOBBLE[sigma][seed]
                 out.append(CellRecord(
                     config={**config, "sigma": sigma, "seed": seed},
-                    metrics={"best_val_test_acc": acc, "final_test_acc": acc, "tau_interp": 5, "repair_gap": 0.0,
+                    metrics={"best_val_test_acc": acc_seed, "final_test_acc": acc_seed, "tau_interp": 5,
+                             "repair_gap": 0.0,
                              "weight_norm": norm, "weight_norm_ratio": norm / sigma,
                              "clock_sgd": t_sgd, "clock_l2": t_l2, "clock_adapt": t_adapt}))
     return out
@@ -64,3 +70,10 @@ def test_claims_without_their_groups_are_not_evaluated():
 def test_forgetting_clock_is_t_adapt_for_adaptive_and_t_sgd_plus_t_l2_for_sgd():
     assert forgetting_clock("adamw", 1.0, 2.0, 30.0) == 30.0
     assert forgetting_clock("sgd", 1.0, 2.0, 30.0) == 3.0
+
+
+def test_with_too_few_seeds_every_claim_says_it_cannot_be_decided():
+    found = evaluate_findings(records(REMEMBERING_WORLD, seeds=2))
+    assert [f.verdict for f in found] == [CANNOT_DECIDE] * 5, [(f.claim, f.measured) for f in found]
+    assert all(f.reproduced is None for f in found)
+    assert "too few seeds to decide (2 < 3)" in found[0].measured

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from initmem_core.report.findings import (CONTRADICTED, NOT_RESOLVED, REPRODUCED, decide, evaluate_findings,
-                                          norm_forgetting, read_sweep)
+from initmem_core.report.findings import (CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide,
+                                          evaluate_findings, norm_forgetting, read_sweep)
 from initmem_core.tracking.records import CellRecord
 
 
@@ -18,6 +18,9 @@ def test_decide_by_hand():
     assert decide([(0.5, 3.0), (-2.0, -0.1)]) == CONTRADICTED
     assert decide([(math.nan, math.nan)]) == NOT_RESOLVED
     assert decide([]) == NOT_RESOLVED
+    # Contradicted by one of k comparisons only at the Bonferroni level: the wider interval decides.
+    assert decide([(0.5, 3.0), (-2.0, -0.1)], against=[(0.3, 3.2), (-2.3, 0.2)]) == NOT_RESOLVED
+    assert bonferroni_level(3) == pytest.approx(1 - 0.05 / 3) and bonferroni_level(1) == pytest.approx(0.95)
 
 
 def cells(opt, accs_by_seed, norms=(1.0, 25.0), sigmas=(0.1, 2.5), **config):
@@ -32,23 +35,24 @@ def cells(opt, accs_by_seed, norms=(1.0, 25.0), sigmas=(0.1, 2.5), **config):
 
 
 def test_a_difference_inside_seed_noise_is_not_resolved():
-    # SGD's mean spread (10 pp) is above Adam's (4 pp) but the seeds disagree on the order.
-    records = cells("sgd", [(0.90, 0.70), (0.90, 0.90)]) + cells("adam", [(0.90, 0.86), (0.90, 0.90)], lr=1e-3)
+    # SGD's mean spread (10 pp) is above Adam's (2 pp) but the seeds disagree on the order.
+    records = (cells("sgd", [(0.90, 0.70), (0.90, 0.90), (0.90, 0.74), (0.90, 0.86)])
+               + cells("adam", [(0.90, 0.86), (0.90, 0.90), (0.90, 0.88), (0.90, 0.88)], lr=1e-3))
     first = evaluate_findings(records)[0]
     assert first.verdict == NOT_RESOLVED and first.reproduced is None
-    assert "sgd b=64 10.00 pp" in first.measured and "adam 2.00 pp" in first.measured
+    assert "sgd b=64 10.00 pp (debiased +10.00" in first.measured and "adam 2.00 pp" in first.measured
 
 
 def test_norm_claim_fails_when_adams_norm_ratio_stays_at_its_initial_value():
     # Adam barely moves its weights: ||W||/||W0|| ~ 1.005 at both sigmas, so the final ratio across
     # sigma is the initial one, exactly what the old "final ratio smaller than SGD's" check passed.
-    sgd = cells("sgd", [(0.9, 0.6), (0.9, 0.62)], norms=(2.0, 26.0))
-    adam = cells("adam", [(0.9, 0.88), (0.9, 0.89)], norms=(0.1005, 2.5125), lr=1e-3)
+    sgd = cells("sgd", [(0.9, 0.6), (0.9, 0.62), (0.9, 0.61)], norms=(2.0, 26.0))
+    adam = cells("adam", [(0.9, 0.88), (0.9, 0.89), (0.9, 0.88)], norms=(0.1005, 2.5125), lr=1e-3)
     sweep = read_sweep(sgd + adam)
     moved = norm_forgetting(sweep.adaptive[0])
-    assert moved == pytest.approx({0: 0.0, 1: 0.0}, abs=1e-9)  # log(25)/log(25)
+    assert moved == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0}, abs=1e-9)  # log(25)/log(25)
     expected_sgd = 1 - math.log(13) / math.log(25)
-    assert norm_forgetting(sweep.baseline) == pytest.approx({0: expected_sgd, 1: expected_sgd})
+    assert norm_forgetting(sweep.baseline) == pytest.approx(dict.fromkeys(range(3), expected_sgd))
     finding = evaluate_findings(sgd + adam)[3]
     assert finding.verdict == CONTRADICTED  # adaptive moved less than SGD, in every seed
 
@@ -56,8 +60,8 @@ def test_norm_claim_fails_when_adams_norm_ratio_stays_at_its_initial_value():
 def test_spearman_handles_tied_spreads():
     from scipy import stats
 
-    records = (cells("sgd", [(0.9, 0.6)]) + cells("sgd", [(0.9, 0.6)], batch_size=128)
-               + cells("adam", [(0.9, 0.88)], lr=1e-3))
+    records = (cells("sgd", [(0.9, 0.6)] * 3) + cells("sgd", [(0.9, 0.6)] * 3, batch_size=128)
+               + cells("adam", [(0.9, 0.88)] * 3, lr=1e-3))
     finding = evaluate_findings(records)[4]
     # clocks: sgd 0.01, sgd b=128 0.01, adam 50; spreads 30, 30, 2: average ranks
     rho = stats.spearmanr([0.01, 0.01, 50.0], [30.0, 30.0, 2.0]).statistic

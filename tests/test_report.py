@@ -103,7 +103,9 @@ def test_csv_markdown_and_json_hold_the_same_table(records):
     sgd_high = next(r for r in rows if r["group"] == "opt=sgd" and r["sigma"] == "2.0")
     assert float(sgd_high["spread"]) == pytest.approx(26.0) and sgd_high["tau_interp"] == ""
     markdown = to_markdown(report)
-    assert re.search(r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| 1 \| 2 \| 1 \| 0 \|", markdown), markdown
+    # paper's spread, its interval, the debiased one (two seeds: no interval, and why), sigmas, counts
+    assert re.search(r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| \+26\.00 \(no interval: too few seeds to decide "
+                     r"\(2 < 3\)\) \| 1 \| 2 \| 1 \| 0 \|", markdown), markdown
     assert "## Failed cells" in markdown and "DIVERGED" in markdown
     data = json.loads(to_json(report))
     assert {g["group"]: g["spread"] for g in data["groups"]} == pytest.approx({"opt=adam": 4.0, "opt=sgd": 26.0})

@@ -76,6 +76,16 @@ def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_pl
     assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning)" in text
     assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning&compareRunsMode=CHART)" in text
     assert f"(/#/experiments/7/runs/{'r' * 32}/artifacts/report/test_acc_vs_sigma.png)" in text
+    # beside the paper's spread, the debiased one; with one seed it has no interval, and says why
+    assert "debiased pp [95% interval]" in text and "too few seeds to decide (1 < 3)" in text
+
+
+def test_the_parent_description_shows_the_debiased_spread_with_its_interval():
+    report = build_report([_record("sgd", s, seed, acc + 0.01 * seed) for seed in range(4)
+                           for s, acc in ((0.5, 0.5), (2.0, 0.75))])
+    g = report.groups[0]
+    text = description(report, "demo", "7", "r" * 32, "initmem-k")
+    assert f"| {g.debiased_spread:+.2f} [{g.debiased_spread_lo:+.2f}, {g.debiased_spread_hi:+.2f}] |" in text
 
 
 @pytest.mark.parametrize("width", [80, 50])

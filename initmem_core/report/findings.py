@@ -1,12 +1,16 @@
 """The paper's findings as checks on a sweep's results: each claim is one function returning a
 ``Finding`` with the numbers and a verdict.
 
-The decision rule is the same for every claim: a claim is *reproduced* only when the 95% interval
-of the relevant difference excludes zero in the claimed direction, *contradicted* when it excludes
-zero the other way, and otherwise *not resolved at this scale*. A claim that compares several
-groups (SGD against each adaptive optimizer) is reproduced when every comparison is, and
-contradicted when any is. Spread intervals come from the report's bootstrap (the same draws for
-every group, so differences pair up); norm and accuracy differences from t intervals over seeds.
+The decision rule (docs/STATISTICS.md has the simulations that check its error rates): a
+comparison of two groups is the difference of their *debiased* (cross-fitted) spreads over the
+sigmas both measured, with its 95% t interval (``report/inference.py``). A claim is *reproduced*
+when the interval of every comparison it makes excludes zero in the claimed direction (an
+intersection-union test: its false-positive rate is at most one comparison's 2.5%); it is
+*contradicted* when any one comparison of k excludes zero the other way at the Bonferroni level
+1 − 0.05/k (so the chance that some comparison contradicts by noise stays at 2.5%); otherwise it is
+*not resolved at this scale*. A comparison with too few seeds (``inference.MIN_SEEDS``) *cannot
+be decided*, and the finding says so and why. Norm differences use t intervals over seeds with the
+same rule; the clock ordering draws each group's debiased spread from its t distribution.
 
 Groups are recognised by their configuration, not by name: the *baseline SGD* group is plain SGD
 (no momentum, no L2, no weight decay) at the sweep's most common batch size; *adaptive* groups are
@@ -21,14 +25,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, spread_difference
 from initmem_core.report.memory import (GroupSummary, Report, build_report, interval, mean_interval,
                                         percentile_interval)
 from initmem_core.sweep.grid import group_keys
 from initmem_core.tracking.records import CellRecord
 
 ADAPTIVE = ("adam", "adamw", "muon")
-REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED = (
-    "reproduced", "contradicted", "not resolved at this scale", "not evaluated")
+REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
+    "reproduced", "contradicted", "not resolved at this scale", "not evaluated", "cannot be decided: too few seeds")
+#: Draws of the groups' debiased spreads behind the clock ordering's interval, and their fixed seed.
+CLOCK_DRAWS, CLOCK_DRAWS_SEED = 2000, 0
 
 
 @dataclass
@@ -43,11 +50,19 @@ class Finding:
         return {REPRODUCED: True, CONTRADICTED: False}.get(self.verdict)
 
 
-def decide(intervals: list[tuple[float, float]]) -> str:
-    """The verdict on intervals of differences each claimed to be above zero."""
-    if not intervals or any(math.isnan(low) or math.isnan(high) for low, high in intervals):
+def bonferroni_level(comparisons: int, level: float = LEVEL) -> float:
+    """The level of each of ``comparisons`` intervals when any one of them decides."""
+    return 1 - (1 - level) / max(comparisons, 1)
+
+
+def decide(intervals: list[tuple[float, float]], against: list[tuple[float, float]] | None = None) -> str:
+    """The verdict on differences each claimed to be above zero: reproduced when every 95%
+    interval is above zero; contradicted when any of ``against`` (the same differences at the
+    Bonferroni level, default ``intervals``) is below zero."""
+    against = intervals if against is None else against
+    if not intervals or any(math.isnan(low) or math.isnan(high) for low, high in intervals + against):
         return NOT_RESOLVED
-    if any(high < 0 for _, high in intervals):
+    if any(high < 0 for _, high in against):
         return CONTRADICTED
     if all(low > 0 for low, _ in intervals):
         return REPRODUCED
@@ -63,7 +78,7 @@ class _Group:
     weight_decay: float
     batch_size: int
     cells: list[CellRecord]
-    draws: Any  # the group's spread in each bootstrap draw
+    accuracy: dict[float, dict[int, float]]  # pp by sigma and seed, trained cells
     clock: float  # the clock that drives this group's forgetting (see forgetting_clock)
 
     def label(self) -> str:
@@ -72,7 +87,8 @@ class _Group:
 
     def spread_text(self) -> str:
         s = self.summary
-        return f"{self.label()} {s.spread:.2f} pp {interval(s.spread_lo, s.spread_hi, '.2f')}"
+        return (f"{self.label()} {s.spread:.2f} pp (debiased {s.debiased_spread:+.2f} "
+                f"{interval(s.debiased_spread_lo, s.debiased_spread_hi)})")
 
 
 @dataclass
@@ -104,7 +120,7 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
             continue
         config = cells[summary.group][0].config
         groups.append(_Group(summary, config.opt, config.momentum, config.l2, config.weight_decay,
-                             config.batch_size, cells[summary.group], report.replicates[summary.group],
+                             config.batch_size, cells[summary.group], report.accuracy[summary.group],
                              forgetting_clock(config.opt, summary.clock_sgd, summary.clock_l2, summary.clock_adapt)))
     base_batch = Counter(g.batch_size for g in groups).most_common(1)[0][0] if groups else None
     sgd = sorted((g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 == 0 and g.weight_decay == 0),
@@ -114,10 +130,20 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
     return Sweep(report, groups, baseline, adaptive, sgd)
 
 
-def _spread_difference(a: _Group, b: _Group) -> tuple[str, tuple[float, float]]:
-    low, high = percentile_interval(a.draws - b.draws)
-    text = f"{a.label()} − {b.label()}: {a.summary.spread - b.summary.spread:+.2f} pp {interval(low, high)}"
-    return text, (low, high)
+def _spread_difference(a: _Group, b: _Group) -> tuple[str, SpreadDifference]:
+    difference = spread_difference(a.accuracy, b.accuracy)
+    over = f" over {len(difference.sigmas)} shared sigmas" if len(difference.sigmas) < len(a.accuracy) else ""
+    shown = (interval(difference.lo, difference.hi) if difference.decided else f"(no interval: {difference.reason})")
+    estimate = "–" if math.isnan(difference.estimate) else f"{difference.estimate:+.2f} pp"
+    return f"{a.label()} − {b.label()}: {estimate} {shown}{over}", difference
+
+
+def decide_differences(differences: list[SpreadDifference]) -> str:
+    """The rule of the module docstring on spread differences each claimed to be above zero."""
+    if any(not d.decided and "too few seeds" in d.reason for d in differences):
+        return CANNOT_DECIDE
+    corrected = bonferroni_level(len(differences))
+    return decide([(d.lo, d.hi) for d in differences], [d.interval_at(corrected) for d in differences])
 
 
 def _compare(claim: str, pairs: list[tuple[_Group, _Group]], shown: list[_Group]) -> Finding:
@@ -125,8 +151,8 @@ def _compare(claim: str, pairs: list[tuple[_Group, _Group]], shown: list[_Group]
     if not pairs:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
     differences = [_spread_difference(a, b) for a, b in pairs]
-    measured = "; ".join(g.spread_text() for g in shown) + " | " + "; ".join(text for text, _ in differences)
-    return Finding(claim, measured, decide([bounds for _, bounds in differences]))
+    measured = "; ".join(g.spread_text() for g in shown) + " | debiased " + "; ".join(text for text, _ in differences)
+    return Finding(claim, measured, decide_differences([d for _, d in differences]))
 
 
 def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
@@ -174,24 +200,28 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
     if sweep.baseline is None or not sweep.adaptive:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
     sgd = norm_forgetting(sweep.baseline)
-    parts, bounds = [], []
+    corrected = bonferroni_level(len(sweep.adaptive))
+    parts, bounds, against, seeds = [], [], [], []
     for group in sweep.adaptive:
         theirs = norm_forgetting(group)
         differences = [theirs[s] - sgd[s] for s in sorted(set(sgd) & set(theirs))]  # paired by seed
         low, high = mean_interval(differences)
         bounds.append((low, high))
+        against.append(mean_interval(differences, corrected))
+        seeds.append(len(differences))
         mean = sum(differences) / len(differences) if differences else math.nan
         parts.append(f"{group.label()} − sgd: {mean:+.2f} {interval(low, high)} over {len(differences)} seeds")
     shown = "; ".join(f"{g.label()} {sum(m.values()) / len(m):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} –"
                       for g in [sweep.baseline, *sweep.adaptive])
     measured = ("share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled: "
                 f"{shown} | {'; '.join(parts)}")
-    return Finding(claim, measured, decide(bounds))
+    verdict = CANNOT_DECIDE if min(seeds) < MIN_SEEDS else decide(bounds, against)
+    return Finding(claim, measured, verdict)
 
 
 def clocks_order_spreads(sweep: Sweep) -> Finding:
     claim = "The forgetting clocks order the groups as their spreads (larger clock, smaller spread)"
-    groups = sweep.groups
+    groups = [g for g in sweep.groups if not math.isnan(g.summary.debiased_spread)]
     if len(groups) < 3:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
     import numpy as np
@@ -204,12 +234,18 @@ def clocks_order_spreads(sweep: Sweep) -> Finding:
             return math.nan
         return float(stats.spearmanr(clocks, spreads).statistic)  # average ranks for ties
 
-    observed = rho(np.array([g.summary.spread for g in groups]))
-    draws = np.stack([g.draws for g in groups])  # (groups, draws)
-    low, high = percentile_interval([rho(draws[:, b]) for b in range(draws.shape[1])])
-    measured = (f"Spearman rank correlation (ties averaged) of clock and spread over {len(groups)} groups: "
-                f"{observed:.2f} {interval(low, high)}")
-    return Finding(claim, measured, decide([(-high, -low)]))  # claimed: below zero
+    observed = rho(np.array([g.summary.debiased_spread for g in groups]))
+    text = (f"Spearman rank correlation (ties averaged) of clock and debiased spread over {len(groups)} groups: "
+            f"{observed:.2f}")
+    estimates = [sweep.report.estimates[g.summary.group] for g in groups]
+    if any(not e.decided for e in estimates):
+        return Finding(claim, text + " (no interval: a group has too few seeds)", CANNOT_DECIDE)
+    # Each group's true debiased spread, drawn from its t distribution (independent groups).
+    rng = np.random.default_rng(CLOCK_DRAWS_SEED)
+    draws = np.stack([e.estimate + e.se * rng.standard_t(e.df if math.isfinite(e.df) else 1e9, CLOCK_DRAWS)
+                      for e in estimates])
+    low, high = percentile_interval([rho(draws[:, b]) for b in range(CLOCK_DRAWS)])
+    return Finding(claim, f"{text} {interval(low, high)}", decide([(-high, -low)]))  # claimed: below zero
 
 
 CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (

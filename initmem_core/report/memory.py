@@ -10,10 +10,13 @@ seeds), tau_interp and how many seeds never interpolated, the repair gap, the fi
 ||W||/||W0||, and the forgetting clocks at the end. Cells that failed or diverged count as
 failures to train and are left out of every mean.
 
-Uncertainty: the spread of each group carries a 95% percentile-bootstrap interval that resamples
-seeds and test examples together (the test examples from each run's ``test_correct`` record,
-when it has one; seeds only otherwise). Every group is resampled with the *same* draws, so the
-difference of two groups' spreads has its own interval (``pairs``), next to the mean paired
+Uncertainty (``report/inference.py``, docs/STATISTICS.md): the paper's ``spread`` (max − min over
+sigma of the mean) is kept as its headline figure, with a percentile interval that resamples each
+sigma's trained runs; it is biased upward by noise, so a group that remembers nothing still shows
+one. Beside it, ``debiased_spread`` is the cross-fitted spread (best and worst sigma chosen on the
+other seeds, their gap measured on the held-out seed), centred on zero for such a group, with a
+95% t interval whose error rate was checked by simulation. Paired differences of groups compare
+cross-fitted spreads over the sigmas both groups measured; next to them, the mean paired
 difference of accuracy over cells of equal sigma and seed. A group whose best accuracy is within
 ``CHANCE_MARGIN_PP`` of chance *did not train*: it gets no spread.
 """
@@ -28,6 +31,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from initmem_core.report.inference import (MIN_SEEDS_PER_SIGMA, Matrix, SpreadEstimate, cross_fit_spread,
+                                           spread_difference)
 from initmem_core.sweep.grid import group_fields, group_keys, metric_suffix
 from initmem_core.tracking.records import CellRecord
 
@@ -63,7 +68,7 @@ class SigmaRow:
 class GroupSummary:
     group: str
     spread: float  # pp: max - min over sigma of the mean test accuracy (nan: did not train)
-    spread_lo: float  # 95% bootstrap interval over seeds and test examples
+    spread_lo: float  # 95% percentile interval, resampling each sigma's trained runs
     spread_hi: float
     best_sigma: float
     worst_sigma: float
@@ -75,12 +80,19 @@ class GroupSummary:
     clock_adapt: float
     did_not_train: bool = False  # best accuracy within CHANCE_MARGIN_PP of chance
     best_acc: float = NAN  # % the best mean over sigma
+    #: pp: the cross-fitted spread, not biased up by noise (0 for a group that remembers nothing)
+    debiased_spread: float = NAN
+    debiased_spread_lo: float = NAN  # its 95% t interval (nan: too few seeds, see debiased_note)
+    debiased_spread_hi: float = NAN
+    #: why the debiased spread has no interval, and the sigmas left out for too few trained runs
+    debiased_note: str = ""
 
 
 @dataclass
 class PairedDifference:
-    """Group ``a`` minus group ``b``: spreads (bootstrap interval, the same draws for both) and
-    accuracy over cells of equal sigma and seed (t interval over those pairs)."""
+    """Group ``a`` minus group ``b``: cross-fitted spreads over the sigmas both measured (t
+    interval, ``report/inference.py``) and accuracy over cells of equal sigma and seed (t interval
+    over those pairs)."""
 
     a: str
     b: str
@@ -91,6 +103,8 @@ class PairedDifference:
     acc_diff_lo: float
     acc_diff_hi: float
     pairs: int
+    shared_sigmas: int = 0  # the sigmas the spreads were compared over
+    note: str = ""  # why the spread difference has no interval
 
 
 @dataclass
@@ -112,8 +126,10 @@ class Report:
     #: group -> [(sigma, seed, [(epoch, ||W||_F)])] of every trained cell, for the norm plot
     norm_curves: dict[str, list[tuple[float, int, list[tuple[int, float]]]]] = field(default_factory=dict)
     pairs: list[PairedDifference] = field(default_factory=list)
-    #: group -> its spread in each bootstrap replicate (numpy, the same draws for every group)
-    replicates: dict[str, Any] = field(default_factory=dict)
+    #: group -> its cross-fitted spread with what it rests on (report/inference.py)
+    estimates: dict[str, SpreadEstimate] = field(default_factory=dict)
+    #: group -> accuracy (pp) by sigma and seed of its trained cells
+    accuracy: dict[str, dict[float, dict[int, float]]] = field(default_factory=dict)
 
     def parent_metrics(self) -> dict[str, float]:
         """Per-group figures as metric names the MLflow UI can chart, e.g. ``spread_opt-sgd``."""
@@ -122,7 +138,9 @@ class Report:
             suffix = metric_suffix(g.group)
             figures = {"spread": g.spread, "never_interp_sigmas": g.never_interp_sigmas,
                        "failed_cells": g.failed, **{c: getattr(g, c) for c in CLOCKS},
-                       "spread_lo": g.spread_lo, "spread_hi": g.spread_hi, "did_not_train": float(g.did_not_train)}
+                       "spread_lo": g.spread_lo, "spread_hi": g.spread_hi, "did_not_train": float(g.did_not_train),
+                       "debiased_spread": g.debiased_spread, "debiased_spread_lo": g.debiased_spread_lo,
+                       "debiased_spread_hi": g.debiased_spread_hi}
             metrics.update({f"{name}_{suffix}": float(value) for name, value in figures.items()
                             if not math.isnan(value)})
         return metrics
@@ -165,69 +183,46 @@ def _accuracy(cell: CellRecord) -> float:
     return 100 * cell.metrics["best_val_test_acc"]
 
 
-def bootstrap_spreads(by_group: dict[str, list[CellRecord]], replicates: int = REPLICATES,
-                      seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
-    """Each group's spread (pp) in ``replicates`` bootstrap draws that resample seeds and test
-    examples together, the same draws for every group (so differences of groups pair up).
+def accuracy_matrix(cells: Iterable[CellRecord], metric: str = "best_val_test_acc") -> dict[float, dict[int, float]]:
+    """Accuracy (pp) by sigma and seed of the trained cells that logged ``metric``: what the
+    spread is estimated from. A failed cell is simply absent."""
+    table: dict[float, dict[int, float]] = {}
+    for cell in cells:
+        if cell.trained and metric in cell.metrics:
+            table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[metric]
+    return table
 
-    A draw picks seeds with replacement (one multiset, used at every sigma and in every group:
-    the same seed is the same Z and data order) and test examples with replacement (one set of
-    counts per test-set size: the same examples for every run). A run's accuracy in a draw is its
-    ``test_correct`` averaged with those counts, or its measured accuracy when it has no record.
-    """
+
+def resampled_spreads(accuracy: Matrix, replicates: int = REPLICATES, seed: int = BOOTSTRAP_SEED) -> Any:
+    """The paper's max − min in ``replicates`` draws that resample each sigma's trained runs
+    (never leaving a sigma out of a draw): the spread of that statistic, not of the truth."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    trained = [c for cells in by_group.values() for c in cells if c.trained and "best_val_test_acc" in c.metrics]
-    seeds = sorted({c.config.seed for c in trained})
-    if not seeds:
-        return {group: np.full(replicates, np.nan) for group in by_group}
-    seed_index = {s: i for i, s in enumerate(seeds)}
-    seed_counts = rng.multinomial(len(seeds), np.full(len(seeds), 1 / len(seeds)), size=replicates)
-    example_weights: dict[int, Any] = {}
+    means = [np.asarray(list(runs.values()))[rng.integers(0, len(runs), size=(replicates, len(runs)))].mean(axis=1)
+             for runs in accuracy.values() if runs]
+    if len(means) < 2:
+        return np.full(replicates, np.nan)
+    stacked = np.stack(means)
+    return stacked.max(axis=0) - stacked.min(axis=0)
 
-    def accuracy_draws(cell: CellRecord) -> Any:
-        mask = cell.test_correct
-        if mask is None or len(mask) == 0:
-            return np.full(replicates, _accuracy(cell))
-        n = len(mask)
-        if n not in example_weights:  # counts of each example in each draw: a (n, replicates) matrix
-            picks = rng.integers(0, n, size=(replicates, n)) + n * np.arange(replicates)[:, None]
-            example_weights[n] = np.bincount(picks.ravel(), minlength=replicates * n).reshape(replicates, n).T
-        return 100 * (np.asarray(mask, dtype=np.float32) @ example_weights[n]) / n
 
-    spreads = {}
-    for group, cells in by_group.items():
-        means = []
-        for sigma in sorted({c.config.sigma for c in cells}):
-            runs = [c for c in cells if c.config.sigma == sigma and c.trained and "best_val_test_acc" in c.metrics]
-            if not runs:
-                continue
-            counts = np.stack([seed_counts[:, seed_index[c.config.seed]] for c in runs], axis=1)  # (B, runs)
-            draws = np.stack([accuracy_draws(c) for c in runs], axis=1)
-            total = counts.sum(axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means.append(np.where(total > 0, (counts * draws).sum(axis=1) / total, np.nan))
-        if len(means) < 2:
-            spreads[group] = np.full(replicates, np.nan)
-            continue
-        stacked = np.stack(means)
-        valid = (~np.isnan(stacked)).sum(axis=0) >= 2  # a draw that lost all seeds of a sigma but one
-        with np.errstate(invalid="ignore"):
-            spread = np.nanmax(stacked, axis=0) - np.nanmin(stacked, axis=0)
-        spreads[group] = np.where(valid, spread, np.nan)
-    return spreads
+def debiased_note(estimate: SpreadEstimate) -> str:
+    """What a reader needs to know about a cross-fitted spread: sigmas left out, no interval."""
+    parts = [f"sigma {s:g}: {n} trained run{'s' * (n != 1)}, fewer than {MIN_SEEDS_PER_SIGMA}, left out"
+             for s, n in estimate.too_few]
+    return "; ".join(parts + ([estimate.reason] if estimate.reason else []))
 
 
 def _paired(a: GroupSummary, b: GroupSummary, cells_a: list[CellRecord], cells_b: list[CellRecord],
-            draws: dict[str, Any]) -> PairedDifference:
-    lo, hi = percentile_interval(draws[a.group] - draws[b.group])
+            accuracy: dict[str, Matrix]) -> PairedDifference:
+    difference = spread_difference(accuracy[a.group], accuracy[b.group])
     theirs = {(c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b
               if c.trained and "best_val_test_acc" in c.metrics}
     diffs = [_accuracy(c) - theirs[(c.config.sigma, c.config.seed)] for c in cells_a
              if c.trained and "best_val_test_acc" in c.metrics and (c.config.sigma, c.config.seed) in theirs]
-    return PairedDifference(a.group, b.group, a.spread - b.spread, lo, hi, _mean(diffs), *mean_interval(diffs),
-                            len(diffs))
+    return PairedDifference(a.group, b.group, difference.estimate, difference.lo, difference.hi,
+                            _mean(diffs), *mean_interval(diffs), len(diffs), len(difference.sigmas), difference.reason)
 
 
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
@@ -248,7 +243,8 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     )
 
 
-def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], draws: Any) -> GroupSummary:
+def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy: Matrix,
+             estimate: SpreadEstimate) -> GroupSummary:
     measured = [r for r in rows if not math.isnan(r.test_acc)]
     best = max(measured, key=lambda r: r.test_acc, default=None)
     worst = min(measured, key=lambda r: r.test_acc, default=None)
@@ -257,10 +253,14 @@ def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], draws: A
     # Near chance everywhere: the spread would measure noise around a model that never learned.
     stuck = bool(best and classes and best.test_acc < 100 / classes + CHANCE_MARGIN_PP)
     spread = best.test_acc - worst.test_acc if best and not stuck else NAN
-    low, high = (NAN, NAN) if math.isnan(spread) else percentile_interval(draws)
+    low, high = (NAN, NAN) if math.isnan(spread) else percentile_interval(resampled_spreads(accuracy))
+    if stuck:
+        estimate = SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, ())
     return GroupSummary(
         group=group,
         spread=spread, spread_lo=low, spread_hi=high, did_not_train=stuck,
+        debiased_spread=estimate.estimate, debiased_spread_lo=estimate.lo, debiased_spread_hi=estimate.hi,
+        debiased_note=debiased_note(estimate),
         best_acc=best.test_acc if best else NAN,
         best_sigma=best.sigma if best else NAN,
         worst_sigma=worst.sigma if worst else NAN,
@@ -278,13 +278,14 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     for record, key in zip(records, group_keys(r.config for r in records)):
         by_group.setdefault(key, []).append(record)
     groups, rows, failures, curves = [], [], [], {}
-    draws = bootstrap_spreads(by_group)
+    accuracy = {group: accuracy_matrix(cells) for group, cells in by_group.items()}
+    estimates = {group: cross_fit_spread(table) for group, table in accuracy.items()}
     for group in sorted(by_group):
         cells = by_group[group]
         sigmas = sorted({c.config.sigma for c in cells})
         group_rows = [_sigma_row(group, s, [c for c in cells if c.config.sigma == s]) for s in sigmas]
         rows.extend(group_rows)
-        groups.append(_summary(group, group_rows, cells, draws[group]))
+        groups.append(_summary(group, group_rows, cells, accuracy[group], estimates[group]))
         curves[group] = [(c.config.sigma, c.config.seed, c.weight_norms)
                          for c in sorted(cells, key=lambda c: (c.config.sigma, c.config.seed))
                          if c.trained and c.weight_norms]
@@ -293,9 +294,9 @@ def build_report(records: Iterable[CellRecord]) -> Report:
                     c.error, c.run_id)
             for c in cells if not c.trained)
     trained = [g for g in groups if not math.isnan(g.spread)]
-    pairs = [_paired(a, b, by_group[a.group], by_group[b.group], draws)
+    pairs = [_paired(a, b, by_group[a.group], by_group[b.group], accuracy)
              for i, a in enumerate(trained) for b in trained[i + 1:]]
-    return Report(groups, rows, failures, fields, curves, pairs, draws)
+    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy)
 
 
 # -- output formats -------------------------------------------------------------------------
@@ -306,6 +307,8 @@ TABLE_COLUMNS = (
     ("test_acc", "test acc %", "{:.2f}"), ("test_acc_std", "± pp", "{:.2f}"),
     ("test_acc_lo", "95% CI low", "{:.2f}"), ("test_acc_hi", "95% CI high", "{:.2f}"),
     ("spread", "spread pp", "{:.2f}"), ("spread_lo", "spread CI low", "{:.2f}"), ("spread_hi", "spread CI high", "{:.2f}"),
+    ("debiased_spread", "debiased pp", "{:+.2f}"), ("debiased_spread_lo", "debiased CI low", "{:+.2f}"),
+    ("debiased_spread_hi", "debiased CI high", "{:+.2f}"),
     ("tau_interp", "tau_interp", "{:.1f}"),
     ("never_interp", "never interp", "{}"), ("repair_gap", "repair gap pp", "{:+.2f}"),
     ("weight_norm", "‖W‖_F", "{:.4g}"), ("weight_norm_ratio", "‖W‖/‖W0‖", "{:.4g}"),
@@ -319,8 +322,8 @@ _FORMATS = {column: fmt for column, _, fmt in TABLE_COLUMNS}
 def table_rows(report: Report) -> list[dict[str, Any]]:
     """The full table as plain rows: each (group, sigma) row carries its group's spread."""
     by_group = {g.group: g for g in report.groups}
-    return [{**asdict(row), "spread": by_group[row.group].spread, "spread_lo": by_group[row.group].spread_lo,
-             "spread_hi": by_group[row.group].spread_hi} for row in report.rows]
+    carried = ("spread", "spread_lo", "spread_hi", "debiased_spread", "debiased_spread_lo", "debiased_spread_hi")
+    return [{**asdict(row), **{key: getattr(by_group[row.group], key) for key in carried}} for row in report.rows]
 
 
 def formatted(column: str, value: Any) -> str:
@@ -353,26 +356,45 @@ def _spread_cell(g: GroupSummary) -> str:
         "–" if math.isnan(g.spread) else f"{g.spread:.2f}")
 
 
+def debiased_cell(g: GroupSummary) -> str:
+    """The cross-fitted spread with its interval, or why there is none."""
+    if math.isnan(g.debiased_spread):
+        return "–"
+    shown = f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
+    return shown if not math.isnan(g.debiased_spread_lo) else f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
+
+
+SPREADS_EXPLAINED = (
+    "Spread: the paper's figure, max − min over sigma of the mean test accuracy at the best-validation "
+    "checkpoint, in percentage points, with a 95% interval that resamples each sigma's trained runs. It is "
+    "biased upward by noise (a group that remembers nothing still shows a spread). Debiased: the cross-fitted "
+    "spread (best and worst sigma chosen on the other seeds, their gap measured on the held-out seed), with "
+    "its 95% t interval; it is near zero for a group that does not remember, and it is what groups are "
+    "compared by (docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread.")
+
+
 def to_markdown(report: Report, title: str = "Initialization memory") -> str:
-    lines = [f"# {title}", "", "Spread: max − min over sigma of the mean test accuracy at the "
-             "best-validation checkpoint, in percentage points, with its 95% bootstrap interval over seeds "
-             f"and test examples ({REPLICATES} draws). A group within {CHANCE_MARGIN_PP:g} points of chance "
-             "did not train and has no spread.", ""]
+    lines = [f"# {title}", "", SPREADS_EXPLAINED.format(margin=CHANCE_MARGIN_PP), ""]
     lines += _markdown_table(
-        ["group", "spread pp", "95% CI", "best sigma", "worst sigma", "sigmas never interpolated", "failed cells",
-         "T_SGD", "T_L2", "T_adapt"],
-        [[g.group, _spread_cell(g), interval(g.spread_lo, g.spread_hi, ".2f"),
+        ["group", "spread pp", "95% CI", "debiased pp [95% CI]", "best sigma", "worst sigma",
+         "sigmas never interpolated", "failed cells", "T_SGD", "T_L2", "T_adapt"],
+        [[g.group, _spread_cell(g), interval(g.spread_lo, g.spread_hi, ".2f"), debiased_cell(g),
           *(("–" if math.isnan(v) else f"{v:g}") for v in (g.best_sigma, g.worst_sigma)),
           str(g.never_interp_sigmas), str(g.failed),
           *(("–" if math.isnan(v) else f"{v:.4g}") for v in (g.clock_sgd, g.clock_l2, g.clock_adapt))]
          for g in report.groups])
+    notes = [f"- `{g.group}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
+    if notes:
+        lines += ["", *notes]
     if report.pairs:
         lines += ["", "## Paired differences (a − b)", "",
-                  "Spread difference with its bootstrap interval (the same draws for both groups); accuracy "
-                  "difference averaged over cells of equal sigma and seed, with its t interval over those pairs.", ""]
+                  "Debiased spread difference over the sigmas both groups measured, with its 95% t interval; "
+                  "accuracy difference averaged over cells of equal sigma and seed, with its t interval over those "
+                  "pairs.", ""]
         lines += _markdown_table(
-            ["a", "b", "spread diff pp", "95% CI", "acc diff pp", "95% CI", "pairs"],
-            [[p.a, p.b, f"{p.spread_diff:+.2f}", interval(p.spread_diff_lo, p.spread_diff_hi),
+            ["a", "b", "spread diff pp", "95% CI", "sigmas", "acc diff pp", "95% CI", "pairs"],
+            [[p.a, p.b, "–" if math.isnan(p.spread_diff) else f"{p.spread_diff:+.2f}",
+              interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"– ({p.note})", str(p.shared_sigmas),
               "–" if math.isnan(p.acc_diff) else f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi),
               str(p.pairs)] for p in report.pairs])
     lines += ["", "## Per sigma", ""]

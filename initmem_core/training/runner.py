@@ -69,6 +69,8 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
     params["config_hash"] = config.config_hash()
+    if config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
+        params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
     params["augment_resolved"] = getattr(setup.train_loader, "augment", None)
@@ -131,7 +133,7 @@ def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str
     tracker.log_dataset(*dataset_input(config, setup.dataset))
     checkpoints = CheckpointStore(root / config.config_hash()) if root else None
     if checkpoints:
-        checkpoints.start_fresh(config.epochs)
+        checkpoints.start_fresh(setup.config.epochs)
     return run_id, checkpoints, None
 
 
@@ -238,7 +240,7 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
             history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
                                      resume_from=resume_from, stop=stop)
             stop.finishing = True  # trained: a signal now waits until the run is written
-            tracker.log_metrics(summary, step=config.epochs)
+            tracker.log_metrics(summary, step=setup.config.epochs)  # --until may have set them
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
