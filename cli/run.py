@@ -23,8 +23,8 @@ def resolve_config(config_file: Optional[Path], config_values: dict[str, Any]):
     """TOML file first, then the options given on the command line."""
     values = load_toml(config_file) if config_file else {}
     source = str(config_file) if config_file else "the options"
-    config = from_mapping(values, source)
-    return config.replace(**config_values) if config_values else config
+    from_mapping(values, source)  # a bad key names the file
+    return from_mapping({**values, **config_values}, source)  # --until without --epochs: no cap
 
 
 def summary_table(result) -> Table:

@@ -59,15 +59,29 @@ def build_executor(name: str, out: Path, given: dict[str, Any]):
     return make_executor(name, **options)
 
 
-def dry_run_table(plan) -> Table:
+#: The dry run's columns of the clocks each cell ends with, after its "epochs run".
+CLOCK_COLUMNS = {"T_SGD": "clock_sgd", "T_L2": "clock_l2", "T_adapt": "clock_adapt"}
+
+
+def dry_run_table(plan, horizons=None) -> Table:
+    """The cells, what tells them apart, their group and (``horizons``: from
+    ``initmem_core.training.horizons.plan_horizons``) the epochs they train and their final
+    clocks; ``?`` where the data cannot be read here."""
     varying = plan.spec.varying
     table = Table(title="dry run: nothing is run")
     table.add_column("#", justify="right")
     for field in varying:
         table.add_column(field, justify="right")
+    for header in ["epochs run", *CLOCK_COLUMNS] if horizons else []:
+        table.add_column(header, justify="right")
     table.add_column("group")
-    for index, (cell, key) in enumerate(zip(plan.cells, plan.groups), 1):
-        table.add_row(str(index), *(str(getattr(cell, f)) for f in varying), key)
+    for index, (cell, key) in enumerate(zip(plan.cells, plan.groups)):
+        trained = []
+        if horizons:
+            horizon = horizons[index]
+            trained = ([str(horizon.epochs), *(f"{horizon.clocks[c]:.4g}" for c in CLOCK_COLUMNS.values())]
+                       if horizon else ["?"] * (1 + len(CLOCK_COLUMNS)))
+        table.add_row(str(index + 1), *(str(getattr(cell, f)) for f in varying), *trained, key)
     return table
 
 
@@ -75,13 +89,14 @@ def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
     from initmem_core.report.memory import formatted
     from initmem_core.sweep.grid import short_group_names
+    from initmem_core.tracking.ui_view import debiased_text
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
-    for header in ("group", "spread pp", "best σ", "worst σ", "σ never interpolated", "failed"):
+    for header in ("group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "failed"):
         table.add_column(header, justify="left" if header == "group" else "right", overflow="fold")  # never cut
     for g in report.groups:
-        table.add_row(names[g.group], formatted("spread", g.spread), formatted("sigma", g.best_sigma),
+        table.add_row(names[g.group], formatted("spread", g.spread), debiased_text(g), formatted("sigma", g.best_sigma),
                       formatted("sigma", g.worst_sigma), str(g.never_interp_sigmas), str(g.failed))
     return table
 
@@ -133,7 +148,8 @@ def sweep_command(
     if config:
         spec = spec.override(spec_from_toml(config)) if preset else spec_from_toml(config)
     spec = spec.override(spec_from_values(config_values))
-    plan = plan_sweep(spec, name=name, out=out, registry=get_registry())
+    registry = get_registry()
+    plan = plan_sweep(spec, name=name, out=out, registry=registry)
     executor = build_executor(executor_name.value, plan.out, {
         "workers": workers, "ray_address": ray_address, "cpus_per_cell": cpus_per_cell,
         "gpus_per_cell": gpus_per_cell, "max_retries": max_retries, "slurm_partition": slurm_partition,
@@ -141,9 +157,13 @@ def sweep_command(
     console = Console()
     console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
-        console.print(dry_run_table(plan))
+        from initmem_core.training.horizons import plan_horizons
+
+        horizons = plan_horizons(plan.cells, registry, names=plan.names)  # reads each dataset once
+        console.print(dry_run_table(plan, horizons))
         groups = len(set(plan.groups))
-        console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {estimate_work(plan.cells)}")
+        console.print(f"{len(plan.cells)} cells in {groups} group(s); "
+                      f"estimated work: {estimate_work(plan.cells, horizons)}")
         return
 
     from .sweep_progress import SweepDisplay

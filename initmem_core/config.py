@@ -32,7 +32,7 @@ MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
 
 def knob(default: Any, help: str, panel: str, *, check: str | None = None,
          hashed: bool = True, choices: tuple[str, ...] | None = None, maximum: float | None = None,
-         shown: str | None = None) -> Any:
+         shown: str | None = None, hashed_when_set: bool = False) -> Any:
     """A config field with what the CLI and the validator need to know about it.
 
     A field that selects a component (``arch``, ``opt``...) is named in the table of kinds
@@ -42,11 +42,13 @@ def knob(default: Any, help: str, panel: str, *, check: str | None = None,
     identifies a sweep cell. ``maximum``: the largest value accepted (whole numbers are otherwise
     bounded by what a 64-bit integer holds). ``shown``: the default as ``--help`` states it, when
     the value itself does not say it (``lr`` 0 stands for the optimizer's own default).
+    ``hashed_when_set``: hashed only when it differs from its default, so that a knob added after
+    runs were hashed leaves their hashes (finished sweep cells, checkpoint folders) as they were.
     """
     if maximum is not None:
         help = f"{help} (at most {maximum:g})"
     meta = {"help": help, "panel": panel, "check": check, "hashed": hashed, "choices": choices, "maximum": maximum,
-            "shown": shown}
+            "shown": shown, "hashed_when_set": hashed_when_set}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -66,7 +68,10 @@ class RunConfig:
     weight_decay: float = knob(0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative")
     opt_arg: tuple[str, ...] = knob((), "An option of the optimizer as key=value, e.g. betas=0.9,0.99 (repeatable; `initmem plugins` lists each optimizer's)", OPTIM)
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
-    epochs: int = knob(30, "Training epochs", OPTIM, check="at-least-1", maximum=MAX_EPOCHS)
+    epochs: int = knob(30, "Training epochs (with --until: the most it may take)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS)
+    until: str = knob("", "Train until a forgetting clock reaches a value, CLOCK=VALUE with CLOCK one of clock_sgd, clock_l2, "
+                      "clock_adapt (e.g. clock_l2=2.0): the fewest epochs whose final clock reaches it, under this "
+                      "run's schedule; --epochs, if given, is then the cap", OPTIM, shown="off: --epochs sets the epochs", hashed_when_set=True)
     schedule: str = knob("constant", "Learning-rate schedule", OPTIM, choices=("constant", "step", "cosine"))
     warmup_epochs: float = knob(0.0, "Linear warm-up length in epochs", OPTIM, check="non-negative")
     lr_step_epochs: int = knob(30, "Step schedule: decay every this many epochs", OPTIM, check="at-least-1")
@@ -107,7 +112,10 @@ class RunConfig:
 
     def config_hash(self) -> str:
         """Identifies what a run computes; sweeps use it to skip cells that already finished."""
-        hashed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["hashed"]}
+        hashed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["hashed"]
+                  and not (f.metadata["hashed_when_set"] and getattr(self, f.name) == f.default)}
+        if self.until:  # the target sets the epochs; --epochs only caps them
+            del hashed["epochs"]
         text = json.dumps(hashed, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -117,6 +125,35 @@ class RunConfig:
 
     def replace(self, **changes: Any) -> "RunConfig":
         return from_mapping({**self.to_dict(), **changes})
+
+
+#: The clocks ``--until`` may target (the names the runs log them under).
+UNTIL_CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
+
+
+def parse_until(text: str) -> tuple[str, float] | None:
+    """``--until``: ``"clock_l2=2.0"`` -> ``("clock_l2", 2.0)``; ``""`` -> ``None`` (``--epochs``
+    sets the epochs). ``ConfigError`` for anything else. See ``initmem_core.training.horizons``."""
+    text = str(text).strip()
+    if not text:
+        return None
+    clock, equals, value = (part.strip() for part in text.partition("="))
+    if not equals or clock not in UNTIL_CLOCKS:
+        valid = ", ".join(ordered_by_similarity(clock, list(UNTIL_CLOCKS)))
+        raise ConfigError(f"--until {text!r}: write CLOCK=VALUE with CLOCK one of {valid}, e.g. --until clock_l2=2.0")
+    try:
+        target = float(value)
+    except ValueError:
+        target = math.nan
+    if not (math.isfinite(target) and target > 0):
+        raise ConfigError(f"--until {text!r}: the target must be a number greater than 0, e.g. --until {clock}=2.0")
+    return clock, target
+
+
+def _canonical_until(text: str) -> str:
+    """One spelling per target (``clock_l2=2`` and ``clock_l2=2.0`` are one cell, one hash)."""
+    parsed = parse_until(text)
+    return f"{parsed[0]}={parsed[1]!r}" if parsed else ""
 
 
 def _short(value: float) -> str:
@@ -164,6 +201,8 @@ def coerce(name: str, value: Any) -> Any:
             return int(number)
         if kind is float:
             return float(value)
+        if name == "until":
+            return _canonical_until(value)
         return str(value)
     except (TypeError, ValueError):
         expected = {int: "a whole number", float: "a number", tuple: "a list"}.get(kind, "text")
@@ -171,9 +210,13 @@ def coerce(name: str, value: Any) -> Any:
 
 
 def from_mapping(values: Mapping[str, Any], source: str = "the config") -> RunConfig:
+    """A config from the values given (the rest at their defaults). With ``until`` given and
+    ``epochs`` not, there is no cap: the run takes as many epochs as the target needs."""
     for key in values:
         if key not in FIELDS:
             raise unknown_key_error(key, source)
+    if values.get("until") and "epochs" not in values:
+        values = {**values, "epochs": MAX_EPOCHS}
     return RunConfig(**{key: coerce(key, value) for key, value in values.items()})
 
 
@@ -226,6 +269,8 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             raise ConfigError(f"{flag}: unknown value '{value}'; valid values: {', '.join(choices)}")
     if config.momentum >= 1:
         raise ConfigError(f"--momentum must be below 1, got {config.momentum}")
+    if config.until != _canonical_until(config.until):
+        config = dataclasses.replace(config, until=_canonical_until(config.until))
     if registry is not None:
         for kind in BY_FIELD.values():
             values = getattr(config, kind.field)

@@ -233,9 +233,15 @@ def group_label(config: RunConfig) -> str:
     optimizer, then every hashed field except sigma and seed whose value is not the default.
     The same group has the same label in every sweep, and two groups that differ in anything
     but sigma and seed never share one (the UI groups by it across sweeps)."""
-    return ",".join(f"{name}={_exact(getattr(config, name))}" for name, f in FIELDS.items()
-                    if f.metadata["hashed"] and name not in WITHIN_GROUP
-                    and (name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name)))
+    return ",".join(f"{name}={_exact(getattr(config, name))}" for name in identity_fields(config)
+                    if name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name))
+
+
+def identity_fields(config: RunConfig) -> list[str]:
+    """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
+    (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
+    return [name for name, f in FIELDS.items() if f.metadata["hashed"] and name not in WITHIN_GROUP
+            and not (name == "epochs" and config.until)]
 
 
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
@@ -274,7 +280,7 @@ def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
             return value  # data, schedule, init...: the value says which field it is
         return f"{NAME_PREFIX.get(name, name)}{_exact(value)}"
 
-    names = ["-".join([config.arch, config.opt, *(part(config, n) for n in extra),
+    names = ["-".join([config.arch, config.opt, *(part(config, n) for n in extra if n in identity_fields(config)),
                        f"s{short_number(config.sigma)}", f"seed{config.seed}"]) for config in configs]
     counts = Counter(names)
     return [f"{n}-{c.config_hash()[:6]}" if counts[n] > 1 else n for n, c in zip(names, configs)]
@@ -298,8 +304,11 @@ def default_name(spec: SweepSpec) -> str:
     return f"{prefix}-{varying}-{digest}"
 
 
-def estimate_work(cells: list[RunConfig]) -> str:
-    """Optimizer steps when every cell fixes ``train_size``; otherwise the total epochs."""
+def estimate_work(cells: list[RunConfig], horizons: list[Any] | None = None) -> str:
+    """Optimizer steps when every cell's are known (``horizons``, from
+    ``training.horizons.plan_horizons``) or every cell fixes ``train_size``; otherwise the total epochs."""
+    if cells and horizons and all(h is not None for h in horizons):
+        return f"{sum(h.epochs * h.steps_per_epoch for h in horizons):,} optimizer steps"
     if cells and all(c.train_size > 0 for c in cells):
         steps = sum(c.epochs * math.ceil(c.train_size / c.batch_size) for c in cells)
         return f"{steps:,} optimizer steps"

@@ -264,6 +264,12 @@ def run_sweep(
     elif workers != 1:
         raise ConfigError(f"--workers is for --executor local; {executor.name} runs as many cells at once as "
                           "its resources allow")
+    if not executor.remote and any(config.until for config in plan.cells):
+        # --until: every cell's epochs are reachable within its cap, before anything is tracked
+        # (the data is read here; remote workers may read it from elsewhere, so they check it).
+        from initmem_core.training.horizons import plan_horizons
+
+        plan_horizons(plan.cells, registry, required_only=True, names=plan.names)
     uri = resolve_tracking_uri(tracking_uri)
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)

@@ -17,6 +17,7 @@ from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.training import horizons
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
 from initmem_core.training.loaders import make_loaders
 from initmem_core.training.schedules import build_scheduler
@@ -108,7 +109,8 @@ def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBund
 
 
 def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
-    """Build data, model, initialization, optimizer, schedule, regularizer and metrics."""
+    """Build data, model, initialization, optimizer, schedule, regularizer and metrics. With
+    ``--until``, the setup's config holds the epochs the target set (``training.horizons``)."""
     from initmem_core.plugin_system import optimizer_options
 
     config = optimizer_options.resolve(config, registry)  # a caller that skipped validate gets the declared lr
@@ -126,6 +128,12 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
             f"--batch-size {config.batch_size} is larger than the training set of {config.data} "
             f"({n_train} examples); use at most {n_train}"
         )
+    # --until: the epochs follow from the data's size, so they are settled here, before the
+    # optimizer and the schedule (a cosine spans the run) are built from the config.
+    planned = None
+    if config.until:
+        planned = horizons.declared_rule(config, registry)
+        config = horizons.resolve_until(config, n_train, planned)
 
     # The architecture's own init draws from the global RNG: seed it so that draw is the
     # paired Z of this seed (scaled-default relies on it), whatever sigma is.
@@ -142,6 +150,8 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     optimizer_spec = registry.lookup("optimizer", config.opt)[0]
     clock = check_convention(getattr(optimizer, "initmem_clock", None) or optimizer_spec.clock or DEFAULT_CONVENTION,
                              config.opt)
+    if planned is not None:
+        horizons.check_built_rule(config, planned, horizons.built_rule(optimizer.param_groups[0], clock, planned.shrink))
     train_loader, eval_loaders = make_loaders(
         dataset, config, device, torch.Generator().manual_seed(seed_for(config.seed, "data-order")),
         subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")))

@@ -1,0 +1,356 @@
+"""Horizons set by a clock: ``--until clock_l2=2.0`` trains the fewest epochs whose final T_L2 reaches 2.0.
+
+The clocks a run logs (``training.clocks``) are sums over its optimizer steps of the effective step
+``eta_k = effective_step(lr * lr_multiplier(k))`` (``training.schedules``): ``T_SGD = sum eta_k^2 / b_k``,
+``T_L2 = lambda * sum eta_k``, ``T_adapt = sum eta_k``. Everything they depend on is known once the
+training set's size is: the schedule (whose cosine spans the whole run, so the number of epochs
+changes every step's rate), the peak rate, the optimizer's clock convention and momentum
+(heavy-ball SGD counts ``lr / (1 - momentum)``), lambda (``--l2`` + ``--weight-decay``), the batch
+size and the batches of an epoch (``ceil(n / b)``, the last one smaller when ``b`` does not divide
+``n``: the training loader keeps it).
+
+``final_clocks`` replays those sums step by step with the very functions the training loop calls
+(``lr_multiplier``, ``effective_step``, ``ForgettingClocks.tick``), in the same order, so the clocks
+it returns are bit-identical to the ones the run logs. ``epochs_until`` searches the fewest epochs
+whose final clock reaches the target: each clock grows with the number of epochs, under every
+schedule (a longer cosine decays more slowly), so a doubling then a bisection finds it; for
+``constant`` and ``step`` schedules a step's rate does not depend on the run's length, and one pass
+suffices. A clock within ``TOLERANCE`` (relative) below its target has reached it: a float sum of
+equal steps can land one rounding short of the exact value.
+
+``resolve_until`` applies ``--until`` to a config once the training set's size is known (the run's
+setup calls it before it builds the optimizer and the schedule); ``plan_horizons`` does it for a
+sweep's cells before anything runs (``initmem sweep --dry-run`` prints it). Nothing here imports
+torch; ``training_set_size`` builds the dataset through its plugin, which may.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, parse_until
+from initmem_core.errors import ConfigError
+from initmem_core.training.clocks import DEFAULT_CONVENTION, ForgettingClocks, check_convention, effective_step
+from initmem_core.training.schedules import lr_multiplier, warmup_steps
+
+#: A clock this close below its target (relative) has reached it.
+TOLERANCE = 1e-9
+#: The most optimizer steps one search replays (about 3 s): past it the epochs a
+#: target needs are only bounded from below.
+SEARCH_STEPS = 1_000_000
+#: What each clock is called in messages.
+CLOCK_NAMES = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
+
+
+# -- what a step counts -----------------------------------------------------------------------
+
+def epoch_batches(n_train: int, batch_size: int) -> tuple[int, ...]:
+    """The sizes of an epoch's batches as the training loader yields them (it keeps a smaller
+    last batch): ``ceil(n_train / batch_size)`` batches."""
+    if n_train < 1 or batch_size < 1:
+        raise ValueError(f"n_train and batch_size must be 1 or more, got {n_train} and {batch_size}")
+    full, rest = divmod(int(n_train), int(batch_size))
+    return (int(batch_size),) * full + ((rest,) if rest else ())
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
+    it shrinks the weights: what ``training.clocks`` reads off the optimizer's first param group."""
+
+    lr: float  # the peak rate (the param group's initial lr)
+    convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
+    momentum: float = 0.0
+    dampening: float = 0.0
+    shrink: float = 0.0  # lambda = --l2 (when its regularizer is built) + --weight-decay
+
+    def eta(self, multiplier: float) -> float:
+        """The effective step at schedule multiplier ``multiplier``, computed as the loop does
+        (the scheduler sets ``lr * multiplier``; ``effective_step`` reads it from the group)."""
+        group = {"lr": self.lr * multiplier, "momentum": self.momentum, "dampening": self.dampening}
+        return effective_step(group, self.convention)
+
+
+def declared_rule(config: Any, registry: Any) -> StepRule:
+    """The ``StepRule`` a run of ``config`` will follow, from its optimizer's declared clock
+    convention and settings, before the optimizer is built (``check_built_rule`` confirms it
+    against the built one). ``config``: validated (``lr`` resolved)."""
+    from initmem_core.plugin_system import optimizer_options
+
+    spec = registry.lookup("optimizer", config.opt)[0]
+    convention = check_convention(spec.clock or DEFAULT_CONVENTION, config.opt)
+    momentum = float(config.momentum)
+    dampening = float(optimizer_options.options(config, registry).get("dampening", 0.0) or 0.0) if momentum else 0.0
+    shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay
+    return StepRule(float(config.lr), convention, momentum, dampening, shrink)
+
+
+def built_rule(group: dict[str, Any], convention: str, shrink: float) -> StepRule:
+    """The ``StepRule`` of a built optimizer whose first param group is ``group``."""
+    return StepRule(float(group.get("initial_lr", group["lr"])), convention, float(group.get("momentum", 0.0) or 0.0),
+                    float(group.get("dampening", 0.0) or 0.0), shrink)
+
+
+def check_built_rule(config: Any, planned: StepRule, built: StepRule) -> None:
+    """``--until`` planned the epochs with ``planned``; the optimizer as built counts ``built``.
+    They agree for every built-in optimizer; a plugin whose built optimizer steps otherwise than
+    it declares (a ``timm:*`` optimizer given ``--momentum``, say) cannot be planned."""
+    if (planned.convention, planned.eta(1.0), planned.shrink) != (built.convention, built.eta(1.0), built.shrink):
+        raise ConfigError(
+            f"--until {config.until}: optimizer {config.opt} as built counts an effective step of "
+            f"{built.eta(1.0):g} ({built.convention} convention), not the {planned.eta(1.0):g} ({planned.convention}) "
+            "its declared settings give, so its epochs cannot be planned; set --epochs instead of --until")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The learning-rate schedule of a run, as ``training.schedules`` reads it from a config."""
+
+    schedule: str = "constant"
+    epochs: int = 1
+    warmup_epochs: float = 0.0
+    lr_step_epochs: int = 30
+    lr_gamma: float = 0.1
+
+    @classmethod
+    def of(cls, config: Any) -> "Schedule":
+        return cls(config.schedule, int(config.epochs), float(config.warmup_epochs), int(config.lr_step_epochs),
+                   float(config.lr_gamma))
+
+    def lasting(self, epochs: int) -> "Schedule":
+        return dataclasses.replace(self, epochs=int(epochs))
+
+
+# -- the clocks of a run, replayed --------------------------------------------------------------
+
+def clocks_by_epoch(schedule: Schedule, rule: StepRule, batches: Sequence[int], epochs: int | None = None,
+                    stop_at: tuple[str, float] | None = None) -> list[dict[str, float]]:
+    """The clocks at the end of each epoch of a run of ``epochs`` (default ``schedule.epochs``)
+    epochs, as its history logs them (``clock_sgd``, ``clock_l2``, ``clock_adapt``).
+    ``stop_at=(clock, target)``: stop after the first epoch whose clock reaches ``target``."""
+    epochs = schedule.epochs if epochs is None else int(epochs)
+    schedule = schedule.lasting(epochs)
+    steps_per_epoch = len(batches)
+    clocks, rows, step = ForgettingClocks(), [], 0
+    for _ in range(epochs):
+        for batch_size in batches:
+            clocks.tick(rule.eta(lr_multiplier(schedule, step, steps_per_epoch)), batch_size, rule.shrink)
+            step += 1
+        rows.append(clocks.as_metrics())
+        if stop_at is not None and reached(rows[-1][stop_at[0]], stop_at[1]):
+            break
+    return rows
+
+
+def final_clocks(schedule: Schedule, rule: StepRule, batches: Sequence[int], epochs: int | None = None) -> dict[str, float]:
+    """The clocks a run of ``epochs`` epochs ends with (``{}`` for 0 epochs)."""
+    rows = clocks_by_epoch(schedule, rule, batches, epochs)
+    return rows[-1] if rows else ForgettingClocks().as_metrics()
+
+
+def reached(value: float, target: float) -> bool:
+    return value >= target * (1.0 - TOLERANCE)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What ``epochs_until`` found: ``epochs`` (``None``: not within ``limit``), and, when it is
+    ``None``, whether the clock can reach the target at all (``bounded``: it tends to ``limit_value``)."""
+
+    epochs: int | None
+    bounded: bool = False
+    limit_value: float = math.inf
+    searched_to: int = 0  # the most epochs known not to reach the target
+
+
+def epochs_until(target: float, clock: str, schedule: Schedule, rule: StepRule, batches: Sequence[int], *,
+                 limit: int = MAX_EPOCHS, max_steps: int = SEARCH_STEPS) -> Search:
+    """The fewest epochs (at most ``limit``) whose final ``clock`` reaches ``target`` under
+    ``schedule`` (its own ``epochs`` is ignored), ``rule`` and an epoch of ``batches``.
+
+    ``constant`` and ``step``: one pass over the epochs (a step's rate does not depend on the run's
+    length). ``cosine``: the final clock grows with the run's length, so doubling from the
+    constant schedule's answer (a lower bound: cosine never exceeds 1) then bisecting finds it.
+    At most ``max_steps`` steps are replayed; past that ``epochs`` is ``None`` with
+    ``searched_to`` the most epochs known to fall short.
+    """
+    if clock not in UNTIL_CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; valid clocks: {', '.join(UNTIL_CLOCKS)}")
+    steps_per_epoch = len(batches)
+    bound = clock_limit(clock, schedule, rule, batches)
+    if not reached(bound, target):
+        return Search(None, bounded=True, limit_value=bound)
+    if schedule.schedule != "cosine":
+        epochs = min(limit, max(1, max_steps // steps_per_epoch))
+        rows = clocks_by_epoch(schedule, rule, batches, epochs, stop_at=(clock, target))
+        if reached(rows[-1][clock], target):
+            return Search(len(rows))
+        return Search(None, searched_to=len(rows))
+    # cosine: the final clock of an E-epoch run, nondecreasing in E, is at least the constant
+    # schedule's (whose answer is thus a lower bound); double, then narrow down.
+    spent = 0
+
+    def clock_after(epochs: int) -> float:
+        nonlocal spent
+        spent += epochs * steps_per_epoch
+        return final_clocks(schedule, rule, batches, epochs)[clock]
+
+    lower = epochs_until(target, clock, dataclasses.replace(schedule, schedule="constant"), rule, batches,
+                         limit=limit, max_steps=max_steps)
+    if lower.epochs is None:
+        return Search(None, searched_to=lower.searched_to)
+    low, high = lower.epochs - 1, lower.epochs  # low falls short (or is 0); high is to test
+    low_value, high_value = (clock_after(low) if low else 0.0), clock_after(high)
+    while not reached(high_value, target):
+        if high >= limit or spent + 2 * high * steps_per_epoch > max_steps:
+            return Search(None, searched_to=high)
+        low, low_value = high, high_value
+        high = min(limit, 2 * high)
+        high_value = clock_after(high)
+    bisect = False
+    while high - low > 1:
+        # The final clock is nearly linear in the run's length: interpolating lands within an
+        # epoch or two; every other guess bisects, so the search ends however f bends.
+        if bisect or high_value <= low_value:
+            middle = (low + high) // 2
+        else:
+            guess = low + math.ceil((target - low_value) / (high_value - low_value) * (high - low))
+            middle = min(high - 1, max(low + 1, guess))
+        bisect = not bisect
+        value = clock_after(middle)
+        if reached(value, target):
+            high, high_value = middle, value
+        else:
+            low, low_value = middle, value
+    return Search(high)
+
+
+def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequence[int]) -> float:
+    """What ``clock`` tends to as the run grows: infinite, except under a step schedule that
+    decays (``lr_gamma < 1``: a geometric series) or a clock with nothing to count (T_L2 with
+    lambda 0). 0 when every step's ``eta`` is 0."""
+    if rule.eta(1.0) == 0 or (clock == "clock_l2" and rule.shrink == 0):
+        return 0.0
+    if schedule.schedule != "step" or schedule.lr_gamma >= 1:
+        return math.inf
+    # From the first block of lr_step_epochs epochs after the warm-up on, block i's steps all
+    # have multiplier gamma**i: T_adapt and T_L2 add gamma**i, T_SGD gamma**(2i), times block 0's.
+    block = schedule.lr_step_epochs
+    warmup_epochs = math.ceil(warmup_steps(schedule, len(batches)) / len(batches))
+    start = block * math.ceil(warmup_epochs / block)
+    before = final_clocks(schedule, rule, batches, start)[clock]
+    base = ForgettingClocks()
+    for batch_size in batches:
+        base.tick(rule.eta(1.0), batch_size, rule.shrink)
+    per_block = base.as_metrics()[clock] * block
+    ratio = schedule.lr_gamma ** (2 if clock == "clock_sgd" else 1)
+    first = start // block
+    return before + per_block * ratio ** first / (1 - ratio)
+
+
+# -- a run's horizon --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Horizon:
+    """The epochs a config trains and the clocks it ends with; ``until``: the target that set the
+    epochs (``None``: ``--epochs`` did)."""
+
+    epochs: int
+    clocks: dict[str, float]
+    steps_per_epoch: int
+    until: tuple[str, float] | None = None
+
+
+def horizon(config: Any, n_train: int, rule: StepRule) -> Horizon:
+    """The epochs ``config`` trains on a training set of ``n_train`` examples and its final clocks:
+    ``--epochs``, or with ``--until`` the fewest epochs whose final clock reaches the target, with
+    ``--epochs`` as the cap. ``ConfigError`` (one line: the clock reached at the cap, the epochs
+    needed, how to fix it) when the cap is too short or the clock cannot reach the target."""
+    batches = epoch_batches(n_train, config.batch_size)
+    schedule = Schedule.of(config)
+    target = parse_until(config.until)
+    if target is None:
+        return Horizon(schedule.epochs, final_clocks(schedule, rule, batches), len(batches))
+    clock, value = target
+    name = f"{clock} ({CLOCK_NAMES[clock]})"
+    cap = schedule.epochs
+    found = epochs_until(value, clock, schedule, rule, batches, limit=cap)
+    if found.epochs is not None:
+        return Horizon(found.epochs, final_clocks(schedule, rule, batches, found.epochs), len(batches), target)
+    if found.bounded and found.limit_value == 0:
+        raise ConfigError(f"--until {config.until}: {name} stays 0 in this run; {_how_to_grow(clock, config)}")
+    if found.bounded:
+        raise ConfigError(f"--until {config.until}: {name} cannot reach {value:g} under this run's settings: "
+                          f"it tends to {found.limit_value:.4g} however long the run; {_how_to_grow(clock, config)}")
+    if found.searched_to < cap:  # the search stopped short of the cap (SEARCH_STEPS)
+        raise ConfigError(f"--until {config.until}: {name} needs more than {found.searched_to} epochs "
+                          f"({found.searched_to * len(batches):,} steps) to reach {value:g}; lower the target")
+    at_cap = final_clocks(schedule, rule, batches, cap)[clock]
+    beyond = epochs_until(value, clock, schedule, rule, batches)
+    needed = (f"it needs {beyond.epochs} epochs; raise --epochs to at least {beyond.epochs}" if beyond.epochs
+              else f"it needs more than {beyond.searched_to} epochs; raise --epochs or lower the target")
+    raise ConfigError(f"--until {config.until}: {config.epochs} epochs (--epochs, the cap) reach only "
+                      f"{clock}={at_cap:.4g}; {needed}")
+
+
+def _how_to_grow(clock: str, config: Any) -> str:
+    if clock == "clock_l2" and config.l2 == 0 and config.weight_decay == 0:
+        return "set --l2 or --weight-decay above 0 (T_L2 counts lambda * sum eta)"
+    if config.schedule == "step":
+        return "raise --lr-gamma, --lr-step-epochs or --lr, or lower the target"
+    return "raise --lr or lower the target"
+
+
+def resolve_until(config: Any, n_train: int, rule: StepRule) -> Any:
+    """``config`` with ``epochs`` set by its ``--until`` target (unchanged without one)."""
+    if not config.until:
+        return config
+    return dataclasses.replace(config, epochs=horizon(config, n_train, rule).epochs)
+
+
+# -- a sweep's horizons, before it runs ---------------------------------------------------------
+
+def training_set_size(config: Any, registry: Any) -> int:
+    """How many training examples a run of ``config`` trains on: its dataset, built through the
+    dataset plugin (``--train-size`` applied), counted."""
+    return len(registry.build("dataset", config.data, config=config).train_y)
+
+
+def plan_horizons(configs: Sequence[Any], registry: Any, *, required_only: bool = False,
+                  names: Sequence[str] | None = None) -> list[Horizon | None]:
+    """Each config's ``Horizon`` (validated configs, as a sweep plan holds them), each dataset
+    built once. A config whose dataset cannot be read gets ``None``, unless it has an ``--until``
+    target (the run would fail too: its error is raised), as does every config without one when
+    ``required_only``. Raises the ``ConfigError`` the first config's run would raise about its
+    horizon, naming the cell (``names``: each config's cell name)."""
+    sizes: dict[tuple[Any, ...], int | Exception] = {}
+    known: dict[tuple[Any, ...], Horizon] = {}  # cells of a group differ only in sigma and seed
+    horizons: list[Horizon | None] = []
+    for index, config in enumerate(configs):
+        if required_only and not config.until:
+            horizons.append(None)
+            continue
+        data = (config.data, config.data_dir, config.train_size, config.data_seed)
+        if data not in sizes:
+            try:
+                sizes[data] = training_set_size(config, registry)
+            except Exception as error:  # a dataset that cannot be read here (CIFAR elsewhere, say)
+                sizes[data] = error
+        size = sizes[data]
+        if isinstance(size, Exception):
+            if config.until:
+                raise size
+            horizons.append(None)
+            continue
+        rule = declared_rule(config, registry)
+        key = (size, rule, Schedule.of(config), config.until, config.batch_size)
+        if key not in known:
+            try:
+                known[key] = horizon(config, size, rule)
+            except ConfigError as error:
+                raise ConfigError(f"{error} (cell {names[index]})" if names else str(error)) from None
+        horizons.append(known[key])
+    return horizons
