@@ -76,8 +76,8 @@ def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_pl
     assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning)" in text
     assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning&compareRunsMode=CHART)" in text
     assert f"(/#/experiments/7/runs/{'r' * 32}/artifacts/report/test_acc_vs_sigma.png)" in text
-    # beside the paper's spread, the debiased one; with one seed it has no interval, and says why
-    assert "debiased pp [95% interval]" in text and "too few seeds to decide (1 < 3)" in text
+    # beside the paper's spread, the debiased one; one seed per sigma measures none, and it says why
+    assert "debiased pp [95% interval]" in text and "fewer than two sigmas with enough trained runs" in text
 
 
 def test_the_parent_description_shows_the_debiased_spread_with_its_interval():

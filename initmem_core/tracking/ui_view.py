@@ -119,10 +119,11 @@ def debiased_text(summary: Any) -> str:
     """The debiased spread and its interval, or why it has none (``GroupSummary.debiased_note``)."""
     value = getattr(summary, "debiased_spread", math.nan)
     low, high = getattr(summary, "debiased_spread_lo", math.nan), getattr(summary, "debiased_spread_hi", math.nan)
+    note = getattr(summary, "debiased_note", "")
     if math.isnan(value):
-        return "–"
+        return f"– ({note})" if note else "–"
     if math.isnan(low) or math.isnan(high):
-        return f"{value:+.2f} ({getattr(summary, 'debiased_note', '') or 'no interval'})"
+        return f"{value:+.2f} ({note or 'no interval'})"
     return f"{value:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
