@@ -165,6 +165,14 @@ def test_the_target_is_the_identity_and_the_cap_is_not():
     assert group_label(targeted) == "opt=sgd,until=clock_l2=1.0,l2=0.01"  # no epochs=999999
 
 
+def test_a_checkpoint_written_before_the_knob_existed_still_resumes():
+    from initmem_core.training.checkpoints import config_differences
+
+    before = {key: value for key, value in RunConfig().to_dict().items() if key != "until"}
+    assert config_differences(before, RunConfig()) == []
+    assert config_differences(before, RunConfig(until="clock_l2=1.0")) == ["until ('' -> 'clock_l2=1.0')"]
+
+
 def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
     path = tmp_path / "clocks.toml"
     path.write_text('[base]\ndata = "digits"\nepochs = 400\nuntil = "clock_l2=0.5"\n[grid]\nsigma = [0.5, 1.0]\n'

@@ -281,6 +281,8 @@ def _fsync_folder(folder: Path) -> None:
 def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
     """``key (saved -> now)`` for every hashed knob that differs."""
     now = config.to_dict()
+    # A knob added since the checkpoint was written (``--until``) had its default then.
+    saved = {**{key: f.default for key, f in FIELDS.items() if f.metadata["hashed_when_set"]}, **saved}
     return [f"{key} ({saved.get(key)!r} -> {now[key]!r})" for key, f in FIELDS.items()
             if f.metadata["hashed"] and saved.get(key) != now[key]]
 
