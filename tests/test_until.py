@@ -274,3 +274,19 @@ def test_a_run_whose_epochs_came_from_until_resumes_with_the_same_epochs(trackin
     resumed = initmem_core.run(tracking_uri=tracking_uri, resume=True, **values)
     assert len(resumed.history) - 1 == epochs
     assert resumed.history == reference.history  # the same schedule: a cosine over the same epochs
+
+
+@pytest.mark.parametrize("values", [dict(opt="muon", until="clock_adapt=0.1"),
+                                    dict(opt="timm:lion", until="clock_adapt=0.002")])
+def test_optimizers_whose_momentum_is_an_average_are_planned_as_they_are_built(values):
+    config = config_of(**TINY, **values)
+    [planned] = plan_horizons([config], get_registry())
+    result = initmem_core.run(config, tracking=False)
+    assert len(result.history) - 1 == planned.epochs
+    assert {c: result.history[-1][c] for c in CLOCKS} == planned.clocks
+
+
+def test_an_optimizer_built_otherwise_than_it_declares_cannot_be_planned():
+    # timm's AdamW averages its momentum (eta = lr); its family declares no convention (heavy-ball).
+    with pytest.raises(ConfigError, match="as built counts an effective step of 0.001 .*set --epochs instead"):
+        initmem_core.run(**TINY, opt="timm:adamw", momentum=0.9, until="clock_adapt=0.01", tracking=False)
