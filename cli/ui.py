@@ -127,7 +127,7 @@ def ui_command(
     tracking_uri: TrackingUri = None,
 ) -> None:
     """Start the MLflow UI on the tracking store and print where a sweep's comparison is (Ctrl-C stops it)."""
-    from initmem_core.tracking.store import open_client, resolve_tracking_uri
+    from initmem_core.tracking.store import open_client, resolve_tracking_uri, sqlite_path
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):  # `mlflow ui` cannot open a server's store: the server is the UI
@@ -140,8 +140,12 @@ def ui_command(
 
             webbrowser.open(urls[-1][1])
         return
-    urls = sweep_urls(uri, "", experiment, sweep)  # bad names fail before a server starts
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    # A sweep named on the command line is checked, and a new store created, before a server
+    # starts; an existing store with nothing to check is read while the server starts (MLflow's
+    # import here costs seconds).
+    database = sqlite_path(uri)
+    urls = None if sweep is None and database is not None and database.is_file() else sweep_urls(uri, "", experiment, sweep)
     if answers(base):
         raise fail(f"port {port} already answers as a server on {host}; stop it or choose another --port")
     # Its own process group: a signal to that group reaches every worker the server started.
@@ -154,6 +158,8 @@ def ui_command(
 
     before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        if urls is None:
+            urls = sweep_urls(uri, "", experiment, sweep)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not answers(base):
             if process.poll() is not None:

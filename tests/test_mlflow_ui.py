@@ -83,20 +83,34 @@ def test_ui_prints_the_runs_page_and_the_view_only_once_the_server_answers(ui):
     assert f"{base}?viewStateShareKey={result.view_key}&workflowType=machine_learning\n" in text
 
 
-def _rendered_text(url: str, profile: Path) -> str:
+def _dom(url: str, profile: Path) -> str:
+    """The page's DOM once its scripts have run. Every compositor stage runs before the dump, so
+    what draws only once on screen (the charts) is drawn too."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--run-all-compositor-stages-before-draw",
              f"--user-data-dir={profile}", "--window-size=1800,1000", "--virtual-time-budget=30000"]
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+    return subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+
+
+def _text(dom: str) -> str:
     text = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
 
 
-def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_groups(ui, tmp_path):
+def _rendered_text(url: str, profile: Path) -> str:
+    return _text(_dom(url, profile))
+
+
+def _need_chromium() -> None:
     if CHROMIUM is None:
         if os.environ.get("CI") == "true":
             pytest.fail("chromium is not installed: .ci/run installs it (apt-get install chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium)")
+
+
+def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_groups(ui, tmp_path):
+    _need_chromium()
     result = ui["result"]
     url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
     text = _rendered_text(url, tmp_path / "profile")
@@ -111,6 +125,43 @@ def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_gro
         assert re.search(rf"\b{header}\b", text), header
     for group in {cell.group for cell in result.cells}:
         assert f"Group: {group}" in text
+
+
+RUN_COLOR = re.compile(r'value="#([0-9a-f]{6})"></label><a[^>]*href="#/experiments/\d+/runs/([0-9a-f]{32})"')
+POINT = re.compile(r'<path class="point[^"]*" transform="translate\(([-\d.]+),([-\d.]+)\)"[^>]*?'
+                   r'fill: rgb\((\d+), (\d+), (\d+)\)')
+
+
+def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of_every_group(ui, tmp_path):
+    """The saved view's chart, drawn by MLflow (plotly) in Chromium: one point per cell in the
+    cell's colour from the runs list, placed by sigma across and by best_val_test_acc up."""
+    from initmem_core.tracking.ui_view import view_url
+
+    _need_chromium()
+    result = ui["result"]
+    dom = _dom(view_url(f"http://127.0.0.1:{ui['port']}", result.experiment_id, result.view_key, charts=True),
+               tmp_path / "profile")
+    text = _text(dom)
+    assert "viewing a shared view" in text and "initmem: accuracy against sigma" in text, text[:2000]
+    for group in {cell.group for cell in result.cells}:
+        assert f"Group: {group}" in text  # the runs list beside the chart, grouped
+    scatters = re.findall(r'<g class="trace scatter.*?</g></g>', dom, flags=re.S)
+    assert len(scatters) == 1, f"{len(scatters)} scatter plots drawn"
+    assert re.search(r'class="xtitle"[^>]*>sigma<', dom) and re.search(r'class="ytitle"[^>]*>best_val_test_acc<', dom)
+    colors = {run_id: color for color, run_id in RUN_COLOR.findall(dom)}
+    points = {"".join(f"{int(c):02x}" for c in rgb): (float(x), float(y)) for x, y, *rgb in POINT.findall(scatters[0])}
+    runs = MlflowClient(ui["uri"]).search_runs([result.experiment_id],
+                                               f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+    cells = {run.info.run_id: (float(run.data.params["sigma"]), run.data.metrics["best_val_test_acc"]) for run in runs}
+    assert {cell.run_id for cell in result.cells} == set(cells) and len(cells) == 4
+    assert len(set(colors[run_id] for run_id in cells)) == len(cells), colors  # a colour names one cell
+    assert len(POINT.findall(scatters[0])) == len(cells) and set(points) == {colors[run_id] for run_id in cells}
+    placed = [(cells[run_id], points[colors[run_id]]) for run_id in cells]
+    for (sigma, acc), (x, y) in placed:
+        for (other_sigma, other_acc), (other_x, other_y) in placed:
+            assert (sigma < other_sigma) == (x < other_x - 0.5) and (sigma == other_sigma) == (abs(x - other_x) <= 0.5)
+            # plotly's y grows downwards
+            assert (acc > other_acc) == (y < other_y - 0.5) and (acc == other_acc) == (abs(y - other_y) <= 0.5)
 
 
 def test_sigterm_stops_every_process_ui_started_and_frees_the_port(ui):

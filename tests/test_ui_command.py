@@ -13,28 +13,43 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_cli.ui import JOBS_ENV
+from initmem_core.errors import ConfigError
 from local_services import free_port
 
 runner = CliRunner()
+
+
+class Starts(list):
+    order: list[str]
 
 
 @pytest.fixture
 def started(monkeypatch, tmp_path):
     """What `initmem ui` asks to start: (args, env) per start. A stand-in server that exits with 3
     takes its place, in a process group of its own like the real one."""
-    seen = []
+    seen = Starts()
     real_popen = subprocess.Popen
 
     def stand_in(args, **kwargs):
         seen.append((args, kwargs["env"]))
+        order.append("server")
         assert kwargs["start_new_session"]
         return real_popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True,
                           stdout=kwargs["stdout"], stderr=kwargs["stderr"])
 
     monkeypatch.setattr("initmem_cli.ui.subprocess.Popen", stand_in)
-    monkeypatch.setattr("initmem_cli.ui.sweep_urls", lambda *args: [("MLflow UI", "")])  # no store needed
+    order = []
+
+    def urls(uri, base, experiment, sweep):  # no store needed
+        order.append("urls")
+        if sweep == "bad":
+            raise ConfigError("no such sweep")
+        return [("MLflow UI", "")]
+
+    monkeypatch.setattr("initmem_cli.ui.sweep_urls", urls)
     monkeypatch.delenv(JOBS_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
+    seen.order = order
     return seen
 
 
@@ -68,3 +83,16 @@ def test_workers_and_the_job_runner_can_be_asked_for(started):
 def test_zero_workers_is_refused_before_anything_starts(started):
     result = _ui("--workers", "0")
     assert result.exit_code == 2 and "--workers" in result.stderr and not started
+
+
+def test_a_named_sweep_and_a_new_store_are_checked_before_a_server_starts(started, tmp_path):
+    assert _ui("--sweep", "bad").exit_code == 2 and not started  # a new store: nothing starts
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    assert _ui("--sweep", "bad").exit_code == 2 and not started  # a name to check: nothing starts
+    assert started.order == ["urls", "urls"]
+
+
+def test_an_existing_store_is_read_while_the_server_starts(started, tmp_path):
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    _ui()
+    assert started.order == ["server", "urls"]
