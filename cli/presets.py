@@ -23,10 +23,11 @@ def list_presets(ctx: typer.Context) -> None:
     from initmem_core.sweep.grid import expand, group_keys
     from initmem_core.sweep.presets import preset_description, preset_names, preset_spec
 
-    table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)")
+    table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)", show_lines=True, expand=True)
     for column in ("preset", "cells", "groups", "varies", "description"):
+        # Text folds onto more lines, never cut: a word wider than its column is broken, not elided.
         table.add_column(column, justify="right" if column in ("cells", "groups") else "left",
-                         no_wrap=column == "preset")
+                         no_wrap=column == "preset", overflow="fold", ratio={"varies": 1, "description": 2}.get(column))
     for name in preset_names():
         spec = preset_spec(name)
         cells = expand(spec)

@@ -29,6 +29,45 @@ def test_every_preset_is_listed_and_valid():
         assert name in result.stdout
 
 
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """A rich table's rows as {first cell: the cells' text, each joined across its lines}."""
+    rows: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if not line.startswith("│"):
+            current = None  # a rule between rows, or the table's edge
+            continue
+        cells = [cell.strip() for cell in line.strip("│").split("│")]
+        if current is None:
+            current = rows.setdefault(cells[0], [""] * len(cells))
+        for i, cell in enumerate(cells):
+            current[i] = f"{current[i]} {cell}".strip()
+    return rows
+
+
+def test_every_description_is_shown_whole_at_80_columns():
+    from initmem_core.sweep.presets import preset_description
+
+    result = runner.invoke(app, ["presets"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80 and "…" not in result.stdout
+    rows = _table_rows(result.stdout)
+    assert set(rows) == set(preset_names())
+    for name in preset_names():
+        description = preset_description(name)
+        assert description.endswith("."), description  # a whole sentence, not the first line of one
+        assert "".join(rows[name][-1].split()) == "".join(description.split()), name  # folded, never cut
+
+
+def test_a_description_runs_to_the_end_of_its_sentence_across_comment_lines():
+    from initmem_core.sweep.presets import preset_description
+
+    depth = preset_description("paper-depth")
+    assert depth.startswith("the resnet9 comparison at depth") and "fails to interpolate at all." in depth
+    assert preset_description("paper-l2") == ("explicit L2 makes SGD forget; at 1e-2 the spread is near zero "
+                                              "in the paper.")
+
+
 def test_paper_mini_is_the_scaled_down_comparison():
     grid = cells("paper-mini")
     assert len(grid) == 8 * 4 * 6

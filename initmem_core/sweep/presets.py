@@ -26,9 +26,17 @@ def preset_text(name: str) -> str:
 
 
 def preset_description(name: str) -> str:
-    """The first comment line of the file, without the ``# name:`` prefix."""
-    first = preset_text(name).splitlines()[0].lstrip("# ")
-    return first.split(":", 1)[1].strip() if first.startswith(f"{name}:") else first
+    """The file's opening comment up to the end of the sentence its first line begins (a sentence
+    may run onto the next lines), without the ``# name:`` prefix."""
+    lines = []
+    for line in preset_text(name).splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+        if lines[-1].endswith("."):
+            break
+    text = " ".join(lines)
+    return text.split(":", 1)[1].strip() if text.startswith(f"{name}:") else text
 
 
 def preset_spec(name: str):
