@@ -117,8 +117,8 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
 
     files = write_report_files(build_report(records), tmp_path / "out")
     names = sorted(p.name for p in files)
-    assert names == ["report.csv", "report.md", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
-                     "test_acc_vs_sigma.png", "weight_norm_vs_epoch.png"]
+    assert names == ["memory_vs_clock.png", "memory_vs_epoch.png", "report.csv", "report.md", "spread_vs_clocks.png",
+                     "tau_interp_vs_sigma.png", "test_acc_vs_sigma.png", "weight_norm_vs_epoch.png"]
     for path in files:
         if path.suffix == ".png":
             assert path.read_bytes()[:8] == PNG_SIGNATURE

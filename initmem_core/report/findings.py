@@ -12,6 +12,12 @@ intersection-union test: its false-positive rate is at most one comparison's 2.5
 be decided*, and the finding says so and why. Norm differences use t intervals over seeds with the
 same rule; the clock ordering draws each group's debiased spread from its t distribution.
 
+*Forgetting follows the clocks* compares half-lives (``report/forgetting.py``) within each family
+of groups that share a mechanism and everything else but lr, batch size, lambda and horizon: per
+seed, the sd over the family's groups of the log radial half-life in the mechanism's clock minus
+that in epochs (log units make the two sds comparable), with a paired t interval over seeds;
+claimed below zero in every family, decided by the same rule.
+
 Groups are recognised by their configuration, not by name: the *baseline SGD* group is plain SGD
 (no momentum, no L2, no weight decay) at the sweep's most common batch size; *adaptive* groups are
 Adam, AdamW and Muon at that batch size. Groups that did not train are left out. A claim whose
@@ -21,6 +27,7 @@ groups are missing is *not evaluated*, never reproduced.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -28,7 +35,7 @@ from typing import Any, Callable, Iterable
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, spread_difference
 from initmem_core.report.memory import (GroupSummary, Report, build_report, interval, mean_interval,
                                         percentile_interval)
-from initmem_core.sweep.grid import group_keys
+from initmem_core.sweep.grid import group_fields, group_keys, short_group_names
 from initmem_core.tracking.records import CellRecord
 
 ADAPTIVE = ("adam", "adamw", "muon")
@@ -248,9 +255,85 @@ def clocks_order_spreads(sweep: Sweep) -> Finding:
     return Finding(claim, f"{text} {interval(low, high)}", decide([(-high, -low)]))  # claimed: below zero
 
 
+def mechanism_clock(config: Any) -> str:
+    """The clock of the mechanism by which a group forgets: adaptive methods T_adapt; SGD (and
+    any other non-adaptive optimizer) with L2 or weight decay T_L2; without, T_SGD."""
+    if config.opt in ADAPTIVE:
+        return "clock_adapt"
+    return "clock_l2" if config.l2 + config.weight_decay > 0 else "clock_sgd"
+
+
+#: What may differ between the groups of one family: the settings the clocks account for.
+FAMILY_FREE = ("lr", "batch_size", "l2", "weight_decay", "epochs", "until")
+
+
+def clock_families(sweep: Sweep) -> dict[tuple, list[_Group]]:
+    """Groups that share a mechanism and every setting but ``FAMILY_FREE``, families of two or
+    more only, keyed by (mechanism clock, the settings they share)."""
+    fields = [f for f in group_fields(g.cells[0].config for g in sweep.groups) if f not in FAMILY_FREE]
+    families: dict[tuple, list[_Group]] = {}
+    for group in sweep.groups:
+        config = group.cells[0].config
+        key = (mechanism_clock(config), tuple((f, getattr(config, f)) for f in fields))
+        families.setdefault(key, []).append(group)
+    return {key: groups for key, groups in families.items() if len(groups) >= 2}
+
+
+def clock_agreement(groups: list[_Group], clock: str, forgetting: dict[str, Any]) -> tuple[dict[int, float], list[str]]:
+    """Per seed with a radial half-life in every group of the family: the sd over groups of its
+    log half-life in ``clock`` minus that in epochs. Also the groups with no half-life to offer."""
+    per_group, missing = [], []
+    for group in groups:
+        found = forgetting.get(group.summary.group)
+        seeds = found.seed_half_lives.get("radial", {}) if found else {}
+        usable = {seed: units for seed, units in seeds.items()
+                  if units["epoch"] > 0 and units[clock] > 0 and not math.isnan(units[clock])}
+        if not usable:
+            missing.append(group.summary.group)
+        per_group.append(usable)
+    shared = sorted(set.intersection(*(set(g) for g in per_group))) if per_group else []
+    return {seed: statistics.stdev([math.log(g[seed][clock]) for g in per_group])
+            - statistics.stdev([math.log(g[seed]["epoch"]) for g in per_group]) for seed in shared}, missing
+
+
+def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
+    claim = ("Forgetting follows the clocks, not the epochs: radial half-lives agree better in the mechanism's "
+             "clock than in epochs")
+    families = clock_families(sweep)
+    if not families:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    if not sweep.report.forgetting:
+        return Finding(claim, "no per-epoch histories in these records", NOT_EVALUATED)
+    corrected = bonferroni_level(len(families))
+    short = short_group_names([g.summary.group for g in sweep.groups])[0]
+    parts, bounds, against, verdict = [], [], [], None
+    for (clock, _), groups in families.items():
+        differences, missing = clock_agreement(groups, clock, sweep.report.forgetting)
+        values = list(differences.values())
+        mean = statistics.fmean(values) if values else math.nan
+        low, high = mean_interval(values)
+        bounds.append((-high, -low))  # claimed below zero; decide() reads "above"
+        c_low, c_high = mean_interval(values, corrected)
+        against.append((-c_high, -c_low))
+        names = ", ".join(short[g.summary.group] for g in groups)
+        text = (f"{CLOCK_TEXT[clock]} family [{names}]: sd of log half-life in {CLOCK_TEXT[clock]} − in epochs "
+                f"{'–' if math.isnan(mean) else f'{mean:+.3f}'} {interval(low, high, '+.3f')} over {len(values)} seeds")
+        if missing:
+            text += f" (no radial half-life within the horizon: {', '.join(missing)})"
+        parts.append(text)
+        trained_seeds = set.intersection(*({c.config.seed for c in g.cells if c.trained} for g in groups))
+        if len(trained_seeds) < MIN_SEEDS:
+            verdict = CANNOT_DECIDE
+    measured = "; ".join(parts)
+    return Finding(claim, measured, verdict or decide(bounds, against))
+
+
+CLOCK_TEXT = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
+
+
 CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (
     sgd_remembers_more_than_adaptive, l2_shrinks_sgd_spread, larger_batch_increases_spread,
-    norms_coupled_for_sgd_not_adaptive, clocks_order_spreads,
+    norms_coupled_for_sgd_not_adaptive, clocks_order_spreads, forgetting_follows_the_clocks,
 )
 
 

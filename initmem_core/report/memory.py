@@ -130,6 +130,8 @@ class Report:
     estimates: dict[str, SpreadEstimate] = field(default_factory=dict)
     #: group -> accuracy (pp) by sigma and seed of its trained cells
     accuracy: dict[str, dict[float, dict[int, float]]] = field(default_factory=dict)
+    #: group -> its memories over training and their half-lives (report/forgetting.py)
+    forgetting: dict[str, Any] = field(default_factory=dict)
 
     def parent_metrics(self) -> dict[str, float]:
         """Per-group figures as metric names the MLflow UI can chart, e.g. ``spread_opt-sgd``."""
@@ -143,7 +145,17 @@ class Report:
                        "debiased_spread_hi": g.debiased_spread_hi}
             metrics.update({f"{name}_{suffix}": float(value) for name, value in figures.items()
                             if not math.isnan(value)})
+        from initmem_core.report.forgetting import half_life_metrics
+
+        metrics.update(half_life_metrics(self.forgetting))
         return metrics
+
+    def parent_step_metrics(self) -> list[tuple[str, float, int]]:
+        """Each group's memories by epoch, ``(name, value, epoch)``, e.g. ``radial_memory_opt-sgd``:
+        logged with step = epoch, MLflow's own charts draw them as curves."""
+        from initmem_core.report.forgetting import step_metrics
+
+        return step_metrics(self.forgetting)
 
 
 def _mean(values: list[float]) -> float:
@@ -296,7 +308,9 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     trained = [g for g in groups if not math.isnan(g.spread)]
     pairs = [_paired(a, b, by_group[a.group], by_group[b.group], accuracy)
              for i, a in enumerate(trained) for b in trained[i + 1:]]
-    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy)
+    from initmem_core.report.forgetting import build_forgetting
+
+    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))
 
 
 # -- output formats -------------------------------------------------------------------------
@@ -400,6 +414,9 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
     lines += ["", "## Per sigma", ""]
     lines += _markdown_table([h for _, h, _ in TABLE_COLUMNS],
                              [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)])
+    from initmem_core.report.forgetting import forgetting_markdown
+
+    lines += forgetting_markdown(report.forgetting)
     if report.failures:
         lines += ["", "## Failed cells", ""]
         lines += _markdown_table(["group", "sigma", "seed", "status", "error", "run id"],
@@ -421,5 +438,6 @@ def to_json(report: Report) -> str:
 
     data = {"group_fields": report.group_fields, "groups": [asdict(g) for g in report.groups],
             "rows": table_rows(report), "pairs": [asdict(p) for p in report.pairs],
-            "failures": [asdict(f) for f in report.failures]}
+            "failures": [asdict(f) for f in report.failures],
+            "forgetting": {group: asdict(found) for group, found in report.forgetting.items()}}
     return json.dumps(clean(data), indent=2)

@@ -195,3 +195,112 @@ def write_plots(report: Report, folder: str | Path) -> list[Path]:
     """Every report figure into ``folder``; returns the paths written."""
     folder = Path(folder)
     return [draw(report, folder / name) for name, draw in PLOTS.items()]
+
+
+# -- memory over training (report/forgetting.py) --------------------------------------------
+
+def _memory_curve(ax, points, x_of, colour: str, label: str | None) -> None:
+    """One group's memory against ``x_of(point)``, with its 95% band where it has one."""
+    shown = [p for p in points if not math.isnan(p.value) and not math.isnan(x_of(p))]
+    if not shown:
+        return
+    xs = [x_of(p) for p in shown]
+    ax.plot(xs, [p.value for p in shown], color=colour, label=label, marker="." if len(shown) < 30 else None)
+    banded = [(x, p) for x, p in zip(xs, shown) if not math.isnan(p.lo) and not math.isnan(p.hi)]
+    if banded:
+        ax.fill_between([x for x, _ in banded], [p.lo for _, p in banded], [p.hi for _, p in banded],
+                        color=colour, alpha=0.18, linewidth=0)
+
+
+def _mark_half_life(ax, half, unit: str, colour: str) -> None:
+    """A half-life as a dotted line at its value and its interval as a short bar at half height."""
+    if half is None or not half.reached:
+        return
+    value, low, high = half.value(unit)
+    if math.isnan(value):
+        return
+    ax.axvline(value, color=colour, linestyle=":", linewidth=1.2)
+    if not (math.isnan(low) and math.isnan(high)):
+        low, high = (value if math.isnan(low) else low), (value if math.isnan(high) else high)
+        ax.plot([low, high], [half.initial / 2] * 2, color=colour, linewidth=3, alpha=0.6, solid_capstyle="butt")
+
+
+def _memory_groups(report: Report) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
+    groups = list(report.forgetting)
+    names, shared = short_group_names([g.group for g in report.groups] or groups)
+    colours = {group: f"C{index % 10}" for index, group in enumerate(groups)}
+    return groups, {g: names.get(g, g) for g in groups}, shared, colours
+
+
+def _say_if_empty(figure, groups: list[str]) -> None:
+    if not groups:  # records read without their histories (an older store, hand-made records)
+        figure.text(0.5, 0.5, "no per-epoch histories in these records", ha="center", va="center", color="0.35")
+
+
+def memory_vs_epoch(report: Report, path: Path) -> Path:
+    """Every memory against the epoch: a panel per memory, a line per group with its 95% band,
+    each half-life a dotted line (its interval a bar at half the initial value)."""
+    from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
+
+    groups, names, shared, colours = _memory_groups(report)
+    figure = _figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
+    axes = figure.subplots(1, len(MEMORIES))
+    for ax, memory in zip(axes, MEMORIES):
+        for group in groups:
+            found = report.forgetting[group]
+            _memory_curve(ax, found.curves.get(memory, []), lambda p: p.epoch, colours[group],
+                          names[group] if ax is axes[0] else None)
+            _mark_half_life(ax, found.half_lives.get(memory), "epoch", colours[group])
+        ax.set(xlabel="epoch", title=MEMORY_LABELS[memory])
+        ax.title.set_fontsize("small")
+        ax.grid(alpha=0.3)
+    figure.suptitle("Memory over training (bands: 95% CI; dotted: half-life)")
+    _say_if_empty(figure, groups)
+    if groups:
+        _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
+    else:
+        _caption(figure, shared)
+    return _save(figure, path)
+
+
+def memory_vs_clock(report: Report, path: Path) -> Path:
+    """Every memory against every clock: a row per memory, a panel per clock, a line per group
+    with its 95% band and its half-life marked. A group whose clock never moves has no line in
+    that clock's panels."""
+    from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
+
+    groups, names, shared, colours = _memory_groups(report)
+    memories = [m for m in MEMORIES if any(m in report.forgetting[g].curves for g in groups)] or ["radial"]
+    figure = _figure(14.0, 3.4 * len(memories) + 0.8 + 0.22 * math.ceil(len(groups) / 2))
+    axes = figure.subplots(len(memories), len(CLOCKS), squeeze=False)
+    for row, memory in zip(axes, memories):
+        for ax, clock in zip(row, CLOCKS):
+            positive = []
+            for group in groups:
+                found = report.forgetting[group]
+                curve = found.curves.get(memory, [])
+                if not any(getattr(p, clock) > 0 for p in curve):
+                    continue
+                positive += [getattr(p, clock) for p in curve if getattr(p, clock) > 0]
+                _memory_curve(ax, curve, lambda p, c=clock: getattr(p, c), colours[group],
+                              names[group] if memory == memories[0] and clock == CLOCKS[0] else None)
+                _mark_half_life(ax, found.half_lives.get(memory), clock, colours[group])
+            if positive and max(positive) / min(positive) > 50:
+                ax.set_xscale("symlog", linthresh=min(positive))  # groups' clocks differ by decades; 0 stays on it
+            else:
+                ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
+            ax.set(xlabel=CLOCK_LABELS[clock])
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel(MEMORY_LABELS[memory], fontsize="small")
+    figure.suptitle("Memory against the forgetting clocks (bands: 95% CI; dotted: half-life)")
+    _say_if_empty(figure, groups)
+    handles = [h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]]
+    if handles:
+        _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
+    else:
+        _caption(figure, shared)
+    return _save(figure, path)
+
+
+PLOTS["memory_vs_epoch.png"] = memory_vs_epoch
+PLOTS["memory_vs_clock.png"] = memory_vs_clock

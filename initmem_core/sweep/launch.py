@@ -198,7 +198,9 @@ class _Sweep:
         self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
         # Rounded as the report prints them: the UI shows a metric at full float precision.
         log_in_batches(self.client, self.parent_id, "metrics",
-                       [Metric(key, float(f"{value:.4g}"), 0, 0) for key, value in report.parent_metrics().items()])
+                       [Metric(key, float(f"{value:.4g}"), 0, 0) for key, value in report.parent_metrics().items()]
+                       # memory over training, step = epoch: MLflow's charts draw each group's curve
+                       + [Metric(key, float(f"{value:.4g}"), 0, epoch) for key, value, epoch in report.parent_step_metrics()])
         failed = sum(1 for cell in cells if cell.status != "FINISHED")
         self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)

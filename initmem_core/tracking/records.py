@@ -1,7 +1,8 @@
 """What the report is computed from: one record per sweep cell, read back from the tracking store.
 
 ``load_sweep_records`` reads only through the MLflow client (params, tags, latest metrics and the
-``weight_norm`` history), so a report can be rebuilt from any store, a remote server included.
+per-epoch history of the figures the forgetting view reads, ``HISTORY_METRICS``), so a report can
+be rebuilt from any store, a remote server included.
 """
 
 from __future__ import annotations
@@ -18,18 +19,24 @@ SWEEP_TAG = "initmem.sweep"
 ROLE_TAG = "initmem.role"
 GROUP_TAG = "initmem.group"
 PARENT_TAG = "mlflow.parentRunId"
+#: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
+#: memory over training is computed from (report/forgetting.py). One history call each per run.
+HISTORY_METRICS = ("test_acc", "weight_norm", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt")
 
 
 @dataclass
 class CellRecord:
     """One cell's outcome. ``metrics`` holds the latest value of every metric the run logged:
     its summary figures (``best_val_test_acc``, ``tau_interp``...) and its final per-epoch ones
-    (``weight_norm``, ``clock_sgd``...); fractions stay fractions (accuracy 0..1)."""
+    (``weight_norm``, ``clock_sgd``...); fractions stay fractions (accuracy 0..1). ``histories``
+    holds, for each of ``HISTORY_METRICS`` the run logged, its values by epoch as sorted
+    ``(epoch, value)`` pairs (trained cells only)."""
 
     config: RunConfig
     status: str = "FINISHED"
     metrics: dict[str, float] = field(default_factory=dict)
     weight_norms: list[tuple[int, float]] = field(default_factory=list)
+    histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     error: str = ""
     diverged: bool = False
     run_id: str = ""
@@ -120,14 +127,28 @@ def latest_per_cell(runs: list[Any]) -> list[Any]:
     return list(chosen.values())
 
 
+def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of one metric, one value per step: the last logged wins (a resumed run
+    may log an epoch again)."""
+    latest = {}
+    for m in sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp)):
+        latest[m.step] = m.value
+    return sorted(latest.items())
+
+
 def record_from_run(client, run) -> CellRecord:
     tags = run.data.tags
-    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "weight_norm")]
+    trained = run.info.status == "FINISHED" and tags.get("diverged") != "true"
+    # Only a trained cell's course is read (what memory over training rests on); a failed one
+    # gets its weight_norm curve alone, as before.
+    wanted = [key for key in HISTORY_METRICS if key in run.data.metrics] if trained else ["weight_norm"]
+    histories = {key: metric_history(client, run.info.run_id, key) for key in wanted}
     return CellRecord(
         config=config_from_params(run.data.params),
         status=run.info.status,
         metrics=dict(run.data.metrics),
-        weight_norms=sorted(history),
+        weight_norms=histories.get("weight_norm", []),
+        histories={key: values for key, values in histories.items() if values} if trained else {},
         error=tags.get("failure_reason", ""),
         diverged=tags.get("diverged") == "true",
         run_id=run.info.run_id,

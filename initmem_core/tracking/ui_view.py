@@ -26,7 +26,8 @@ VIEW_PARAMS = ("sigma", "opt", "lr", "batch_size", "seed")
 VIEW_METRICS = ("best_val_test_acc", "tau_interp", "weight_norm_ratio")
 PRIMARY_METRIC = "best_val_test_acc"
 #: The report's plots, as the parent run holds them under ``report/``.
-REPORT_PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png")
+REPORT_PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
+                "memory_vs_epoch.png", "memory_vs_clock.png")
 
 
 def view_key(sweep: str) -> str:
@@ -127,19 +128,37 @@ def debiased_text(summary: Any) -> str:
     return f"{value:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
+def radial_half_life_text(report: Any, group: str) -> str:
+    """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
+    reached without one (``Report.forgetting``, report/forgetting.py)."""
+    found = getattr(report, "forgetting", {}).get(group)
+    half = found.half_lives.get("radial") if found is not None else None
+    if half is None:
+        return "–"
+    from initmem_core.report.forgetting import CLOCK_NAMES, CLOCKS, half_life_text
+
+    if not half.reached:
+        return half_life_text(half)
+    clocks = [f"{CLOCK_NAMES[c]} {getattr(half, c):.3g}" for c in CLOCKS if not math.isnan(getattr(half, c))]
+    return " · ".join([f"{half_life_text(half)} ep", *clocks])
+
+
 def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
     """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
     the prepared view and to the report's plots. Links are relative: they work on any host."""
     lines = [f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
              "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
              "debiased = the cross-fitted spread with its 95% t interval, near 0 for a group that does not "
-             "remember (docs/STATISTICS.md).", "",
-             "| group | spread pp | 95% interval | debiased pp [95% interval] | best σ | worst σ | failed cells |",
-             "|---|---|---|---|---|---|---|"]
+             "remember (docs/STATISTICS.md); radial half-life = when the slope of log ‖W‖ on log σ first fell to "
+             "half its initial value, in epochs [95% interval] and in each clock (report.md has every memory).", "",
+             "| group | spread pp | 95% interval | debiased pp [95% interval] | best σ | worst σ | failed cells "
+             "| radial half-life |",
+             "|---|---|---|---|---|---|---|---|"]
     for g in report.groups:
         lines.append(f"| {g.group} | {_pp(g.spread)} | {spread_interval(g)} | {debiased_text(g)} | "
                      f"{'–' if math.isnan(g.best_sigma) else f'{g.best_sigma:g}'} | "
-                     f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} |")
+                     f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} | "
+                     f"{radial_half_life_text(report, g.group)} |")
     lines += ["", f"[Compare the cells (prepared view)]({view_url('', experiment_id, key)}) · "
               f"[its chart of accuracy against sigma]({view_url('', experiment_id, key, charts=True)})", "",
               "Report: " + " · ".join(f"[{plot}]({artifact_url('', experiment_id, parent_run_id, 'report/' + plot)})"

@@ -1,0 +1,463 @@
+"""Memory over training and forgetting times: when a group forgets its initialization, in epochs
+and in each forgetting clock.
+
+Pure, like ``report/memory.py``: it reads the per-epoch histories a record carries
+(``CellRecord.histories``: step = epoch, 0 = the initialization) and writes nothing. Per group
+and evaluation epoch t, three memories:
+
+* **radial**: per seed, the least-squares slope of log ||W_t|| against log sigma over the group's
+  sigmas (1 = the norm still carries the initial scale, 0 = forgotten); the group's value is the
+  mean over seeds with its t interval over seeds.
+* **directional**: per seed, the mean ``init_cosine`` over the seed's runs (how much of the
+  initial direction is left); mean over seeds, t interval over seeds.
+* **accuracy**: the cross-fitted (debiased) spread over sigma of test accuracy at epoch t, in pp,
+  with its t interval (``report/inference.cross_fit_spread`` on the epoch-t table).
+
+Each point also carries the group's mean clocks at that epoch, so every memory reads against
+the epoch and against each clock.
+
+**Forgetting time (half-life)**: the first time a memory falls to half its initial value.
+Radial and directional memory start at epoch 0 (the initialization); accuracy memory starts at
+the first trained epoch (epoch 1: at initialization every sigma is at chance). The crossing is
+interpolated linearly between the two evaluation points that bracket it, and each clock is read
+at the same fraction of the way between them (clocks are interpolated linearly in epoch too).
+Radial and directional half-lives are found per seed; the group's half-life is their geometric
+mean with a t interval over seeds in log units (half-lives are positive and skewed), in epochs
+and in every clock that moved. A seed that never falls to half within the horizon has no
+half-life: if every seed crosses, the group has one; if none does, it is *not within the
+horizon*, with the epochs and clocks reached; if only some do, the group has no estimate and
+says how many seeds did not cross (averaging only those that did would bias it down). Accuracy
+memory has one curve per group: its half-life is where the estimate crosses half its epoch-1
+value, and the interval is where the curve's 95% band crosses that same line (the lower band
+first, the upper band last; an upper band that never crosses leaves the interval open).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from initmem_core.report.inference import cross_fit_spread
+from initmem_core.tracking.records import CellRecord
+
+NAN = float("nan")
+CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
+MEMORIES = ("radial", "directional", "accuracy")
+#: The units a half-life is given in: epochs, then each clock.
+UNITS = ("epoch", *CLOCKS)
+MEMORY_LABELS = {"radial": "radial memory (slope of log‖W‖ on log σ)",
+                 "directional": "directional memory (mean cos(W, W0))",
+                 "accuracy": "accuracy memory (debiased spread, pp)"}
+
+
+@dataclass
+class MemoryPoint:
+    """One memory of one group at one evaluation epoch, with the group's mean clocks there."""
+
+    epoch: int
+    value: float  # radial: mean slope over seeds; directional: mean cosine; accuracy: debiased pp
+    lo: float  # 95% interval (nan: fewer than two seeds, or too few for the spread's rule)
+    hi: float
+    seeds: int
+    clock_sgd: float
+    clock_l2: float
+    clock_adapt: float
+
+
+@dataclass
+class HalfLife:
+    """When one memory of one group first fell to half its initial value (see module docstring)."""
+
+    memory: str
+    reached: bool  # the group has a half-life within the horizon
+    initial: float  # the memory at the reference epoch
+    reference_epoch: int  # 0, or 1 for accuracy memory
+    epoch: float = NAN
+    epoch_lo: float = NAN
+    epoch_hi: float = NAN
+    clock_sgd: float = NAN  # nan also when that clock never moved in this group
+    clock_sgd_lo: float = NAN
+    clock_sgd_hi: float = NAN
+    clock_l2: float = NAN
+    clock_l2_lo: float = NAN
+    clock_l2_hi: float = NAN
+    clock_adapt: float = NAN
+    clock_adapt_lo: float = NAN
+    clock_adapt_hi: float = NAN
+    seeds: int = 0  # seeds whose memory fell to half (accuracy: held-out seeds at the reference)
+    never: int = 0  # seeds that did not fall to half within the horizon
+    horizon_epoch: int = 0  # the last evaluated epoch, and the clocks reached there
+    horizon_clock_sgd: float = NAN
+    horizon_clock_l2: float = NAN
+    horizon_clock_adapt: float = NAN
+    note: str = ""
+
+    def value(self, unit: str) -> tuple[float, float, float]:
+        """(estimate, low, high) in ``unit``: ``epoch`` or a clock name."""
+        return getattr(self, unit), getattr(self, f"{unit}_lo"), getattr(self, f"{unit}_hi")
+
+
+@dataclass
+class GroupForgetting:
+    group: str
+    #: memory -> its points, by epoch
+    curves: dict[str, list[MemoryPoint]] = field(default_factory=dict)
+    #: memory -> its half-life
+    half_lives: dict[str, HalfLife] = field(default_factory=dict)
+    #: memory (radial, directional) -> seed -> unit -> that seed's half-life (only seeds that crossed)
+    seed_half_lives: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+
+
+# -- crossings ------------------------------------------------------------------------------
+
+def first_crossing(epochs: list[float], values: list[float], threshold: float, start: float = 0.0) -> float | None:
+    """The epoch at which ``values`` first falls to ``threshold`` or below, from epoch ``start``
+    on, interpolated linearly between the two evaluation points that bracket the crossing;
+    ``None`` if it never does. Points whose value is nan are skipped; a series already at or
+    below the threshold at its first point crosses there."""
+    points = [(e, v) for e, v in zip(epochs, values) if e >= start and not math.isnan(v)]
+    if points and points[0][1] <= threshold:
+        return points[0][0]
+    for (e0, before), (e1, after) in zip(points, points[1:]):
+        if after <= threshold:
+            return e0 + (before - threshold) / (before - after) * (e1 - e0)  # before > threshold >= after
+    return None
+
+
+def at_epoch(epoch: float, epochs: list[float], series: list[float]) -> float:
+    """``series`` (a clock, say) read at a fractional epoch, linearly between evaluation points."""
+    import numpy as np
+
+    known = [(e, v) for e, v in zip(epochs, series) if not math.isnan(v)]
+    if not known:
+        return NAN
+    xs, ys = zip(*known)
+    return float(np.interp(epoch, xs, ys))
+
+
+def log_interval(values: list[float]) -> tuple[float, float, float]:
+    """Geometric mean of positive values and its t interval over them, taken in log units."""
+    from initmem_core.report.memory import mean_interval
+
+    if not values or any(v <= 0 or math.isnan(v) for v in values):
+        return NAN, NAN, NAN
+    logs = [math.log(v) for v in values]
+    low, high = mean_interval(logs)
+    return math.exp(sum(logs) / len(logs)), math.exp(low), math.exp(high)
+
+
+# -- per-seed memories ----------------------------------------------------------------------
+
+def _value_at(cell: CellRecord, metric: str, epoch: int) -> float:
+    return dict(cell.histories.get(metric, ())).get(epoch, NAN)
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys on xs; nan with fewer than two distinct xs."""
+    if len(set(xs)) < 2:
+        return NAN
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def radial_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list[float]]:
+    """Per seed, the slope of log ||W_t|| on log sigma at each epoch (nan where fewer than two
+    positive sigmas of that seed have a norm)."""
+    out = {}
+    for seed in sorted({c.config.seed for c in cells}):
+        mine = [c for c in cells if c.config.seed == seed and c.config.sigma > 0]
+        norms = [dict(c.histories.get("weight_norm", ())) for c in mine]
+        row = []
+        for epoch in epochs:
+            points = [(math.log(c.config.sigma), math.log(n[epoch])) for c, n in zip(mine, norms)
+                      if n.get(epoch, 0) > 0]
+            row.append(_slope(*zip(*points)) if len(points) >= 2 else NAN)
+        out[seed] = row
+    return out
+
+
+def directional_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list[float]]:
+    """Per seed, the mean init_cosine over the seed's runs at each epoch."""
+    out = {}
+    for seed in sorted({c.config.seed for c in cells}):
+        cosines = [dict(c.histories.get("init_cosine", ())) for c in cells if c.config.seed == seed]
+        row = []
+        for epoch in epochs:
+            values = [h[epoch] for h in cosines if epoch in h and not math.isnan(h[epoch])]
+            row.append(sum(values) / len(values) if values else NAN)
+        out[seed] = row
+    return out
+
+
+def accuracy_at(cells: list[CellRecord], epoch: int) -> dict[float, dict[int, float]]:
+    """Test accuracy (pp) by sigma and seed at ``epoch``: the spread's table at that epoch."""
+    table: dict[float, dict[int, float]] = {}
+    for cell in cells:
+        value = _value_at(cell, "test_acc", epoch)
+        if not math.isnan(value):
+            table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * value
+    return table
+
+
+# -- a group --------------------------------------------------------------------------------
+
+def _mean_clocks(cells: list[CellRecord], epochs: list[int]) -> dict[str, list[float]]:
+    out = {}
+    for clock in CLOCKS:
+        histories = [dict(c.histories.get(clock, ())) for c in cells]
+        row = []
+        for epoch in epochs:
+            values = [h[epoch] for h in histories if epoch in h]
+            row.append(sum(values) / len(values) if values else NAN)
+        out[clock] = row
+    return out
+
+
+def _over_seeds(by_seed: dict[int, list[float]], index: int) -> tuple[float, float, float, int]:
+    from initmem_core.report.memory import mean_interval
+
+    values = [row[index] for row in by_seed.values() if not math.isnan(row[index])]
+    if not values:
+        return NAN, NAN, NAN, 0
+    return sum(values) / len(values), *mean_interval(values), len(values)
+
+
+def _horizon(epochs: list[int], clocks: dict[str, list[float]]) -> dict[str, Any]:
+    return {"horizon_epoch": epochs[-1] if epochs else 0,
+            **{f"horizon_{c}": (clocks[c][-1] if epochs else NAN) for c in CLOCKS}}
+
+
+def _crossing_units(epoch: float, epochs: list[int], clocks: dict[str, list[float]]) -> dict[str, float]:
+    """A crossing's epoch and each clock there; a clock that has not moved by then reads nan."""
+    units = {"epoch": epoch}
+    for clock in CLOCKS:
+        value = at_epoch(epoch, epochs, clocks[clock])
+        units[clock] = value if value > 0 else NAN
+    return units
+
+
+def seed_half_lives(by_seed: dict[int, list[float]], epochs: list[int], clocks: dict[str, list[float]]
+                    ) -> tuple[dict[int, dict[str, float]], list[int], str]:
+    """Per seed that crossed, its half-life in every unit; the seeds that never did; a note on
+    seeds left out (no value at epoch 0, nothing to forget)."""
+    crossed, never, skipped = {}, [], []
+    for seed, row in by_seed.items():
+        if not epochs or epochs[0] != 0 or math.isnan(row[0]) or row[0] <= 0:
+            skipped.append(seed)
+            continue
+        found = first_crossing(epochs, row, row[0] / 2)
+        if found is None:
+            never.append(seed)
+        else:
+            crossed[seed] = _crossing_units(found, epochs, clocks)
+    note = f"seed(s) {', '.join(map(str, skipped))} left out: no positive value at epoch 0" if skipped else ""
+    return crossed, never, note
+
+
+def per_seed_half_life(memory: str, by_seed: dict[int, list[float]], epochs: list[int],
+                       clocks: dict[str, list[float]]) -> tuple[HalfLife, dict[int, dict[str, float]]]:
+    crossed, never, note = seed_half_lives(by_seed, epochs, clocks)
+    initial = _over_seeds(by_seed, 0)[0] if epochs and epochs[0] == 0 else NAN
+    base = dict(memory=memory, initial=initial, reference_epoch=0, seeds=len(crossed), never=len(never),
+                **_horizon(epochs, clocks))
+    notes = [note] if note else []
+    if not crossed:
+        reason = "no seed has a value at epoch 0" if not never else "not within the horizon"
+        return HalfLife(reached=False, note="; ".join([reason, *notes]), **base), crossed
+    if never:
+        notes.insert(0, f"{len(never)} of {len(never) + len(crossed)} seeds did not fall to half within the horizon")
+        return HalfLife(reached=False, note="; ".join(notes), **base), crossed
+    figures = {}
+    for unit in UNITS:
+        estimate, low, high = log_interval([units[unit] for units in crossed.values()])
+        figures.update({unit: estimate, f"{unit}_lo": low, f"{unit}_hi": high})
+    if len(crossed) < 2:
+        notes.append("one seed: no interval")
+    return HalfLife(reached=True, note="; ".join(notes), **base, **figures), crossed
+
+
+def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dict[str, list[float]]) -> HalfLife:
+    """Half-life of the debiased spread from the first trained epoch's estimate; interval where
+    its 95% band crosses the same line (module docstring)."""
+    horizon = _horizon(epochs, clocks)
+    start = next((i for i, p in enumerate(points) if p.epoch >= 1 and not math.isnan(p.value)), None)
+    if start is None:
+        return HalfLife("accuracy", False, NAN, 1, note="no debiased spread after epoch 0", **horizon)
+    initial = points[start].value
+    base = dict(memory="accuracy", initial=initial, reference_epoch=points[start].epoch,
+                seeds=points[start].seeds, **horizon)
+    if initial <= 0:
+        return HalfLife(reached=False, note=f"no accuracy memory to forget at epoch {points[start].epoch} "
+                                            f"(debiased spread {initial:+.2f} pp)", **base)
+    threshold = initial / 2
+
+    def crossing(attribute: str) -> dict[str, float] | None:
+        found = first_crossing([p.epoch for p in points], [getattr(p, attribute) for p in points], threshold,
+                               points[start].epoch)
+        return None if found is None else _crossing_units(found, epochs, clocks)
+
+    estimate, low, high = crossing("value"), crossing("lo"), crossing("hi")
+    if estimate is None:
+        return HalfLife(reached=False, note="not within the horizon", **base)
+    figures = {unit: estimate[unit] for unit in UNITS}
+    notes = []
+    if math.isnan(points[start].lo):
+        notes.append("no interval: the spread at the reference epoch has none")
+    else:
+        for unit in UNITS:
+            figures[f"{unit}_lo"] = low[unit] if low else NAN
+            figures[f"{unit}_hi"] = high[unit] if high else NAN
+        if high is None:
+            notes.append("interval open above: its upper band stays above half within the horizon")
+    return HalfLife(reached=True, note="; ".join(notes), **base, **figures)
+
+
+def group_forgetting(group: str, cells: Iterable[CellRecord], accuracy: bool = True) -> GroupForgetting:
+    """Every memory of one group over its epochs, and their half-lives (trained cells only).
+    ``accuracy=False`` leaves accuracy memory out (a debiased spread per epoch is the slow part)."""
+    cells = [c for c in cells if c.trained and c.histories]
+    epochs = sorted({epoch for c in cells for key in ("weight_norm", "init_cosine", "test_acc")
+                     for epoch, _ in c.histories.get(key, ())})
+    clocks = _mean_clocks(cells, epochs)
+    result = GroupForgetting(group)
+    if not epochs:
+        return result
+
+    def point(i: int, value: float, low: float, high: float, seeds: int) -> MemoryPoint:
+        return MemoryPoint(epochs[i], value, low, high, seeds, *(clocks[c][i] for c in CLOCKS))
+
+    for memory, by_seed in (("radial", radial_by_seed(cells, epochs)), ("directional", directional_by_seed(cells, epochs))):
+        curve = [point(i, *_over_seeds(by_seed, i)) for i in range(len(epochs))]
+        if all(math.isnan(p.value) for p in curve):
+            continue
+        result.curves[memory] = curve
+        result.half_lives[memory], result.seed_half_lives[memory] = per_seed_half_life(memory, by_seed, epochs, clocks)
+    spreads = []
+    for i, epoch in enumerate(epochs if accuracy else ()):
+        table = accuracy_at(cells, epoch)
+        if len(table) >= 2:
+            spread = cross_fit_spread(table)
+            spreads.append(point(i, spread.estimate, spread.lo, spread.hi, spread.seeds))
+    if any(not math.isnan(p.value) for p in spreads):
+        result.curves["accuracy"] = spreads
+        result.half_lives["accuracy"] = accuracy_half_life(spreads, epochs, clocks)
+    return result
+
+
+def build_forgetting(by_group: Mapping[str, list[CellRecord]], accuracy: bool = True) -> dict[str, GroupForgetting]:
+    """``group_forgetting`` of every group that has histories, by group label."""
+    out = {}
+    for group in sorted(by_group):
+        found = group_forgetting(group, by_group[group], accuracy)
+        if found.curves:
+            out[group] = found
+    return out
+
+
+# -- where users look -----------------------------------------------------------------------
+
+def step_metrics(forgetting: Mapping[str, GroupForgetting]) -> list[tuple[str, float, int]]:
+    """``(<memory>_memory_<group suffix>, value, epoch)`` of every group's curves (nan left out)."""
+    from initmem_core.sweep.grid import metric_suffix
+
+    return [(f"{memory}_memory_{metric_suffix(group)}", float(p.value), int(p.epoch))
+            for group, found in forgetting.items() for memory, curve in found.curves.items()
+            for p in curve if not math.isnan(p.value)]
+
+
+def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, float]:
+    """``half_life_<memory>_<unit>_<group suffix>`` of every half-life reached (unit: epoch or a clock)."""
+    from initmem_core.sweep.grid import metric_suffix
+
+    out = {}
+    for group, found in forgetting.items():
+        for memory, half in found.half_lives.items():
+            for unit in UNITS:
+                value = getattr(half, unit)
+                if half.reached and not math.isnan(value):
+                    out[f"half_life_{memory}_{unit}_{metric_suffix(group)}"] = float(value)
+    return out
+
+
+CLOCK_NAMES = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
+
+
+def _figure(value: float, low: float, high: float, fmt: str = ".3g") -> str:
+    if math.isnan(value):
+        return "–"
+    shown = f"{value:{fmt}}"
+    return shown if math.isnan(low) and math.isnan(high) else (
+        f"{shown} [{'–' if math.isnan(low) else format(low, fmt)}, {'–' if math.isnan(high) else format(high, fmt)}]")
+
+
+def horizon_text(half: HalfLife) -> str:
+    """What was reached when a memory did not fall to half: the last epoch and its clocks."""
+    clocks = ", ".join(f"{CLOCK_NAMES[c]} {getattr(half, f'horizon_{c}'):.3g}" for c in CLOCKS
+                       if not math.isnan(getattr(half, f"horizon_{c}")))
+    return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
+
+
+def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
+    """A half-life in ``unit`` with its interval, or what was reached when there is none."""
+    if not half.reached:
+        return horizon_text(half) if half.never or "horizon" in half.note else "–"
+    return _figure(*half.value(unit))
+
+
+FORGETTING_EXPLAINED = (
+    "Half-life: the first time a memory falls to half its initial value (radial and directional memory: "
+    "from epoch 0; accuracy memory, the debiased spread: from the first trained epoch), interpolated linearly "
+    "between the two evaluation epochs that bracket it, each clock read at the same point. Radial: slope of "
+    "log ‖W‖ on log σ (1 = the norm still carries the initial scale); directional: mean cos(W, W0). Radial and "
+    "directional half-lives are the geometric mean over seeds with a 95% t interval in log units; accuracy's "
+    "interval is where the spread's 95% band crosses the same line. A clock that never moved reads –.")
+
+
+def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
+    """The report's "Forgetting times" section (no lines when no record had histories)."""
+    if not forgetting:
+        return []
+    header = ["group", "memory", "initial", "half-life epochs [95% CI]",
+              *(f"{CLOCK_NAMES[c]} [95% CI]" for c in CLOCKS), "seeds", "note"]
+    rows = []
+    for group, found in forgetting.items():
+        for memory in MEMORIES:
+            half = found.half_lives.get(memory)
+            if half is None:
+                continue
+            initial = "–" if math.isnan(half.initial) else f"{half.initial:.3g} (epoch {half.reference_epoch})"
+            if half.reached:
+                cells = [half_life_text(half, unit) for unit in UNITS]
+            else:
+                cells = [half_life_text(half), "", "", ""]
+            seeds = f"{half.seeds}" + (f" ({half.never} never)" if half.never else "")
+            note = half.note.replace("|", "\\|") if half.reached or not half.note.startswith("not within") else ""
+            rows.append([group, memory, initial, *cells, seeds, note])
+    lines = ["", "## Forgetting times", "", FORGETTING_EXPLAINED, ""]
+    return lines + ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+                    *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+#: Columns of forgetting.csv, one row per (group, memory).
+CSV_COLUMNS = ("group", "memory", "reached", "initial", "reference_epoch",
+               *(f"{unit}{end}" for unit in UNITS for end in ("", "_lo", "_hi")),
+               "seeds", "never", "horizon_epoch", *(f"horizon_{c}" for c in CLOCKS), "note")
+
+
+def forgetting_csv(forgetting: Mapping[str, GroupForgetting]) -> str:
+    """Every half-life as CSV, one row per group and memory (empty cells: no value)."""
+    import csv
+    import io
+    from dataclasses import asdict
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for group, found in forgetting.items():
+        for memory in MEMORIES:
+            if memory in found.half_lives:
+                row = {"group": group, **asdict(found.half_lives[memory])}
+                writer.writerow(["" if isinstance(row[c], float) and math.isnan(row[c]) else row[c]
+                                 for c in CSV_COLUMNS])
+    return out.getvalue()
