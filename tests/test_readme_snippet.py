@@ -1,0 +1,59 @@
+"""README's "From Python, with no CLI" block, run as a script exactly as written: with its two
+spawned sweep workers it makes the runs it asks for once each (a run outside the main guard
+would be trained again by every worker that imports the script)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from initmem_core.sweep.grid import plan_sweep
+from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG
+
+pytestmark = pytest.mark.slow  # a tracked run and a 4-cell sweep with 2 worker processes
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_snippet() -> str:
+    section = README.read_text().split("### From Python, with no CLI", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
+def calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name]
+
+
+def test_the_readme_snippet_makes_each_run_it_asks_for_once(tmp_path, store_in):
+    code = readme_snippet()
+    tree = ast.parse(code)
+    [sweep_call] = calls(tree, "run_sweep")
+    assert {k.arg: ast.literal_eval(k.value) for k in sweep_call.keywords}.get("workers") == 2
+    cells = len(plan_sweep(ast.literal_eval(sweep_call.args[0])).cells)
+    single_runs = len(calls(tree, "run"))
+    script = tmp_path / "snippet.py"
+    script.write_text(code)
+    uri = store_in(tmp_path)  # the snippet's default store, ./mlflow.db, already migrated
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "INITMEM_"))}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout.strip().splitlines()
+    assert len(printed) == 2 and printed[1].startswith("[("), done.stdout  # each print once
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parents = [r for r in runs if r.data.tags.get(ROLE_TAG) == "parent"]
+    children = [r for r in runs if PARENT_TAG in r.data.tags]
+    alone = [r for r in runs if r not in parents and r not in children]
+    assert (len(alone), len(parents), len(children)) == (single_runs, 1, cells) == (1, 1, 4)
+    assert {r.data.tags[PARENT_TAG] for r in children} == {parents[0].info.run_id}
+    assert {r.info.status for r in runs} == {"FINISHED"}
