@@ -25,7 +25,8 @@ SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-siz
 ONE_THREAD = ["--threads", "1"]  # the machine may be shared: no oversubscription
 GRID = ["--sigma", "0.5,2", "--opt", "sgd,adam", "--seed", "0"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png")
+PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
+         "memory_vs_epoch.png", "memory_vs_clock.png")
 
 
 def client_for(uri):
@@ -92,6 +93,12 @@ def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
         assert parent.data.metrics[f"spread_{suffix}"] == pytest.approx(max(accs) - min(accs), abs=0.005)
         assert f"never_interp_sigmas_{suffix}" in parent.data.metrics
         assert parent.data.metrics[f"failed_cells_{suffix}"] == 0
+        # memory over training as step metrics (step = epoch): MLflow charts them as curves
+        radial = client.get_metric_history(parent.info.run_id, f"radial_memory_{suffix}")
+        assert sorted(m.step for m in radial) == [0, 1, 2]
+        assert next(m.value for m in radial if m.step == 0) == pytest.approx(1.0, abs=0.05)  # ||W0|| ~ sigma
+        cosine = client.get_metric_history(parent.info.run_id, f"directional_memory_{suffix}")
+        assert {m.step: m.value for m in cosine}[0] == pytest.approx(1.0)
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {f"report/{name}" for name in ("report.csv", "report.md", *PLOTS)} <= artifacts
     assert "sweep.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -110,6 +117,14 @@ def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert len(data["groups"]) == 2
+    # every group's half-lives, read from the children's metric histories alone
+    assert set(data["forgetting"]) == {g["group"] for g in data["groups"]}
+    for found in data["forgetting"].values():
+        assert {"radial", "directional"} <= set(found["half_lives"])
+        assert [p["epoch"] for p in found["curves"]["radial"]] == [0, 1, 2]
+        radial = found["half_lives"]["radial"]
+        assert radial["horizon_epoch"] == 2 and radial["horizon_clock_adapt"] > 0
+        assert radial["reached"] == (radial["epoch"] is not None)
     for g in data["groups"]:  # the parent's metric is the report's spread, rounded for the UI
         assert parent.data.metrics[f"spread_{metric_suffix(g['group'])}"] == pytest.approx(g["spread"], abs=0.005)
     assert "prepared comparison in the MLflow UI: http://127.0.0.1:5000/#/experiments/" in result.stderr
