@@ -1,5 +1,5 @@
 """``python -m initmem_cli`` is the ``initmem`` command."""
 
-from .app import main
+from .entry import main
 
 main()

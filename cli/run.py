@@ -54,6 +54,7 @@ def run_command(
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
     from initmem_core import Diverged, Stopped
+    from initmem_core.tracking.tracker_process import NOT_TRACKED
     from initmem_core.training.checkpoints import CheckpointNotWritten
 
     from .progress import RunProgress
@@ -69,6 +70,8 @@ def run_command(
     except CheckpointNotWritten as error:
         raise fail(f"{run_config.run_name()}: {error}; {stored_as('FAILED', error)}; {error.how_to_continue()}", 1)
     except Stopped as error:
+        if error.status == NOT_TRACKED:
+            raise fail(f"{error} before the run was tracked; nothing was written", error.exit_code)
         resume_hint = (f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
                        if error.checkpoint and error.status == "KILLED" else "")
         raise fail(f"{error}; {stored_as(error.status, error)}{resume_hint}", error.exit_code)

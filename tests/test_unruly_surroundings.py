@@ -147,3 +147,59 @@ def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_i
     (run,) = client.search_runs(client.get_experiment_by_name("initmem").experiment_id)
     assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == [0, 1, 2, 3, 4]
+
+
+# -- D: signals at every moment ------------------------------------------------------------------
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and modification time."""
+    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in folder.rglob("*") if path.is_file()}
+
+
+TRAINING = "training"  # the moment: once the run has begun training (its label is printed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name, moment, store", [
+    ("SIGINT", 0.2, "copied"), ("SIGINT", 1.0, "copied"), ("SIGINT", 2.0, "copied"), ("SIGTERM", 1.5, "copied"),
+    ("SIGTERM", 3.0, "fresh"), ("SIGHUP", 2.5, "copied"),
+    ("SIGINT", TRAINING, "copied"), ("SIGTERM", TRAINING, "copied"), ("SIGHUP", TRAINING, "copied"),
+])
+def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_running(
+        tmp_path, store_in, signal_name, moment, store):
+    import signal
+    import time
+
+    from test_reliability_edges import alive, descendants
+
+    uri = store_in(tmp_path) if store == "copied" else f"sqlite:///{tmp_path / 'mlflow.db'}"
+    signum = getattr(signal, signal_name)
+    args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
+    process = subprocess.Popen(initmem_command("run", *args, "--tracking-uri", uri), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if moment == TRAINING:
+        assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # printed as training starts
+        time.sleep(0.3)
+    else:
+        time.sleep(moment)
+    helpers = descendants(process.pid)
+    process.send_signal(signum)
+    sent = time.monotonic()
+    error = process.stderr.read()
+    code = process.wait(timeout=30)
+    took = time.monotonic() - sent
+    left = folder_state(tmp_path)
+
+    assert code == 128 + signum and took < 2.0, (code, took, error)
+    assert error.count("\n") == 1 and f"stopped by {signal_name}" in error and "Traceback" not in error, error
+    while any(alive(pid) for pid in helpers) and time.monotonic() - sent < took + 2.0:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in helpers)
+    time.sleep(0.5)
+    assert folder_state(tmp_path) == left  # nothing created or written after the command exited
+    assert not [name for name in left if name.endswith((".tmp", ".creating", "-journal"))]
+    runs = runs_in(uri) if (tmp_path / "mlflow.db").exists() else []
+    assert all(status == "KILLED" for _, status in runs), runs
+    if moment == TRAINING:
+        assert len(runs) == 1 and "the run is marked KILLED" in error and "--resume" in error

@@ -194,6 +194,9 @@ def open_client(uri: str | None = None, probe: bool = True):
         # The first request creates or migrates the database; two commands doing so at once on a
         # fresh folder collide in alembic, so that request is made under a lock beside the file.
         with creating_store(database), store_must_answer(uri):
+            _forget_interrupted_creation(uri, database)
+            if not database.exists():
+                _create_sqlite_store(database)
             client = MlflowClient(tracking_uri=uri)
             client.search_experiments(max_results=1)
         return client
@@ -204,6 +207,60 @@ def open_client(uri: str | None = None, probe: bool = True):
         with store_must_answer(uri):
             client.search_experiments(max_results=1)
     return client
+
+
+def _create_sqlite_store(database: Path) -> None:
+    """Create and migrate a new SQLite store under a temporary name, then rename it into place:
+    a creation cut short (a full disk, a kill) leaves no store rather than a half-migrated one."""
+    from mlflow.tracking import MlflowClient
+
+    global _being_created
+    temporary = _being_created = database.with_name(f".{database.name}.{os.getpid()}.creating")
+    try:
+        client = MlflowClient(tracking_uri=f"sqlite:///{temporary}")
+        client.search_experiments(max_results=1)
+        engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
+        if engine is not None:  # its connections would otherwise keep the renamed file open
+            engine.dispose()
+        os.replace(temporary, database)
+    finally:
+        discard_store_being_created()
+
+
+_being_created: Path | None = None  # the temporary file of a store this process is creating
+
+
+def discard_store_being_created() -> None:
+    """Delete the temporary files of a store this process is creating (for a process told to end
+    at once: what it leaves is then only ever a whole store or none)."""
+    if _being_created is not None:
+        for leftover in (_being_created, _being_created.with_name(_being_created.name + "-journal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
+
+
+def _forget_interrupted_creation(uri: str, database: Path) -> None:
+    """A store whose creation was cut short by an earlier version (alembic's temporary tables are
+    still there) is deleted if it holds no run, so that it is created afresh; with runs, one line."""
+    import sqlite3
+
+    for leftover in database.parent.glob(f".{database.name}.*.creating*"):  # a creation killed outright
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    if not database.is_file() or database.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+            tables = {row[0] for row in connection.execute("select name from sqlite_master where type = 'table'")}
+            if not any(name.startswith("_alembic_tmp_") for name in tables):
+                return
+            runs = connection.execute("select count(*) from runs").fetchone()[0] if "runs" in tables else 0
+    except sqlite3.Error:
+        return  # not a database we can read: MLflow says what is wrong with it
+    if runs:
+        raise ConfigError(f"tracking store {uri} was left half-migrated by an interrupted command and holds "
+                          f"{runs} run(s); restore it from a copy or move it away")
+    database.unlink()
 
 
 def creating_store(database: Path):

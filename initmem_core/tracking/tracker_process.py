@@ -22,7 +22,9 @@ Nothing is lost when either process dies:
   when the run ends (``initmem sync`` uploads them; uploading twice adds nothing).
 
 The helper starts in a session of its own, so a Ctrl-C or a hang-up for the terminal reaches
-only the training process, which then ends the run through the helper.
+only the training process, which then ends the run through the helper. A command stopped before
+its run exists ends its helpers at once (``end_helpers_without_a_run``): nothing is created after
+the command has exited (a store being created is only renamed into place once complete).
 """
 
 from __future__ import annotations
@@ -38,18 +40,22 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
 
+#: ``Stopped.status`` of a command stopped before the helper began to open its run.
+NOT_TRACKED = "not tracked"
 #: Calls whose caller waits for the helper's answer.
 ANSWERED = frozenset({"start_run", "resume_run", "log_artifact", "end_run"})
 CALLS = ANSWERED | {"log_metrics", "set_tags", "log_text", "log_dataset"}
 _EXITED = object()  # what the reader thread queues when the helper's output ends
+_STARTED: "weakref.WeakSet[TrackerProcess]" = weakref.WeakSet()  # this process's helpers
 
 
 class TrackerProcess(ForwardedCalls):
@@ -65,6 +71,9 @@ class TrackerProcess(ForwardedCalls):
         self._sent = 0
         self._unacknowledged: dict[int, tuple[str, tuple, int]] = {}  # seq -> call, args, time ms
         self._orphaned: PendingWrites | None = None  # once the helper is gone: what waits for `initmem sync`
+        self._began: set[int] = set()  # start_run/resume_run requests the helper has begun to apply
+        #: Asked while the run is being opened: a signal number to give up on it (see _open_or_give_up).
+        self.give_up_opening: Callable[[], int | None] = lambda: None
         self._events: queue.Queue = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
         package_root = str(Path(__file__).resolve().parents[2])  # importable even from a source tree
@@ -76,6 +85,7 @@ class TrackerProcess(ForwardedCalls):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
             start_new_session=True)
         threading.Thread(target=self._read, name="initmem-tracker-replies", daemon=True).start()
+        _STARTED.add(self)
 
     # -- the Tracker protocol ----------------------------------------------------------------
 
@@ -106,6 +116,17 @@ class TrackerProcess(ForwardedCalls):
         except subprocess.TimeoutExpired:  # a store that hangs: what it holds is the helper's to keep
             pass
 
+    def end_now(self, timeout: float = 1.0) -> None:
+        """End the helper now and wait for it (its run was never started: it holds nothing to keep)."""
+        try:
+            self._process.terminate()  # it deletes a store it was creating, then exits
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=timeout)
+        except OSError:
+            pass
+
     # -- the pipe ----------------------------------------------------------------------------
 
     def _forward(self, call: str, *args: Any) -> Any:
@@ -124,7 +145,28 @@ class TrackerProcess(ForwardedCalls):
         if call not in ANSWERED:
             self._handle_events(block=False)
             return None
+        if call in ("start_run", "resume_run"):
+            return self._open_or_give_up(seq, call, args)
         reply = self._handle_events(block=True, seq=seq)
+        return self._answer(seq, call, args, reply)
+
+    def _open_or_give_up(self, seq: int, call: str, args: tuple) -> Any:
+        """Wait for the run to be opened, unless ``give_up_opening`` names a signal before the
+        helper has begun to open it (it may still be importing MLflow or creating the store, for
+        seconds): then the helper is ended at once and ``Stopped`` raised, with nothing tracked.
+        Once begun, opening is quick and is waited for (the run is then ended as KILLED)."""
+        from initmem_core.training.stop_signals import Stopped
+
+        while True:
+            reply = self._handle_events(block=True, seq=seq, poll_s=0.1)
+            if reply is not None:
+                return self._answer(seq, call, args, reply)
+            signum = self.give_up_opening()
+            if signum is not None and seq not in self._began:
+                self.end_now()
+                raise Stopped(signum, status=NOT_TRACKED)
+
+    def _answer(self, seq: int, call: str, args: tuple, reply: Any) -> Any:
         if reply is _EXITED:
             return self._helper_gone(seq, call, args)
         if "error" in reply:
@@ -146,13 +188,14 @@ class TrackerProcess(ForwardedCalls):
                 continue
         self._events.put(_EXITED)
 
-    def _handle_events(self, block: bool, seq: int | None = None) -> Any:
-        """Apply acknowledgements and warnings; returns the reply to ``seq`` (or _EXITED) if it came."""
+    def _handle_events(self, block: bool, seq: int | None = None, poll_s: float | None = None) -> Any:
+        """Apply acknowledgements and warnings; returns the reply to ``seq`` (or _EXITED) if it came.
+        ``poll_s``: give up waiting after that long without an event (returns ``None``)."""
         while True:
             try:
-                event = self._events.get(timeout=0.5) if block else self._events.get_nowait()
+                event = self._events.get(timeout=poll_s or 0.5) if block else self._events.get_nowait()
             except queue.Empty:
-                if block:
+                if block and poll_s is None:
                     continue
                 return None
             if event is _EXITED:
@@ -163,6 +206,8 @@ class TrackerProcess(ForwardedCalls):
                     del self._unacknowledged[done]
             elif "warning" in event:
                 warnings.warn(event["warning"], RunWarning, stacklevel=4)
+            elif "began" in event:
+                self._began.add(event["began"])
             elif "reply" in event and event["reply"] == seq:
                 return event
 
@@ -212,6 +257,19 @@ class TrackerProcess(ForwardedCalls):
             raise ConfigError(f"the tracking helper process ended before run {self.run_id} was opened; "
                               "run the command again")
         return None  # log_dataset: once per run and not kept, as MlflowTracker does
+
+
+def end_helpers_without_a_run() -> None:
+    """Kill this process's helpers whose run was never started, for a command that exits at once
+    on a signal (safe inside a signal handler: no lock is taken). Helpers of a started run are
+    left to write what they hold."""
+    try:
+        helpers = list(_STARTED)
+    except RuntimeError:  # one was being added as the signal came: it is the one to end
+        helpers = list(_STARTED)
+    for helper in helpers:
+        if helper.run_id is None:
+            helper.end_now()
 
 
 # -- the helper's side -------------------------------------------------------------------------
@@ -268,11 +326,19 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
             if call in ANSWERED:
                 send({"reply": seq, "error": opening_error, "kind": "ConfigError"})
             continue
+        opening = call in ("start_run", "resume_run")
+        if opening:  # from here on the training process waits for the run rather than end us
+            _OPENING["now"] = True
+            send({"began": seq})
         try:
             value = _apply(tracker, call, args)
         except Exception as error:
             send({"reply": seq, "error": _first_line(error), "kind": type(error).__name__})
             continue
+        finally:
+            _OPENING["now"] = False
+        if opening and _OPENING["ended_by"]:  # SIGTERM came while the run was being opened
+            _end_opened_run(tracker, _OPENING["ended_by"])
         if call in ANSWERED:
             send({"reply": seq, "value": value})
         if not tracker.pending:
@@ -315,8 +381,35 @@ def _apply(tracker: Any, call: str, args: list) -> Any:
     return None
 
 
+_OPENING: dict[str, Any] = {"now": False, "ended_by": None}  # the helper's state, for its SIGTERM handler
+
+
+def _end_at_once(signum: int, frame: Any) -> None:
+    """SIGTERM, from a training process that exits before its run began (or from anyone): what
+    is written is written; a store half-created is deleted. The training process keeps every
+    write this helper had not acknowledged. While a run is being opened, it is opened, then
+    ended KILLED (``_end_opened_run``), so that no run stays RUNNING with nobody to end it."""
+    if _OPENING["now"]:
+        _OPENING["ended_by"] = signum
+        return
+    from initmem_core.tracking.store import discard_store_being_created
+
+    discard_store_being_created()
+    os._exit(128 + signum)
+
+
+def _end_opened_run(tracker: Any, signum: int) -> None:
+    try:
+        if tracker.run_id:
+            tracker.set_tags({"stopped_by": signal.Signals(signum).name})
+            tracker.end_run("KILLED")
+    finally:
+        os._exit(128 + signum)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the training process decides when the run ends
+    signal.signal(signal.SIGTERM, _end_at_once)
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything else printed goes to the stderr file, never into the replies
     sys.stdout = sys.stderr

@@ -3,7 +3,7 @@
 Everything that can be wrong with the input is checked, and every component built, before the
 tracked run is created: bad input (a checkpoint to resume included) leaves nothing half-written
 in the store. Once the run exists, any failure marks it FAILED (a divergence is tagged
-``diverged=true``), SIGTERM and Ctrl-C write a checkpoint and mark it KILLED, and the exception
+``diverged=true``), SIGTERM, SIGHUP and Ctrl-C write a checkpoint and mark it KILLED, and the exception
 is re-raised. ``resume=True`` continues the run of the newest checkpoint of this config, in the
 same MLflow run, logging only the steps that run does not hold yet.
 
@@ -163,7 +163,7 @@ def run(
     there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue from the
     newest checkpoint of this config, in its run (``tracker`` must then be able to reopen it).
     Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
-    that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM or Ctrl-C.
+    that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM, SIGHUP or Ctrl-C.
 
     ``helper_process``: track through a helper process (``tracking.tracker_process``) that imports
     MLflow, opens the store and writes the run on another core while this one builds the data
@@ -229,9 +229,14 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
+        if hasattr(tracker, "give_up_opening"):  # a helper still opening the store: a signal ends it at once
+            tracker.give_up_opening = lambda: stop.signum
         run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
         save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
         try:
+            if stop.requested:  # came while the run was being opened: end it before anything trains
+                kept = checkpoints.previous if checkpoints and resume_from is not None else None
+                raise Stopped(stop.signum, str(kept) if kept else None)
             if resume_from is None:
                 tracker.log_text(to_json(config.to_dict()), "config.json")
                 groups = getattr(setup.optimizer, "initmem_param_groups", None)

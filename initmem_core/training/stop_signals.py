@@ -1,4 +1,4 @@
-"""SIGTERM and Ctrl-C during training: finish the step, write a checkpoint, then stop.
+"""SIGTERM, SIGHUP and Ctrl-C during training: finish the step, write a checkpoint, then stop.
 
 The handler only records the signal; the training loop looks at ``requested`` after every step
 (no I/O, no lock, nothing half-done inside a signal handler). A second signal while the first
@@ -16,7 +16,8 @@ import signal
 import threading
 from typing import Any, Protocol
 
-HANDLED = (signal.SIGINT, signal.SIGTERM)
+#: A hang-up (the terminal closed) ends a run as SIGTERM does: checkpointed and marked KILLED.
+HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Stopped(KeyboardInterrupt):
@@ -32,7 +33,7 @@ class Stopped(KeyboardInterrupt):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+        return 128 + self.signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP
 
     @property
     def signal_name(self) -> str:
@@ -57,10 +58,14 @@ class NoStop:
 
 
 class StopSignals:
-    """While active (``with StopSignals() as stop``), SIGINT and SIGTERM set ``stop.signum``.
+    """While active (``with StopSignals() as stop``), SIGINT, SIGTERM and SIGHUP set ``stop.signum``.
 
-    Outside the main thread signals cannot be handled, so there it does nothing.
+    Outside the main thread signals cannot be handled, so there it does nothing. ``runs_ended``
+    counts, per process, the runs whose handlers are gone again: a command's own handler, back
+    in place then, knows that a signal no longer comes before the run.
     """
+
+    runs_ended = 0
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -85,5 +90,6 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        StopSignals.runs_ended += 1
         for signum, handler in self.previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
