@@ -25,7 +25,11 @@ def sync_command(
     result = sync_folder(tracking_uri, folder)
     for path in result.other_stores:
         typer.echo(f"left {path}: it is for another tracking store (see its first line)")
+    for path, reason in result.left.items():
+        typer.secho(f"Error: left {path}: {reason}", fg=typer.colors.RED, err=True)
     if not result.uploaded:
-        typer.echo("nothing to sync" if not result.other_stores else "nothing to sync for this store")
-        return
-    typer.echo(f"synced {len(result.uploaded)} run(s), {result.metrics} metric value(s): {', '.join(result.uploaded)}")
+        typer.echo("nothing to sync" if not result.other_stores and not result.left else "nothing to sync for this store")
+    else:
+        typer.echo(f"synced {len(result.uploaded)} run(s), {result.metrics} metric value(s): {', '.join(result.uploaded)}")
+    if result.left:
+        raise typer.Exit(1)

@@ -203,3 +203,86 @@ def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_
     assert all(status == "KILLED" for _, status in runs), runs
     if moment == TRAINING:
         assert len(runs) == 1 and "the run is marked KILLED" in error and "--resume" in error
+
+
+# -- I: syncs at once, a file whose run is gone, long names, tags of an early end ----------------
+
+def unsynced_run(uri: str, folder: Path, name: str, in_store: bool = True) -> str:
+    """A run (in the store, or only named) whose three metric values wait in ``folder``."""
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.tracking.pending import PendingWrites, spill
+
+    if in_store:
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("Default").experiment_id
+        run_id = client.create_run(experiment, run_name=name).info.run_id
+    else:
+        run_id = "0123456789abcdef0123456789abcdef"
+    spill(PendingWrites(metrics=[("test_acc", 0.5 + step / 10, 0, step) for step in range(3)],
+                        status=("FINISHED", 0)), folder, run_id, uri)
+    return run_id
+
+
+def stored_steps(uri: str, run_id: str) -> list[int]:
+    from mlflow.tracking import MlflowClient
+
+    return sorted(m.step for m in MlflowClient(uri).get_metric_history(run_id, "test_acc"))
+
+
+def test_a_file_whose_run_is_not_in_the_store_is_named_and_the_others_are_synced(tmp_path, tracking_uri):
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+
+    folder = tmp_path / "initmem-unsynced"
+    missing = unsynced_run(tracking_uri, folder, "gone", in_store=False)
+    present = unsynced_run(tracking_uri, folder, "here")
+    synced = CliRunner().invoke(app, ["sync", "--tracking-uri", tracking_uri])
+    assert synced.exit_code == 1 and f"synced 1 run(s), 3 metric value(s): {present}" in synced.stdout
+    assert synced.stderr.count("\n") == 1 and f"left {folder / missing}.jsonl: run {missing} is not in" in synced.stderr
+    assert stored_steps(tracking_uri, present) == [0, 1, 2] and (folder / f"{missing}.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_two_syncs_at_once_upload_every_file_once_and_both_succeed(tmp_path, tracking_uri):
+    folder = tmp_path / "initmem-unsynced"
+    run_ids = [unsynced_run(tracking_uri, folder, f"run{i}") for i in range(4)]
+    syncs = [subprocess.Popen(initmem_command("sync", "--tracking-uri", tracking_uri), cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [sync.communicate(timeout=120) for sync in syncs]
+    assert [sync.returncode for sync in syncs] == [0, 0], outputs
+    assert all(error == "" for _, error in outputs), outputs
+    assert sum(int(out.split("synced ")[1].split()[0]) if "synced" in out else 0 for out, _ in outputs) == 4
+    assert all(stored_steps(tracking_uri, run_id) == [0, 1, 2] for run_id in run_ids)
+    assert not list(folder.glob("*.jsonl"))
+
+
+def test_a_too_long_experiment_name_is_reported_as_what_it_is(tracking_uri):
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+
+    result = CliRunner().invoke(app, ["run", "--experiment", "x" * 600, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "--experiment is 600 characters long; MLflow takes names of at most 500" in result.stderr
+
+
+def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_uri, tmp_path):
+    import signal
+
+    from mlflow.tracking import MlflowClient
+
+    import initmem_core
+    from initmem_core import Stopped
+    from signal_progress import SignalAtStep
+
+    tiny = dict(epochs=2, train_size=64, batch_size=32, threads=1, eval_batch_size=512, helper_process=False,
+                tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints"))
+    with pytest.raises(Stopped):
+        initmem_core.run(progress=SignalAtStep(1, signal.SIGINT), **tiny)
+    (run,) = MlflowClient(tracking_uri).search_runs([MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id])
+    assert run.data.tags["stopped_by"] == "SIGINT" and run.info.status == "KILLED"
+    result = initmem_core.run(resume=True, **tiny)
+    run = MlflowClient(tracking_uri).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and "stopped_by" not in run.data.tags and "failure_reason" not in run.data.tags

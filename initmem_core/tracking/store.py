@@ -31,6 +31,7 @@ FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_T
 #: Backends MLflow 3 tracks into (a database dialect may name its driver: postgresql+psycopg2).
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 ALLOW_FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
+MAX_EXPERIMENT_NAME = 500  # MLflow's MAX_EXPERIMENT_NAME_LENGTH (not imported: this module stays light)
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -55,6 +56,9 @@ def check_tracking_uri(uri: str) -> str:
 def check_experiment_name(name: str) -> str:
     if not name.strip():
         raise ConfigError("--experiment must not be empty; leave it out for the default, initmem")
+    if len(name) > MAX_EXPERIMENT_NAME:
+        raise ConfigError(f"--experiment is {len(name)} characters long; MLflow takes names of at most "
+                          f"{MAX_EXPERIMENT_NAME}: choose a shorter one")
     return name
 
 

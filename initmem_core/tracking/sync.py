@@ -1,7 +1,9 @@
 """``initmem sync``: upload what runs left in ``initmem-unsynced/`` once the store answers again.
 
 Safe to repeat: a metric whose key already has that step in the store is skipped, and a file is
-deleted only once the store took all of it.
+deleted only once the store took all of it. Safe to run twice at once: a lock in the folder lets
+one sync through at a time, and the second finds the files the first took gone. A file whose run
+is not in the store is left where it is (and named), and the others are synced all the same.
 """
 
 from __future__ import annotations
@@ -15,31 +17,48 @@ from initmem_core.tracking.pending import PendingWrites, read_unsynced, unsynced
 from initmem_core.tracking.store import open_client, resolve_tracking_uri, same_store, store_folder
 
 
+SYNC_LOCK = ".sync.lock"
+
+
 @dataclass
 class SyncResult:
     uploaded: list[str] = field(default_factory=list)  # run ids
     metrics: int = 0  # metric values written (those already in the store are not counted)
     other_stores: list[Path] = field(default_factory=list)  # files meant for another tracking URI
+    left: dict[Path, str] = field(default_factory=dict)  # files not synced -> why, in one line
 
 
 def sync_folder(tracking_uri: str | None = None, folder: str | Path | None = None) -> SyncResult:
-    """Upload every unsynced file meant for this store, then delete it. Safe to repeat."""
+    """Upload every unsynced file meant for this store, then delete it. Safe to repeat, and to
+    run twice at once."""
+    from filelock import FileLock
+
     uri = resolve_tracking_uri(tracking_uri)
     folder = Path(folder) if folder else unsynced_folder(store_folder(uri))
     result = SyncResult()
-    files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
-    if not files:
+    if not folder.is_dir() or not any(folder.glob("*.jsonl")):
         return result
     client = open_client(uri)
-    for path in files:
-        header, pending = read_unsynced(path)
-        if not same_store(header.get("tracking_uri", ""), uri):
-            result.other_stores.append(path)
-            continue
-        result.metrics += upload(client, header["run_id"], pending, uri)
-        path.unlink()
-        shutil.rmtree(folder / f"{header['run_id']}.files", ignore_errors=True)
-        result.uploaded.append(header["run_id"])
+    with FileLock(str(folder / SYNC_LOCK)):  # another sync's files are gone once this one gets it
+        for path in sorted(folder.glob("*.jsonl")):
+            try:
+                header, pending = read_unsynced(path)
+            except ConfigError as error:
+                if not path.exists():  # taken by a sync that ran meanwhile
+                    continue
+                result.left[path] = str(error)
+                continue
+            if not same_store(header.get("tracking_uri", ""), uri):
+                result.other_stores.append(path)
+                continue
+            try:
+                result.metrics += upload(client, header["run_id"], pending, uri)
+            except ConfigError as error:  # its run is not in this store: the others go on
+                result.left[path] = str(error)
+                continue
+            path.unlink()
+            shutil.rmtree(folder / f"{header['run_id']}.files", ignore_errors=True)
+            result.uploaded.append(header["run_id"])
     return result
 
 

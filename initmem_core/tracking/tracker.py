@@ -25,6 +25,8 @@ from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spi
 from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, fail_fast_http, log_in_batches,
                                          open_client, resolve_tracking_uri, store_folder, store_must_answer)
 
+#: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
+ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
 #: How long metrics may wait in memory before they are written: the MLflow UI lags a running run
 #: by at most this much, and a run writes about once per interval instead of once per epoch.
 FLUSH_EVERY_S = 5.0
@@ -35,7 +37,8 @@ class Tracker(Protocol):
 
     def start_run(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str: ...
     def resume_run(self, run_id: str) -> None:
-        """Reopen a run (status RUNNING); metric steps it already holds are not logged again."""
+        """Reopen a run (status RUNNING, without the tags of its early end); metric steps it
+        already holds are not logged again."""
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
@@ -90,6 +93,8 @@ class MemoryTracker:
     def resume_run(self, run_id):
         self.run_id, self.status = run_id, None
         self.logged = {(step, key) for step, key, _ in self.metrics}
+        for key in ENDED_EARLY_TAGS:
+            self.tags.pop(key, None)
 
     def log_metrics(self, metrics, step):
         self.metrics.extend((step, key, float(value)) for key, value in metrics.items()
@@ -164,6 +169,9 @@ class MlflowTracker:
         self.run_id = run_id
         self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
         self.client.update_run(run_id, status="RUNNING")
+        for key in ENDED_EARLY_TAGS:  # set again if this run is stopped or fails again
+            if key in run.data.tags:
+                self.client.delete_tag(run_id, key)
 
     def log_metrics(self, metrics, step):
         now = int(time.time() * 1000)
