@@ -21,8 +21,8 @@ def cells(name):
 
 
 def test_every_preset_is_listed_and_valid():
-    assert preset_names() == ["paper-batch", "paper-depth", "paper-fmnist", "paper-l2", "paper-long", "paper-mini",
-                              "paper-resnet9"]
+    assert preset_names() == ["paper-batch", "paper-clocks", "paper-depth", "paper-fmnist", "paper-l2", "paper-long",
+                              "paper-mini", "paper-resnet9"]
     result = runner.invoke(app, ["presets"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for name in preset_names():
@@ -91,6 +91,25 @@ def test_paper_fmnist_compares_sgd_adaptive_and_batch_on_real_images():
                                                           ("adam", 0.001, 32), ("muon", 0.01, 32)}
     # seed 0 sized the preset (the pilot in docs/RESULTS.md): the grid's seeds are fresh draws
     assert len(set(group_keys(grid))) == 4 and {c.seed for c in grid} == {1, 2, 3, 4}
+
+
+def test_paper_clocks_trains_each_mechanisms_groups_to_one_clock():
+    from initmem_core.training.horizons import plan_horizons
+
+    grid = cells("paper-clocks")
+    assert len(grid) == 9 * 3 * 4 and {c.seed for c in grid} == {1, 2, 3, 4}  # seed 0 was the pilot's
+    assert len(set(group_keys(grid))) == 9
+    l2 = [c for c in grid if c.l2 > 0]
+    assert {c.until for c in l2} == {"clock_l2=2.0"} and len({(c.lr, c.l2) for c in l2}) == 6
+    noise = [c for c in grid if c.l2 == 0]
+    assert {c.until for c in noise} == {"clock_sgd=0.2"} and {c.batch_size for c in noise} == {16, 32, 64}
+    # every group ends at its clock's target, in a number of epochs that differs across the group
+    plans = plan_horizons(grid, load_registry(entry_points=False))
+    epochs = {(c.lr, c.l2, c.batch_size): plan.epochs for c, plan in zip(grid, plans)}
+    assert len(set(epochs.values())) >= 6 and max(epochs.values()) <= 200
+    for c, plan in zip(grid, plans):
+        clock, target = plan.until
+        assert plan.clocks[clock] >= target
 
 
 def test_paper_scale_presets():
