@@ -21,8 +21,8 @@ def cells(name):
 
 
 def test_every_preset_is_listed_and_valid():
-    assert preset_names() == ["paper-batch", "paper-clocks", "paper-depth", "paper-fmnist", "paper-l2", "paper-long",
-                              "paper-mini", "paper-resnet9"]
+    assert preset_names() == ["paper-batch", "paper-clocks", "paper-depth", "paper-fmnist", "paper-l2",
+                              "paper-l2-horizon", "paper-long", "paper-mini", "paper-resnet9"]
     result = runner.invoke(app, ["presets"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for name in preset_names():
@@ -110,6 +110,16 @@ def test_paper_clocks_trains_each_mechanisms_groups_to_one_clock():
     for c, plan in zip(grid, plans):
         clock, target = plan.until
         assert plan.clocks[clock] >= target
+
+
+def test_paper_l2_horizon_trains_both_groups_for_the_epochs_that_bring_l2_to_its_target():
+    from initmem_core.training.horizons import plan_horizons
+
+    grid = cells("paper-l2-horizon")
+    plans = plan_horizons(grid, load_registry(entry_points=False))
+    assert {plan.epochs for plan in plans} == {74}  # the L2 group's horizon, and the plain group's epochs
+    assert {round(plan.clocks["clock_l2"], 4) for c, plan in zip(grid, plans) if c.l2} == {0.2516}
+    assert len(set(group_keys(grid))) == 2 and len(grid) == 32
 
 
 def test_paper_scale_presets():
