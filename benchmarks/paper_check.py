@@ -94,12 +94,15 @@ def results_markdown(sections: list[str], kept: str) -> str:
     return f"""# Results: the paper's findings at small scale
 
 One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
-tracking store. Accuracies are test accuracy at each run's best-validation-loss epoch; spread is
-max - min over sigma of the mean over seeds, in percentage points, with a 95% bootstrap interval
-over seeds and test examples. A claim is *reproduced* only when the interval of the relevant
-difference excludes zero in the claimed direction, *contradicted* when it excludes zero the other
-way, and otherwise *not resolved at this scale* (`initmem_core/report/findings.py`); nothing here
-was tuned toward the paper's answer.
+tracking store. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
+the paper's figure, max - min over sigma of the mean over seeds, in percentage points (biased upward
+by noise); *debiased* is the cross-fitted spread with its 95% t interval, near zero for a group that
+does not remember, and what groups are compared by (docs/STATISTICS.md). A claim is *reproduced*
+only when the 95% interval of every difference it makes excludes zero in the claimed direction,
+*contradicted* when any one excludes zero the other way at the Bonferroni level, *not resolved at
+this scale* otherwise, and *cannot be decided* with fewer than three seeds
+(`initmem_core/report/findings.py`; its error rates were measured by simulation in
+docs/STATISTICS.md); nothing here was tuned toward the paper's answer.
 
 {"".join(sections)}{KEPT_BELOW}
 {kept}"""
