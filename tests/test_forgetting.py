@@ -100,6 +100,23 @@ def test_a_memory_that_never_falls_to_half_says_so_with_the_clocks_reached():
     assert half.note.startswith("2 of 3 seeds did not fall to half within the horizon")
 
 
+def test_accuracy_memory_counts_from_its_peak_and_its_band_gives_the_interval():
+    from initmem_core.report.forgetting import MemoryPoint, accuracy_half_life
+
+    epochs = [0, 1, 2, 3, 4]
+    clocks = {"clock_sgd": [0.0] * 5, "clock_l2": [0.1 * e for e in epochs], "clock_adapt": [float(e) for e in epochs]}
+    spreads = [0.0, 2.0, 10.0, 6.0, 4.0]  # forms while the nets learn, peaks at epoch 2, then fades
+    points = [MemoryPoint(e, v, v - 1, v + 1, 4, 0.0, 0.1 * e, float(e)) for e, v in zip(epochs, spreads)]
+    half = accuracy_half_life(points, epochs, clocks)
+    assert half.reached and (half.initial, half.reference_epoch) == (10.0, 2)
+    assert half.value("epoch") == pytest.approx((3.5, 3.0, 4.0))  # 6 -> 4 crosses 5 half-way; bands 5 at 3, at 4
+    assert half.value("clock_l2") == pytest.approx((0.35, 0.3, 0.4))
+    # a spread still growing at the last epoch has not begun to be forgotten
+    rising = [MemoryPoint(e, v, v - 1, v + 1, 4, 0.0, 0.1 * e, float(e)) for e, v in zip(epochs, [0, 1, 2, 3, 4.0])]
+    half = accuracy_half_life(rising, epochs, clocks)
+    assert not half.reached and half.note == "not within the horizon (its peak is the last epoch: still forming)"
+
+
 # -- synthetic sweeps with a known half-life ------------------------------------------------
 
 def test_a_known_half_life_in_t_l2_is_recovered_and_covered():

@@ -17,8 +17,13 @@ Each point also carries the group's mean clocks at that epoch, so every memory r
 the epoch and against each clock.
 
 **Forgetting time (half-life)**: the first time a memory falls to half its initial value.
-Radial and directional memory start at epoch 0 (the initialization); accuracy memory starts at
-the first trained epoch (epoch 1: at initialization every sigma is at chance). The crossing is
+Radial and directional memory start at epoch 0 (the initialization). Accuracy memory does not:
+at initialization every sigma is at chance, and the spread forms while the nets learn (in a
+3-epoch digits sweep it went from 1.6 pp at epoch 1 to 15 pp at epoch 3), so its initial value is
+its *peak*, the largest debiased spread after epoch 0, and its half-life is the first epoch after
+the peak at which it is down to half of it (a peak picked among noisy epochs is biased up a
+little: this half-life errs early). A peak at the last epoch means it was still forming: not
+within the horizon. Half-lives are counted from epoch 0 in every memory. The crossing is
 interpolated linearly between the two evaluation points that bracket it, and each clock is read
 at the same fraction of the way between them (clocks are interpolated linearly in epoch too).
 Radial and directional half-lives are found per seed; the group's half-life is their geometric
@@ -27,9 +32,10 @@ and in every clock that moved. A seed that never falls to half within the horizo
 half-life: if every seed crosses, the group has one; if none does, it is *not within the
 horizon*, with the epochs and clocks reached; if only some do, the group has no estimate and
 says how many seeds did not cross (averaging only those that did would bias it down). Accuracy
-memory has one curve per group: its half-life is where the estimate crosses half its epoch-1
-value, and the interval is where the curve's 95% band crosses that same line (the lower band
-first, the upper band last; an upper band that never crosses leaves the interval open).
+memory has one curve per group: its half-life is where the estimate crosses half its peak, and
+the interval is where the curve's 95% band crosses that same line after the peak (the lower band
+first, the upper band last; an upper band that never crosses leaves the interval open). The
+uncertainty of the peak itself is not in that interval.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from initmem_core.report.inference import cross_fit_spread
+from initmem_core.report.inference import cross_fit_spread, interval_around
 from initmem_core.tracking.records import CellRecord
 
 NAN = float("nan")
@@ -72,7 +78,7 @@ class HalfLife:
     memory: str
     reached: bool  # the group has a half-life within the horizon
     initial: float  # the memory at the reference epoch
-    reference_epoch: int  # 0, or 1 for accuracy memory
+    reference_epoch: int  # 0, or the epoch of its peak for accuracy memory
     epoch: float = NAN
     epoch_lo: float = NAN
     epoch_hi: float = NAN
@@ -136,10 +142,19 @@ def at_epoch(epoch: float, epochs: list[float], series: list[float]) -> float:
     return float(np.interp(epoch, xs, ys))
 
 
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The t interval of the mean over ``values`` (seeds), as ``report.memory.mean_interval``
+    gives it (that module imports this one); nan with fewer than two values."""
+    import statistics
+
+    if len(values) < 2:
+        return NAN, NAN
+    sem = statistics.stdev(values) / math.sqrt(len(values))
+    return interval_around(statistics.fmean(values), sem, len(values) - 1, level)
+
+
 def log_interval(values: list[float]) -> tuple[float, float, float]:
     """Geometric mean of positive values and its t interval over them, taken in log units."""
-    from initmem_core.report.memory import mean_interval
-
     if not values or any(v <= 0 or math.isnan(v) for v in values):
         return NAN, NAN, NAN
     logs = [math.log(v) for v in values]
@@ -215,8 +230,6 @@ def _mean_clocks(cells: list[CellRecord], epochs: list[int]) -> dict[str, list[f
 
 
 def _over_seeds(by_seed: dict[int, list[float]], index: int) -> tuple[float, float, float, int]:
-    from initmem_core.report.memory import mean_interval
-
     values = [row[index] for row in by_seed.values() if not math.isnan(row[index])]
     if not values:
         return NAN, NAN, NAN, 0
@@ -278,18 +291,19 @@ def per_seed_half_life(memory: str, by_seed: dict[int, list[float]], epochs: lis
 
 
 def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dict[str, list[float]]) -> HalfLife:
-    """Half-life of the debiased spread from the first trained epoch's estimate; interval where
-    its 95% band crosses the same line (module docstring)."""
+    """Half-life of the debiased spread from its peak after epoch 0; interval where its 95% band
+    crosses the same line after the peak (module docstring)."""
     horizon = _horizon(epochs, clocks)
-    start = next((i for i, p in enumerate(points) if p.epoch >= 1 and not math.isnan(p.value)), None)
-    if start is None:
+    trained = [i for i, p in enumerate(points) if p.epoch >= 1 and not math.isnan(p.value)]
+    if not trained:
         return HalfLife("accuracy", False, NAN, 1, note="no debiased spread after epoch 0", **horizon)
+    start = max(trained, key=lambda i: points[i].value)  # the first of equal peaks
     initial = points[start].value
     base = dict(memory="accuracy", initial=initial, reference_epoch=points[start].epoch,
                 seeds=points[start].seeds, **horizon)
     if initial <= 0:
-        return HalfLife(reached=False, note=f"no accuracy memory to forget at epoch {points[start].epoch} "
-                                            f"(debiased spread {initial:+.2f} pp)", **base)
+        return HalfLife(reached=False, note=f"no accuracy memory to forget (largest debiased spread "
+                                            f"{initial:+.2f} pp)", **base)
     threshold = initial / 2
 
     def crossing(attribute: str) -> dict[str, float] | None:
@@ -299,11 +313,12 @@ def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dic
 
     estimate, low, high = crossing("value"), crossing("lo"), crossing("hi")
     if estimate is None:
-        return HalfLife(reached=False, note="not within the horizon", **base)
+        still = " (its peak is the last epoch: still forming)" if start == len(points) - 1 else ""
+        return HalfLife(reached=False, note="not within the horizon" + still, **base)
     figures = {unit: estimate[unit] for unit in UNITS}
     notes = []
     if math.isnan(points[start].lo):
-        notes.append("no interval: the spread at the reference epoch has none")
+        notes.append("no interval: the spread at its peak has none")
     else:
         for unit in UNITS:
             figures[f"{unit}_lo"] = low[unit] if low else NAN
@@ -406,8 +421,9 @@ def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
 
 
 FORGETTING_EXPLAINED = (
-    "Half-life: the first time a memory falls to half its initial value (radial and directional memory: "
-    "from epoch 0; accuracy memory, the debiased spread: from the first trained epoch), interpolated linearly "
+    "Half-life: the first time a memory falls to half its initial value (radial and directional memory: its "
+    "value at epoch 0; accuracy memory, the debiased spread: its peak, as the spread forms while the nets "
+    "learn), counted from epoch 0 and interpolated linearly "
     "between the two evaluation epochs that bracket it, each clock read at the same point. Radial: slope of "
     "log ‖W‖ on log σ (1 = the norm still carries the initial scale); directional: mean cos(W, W0). Radial and "
     "directional half-lives are the geometric mean over seeds with a 95% t interval in log units; accuracy's "
@@ -432,7 +448,7 @@ def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
             else:
                 cells = [half_life_text(half), "", "", ""]
             seeds = f"{half.seeds}" + (f" ({half.never} never)" if half.never else "")
-            note = half.note.replace("|", "\\|") if half.reached or not half.note.startswith("not within") else ""
+            note = "" if half.note == "not within the horizon" else half.note.replace("|", "\\|")
             rows.append([group, memory, initial, *cells, seeds, note])
     lines = ["", "## Forgetting times", "", FORGETTING_EXPLAINED, ""]
     return lines + ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
