@@ -13,7 +13,7 @@ size and the batches of an epoch (``ceil(n / b)``, the last one smaller when ``b
 (``lr_multiplier``, ``effective_step``, ``ForgettingClocks.tick``), in the same order, so the clocks
 it returns are bit-identical to the ones the run logs. ``epochs_until`` searches the fewest epochs
 whose final clock reaches the target: each clock grows with the number of epochs, under every
-schedule (a longer cosine decays more slowly), so a doubling then a bisection finds it; for
+schedule (a longer cosine decays more slowly), so doubling, then interpolating and bisecting, finds it; for
 ``constant`` and ``step`` schedules a step's rate does not depend on the run's length, and one pass
 suffices. A clock within ``TOLERANCE`` (relative) below its target has reached it: a float sum of
 equal steps can land one rounding short of the exact value.
@@ -173,7 +173,8 @@ def epochs_until(target: float, clock: str, schedule: Schedule, rule: StepRule, 
 
     ``constant`` and ``step``: one pass over the epochs (a step's rate does not depend on the run's
     length). ``cosine``: the final clock grows with the run's length, so doubling from the
-    constant schedule's answer (a lower bound: cosine never exceeds 1) then bisecting finds it.
+    constant schedule's answer (a lower bound: cosine never exceeds 1), then interpolating and
+    bisecting, finds it.
     At most ``max_steps`` steps are replayed; past that ``epochs`` is ``None`` with
     ``searched_to`` the most epochs known to fall short.
     """
