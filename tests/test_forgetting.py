@@ -192,11 +192,12 @@ def test_the_parent_description_names_each_groups_radial_half_life(report):
     assert f"{half.epoch:.3g} [{half.epoch_lo:.3g}, {half.epoch_hi:.3g}] ep · T_SGD" in note
 
 
-def test_memory_plots_are_valid_pngs(report, tmp_path):
+def test_memory_plots_are_valid_pngs(tmp_path):
     from matplotlib import image
 
     from initmem_core.report.plots import memory_vs_clock, memory_vs_epoch
 
+    report = build_report(bench.synthetic_sweep(0, groups=bench.GROUPS[:2], epochs=10))
     for draw in (memory_vs_epoch, memory_vs_clock):
         path = draw(report, tmp_path / f"{draw.__name__}.png")
         assert path.read_bytes()[:8] == PNG_SIGNATURE
