@@ -231,3 +231,23 @@ def test_forgetting_that_follows_the_epochs_contradicts_it():
 def test_with_two_seeds_it_cannot_be_decided():
     finding = forgetting_follows_the_clocks(read_sweep(bench.synthetic_sweep(1, seeds=2)))
     assert finding.verdict == CANNOT_DECIDE, finding.measured
+
+
+def test_a_family_whose_memory_never_halves_is_left_out_and_named():
+    import dataclasses
+
+    import numpy as np
+
+    records = bench.without_accuracy(bench.synthetic_sweep(1))
+    rng = np.random.default_rng(5)
+    for batch_size in (32, 128):  # plain SGD (T_SGD) whose radial memory halves only after 400 epochs
+        for record in bench.group_records(0.0, 0.05, rng, in_epochs=400.0):
+            record.config = dataclasses.replace(record.config, batch_size=batch_size)
+            records.append(record)
+    finding = forgetting_follows_the_clocks(read_sweep(bench.without_accuracy(records)))
+    assert finding.verdict == REPRODUCED, finding.measured  # decided by the T_L2 family alone
+    assert ("T_SGD family [opt=sgd,lr=0.05,batch_size=128, opt=sgd,lr=0.05,batch_size=32]: left out "
+            "(no radial half-life within the horizon in") in finding.measured
+    # without the family that decides, nothing is resolved
+    alone = forgetting_follows_the_clocks(read_sweep([r for r in records if r.config.l2 == 0]))
+    assert alone.verdict == "not resolved at this scale" and "left out" in alone.measured

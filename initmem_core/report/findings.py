@@ -16,7 +16,9 @@ same rule; the clock ordering draws each group's debiased spread from its t dist
 of groups that share a mechanism and everything else but lr, batch size, lambda and horizon: per
 seed, the sd over the family's groups of the log radial half-life in the mechanism's clock minus
 that in epochs (log units make the two sds comparable), with a paired t interval over seeds;
-claimed below zero in every family, decided by the same rule.
+claimed below zero in every family, decided by the same rule. A family whose radial memory does not
+halve within the horizon (in every group, for at least ``MIN_SEEDS`` seeds) tests nothing: it is
+named as left out, and with no family left the claim is not resolved.
 
 Groups are recognised by their configuration, not by name: the *baseline SGD* group is plain SGD
 (no momentum, no L2, no weight decay) at the sweep's most common batch size; *adaptive* groups are
@@ -297,6 +299,9 @@ def clock_agreement(groups: list[_Group], clock: str, forgetting: dict[str, Any]
 
 
 def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
+    """Decided over the families whose radial half-lives fall within the horizon (in every group,
+    for at least ``MIN_SEEDS`` seeds); a family whose memory never halves says nothing either way
+    and is named as left out. Too few trained seeds in a family: cannot be decided."""
     claim = ("Forgetting follows the clocks, not the epochs: radial half-lives agree better in the mechanism's "
              "clock than in epochs")
     families = clock_families(sweep)
@@ -304,28 +309,35 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
     if not sweep.report.forgetting:
         return Finding(claim, "no per-epoch histories in these records", NOT_EVALUATED)
-    corrected = bonferroni_level(len(families))
     short = short_group_names([g.summary.group for g in sweep.groups])[0]
-    parts, bounds, against, verdict = [], [], [], None
+    measured, too_few = [], False
     for (clock, _), groups in families.items():
         differences, missing = clock_agreement(groups, clock, sweep.report.forgetting)
-        values = list(differences.values())
-        mean = statistics.fmean(values) if values else math.nan
+        trained_seeds = set.intersection(*({c.config.seed for c in g.cells if c.trained} for g in groups))
+        too_few = too_few or len(trained_seeds) < MIN_SEEDS
+        measured.append((clock, [short[g.summary.group] for g in groups], list(differences.values()),
+                         [short[name] for name in missing]))
+    decidable = [m for m in measured if len(m[2]) >= MIN_SEEDS]
+    corrected = bonferroni_level(len(decidable))
+    parts, bounds, against = [], [], []
+    for clock, names, values, missing in measured:
+        family = f"{CLOCK_TEXT[clock]} family [{', '.join(names)}]"
+        if len(values) < MIN_SEEDS:
+            why = (f"no radial half-life within the horizon in {', '.join(missing)}" if missing
+                   else f"half-lives in every group for {len(values)} seed(s)")
+            parts.append(f"{family}: left out ({why})")
+            continue
         low, high = mean_interval(values)
         bounds.append((-high, -low))  # claimed below zero; decide() reads "above"
         c_low, c_high = mean_interval(values, corrected)
         against.append((-c_high, -c_low))
-        names = ", ".join(short[g.summary.group] for g in groups)
-        text = (f"{CLOCK_TEXT[clock]} family [{names}]: sd of log half-life in {CLOCK_TEXT[clock]} − in epochs "
-                f"{'–' if math.isnan(mean) else f'{mean:+.3f}'} {interval(low, high, '+.3f')} over {len(values)} seeds")
-        if missing:
-            text += f" (no radial half-life within the horizon: {', '.join(missing)})"
-        parts.append(text)
-        trained_seeds = set.intersection(*({c.config.seed for c in g.cells if c.trained} for g in groups))
-        if len(trained_seeds) < MIN_SEEDS:
-            verdict = CANNOT_DECIDE
-    measured = "; ".join(parts)
-    return Finding(claim, measured, verdict or decide(bounds, against))
+        parts.append(f"{family}: sd of log half-life in {CLOCK_TEXT[clock]} − in epochs "
+                     f"{statistics.fmean(values):+.3f} {interval(low, high, '+.3f')} over {len(values)} seeds")
+    if too_few:
+        verdict = CANNOT_DECIDE
+    else:
+        verdict = decide(bounds, against) if bounds else NOT_RESOLVED
+    return Finding(claim, "; ".join(parts), verdict)
 
 
 CLOCK_TEXT = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
