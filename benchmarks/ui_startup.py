@@ -7,6 +7,8 @@ started:
 - ``view``: the prepared view served: the page, its main script, the experiment (whose tag holds
   the saved view) and the search for the sweep's cells, each answered 200. (What the browser
   then spends drawing is not counted: it does not depend on how the server was started.)
+- ``cpu``: CPU seconds (user + system) of ``initmem ui`` and the processes it waited for, from
+  its start to its stop right after ``view``: what a start costs whatever else the machine runs.
 
 Sides, alternated (A B B A ...) for ``--starts`` starts each:
 
@@ -97,6 +99,7 @@ def serve_view(view: str) -> None:
 def start(options: list[str], uri: str, cwd: Path) -> dict[str, float]:
     """One start of ``initmem ui``: seconds to the URLs and to the view served; then stopped."""
     port = free_port()
+    before = os.times()
     began = time.perf_counter()
     process = subprocess.Popen([*INITMEM_UI, "--port", str(port), "--tracking-uri", uri, *options], cwd=cwd,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -121,6 +124,9 @@ def start(options: list[str], uri: str, cwd: Path) -> dict[str, float]:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+    after = os.times()
+    times["cpu"] = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     return times
 
 
@@ -143,8 +149,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ui-startup-") as scratch:
         folder = Path(scratch)
         uri = args.tracking_uri or make_sweep(folder)
-        samples: dict[str, dict[str, list[float]]] = {side: {"urls": [], "view": []} for side in sides}
+        samples: dict[str, dict[str, list[float]]] = {side: {"urls": [], "view": [], "cpu": []} for side in sides}
         results["load_before"] = os.getloadavg()
+        loads: list[float] = []
         started_at = time.time()
         warm = [side for side in sides if side in SIDES]
         for i in range(args.starts):
@@ -160,23 +167,27 @@ def main() -> None:
                     times = start(SIDES[side], uri, folder)
                 for what, seconds in times.items():
                     samples[side][what].append(seconds)
-                print(f"{side:>15} start {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()),
-                      flush=True)
+                loads.append(os.getloadavg()[0])
+                print(f"{side:>15} start {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
+                      + f" (1-min load {loads[-1]:.1f})", flush=True)
                 time.sleep(1)  # let the stopped server's processes go before the next start
         results["load_after"] = os.getloadavg()
+        results["load_1min_at_each_start"] = summary(loads)
         results["seconds"] = round(time.time() - started_at, 1)
     results["sides"] = {side: {what: summary(v) for what, v in got.items() if v} for side, got in samples.items()}
     if "lean" in sides and "mlflow-default" in sides:
         results["ratio_lean_vs_default"] = {
             what: [a / b for a, b in zip(samples["lean"][what], samples["mlflow-default"][what])]
-            for what in ("urls", "view")}
+            for what in ("urls", "view", "cpu")}
         results["ratio_lean_vs_default"] = {what: summary(r) for what, r in results["ratio_lean_vs_default"].items()}
     print()
-    print(f"{'side':>15} {'urls (median, min-max)':>26} {'view (median, min-max)':>26}")
+    print(f"{'side':>15} {'urls (median, min-max)':>26} {'view (median, min-max)':>26} {'CPU s (median, min-max)':>26}")
     for side, got in results["sides"].items():
         cells = [f"{s['median']:.2f} s ({s['min']:.2f}-{s['max']:.2f})" if s else "-"
-                 for s in (got.get("urls"), got.get("view"))]
-        print(f"{side:>15} {cells[0]:>26} {cells[1]:>26}")
+                 for s in (got.get("urls"), got.get("view"), got.get("cpu"))]
+        print(f"{side:>15} {cells[0]:>26} {cells[1]:>26} {cells[2]:>26}")
+    print(f"1-min load average after each start: median {results['load_1min_at_each_start']['median']:.1f} "
+          f"({results['load_1min_at_each_start']['min']:.1f}-{results['load_1min_at_each_start']['max']:.1f})")
     for what, ratio in results.get("ratio_lean_vs_default", {}).items():
         print(f"lean / mlflow-default, {what}: {ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})")
     if args.json:

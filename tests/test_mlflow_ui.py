@@ -134,7 +134,7 @@ POINT = re.compile(r'<path class="point[^"]*" transform="translate\(([-\d.]+),([
 
 def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of_every_group(ui, tmp_path):
     """The saved view's chart, drawn by MLflow (plotly) in Chromium: one point per cell in the
-    cell's colour from the runs list, placed by sigma across and by best_val_test_acc up."""
+    cell's colour from the runs list, across by sigma and up by best_val_test_acc on linear axes."""
     from initmem_core.tracking.ui_view import view_url
 
     _need_chromium()
@@ -142,26 +142,43 @@ def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of
     dom = _dom(view_url(f"http://127.0.0.1:{ui['port']}", result.experiment_id, result.view_key, charts=True),
                tmp_path / "profile")
     text = _text(dom)
-    assert "viewing a shared view" in text and "initmem: accuracy against sigma" in text, text[:2000]
+    assert "viewing a shared view" in text and "initmem: accuracy against sigma (2)" in text, text[:2000]
+    assert 'class="parcoords"' in dom  # the parallel-coordinates chart beside it, not hidden as empty
     for group in {cell.group for cell in result.cells}:
         assert f"Group: {group}" in text  # the runs list beside the chart, grouped
     scatters = re.findall(r'<g class="trace scatter.*?</g></g>', dom, flags=re.S)
     assert len(scatters) == 1, f"{len(scatters)} scatter plots drawn"
     assert re.search(r'class="xtitle"[^>]*>sigma<', dom) and re.search(r'class="ytitle"[^>]*>best_val_test_acc<', dom)
-    colors = {run_id: color for color, run_id in RUN_COLOR.findall(dom)}
-    points = {"".join(f"{int(c):02x}" for c in rgb): (float(x), float(y)) for x, y, *rgb in POINT.findall(scatters[0])}
+
     runs = MlflowClient(ui["uri"]).search_runs([result.experiment_id],
                                                f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
     cells = {run.info.run_id: (float(run.data.params["sigma"]), run.data.metrics["best_val_test_acc"]) for run in runs}
     assert {cell.run_id for cell in result.cells} == set(cells) and len(cells) == 4
-    assert len(set(colors[run_id] for run_id in cells)) == len(cells), colors  # a colour names one cell
-    assert len(POINT.findall(scatters[0])) == len(cells) and set(points) == {colors[run_id] for run_id in cells}
-    placed = [(cells[run_id], points[colors[run_id]]) for run_id in cells]
-    for (sigma, acc), (x, y) in placed:
-        for (other_sigma, other_acc), (other_x, other_y) in placed:
-            assert (sigma < other_sigma) == (x < other_x - 0.5) and (sigma == other_sigma) == (abs(x - other_x) <= 0.5)
-            # plotly's y grows downwards
-            assert (acc > other_acc) == (y < other_y - 0.5) and (acc == other_acc) == (abs(y - other_y) <= 0.5)
+    # MLflow colours a run from its id (two runs may share a colour): every cell's colour is drawn, and no other
+    colors = {run_id: color for color, run_id in RUN_COLOR.findall(dom)}
+    points = [(round(float(x), 1), float(y), "".join(f"{int(c):02x}" for c in rgb))
+              for x, y, *rgb in POINT.findall(scatters[0])]
+    assert len(points) == len(cells)
+    assert {color for *_, color in points} == {colors[run_id] for run_id in cells}
+    for group in {cell.group for cell in result.cells}:
+        assert {colors[cell.run_id] for cell in result.cells if cell.group == group} <= {c for *_, c in points}
+    # one column of points per sigma, in sigma's order, as many points as cells at that sigma
+    sigmas = sorted({sigma for sigma, _ in cells.values()})
+    columns = sorted({x for x, _, _ in points})
+    assert len(columns) == len(sigmas) == 2
+    placed = []  # (accuracy, y) pairs, lowest accuracy lowest on the chart (plotly's y grows downwards)
+    for sigma, x in zip(sigmas, columns):
+        accuracies = sorted(acc for s, acc in cells.values() if s == sigma)
+        heights = sorted((y for px, y, _ in points if px == x), reverse=True)
+        assert len(accuracies) == len(heights), (sigma, accuracies, heights)
+        placed += zip(accuracies, heights)
+    (low, y_low), (high, y_high) = min(placed), max(placed)
+    if high == low:
+        assert all(abs(y - y_low) <= 1 for _, y in placed)
+    else:  # a linear axis: every point where the line through the extremes puts its accuracy
+        assert y_high < y_low
+        for acc, y in placed:
+            assert abs(y - (y_low + (acc - low) * (y_high - y_low) / (high - low))) <= 1.0, (acc, y, placed)
 
 
 def test_sigterm_stops_every_process_ui_started_and_frees_the_port(ui):
