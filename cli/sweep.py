@@ -63,26 +63,29 @@ def build_executor(name: str, out: Path, given: dict[str, Any]):
 CLOCK_COLUMNS = {"T_SGD": "clock_sgd", "T_L2": "clock_l2", "T_adapt": "clock_adapt"}
 
 
-def dry_run_table(plan, horizons=None) -> Table:
-    """The cells, what tells them apart, their group and (``horizons``: from
-    ``initmem_core.training.horizons.plan_horizons``) the epochs they train and their final
-    clocks; ``?`` where the data cannot be read here."""
-    varying = plan.spec.varying
-    table = Table(title="dry run: nothing is run")
-    table.add_column("#", justify="right")
-    for field in varying:
-        table.add_column(field, justify="right")
-    for header in ["epochs run", *CLOCK_COLUMNS] if horizons else []:
-        table.add_column(header, justify="right")
-    table.add_column("group")
+def dry_run_tables(plan, horizons=None) -> list[Table]:
+    """The groups (numbered, with what sets each apart, folded: never cut), then each cell by
+    group number, sigma and seed, with (``horizons``: from
+    ``initmem_core.training.horizons.plan_horizons``) the epochs it trains and the clocks it
+    ends with; ``?`` where the data cannot be read here. Narrow enough for 80 columns."""
+    numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
+    legend = Table(title="dry run: nothing is run; the groups")
+    legend.add_column("group", justify="right", no_wrap=True)
+    legend.add_column("cells", justify="right", no_wrap=True)
+    legend.add_column("settings", overflow="fold")
+    for key, number in numbers.items():
+        legend.add_row(str(number), str(plan.groups.count(key)), key)
+    table = Table(title="the cells")
+    for header in ["#", "group", "sigma", "seed", *(["epochs run", *CLOCK_COLUMNS] if horizons else [])]:
+        table.add_column(header, justify="right", no_wrap=True)
     for index, (cell, key) in enumerate(zip(plan.cells, plan.groups)):
         trained = []
         if horizons:
             horizon = horizons[index]
             trained = ([str(horizon.epochs), *(f"{horizon.clocks[c]:.4g}" for c in CLOCK_COLUMNS.values())]
                        if horizon else ["?"] * (1 + len(CLOCK_COLUMNS)))
-        table.add_row(str(index + 1), *(str(getattr(cell, f)) for f in varying), *trained, key)
-    return table
+        table.add_row(str(index + 1), str(numbers[key]), f"{cell.sigma:g}", str(cell.seed), *trained)
+    return [legend, table]
 
 
 def groups_table(report) -> Table:
@@ -160,7 +163,7 @@ def sweep_command(
         from initmem_core.training.horizons import plan_horizons
 
         horizons = plan_horizons(plan.cells, registry, names=plan.names)  # reads each dataset once
-        console.print(dry_run_table(plan, horizons))
+        console.print(*dry_run_tables(plan, horizons))
         groups = len(set(plan.groups))
         console.print(f"{len(plan.cells)} cells in {groups} group(s); "
                       f"estimated work: {estimate_work(plan.cells, horizons)}")
