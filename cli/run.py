@@ -78,10 +78,31 @@ def run_command(
     except KeyboardInterrupt:  # only before the run exists: from then on signals become Stopped
         raise fail("interrupted before the run was tracked; nothing was written", 130)
     console.print(summary_table(result))
-    if result.unsynced:
+    if result.unsynced and not result.lost:
         console.print(f"[yellow]{stored_as(result.status, result)}[/yellow]")
     if result.run_id and not no_tracking:
         console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
+    if result.lost:  # the last line: what is missing, and the command that records it
+        raise fail(f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; {recovery(result.checkpoint)}", 1)
+
+
+def recovery(checkpoint: str | None) -> str:
+    """How a run's figures that neither the store nor the unsynced folder took get recorded."""
+    if checkpoint is None:
+        return "this run kept no checkpoint (--checkpoint-every 0), so they are lost"
+    return (f"checkpoint {checkpoint} holds every epoch's figures: once the store answers, "
+            f"{resume_command()} records them")
+
+
+def resume_command() -> str:
+    """This very command with --resume, as the user can paste it."""
+    import shlex
+    import sys
+
+    if Path(sys.argv[0]).name not in ("initmem", "__main__.py"):  # called from Python, not a shell
+        return "the same command with --resume"
+    arguments = [*sys.argv[1:], *([] if "--resume" in sys.argv else ["--resume"])]
+    return f"`initmem {shlex.join(arguments)}`"
 
 
 def stored_as(status: str, outcome: Any) -> str:

@@ -286,3 +286,67 @@ def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_ur
     result = initmem_core.run(resume=True, **tiny)
     run = MlflowClient(tracking_uri).get_run(result.run_id)
     assert run.info.status == "FINISHED" and "stopped_by" not in run.data.tags and "failure_reason" not in run.data.tags
+
+
+# -- A: the store and the unsynced folder both refuse writes -------------------------------------
+
+def test_unsynced_files_are_whole_or_absent(tmp_path, monkeypatch):
+    import errno
+
+    from initmem_core.tracking import pending as pending_module
+    from initmem_core.tracking.pending import PendingWrites, keep_copy, spill
+
+    folder = tmp_path / "initmem-unsynced"
+    spill(PendingWrites(metrics=[("loss", 1.0, 0, 0)]), folder, "run1", "sqlite:///x.db")
+    before = (folder / "run1.jsonl").read_text()
+    weights = tmp_path / "final_weights.pt"
+    weights.write_bytes(b"w" * 100_000)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pending_module.os, "fsync", full_disk)
+    monkeypatch.setattr(pending_module.shutil, "copy2", full_disk)
+    with pytest.raises(OSError):
+        spill(PendingWrites(metrics=[("loss", 0.5, 0, 1)]), folder, "run1", "sqlite:///x.db")
+    with pytest.raises(OSError):
+        keep_copy(folder, "run1", weights)
+    assert (folder / "run1.jsonl").read_text() == before  # the earlier writes, unchanged
+    assert sorted(p.name for p in folder.rglob("*")) == ["run1.jsonl"]  # no .tmp, no half copy, no empty folder
+
+
+@pytest.mark.slow
+def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(tmp_path, small_disk,
+                                                                                        store_in):
+    disk = small_disk("1500k")  # the store's folder: the store itself takes ~950 KB of it
+    uri = store_in(disk)
+    args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512",
+            "--tracking-uri", uri, "--checkpoint-dir", str(tmp_path / "checkpoints")]
+    process = subprocess.Popen(initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # the run exists, training starts
+    with open(disk / "filler", "wb") as filler:  # the disk fills up while it trains
+        with pytest.raises(OSError):
+            while True:
+                filler.write(b"x" * 65536)
+                filler.flush()
+    output, error = process.communicate(timeout=120)
+    assert process.returncode == 1 and "Traceback" not in error, error
+    last = error.strip().splitlines()[-1]
+    assert last.startswith("Error: resnet20-sgd-s1.0-seed0 ended FINISHED, but tracking store") and "not recorded" in last
+    assert not [p for p in disk.rglob("*") if p.is_file() and p.name not in ("mlflow.db", "mlflow.db.lock", "filler")]
+    assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "RUNNING")]
+
+    command = last.split("once the store answers, `")[1].split("`")[0].split()
+    assert command[0] == "initmem" and command[-1] == "--resume"
+    (disk / "filler").unlink()
+    disk.resize("8m")
+    resumed = subprocess.run(initmem_command(*command[1:]), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == list(range(7))
+    assert {"config.json", "final_weights.pt", "layer_norms.csv"} <= {a.path for a in client.list_artifacts(run.info.run_id)}

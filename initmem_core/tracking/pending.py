@@ -10,7 +10,9 @@ metric whose key already has that step in the store is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
 import time
@@ -110,11 +112,22 @@ def checked_run_id(run_id: object) -> str:
 
 
 def keep_copy(folder: Path, run_id: str, local_path: str | Path) -> str:
-    """Copy an artifact the store did not take, since its source may be a temporary file."""
+    """Copy an artifact the store did not take, since its source may be a temporary file. The
+    copy is whole or absent: written under a temporary name and renamed (``OSError`` otherwise)."""
     source = Path(local_path)
     target = folder / f"{checked_run_id(run_id)}.files" / uuid.uuid4().hex[:8] / source.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
+    temporary = target.with_name(f".{target.name}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, temporary)
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        for made in (target.parent, target.parent.parent):  # the folders made for it, if empty
+            with contextlib.suppress(OSError):
+                made.rmdir()
+        raise
     return str(target)
 
 
@@ -142,8 +155,17 @@ def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) 
         lines.append({"kind": "status", "status": pending.status[0], "end_time": pending.status[1]})
     text = (path.read_text() if path.exists() else "") + "".join(json.dumps(line) + "\n" for line in lines)
     temporary = path.with_suffix(".jsonl.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+    try:  # whole or not at all: a full disk leaves the file as it was, and no temporary one
+        with open(temporary, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+            folder.rmdir()  # if this made it and it is empty
+        raise
     return path
 
 

@@ -14,6 +14,7 @@ and ``tracking=False`` runs use it.
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -144,6 +145,8 @@ class MlflowTracker:
         self.last_flush = time.monotonic()
         self.logged: dict[str, set[int]] = {}  # key -> steps a resumed run already holds
         self.unsynced = ""  # set by end_run when the store did not take everything: how many writes, where
+        self.lost = False  # whether some of it could not be kept either (the unsynced folder refused it)
+        self._not_kept: list[str] = []  # what the unsynced folder refused, and why
 
     def start_run(self, name, params, tags):
         from mlflow.entities import Param
@@ -195,7 +198,11 @@ class MlflowTracker:
                 return
             except Exception as error:  # kept below, like any other write the store refused
                 self._failed(error)
-        copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+        try:
+            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+        except OSError as error:  # the spool refuses it too: said when the run ends
+            self._not_kept.append(f"{Path(local_path).name} ({_reason(error)})")
+            return
         self.pending.files.append((copy, artifact_path))
         self.flush()
 
@@ -212,22 +219,37 @@ class MlflowTracker:
             self._failed(error)
 
     def end_run(self, status="FINISHED"):
-        self.pending.status = (status, int(time.time() * 1000))
+        # A run that lost a file is not ended in the store: it stays RUNNING, so that a resume
+        # from its checkpoint may record the rest.
+        self.pending.status = None if self._not_kept else (status, int(time.time() * 1000))
         self.write_or_keep()
 
     def write_or_keep(self) -> None:
-        """Write everything pending now; what the store refuses goes to the unsynced file."""
+        """Write everything pending now; what the store refuses goes to the unsynced file. If that
+        file cannot be written either, ``lost`` is set and ``unsynced`` says what was not recorded
+        (the run's checkpoint still holds its figures: a resume records them)."""
         self.flush(force=True)
+        folder = unsynced_folder(store_folder(self.uri))
         if self.pending:
             count = self.pending.count()
             ended = ", its end included" if self.pending.status else ""
-            path = spill(self.pending, unsynced_folder(store_folder(self.uri)), self.run_id, self.uri)
+            try:
+                path = spill(self.pending, folder, self.run_id, self.uri)
+            except OSError as error:
+                self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
+            else:
+                self.unsynced = (f"{count} write(s){ended} wait in {path}: "
+                                 f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
+                warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                              f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
+                              "once the store answers", RunWarning, stacklevel=3)
             self.pending = PendingWrites()
-            self.unsynced = (f"{count} write(s){ended} wait in {path}: "
-                             f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
-            warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
-                          f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                          "once the store answers", RunWarning, stacklevel=3)
+        if self._not_kept:
+            self.lost = True
+            kept = f"; {self.unsynced}" if self.unsynced else ""
+            self.unsynced = (f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
+                             f"not recorded, and the store shows the run RUNNING{kept}")
+            self._not_kept = []
 
     def flush(self, force: bool = False) -> None:
         """Write what is pending if ``flush_every_s`` has passed since the last write and the
@@ -249,9 +271,16 @@ class MlflowTracker:
 
     def _failed(self, error: Exception) -> None:
         if not self.backoff.failing:  # one line per outage, not per retry
-            lines = str(error).strip().splitlines()  # SQL errors go on with the statement: keep the first line
-            reason = lines[0][:200] if lines else type(error).__name__
-            warnings.warn(f"tracking store {self.uri} is not answering ({reason}); "
+            warnings.warn(f"tracking store {self.uri} is not answering ({_reason(error)}); "
                           f"run {self.run_id} keeps training and retries", RunWarning, stacklevel=3)
         self.backoff.failed()
+
+
+def _reason(error: BaseException) -> str:
+    """Why a write failed, in a few words: an ``OSError``'s own words, else the first line of the
+    message (SQL errors go on with the statement) without SQLAlchemy's ``(sqlite3.X)`` prefix."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    lines = str(error).strip().splitlines()
+    return re.sub(r"^\([\w.]+\)\s*", "", lines[0])[:200] if lines else type(error).__name__
 

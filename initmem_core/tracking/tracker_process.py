@@ -68,9 +68,11 @@ class TrackerProcess(ForwardedCalls):
         self.uri = resolve_tracking_uri(uri)
         self.run_id: str | None = None
         self.unsynced = ""
+        self.lost = False  # some writes could be neither stored nor kept for `initmem sync`
         self._sent = 0
         self._unacknowledged: dict[int, tuple[str, tuple, int]] = {}  # seq -> call, args, time ms
         self._orphaned: PendingWrites | None = None  # once the helper is gone: what waits for `initmem sync`
+        self._not_kept: list[str] = []  # once the helper is gone: what the unsynced folder refused too
         self._began: set[int] = set()  # start_run/resume_run requests the helper has begun to apply
         #: Asked while the run is being opened: a signal number to give up on it (see _open_or_give_up).
         self.give_up_opening: Callable[[], int | None] = lambda: None
@@ -101,7 +103,9 @@ class TrackerProcess(ForwardedCalls):
         self._forward("log_artifact", str(local_path), artifact_path)
 
     def end_run(self, status="FINISHED"):
-        self.unsynced = self._forward("end_run", status) or self.unsynced
+        left = self._forward("end_run", status) or {}
+        self.unsynced = left.get("unsynced") or self.unsynced
+        self.lost = self.lost or bool(left.get("lost"))
         self.close()
 
     def close(self) -> None:
@@ -243,16 +247,28 @@ class TrackerProcess(ForwardedCalls):
         elif call == "log_text":
             pending.texts[args[1]] = args[0]
         elif call == "log_artifact":
-            pending.files.append((keep_copy(folder, self.run_id or "", args[0]), args[1]))
+            try:
+                pending.files.append((keep_copy(folder, self.run_id or "", args[0]), args[1]))
+            except OSError as error:
+                self._not_kept.append(f"{Path(args[0]).name} ({error.strerror or error})")
         elif call == "kept_artifact":
             pending.files.append(args)
         elif call == "end_run":
-            pending.status = (args[0], when)
+            pending.status = None if self._not_kept else (args[0], when)  # as MlflowTracker.end_run
             count = pending.count()
-            path = spill(pending, folder, self.run_id or "", self.uri)
+            ended = ", its end included" if pending.status else ""
             self._orphaned = PendingWrites()
-            return (f"{count} write(s), its end included, wait in {path}: "
-                    f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
+            try:
+                path = spill(pending, folder, self.run_id or "", self.uri)
+            except OSError as error:
+                self._not_kept.insert(0, f"{count} write(s){ended} ({error.strerror or error})")
+            else:
+                kept = (f"{count} write(s){ended} wait in {path}: "
+                        f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
+                if not self._not_kept:
+                    return {"unsynced": kept, "lost": False}
+            return {"unsynced": f"{folder} refused {', '.join(self._not_kept)}: not recorded, and the store "
+                                "shows the run RUNNING", "lost": True}
         elif call in ("start_run", "resume_run"):
             raise ConfigError(f"the tracking helper process ended before run {self.run_id} was opened; "
                               "run the command again")
@@ -372,7 +388,7 @@ def _apply(tracker: Any, call: str, args: list) -> Any:
         return tracker.start_run(*args)
     if call == "end_run":
         tracker.end_run(*args)
-        return tracker.unsynced
+        return {"unsynced": tracker.unsynced, "lost": tracker.lost}
     if call == "log_artifact":
         kept = len(tracker.pending.files)
         tracker.log_artifact(*args)

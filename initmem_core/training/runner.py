@@ -48,6 +48,9 @@ class RunResult:
     model: Any = None
     checkpoint_seconds: float = 0.0  # what checkpoints cost the training thread (writes overlap training)
     unsynced: str = ""  # writes the store did not take (it shows the run RUNNING until `initmem sync`)
+    #: Some writes could not even be kept for `initmem sync`: a --resume from ``checkpoint`` records them.
+    lost: bool = False
+    checkpoint: str | None = None  # the run's last checkpoint, if it keeps any
 
 
 def _version(package: str) -> str:
@@ -237,11 +240,11 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
             if stop.requested:  # came while the run was being opened: end it before anything trains
                 kept = checkpoints.previous if checkpoints and resume_from is not None else None
                 raise Stopped(stop.signum, str(kept) if kept else None)
-            if resume_from is None:
-                tracker.log_text(to_json(config.to_dict()), "config.json")
-                groups = getattr(setup.optimizer, "initmem_param_groups", None)
-                if groups:
-                    tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+            # Again on a resume: the first attempt may not have got them into the store.
+            tracker.log_text(to_json(config.to_dict()), "config.json")
+            groups = getattr(setup.optimizer, "initmem_param_groups", None)
+            if groups:
+                tracker.log_text(to_json(groups), "optimizer_param_groups.json")
             history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
                                      resume_from=resume_from, stop=stop)
             stop.finishing = True  # trained: a signal now waits until the run is written
@@ -257,9 +260,11 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
             status = _record_failure(tracker, error)
             # Whoever reports the error must say what the store holds: the end may not be there yet.
             error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
+            error.lost = getattr(tracker, "lost", False)  # type: ignore[attr-defined]
             raise
         unsynced = _end_run(tracker, checkpoints, status)
-    result.unsynced = unsynced
+    result.unsynced, result.lost = unsynced, getattr(tracker, "lost", False)
+    result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
         error = Stopped(stop.signum, status="FINISHED")
         error.unsynced = unsynced
