@@ -350,3 +350,35 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
     assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == list(range(7))
     assert {"config.json", "final_weights.pt", "layer_norms.csv"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+# -- E: the store's lock held by another process ---------------------------------------------------
+
+@pytest.mark.slow
+def test_a_held_store_lock_is_named_in_one_line_and_the_first_ctrl_c_ends_the_wait(tmp_path, store_in):
+    import signal
+    import time
+
+    from filelock import FileLock
+
+    from test_reliability_edges import alive, descendants
+
+    uri = store_in(tmp_path)
+    holder = FileLock(str(tmp_path / "mlflow.db.lock"))
+    holder.acquire()
+    try:
+        process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        waiting = process.stderr.readline()
+        assert waiting.startswith("Warning: waiting for") and f"held by process {os.getpid()}" in waiting, waiting
+        helpers = descendants(process.pid)
+        process.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 130 and time.monotonic() - sent < 2.0
+        assert rest.count("\n") == 1 and "stopped by SIGINT before the run was tracked" in rest, rest
+        assert not any(alive(pid) for pid in helpers)
+    finally:
+        holder.release()
+    time.sleep(1.0)
+    assert runs_in(uri) == []  # nothing was created once the lock was free

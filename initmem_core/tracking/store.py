@@ -23,6 +23,7 @@ from initmem_core.errors import ConfigError, InitmemError
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_EXPERIMENT = "initmem"
 CONNECT_TIMEOUT_S = 3.0
+LOCK_PATIENCE_S = 1.0  # how long a held store lock is waited for before the wait is said
 #: MLflow's limits per ``log_batch`` call.
 BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}
 #: MLflow retries a failing HTTP request for minutes by default. Our callers either report a bad
@@ -197,7 +198,7 @@ def open_client(uri: str | None = None, probe: bool = True):
         _check_writable(uri, database.parent)
         # The first request creates or migrates the database; two commands doing so at once on a
         # fresh folder collide in alembic, so that request is made under a lock beside the file.
-        with creating_store(database), store_must_answer(uri):
+        with creating_store(database, uri), store_must_answer(uri):
             _forget_interrupted_creation(uri, database)
             if not database.exists():
                 _create_sqlite_store(database)
@@ -267,12 +268,43 @@ def _forget_interrupted_creation(uri: str, database: Path) -> None:
     database.unlink()
 
 
-def creating_store(database: Path):
+@contextlib.contextmanager
+def creating_store(database: Path, uri: str) -> Iterator[None]:
     """An exclusive lock on ``<database>.lock``, held while this process creates (or migrates, or
-    merely opens) a SQLite store, so any number of commands may start together on one folder."""
-    from filelock import FileLock
+    merely opens) a SQLite store, so any number of commands may start together on one folder.
+    A wait longer than a second is said in one line (a ``RunWarning``), naming who holds it."""
+    import warnings
 
-    return FileLock(f"{database}.lock")
+    from filelock import FileLock, Timeout
+
+    from initmem_core.errors import RunWarning
+
+    lock = FileLock(f"{database}.lock")
+    try:
+        lock.acquire(timeout=LOCK_PATIENCE_S)
+    except Timeout:
+        warnings.warn(f"waiting for {lock.lock_file}{_lock_holder(Path(lock.lock_file))}: it guards tracking store "
+                      f"{uri} while a command creates or opens it; Ctrl-C stops", RunWarning, stacklevel=3)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _lock_holder(path: Path) -> str:
+    """``, held by process N (its command line)`` from Linux's /proc/locks; empty if not known."""
+    try:
+        inode = path.stat().st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                pid = int(fields[4])
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                return f", held by process {pid} ({command.strip()[:80]})"
+    except (OSError, ValueError):
+        pass
+    return ""
 
 
 def ensure_experiment(client, uri: str, name: str) -> str:
