@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlparse
@@ -220,16 +221,24 @@ def _create_sqlite_store(database: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     global _being_created
-    temporary = _being_created = database.with_name(f".{database.name}.{os.getpid()}.creating")
+    # A new name each time: MLflow keeps a store per URI, whose connections would outlive a failed try.
+    temporary = _being_created = database.with_name(f".{database.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.creating")
+    client = None
     try:
         client = MlflowClient(tracking_uri=f"sqlite:///{temporary}")
         client.search_experiments(max_results=1)
-        engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
-        if engine is not None:  # its connections would otherwise keep the renamed file open
-            engine.dispose()
+        _let_go(client)  # its connections would otherwise keep the renamed file open
         os.replace(temporary, database)
     finally:
+        if client is not None:
+            _let_go(client)
         discard_store_being_created()
+
+
+def _let_go(client: Any) -> None:
+    engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 _being_created: Path | None = None  # the temporary file of a store this process is creating
