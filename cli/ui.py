@@ -1,9 +1,9 @@
 """``initmem ui``: the MLflow UI on the same store the runs and sweeps write to, opened on the runs.
 
 MLflow's server starts lean here: one uvicorn worker and no job runner. Its defaults (4 workers,
-a job runner and 7 huey consumers for the GenAI features, each importing MLflow) take three times
-as long to answer on a 2-core machine and serve nothing a training run uses; ``--workers`` and
-``--jobs`` bring them back (docs/PERFORMANCE.md has the start-up times).
+a job runner and 7 huey consumers for the GenAI features, each importing MLflow) take two to three
+times as long to answer on a 2-core machine and serve nothing a training run uses; ``--workers``
+and ``--jobs`` bring them back (docs/PERFORMANCE.md has the start-up times).
 
 The server runs in its own process group (``mlflow ui`` starts uvicorn workers, and with
 ``--jobs`` a job runner with its own children): Ctrl-C, SIGTERM and SIGHUP stop that whole group,
