@@ -81,7 +81,7 @@ def sweep_urls(uri: str, base: str, experiment: str, sweep: str | None) -> list[
     from initmem_core.errors import ConfigError
     from initmem_core.tracking.records import ROLE_TAG, SWEEP_TAG, resolve_parent
     from initmem_core.tracking.store import open_client
-    from initmem_core.tracking.ui_view import runs_url, view_url, write_view
+    from initmem_core.tracking.ui_view import home_url, runs_url, view_url, write_view
 
     client = open_client(uri)
     found = client.get_experiment_by_name(experiment)
@@ -89,7 +89,7 @@ def sweep_urls(uri: str, base: str, experiment: str, sweep: str | None) -> list[
         if sweep:
             raise ConfigError(f"experiment '{experiment}' does not exist in this tracking store; "
                               "check --experiment and --tracking-uri")
-        return [("MLflow UI (no experiment '" + experiment + "' yet)", base)]
+        return [("MLflow UI (no experiment '" + experiment + "' yet)", home_url(base))]
     urls = [(f"runs of experiment '{experiment}'", runs_url(base, found.experiment_id))]
     if sweep:
         parent = resolve_parent(client, experiment, sweep)

@@ -96,3 +96,10 @@ def test_an_existing_store_is_read_while_the_server_starts(started, tmp_path):
     (tmp_path / "mlflow.db").write_bytes(b"")
     _ui()
     assert started.order == ["server", "urls"]
+
+
+def test_a_store_without_the_experiment_opens_mlflows_home_with_the_training_sidebar(tracking_uri):
+    from initmem_cli.ui import sweep_urls
+
+    assert sweep_urls(tracking_uri, "", "initmem", None) == [
+        ("MLflow UI (no experiment 'initmem' yet)", "/#/?workflowType=machine_learning")]

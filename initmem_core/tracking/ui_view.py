@@ -92,6 +92,10 @@ def write_view(client: Any, experiment_id: str, sweep: str, parent_run_id: str) 
 TRAINING_SIDEBAR = "workflowType=machine_learning"
 
 
+def home_url(base: str) -> str:
+    return f"{base.rstrip('/')}/#/?{TRAINING_SIDEBAR}"
+
+
 def runs_url(base: str, experiment_id: str) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING_SIDEBAR}"
 
