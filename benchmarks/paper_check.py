@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png")
+PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
+         "memory_vs_epoch.png", "memory_vs_clock.png")
 
 
 def machine() -> str:
