@@ -83,7 +83,8 @@ def run_command(
     if result.run_id and not no_tracking:
         console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
     if result.lost:  # the last line: what is missing, and the command that records it
-        raise fail(f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; {recovery(result.checkpoint)}", 1)
+        raise fail(f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; "
+                   f"{recovery(result.checkpoint)}", 1)
 
 
 def recovery(checkpoint: str | None) -> str:

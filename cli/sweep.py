@@ -186,6 +186,13 @@ def sweep_command(
                   f"{skipped} skipped (ended before: finished or diverged), {len(result.failed)} failed")
     console.print(f"report and plots: {result.files[0].parent}   parent run: [bold]{result.parent_run_id}[/bold]"
                   f"   (`initmem report {plan.name}`, `initmem ui`)")
+    if result.unsynced:  # the report lacks what the store did not take
+        from initmem_core.tracking.store import resolve_tracking_uri
+
+        uri = resolve_tracking_uri(tracking_uri)
+        console.print(f"[yellow]{len(result.unsynced)} cell(s) ended with writes the store did not take; it shows "
+                      f"them RUNNING and the report lacks them: run `initmem sync --tracking-uri {uri}`, then "
+                      f"`initmem report {plan.name} --tracking-uri {uri}`[/yellow]")
     if result.failed:
         console.print(failures_table(result.failed))
         raise typer.Exit(1)

@@ -141,7 +141,7 @@ def test_an_experiment_name_keeps_artifacts_beside_the_store(tracking_uri, tmp_p
     location = MlflowClient(tracking_uri).get_run(result.run_id).info.artifact_uri
     assert location.startswith((tmp_path / "mlartifacts").as_uri())
     assert (tmp_path / "mlartifacts").is_dir() and not Path("/tmp/initmem-outside-abs").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlartifacts", "mlflow.db", "mlflow.db.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["initmem-leases", "mlartifacts", "mlflow.db", "mlflow.db.lock"]
 
 
 # -- diverged cells are final; threads do not depend on --workers --------------------------------

@@ -423,3 +423,89 @@ def test_a_store_an_interrupted_migration_left_is_made_afresh_when_it_holds_no_r
         database.execute("create table _alembic_tmp_experiments (experiment_id integer)")
     with pytest.raises(ConfigError, match="left half-migrated by an interrupted command and holds 1 run"):
         open_client(uri)
+
+
+# -- C: one run of a config at a time ------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_live_run_holds_its_config_and_once_its_process_is_dead_it_resumes(tmp_path, tracking_uri):
+    import signal
+
+    args = ["run", "--epochs", "12", "--train-size", "256", "--batch-size", "32", "--threads", "1",
+            "--eval-batch-size", "512", "--tracking-uri", tracking_uri]
+    first = subprocess.Popen(initmem_command(*args), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # training
+        second = subprocess.run(initmem_command(*args), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        resumed_early = subprocess.run(initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True,
+                                       text=True, timeout=60)
+        assert first.poll() is None, "the first run ended before the others were tried: make it longer"
+    finally:
+        first.send_signal(signal.SIGKILL)  # its owner dies outright: the run stays RUNNING
+        first.wait()
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert f"resnet20-sgd-s1.0-seed0 is already running in process {first.pid}" in second.stderr
+    assert resumed_early.returncode == 2 and resumed_early.stderr.count("\n") == 1, resumed_early.stderr
+    assert f"the run of this config is still running in process {first.pid}" in resumed_early.stderr
+    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "RUNNING")]  # neither wrote a run
+
+    resumed = subprocess.run(initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
+
+
+# -- G: a sweep whose store does not take a cell's writes ----------------------------------------
+
+@pytest.mark.slow
+def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(tracking_uri, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+    from initmem_core.tracking.pending import PendingWrites
+
+    send, refused = PendingWrites.send, []
+
+    def locked_for_one_cell(self, client, run_id):
+        if not refused:
+            refused.append(run_id)
+        if run_id == refused[0]:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        send(self, client, run_id)
+
+    monkeypatch.setattr(PendingWrites, "send", locked_for_one_cell)
+    swept = CliRunner(env={"COLUMNS": "250"}).invoke(app, [
+        "sweep", *TINY_ARGS, "--epochs", "1", "--sigma", "0.5,2", "--name", "locked", "--tracking-uri", tracking_uri,
+        "--out", str(tmp_path / "out")])
+    monkeypatch.undo()
+    assert swept.exit_code == 0, swept.output
+    assert "1 cell(s) ended with writes the store did not take" in swept.stdout
+    assert f"run `initmem sync --tracking-uri {tracking_uri}`, then `initmem report locked" in swept.stdout
+    assert "Traceback" not in swept.output
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    (parent,) = [run for run in runs if run.data.tags.get("initmem.role") == "parent"]
+    assert parent.data.tags["initmem.cells_unsynced"] == "1"
+    assert client.get_run(refused[0]).info.status == "RUNNING"
+    synced = CliRunner().invoke(app, ["sync", "--tracking-uri", tracking_uri])
+    assert synced.exit_code == 0 and client.get_run(refused[0]).info.status == "FINISHED", synced.output
+
+
+def test_mlflow_error_logs_become_one_line(caplog):
+    import logging
+
+    from initmem_core.tracking.store import OneLineLogs
+
+    one_line = OneLineLogs()
+    try:
+        raise ValueError("first line\nsecond line")
+    except ValueError:
+        import sys as system
+
+        caught = system.exc_info()
+    database = logging.LogRecord("mlflow.store.db.utils", logging.ERROR, "", 0, "SQLAlchemy error.\n%s", ("x",), caught)
+    other = logging.LogRecord("mlflow.tracking", logging.ERROR, "", 0, "failed: %s", ("one\ntwo",), caught)
+    assert one_line.filter(database) is False  # the caller reports it itself
+    assert one_line.filter(other) is True and other.getMessage() == "failed: one" and other.exc_info is None

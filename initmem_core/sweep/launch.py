@@ -69,6 +69,11 @@ class SweepResult:
     def failed(self) -> list[CellOutcome]:
         return [cell for cell in self.cells if cell.status != "FINISHED"]
 
+    @property
+    def unsynced(self) -> list[CellOutcome]:
+        """Cells whose writes wait for `initmem sync` (the store shows them RUNNING until then)."""
+        return [cell for cell in self.cells if cell.unsynced]
+
 
 class _Sweep:
     """One launch of a sweep: the parent run and its children. Implements the ``SweepCells``
@@ -177,6 +182,7 @@ class _Sweep:
         if error:
             job.writer.fail(error)
         job.cell.status, job.cell.error = job.writer.ended_status(), error
+        job.cell.unsynced = getattr(job.writer, "unsynced", "")
         self.progress.cell_finished(job.cell.run_id, job.cell.status, error)
 
     @staticmethod
@@ -206,6 +212,7 @@ class _Sweep:
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
         self.client.log_batch(self.parent_id, tags=[
             RunTag("initmem.cells", str(len(cells))), RunTag("initmem.cells_failed", str(failed)),
+            RunTag("initmem.cells_unsynced", str(sum(bool(cell.unsynced) for cell in cells))),
             RunTag("initmem.varying", ",".join(spec.varying)), RunTag("mlflow.note.content", note)])
         return report, files
 

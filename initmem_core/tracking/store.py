@@ -140,6 +140,23 @@ def quiet_mlflow() -> None:
     # MLflow's INFO lines (database migrations, run links) would break our progress display.
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    for handler in logging.getLogger("mlflow").handlers:
+        if not any(isinstance(f, OneLineLogs) for f in handler.filters):
+            handler.addFilter(OneLineLogs())
+
+
+class OneLineLogs(logging.Filter):
+    """MLflow's own error logs as one line each. A database error it logs with its traceback
+    (60 lines) before raising it is dropped: whoever catches it says it, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "mlflow.store.db.utils" and record.exc_info:
+            return False
+        text = record.getMessage().strip()
+        if record.exc_info or "\n" in text:
+            record.msg, record.args = (text.splitlines() or [""])[0][:300], ()
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
 
 
 def artifact_root_for(uri: str, experiment: str) -> str | None:
@@ -292,8 +309,10 @@ def creating_store(database: Path, uri: str) -> Iterator[None]:
     try:
         lock.acquire(timeout=LOCK_PATIENCE_S)
     except Timeout:
-        warnings.warn(f"waiting for {lock.lock_file}{_lock_holder(Path(lock.lock_file))}: it guards tracking store "
-                      f"{uri} while a command creates or opens it; Ctrl-C stops", RunWarning, stacklevel=3)
+        holder = lock_holder(Path(lock.lock_file))
+        held = f", held by {holder}" if holder else ""
+        warnings.warn(f"waiting for {lock.lock_file}{held}: it guards tracking store {uri} while a command "
+                      "creates or opens it; Ctrl-C stops", RunWarning, stacklevel=3)
         lock.acquire()
     try:
         yield
@@ -301,8 +320,9 @@ def creating_store(database: Path, uri: str) -> Iterator[None]:
         lock.release()
 
 
-def _lock_holder(path: Path) -> str:
-    """``, held by process N (its command line)`` from Linux's /proc/locks; empty if not known."""
+def lock_holder(path: Path) -> str:
+    """``process N (its command line)``, which holds a lock on ``path``, from Linux's /proc/locks;
+    empty if not known."""
     try:
         inode = path.stat().st_ino
         for line in Path("/proc/locks").read_text().splitlines():
@@ -310,7 +330,7 @@ def _lock_holder(path: Path) -> str:
             if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
                 pid = int(fields[4])
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                return f", held by process {pid} ({command.strip()[:80]})"
+                return f"process {pid} ({command.strip()[:80]})"
     except (OSError, ValueError):
         pass
     return ""

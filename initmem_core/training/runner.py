@@ -34,7 +34,8 @@ from initmem_core.plugin_system.registry import Registry
 from initmem_core.training.clocks import CONVENTIONS
 from initmem_core.training.stop_signals import StopSignals, Stopped
 from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_experiment_name, check_tracking_uri,
-                                         check_writable_folder, resolve_tracking_uri, to_json)
+                                         check_writable_folder, lock_holder, resolve_tracking_uri, store_folder,
+                                         to_json)
 from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
 
 
@@ -182,20 +183,50 @@ def run(
     config = validate(config, registry)  # resolves the optimizer's lr and --opt-arg
     _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
     owned = tracker is None
-    if tracker is None:  # first: a helper process sets the store up while the setup is built
-        tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process)
-    freeze = gc.get_freeze_count() == 0  # a caller that froze objects itself keeps its own scheme
+    # A sweep holds its cells' leases itself (and passes the tracker); anyone else takes one here.
+    lease = _take_lease(config, resolve_tracking_uri(tracking_uri), resume) if owned and tracking else None
     try:
-        with _setup_out_of_the_collectors_way(freeze):
-            from initmem_core.training.setup import build_setup  # torch: imported while the helper starts
+        if tracker is None:  # first: a helper process sets the store up while the setup is built
+            tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process)
+        freeze = gc.get_freeze_count() == 0  # a caller that froze objects itself keeps its own scheme
+        try:
+            with _setup_out_of_the_collectors_way(freeze):
+                from initmem_core.training.setup import build_setup  # torch: imported while the helper starts
 
-            setup = build_setup(config, registry)
-        return _train_tracked(config, setup, tracker, tags, progress, resume)
+                setup = build_setup(config, registry)
+            return _train_tracked(config, setup, tracker, tags, progress, resume)
+        finally:
+            if freeze:
+                gc.unfreeze()
+            if owned:  # a helper process ends once its run has, or when the run never began
+                getattr(tracker, "close", lambda: None)()
     finally:
-        if freeze:
-            gc.unfreeze()
-        if owned:  # a helper process ends once its run has, or when the run never began
-            getattr(tracker, "close", lambda: None)()
+        if lease is not None:
+            lease.release()
+
+
+def _take_lease(config: RunConfig, uri: str, resume: bool):
+    """The run's lease: the lock a sweep takes for a cell of this config (``CellLeases``), held
+    until the run ends and dropped by the kernel if its process dies. Held by another live
+    process, a second run of the config, or a resume of the one still running, is refused in
+    one line naming that process; once its owner is dead, a run can always be resumed."""
+    from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
+
+    folder = store_folder(uri) / LEASES_FOLDER
+    if not folder.parent.is_dir():  # opening the store says what is wrong: nothing is made here first
+        return None
+    lease = CellLeases(folder)
+    try:
+        if lease.take(config.config_hash()):
+            return lease
+    except OSError:  # a read-only folder: opening the store says so, in its own words
+        return None
+    holder = lock_holder(folder / f"{config.config_hash()}.lock") or "another live process"
+    if resume:
+        raise ConfigError(f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
+                          "checkpoints it), then --resume")
+    raise ConfigError(f"{config.run_name()} is already running in {holder}; wait for it to end, or change a value "
+                      "(such as --seed) to run another")
 
 
 @contextlib.contextmanager

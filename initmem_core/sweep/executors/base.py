@@ -32,6 +32,7 @@ class CellOutcome:
     error: str = ""
     skipped: bool = False  # finished in an earlier launch
     resume: bool = False  # an earlier launch left it KILLED or RUNNING with a checkpoint: continue run_id
+    unsynced: str = ""  # writes the store did not take (they wait for `initmem sync`), and where
 
     @property
     def label(self) -> str:
