@@ -220,5 +220,9 @@ def test_a_fresh_run_warns_that_it_replaces_an_unfinished_runs_checkpoints(tmp_p
     assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000001-s000000.pt", "ckpt-e000001-s000001.pt"]
     with pytest.warns(RunWarning, match="unfinished run of this config \\(epoch 1 of 2\\).*--resume"):
         fresh = initmem_core.run(**small)
-    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000001-s000000.pt", "ckpt-e000002-s000000.pt"]
-    assert {read_checkpoint(p)["run_id"] for p in folder.iterdir()} == {fresh.run_id}
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    assert [p.name for p in files] == ["ckpt-e000001-s000000.pt", "ckpt-e000002-s000000.pt"]
+    assert {read_checkpoint(p)["run_id"] for p in files} == {fresh.run_id}
+    # The unfinished run's newest checkpoint is kept aside, where --resume still finds it.
+    (parked,) = [p for p in folder.iterdir() if p.is_dir()]
+    assert [p.name for p in parked.iterdir()] == ["ckpt-e000001-s000001.pt"] and parked.name != f"run-{fresh.run_id}"

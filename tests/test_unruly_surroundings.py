@@ -509,3 +509,27 @@ def test_mlflow_error_logs_become_one_line(caplog):
     other = logging.LogRecord("mlflow.tracking", logging.ERROR, "", 0, "failed: %s", ("one\ntwo",), caught)
     assert one_line.filter(database) is False  # the caller reports it itself
     assert one_line.filter(other) is True and other.getMessage() == "failed: one" and other.exc_info is None
+
+
+def test_a_run_whose_process_died_resumes_whatever_a_later_run_of_its_config_did(tracking_uri, tmp_path):
+    import signal
+
+    from mlflow.tracking import MlflowClient
+
+    import initmem_core
+    from initmem_core import Stopped
+    from initmem_core.errors import RunWarning
+    from signal_progress import SignalAtStep
+
+    tiny = dict(epochs=2, train_size=64, batch_size=32, threads=1, eval_batch_size=512, helper_process=False,
+                tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints"))
+    with pytest.raises(Stopped):
+        initmem_core.run(progress=SignalAtStep(3, signal.SIGTERM), **tiny)  # 2 steps an epoch: stops in epoch 2
+    client = MlflowClient(tracking_uri)
+    (first,) = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    with pytest.warns(RunWarning, match="unfinished run"):
+        later = initmem_core.run(**tiny)  # the same config again, to the end
+    resumed = initmem_core.run(resume=True, **tiny)
+    assert resumed.run_id == first.info.run_id != later.run_id
+    assert client.get_run(first.info.run_id).info.status == client.get_run(later.run_id).info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(first.info.run_id, "test_acc")) == [0, 1, 2]

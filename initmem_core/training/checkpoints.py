@@ -44,6 +44,7 @@ from initmem_core.errors import ConfigError, InitmemError, RunWarning
 FORMAT = "initmem-checkpoint/2"
 HEADER = ("format", "config", "config_hash", "run_id", "epoch", "step")  # kept out of the packing: read alone
 CHECKPOINTS_FOLDER = "initmem-checkpoints"
+PARKED = "run-"  # <config hash>/run-<run id>/: an unfinished run's checkpoint, kept when a new run starts
 PATTERN = "ckpt-e*-s*.pt"
 NAME = re.compile(r"ckpt-e(\d{6})-s(\d{6})\.pt")  # epochs done, steps into the next
 REQUIRED = ("format", "config", "config_hash", "run_id", "epoch", "step", "model", "optimizer", "scheduler")
@@ -166,6 +167,7 @@ class CheckpointStore:
         self.previous: Path | None = None  # the last good file; kept when the next one is written
         self._before_previous: Path | None = None  # deleted when the next one is written
         self._swept = False  # whether a write has cleared out the folder yet
+        self._park_unfinished = False  # whether that first write keeps an unfinished run's newest file
         self._history: Any = None  # the history table of the last save, extended by the next
         self._writer: threading.Thread | None = None
         self._write_error: BaseException | None = None
@@ -229,7 +231,10 @@ class CheckpointStore:
         if self._swept:  # only the file before the previous one is left over
             stale = [self._before_previous] if self._before_previous else []
         else:  # the first write here: whatever earlier runs or crashes left too
-            stale = [*self.files(), *self.folder.glob(".ckpt-*.tmp")]
+            earlier = [old for old in self.files() if old != path]
+            if self._park_unfinished and earlier:
+                earlier = earlier[:-1] if _park(earlier[-1]) else earlier
+            stale = [*earlier, *self.folder.glob(".ckpt-*.tmp")]
             self._swept = True
         for old in stale:
             if old not in (path, self.previous):
@@ -238,14 +243,17 @@ class CheckpointStore:
 
     def start_fresh(self, epochs: int) -> None:
         """A new run of this config: its first save replaces the files here (not before, so that
-        stopping it at once leaves an earlier killed run resumable). Warns if one is unfinished."""
+        stopping it at once leaves an earlier killed run resumable). An unfinished run's newest
+        file is kept, in ``run-<its run id>/``, where ``--resume`` still finds it. Warns then."""
         self.previous, self._before_previous, self._swept, self._history = None, None, False, None
         files = self.files()
         done = int(NAME.fullmatch(files[-1].name).group(1)) if files else epochs
+        self._park_unfinished = done < epochs
         if done < epochs:
             warnings.warn(f"{self.folder} holds checkpoints of an unfinished run of this config (epoch {done} "
-                          f"of {epochs}); this new run replaces them at its first checkpoint: stop it and add "
-                          "--resume to continue that run instead", RunWarning, stacklevel=2)
+                          f"of {epochs}); this new run moves its newest into {PARKED}<run id>/ at its first "
+                          "checkpoint, and --resume continues that run once this one has finished",
+                          RunWarning, stacklevel=2)
 
     def latest(self, mmap: bool = False) -> tuple[Path, dict[str, Any]] | None:
         """The newest usable checkpoint, or ``None`` if there is none at all. Unusable files are
@@ -265,6 +273,20 @@ class CheckpointStore:
             raise ConfigError(f"no usable checkpoint in {self.folder}: {'; '.join(reasons)}; "
                               "start afresh without --resume")
         return None
+
+
+def _park(path: Path) -> bool:
+    """Move an unfinished run's checkpoint into ``run-<its run id>/`` beside it; whether it moved."""
+    try:
+        run_id = read_checkpoint(path, mmap=True)["run_id"]
+    except UnusableCheckpoint:
+        return False
+    if not isinstance(run_id, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", run_id):
+        return False  # a run id that cannot name a folder: the file goes, as before
+    parked = path.parent / f"{PARKED}{run_id}"
+    parked.mkdir(exist_ok=True)
+    os.replace(path, parked / path.name)
+    return True
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -301,6 +323,22 @@ def load_for_resume(root: Path, config: RunConfig) -> tuple[CheckpointStore, dic
         raise ConfigError(f"checkpoint {path} is of a different config: {', '.join(differences) or 'config hash'}; "
                           "resume with the values it was run with")
     return store, payload
+
+
+def resume_candidates(root: Path, config: RunConfig):
+    """``load_for_resume``'s store and checkpoint, then those of the unfinished runs a later run of
+    this config set aside (``run-<run id>/``), newest first: the caller resumes the first whose
+    run its store can reopen (a finished run cannot be)."""
+    yield load_for_resume(root, config)
+    folder = root / config.config_hash()
+    for parked in sorted(folder.glob(f"{PARKED}*/"), key=lambda p: p.stat().st_mtime, reverse=True):
+        store = CheckpointStore(parked)
+        try:
+            found = store.latest()
+        except ConfigError:
+            continue
+        if found is not None and found[1]["config_hash"] == config.config_hash():
+            yield store, found[1]
 
 
 def _nearest_hint(root: Path, config: RunConfig) -> str:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from initmem_core.training.checkpoints import CheckpointStore, default_root, header, load_for_resume
+from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
 from initmem_core.config import RunConfig, from_mapping, validate
-from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.training.clocks import CONVENTIONS
@@ -124,8 +124,7 @@ def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str
         if root is None:
             raise ConfigError("--resume needs checkpoints, which this run does not keep "
                               "(--checkpoint-every 0, or no tracking without --checkpoint-dir)")
-        checkpoints, state = load_for_resume(root, config)
-        tracker.resume_run(state["run_id"])
+        checkpoints, state = _reopen_unfinished(root, config, tracker)
         # Metrics are written in batches: a run killed outright may not have written the last
         # epochs before its checkpoint. The checkpoint has them; the tracker skips steps it holds.
         for row in state["history"]:
@@ -139,6 +138,22 @@ def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str
     if checkpoints:
         checkpoints.start_fresh(setup.config.epochs)
     return run_id, checkpoints, None
+
+
+def _reopen_unfinished(root: Path, config: RunConfig, tracker: Tracker) -> tuple[CheckpointStore, dict[str, Any]]:
+    """Reopen the run of the newest checkpoint of ``config`` whose run is not finished: the newest
+    one's, or, if that run finished, one a later run set aside (``checkpoints.resume_candidates``),
+    so a run whose process died can be resumed whatever another run of its config did since."""
+    refusal: InitmemError | None = None
+    for checkpoints, state in resume_candidates(root, config):
+        try:
+            tracker.resume_run(state["run_id"])
+        except InitmemError as error:  # finished, or not in this store: an earlier one may still be open
+            refusal = refusal or error
+            continue
+        return checkpoints, state
+    assert refusal is not None  # resume_candidates yields at least one, or raises
+    raise refusal
 
 
 def run(
