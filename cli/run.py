@@ -54,7 +54,7 @@ def run_command(
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
     from initmem_core import Diverged, Stopped
-    from initmem_core.tracking.tracker_process import NOT_TRACKED
+    from initmem_core.training.stop_signals import NOT_TRACKED
     from initmem_core.training.checkpoints import CheckpointNotWritten
 
     from .progress import RunProgress

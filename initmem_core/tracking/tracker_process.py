@@ -49,13 +49,19 @@ from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsyn
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
 
-#: ``Stopped.status`` of a command stopped before the helper began to open its run.
-NOT_TRACKED = "not tracked"
 #: Calls whose caller waits for the helper's answer.
 ANSWERED = frozenset({"start_run", "resume_run", "log_artifact", "end_run"})
 CALLS = ANSWERED | {"log_metrics", "set_tags", "log_text", "log_dataset"}
 _EXITED = object()  # what the reader thread queues when the helper's output ends
 _STARTED: "weakref.WeakSet[TrackerProcess]" = weakref.WeakSet()  # this process's helpers
+
+
+class OpeningAbandoned(KeyboardInterrupt):
+    """A signal (``signum``) came before the helper began to open the run: nothing was tracked."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class TrackerProcess(ForwardedCalls):
@@ -157,10 +163,8 @@ class TrackerProcess(ForwardedCalls):
     def _open_or_give_up(self, seq: int, call: str, args: tuple) -> Any:
         """Wait for the run to be opened, unless ``give_up_opening`` names a signal before the
         helper has begun to open it (it may still be importing MLflow or creating the store, for
-        seconds): then the helper is ended at once and ``Stopped`` raised, with nothing tracked.
-        Once begun, opening is quick and is waited for (the run is then ended as KILLED)."""
-        from initmem_core.training.stop_signals import Stopped
-
+        seconds): then the helper is ended at once and ``OpeningAbandoned`` raised, with nothing
+        tracked. Once begun, opening is quick and is waited for (the run is then ended as KILLED)."""
         while True:
             reply = self._handle_events(block=True, seq=seq, poll_s=0.1)
             if reply is not None:
@@ -168,7 +172,7 @@ class TrackerProcess(ForwardedCalls):
             signum = self.give_up_opening()
             if signum is not None and seq not in self._began:
                 self.end_now()
-                raise Stopped(signum, status=NOT_TRACKED)
+                raise OpeningAbandoned(signum)
 
     def _answer(self, seq: int, call: str, args: tuple, reply: Any) -> Any:
         if reply is _EXITED:

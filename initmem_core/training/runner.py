@@ -32,11 +32,12 @@ from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.training.clocks import CONVENTIONS
-from initmem_core.training.stop_signals import StopSignals, Stopped
+from initmem_core.training.stop_signals import NOT_TRACKED, StopSignals, Stopped
 from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_experiment_name, check_tracking_uri,
                                          check_writable_folder, lock_holder, resolve_tracking_uri, store_folder,
                                          to_json)
 from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
+from initmem_core.tracking.tracker_process import OpeningAbandoned
 
 
 @dataclass
@@ -280,7 +281,10 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
     with StopSignals() as stop:
         if hasattr(tracker, "give_up_opening"):  # a helper still opening the store: a signal ends it at once
             tracker.give_up_opening = lambda: stop.signum
-        run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
+        try:
+            run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
+        except OpeningAbandoned as gave_up:  # a signal before the helper began to open it: no run
+            raise Stopped(gave_up.signum, status=NOT_TRACKED) from None
         save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
         try:
             if stop.requested:  # came while the run was being opened: end it before anything trains

@@ -20,6 +20,10 @@ from typing import Any, Protocol
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
+#: ``Stopped.status`` of a run stopped before its tracked run was opened: nothing was written.
+NOT_TRACKED = "not tracked"
+
+
 class Stopped(KeyboardInterrupt):
     """Training stopped on a signal; ``checkpoint`` is the file it saved first (``None`` when the
     run keeps none, or a second signal cut the save short). A ``KeyboardInterrupt``, so code that
