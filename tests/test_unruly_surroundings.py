@@ -162,10 +162,9 @@ TRAINING = "training"  # the moment: once the run has begun training (its label 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signal_name, moment, store", [
-    ("SIGINT", 0.2, "copied"), ("SIGINT", 1.0, "copied"), ("SIGINT", 2.0, "copied"), ("SIGTERM", 1.5, "copied"),
-    ("SIGTERM", 3.0, "fresh"), ("SIGHUP", 2.5, "copied"),
-    ("SIGINT", TRAINING, "copied"), ("SIGTERM", TRAINING, "copied"), ("SIGHUP", TRAINING, "copied"),
-])
+    ("SIGINT", 0.2, "copied"), ("SIGINT", 2.0, "copied"), ("SIGTERM", 1.5, "copied"), ("SIGTERM", 3.0, "fresh"),
+    ("SIGHUP", 2.5, "copied"), ("SIGINT", TRAINING, "copied"), ("SIGHUP", TRAINING, "copied"),
+])  # (SIGTERM during training: test_resume.py) benchmarks/signal_moments.py tries many more moments
 def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_running(
         tmp_path, store_in, signal_name, moment, store):
     import signal
