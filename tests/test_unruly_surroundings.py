@@ -316,8 +316,8 @@ def test_unsynced_files_are_whole_or_absent(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(tmp_path, small_disk,
-                                                                                        store_in):
-    disk = small_disk("1500k")  # the store's folder: the store itself takes ~950 KB of it
+                                                                                        store_in, _empty_store):
+    disk = small_disk(f"{_empty_store.stat().st_size // 1024 + 550}k")  # the store's folder, filled up below
     uri = store_in(disk)
     args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512",
             "--tracking-uri", uri, "--checkpoint-dir", str(tmp_path / "checkpoints")]
@@ -387,11 +387,11 @@ def test_a_held_store_lock_is_named_in_one_line_and_the_first_ctrl_c_ends_the_wa
 # -- B: creating the store on a full disk, or finding one an older version left half-made -----------
 
 @pytest.mark.slow
-def test_a_store_that_cannot_be_created_leaves_nothing_and_is_created_once_there_is_space(small_disk):
+def test_a_store_that_cannot_be_created_leaves_nothing_and_is_created_once_there_is_space(small_disk, _empty_store):
     from initmem_core.errors import ConfigError
     from initmem_core.tracking.store import open_client
 
-    disk = small_disk("600k")  # a migrated store takes ~950 KB
+    disk = small_disk(f"{_empty_store.stat().st_size // 2048}k")  # half what a migrated store takes
     uri = f"sqlite:///{disk / 'mlflow.db'}"
     with pytest.raises(ConfigError, match=r"cannot be reached: .*(full|space)") as refused:
         open_client(uri)
