@@ -190,9 +190,10 @@ def sweep_command(
         from initmem_core.tracking.store import resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
-        console.print(f"[yellow]{len(result.unsynced)} cell(s) ended with writes the store did not take; it shows "
-                      f"them RUNNING and the report lacks them: run `initmem sync --tracking-uri {uri}`, then "
-                      f"`initmem report {plan.name} --tracking-uri {uri}`[/yellow]")
+        labels = ", ".join(cell.label for cell in result.unsynced[:3]) + (", ..." if len(result.unsynced) > 3 else "")
+        console.print(f"[yellow]{len(result.unsynced)} cell(s) ({labels}) ended with writes the store did not take; "
+                      f"it shows them RUNNING and the report lacks them: run `initmem sync --tracking-uri {uri}`, "
+                      f"then `initmem report {plan.name} --tracking-uri {uri}`[/yellow]", markup=True, highlight=False)
     if result.failed:
         console.print(failures_table(result.failed))
         raise typer.Exit(1)

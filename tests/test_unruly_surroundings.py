@@ -481,8 +481,9 @@ def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(track
         "--out", str(tmp_path / "out")])
     monkeypatch.undo()
     assert swept.exit_code == 0, swept.output
-    assert "1 cell(s) ended with writes the store did not take" in swept.stdout
-    assert f"run `initmem sync --tracking-uri {tracking_uri}`, then `initmem report locked" in swept.stdout
+    said = " ".join(swept.stdout.split())  # as one line, however rich wrapped it
+    assert "1 cell(s) (" in said and "seed 0) ended with writes the store did not take" in said
+    assert f"run `initmem sync --tracking-uri {tracking_uri}`, then `initmem report locked" in said
     assert "Traceback" not in swept.output
     client = MlflowClient(tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
