@@ -90,16 +90,15 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
-    from initmem_core.report.memory import formatted
+    from initmem_core.report.memory import debiased_cell, formatted
     from initmem_core.sweep.grid import short_group_names
-    from initmem_core.tracking.ui_view import debiased_text
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
     for header in ("group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "failed"):
         table.add_column(header, justify="left" if header == "group" else "right", overflow="fold")  # never cut
     for g in report.groups:
-        table.add_row(names[g.group], formatted("spread", g.spread), debiased_text(g), formatted("sigma", g.best_sigma),
+        table.add_row(names[g.group], formatted("spread", g.spread), debiased_cell(g), formatted("sigma", g.best_sigma),
                       formatted("sigma", g.worst_sigma), str(g.never_interp_sigmas), str(g.failed))
     return table
 

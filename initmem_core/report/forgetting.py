@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from initmem_core.report.inference import cross_fit_spread, interval_around
+from initmem_core.report.inference import cross_fit_spread, interval_around, mean_interval
 from initmem_core.tracking.records import CellRecord
 
 NAN = float("nan")
@@ -140,17 +140,6 @@ def at_epoch(epoch: float, epochs: list[float], series: list[float]) -> float:
         return NAN
     xs, ys = zip(*known)
     return float(np.interp(epoch, xs, ys))
-
-
-def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """The t interval of the mean over ``values`` (seeds), as ``report.memory.mean_interval``
-    gives it (that module imports this one); nan with fewer than two values."""
-    import statistics
-
-    if len(values) < 2:
-        return NAN, NAN
-    sem = statistics.stdev(values) / math.sqrt(len(values))
-    return interval_around(statistics.fmean(values), sem, len(values) - 1, level)
 
 
 def log_interval(values: list[float]) -> tuple[float, float, float]:

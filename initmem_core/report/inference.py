@@ -91,6 +91,16 @@ def satterthwaite(components: tuple[tuple[float, int], ...]) -> tuple[float, flo
     return variance, (variance * variance / denominator if denominator > 0 else math.inf)
 
 
+def mean_interval(values: list[float], level: float = LEVEL) -> tuple[float, float]:
+    """The t interval of the mean of ``values`` (seeds) on len - 1 degrees of freedom; nan with
+    fewer than two values."""
+    if len(values) < 2:
+        return NAN, NAN
+    mean = sum(values) / len(values)
+    sem = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+    return interval_around(mean, sem, len(values) - 1, level)
+
+
 def measured_sigmas(accuracy: Matrix, sigmas: tuple[float, ...] | None = None
                     ) -> tuple[tuple[float, ...], tuple[tuple[float, int], ...]]:
     """The sigmas with enough trained runs (of ``sigmas``, default all), and those left out."""
@@ -103,7 +113,8 @@ def measured_sigmas(accuracy: Matrix, sigmas: tuple[float, ...] | None = None
 def held_out_gaps(table: Any) -> tuple[Any, Any, Any]:
     """Cross-fitting on ``table`` (..., sigmas, seeds), nan where a run is missing: per seed, the
     best and worst sigma by the mean of the other seeds, and this seed's gap between them
-    (nan when the seed misses either run, or fewer than two sigmas have other seeds). Returns (gaps, best, worst), each (..., seeds)."""
+    (nan when the seed misses either run, or fewer than two sigmas have other seeds). Returns
+    (gaps, best, worst), each (..., seeds)."""
     import numpy as np
 
     present = ~np.isnan(table)
@@ -118,14 +129,6 @@ def held_out_gaps(table: Any) -> tuple[Any, Any, Any]:
     choosable = (~np.isnan(means)).sum(-2) >= 2
     gaps = np.where(choosable, pick(best) - pick(worst), np.nan)
     return gaps, best, worst
-
-
-def _estimate(table: Any) -> Any:
-    import numpy as np
-
-    gaps = held_out_gaps(table)[0]
-    with np.errstate(invalid="ignore"):
-        return np.nanmean(gaps, -1) if gaps.shape[-1] else np.full(gaps.shape[:-1], np.nan)
 
 
 def noise_draws(table: Any, replicates: int = REPLICATES, seed: int = SIMULATION_SEED) -> tuple[Any, Any]:
@@ -227,7 +230,13 @@ class SpreadDifference:
         """The interval at another level (a multiplicity-corrected one, say)."""
         if not self.decided:
             return NAN, NAN
-        return interval_around(self.estimate, self.se, self.df, level)
+        return _difference_interval(self.a, self.b, self.estimate, level)
+
+
+def _difference_interval(a: SpreadEstimate, b: SpreadEstimate, estimate: float, level: float) -> tuple[float, float]:
+    """Independent estimates: their standard errors add in quadrature, their variances' degrees
+    of freedom combine by Welch-Satterthwaite."""
+    return interval_around(estimate, math.hypot(a.se, b.se), satterthwaite(a.components + b.components)[1], level)
 
 
 def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDifference:
@@ -235,14 +244,12 @@ def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDiffe
     enough trained runs in both): like is compared with like. The two estimates are independent
     draws of noise (runs of one seed in both groups, if correlated, make the interval conservative)."""
     shared = tuple(sorted(set(measured_sigmas(a)[0]) & set(measured_sigmas(b)[0])))
+    first, second = cross_fit_spread(a, shared, level), cross_fit_spread(b, shared, level)
     if len(shared) < 2:
-        first, second = cross_fit_spread(a, shared, level), cross_fit_spread(b, shared, level)
         return SpreadDifference(first, second, NAN, NAN, NAN, shared,
                                 f"they share {len(shared)} sigma(s) with enough trained runs")
-    first, second = cross_fit_spread(a, shared, level), cross_fit_spread(b, shared, level)
     estimate = first.estimate - second.estimate
     reason = first.reason or second.reason
     if reason:
         return SpreadDifference(first, second, estimate, NAN, NAN, shared, reason)
-    se, df = math.hypot(first.se, second.se), satterthwaite(first.components + second.components)[1]
-    return SpreadDifference(first, second, estimate, *interval_around(estimate, se, df, level), shared)
+    return SpreadDifference(first, second, estimate, *_difference_interval(first, second, estimate, level), shared)

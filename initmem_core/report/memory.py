@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from initmem_core.report.inference import (MIN_SEEDS_PER_SIGMA, Matrix, SpreadEstimate, cross_fit_spread,
+                                           mean_interval,
                                            spread_difference)
 from initmem_core.sweep.grid import group_fields, group_keys, metric_suffix
 from initmem_core.tracking.records import CellRecord
@@ -164,18 +165,6 @@ def _mean(values: list[float]) -> float:
 
 def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else NAN
-
-
-def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """The t interval of the mean (scipy.stats.t); nan with fewer than two values."""
-    if len(values) < 2:
-        return NAN, NAN
-    from scipy import stats
-
-    mean, sem = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
-    if sem == 0:
-        return mean, mean
-    return tuple(float(v) for v in stats.t.interval(level, len(values) - 1, loc=mean, scale=sem))
 
 
 def percentile_interval(samples: Any, level: float = 0.95) -> tuple[float, float]:
@@ -371,9 +360,10 @@ def _spread_cell(g: GroupSummary) -> str:
 
 
 def debiased_cell(g: GroupSummary) -> str:
-    """The cross-fitted spread with its interval, or why there is none."""
+    """The cross-fitted spread with its interval, or why there is none (the report's tables, the
+    sweep's summary table and the parent run's description all show it so)."""
     if math.isnan(g.debiased_spread):
-        return "–"
+        return f"– ({g.debiased_note})" if g.debiased_note else "–"
     shown = f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
     return shown if not math.isnan(g.debiased_spread_lo) else f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
 

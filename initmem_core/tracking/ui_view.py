@@ -123,18 +123,6 @@ def spread_interval(summary: Any) -> str:
     return "–" if math.isnan(low) or math.isnan(high) else f"[{low:.2f}, {high:.2f}]"
 
 
-def debiased_text(summary: Any) -> str:
-    """The debiased spread and its interval, or why it has none (``GroupSummary.debiased_note``)."""
-    value = getattr(summary, "debiased_spread", math.nan)
-    low, high = getattr(summary, "debiased_spread_lo", math.nan), getattr(summary, "debiased_spread_hi", math.nan)
-    note = getattr(summary, "debiased_note", "")
-    if math.isnan(value):
-        return f"– ({note})" if note else "–"
-    if math.isnan(low) or math.isnan(high):
-        return f"{value:+.2f} ({note or 'no interval'})"
-    return f"{value:+.2f} [{low:+.2f}, {high:+.2f}]"
-
-
 def radial_half_life_text(report: Any, group: str) -> str:
     """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
     reached without one (``Report.forgetting``, report/forgetting.py)."""
@@ -153,6 +141,8 @@ def radial_half_life_text(report: Any, group: str) -> str:
 def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
     """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
     the prepared view and to the report's plots. Links are relative: they work on any host."""
+    from initmem_core.report.memory import debiased_cell
+
     lines = [f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
              "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
              "debiased = the cross-fitted spread with its 95% t interval, near 0 for a group that does not "
@@ -162,7 +152,7 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
              "| radial half-life |",
              "|---|---|---|---|---|---|---|---|"]
     for g in report.groups:
-        lines.append(f"| {g.group} | {_pp(g.spread)} | {spread_interval(g)} | {debiased_text(g)} | "
+        lines.append(f"| {g.group} | {_pp(g.spread)} | {spread_interval(g)} | {debiased_cell(g)} | "
                      f"{'–' if math.isnan(g.best_sigma) else f'{g.best_sigma:g}'} | "
                      f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} | "
                      f"{radial_half_life_text(report, g.group)} |")
