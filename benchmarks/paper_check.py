@@ -112,15 +112,16 @@ docs/STATISTICS.md); nothing here was tuned toward the paper's answer.
 def evaluate(name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None,
              console: Console) -> str:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
-    from initmem_core.report.findings import evaluate_findings
-    from initmem_core.report.memory import build_report, to_markdown
+    from initmem_core.report.findings import CLAIMS, read_sweep
+    from initmem_core.report.memory import to_markdown
     from initmem_core.report.plots import write_plots
     from initmem_core.tracking.records import load_sweep_records
 
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)
     if seconds is None:
         seconds = cells_wall_seconds(name, tracking_uri)
-    findings = evaluate_findings(records)
+    sweep = read_sweep(records)  # the report, built once: the claims read it and the page shows it
+    findings = [claim(sweep) for claim in CLAIMS]
     table = Table(title=f"paper findings on sweep {name}")
     for column in ("claim", "measured (95% intervals)", "verdict"):
         table.add_column(column, overflow="fold")
@@ -128,7 +129,7 @@ def evaluate(name: str, tracking_uri: str | None, preset: str, docs: Path, secon
     for f in findings:
         table.add_row(f.claim, f.measured, colour[f.reproduced] + f.verdict)
     console.print(table)
-    report = build_report(records)
+    report = sweep.report
     written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
