@@ -87,3 +87,8 @@ def test_the_benchmarks_settings_through_the_report_and_the_findings():
                              keep_at={2.5: 1})
     assert c["named"] == 1.0  # a sigma with one trained seed is named as left out, never dropped silently
     assert c["coverage"] >= 0.88
+    # the clock ordering over four groups that remember alike: no verdict beyond the error rate
+    alike = {group: calibration.on(SIGMAS, FOUR_PP) for group in ("sgd", "adam", "adamw", "muon")}
+    clocks = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}
+    ordering = calibration.verdict_rate(rng, 60, alike, 4, calibration.RUN_LEVEL, claim=4, clocks=clocks)
+    assert ordering.get("reproduced", 0) + ordering.get("contradicted", 0) <= 0.08
