@@ -321,11 +321,12 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
     uri = store_in(disk)
     args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512",
             "--tracking-uri", uri, "--checkpoint-dir", str(tmp_path / "checkpoints")]
-    process = subprocess.Popen(initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # the run exists, training starts
-    with open(disk / "filler", "wb") as filler:  # the disk fills up while it trains
-        with pytest.raises(OSError):
+    # opened before the run starts: once the run's own writes fill the disk, not even a new name fits
+    with open(disk / "filler", "wb") as filler:
+        process = subprocess.Popen(initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # the run exists, training starts
+        with pytest.raises(OSError):  # the disk fills up while it trains
             while True:
                 filler.write(b"x" * 65536)
                 filler.flush()
