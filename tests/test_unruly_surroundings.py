@@ -98,6 +98,23 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
+def new_file(path: Path) -> Path:
+    """``path`` created empty. A tmpfs mounted a moment ago can refuse a new name with ENOSPC
+    for a while on this machine's kernel (seen with 550k free, after an earlier full tmpfs):
+    retried, so that the full disk a test makes is the one it means."""
+    import time
+
+    for attempt in range(100):
+        try:
+            path.touch()
+            return path
+        except OSError as error:
+            if error.errno != 28 or attempt == 99:
+                raise
+            time.sleep(0.1)
+    return path
+
+
 def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_file(tmp_path, monkeypatch):
     import errno
 
@@ -318,11 +335,10 @@ def test_unsynced_files_are_whole_or_absent(tmp_path, monkeypatch):
 def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(tmp_path, small_disk,
                                                                                         store_in, _empty_store):
     disk = small_disk(f"{_empty_store.stat().st_size // 1024 + 550}k")  # the store's folder, filled up below
-    uri = store_in(disk)
-    args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512",
-            "--tracking-uri", uri, "--checkpoint-dir", str(tmp_path / "checkpoints")]
-    # opened before the run starts: once the run's own writes fill the disk, not even a new name fits
-    with open(disk / "filler", "wb") as filler:
+    with open(new_file(disk / "filler"), "wb") as filler:
+        uri = store_in(disk)
+        args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size",
+                "512", "--tracking-uri", uri, "--checkpoint-dir", str(tmp_path / "checkpoints")]
         process = subprocess.Popen(initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # the run exists, training starts
@@ -383,6 +399,72 @@ def test_a_held_store_lock_is_named_in_one_line_and_the_first_ctrl_c_ends_the_wa
         holder.release()
     time.sleep(1.0)
     assert runs_in(uri) == []  # nothing was created once the lock was free
+
+
+def hold_database(database: Path, seconds: float) -> subprocess.Popen:
+    """Another process inside an exclusive SQLite transaction on ``database`` for ``seconds``;
+    returns once it holds the lock."""
+    script = ("import sqlite3, sys, time\n"
+              "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "c.execute('BEGIN EXCLUSIVE')\n"
+              "print('held', flush=True)\n"
+              "time.sleep(float(sys.argv[2]))\n"
+              "c.execute('COMMIT')\n")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(database), str(seconds)], stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.slow
+def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_and_a_freed_one_is_written(
+        tmp_path, store_in):
+    import signal
+    import time
+
+    from test_reliability_edges import alive, descendants
+
+    uri = store_in(tmp_path)
+    holder = hold_database(tmp_path / "mlflow.db", 60)
+    try:
+        process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        waiting = process.stderr.readline()
+        assert waiting.startswith("Warning: waiting for tracking store") and "its database is locked" in waiting
+        assert f"by process {holder.pid}" in waiting, waiting  # who holds it, from /proc/locks
+        helpers = descendants(process.pid)
+        process.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 130 and time.monotonic() - sent < 2.0
+        assert rest.count("\n") == 1 and "stopped by SIGINT before the run was tracked" in rest, rest
+        assert not any(alive(pid) for pid in helpers)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert runs_in(uri) == []
+
+    holder = hold_database(tmp_path / "mlflow.db", 3)  # released while the run waits: it then lands whole
+    finished = subprocess.run(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    holder.wait()
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stderr.count("its database is locked") == 1 and "Traceback" not in finished.stderr
+    from mlflow.tracking import MlflowClient
+
+    (run,) = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("initmem").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["sigma"] == "1.0" and "best_val_test_acc" in run.data.metrics
+
+
+def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unreachable():
+    from initmem_core.errors import ConfigError
+    from initmem_core.tracking.store import store_must_answer
+
+    with pytest.raises(ConfigError) as said:
+        with store_must_answer("sqlite:///x/mlflow.db"):
+            raise RuntimeError("(sqlite3.OperationalError) database is locked\n[SQL: INSERT ...]")
+    assert "stayed locked by another process's write" in str(said.value) and "cannot be reached" not in str(said.value)
+    assert "\n" not in str(said.value)
 
 
 # -- B: creating the store on a full disk, or finding one an older version left half-made -----------

@@ -200,6 +200,9 @@ def store_must_answer(uri: str) -> Iterator[None]:
         raise  # already one line that says what to fix
     except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "database is locked" in first_line:  # SQLite's busy wait ran out: the store is there, and busy
+            raise ConfigError(f"tracking store {uri} stayed locked by another process's write: {first_line}; "
+                              "run the command again once that process is done") from None
         raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
 
 
@@ -217,6 +220,7 @@ def open_client(uri: str | None = None, probe: bool = True):
         # The first request creates or migrates the database; two commands doing so at once on a
         # fresh folder collide in alembic, so that request is made under a lock beside the file.
         with creating_store(database, uri), store_must_answer(uri):
+            wait_while_database_locked(database, uri)
             _forget_interrupted_creation(uri, database)
             if not database.exists():
                 _create_sqlite_store(database)
@@ -320,14 +324,48 @@ def creating_store(database: Path, uri: str) -> Iterator[None]:
         lock.release()
 
 
-def lock_holder(path: Path) -> str:
-    """``process N (its command line)``, which holds a lock on ``path``, from Linux's /proc/locks;
-    empty if not known."""
+def wait_while_database_locked(database: Path, uri: str) -> None:
+    """Return once SQLite ``database`` would take a write. Another process inside a long
+    transaction (a sync, a script, a sweep writing a large batch) would otherwise hold MLflow's
+    first write in SQLite's busy wait, silently, and end it as "database is locked"; here a wait
+    longer than a second is said in one line naming the holder, and it lasts until the lock is
+    free: interrupting it (Ctrl-C, SIGTERM) leaves nothing behind, since nothing was written yet."""
+    import sqlite3
+    import time
+    import warnings
+
+    from initmem_core.errors import RunWarning
+
+    if not database.is_file():
+        return
+    said, started = False, time.monotonic()
+    while True:
+        try:
+            with contextlib.closing(sqlite3.connect(database, timeout=0, isolation_level=None)) as connection:
+                connection.execute("BEGIN IMMEDIATE")  # a write lock, released at once: no one else writes
+                connection.execute("ROLLBACK")
+            return
+        except sqlite3.Error as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                return  # not a lock: MLflow's own request says what is wrong with the file
+        if not said and time.monotonic() - started >= LOCK_PATIENCE_S:
+            holder = lock_holder(database, kinds=("POSIX", "OFDLCK"))
+            held = f" by {holder}" if holder else " by another process"
+            warnings.warn(f"waiting for tracking store {uri}: its database is locked{held}, inside a write; "
+                          "Ctrl-C stops", RunWarning, stacklevel=3)
+            said = True
+        time.sleep(0.1)
+
+
+def lock_holder(path: Path, kinds: tuple[str, ...] = ("FLOCK",)) -> str:
+    """``process N (its command line)``, another process holding a lock of one of ``kinds`` on
+    ``path``, from Linux's /proc/locks; empty if not known."""
     try:
         inode = path.stat().st_ino
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
-            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            if (len(fields) > 5 and fields[1] in kinds and fields[5].rsplit(":", 1)[-1] == str(inode)
+                    and fields[4] not in ("-1", str(os.getpid()))):
                 pid = int(fields[4])
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 return f"process {pid} ({command.strip()[:80]})"

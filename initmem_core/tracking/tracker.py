@@ -24,7 +24,8 @@ from typing import Any, Protocol
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
 from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, fail_fast_http, log_in_batches,
-                                         open_client, resolve_tracking_uri, store_folder, store_must_answer)
+                                         open_client, resolve_tracking_uri, sqlite_path, store_folder,
+                                         store_must_answer, wait_while_database_locked)
 
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
 ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
@@ -148,9 +149,17 @@ class MlflowTracker:
         self.lost = False  # whether some of it could not be kept either (the unsynced folder refused it)
         self._not_kept: list[str] = []  # what the unsynced folder refused, and why
 
+    def wait_until_writable(self) -> None:
+        """Return once the store would take a write: a SQLite store another process holds locked is
+        waited for, said in one line (``store.wait_while_database_locked``); others return at once."""
+        database = sqlite_path(self.uri)
+        if database is not None:
+            wait_while_database_locked(database, self.uri)
+
     def start_run(self, name, params, tags):
         from mlflow.entities import Param
 
+        self.wait_until_writable()  # the run and its params are two writes: not one stuck between them
         tags = dict(tags)
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id

@@ -348,6 +348,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
             continue
         opening = call in ("start_run", "resume_run")
         if opening:  # from here on the training process waits for the run rather than end us
+            tracker.wait_until_writable()  # a locked store: until now a signal ends us with nothing written
             _OPENING["now"] = True
             send({"began": seq})
         try:
