@@ -371,30 +371,39 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
 
 # -- E: the store's lock held by another process ---------------------------------------------------
 
-@pytest.mark.slow
-def test_a_held_store_lock_is_named_in_one_line_and_the_first_ctrl_c_ends_the_wait(tmp_path, store_in):
+def interrupt_the_wait(folder: Path, uri: str) -> str:
+    """Start ``initmem run`` on ``uri``, which waits for a lock; Ctrl-C it at its first line and check
+    that the command ends at once in one more line, exit 130, its helpers gone. Returns that first line."""
     import signal
     import time
 
-    from filelock import FileLock
-
     from test_reliability_edges import alive, descendants
+
+    process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=folder,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    waiting = process.stderr.readline()
+    helpers = descendants(process.pid)
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    rest = process.stderr.read()
+    assert process.wait(timeout=30) == 130 and time.monotonic() - sent < 2.0
+    assert rest.count("\n") == 1 and "stopped by SIGINT before the run was tracked" in rest, rest
+    assert not any(alive(pid) for pid in helpers)
+    return waiting
+
+
+@pytest.mark.slow
+def test_a_held_store_lock_is_named_in_one_line_and_the_first_ctrl_c_ends_the_wait(tmp_path, store_in):
+    import time
+
+    from filelock import FileLock
 
     uri = store_in(tmp_path)
     holder = FileLock(str(tmp_path / "mlflow.db.lock"))
     holder.acquire()
     try:
-        process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        waiting = process.stderr.readline()
+        waiting = interrupt_the_wait(tmp_path, uri)
         assert waiting.startswith("Warning: waiting for") and f"held by process {os.getpid()}" in waiting, waiting
-        helpers = descendants(process.pid)
-        process.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        rest = process.stderr.read()
-        assert process.wait(timeout=30) == 130 and time.monotonic() - sent < 2.0
-        assert rest.count("\n") == 1 and "stopped by SIGINT before the run was tracked" in rest, rest
-        assert not any(alive(pid) for pid in helpers)
     finally:
         holder.release()
     time.sleep(1.0)
@@ -419,26 +428,12 @@ def hold_database(database: Path, seconds: float) -> subprocess.Popen:
 @pytest.mark.slow
 def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_and_a_freed_one_is_written(
         tmp_path, store_in):
-    import signal
-    import time
-
-    from test_reliability_edges import alive, descendants
-
     uri = store_in(tmp_path)
     holder = hold_database(tmp_path / "mlflow.db", 60)
     try:
-        process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        waiting = process.stderr.readline()
+        waiting = interrupt_the_wait(tmp_path, uri)
         assert waiting.startswith("Warning: waiting for tracking store") and "its database is locked" in waiting
         assert f"by process {holder.pid}" in waiting, waiting  # who holds it, from /proc/locks
-        helpers = descendants(process.pid)
-        process.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        rest = process.stderr.read()
-        assert process.wait(timeout=30) == 130 and time.monotonic() - sent < 2.0
-        assert rest.count("\n") == 1 and "stopped by SIGINT before the run was tracked" in rest, rest
-        assert not any(alive(pid) for pid in helpers)
     finally:
         holder.kill()
         holder.wait()
