@@ -570,6 +570,7 @@ def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(track
     assert client.get_run(refused[0]).info.status == "RUNNING"
     synced = CliRunner().invoke(app, ["sync", "--tracking-uri", tracking_uri])
     assert synced.exit_code == 0 and client.get_run(refused[0]).info.status == "FINISHED", synced.output
+    assert client.get_run(parent.info.run_id).data.tags["initmem.cells_unsynced"] == "0"  # the parent says so too
 
 
 def test_mlflow_error_logs_become_one_line(caplog):

@@ -82,4 +82,18 @@ def upload(client, run_id: str, pending: PendingWrites, uri: str) -> int:
         pending.status = None
     count = len(fresh)  # send() empties the list as the store takes it
     pending.send(client, run_id)
+    _one_cell_less_unsynced(client, run.data.tags.get("mlflow.parentRunId"))
     return count
+
+
+def _one_cell_less_unsynced(client, parent_id: str | None) -> None:
+    """A sweep's parent counts its cells whose writes waited (``initmem.cells_unsynced``): this one
+    no longer does, so the UI stops saying so once the last is synced."""
+    if not parent_id:
+        return
+    try:
+        waiting = int(client.get_run(parent_id).data.tags.get("initmem.cells_unsynced", "0"))
+        if waiting > 0:
+            client.set_tag(parent_id, "initmem.cells_unsynced", str(waiting - 1))
+    except Exception:  # the parent is gone or not a sweep's: the cell itself is synced all the same
+        pass
