@@ -439,12 +439,15 @@ def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_a
         holder.wait()
     assert runs_in(uri) == []
 
-    holder = hold_database(tmp_path / "mlflow.db", 3)  # released while the run waits: it then lands whole
-    finished = subprocess.run(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
+    holder = hold_database(tmp_path / "mlflow.db", 60)  # let go once the run has said it waits: it then lands whole
+    process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiting = process.stderr.readline()
+    holder.kill()
     holder.wait()
-    assert finished.returncode == 0, finished.stderr
-    assert finished.stderr.count("its database is locked") == 1 and "Traceback" not in finished.stderr
+    output, error = process.communicate(timeout=120)
+    assert process.returncode == 0, error
+    assert "its database is locked" in waiting and "its database is locked" not in error and "Traceback" not in error
     from mlflow.tracking import MlflowClient
 
     (run,) = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("initmem").experiment_id])
