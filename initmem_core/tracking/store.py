@@ -219,8 +219,8 @@ def open_client(uri: str | None = None, probe: bool = True):
         _check_writable(uri, database.parent)
         # The first request creates or migrates the database; two commands doing so at once on a
         # fresh folder collide in alembic, so that request is made under a lock beside the file.
+        wait_while_database_locked(database, uri)  # before the file lock: others then name the real holder
         with creating_store(database, uri), store_must_answer(uri):
-            wait_while_database_locked(database, uri)
             _forget_interrupted_creation(uri, database)
             if not database.exists():
                 _create_sqlite_store(database)
