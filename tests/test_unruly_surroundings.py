@@ -481,6 +481,39 @@ def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_a
     assert run.info.status == "FINISHED" and run.data.params["sigma"] == "1.0" and "best_val_test_acc" in run.data.metrics
 
 
+@pytest.mark.slow
+def test_a_database_locked_after_the_store_opened_is_waited_for_before_the_run_is_created(tmp_path, store_in):
+    import signal
+    import time
+
+    from initmem_core.errors import ConfigError, RunWarning
+    from initmem_core.tracking.tracker import MlflowTracker
+    from initmem_core.tracking.tracker_process import OpeningAbandoned, TrackerProcess
+
+    uri = store_in(tmp_path)
+    tracker = MlflowTracker(uri)  # in this process: start_run waits, said in one line, then writes run and params
+    holder = hold_database(tmp_path / "mlflow.db", 2)
+    with pytest.warns(RunWarning, match=f"its database is locked by process {holder.pid}"):
+        run_id = tracker.start_run("waited", {"sigma": 2.0}, {})
+    holder.wait()
+    assert tracker.client.get_run(run_id).data.params == {"sigma": "2.0"}
+
+    helper = TrackerProcess(uri)  # in the helper: the wait comes before it begins, so a signal ends it at once
+    with pytest.raises(ConfigError):
+        helper.resume_run("0" * 32)  # answered: the helper has opened the store
+    holder = hold_database(tmp_path / "mlflow.db", 60)
+    try:
+        asked = time.monotonic()
+        helper.give_up_opening = lambda: signal.SIGINT if time.monotonic() - asked > 2.0 else None
+        with pytest.warns(RunWarning, match="its database is locked"), pytest.raises(OpeningAbandoned):
+            helper.start_run("abandoned", {"sigma": 1.0}, {})
+        assert time.monotonic() - asked < 4.0  # not SQLite's 20 s busy wait
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [name for name, _ in runs_in(uri)] == ["waited"]
+
+
 def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unreachable():
     from initmem_core.errors import ConfigError
     from initmem_core.tracking.store import store_must_answer
