@@ -199,11 +199,17 @@ def store_must_answer(uri: str) -> Iterator[None]:
     except InitmemError:
         raise  # already one line that says what to fix
     except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first_line = error_line(error)
         if "database is locked" in first_line:  # SQLite's busy wait ran out: the store is there, and busy
             raise ConfigError(f"tracking store {uri} stayed locked by another process's write: {first_line}; "
                               "run the command again once that process is done") from None
         raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
+
+
+def error_line(error: BaseException) -> str:
+    """The first line of an error's message (SQL errors go on with the statement), or its type."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def open_client(uri: str | None = None, probe: bool = True):

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, fail_fast_http, log_in_batches,
-                                         open_client, resolve_tracking_uri, sqlite_path, store_folder,
-                                         store_must_answer, wait_while_database_locked)
+from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, error_line, fail_fast_http,
+                                         log_in_batches, open_client, resolve_tracking_uri, sqlite_path,
+                                         store_folder, store_must_answer, wait_while_database_locked)
 
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
 ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
@@ -290,6 +290,5 @@ def _reason(error: BaseException) -> str:
     message (SQL errors go on with the statement) without SQLAlchemy's ``(sqlite3.X)`` prefix."""
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
-    lines = str(error).strip().splitlines()
-    return re.sub(r"^\([\w.]+\)\s*", "", lines[0])[:200] if lines else type(error).__name__
+    return re.sub(r"^\([\w.]+\)\s*", "", error_line(error))[:200]
 

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
+from initmem_core.tracking.store import DEFAULT_EXPERIMENT, error_line, resolve_tracking_uri, store_folder
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
 
 #: Calls whose caller waits for the helper's answer.
@@ -319,7 +319,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
         opening_error = ""
         _warm_up(tracker)
     except Exception as error:  # answered to the first call that waits: start_run or resume_run
-        tracker, opening_error = None, _first_line(error)
+        tracker, opening_error = None, error_line(error)
     buffered, last_seq = b"", 0
     while True:
         if b"\n" not in buffered:
@@ -354,7 +354,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
         try:
             value = _apply(tracker, call, args)
         except Exception as error:
-            send({"reply": seq, "error": _first_line(error), "kind": type(error).__name__})
+            send({"reply": seq, "error": error_line(error), "kind": type(error).__name__})
             continue
         finally:
             _OPENING["now"] = False
@@ -381,11 +381,6 @@ def _warm_up(tracker: Any) -> None:
         pass
     gc.collect()
     gc.freeze()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _apply(tracker: Any, call: str, args: list) -> Any:
