@@ -6,6 +6,8 @@ interval and the power, and can write them into docs/STATISTICS.md.
     python benchmarks/calibration.py                 # 400 sweeps per setting, a few minutes
     python benchmarks/calibration.py --sweeps 100    # quicker, noisier
     python benchmarks/calibration.py --write-docs    # replace the table in docs/STATISTICS.md
+    python benchmarks/calibration.py --workers 2     # rows side by side, same table
+    python benchmarks/calibration.py --rows 6,23 --sweeps 10000   # two rows, more precisely
 
 A run's test accuracy is drawn as a real one arises: ``n_test`` examples each right with the run's
 own accuracy (per-example flips), where the run's accuracy is the truth at its sigma plus a shift
@@ -17,6 +19,8 @@ diverged run. Everything is seeded: the same command prints the same table.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -124,46 +128,51 @@ def coverage(rng, sweeps: int, truth: dict[float, float], seeds: int, noise: Noi
             "paper": float(np.mean(papers)), "undecided": undecided / sweeps, "named": named / sweeps}
 
 
-def run_checks(sweeps: int, seed: int = 0, log=print) -> list[Row]:
-    rng = np.random.default_rng(seed)
-    rows: list[Row] = []
+IDENTICAL = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP)}
+ALIKE = {group: on(SIGMAS, FOUR_PP) for group in GROUPS}  # SGD and three adaptive groups, no difference
+CLOCKS = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}
 
-    def add(row: Row) -> None:
-        rows.append(row)
-        log(f"{row.check:55s} {row.noise:12s} {row.seeds:>2} seeds  {row.measured:>8s}  (target {row.target}) {row.detail}")
 
-    identical = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP)}
-    for noise in NOISES:
-        for seeds in (4, 6):
-            rates = verdict_rate(rng, sweeps, identical, seeds, noise)
-            wrong = rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0)
-            add(Row("identical groups: a verdict", noise.name, seeds, "<= 6%", f"{wrong:.1%}",
-                    f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}"))
-    rates = verdict_rate(rng, sweeps, identical, MIN_SEEDS - 1, RUN_LEVEL)
-    add(Row(f"identical groups below {MIN_SEEDS} seeds: cannot be decided", RUN_LEVEL.name, MIN_SEEDS - 1,
-            "100%", f"{rates.get(CANNOT_DECIDE, 0):.1%}"))
-    three = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP), "adamw": on(SIGMAS, FOUR_PP),
-             "muon": on(SIGMAS, FOUR_PP)}
-    for seeds in (4, 6):
-        rates = verdict_rate(rng, sweeps, three, seeds, RUN_LEVEL)
-        add(Row("SGD vs three identical adaptive groups: a verdict", RUN_LEVEL.name, seeds, "<= 6%",
-                f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
-                f"contradicted {rates.get(CONTRADICTED, 0):.1%}, reproduced {rates.get(REPRODUCED, 0):.1%}"))
-    for noise in (PER_EXAMPLE, RUN_LEVEL, FMNIST_LIKE):
-        truth = on(SIGMAS, (85,) * 4) if noise is FMNIST_LIKE else on(SIGMAS, FLAT)
-        c = coverage(rng, sweeps, truth, 6, noise)
-        add(Row("flat group (true spread 0): interval holds 0", noise.name, 6, ">= 90%", f"{c['coverage']:.1%}",
-                f"mean debiased {c['bias']:+.2f} pp, mean paper's spread {c['paper']:.2f} pp"))
-    for noise in (PER_EXAMPLE, RUN_LEVEL):
-        for label, failures in (("no failed cells", {}),
-                                ("10% of cells failed", {"fail": 0.1}),
-                                ("worst sigma with 3 of 6 seeds trained", {"keep_at": {2.5: 3}})):
-            c = coverage(rng, sweeps, on(SIGMAS, FIVE_PP), 6, noise, **failures)
-            add(Row(f"true spread 5 pp, {label}: covered", noise.name, 6, ">= 92%", f"{c['coverage']:.1%}",
-                    f"bias {c['bias']:+.2f} pp, no interval in {c['undecided']:.1%}"))
+def identical_groups(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
+    rates = verdict_rate(rng, sweeps, IDENTICAL, seeds, noise)
+    wrong = rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0)
+    return Row("identical groups: a verdict", noise.name, seeds, "<= 6%", f"{wrong:.1%}",
+               f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}")
+
+
+def too_few_seeds(rng, sweeps: int) -> Row:
+    rates = verdict_rate(rng, sweeps, IDENTICAL, MIN_SEEDS - 1, RUN_LEVEL)
+    return Row(f"identical groups below {MIN_SEEDS} seeds: cannot be decided", RUN_LEVEL.name, MIN_SEEDS - 1,
+               "100%", f"{rates.get(CANNOT_DECIDE, 0):.1%}")
+
+
+def sgd_against_three(rng, sweeps: int, seeds: int) -> Row:
+    rates = verdict_rate(rng, sweeps, ALIKE, seeds, RUN_LEVEL)
+    return Row("SGD vs three identical adaptive groups: a verdict", RUN_LEVEL.name, seeds, "<= 6%",
+               f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
+               f"contradicted {rates.get(CONTRADICTED, 0):.1%}, reproduced {rates.get(REPRODUCED, 0):.1%}")
+
+
+def flat_group(rng, sweeps: int, noise: Noise) -> Row:
+    truth = on(SIGMAS, (85,) * 4) if noise == FMNIST_LIKE else on(SIGMAS, FLAT)
+    c = coverage(rng, sweeps, truth, 6, noise)
+    return Row("flat group (true spread 0): interval holds 0", noise.name, 6, ">= 90%", f"{c['coverage']:.1%}",
+               f"mean debiased {c['bias']:+.2f} pp, mean paper's spread {c['paper']:.2f} pp")
+
+
+def five_pp(rng, sweeps: int, noise: Noise, label: str, failures: dict) -> Row:
+    c = coverage(rng, sweeps, on(SIGMAS, FIVE_PP), 6, noise, **failures)
+    return Row(f"true spread 5 pp, {label}: covered", noise.name, 6, ">= 92%", f"{c['coverage']:.1%}",
+               f"bias {c['bias']:+.2f} pp, no interval in {c['undecided']:.1%}")
+
+
+def one_trained_seed(rng, sweeps: int) -> Row:
     c = coverage(rng, sweeps, on(SIGMAS, FIVE_PP), 6, RUN_LEVEL, keep_at={2.5: 1})
-    add(Row("true spread 5 pp, worst sigma with 1 of 6 trained: that sigma named as left out", RUN_LEVEL.name, 6,
-            "100%", f"{c['named']:.1%}", f"spread over the other sigmas covered in {c['coverage']:.1%}"))
+    return Row("true spread 5 pp, worst sigma with 1 of 6 trained: that sigma named as left out", RUN_LEVEL.name, 6,
+               "100%", f"{c['named']:.1%}", f"spread over the other sigmas covered in {c['coverage']:.1%}")
+
+
+def unequal_sigma_sets(rng, sweeps: int) -> Row:
     seven = (0.1, 0.3, 0.5, 0.9, 1.4, 2.0, 2.5)
     unequal = {"sgd": on(seven, (95,) * 7), "adam": on((0.1, 2.5), (95, 95))}
     bias, reproduced = [], 0
@@ -172,31 +181,71 @@ def run_checks(sweeps: int, seed: int = 0, log=print) -> list[Row]:
         pair = build_report(records).pairs[0]  # adam - sgd (groups sorted)
         bias.append(-pair.spread_diff)
         reproduced += evaluate_findings(records)[0].verdict == REPRODUCED
-    add(Row("SGD at 7 sigmas vs Adam at the 2 ends, flat truth: 'reproduced'", PER_EXAMPLE.name, 6, "<= 2.5%",
-            f"{reproduced / sweeps:.1%}", f"mean SGD − Adam {np.mean(bias):+.2f} pp (no bias: 0)"))
-    for noise, seeds in ((PER_EXAMPLE, 6), (PER_EXAMPLE, 4), (PER_EXAMPLE, 8), (PER_EXAMPLE, 10), (RUN_LEVEL, 6)):
-        rates = verdict_rate(rng, sweeps, {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, TWO_PP)}, seeds, noise)
-        add(Row("power: spread 4 pp vs 2 pp, 'reproduced'", noise.name, seeds,
-                ">= 50%" if (noise, seeds) == (PER_EXAMPLE, 6) else "(as high as the noise allows)",
-                f"{rates.get(REPRODUCED, 0):.1%}"))
-    # Last, so that every row above keeps the random draws (and the figures) it had before these.
-    clocks = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}  # four groups, no memory told apart
-    for seeds in (4, 6):
-        rates = verdict_rate(rng, sweeps, three, seeds, RUN_LEVEL, claim=4, clocks=clocks)
-        add(Row("clock ordering over four identical groups: a verdict", RUN_LEVEL.name, seeds, "<= 6%",
-                f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
-                f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}"))
+    return Row("SGD at 7 sigmas vs Adam at the 2 ends, flat truth: 'reproduced'", PER_EXAMPLE.name, 6, "<= 2.5%",
+               f"{reproduced / sweeps:.1%}", f"mean SGD − Adam {np.mean(bias):+.2f} pp (no bias: 0)")
+
+
+def power(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
+    rates = verdict_rate(rng, sweeps, {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, TWO_PP)}, seeds, noise)
+    return Row("power: spread 4 pp vs 2 pp, 'reproduced'", noise.name, seeds,
+               ">= 50%" if (noise, seeds) == (PER_EXAMPLE, 6) else "(as high as the noise allows)",
+               f"{rates.get(REPRODUCED, 0):.1%}")
+
+
+def clock_ordering_alike(rng, sweeps: int, seeds: int) -> Row:
+    rates = verdict_rate(rng, sweeps, ALIKE, seeds, RUN_LEVEL, claim=4, clocks=CLOCKS)
+    return Row("clock ordering over four identical groups: a verdict", RUN_LEVEL.name, seeds, "<= 6%",
+               f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
+               f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}")
+
+
+def clock_ordering_power(rng, sweeps: int) -> Row:
     ordered = {"sgd": on(SIGMAS, (97, 95.5, 94, 91)), "adam": on(SIGMAS, FOUR_PP), "adamw": on(SIGMAS, TWO_PP),
                "muon": on(SIGMAS, FLAT)}  # spreads 6, 4, 2, 0 pp as the clocks grow
-    rates = verdict_rate(rng, sweeps, ordered, 6, PER_EXAMPLE, claim=4, clocks=clocks)
-    add(Row("power: clock ordering of spreads 6/4/2/0 pp, 'reproduced'", PER_EXAMPLE.name, 6,
-            "(as high as the noise allows)", f"{rates.get(REPRODUCED, 0):.1%}"))
+    rates = verdict_rate(rng, sweeps, ordered, 6, PER_EXAMPLE, claim=4, clocks=CLOCKS)
+    return Row("power: clock ordering of spreads 6/4/2/0 pp, 'reproduced'", PER_EXAMPLE.name, 6,
+               "(as high as the noise allows)", f"{rates.get(REPRODUCED, 0):.1%}")
+
+
+def checks() -> list[tuple]:
+    """Every row of the table, in order, as (function, its arguments after rng and sweeps)."""
+    rows: list[tuple] = [(identical_groups, (noise, seeds)) for noise in NOISES for seeds in (4, 6)]
+    rows += [(too_few_seeds, ())] + [(sgd_against_three, (seeds,)) for seeds in (4, 6)]
+    rows += [(flat_group, (noise,)) for noise in (PER_EXAMPLE, RUN_LEVEL, FMNIST_LIKE)]
+    rows += [(five_pp, (noise, label, failures)) for noise in (PER_EXAMPLE, RUN_LEVEL)
+             for label, failures in (("no failed cells", {}), ("10% of cells failed", {"fail": 0.1}),
+                                     ("worst sigma with 3 of 6 seeds trained", {"keep_at": {2.5: 3}}))]
+    rows += [(one_trained_seed, ()), (unequal_sigma_sets, ())]
+    rows += [(power, (noise, seeds)) for noise, seeds in
+             ((PER_EXAMPLE, 6), (PER_EXAMPLE, 4), (PER_EXAMPLE, 8), (PER_EXAMPLE, 10), (RUN_LEVEL, 6))]
+    rows += [(clock_ordering_alike, (seeds,)) for seeds in (4, 6)] + [(clock_ordering_power, ())]
     return rows
 
 
-def markdown(rows: list[Row], sweeps: int, seconds: float) -> str:
-    lines = [f"Measured by `python benchmarks/calibration.py --sweeps {sweeps}` ({sweeps} synthetic sweeps per row, "
-             f"{seconds / 60:.1f} min); seeded, so the same command prints the same table.", "",
+def _one_row(task: tuple) -> Row:
+    index, sweeps, seed, (check, args) = task
+    return check(np.random.default_rng([seed, index]), sweeps, *args)
+
+
+def run_checks(sweeps: int, seed: int = 0, workers: int = 1, rows: set[int] | None = None, log=print) -> list[Row]:
+    """Every row (or the ``rows`` numbered, from 1, as printed), each from its own rng seeded by
+    ``seed`` and the row's number, so that rows run in ``workers`` processes side by side and any
+    one row can be rerun alone, with more sweeps, say."""
+    tasks = [(index, sweeps, seed, check) for index, check in enumerate(checks())
+             if rows is None or index + 1 in rows]
+    done: list[Row] = []
+    with concurrent.futures.ProcessPoolExecutor(workers) if workers > 1 else contextlib.nullcontext() as pool:
+        for task, row in zip(tasks, pool.map(_one_row, tasks) if pool else map(_one_row, tasks)):
+            done.append(row)
+            log(f"{task[0] + 1:>2}. {row.check:55s} {row.noise:12s} {row.seeds:>2} seeds  {row.measured:>8s}  "
+                f"(target {row.target}) {row.detail}")
+    return done
+
+
+def markdown(rows: list[Row], sweeps: int, seconds: float, workers: int = 1, options: str = "") -> str:
+    lines = [f"Measured by `python benchmarks/calibration.py --sweeps {sweeps} --workers {workers}{options}` ({sweeps} synthetic "
+             f"sweeps per row, {seconds / 60:.1f} min); seeded, so the same command prints the same table (each row "
+             "has its own seeded draws, whatever the workers).", "",
              "| check | noise | seeds | target | measured | detail |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.check} | {r.noise} | {r.seeds} | {r.target} | {r.measured} | {r.detail} |" for r in rows]
     return "\n".join(lines)
@@ -215,11 +264,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweeps", type=int, default=400, help="synthetic sweeps per setting")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1, help="processes running rows side by side")
+    parser.add_argument("--rows", type=lambda text: {int(n) for n in text.split(",")},
+                        help="only these rows, numbered from 1 as printed (e.g. 6,23); not with --write-docs")
     parser.add_argument("--write-docs", action="store_true", help="replace the table in docs/STATISTICS.md")
     args = parser.parse_args()
+    if args.rows and args.write_docs:
+        parser.error("--write-docs writes the whole table: leave out --rows")
     start = time.perf_counter()
-    rows = run_checks(args.sweeps, args.seed)
-    table = markdown(rows, args.sweeps, time.perf_counter() - start)
+    rows = run_checks(args.sweeps, args.seed, args.workers, args.rows)
+    options = (f" --seed {args.seed}" if args.seed else "") + (
+        f" --rows {','.join(map(str, sorted(args.rows)))}" if args.rows else "")
+    table = markdown(rows, args.sweeps, time.perf_counter() - start, args.workers, options)
     print(table)
     if args.write_docs:
         write_docs(table)

@@ -67,7 +67,9 @@ def test_the_debiased_spread_has_the_power_the_noise_allows():
     rng = np.random.default_rng(3)
     found = np.mean([spread_difference(table(rng, FOUR_PP, 6), table(rng, (97, 96.5, 96, 95), 6)).lo > 0
                      for _ in range(SWEEPS)])
-    assert found >= 0.35  # 45% measured at 400 sweeps; the paper's max - min rule had 39.5%
+    # 49.2% over 27,000 sweeps (docs/STATISTICS.md); these 150 seeded sweeps find 51.3%, where the
+    # first revision of the rule (one seed held out at every sigma, 400 plain draws) found 46.7%
+    assert found >= 0.48
 
 
 @pytest.mark.slow

@@ -11,35 +11,40 @@ simply absent. Two facts shape the method (docs/STATISTICS.md has the simulation
   right, the data order a seed fixes) is already inside the seed-to-seed variation, so it is
   counted once, there, and never resampled a second time.
 
-**Cross-fitted spread.** For each seed k, the best and the worst sigma are chosen on the *other*
-seeds (their mean accuracies), and the gap between those two sigmas is measured on seed k alone.
-The estimate is the mean of these held-out gaps. Seed k's noise played no part in choosing the
-pair, so a group whose accuracy does not depend on sigma has an estimate centred on zero; a real
-spread is slightly underestimated when its best or worst sigma is nearly tied with another
-(choosing the runner-up costs only the small difference between them).
+**Cross-fitted spread.** Hold out one run at every sigma; choose the best and the worst sigma by
+the mean of the runs *not* held out, and measure the gap between those two sigmas on their held-out
+runs. The held-out runs played no part in choosing the pair, so a group whose accuracy does not
+depend on sigma has an estimate centred on zero; a real spread is slightly underestimated when its
+best or worst sigma is nearly tied with another (choosing the runner-up costs only the small
+difference between them). The estimate is the average of that gap over *every* way of holding out
+one run per sigma, computed exactly rather than by enumeration: averaging over all the choices
+(Rao-Blackwell) keeps the mean of a single choice and lowers its variance. Runs of one seed are
+not tied together here (they are independent draws of noise at different sigmas), which also lets
+a sigma with a failed run take part with the runs it has.
 
-**Its interval.** The held-out gaps are not independent (each seed helped choose the others'
-pairs) and the pair chosen can change from sweep to sweep, so the variance of their mean is
-not a textbook formula. It is measured instead: ``REPLICATES`` tables of the same design (same
-sigmas, same failed runs) are drawn with each sigma's observed mean and its own sd across seeds,
-the estimate is recomputed on each by the same rule, and its sd over the draws is the standard
-error. The t interval uses the Welch-Satterthwaite degrees of freedom of the per-sigma variances
-that error rests on (the sigmas the gaps used, each with its trained runs − 1), not the m − 1 of
-m held-out gaps (too few to decide anything at 4 or 6 seeds). A seed effect shared by every sigma
-of a seed cancels in a gap but not in a sigma's sd: the interval is then conservative.
+**Its interval.** The estimate's variance is not a textbook formula (the pair chosen can change from
+sweep to sweep), so it is measured: ``REPLICATES`` tables of the same design (same sigmas, same
+failed runs) are drawn with each sigma's observed mean and its own sd across seeds (each run's
+draws centred and scaled to exactly that mean and sd, which removes most of the Monte Carlo error
+of a finite number of draws), the estimate is recomputed on each by the same rule, and its sd over
+the draws is the standard error. The t interval uses the Welch-Satterthwaite degrees of freedom of
+the per-sigma variances that error rests on (each sigma weighted by how much it enters the estimate,
+with its trained runs − 1), not the seeds − 1 of a plain t interval (too few to decide anything at
+4 or 6 seeds). A seed effect shared by every sigma of a seed enters each sigma's sd, and the
+simulation draws it as independent noise, as the estimate treats it.
 
 **Differences of two groups** are taken over the sigmas both measured; the two estimates'
 variances add (runs of the same seed in two groups, if correlated, only make this conservative).
 
 A sigma with fewer than ``MIN_SEEDS_PER_SIGMA`` trained runs has no variance and is left out of
-the estimate, and named as such; an estimate from fewer than ``MIN_SEEDS`` held-out seeds is
-reported without an interval, as *too few seeds to decide*.
+the estimate, and named as such; an estimate whose best or worst sigma has fewer than ``MIN_SEEDS``
+trained runs is reported without an interval, as *too few seeds to decide*.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -47,10 +52,11 @@ NAN = float("nan")
 LEVEL = 0.95
 #: A sigma needs this many trained runs for a variance; below it the sigma is left out (and named).
 MIN_SEEDS_PER_SIGMA = 2
-#: Fewer held-out seeds than this and the rule is not calibrated (docs/STATISTICS.md): no interval.
+#: Fewer trained runs than this at the best or worst sigma and the rule is not calibrated
+#: (docs/STATISTICS.md): no interval.
 MIN_SEEDS = 3
 #: Noise draws behind a standard error, and the fixed seed that makes a report reproducible.
-REPLICATES, SIMULATION_SEED = 400, 0
+REPLICATES, SIMULATION_SEED = 2000, 0
 
 #: accuracy (pp) by sigma, then by seed; trained runs only
 Matrix = Mapping[float, Mapping[int, float]]
@@ -65,7 +71,7 @@ class SpreadEstimate:
     hi: float
     se: float
     df: float
-    seeds: int  # held-out seeds that measured a gap
+    seeds: int  # trained runs behind the gap: the fewer of the best and the worst sigma's
     sigmas: tuple[float, ...]  # the sigmas it was measured over
     #: (sigma, trained runs) of sigmas left out for too few trained runs
     too_few: tuple[tuple[float, int], ...] = ()
@@ -85,7 +91,8 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
 
 
 def satterthwaite(components: tuple[tuple[float, int], ...]) -> tuple[float, float]:
-    """(variance, degrees of freedom) of a sum of independent variance estimates ``(w*v, df)``."""
+    """(variance, degrees of freedom) of a sum of independent variance estimates ``(w*v, df)``,
+    by the Welch-Satterthwaite formula: (sum w*v)^2 / sum((w*v)^2 / df)."""
     variance = sum(part for part, _ in components)
     denominator = sum(part * part / df for part, df in components if df > 0)
     return variance, (variance * variance / denominator if denominator > 0 else math.inf)
@@ -110,50 +117,90 @@ def measured_sigmas(accuracy: Matrix, sigmas: tuple[float, ...] | None = None
     return kept, left_out
 
 
-def held_out_gaps(table: Any) -> tuple[Any, Any, Any]:
-    """Cross-fitting on ``table`` (..., sigmas, seeds), nan where a run is missing: per seed, the
-    best and worst sigma by the mean of the other seeds, and this seed's gap between them
-    (nan when the seed misses either run, or fewer than two sigmas have other seeds). Returns
-    (gaps, best, worst), each (..., seeds)."""
+def cross_fit_weights(table: Any) -> Any:
+    """The cross-fitted spread as weights on ``table`` (..., sigmas, seeds), nan where a run is
+    missing: the estimate is ``nansum(weights * table)``. Each run k of sigma j is held out with
+    probability 1 / (runs at j), independently across sigmas; its weight is that probability times
+    (P(j is chosen best) - P(j is chosen worst)) given its sigma's mean without it, the other
+    sigmas' held-out runs drawn at random. Ties go to the first sigma, as ``argmax`` does, so a
+    table with equal means everywhere weighs nothing: a gap of 0. Sigmas with fewer than two runs
+    take no part."""
     import numpy as np
 
     present = ~np.isnan(table)
+    runs = present.sum(-1)  # (..., sigmas)
     values = np.where(present, table, 0.0)
-    others = present.sum(-1, keepdims=True) - present
     with np.errstate(invalid="ignore", divide="ignore"):
-        means = np.where(others > 0, (values.sum(-1, keepdims=True) - values) / others, np.nan)
-    best = np.where(np.isnan(means), -np.inf, means).argmax(-2)
-    worst = np.where(np.isnan(means), np.inf, means).argmin(-2)
-    pick = lambda index: np.take_along_axis(table, index[..., None, :], -2)[..., 0, :]  # noqa: E731
-    # Equal means everywhere make best and worst one sigma: a gap of 0, as a flat group should have.
-    choosable = (~np.isnan(means)).sum(-2) >= 2
-    gaps = np.where(choosable, pick(best) - pick(worst), np.nan)
-    return gaps, best, worst
+        others = np.where(present & (runs[..., None] >= 2),
+                          (values.sum(-1, keepdims=True) - values) / (runs[..., None] - 1), np.nan)
+    sigmas = table.shape[-2]
+    label = np.broadcast_to(np.arange(sigmas)[:, None], table.shape[-2:])
+    usable = runs >= 2
+    # For each run, how many runs of each other sigma its sigma's mean (without it) is above, and
+    # below. One sort of all means per table counts them: ties are ordered by sigma so that the
+    # first sigma wins, as argmax and argmin do; a missing run sorts last and is never counted.
+    above = _runs_before(others, -label) / np.where(usable, runs, 1)[..., None, None, :]
+    below = 1.0 - _runs_before(others, label) / np.where(usable, runs, 1)[..., None, None, :]
+    skip = np.eye(sigmas, dtype=bool)[:, None, :] | ~usable[..., None, None, :]
+    best = np.where(skip, 1.0, above).prod(-1)
+    worst = np.where(skip, 1.0, below).prod(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weights = np.where(np.isnan(others), 0.0, (best - worst) / runs[..., None])
+    return weights
+
+
+def _runs_before(means: Any, tie_order: Any) -> Any:
+    """For ``means`` (..., sigmas, seeds), nan where missing: how many of each sigma's means come
+    strictly before each mean in the order of (mean, ``tie_order``). Shape (..., sigmas, seeds,
+    sigmas); runs of a sigma against itself are not meaningful and are masked by the caller."""
+    import numpy as np
+
+    *batch, sigmas, seeds = means.shape
+    flat = means.reshape(-1, sigmas * seeds)
+    ties = np.broadcast_to(tie_order, means.shape).reshape(-1, sigmas * seeds)
+    order = np.lexsort((ties, flat), axis=-1)
+    sigma_of = np.take_along_axis(np.broadcast_to(np.repeat(np.arange(sigmas), seeds), flat.shape), order, -1)
+    present = np.take_along_axis(~np.isnan(flat), order, -1)
+    one_hot = (sigma_of[..., None] == np.arange(sigmas)) & present[..., None]
+    before_sorted = np.cumsum(one_hot, axis=1) - one_hot  # strictly before each position
+    before = np.empty_like(before_sorted)
+    np.put_along_axis(before, order[..., None], before_sorted, axis=1)
+    return before.reshape(*batch, sigmas, seeds, sigmas)
+
+
+def cross_fit(table: Any) -> Any:
+    """The cross-fitted spread of ``table`` (..., sigmas, seeds): see ``cross_fit_weights``."""
+    import numpy as np
+
+    return np.nansum(cross_fit_weights(table) * table, axis=(-2, -1))
+
+
+@functools.lru_cache(maxsize=32)
+def _standard_noise(replicates: int, shape: tuple[int, ...], seed: int) -> Any:
+    """Standard normal draws (replicates, *shape), each run's centred and scaled to mean 0, sd 1."""
+    import numpy as np
+
+    noise = np.random.default_rng(seed).standard_normal((replicates, *shape))
+    noise = (noise - noise.mean(0)) / noise.std(0)
+    noise.flags.writeable = False
+    return noise
 
 
 def noise_draws(table: Any, replicates: int = REPLICATES, seed: int = SIMULATION_SEED) -> tuple[Any, Any]:
     """The cross-fitted spread of ``replicates`` tables like ``table`` (same missing runs) whose
     runs are drawn around each sigma's mean with that sigma's own sd: what the estimate would
-    be in other sweeps of the same design, choosing its pairs by the same rule. Also returns how
-    much each sigma's variance weighs in those estimates (its share of the held-out gaps / m^2)."""
+    be in other sweeps of the same design, choosing its pairs by the same rule. Each run's draws
+    are centred and scaled so that, over the replicates, they have exactly that mean and sd.
+    Also returns how much each sigma's variance weighs in those estimates (the mean over the
+    replicates of its squared weights)."""
     import numpy as np
 
     means = np.nanmean(table, -1, keepdims=True)
     sds = np.nanstd(table, -1, ddof=1, keepdims=True)
-    noise = np.random.default_rng(seed).standard_normal((replicates, *table.shape))
-    draws = np.where(np.isnan(table), np.nan, means + sds * noise)
-    gaps, best, worst = held_out_gaps(draws)
-    measured = ~np.isnan(gaps)
-    m = measured.sum(-1)
-    sigmas = table.shape[0]
-    uses = np.zeros((replicates, sigmas))
-    for index in (best, worst):
-        np.add.at(uses, (np.nonzero(measured)[0], index[measured]), 1.0)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate whose seeds all miss a gap
-        estimates = np.nanmean(gaps, -1)
-        weights = np.nanmean(uses / (m[:, None] ** 2), 0)
-    return estimates, weights
+    draws = np.where(np.isnan(table), np.nan, means + sds * _standard_noise(replicates, table.shape, seed))
+    weights = cross_fit_weights(draws)
+    estimates = np.nansum(weights * draws, axis=(-2, -1))
+    return estimates, (weights ** 2).sum(-1).mean(0)
 
 
 def as_table(accuracy: Matrix, sigmas: tuple[float, ...]) -> Any:
@@ -174,25 +221,21 @@ def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None,
         return SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, kept, left_out,
                               "fewer than two sigmas with enough trained runs")
     table = as_table(accuracy, kept)
-    gaps = held_out_gaps(table)[0]
-    measured = ~np.isnan(gaps)
-    m = int(measured.sum())
-    if m == 0:
-        return SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, kept, left_out,
-                              "no seed was trained at a best and worst sigma")
-    estimate = float(gaps[measured].mean())
-    variances = np.nanvar(table, axis=1, ddof=1)
+    estimate = float(cross_fit(table))
+    means = np.nanmean(table, axis=1)
     counts = (~np.isnan(table)).sum(axis=1)
-    if m < MIN_SEEDS:
-        return SpreadEstimate(estimate, NAN, NAN, NAN, NAN, m, kept, left_out,
-                              f"too few seeds to decide ({m} < {MIN_SEEDS})")
+    seeds = int(min(counts[int(np.argmax(means))], counts[int(np.argmin(means))]))
+    if seeds < MIN_SEEDS:
+        return SpreadEstimate(estimate, NAN, NAN, NAN, NAN, seeds, kept, left_out,
+                              f"too few seeds to decide ({seeds} < {MIN_SEEDS})")
+    variances = np.nanvar(table, axis=1, ddof=1)
     draws, weights = noise_draws(table)
     components = tuple((float(weights[i] * variances[i]), int(counts[i] - 1))
                        for i in range(len(kept)) if weights[i] > 0)
-    se = float(np.nanstd(draws))
+    se = float(np.std(draws))
     df = satterthwaite(components)[1]
     low, high = interval_around(estimate, se, df, level)
-    return SpreadEstimate(estimate, low, high, se, df, m, kept, left_out, "", components)
+    return SpreadEstimate(estimate, low, high, se, df, seeds, kept, left_out, "", components)
 
 
 def interval_around(estimate: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
