@@ -159,12 +159,11 @@ def _runs_before(means: Any, tie_order: Any) -> Any:
     flat = means.reshape(-1, sigmas * seeds)
     ties = np.broadcast_to(tie_order, means.shape).reshape(-1, sigmas * seeds)
     order = np.lexsort((ties, flat), axis=-1)
-    sigma_of = np.take_along_axis(np.broadcast_to(np.repeat(np.arange(sigmas), seeds), flat.shape), order, -1)
-    present = np.take_along_axis(~np.isnan(flat), order, -1)
-    one_hot = (sigma_of[..., None] == np.arange(sigmas)) & present[..., None]
-    before_sorted = np.cumsum(one_hot, axis=1) - one_hot  # strictly before each position
+    sigma_of = np.repeat(np.arange(sigmas), seeds)[order]
+    one_hot = (sigma_of[..., None] == np.arange(sigmas)) & ~np.isnan(np.take_along_axis(flat, order, -1))[..., None]
+    before_sorted = np.cumsum(one_hot, axis=1, dtype=np.int32) - one_hot  # strictly before each position
     before = np.empty_like(before_sorted)
-    np.put_along_axis(before, order[..., None], before_sorted, axis=1)
+    before[np.arange(len(flat))[:, None], order] = before_sorted
     return before.reshape(*batch, sigmas, seeds, sigmas)
 
 
@@ -221,6 +220,17 @@ def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None,
         return SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, kept, left_out,
                               "fewer than two sigmas with enough trained runs")
     table = as_table(accuracy, kept)
+    return _spread_of_table(table.tobytes(), table.shape, kept, left_out, level)
+
+
+@functools.lru_cache(maxsize=512)
+def _spread_of_table(data: bytes, shape: tuple[int, int], kept: tuple[float, ...],
+                     left_out: tuple[tuple[float, int], ...], level: float) -> SpreadEstimate:
+    """``cross_fit_spread`` of one table, kept for the next caller: a report and its findings
+    ask for the same groups' spreads over the same sigmas several times."""
+    import numpy as np
+
+    table = np.frombuffer(data, dtype=float).reshape(shape)
     estimate = float(cross_fit(table))
     means = np.nanmean(table, axis=1)
     counts = (~np.isnan(table)).sum(axis=1)
