@@ -243,9 +243,9 @@ def run_checks(sweeps: int, seed: int = 0, workers: int = 1, rows: set[int] | No
 
 
 def markdown(rows: list[Row], sweeps: int, seconds: float, workers: int = 1, options: str = "") -> str:
-    lines = [f"Measured by `python benchmarks/calibration.py --sweeps {sweeps} --workers {workers}{options}` ({sweeps} synthetic "
-             f"sweeps per row, {seconds / 60:.1f} min); seeded, so the same command prints the same table (each row "
-             "has its own seeded draws, whatever the workers).", "",
+    command = f"python benchmarks/calibration.py --sweeps {sweeps} --workers {workers}{options}"
+    lines = [f"Measured by `{command}` ({sweeps} synthetic sweeps per row, {seconds / 60:.1f} min); seeded, so the "
+             "same command prints the same table (each row has its own seeded draws, whatever the workers).", "",
              "| check | noise | seeds | target | measured | detail |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.check} | {r.noise} | {r.seeds} | {r.target} | {r.measured} | {r.detail} |" for r in rows]
     return "\n".join(lines)

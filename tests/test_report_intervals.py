@@ -82,7 +82,8 @@ def test_paired_difference_of_equal_groups_is_zero_and_its_interval_straddles_ze
 def test_groups_are_compared_over_the_sigmas_both_measured():
     sgd = [cell(s, seed, acc / 100) for s, acc in ((0.1, 95), (0.5, 80), (1.4, 94), (2.5, 93))
            for seed, acc in enumerate((acc, acc + 0.5, acc - 0.5, acc + 0.2))]
-    adam = [cell(s, seed, (acc + 0.3 * seed) / 100, opt="adam") for s, acc in ((0.1, 94), (2.5, 93)) for seed in range(4)]
+    adam = [cell(s, seed, (acc + 0.3 * seed) / 100, opt="adam")
+            for s, acc in ((0.1, 94), (2.5, 93)) for seed in range(4)]
     (pair,) = build_report(sgd + adam).pairs  # adam minus sgd, over 0.1 and 2.5 only: sgd's dip at 0.5 is not seen
     assert pair.shared_sigmas == 2
     assert pair.spread_diff == pytest.approx(1.0 - 2.0)

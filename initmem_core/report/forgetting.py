@@ -91,7 +91,7 @@ class HalfLife:
     clock_adapt: float = NAN
     clock_adapt_lo: float = NAN
     clock_adapt_hi: float = NAN
-    seeds: int = 0  # seeds whose memory fell to half (accuracy: trained runs at the best or worst sigma at the reference)
+    seeds: int = 0  # seeds whose memory fell to half (accuracy: fewer trained runs of best and worst sigma)
     never: int = 0  # seeds that did not fall to half within the horizon
     horizon_epoch: int = 0  # the last evaluated epoch, and the clocks reached there
     horizon_clock_sgd: float = NAN

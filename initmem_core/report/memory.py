@@ -14,8 +14,8 @@ Uncertainty (``report/inference.py``, docs/STATISTICS.md): the paper's ``spread`
 sigma of the mean) is kept as its headline figure, with a percentile interval that resamples each
 sigma's trained runs; it is biased upward by noise, so a group that remembers nothing still shows
 one. Beside it, ``debiased_spread`` is the cross-fitted spread (best and worst sigma chosen on the
-other runs, their gap measured on runs held out of that choice), centred on zero for such a group, with a
-95% t interval whose error rate was checked by simulation. Paired differences of groups compare
+other runs, their gap measured on runs held out of that choice), centred on zero for such a group,
+with a 95% t interval whose error rate was checked by simulation. Paired differences of groups compare
 cross-fitted spreads over the sigmas both groups measured; next to them, the mean paired
 difference of accuracy over cells of equal sigma and seed. A group whose best accuracy is within
 ``CHANCE_MARGIN_PP`` of chance *did not train*: it gets no spread.
@@ -373,8 +373,7 @@ SPREADS_EXPLAINED = (
     "checkpoint, in percentage points, with a 95% interval that resamples each sigma's trained runs. It is "
     "biased upward by noise (a group that remembers nothing still shows a spread). Debiased: the cross-fitted "
     "spread (best and worst sigma chosen on the other runs, their gap measured on runs held out of that "
-    "choice), with "
-    "its 95% t interval; it is near zero for a group that does not remember, and it is what groups are "
+    "choice), with its 95% t interval; it is near zero for a group that does not remember, and it is what groups are "
     "compared by (docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread.")
 
 
