@@ -72,13 +72,19 @@ def test_the_debiased_spread_has_the_power_the_noise_allows():
     assert found >= 0.48
 
 
-@pytest.mark.slow
-def test_the_benchmarks_settings_through_the_report_and_the_findings():
+def load_calibration():
+    """benchmarks/calibration.py, which is not a package's module."""
     spec = importlib.util.spec_from_file_location(
         "calibration", Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py")
     calibration = importlib.util.module_from_spec(spec)
     sys.modules["calibration"] = calibration  # its dataclasses look their module up
     spec.loader.exec_module(calibration)
+    return calibration
+
+
+@pytest.mark.slow
+def test_the_benchmarks_settings_through_the_report_and_the_findings():
+    calibration = load_calibration()
     rng = np.random.default_rng(4)
     identical = {"sgd": calibration.on(SIGMAS, FOUR_PP), "adam": calibration.on(SIGMAS, FOUR_PP)}
     rates = calibration.verdict_rate(rng, 100, identical, 4, calibration.RUN_LEVEL)
@@ -94,3 +100,14 @@ def test_the_benchmarks_settings_through_the_report_and_the_findings():
     clocks = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}
     ordering = calibration.verdict_rate(rng, 60, alike, 4, calibration.RUN_LEVEL, claim=4, clocks=clocks)
     assert ordering.get("reproduced", 0) + ordering.get("contradicted", 0) <= 0.08
+
+
+
+def test_a_calibration_row_rerun_alone_or_beside_others_draws_the_same():
+    calibration = load_calibration()
+    quiet = lambda line: None  # noqa: E731
+    alone = calibration.run_checks(3, rows={22}, log=quiet)
+    beside = calibration.run_checks(3, rows={9, 22}, workers=2, log=quiet)
+    other_seed = calibration.run_checks(3, seed=1, rows={22}, log=quiet)
+    assert beside[0].check.startswith("identical groups below") and beside[1] == alone[0]  # its own draws
+    assert other_seed[0].detail != alone[0].detail  # and the seed is what chooses them (a mean difference)
