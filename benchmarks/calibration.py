@@ -207,6 +207,146 @@ def clock_ordering_power(rng, sweeps: int) -> Row:
                "(as high as the noise allows)", f"{rates.get(REPRODUCED, 0):.1%}")
 
 
+# The three claims added with issue 29 (training longer, a larger rate, depth). Their groups are
+# drawn by ``synthetic_sweep`` under two of GROUPS' names, then given the configurations the claim
+# reads (``as_groups``): the noise is exactly the other rows'.
+SHORT, LONG = {"opt": "sgd", "lr": 0.01, "epochs": 10}, {"opt": "sgd", "lr": 0.01, "epochs": 100}
+LOW_LR, HIGH_LR = {"opt": "sgd", "lr": 0.01, "epochs": 15}, {"opt": "sgd", "lr": 0.1, "epochs": 15}
+#: T_SGD at the end of the short and long horizons (digits, b = 32: 34 steps an epoch).
+HORIZON_CLOCKS = {"sgd": 0.0011, "adam": 0.011}
+HALF_OF_FOUR, KEEPS_80, NO_MEMORY = TWO_PP, (97, 95.4, 94.6, 93.0), FLAT  # 2 pp, 4 pp (of 5), 0 pp
+CLAIM_INDEX = {"longer": 6, "lr": 7, "depth": 8}
+
+
+def as_groups(records: list[CellRecord], configs: dict[str, dict]) -> list[CellRecord]:
+    """The records of each synthetic group (``sgd``, ``adam``) with that group's claim configuration."""
+    for record in records:
+        name = "sgd" if record.config.opt == "sgd" else "adam"
+        record.config = RunConfig(**configs[name], sigma=record.config.sigma, seed=record.config.seed)
+    return records
+
+
+def claim_rates(rng, sweeps: int, truths, seeds: int, noise: Noise, claim: str, configs: dict[str, dict],
+                clocks: dict[str, float] | None = None) -> dict[str, float]:
+    """Share of sweeps with each verdict on one of the new claims (read alone: ``read_sweep`` and the claim)."""
+    from initmem_core.report.findings import CLAIMS, read_sweep
+
+    counts: dict[str, int] = {}
+    for _ in range(sweeps):
+        records = as_groups(synthetic_sweep(rng, truths, seeds, noise, clocks=clocks), configs)
+        verdict = CLAIMS[CLAIM_INDEX[claim]](read_sweep(records)).verdict
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return {k: v / sweeps for k, v in counts.items()}
+
+
+def _verdict_row(check: str, noise: Noise, seeds: int, target: str, rates: dict[str, float], wrong: bool) -> Row:
+    r, c = rates.get(REPRODUCED, 0), rates.get(CONTRADICTED, 0)
+    return Row(check, noise.name, seeds, target, f"{r + c:.1%}" if wrong else f"{r:.1%}",
+               f"reproduced {r:.1%}, contradicted {c:.1%}")
+
+
+def longer_at_margin(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
+    """The long horizon kept exactly half the short one's 4 pp: neither verdict is true."""
+    truths = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, HALF_OF_FOUR)}
+    rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
+    return _verdict_row("training longer, long keeps exactly half of 4 pp: a verdict", noise, seeds, "<= 6%", rates, True)
+
+
+def longer_forgot(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
+    truths = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, NO_MEMORY)}
+    rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
+    return _verdict_row("training longer, long forgot all of 4 pp: 'reproduced'", noise, seeds, "<= 2.5%",
+                        {REPRODUCED: rates.get(REPRODUCED, 0)}, False)
+
+
+def longer_power(rng, sweeps: int, noise: Noise, seeds: int, long: tuple[float, ...], label: str) -> Row:
+    truths = {"sgd": on(SIGMAS, FIVE_PP), "adam": on(SIGMAS, long)}
+    rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
+    return _verdict_row(f"power: training longer, long keeps {label} of 5 pp, 'reproduced'", noise, seeds,
+                        "(as high as the noise allows)", rates, False)
+
+
+def lr_identical(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
+    truths = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP)}
+    rates = claim_rates(rng, sweeps, truths, seeds, noise, "lr", {"sgd": LOW_LR, "adam": HIGH_LR})
+    return _verdict_row("larger rate, identical spreads: a verdict", noise, seeds, "<= 6%", rates, True)
+
+
+def lr_power(rng, sweeps: int, noise: Noise, seeds: int, high: tuple[float, ...], label: str) -> Row:
+    truths = {"sgd": on(SIGMAS, FIVE_PP), "adam": on(SIGMAS, high)}
+    rates = claim_rates(rng, sweeps, truths, seeds, noise, "lr", {"sgd": LOW_LR, "adam": HIGH_LR})
+    return _verdict_row(f"power: larger rate, spread 5 pp vs {label}, 'reproduced'", noise, seeds,
+                        "(as high as the noise allows)", rates, False)
+
+
+#: Interpolation noise: a seed's shift of every cell's log-odds of interpolating (one seed's data
+#: order eases or hardens fitting at every depth and sigma), the depth claim's analogue of seed-shared noise.
+DEPTH_NOISES = {"independent": 0.0, "seed-shared": 1.5}
+DEPTHS = ("resnet20", "resnet56", "resnet110")
+
+
+def depth_sweep(rng, rates: dict[str, tuple[float, float]], seeds: int, seed_sd: float) -> list[CellRecord]:
+    """Cells at sigma 0.1 and 2.5 per architecture; each interpolates (logs ``tau_interp``) with
+    the architecture's chance at that sigma, shifted in log-odds by its seed's draw."""
+    shift = rng.normal(0, seed_sd, seeds)
+    records = []
+    for arch, chances in rates.items():
+        for sigma, chance in zip((0.1, 2.5), chances):
+            for seed in range(seeds):
+                logit = math.log(chance / (1 - chance)) if 0 < chance < 1 else math.copysign(math.inf, chance - 0.5)
+                p = 1 / (1 + math.exp(-(logit + shift[seed]))) if math.isfinite(logit) else float(chance >= 1)
+                metrics = {"best_val_test_acc": 0.95 + 0.01 * rng.standard_normal()}
+                if rng.random() < p:
+                    metrics["tau_interp"] = 5.0
+                records.append(CellRecord(RunConfig(opt="sgd", lr=0.01, arch=arch, sigma=sigma, seed=seed),
+                                          num_classes=10, metrics=metrics))
+    return records
+
+
+def depth_rates(rng, sweeps: int, rates, seeds: int, noise: str) -> dict[str, float]:
+    from initmem_core.report.findings import CLAIMS, read_sweep
+
+    counts: dict[str, int] = {}
+    for _ in range(sweeps):
+        verdict = CLAIMS[CLAIM_INDEX["depth"]](read_sweep(depth_sweep(rng, rates, seeds, DEPTH_NOISES[noise]))).verdict
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return {k: v / sweeps for k, v in counts.items()}
+
+
+def depth_check(rng, sweeps: int, noise: str, seeds: int, rates: dict[str, tuple[float, float]], label: str,
+                false: bool) -> Row:
+    found = depth_rates(rng, sweeps, rates, seeds, noise)
+    r, c = found.get(REPRODUCED, 0), found.get(CONTRADICTED, 0)
+    return Row(f"{'' if false else 'power: '}depth, {label}: {'a verdict' if false else repr('reproduced')}", noise,
+               seeds, "<= 6%" if false else "(as high as the noise allows)", f"{r + c:.1%}" if false else f"{r:.1%}",
+               f"reproduced {r:.1%}, contradicted {c:.1%}")
+
+
+#: Interpolation chances (sigma 0.1, sigma 2.5) per architecture.
+DEPTH_ALIKE = {arch: (1.0, 0.5) for arch in DEPTHS}  # depth changes nothing; large sigma a coin toss
+DEPTH_EVERYWHERE = {"resnet20": (1.0, 1.0), "resnet56": (0.3, 0.3), "resnet110": (0.3, 0.3)}  # deep fail at every sigma
+DEPTH_CLAIMED = {"resnet20": (1.0, 1.0), "resnet56": (1.0, 0.2), "resnet110": (1.0, 0.2)}
+DEPTH_WEAKER = {"resnet20": (1.0, 0.9), "resnet56": (1.0, 0.4), "resnet110": (1.0, 0.4)}
+
+
+def new_claim_checks() -> list[tuple]:
+    rows: list[tuple] = [(longer_at_margin, (noise, seeds)) for noise in (PER_EXAMPLE, RUN_LEVEL) for seeds in (4, 6)]
+    rows += [(longer_forgot, (RUN_LEVEL, 6))]
+    rows += [(longer_power, (PER_EXAMPLE, seeds, long, label)) for seeds in (4, 6, 8)
+             for long, label in ((FIVE_PP, "all"), (KEEPS_80, "80%"))]
+    rows += [(lr_identical, (noise, seeds)) for noise in (PER_EXAMPLE, RUN_LEVEL) for seeds in (4, 6)]
+    rows += [(lr_power, (PER_EXAMPLE, seeds, high, label)) for seeds in (4, 6)
+             for high, label in ((TWO_PP, "2 pp"), (FLAT, "0 pp"))]
+    rows += [(depth_check, (noise, seeds, DEPTH_ALIKE, "all depths alike (1.0, 0.5)", True))
+             for noise in DEPTH_NOISES for seeds in (4, 6)]
+    rows += [(depth_check, ("seed-shared", seeds, DEPTH_EVERYWHERE, "deep fail at every sigma (0.3)", True))
+             for seeds in (4, 6)]
+    rows += [(depth_check, ("seed-shared", seeds, rates, label, False)) for seeds in (3, 4, 6)
+             for rates, label in ((DEPTH_CLAIMED, "deep 0.2 at sigma 2.5, shallow 1.0"),
+                                  (DEPTH_WEAKER, "deep 0.4 at sigma 2.5, shallow 0.9"))]
+    return rows
+
+
 def checks() -> list[tuple]:
     """Every row of the table, in order, as (function, its arguments after rng and sweeps)."""
     rows: list[tuple] = [(identical_groups, (noise, seeds)) for noise in NOISES for seeds in (4, 6)]
@@ -219,6 +359,7 @@ def checks() -> list[tuple]:
     rows += [(power, (noise, seeds)) for noise, seeds in
              ((PER_EXAMPLE, 6), (PER_EXAMPLE, 4), (PER_EXAMPLE, 8), (PER_EXAMPLE, 10), (RUN_LEVEL, 6))]
     rows += [(clock_ordering_alike, (seeds,)) for seeds in (4, 6)] + [(clock_ordering_power, ())]
+    rows += new_claim_checks()
     return rows
 
 

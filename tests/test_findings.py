@@ -41,11 +41,13 @@ def verdicts(world):
 
 def test_every_claim_holds_where_the_numbers_say_so():
     found = evaluate_findings(records(REMEMBERING_WORLD))
-    assert len(found) == 6
+    assert len(found) == 9
     # The sixth, forgetting follows the clocks, reads per-epoch histories these records lack
-    # (tests/test_forgetting.py decides it on synthetic histories).
+    # (tests/test_forgetting.py decides it on synthetic histories); the last three (horizon, rate, depth)
+    # have no groups here (tests/test_findings_new_claims.py).
     assert all(f.reproduced is True for f in found[:5]), [(f.claim, f.measured) for f in found]
     assert found[5].verdict == NOT_EVALUATED and found[5].measured == "no per-epoch histories in these records"
+    assert [f.verdict for f in found[6:]] == [NOT_EVALUATED] * 3
     first = found[0]
     assert "sgd b=32 30.00 pp" in first.measured and "adam 2.00 pp" in first.measured
 
@@ -60,13 +62,13 @@ def test_every_claim_fails_in_a_world_that_forgets():
         "muon": ({"opt": "muon", "batch_size": 32, "lr": 0.02}, (0.92, 0.50), (1.0, 25.0), (0.01, 0.0, 100.0)),
     }
     found = evaluate_findings(records(forgetting))
-    assert [f.reproduced for f in found] == [False] * 5 + [None], [(f.claim, f.measured) for f in found]
+    assert [f.reproduced for f in found] == [False] * 5 + [None] * 4, [(f.claim, f.measured) for f in found]
 
 
 def test_claims_without_their_groups_are_not_evaluated():
     only_sgd = {"sgd": REMEMBERING_WORLD["sgd"]}
     found = evaluate_findings(records(only_sgd))
-    assert [f.reproduced for f in found] == [None] * 6
+    assert [f.reproduced for f in found] == [None] * 9
     assert all(f.measured == "groups missing from the sweep" for f in found)
 
 
@@ -77,6 +79,7 @@ def test_forgetting_clock_is_t_adapt_for_adaptive_and_t_sgd_plus_t_l2_for_sgd():
 
 def test_with_too_few_seeds_every_claim_says_it_cannot_be_decided():
     found = evaluate_findings(records(REMEMBERING_WORLD, seeds=2))
-    assert [f.verdict for f in found] == [CANNOT_DECIDE] * 5 + [NOT_EVALUATED], [(f.claim, f.measured) for f in found]
+    assert [f.verdict for f in found] == [CANNOT_DECIDE] * 5 + [NOT_EVALUATED] * 4, [(f.claim, f.measured)
+                                                                                   for f in found]
     assert all(f.reproduced is None for f in found)
     assert "too few seeds to decide (2 < 3)" in found[0].measured

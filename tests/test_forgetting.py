@@ -217,7 +217,7 @@ def test_mechanism_clocks():
 
 
 def test_forgetting_follows_the_clocks_when_half_lives_agree_in_t_l2():
-    finding = evaluate_findings(bench.synthetic_sweep(1))[-1]
+    finding = next(f for f in evaluate_findings(bench.synthetic_sweep(1)) if f.claim.startswith("Forgetting follows"))
     assert finding.verdict == REPRODUCED, finding.measured
     assert "T_L2 family [opt=sgd,lr=0.05,l2=0.01, opt=sgd,lr=0.05,l2=0.02, opt=sgd,lr=0.1,l2=0.01]" in finding.measured
 

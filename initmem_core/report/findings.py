@@ -29,12 +29,14 @@ groups are missing is *not evaluated*, never reproduced.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, spread_difference
+from initmem_core.config import FIELDS
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, interval_around, spread_difference
 from initmem_core.report.memory import (GroupSummary, Report, build_report, interval, mean_interval,
                                         percentile_interval)
 from initmem_core.sweep.grid import group_fields, group_keys, short_group_names
@@ -109,6 +111,8 @@ class Sweep:
     baseline: _Group | None
     adaptive: list[_Group]
     sgd: list[_Group]  # plain SGD at every batch size
+    #: every group's cells, trained or not, by group key (the depth claim counts runs that never trained)
+    cells: dict[str, list[CellRecord]] = field(default_factory=dict)
 
 
 def forgetting_clock(opt: str, clock_sgd: float, clock_l2: float, clock_adapt: float) -> float:
@@ -134,9 +138,11 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
     base_batch = Counter(g.batch_size for g in groups).most_common(1)[0][0] if groups else None
     sgd = sorted((g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 == 0 and g.weight_decay == 0),
                  key=lambda g: g.batch_size)
-    baseline = next((g for g in sgd if g.batch_size == base_batch), None)
+    # Of several plain-SGD groups at that batch (rates or horizons compared), the lowest rate at the shortest horizon.
+    baseline = min((g for g in sgd if g.batch_size == base_batch),
+                   key=lambda g: (g.cells[0].config.lr, g.summary.clock_sgd), default=None)
     adaptive = [g for g in groups if g.opt in ADAPTIVE and g.batch_size == base_batch and g.l2 == 0]
-    return Sweep(report, groups, baseline, adaptive, sgd)
+    return Sweep(report, groups, baseline, adaptive, sgd, cells)
 
 
 def _spread_difference(a: _Group, b: _Group) -> tuple[str, SpreadDifference]:
@@ -178,8 +184,19 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
 
 
 def larger_batch_increases_spread(sweep: Sweep) -> Finding:
-    ends = [(sweep.sgd[-1], sweep.sgd[0])] if len(sweep.sgd) >= 2 else []
-    return _compare("A larger batch increases SGD's spread", ends, sweep.sgd)
+    """The plain-SGD groups that differ from the baseline in batch size only (same rate and
+    horizon settings): the largest batch against the smallest."""
+    base = sweep.baseline
+    same = ([g for g in sweep.sgd if _settings(g.cells[0].config, ("batch_size",))
+             == _settings(base.cells[0].config, ("batch_size",))] if base else [])
+    ends = [(same[-1], same[0])] if len({g.batch_size for g in same}) >= 2 else []
+    return _compare("A larger batch increases SGD's spread", ends, same)
+
+
+def _settings(config: Any, free: tuple[str, ...]) -> tuple:
+    """Every setting of ``config`` that tells groups apart (not execution knobs) but sigma, seed and ``free``."""
+    return tuple((name, repr(getattr(config, name))) for name, f in FIELDS.items()
+                 if f.metadata["hashed"] and name not in ("sigma", "seed", *free))
 
 
 def norm_forgetting(group: _Group) -> dict[int, float]:
@@ -343,9 +360,168 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
 CLOCK_TEXT = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
 
 
+#: Training longer: the longer horizon must be at least this many times the shorter (in steps at
+#: the same rate and batch: T_SGD), and keep at least ``KEPT_SHARE`` of the shorter one's spread.
+LONGER, KEPT_SHARE = 5.0, 0.5
+#: A larger learning rate: at least this many times the smaller one, at the same batch and horizon.
+LARGER_LR = 3.0
+
+
+def _family_ends(groups: list[_Group], free: tuple[str, ...], key: Callable[[_Group], float],
+                 ratio: float) -> list[tuple[_Group, _Group]]:
+    """Within each family of ``groups`` that differ only in ``free``: its (smallest, largest)
+    by ``key``, where the largest is at least ``ratio`` times the smallest."""
+    families: dict[tuple, list[_Group]] = {}
+    for group in groups:
+        families.setdefault(_settings(group.cells[0].config, free), []).append(group)
+    ends = []
+    for members in families.values():
+        low, high = min(members, key=key), max(members, key=key)
+        if low is not high and key(low) > 0 and key(high) >= ratio * key(low) * (1 - 1e-9):
+            ends.append((low, high))
+    return ends
+
+
+def _scaled(accuracy: dict[float, dict[int, float]], factor: float) -> dict[float, dict[int, float]]:
+    return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
+
+
+def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
+    """Plain-SGD groups that differ only in horizon (epochs or ``until``), the longest at least
+    ``LONGER`` times the shortest: the long group's debiased spread is above zero, and it has kept
+    at least ``KEPT_SHARE`` of the short group's (a non-inferiority test with a margin relative to
+    the short spread: long − KEPT_SHARE × short > 0; the cross-fitted spread scales with the
+    accuracies, so this is the spread difference of the long table and the scaled short one).
+    Reproduced when both intervals exclude zero above it; contradicted when the long group has
+    lost more than that share (the second difference below zero at the Bonferroni level)."""
+    claim = (f"Training {LONGER:g}x longer keeps low-rate SGD's memory: its debiased spread stays above zero "
+             f"and keeps at least {KEPT_SHARE:.0%} of the shorter horizon's")
+    pairs = _family_ends(sweep.sgd, ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER)
+    if not pairs:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    parts, intervals, against, too_few = [], [], [], False
+    corrected = bonferroni_level(2 * len(pairs))
+    for short, long in pairs:
+        estimate = sweep.report.estimates[long.summary.group]
+        kept = spread_difference(long.accuracy, _scaled(short.accuracy, KEPT_SHARE))
+        too_few = too_few or not estimate.decided or (not kept.decided and "too few seeds" in kept.reason)
+        horizon = f"T_SGD {short.summary.clock_sgd:.3g} → {long.summary.clock_sgd:.3g}"
+        parts.append(f"{short.label()} lr={short.cells[0].config.lr:g}, {horizon} "
+                     f"({long.summary.clock_sgd / short.summary.clock_sgd:.3g}x): "
+                     f"short {short.spread_text().split(' ', 2)[-1]}; long {long.spread_text().split(' ', 2)[-1]}"
+                     f" | long − {KEPT_SHARE:g} × short: {kept.estimate:+.2f} pp "
+                     + (interval(kept.lo, kept.hi) if kept.decided else f"(no interval: {kept.reason})"))
+        intervals += [(estimate.lo, estimate.hi), (kept.lo, kept.hi)]
+        against += [interval_around(estimate.estimate, estimate.se, estimate.df, corrected) if estimate.decided
+                    else (math.nan, math.nan), kept.interval_at(corrected)]
+    verdict = CANNOT_DECIDE if too_few else decide(intervals, against)
+    return Finding(claim, "; ".join(parts), verdict)
+
+
+def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
+    """Plain-SGD groups that differ only in learning rate (same batch, same horizon settings), the
+    largest at least ``LARGER_LR`` times the smallest: the small rate's debiased spread is above the
+    large rate's."""
+    claim = f"A larger learning rate ({LARGER_LR:g}x or more, same epochs) makes SGD forget: a smaller debiased spread"
+    pairs = _family_ends(sweep.sgd, ("lr",), lambda g: g.cells[0].config.lr, LARGER_LR)
+    if not pairs:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    differences = [spread_difference(low.accuracy, high.accuracy) for low, high in pairs]
+    parts = []
+    for (low, high), d in zip(pairs, differences):
+        shown = interval(d.lo, d.hi) if d.decided else f"(no interval: {d.reason})"
+        parts.append(f"{low.label()} lr={low.cells[0].config.lr:g} (T_SGD {low.summary.clock_sgd:.3g}) "
+                     f"{low.spread_text().split(' ', 2)[-1]}; lr={high.cells[0].config.lr:g} "
+                     f"(T_SGD {high.summary.clock_sgd:.3g}) {high.spread_text().split(' ', 2)[-1]} | "
+                     f"debiased lr={low.cells[0].config.lr:g} − lr={high.cells[0].config.lr:g}: "
+                     f"{d.estimate:+.2f} pp {shown}")
+    return Finding(claim, "; ".join(parts), decide_differences(differences))
+
+
+#: The CIFAR ResNets by depth (He et al. 2016): the depth claim compares the shallowest with the deeper.
+CIFAR_DEPTH = re.compile(r"resnet(20|32|44|56|110)$")
+
+
+def interpolation_counts(cells: list[CellRecord], sigma: float) -> tuple[int, int]:
+    """(runs that reached the interpolation threshold, runs that ran to the end or diverged) at ``sigma``:
+    a diverged run did not interpolate; a cell that failed for another reason is left out."""
+    ran = [c for c in cells if c.config.sigma == sigma and c.status == "FINISHED"]
+    return sum(1 for c in ran if c.trained and "tau_interp" in c.metrics), len(ran)
+
+
+def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, method 10) for p1 − p2 of two independent binomial
+    proportions, from each one's Wilson score interval: near its nominal coverage at small n, and
+    defined at 0/n and n/n (where a Wald interval collapses). Runs of one seed in both, if
+    correlated, only make it conservative."""
+    from scipy import stats
+
+    if min(n1, n2) == 0:
+        return math.nan, math.nan
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = stats.binomtest(k1, n1).proportion_ci(level, method="wilson")
+    l2, u2 = stats.binomtest(k2, n2).proportion_ci(level, method="wilson")
+    return p1 - p2 - math.hypot(p1 - l1, u2 - p2), p1 - p2 + math.hypot(u1 - p1, p2 - l2)
+
+
+def _plain_sgd(config: Any) -> bool:
+    return config.opt == "sgd" and config.momentum == 0 and config.l2 == 0 and config.weight_decay == 0
+
+
+def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
+    """Plain-SGD groups (the paper's bad forgetting is low-rate SGD's) that differ only in
+    architecture, among the CIFAR ResNets: for each deeper net, (a)
+    at the largest sigma the shallowest net interpolates in a larger share of its runs, and (b)
+    the deeper net itself interpolates in a larger share at the smallest sigma than at the largest
+    (the failure is one of large sigma). Each share difference has Newcombe's interval
+    (``rate_difference``); decided by the module's rule over all 2 × (deeper nets) comparisons.
+    Reads every cell, trained or not (a group that never trained still counts its runs)."""
+    claim = ("Deeper nets at the largest sigma interpolate in fewer runs than the shallowest by the same horizon, "
+             "while at the smallest sigma they do")
+    families: dict[tuple, list[list[CellRecord]]] = {}
+    for cells in sweep.cells.values():
+        config = cells[0].config
+        if CIFAR_DEPTH.match(config.arch) and _plain_sgd(config):
+            families.setdefault(_settings(cells[0].config, ("arch",)), []).append(cells)
+    depth = lambda cells: int(CIFAR_DEPTH.match(cells[0].config.arch).group(1))  # noqa: E731
+    families = {k: sorted(v, key=depth) for k, v in families.items() if len({depth(c) for c in v}) >= 2}
+    if not families:
+        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
+    comparisons = []  # (text, k1, n1, k2, n2)
+    shown = []
+    for members in families.values():
+        sigmas = sorted(set.intersection(*({c.config.sigma for c in cells} for cells in members)))
+        if len(sigmas) < 2:
+            continue
+        low, high = sigmas[0], sigmas[-1]
+        shallow = members[0]
+        s_high = interpolation_counts(shallow, high)
+        shown.append("; ".join(f"{cells[0].config.arch}: {interpolation_counts(cells, low)[0]}/"
+                               f"{interpolation_counts(cells, low)[1]} at sigma {low:g}, "
+                               f"{interpolation_counts(cells, high)[0]}/{interpolation_counts(cells, high)[1]} "
+                               f"at sigma {high:g}" for cells in members))
+        for deep in members[1:]:
+            d_low, d_high = interpolation_counts(deep, low), interpolation_counts(deep, high)
+            name, base = deep[0].config.arch, shallow[0].config.arch
+            comparisons.append((f"{base} − {name} at sigma {high:g}", *s_high, *d_high))
+            comparisons.append((f"{name} at sigma {low:g} − at {high:g}", *d_low, *d_high))
+    if not comparisons:
+        return Finding(claim, "groups missing from the sweep (no two sigmas shared)", NOT_EVALUATED)
+    corrected = bonferroni_level(len(comparisons))
+    intervals = [rate_difference(k1, n1, k2, n2) for _, k1, n1, k2, n2 in comparisons]
+    against = [rate_difference(k1, n1, k2, n2, corrected) for _, k1, n1, k2, n2 in comparisons]
+    parts = [f"{text}: {k1 / n1 - k2 / n2:+.2f} {interval(lo, hi)}" if min(n1, n2) else f"{text}: no runs"
+             for (text, k1, n1, k2, n2), (lo, hi) in zip(comparisons, intervals)]
+    measured = "runs that interpolated: " + " | ".join(shown) + " | share differences: " + "; ".join(parts)
+    if any(min(n1, n2) < MIN_SEEDS for _, _, n1, _, n2 in comparisons):
+        return Finding(claim, measured, CANNOT_DECIDE)
+    return Finding(claim, measured, decide(intervals, against))
+
+
 CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (
     sgd_remembers_more_than_adaptive, l2_shrinks_sgd_spread, larger_batch_increases_spread,
     norms_coupled_for_sgd_not_adaptive, clocks_order_spreads, forgetting_follows_the_clocks,
+    longer_training_keeps_sgd_memory, larger_lr_makes_sgd_forget, deep_nets_fail_to_interpolate,
 )
 
 
