@@ -21,8 +21,9 @@ def cells(name):
 
 
 def test_every_preset_is_listed_and_valid():
-    assert preset_names() == ["paper-batch", "paper-clocks", "paper-depth", "paper-fmnist", "paper-l2",
-                              "paper-l2-horizon", "paper-long", "paper-mini", "paper-resnet9"]
+    assert preset_names() == ["paper-batch", "paper-clocks", "paper-depth", "paper-depth-mini", "paper-fmnist",
+                              "paper-l2", "paper-l2-horizon", "paper-long", "paper-long-mini", "paper-lr-mini",
+                              "paper-mini", "paper-resnet9"]
     result = runner.invoke(app, ["presets"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for name in preset_names():
