@@ -125,17 +125,47 @@ def test_paper_l2_horizon_trains_both_groups_for_the_epochs_that_bring_l2_to_its
 
 def test_paper_scale_presets():
     resnet9 = cells("paper-resnet9")
-    assert len(resnet9) == 7 * 5 * 2
+    assert len(resnet9) == 7 * 5 * 6
     assert {c.arch for c in resnet9} == {"resnet9"} and {c.batch_size for c in resnet9} == {128}
     assert tuple(sorted({c.sigma for c in resnet9})) == PAPER_SIGMAS
     assert {(c.opt, c.momentum) for c in resnet9} == FIVE_OPTIMIZERS
     depth = cells("paper-depth")
-    assert {c.arch for c in depth} == {"resnet56", "resnet110"} and len(depth) == 2 * 7 * 5 * 2
+    assert {c.arch for c in depth} == {"resnet20", "resnet56", "resnet110"} and len(depth) == 3 * 7 * 5 * 6
     batch = cells("paper-batch")
     assert sorted({c.batch_size for c in batch}) == [16, 32, 64, 128, 256] and {c.opt for c in batch} == {"sgd"}
     assert sorted({c.l2 for c in cells("paper-l2")}) == [0.0, 1e-4, 1e-3, 1e-2]
     long = cells("paper-long")
-    assert {c.epochs for c in long} == {5000} and len(long) == 7
+    assert {c.epochs for c in long} == {100, 5000} and len(long) == 2 * 2 * 6
+
+
+def seeds_of(name):
+    return len({c.seed for c in cells(name)})
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_states_the_power_of_its_seeds(name):
+    """`presets show` prints a `# power:` statement naming the seeds the preset has, at least the
+    calibrated rule's three, and where the calibration measured it."""
+    import re
+
+    from initmem_core.sweep.presets import preset_power
+
+    power = preset_power(name)
+    assert "%" in power and ("docs/STATISTICS.md" in power or "calibration rows" in power), power
+    stated = int(re.match(r"(\d+) seeds give", power).group(1))
+    assert stated == seeds_of(name) >= 3
+    shown = runner.invoke(app, ["presets", "show", name])
+    assert "# power: " in shown.stdout
+
+
+def test_the_new_claims_digits_presets_vary_one_setting_each():
+    lr, long, depth = cells("paper-lr-mini"), cells("paper-long-mini"), cells("paper-depth-mini")
+    assert {c.lr for c in lr} == {0.01, 0.1} and {c.epochs for c in lr} == {15}
+    assert {c.epochs for c in long} == {10, 100} and {c.lr for c in long} == {0.01}
+    assert {c.arch for c in depth} == {"resnet20", "resnet56"} and 0 not in {c.seed for c in depth}  # 0: the pilot
+    for grid in (lr, long, depth):
+        assert {c.opt for c in grid} == {"sgd"} and {c.momentum for c in grid} == {0.0}
+        assert {c.sigma for c in grid} == {0.1, 2.5} and {c.data for c in grid} == {"digits"}
 
 
 @pytest.mark.parametrize("name", ["paper-mini", "paper-depth"])

@@ -39,6 +39,28 @@ def preset_description(name: str) -> str:
     return text.split(":", 1)[1].strip() if text.startswith(f"{name}:") else text
 
 
+#: The comment line that opens a preset's statement of power: what its seeds give the claim it serves.
+POWER = "# power:"
+
+
+def preset_power(name: str) -> str:
+    """The preset's statement of the power its seeds give the claim it serves (docs/STATISTICS.md's
+    calibration): its ``# power:`` comment, to the end of its sentence, as ``initmem presets show`` prints it."""
+    lines, found = [], False
+    for line in preset_text(name).splitlines():
+        if line.startswith(POWER):
+            found = True
+            line = line[len(POWER):]
+        elif not found:
+            continue
+        if not line.startswith("#") and lines:
+            break
+        lines.append(line.lstrip("# ").strip())
+        if lines[-1].endswith("."):
+            break
+    return " ".join(lines)
+
+
 def preset_spec(name: str):
     """The preset as a ``SweepSpec``, parsed exactly as ``--config`` would parse the file."""
     from initmem_core.sweep.grid import spec_from_toml
