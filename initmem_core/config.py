@@ -89,6 +89,9 @@ class RunConfig:
     train_eval_size: int = knob(0, "Clean training-set evaluation (train_acc, tau_interp) on a fixed, data-seeded subset of N examples (0: all)", EVAL, check="non-negative")
     eval_size: int = knob(0, "Keep a fixed, data-seeded subset of at most N validation and N test examples (0: all)", DATA, check="non-negative")
     interp_threshold: float = knob(0.995, "Train accuracy that counts as interpolation (tau_interp)", EVAL, check="unit-interval")
+    eval_every: int = knob(1, "Evaluate (train, val, test, metrics) every N epochs, and at the first and last: "
+                           "tau_interp and the best-validation checkpoint are then read at that resolution", EVAL,
+                           check="at-least-1", maximum=MAX_EPOCHS, hashed_when_set=True)
     # Reproducibility
     seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative", maximum=MAX_SEED)
     data_seed: int = knob(0, "Seed of the train/validation split", REPRO, check="non-negative", maximum=MAX_SEED)
@@ -98,7 +101,13 @@ class RunConfig:
     threads: int = knob(0, "CPU threads for torch (0: torch's default)", EXEC, check="non-negative", hashed=False)
     channels_last: bool = knob(False, "Channels-last memory format (faster convolutions on GPUs)", EXEC, hashed=False)
     amp: str = knob("off", "Mixed precision: off, or bf16 autocast (weights, BatchNorm and optimizer stay fp32)", EXEC, choices=("off", "bf16"))
-    compile: bool = knob(False, "torch.compile the model (compiled once per process, reused across sweep cells)", EXEC, hashed=False)
+    compile: bool = knob(False, "torch.compile the model for training and evaluation (compiled once per process and "
+                         "architecture, reused across sweep cells)", EXEC, hashed=False)
+    compile_mode: str = knob("default", "torch.compile mode with --compile: default, reduce-overhead (CUDA graphs) or "
+                             "max-autotune", EXEC, choices=("default", "reduce-overhead", "max-autotune"), hashed=False)
+    tf32: str = knob("off", "TensorFloat-32 for fp32 matmuls and convolutions on GPUs: off (true fp32, a science run's "
+                     "default) or on (faster on Ampere and newer, about 3 significant digits)", EXEC, choices=("off", "on"),
+                     hashed_when_set=True)
     loader: str = knob("device", "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)", EXEC, choices=("device", "torchvision"), hashed=False)
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
     # Checkpoints: where a killed run is resumed from (see initmem_core.training.checkpoints).
@@ -116,6 +125,8 @@ class RunConfig:
                   and not (f.metadata["hashed_when_set"] and getattr(self, f.name) == f.default)}
         if self.until:  # the target sets the epochs; --epochs only caps them
             del hashed["epochs"]
+        # How an optimizer's step is executed (one fused kernel, or one per tensor list) is not what it computes.
+        hashed["opt_arg"] = tuple(item for item in self.opt_arg if item.partition("=")[0] not in EXECUTION_OPT_ARGS)
         text = json.dumps(hashed, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -126,6 +137,10 @@ class RunConfig:
     def replace(self, **changes: Any) -> "RunConfig":
         return from_mapping({**self.to_dict(), **changes})
 
+
+#: ``--opt-arg`` keys that choose how an optimizer executes its step, not what it computes: left
+#: out of the config hash, like ``--compile`` and ``--channels-last``.
+EXECUTION_OPT_ARGS = ("foreach", "fused")
 
 #: The clocks ``--until`` may target (the names the runs log them under).
 UNTIL_CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")

@@ -38,6 +38,8 @@ def _scalar(text: str, like: Any) -> Any:
         return text.lower() in ("true", "1", "yes", "on")
     if isinstance(like, int):
         return int(text)
+    if like is None and text.lower() in ("true", "false"):  # e.g. fused=true where torch's default is None
+        return text.lower() == "true"
     if isinstance(like, float) or like is None:
         try:
             return float(text)

@@ -378,7 +378,10 @@ def find_resumable(config_hash: str, checkpoint_root: str | Path) -> ResumePoint
 
 # -- random number generators, as tensors so that weights_only loading reads them --------------
 
-def capture_rng() -> dict[str, Any]:
+def capture_rng(device: Any = None) -> dict[str, Any]:
+    """Every generator a run draws from: torch's CPU one, Python's, NumPy's, and the CUDA one of
+    the run's own ``device`` only (other GPUs of the process are not the run's, and a resume may
+    see fewer of them)."""
     import numpy
     import torch
 
@@ -390,12 +393,16 @@ def capture_rng() -> dict[str, Any]:
         "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "position": int(position),
                   "has_gauss": int(has_gauss), "cached": float(cached)},
     }
-    if torch.cuda.is_initialized():
-        captured["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+        captured["cuda"] = torch.cuda.get_rng_state(device)
     return captured
 
 
-def restore_rng(captured: dict[str, Any]) -> None:
+def restore_rng(captured: dict[str, Any], device: Any = None) -> None:
+    """Put ``capture_rng``'s generators back; the CUDA state goes to the resumed run's own
+    ``device``, whichever GPU that is (a run resumed on the CPU has no CUDA generator to set).
+    A checkpoint from before this format holds every GPU's state by index: the run's was the
+    current device's, GPU 0 of its process unless it said otherwise."""
     import numpy
     import torch
 
@@ -405,5 +412,11 @@ def restore_rng(captured: dict[str, Any]) -> None:
     state = captured["numpy"]
     numpy.random.set_state((state["kind"], state["keys"].numpy().astype("uint32"), state["position"],
                             state["has_gauss"], state["cached"]))
-    if "cuda" in captured and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(captured["cuda"])
+    cuda = captured.get("cuda")
+    if cuda is None or device is None or device.type != "cuda":
+        return
+    if isinstance(cuda, (list, tuple)):  # the earlier format: one state per visible GPU
+        if not cuda:
+            return
+        cuda = cuda[0]
+    torch.cuda.set_rng_state(cuda, device)

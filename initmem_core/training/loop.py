@@ -15,6 +15,7 @@ stopped at any step boundary and resumed computes exactly what it would have com
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
@@ -53,15 +54,18 @@ class NoProgress:
 @torch.no_grad()
 def evaluate_correct(setup: TrainingSetup, split: str) -> tuple[float, float, torch.Tensor]:
     """Mean loss, accuracy and which examples were right (a bool tensor on the device) on a
-    split, in eval mode (BatchNorm on its running statistics), unaugmented, with large batches."""
+    split, in eval mode (BatchNorm on its running statistics), unaugmented, with large batches,
+    through the model training uses: compiled, at its precision and memory format."""
     model = setup.model
+    forward, autocast = setup.forward_pass()
     was_training = model.training
     model.eval()
     loss_sum = torch.zeros((), device=setup.device)
     loader = setup.eval_loaders[split]
     right = []
     for xb, yb in loader:
-        logits = model(xb)
+        with autocast():
+            logits = forward(xb.contiguous(memory_format=setup.memory_format)).float()
         loss_sum += F.cross_entropy(logits, yb, reduction="sum")
         right.append(logits.argmax(1) == yb)
     model.train(was_training)
@@ -126,7 +130,7 @@ def run_epoch(setup: TrainingSetup, epoch: int, step: int, sums: EpochSums, cloc
     # Every force that shrinks the weights: the coupled regularizer and the optimizer's decay.
     shrink = (config.l2 if setup.regularizer is not None else 0.0) + config.weight_decay
     forward, autocast = setup.forward_pass()
-    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+    memory_format = setup.memory_format
     steps_per_epoch = len(setup.train_loader)
     lr = optimizer.param_groups[0]["lr"]
     for x, y in epoch_batches(setup.train_loader, step):
@@ -149,10 +153,23 @@ def run_epoch(setup: TrainingSetup, epoch: int, step: int, sums: EpochSums, cloc
         step += 1
         progress.advance(1)
         if guard.tripped(loss):
-            raise Diverged(epoch, "the training loss", step=(epoch - 1) * steps_per_epoch + step)
+            raise loss_diverged(guard, steps_per_epoch)
         if stop.requested and step < steps_per_epoch:
             raise EpochInterrupted(step)
     return lr
+
+
+def loss_diverged(guard: LossGuard, steps_per_epoch: int) -> Diverged:
+    """The run's first step whose loss was not finite, and its epoch (the guard may see it late)."""
+    step = guard.bad_step()
+    if step is None:
+        raise AssertionError("the loss guard tripped without a step")
+    return Diverged((step - 1) // steps_per_epoch + 1, "the training loss", step=step)
+
+
+def evaluated_at(epoch: int, config: Any) -> bool:
+    """``--eval-every N``: the evaluation points are every N-th epoch and the last (and epoch 0)."""
+    return epoch % config.eval_every == 0 or epoch == config.epochs
 
 
 # -- the whole run --------------------------------------------------------------------------
@@ -175,7 +192,6 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
     clocks = ForgettingClocks()
     history: History = []
     steps_per_epoch = len(setup.train_loader)
-    guard = LossGuard(setup.device)
 
     def record(epoch: int, batch_figures: tuple[float, float] | None, lr: float) -> None:
         row = evaluation_row(setup, epoch, history, clocks, batch_figures, lr)
@@ -197,6 +213,7 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
     else:
         (done, step), sums = restore(setup, resume_from, clocks, history)
         progress.advance(done * steps_per_epoch + step)
+    guard = LossGuard(setup.device, start=done * steps_per_epoch + step)
 
     setup.model.train()
     for epoch in range(done + 1, config.epochs + 1):
@@ -208,12 +225,15 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
             raise Stopped(stop.signum, checkpoint((epoch - 1, interrupted.step), sums, loader_state)) from None
 
         # Log the epoch: the one host sync for its training figures, after the divergence checks.
-        train_loss = sums.loss.item() / sums.seen
-        if not torch.isfinite(torch.tensor(train_loss)):
-            raise Diverged(epoch, "the training loss")
-        if not all_finite(setup.model):
-            raise Diverged(epoch, "a weight or BatchNorm statistic")
-        record(epoch, (train_loss, sums.correct.item() / sums.seen), lr)
+        if evaluated_at(epoch, config):
+            if guard.bad_step() is not None:
+                raise loss_diverged(guard, steps_per_epoch)
+            train_loss = sums.loss.item() / sums.seen
+            if not math.isfinite(train_loss):  # finite losses whose sum overflowed
+                raise Diverged(epoch, "the training loss")
+            if not all_finite(setup.model):
+                raise Diverged(epoch, "a weight or BatchNorm statistic")
+            record(epoch, (train_loss, sums.correct.item() / sums.seen), lr)
         step, sums = 0, EpochSums.zero(setup.device)
 
         # Checkpoint on schedule, at the end, and before stopping on a signal.

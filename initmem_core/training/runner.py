@@ -372,6 +372,12 @@ def _finish_checkpoint(checkpoints: CheckpointStore) -> None:
                       "a resume would start from the one before", RunWarning, stacklevel=3)
 
 
+def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict as ``final_weights.pt`` holds it: plain CPU tensors, so it loads with
+    ``torch.load(path, weights_only=True)`` on any machine, one without a GPU included."""
+    return {name: tensor.detach().cpu() for name, tensor in state.items()}
+
+
 def _log_final_artifacts(tracker: Tracker, setup) -> None:
     import torch
 
@@ -380,5 +386,5 @@ def _log_final_artifacts(tracker: Tracker, setup) -> None:
             tracker.log_text(text, name)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "final_weights.pt"
-        torch.save(setup.model.state_dict(), path)  # plain tensors: loads with weights_only=True
+        torch.save(weights_on_cpu(setup.model.state_dict()), path)
         tracker.log_artifact(path)

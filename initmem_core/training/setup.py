@@ -65,12 +65,23 @@ class TrainingSetup:
     components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
     clock_convention: str = DEFAULT_CONVENTION  # how a step maps to the clocks (training.clocks)
 
+    forward: Callable[..., torch.Tensor] | None = None  # the model, compiled with --compile (built once)
+
+    def __post_init__(self) -> None:
+        if self.forward is None:
+            self.forward = compiled(self.model, self.config)
+
     def forward_pass(self) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
-        """The model call and the autocast context the training step uses (see --compile, --amp)."""
-        forward = torch.compile(self.model) if self.config.compile else self.model
+        """The model call and the autocast context that training and evaluation both use (see
+        --compile, --amp): what is evaluated is what is trained, at the same precision."""
+        assert self.forward is not None
         if self.config.amp == "bf16":
-            return forward, lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return forward, contextlib.nullcontext
+            return self.forward, lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return self.forward, contextlib.nullcontext
+
+    @property
+    def memory_format(self) -> torch.memory_format:
+        return torch.channels_last if self.config.channels_last else torch.contiguous_format
 
     def penalized(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The trainable parameters and their W0, as matching lists (what a regularizer sees)."""
@@ -82,17 +93,66 @@ class TrainingSetup:
         return sum(p.numel() for p in self.model.parameters())
 
 
+#: What cuBLAS needs to be deterministic: a fixed workspace, read once, when CUDA first creates a
+#: cuBLAS handle in the process (so it must be set before CUDA starts, not when a run asks).
+CUBLAS_WORKSPACE = ":4096:8"
+DETERMINISTIC_CUBLAS = (":4096:8", ":16:8")
+
+
+def prepare_cuda_environment() -> None:
+    """Called before CUDA starts in a process that runs cells (``initmem run``, sweep workers):
+    a ``--deterministic`` run later in the same process then still gets a deterministic cuBLAS.
+    Costs a few MB of workspace per stream; a value the user set is left alone."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+
+
 def use_determinism(deterministic: bool, device: torch.device) -> None:
     """``--deterministic``: kernels that give the same bits on every run, where a device has a
-    choice (GPUs). The setting is process-wide, so it follows the config of each run built."""
+    choice (GPUs). The setting is process-wide, so it follows the config of each run built.
+    Otherwise cuDNN benchmarks its convolution algorithms once per shape and keeps the fastest."""
     if deterministic and device.type == "cuda":
-        # cuBLAS needs a fixed workspace to be deterministic; read when its handle is created.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        if workspace not in DETERMINISTIC_CUBLAS:
+            if torch.cuda.is_initialized():  # too late: cuBLAS read the variable when CUDA started
+                raise ConfigError(f"--deterministic on CUDA needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before "
+                                  f"CUDA starts, and this process started CUDA with {workspace or 'it unset'}; "
+                                  f"set it in the environment (export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE})")
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
     if torch.are_deterministic_algorithms_enabled() != deterministic:  # the call costs seconds
         torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.deterministic = deterministic
-    if deterministic:
-        torch.backends.cudnn.benchmark = False  # benchmarking picks kernels by timing, run to run
+    # Benchmarking picks kernels by timing, which differs run to run; on CPU it changes nothing.
+    torch.backends.cudnn.benchmark = not deterministic
+
+
+def use_precision(tf32: str) -> None:
+    """``--tf32``: both of PyTorch's fp32 flags set explicitly, since its defaults differ (cuDNN
+    convolutions default to TF32 on Ampere and newer, matmuls to IEEE fp32): off means fp32
+    everywhere. The new ``fp32_precision`` API alone, as PyTorch refuses a mix with the old one."""
+    precision = "tf32" if tf32 == "on" else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = precision
+    torch.backends.cudnn.conv.fp32_precision = precision
+    torch.backends.cudnn.rnn.fp32_precision = precision
+
+
+def use_device(device: torch.device) -> torch.device:
+    """Make a GPU the run's own: the current device of this process, so streams, events, pinned
+    memory and the CUDA RNG it reaches without naming a device are on it, not on GPU 0."""
+    if device.type == "cuda":
+        index = torch.cuda.current_device() if device.index is None else device.index
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return device
+
+
+def compiled(model: torch.nn.Module, config: RunConfig) -> Callable[..., torch.Tensor]:
+    """``--compile``: the model wrapped once per run. TorchDynamo keeps what it compiled per
+    process, keyed by the code of the architecture's forward, so a later cell of the same
+    architecture (another instance, other weights) reuses it: compiled once per process and
+    architecture, for training and for evaluation (one graph each)."""
+    if not config.compile:
+        return model
+    return torch.compile(model, mode=config.compile_mode)
 
 
 def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBundle:
@@ -113,11 +173,13 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     ``--until``, the setup's config holds the epochs the target set (``training.horizons``)."""
     from initmem_core.plugin_system import optimizer_options
 
+    prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
     config = optimizer_options.resolve(config, registry)  # a caller that skipped validate gets the declared lr
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = resolve_device(config.device)
+    device = use_device(resolve_device(config.device))
     use_determinism(config.deterministic, device)
+    use_precision(config.tf32)
     dataset = eval_subset(registry.build("dataset", config.data, config=config), config.eval_size, config.data_seed)
     if config.data_dir and dataset.reads_files is False:
         raise ConfigError(f"--data-dir: dataset {config.data} reads no files (it is generated or bundled), "

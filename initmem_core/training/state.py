@@ -72,7 +72,7 @@ def snapshot(setup: TrainingSetup, position: tuple[int, int], clocks: Forgetting
         "epoch_sums": {"loss": sums.loss, "correct": sums.correct, "seen": sums.seen},
         "loader": loader_state,
         "metrics": metric_states(setup.metrics),
-        "rng": capture_rng(),
+        "rng": capture_rng(setup.device),
     }
 
 
@@ -97,5 +97,5 @@ def restore(setup: TrainingSetup, state: dict[str, Any], clocks: ForgettingClock
         else:
             vars(metric).update(metric_state)
     sums = state["epoch_sums"]
-    restore_rng(state["rng"])
+    restore_rng(state["rng"], device)
     return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])

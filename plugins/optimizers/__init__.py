@@ -19,14 +19,17 @@ from __future__ import annotations
 from initmem_core import hookimpl
 
 _BUILTIN = "initmem_plugins.optimizers.builtin"
-_ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False}
+#: How torch's own optimizers execute a step (None: torch chooses, foreach on GPUs); a choice of
+#: speed, not of what is computed, so these options stay out of the config hash.
+_EXECUTION = {"foreach": None, "fused": None}
+_ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False, **_EXECUTION}
 
 
 @hookimpl
 def initmem_register_optimizers(register):
     register("sgd", f"{_BUILTIN}:build_sgd",
              "torch SGD; momentum 0 unless --momentum; --weight-decay is coupled (added to the gradient)",
-             defaults={"lr": 0.05, "nesterov": False, "dampening": 0.0}, clock="heavy-ball")
+             defaults={"lr": 0.05, "nesterov": False, "dampening": 0.0, **_EXECUTION}, clock="heavy-ball")
     register("adam", f"{_BUILTIN}:build_adam",
              "torch Adam; --weight-decay is coupled L2 (passes through the preconditioner)",
              defaults=_ADAM_DEFAULTS, clock="lr")

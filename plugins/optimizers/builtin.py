@@ -158,8 +158,9 @@ def _timm_name(variant: str | None) -> str:
 
 
 #: Set through initmem's own knobs (or not options at all), so never an --opt-arg.
-_NOT_OPTIONS = {"self", "params", "weight_decay", "momentum", "foreach", "maximize", "capturable",
-                "differentiable", "fused", "verbose"}
+_NOT_OPTIONS = {"self", "params", "weight_decay", "momentum", "maximize", "capturable", "differentiable", "verbose"}
+#: How a step executes, where the class takes it (None: the library chooses).
+_EXECUTION_OPTIONS = ("foreach", "fused")
 
 
 def timm_defaults(variant: str | None) -> dict:
@@ -174,6 +175,9 @@ def timm_defaults(variant: str | None) -> dict:
     for name, parameter in inspect.signature(info.opt_class.__init__).parameters.items():
         value = parameter.default
         if name in _NOT_OPTIONS or value is inspect.Parameter.empty:
+            continue
+        if name in _EXECUTION_OPTIONS and value is None:
+            defaults[name] = None
             continue
         if isinstance(value, (bool, int, float, str)) or (
                 isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)):
