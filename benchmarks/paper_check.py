@@ -60,6 +60,16 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
 
 #: Everything below this line in RESULTS.md is written by hand and kept when the page is regenerated.
 KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
+#: The page's opening table of every finding (written by hand: it draws on sweeps whose stores are
+#: gone as well as on those evaluated now) sits between these lines and is kept as it is.
+OPENING_BEGIN, OPENING_END = "<!-- findings table: begin (written by hand; paper_check.py keeps it) -->", \
+    "<!-- findings table: end -->"
+
+
+def opening_table(page: str) -> str:
+    """The page's opening table with its two marker lines, or "" when it has none."""
+    start, stop = page.find(OPENING_BEGIN), page.find(OPENING_END)
+    return page[start:stop + len(OPENING_END)] if 0 <= start < stop else ""
 
 
 def sweep_section(name: str, preset: str, findings, report, report_md: str, seconds: float | None,
@@ -91,10 +101,12 @@ Reading these numbers:
 """
 
 
-def results_markdown(sections: list[str], kept: str) -> str:
+def results_markdown(sections: list[str], kept: str, opening: str = "") -> str:
+    """The page: its title, ``opening`` (the findings table, kept as it was), the sweeps' sections
+    and the part written by hand."""
     return f"""# Results: the paper's findings at small scale
 
-One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
+{opening + chr(10) + chr(10) if opening else ""}One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
 tracking store. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
 the paper's figure, max - min over sigma of the mean over seeds, in percentage points (biased upward
 by noise); *debiased* is the cross-fitted spread with its 95% t interval, near zero for a group that
@@ -173,7 +185,7 @@ def main() -> None:
     old = page.read_text() if page.exists() else ""
     generated, _, kept = old.partition(KEPT_BELOW)
     merged = merge_sections(generated, sections)
-    page.write_text(results_markdown(merged, kept.lstrip("\n")))
+    page.write_text(results_markdown(merged, kept.lstrip("\n"), opening_table(generated)))
     console.print(f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
                   "kept from the page, and the part written by hand)")
 

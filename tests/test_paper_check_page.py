@@ -30,6 +30,19 @@ def test_regenerating_one_sweep_keeps_the_others_and_the_hand_written_part():
     assert check.results_markdown(check.merge_sections(generated, []), kept.lstrip("\n")) == again
 
 
+def test_the_opening_table_of_findings_is_kept_when_the_page_is_regenerated():
+    check = paper_check()
+    table = f"{check.OPENING_BEGIN}\n| finding | digits |\n|---|---|\n| one | reproduced |\n{check.OPENING_END}"
+    page = check.results_markdown(["## Sweep `a`\n\nold a\n"], "by hand\n", table)
+    assert page.index(table) < page.index("One section per sweep") < page.index("old a")
+    generated, _, kept = page.partition(check.KEPT_BELOW)
+    assert check.opening_table(generated) == table
+    again = check.results_markdown(check.merge_sections(generated, ["## Sweep `a`\n\nnew a\n"]), kept.lstrip("\n"),
+                                   check.opening_table(generated))
+    assert again.count(table) == 1 and "new a" in again and "old a" not in again
+    assert check.opening_table("no table here") == ""
+
+
 def test_a_preset_reads_its_data_from_the_folder_it_is_told(tmp_path):
     check = paper_check()
     plain = check.preset_to_run("paper-fmnist")
