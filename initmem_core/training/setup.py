@@ -131,8 +131,9 @@ def use_precision(tf32: str) -> None:
     everywhere. The new ``fp32_precision`` API alone, as PyTorch refuses a mix with the old one."""
     precision = "tf32" if tf32 == "on" else "ieee"
     torch.backends.cuda.matmul.fp32_precision = precision
-    torch.backends.cudnn.conv.fp32_precision = precision
-    torch.backends.cudnn.rnn.fp32_precision = precision
+    # cudnn's conv and rnn flag holders are attached at run time, so type stubs do not list them.
+    torch.backends.cudnn.conv.fp32_precision = precision  # type: ignore[attr-defined]
+    torch.backends.cudnn.rnn.fp32_precision = precision  # type: ignore[attr-defined]
 
 
 def use_device(device: torch.device) -> torch.device:
