@@ -134,3 +134,17 @@ def test_paired_initialization_in_a_run():
     assert len(kernels) == 20  # resnet20: 19 convs + the classifier
     for name in kernels:
         assert torch.equal(two.initial_params[name], 2 * one.initial_params[name]), name
+
+
+def test_cli_run_with_gpu_speed_knobs_trains_on_cpu_and_logs_its_precision(tracking_uri):
+    """What a GPU user types works on a CPU machine too, and the run records its precision."""
+    result = runner.invoke(app, ["run", *SMALL, "--amp", "bf16", "--channels-last", "--tf32", "on",
+                                 "--tracking-uri", tracking_uri])
+    assert result.exit_code == 0, result.output
+    client, runs = only_run(tracking_uri)
+    params = runs[0].data.params
+    assert runs[0].info.status == "FINISHED"
+    assert (params["tf32"], params["amp"], params["channels_last"]) == ("on", "bf16", "True")
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "test_acc")] == [0, 1, 2]
+    torch.backends.cuda.matmul.fp32_precision = "ieee"  # the run set it for this process
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
