@@ -126,7 +126,7 @@ def sweep_command(
     workers: Annotated[Optional[int], typer.Option(min=1, help="local: cells run in parallel, each in its own process; every cell uses --threads torch threads (default 1 in a sweep), so its numbers do not depend on --workers", show_default="1", rich_help_panel=EXECUTOR)] = None,
     ray_address: Annotated[Optional[str], typer.Option(help="ray: the cluster to join, auto (the one this machine is part of) or host:port", show_default="start a Ray instance on this machine", rich_help_panel=EXECUTOR)] = None,
     cpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: CPUs each cell gets; torch uses as many threads unless --threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
-    gpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: GPUs each cell gets; Ray shares a GPU between cells for a fraction (0.25: four per GPU)", show_default="0", rich_help_panel=EXECUTOR)] = None,
+    gpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: GPUs each cell gets; a fraction shares a GPU (0.25: four cells per GPU; Slurm takes 1/k and runs k cells in one task)", show_default="0", rich_help_panel=EXECUTOR)] = None,
     max_retries: Annotated[Optional[int], typer.Option(min=0, help="ray: times a cell whose worker process died is run again", show_default="3", rich_help_panel=EXECUTOR)] = None,
     slurm_partition: Annotated[Optional[str], typer.Option(help="slurm: the partition", show_default="the cluster's", rich_help_panel=EXECUTOR)] = None,
     slurm_time: Annotated[Optional[int], typer.Option(min=1, help="slurm: time limit of each cell's job, in minutes; a cell that reaches it is requeued and resumes", show_default="60", rich_help_panel=EXECUTOR)] = None,

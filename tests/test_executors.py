@@ -186,6 +186,48 @@ def test_slurm_through_submitits_local_executor_runs_a_sweep_and_requeues_a_pree
     assert events[second_start + 1] == ["advance", [4]]
 
 
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_them_together(
+        server, reference, pausing, tmp_path):
+    """--gpus-per-cell 0.5: both cells in one array task (one GPU's worth), each in its own
+    process under the task's; Slurm's warning reaches every process of the job, the task
+    requeues, and each cell finishes (the paused one from its checkpoint) as in the reference."""
+    signalled = []
+
+    def preempt(pid: int) -> None:
+        task = parent_of(pid)
+        signalled.append((pid, task, Path(f"/proc/{task}/cmdline").read_bytes(), parent_of(task)))
+        for target in (pid, task):
+            os.kill(target, signal.SIGUSR2)
+
+    killer = when_paused(pausing, preempt)
+    result = runner.invoke(app, ["sweep", *SMALL, "--opt", "pausing-sgd", "--sigma", "0.5,2", "--seed", "0",
+                                 "--name", "packed", "--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.5",
+                                 "--tracking-uri", server, "--out", str(tmp_path / "out"),
+                                 "--checkpoint-dir", str(tmp_path / "checkpoints")])
+    killer.join(timeout=1)
+    assert result.exit_code == 0, result.output
+    assert "2 cells: 2 ran, 0 skipped (ended before: finished or diverged), 0 failed" in result.output
+    assert signalled, "no cell paused, so no job was preempted"
+    [(cell_pid, task_pid, task_command, job_id)] = signalled
+    assert cell_pid != task_pid and b"submitit.core._submit" in task_command  # a cell process under the task
+    # One array task (submitit's local job, named by its controller's process id) for both cells.
+    assert [folder.name for folder in (tmp_path / "out/slurm").iterdir() if folder.name.isdigit()] == [str(job_id)]
+    runs = assert_each_cell_once_as_in_reference(server, "packed", reference, cells=2)
+    progress = {run.info.run_id: [call_args for _, *call_args in ProgressFile(
+        tmp_path / "out/slurm/progress" / f"{run.info.run_id}.jsonl").take()] for run in runs}
+    for run_id, events in progress.items():  # each cell's progress in its own file
+        assert [call for call, _ in events].count("epoch_done") >= 2, (run_id, events)
+    requeued = [run.info.run_id for run in runs if run.data.tags["initmem.attempts"] == "2"]
+    resumed = [run_id for run_id in requeued  # the paused cell resumed from its checkpoint of epoch 1
+               if (starts := [i for i, (call, _) in enumerate(progress[run_id]) if call == "start"])[1:]
+               and progress[run_id][starts[1] + 1] == ["advance", [4]]]
+    assert resumed, progress
+
+
 def ray_children() -> list[str]:
     """Ray's processes started by this process (a local instance's are its children)."""
     return [name for _, name, state, parent in processes()
@@ -255,7 +297,8 @@ def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
     (["--ray-address", "auto"], "--ray-address is for --executor ray, not local"),
     (["--executor", "ray", "--workers", "2"], "--workers is for --executor local, not ray"),
     (["--executor", "ray", "--slurm-time", "30"], "--slurm-time is for --executor slurm, not ray"),
-    (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.5"], "Slurm allocates whole GPUs"),
+    (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.3"], "Slurm allocates whole GPUs"),
+    (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "1.5"], "or 1/k of one to share it"),
     (["--executor", "slurm"], "sbatch and srun are not on this machine's PATH"),
     (["--executor", "slurm", "--slurm-local", "--slurm-option", "mem"], "--slurm-option 'mem': expected KEY=VALUE"),
     (["--executor", "dask"], "'dask' is not one of 'local', 'ray', 'slurm'"),

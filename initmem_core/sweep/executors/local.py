@@ -3,6 +3,11 @@
 With workers, this process stays the tracking store's only writer: each worker sends its
 tracker calls and progress through one queue, replayed here into the cell's child run (see
 ``initmem_core.tracking.cells``), so N workers on one SQLite file lose nothing.
+
+On a GPU machine each worker process keeps one GPU for its whole life (``placement``): worker
+``slot`` sees only GPU ``slot % GPUs``, set before it imports torch, so N workers spread evenly
+over the GPUs and N > GPUs shares each GPU between N/GPUs cells. A cell left at ``--device auto``
+runs on its worker's GPU (``cuda:0`` there).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import Job, SweepCells, replay_progress, run_cell
+from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
 
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
@@ -33,12 +39,15 @@ def pin_threads(config: RunConfig) -> RunConfig:
     return config if config.threads else config.replace(threads=CELL_THREADS)
 
 
-def for_slot(config: RunConfig, slot: int, gpus: int) -> RunConfig:
-    """GPUs round robin between parallel cells (a GPU's results do not depend on which one).
-    Only a device left at its default changes; it is not part of the config hash."""
-    if config.device == "auto" and gpus > 1:
-        return config.replace(device=f"cuda:{slot % gpus}")
-    return config
+def check_devices(cells: list, workers: int, gpus: list[str]) -> None:
+    """A pinned worker sees one GPU, as ``cuda:0``: a cell asking for ``cuda:N`` (N > 0) would
+    fail there. ``auto``, ``cuda``, ``cuda:0`` and ``cpu`` run as asked."""
+    asked = sorted({cell.config.device for cell in cells
+                    if cell.config.device.startswith("cuda:") and cell.config.device != "cuda:0"})
+    if gpus and asked:
+        raise ConfigError(f"--device {', '.join(asked)} with --workers {workers}: each worker process sees one GPU "
+                          f"of the {len(gpus)} here, as cuda:0; leave --device at auto (the workers spread over the "
+                          "GPUs), or pick a GPU with --workers 1 or CUDA_VISIBLE_DEVICES")
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -60,24 +69,19 @@ def start_manager(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def start_worker(parent_pid: int) -> None:
-    """A spawned worker starts bare: it dies with the sweep and warns in one line, as the CLI
-    does. It imports torch and the training code at once, while the sweep opens the store."""
+def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
+    """A spawned worker starts bare: it dies with the sweep, takes its GPU (``environment``,
+    before torch is imported) and warns in one line, as the CLI does. It imports torch and the
+    training code at once, while the sweep opens the store."""
+    die_with_parent(parent_pid)
+    pin_process(environment)
     from initmem_core.plugin_system.loader import one_line_warnings
 
-    die_with_parent(parent_pid)
     one_line_warnings()
     import torch  # noqa: F401  (the bulk of a cell's start-up)
 
     import initmem_core.training.loop  # noqa: F401
     import initmem_core.training.setup  # noqa: F401
-
-
-def gpus_in_worker() -> int:
-    """How many GPUs a worker sees; asked of a worker so that the sweep never imports torch."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str, uri: str,
@@ -91,7 +95,7 @@ def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str,
 
 @dataclass
 class _InFlight:
-    """A cell running in a worker: its job, which slot it holds, which pool runs it."""
+    """A cell running in a worker: its job, which slot it holds, which pool (that slot's) runs it."""
 
     job: Job
     slot: int
@@ -101,35 +105,39 @@ class _InFlight:
 class _Workers:
     """The worker processes, the queue they report through and the folder their artifact files
     are staged in. Started as soon as the sweep knows it needs them: every worker imports torch
-    and the training code (``start_worker``) while the sweep process opens the store."""
+    and the training code (``start_worker``) while the sweep process opens the store.
 
-    def __init__(self, workers: int):
+    One single-process pool per slot: the slot's worker keeps the slot's GPU (``environments``),
+    and the worker that replaces a dead one (``replace``) gets the same GPU."""
+
+    def __init__(self, workers: int, gpus: list[str]):
         from multiprocessing.managers import SyncManager
 
-        self.workers = workers
+        self.workers, self.gpus = workers, gpus
+        self.environments = worker_environments(workers, gpus)
         self.context = multiprocessing.get_context("spawn")
         self.manager = SyncManager(ctx=self.context)
         self.manager.start(start_manager, (os.getpid(),))
         self.events = self.manager.Queue()
         self.staging = tempfile.TemporaryDirectory(prefix="initmem-sweep-")
-        self.pool = self.new_pool()
-        # One task per worker makes the pool start them all now (it starts them on demand).
-        self.gpus = [self.pool.submit(gpus_in_worker) for _ in range(workers)][0]
+        self.pools = [self.new_pool(slot) for slot in range(workers)]
 
-    def new_pool(self) -> futures.ProcessPoolExecutor:
-        return futures.ProcessPoolExecutor(self.workers, mp_context=self.context, initializer=start_worker,
-                                           initargs=(os.getpid(),))
+    def new_pool(self, slot: int) -> futures.ProcessPoolExecutor:
+        pool = futures.ProcessPoolExecutor(1, mp_context=self.context, initializer=start_worker,
+                                           initargs=(os.getpid(), self.environments[slot]))
+        pool.submit(int)  # a first task makes the pool start its worker now (it starts it on demand)
+        return pool
 
-    def gpu_count(self) -> int:
-        try:
-            return self.gpus.result()
-        except futures.process.BrokenProcessPool:
-            return 0
+    def replace(self, slot: int) -> None:
+        """The slot's worker died: a new one, on the same GPU."""
+        self.pools[slot].shutdown(wait=False)
+        self.pools[slot] = self.new_pool(slot)
 
     def close(self) -> None:
         """Every cell has ended or been given up (Ctrl-C): the workers exit while the sweep
         writes its report, and die with it if it is quicker."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        for pool in self.pools:
+            pool.shutdown(wait=False, cancel_futures=True)
         self.manager.shutdown()
         self.staging.cleanup()
 
@@ -146,6 +154,13 @@ class LocalExecutor:
             raise ConfigError(f"--workers must be 1 or greater, got {workers}")
         self.workers = workers
         self._started: _Workers | None = None
+        self._gpus: list[str] | None = None
+
+    def gpus(self) -> list[str]:
+        """The GPUs the workers are spread over (counted once, without torch)."""
+        if self._gpus is None:
+            self._gpus = visible_gpus()
+        return self._gpus
 
     @staticmethod
     def pin(config: RunConfig) -> RunConfig:
@@ -155,7 +170,7 @@ class LocalExecutor:
         """Start the worker processes now, before the sweep opens the store (``run_sweep`` calls
         this when there are cells to run); ``run`` would start them otherwise."""
         if self.workers > 1 and self._started is None:
-            self._started = _Workers(self.workers)
+            self._started = _Workers(self.workers, self.gpus())
 
     def stop(self) -> None:
         """Stop workers started but never used (the sweep failed before its first cell)."""
@@ -184,10 +199,11 @@ class LocalExecutor:
 
     def _in_workers(self, cells: list, sweep: SweepCells) -> None:
         """Cells in spawned processes; this process alone writes to the store."""
+        check_devices(cells, self.workers, self.gpus())
         self.start()
         started, self._started = self._started, None
         assert started is not None
-        workers, gpus, events = self.workers, started.gpu_count(), started.events
+        workers, events = self.workers, started.events
         todo = list(cells)
         running: dict[futures.Future, _InFlight] = {}
         try:
@@ -195,11 +211,16 @@ class LocalExecutor:
                 free = sorted(set(range(workers)) - {flight.slot for flight in running.values()})
                 while todo and free:
                     cell, slot = todo.pop(0), free.pop(0)
-                    cell.config = for_slot(pin_threads(cell.config), slot, gpus)
+                    cell.config = pin_threads(cell.config)
                     job = sweep.submit(cell)
-                    future = started.pool.submit(run_cell_in_worker, cell.config, cell.run_id, events,
-                                                 started.staging.name, sweep.uri, cell.resume)
-                    running[future] = _InFlight(job, slot, started.pool)
+                    pool = started.pools[slot]
+                    try:
+                        future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, events,
+                                             started.staging.name, sweep.uri, cell.resume)
+                    except futures.process.BrokenProcessPool as broken:  # its worker died while idle
+                        future = futures.Future()
+                        future.set_exception(broken)
+                    running[future] = _InFlight(job, slot, pool)
                 # A future that is done has put all its events: drain first, then close its cell.
                 done = [f for f in running if f.done()]
                 _drain(events, {flight.job.cell.run_id: flight.job for flight in running.values()}, wait=not done)
@@ -209,9 +230,8 @@ class LocalExecutor:
                         _, error = future.result()
                     except futures.process.BrokenProcessPool as broken:  # a worker died, e.g. out of memory
                         error = f"worker process died: {broken}"
-                        if flight.pool is started.pool:
-                            started.pool.shutdown(wait=False)
-                            started.pool = started.new_pool()
+                        if flight.pool is started.pools[flight.slot]:
+                            started.replace(flight.slot)
                     sweep.close(flight.job, error)
         except KeyboardInterrupt:
             sweep.interrupt(flight.job for flight in running.values())

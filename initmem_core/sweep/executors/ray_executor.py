@@ -5,6 +5,10 @@ here for the sweep (no address). A task whose worker process died (killed, out o
 lost) is run again by Ray, up to ``max_retries`` times, into the same child run (see
 ``remote_cell``); a cell that raises is not retried: it failed. Progress comes back through a
 Ray queue, so the display is the same as with local workers.
+
+GPUs: a task that asks for some runs alone in its worker process (``max_calls=1``: Ray starts a
+new process for the next one), and sees only the GPUs Ray assigned it, so a fraction of a GPU
+(``--gpus-per-cell 0.25``) shares one GPU between four cells, each in its own process.
 """
 
 from __future__ import annotations
@@ -14,15 +18,21 @@ from typing import Any
 
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import CellTask, Job, RetriedCellProgress, SweepCells, fit_to_request, replay_progress
+from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
 
 POLL_S = 0.2
 
 
-def _ray_cell(task: CellTask, events: Any) -> tuple[str, str]:
-    """The Ray task: the cell, with its progress sent to the sweep through ``events``."""
+def _ray_cell(task: CellTask, events: Any, uses_gpus: bool = False) -> tuple[str, str]:
+    """The Ray task: the cell, with its progress sent to the sweep through ``events``. With
+    GPUs it sees those Ray assigned it and no other, set before torch starts CUDA here."""
     from initmem_core.tracking.cells import QueueProgress
 
+    if uses_gpus:
+        import ray
+
+        pin_process(process_environment([str(gpu) for gpu in ray.get_gpu_ids()]))
     return run_remote_cell(task, QueueProgress(events, task.run_id))
 
 
@@ -54,24 +64,34 @@ class RayExecutor:
             if ours:
                 ray.shutdown()
 
-    def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
+    def remote_task(self) -> Any:
+        """The cell as a Ray remote function with the cell's resource request. A GPU task runs
+        alone in its worker process (``max_calls=1``): Ray sets CUDA_VISIBLE_DEVICES before each
+        task, but CUDA reads it once per process, so a reused worker would run the next cell on
+        the last cell's GPU. ``max_calls`` is taken from ``ray.remote`` only (Ray drops it
+        from ``.options()``), so the request goes there."""
         import ray
 
-        task = ray.remote(_ray_cell)
         options = {"num_cpus": self.cpus, "num_gpus": self.gpus, "max_retries": self.max_retries,
                    "retry_exceptions": False}
         try:
-            task.options(**options)
+            ray.remote(_ray_cell).options(**options)  # Ray checks the request here
         except ValueError as error:  # e.g. a fractional GPU count above 1
             raise ConfigError(f"--cpus-per-cell/--gpus-per-cell: {error}") from None
+        return ray.remote(**options, **({"max_calls": 1} if self.gpus else {}))(_ray_cell)
+
+    def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
+        import ray
+
+        task = self.remote_task()
         jobs: dict[Any, Job] = {}
         try:
             for cell in cells:
                 cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
                 job = sweep.submit(cell, scheduled=True)
                 job.progress = job.progress and RetriedCellProgress(job.progress)
-                ref = task.options(**options, name=f"initmem {cell.config.run_name()}").remote(
-                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment), events)
+                ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
+                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment), events, self.gpus > 0)
                 jobs[ref] = job
             while jobs:
                 ready, _ = ray.wait(list(jobs), num_returns=len(jobs), timeout=POLL_S)

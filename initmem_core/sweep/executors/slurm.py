@@ -5,6 +5,11 @@ or that reaches its time limit, is requeued by submitit and resumes its cell (se
 ``remote_cell``). ``local=True`` runs the tasks as processes on this machine with submitit's
 ``LocalExecutor``: the same code path, for trying a sweep where there is no Slurm.
 
+Several cells per GPU: Slurm allocates whole GPUs, so ``gpus_per_cell=1/k`` (0.5, 0.25...)
+packs k cells into one array task that holds one GPU and k times a cell's CPUs, and runs them
+side by side, one process each (``SlurmTask``). The task waits for all k; requeued, it runs
+them all again: a cell that finished does nothing, the others resume from their checkpoints.
+
 submitit's folder (job scripts, pickles, logs) and the progress files must be on a disk that
 this machine and the compute nodes share, as is usual for a Slurm home or project folder.
 """
@@ -13,9 +18,13 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
 import re
 import shutil
+import signal
 import time
+from multiprocessing.connection import wait as wait_for
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,6 +32,7 @@ import submitit
 
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import CellTask, Job, RetriedCellProgress, SweepCells, fit_to_request, replay_progress
+from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
 
 POLL_S = 1.0
@@ -56,14 +66,90 @@ class ProgressFile:
         return [json.loads(line) for line in complete.splitlines()]
 
 
-class SlurmCell(submitit.helpers.Checkpointable):
-    """The job's callable. Checkpointable: on preemption or timeout submitit requeues it with the
-    same arguments, and the cell resumes from its own checkpoint."""
+def run_slurm_cell(task: CellTask, progress_path: str) -> tuple[str, str]:
+    from initmem_core.tracking.cells import QueueProgress
 
-    def __call__(self, task: CellTask, progress_path: str) -> tuple[str, str]:
-        from initmem_core.tracking.cells import QueueProgress
+    return run_remote_cell(task, QueueProgress(ProgressFile(progress_path), task.run_id, PROGRESS_INTERVAL_S))
 
-        return run_remote_cell(task, QueueProgress(ProgressFile(progress_path), task.run_id, PROGRESS_INTERVAL_S))
+
+def cells_per_task(gpus_per_cell: float) -> int:
+    """How many cells share one array task's GPU: k for ``1/k`` of a GPU, else 1."""
+    if 0 < gpus_per_cell < 1:
+        cells = round(1 / gpus_per_cell)
+        if abs(1 / gpus_per_cell - cells) < 0.01:
+            return cells
+    elif float(gpus_per_cell).is_integer():
+        return 1
+    raise ConfigError(f"--gpus-per-cell {gpus_per_cell:g}: Slurm allocates whole GPUs, so a cell takes a whole "
+                      "number of them, or 1/k of one to share it with k-1 others in one task "
+                      "(0.5, 0.25, 0.125...)")
+
+
+class SlurmTask(submitit.helpers.Checkpointable):
+    """An array task's callable: its cells (one, or k sharing a GPU), each result in order.
+    Checkpointable: on preemption or timeout submitit requeues it with the same arguments, and
+    each cell resumes from its own checkpoint (or, finished, does nothing).
+
+    One cell runs in this process. k cells run side by side, one spawned process each, while this
+    process (submitit's rank 0, which requeues the task when Slurm signals it) waits for them all
+    and stays alive until the last one ends, so that a signal is always handled."""
+
+    def __call__(self, tasks: list[CellTask], progress_paths: list[str]) -> list[tuple[str, str]]:
+        if len(tasks) == 1:
+            return [run_slurm_cell(tasks[0], progress_paths[0])]
+        return run_side_by_side(tasks, progress_paths)
+
+
+def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[tuple[str, str]]:
+    """Each cell in its own spawned process; a process that dies (out of memory) fails its cell
+    alone. Leaving early (submitit requeues the task: ``SystemExit``) kills them all."""
+    context = multiprocessing.get_context("spawn")
+    members = []
+    try:
+        for index, (task, path) in enumerate(zip(tasks, progress_paths)):
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_side_by_side_cell, args=(task, path, os.getpid(), send),
+                                      name=f"initmem-cell-{index}")
+            process.start()
+            send.close()
+            members.append((process, receive))
+        results: list[tuple[str, str]] = [("FAILED", "")] * len(members)
+        waiting = {receive: index for index, (_, receive) in enumerate(members)}
+        while waiting:
+            for ready in wait_for(list(waiting)):
+                index = waiting.pop(ready)
+                try:
+                    results[index] = ready.recv()
+                except EOFError:  # the process died before it could answer
+                    process = members[index][0]
+                    process.join()
+                    results[index] = ("FAILED", f"the cell's process died (exit code {process.exitcode}), "
+                                                "e.g. out of memory")
+        return results
+    finally:
+        for process, receive in members:
+            if process.is_alive():
+                process.kill()
+            process.join()
+            receive.close()
+
+
+def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, results) -> None:
+    """One of a task's k cells, in its own process: it dies with the task's process, leaves
+    Slurm's warning signals to it (Slurm signals every process of the job), and sends back its
+    (status, error)."""
+    from initmem_core.sweep.executors.local import die_with_parent
+
+    die_with_parent(parent_pid)
+    pin_process(process_environment(None))  # the task's GPUs, as Slurm set them; cuBLAS before torch
+    for number in (signal.SIGTERM, submitit.JobEnvironment._usr_sig()):
+        signal.signal(number, signal.SIG_IGN)
+    try:
+        result = run_slurm_cell(task, progress_path)
+    except Exception as error:  # e.g. the tracking server was down: the cell failed, not the task
+        result = ("FAILED", f"{type(error).__name__}: {error}")
+    results.send(result)
+    results.close()
 
 
 class SlurmExecutor:
@@ -75,20 +161,19 @@ class SlurmExecutor:
                  options: Mapping[str, str] | None = None):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or time_min < 1:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell 0 or more, --slurm-time 1 or more")
-        if not float(gpus_per_cell).is_integer():
-            raise ConfigError(f"--gpus-per-cell {gpus_per_cell:g}: Slurm allocates whole GPUs; "
-                              "fractional GPUs need --executor ray")
+        self.packed = cells_per_task(gpus_per_cell)  # cells per array task, sharing its GPU
         if not local and not (shutil.which("sbatch") and shutil.which("srun")):
             raise ConfigError("--executor slurm: sbatch and srun are not on this machine's PATH; launch the sweep "
                               "from a Slurm login node, or add --slurm-local to run the jobs here")
         self.folder, self.partition, self.time_min = Path(folder), partition, time_min
-        self.cpus, self.gpus, self.local = cpus_per_cell, int(gpus_per_cell), local
+        self.cpus, self.gpus, self.local = cpus_per_cell, gpus_per_cell, local
         self.options = dict(options or {})  # any other sbatch option: account, qos, mem, constraint...
 
     def _submitit(self, sweep_name: str) -> submitit.AutoExecutor:
         executor = submitit.AutoExecutor(self.folder / "%j", cluster="local" if self.local else "slurm")
         parameters: dict[str, Any] = {"name": re.sub(r"[^\w.-]", "_", sweep_name), "timeout_min": self.time_min,
-                                      "cpus_per_task": math.ceil(self.cpus), "gpus_per_node": self.gpus}
+                                      "cpus_per_task": math.ceil(self.cpus) * self.packed,
+                                      "gpus_per_node": math.ceil(self.gpus)}
         if self.partition:
             parameters["slurm_partition"] = self.partition
         if self.options:
@@ -109,38 +194,45 @@ class SlurmExecutor:
             job = sweep.submit(cell, scheduled=True)
             job.progress = job.progress and RetriedCellProgress(job.progress)
             waiting.append((job, ProgressFile(progress_folder / f"{cell.run_id}.jsonl")))
+        packs = [waiting[start:start + self.packed] for start in range(0, len(waiting), self.packed)]
         try:
-            with executor.batch():  # one array job for the whole sweep
-                slurm_jobs = [executor.submit(SlurmCell(), CellTask(job.cell.config, job.cell.run_id, sweep.uri,
-                                                                    sweep.experiment), str(channel.path))
-                              for job, channel in waiting]
+            with executor.batch():  # one array job for the whole sweep, one task per pack of cells
+                slurm_jobs = [executor.submit(SlurmTask(), [CellTask(job.cell.config, job.cell.run_id, sweep.uri,
+                                                                     sweep.experiment) for job, _ in pack],
+                                              [str(channel.path) for _, channel in pack])
+                              for pack in packs]
         except Exception as error:  # sbatch refused the array: no cell runs
             reason = " ".join(str(error).split())[:300]
             for job, _ in waiting:
                 sweep.close(job, f"submission failed: {reason}")
             raise ConfigError(f"Slurm did not take the sweep's array job: {reason}") from None
-        running = [(job, channel, slurm_job) for (job, channel), slurm_job in zip(waiting, slurm_jobs)]
+        running = list(zip(packs, slurm_jobs))
         try:
             while running:
                 time.sleep(POLL_S)
-                # A finished job has written all its events: replay them first, then close its cell.
-                done = [entry for entry in running if entry[2].done()]
-                for job, channel, _ in running:
-                    for _, call, args in channel.take():
-                        replay_progress(job, call, args)
+                # A finished job has written all its events: replay them first, then close its cells.
+                done = [entry for entry in running if entry[1].done()]
+                for pack, _ in running:
+                    for job, channel in pack:
+                        for _, call, args in channel.take():
+                            replay_progress(job, call, args)
                 for entry in done:
                     running.remove(entry)
-                    sweep.close(entry[0], _error_of(entry[2]))
+                    pack, slurm_job = entry
+                    for (job, _), error in zip(pack, _errors_of(slurm_job, len(pack))):
+                        sweep.close(job, error)
         except BaseException:  # Ctrl-C, or this process failing: no job should run on unwatched
-            for _, _, slurm_job in running:
+            for _, slurm_job in running:
                 slurm_job.cancel(check=False)
-            sweep.interrupt(job for job, _, _ in running)
+            sweep.interrupt(job for pack, _ in running for job, _ in pack)
             raise
 
 
-def _error_of(slurm_job: Any) -> str:
-    """'' if the job returned (its run is ended in the store), else what Slurm says and where its log is."""
+def _errors_of(slurm_job: Any, cells: int) -> list[str]:
+    """Each cell's '' if the job returned (their runs are ended in the store), else what Slurm
+    says and where its log is."""
     try:
-        return slurm_job.result()[1]
-    except Exception:  # killed (out of memory, time limit), cancelled, or failed before the cell could start
-        return f"Slurm job {slurm_job.job_id} ended without a result ({slurm_job.state}); see {slurm_job.paths.stderr}"
+        return [error for _, error in slurm_job.result()]
+    except Exception:  # killed (out of memory, time limit), cancelled, or failed before the cells could start
+        return [f"Slurm job {slurm_job.job_id} ended without a result ({slurm_job.state}); "
+                f"see {slurm_job.paths.stderr}"] * cells
