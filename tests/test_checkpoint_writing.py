@@ -114,6 +114,7 @@ def test_the_history_is_stored_as_one_table_and_comes_back_with_its_keys_and_typ
     assert history_rows(history_columns([])) == [] and history_rows(history_columns([{}])) == [{}]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_device_tensors_are_packed_into_cpu_buffers():
     state = {"w": torch.randn(4, 3, device="cuda"), "step": torch.tensor(2.0)}  # Adam keeps `step` on the CPU

@@ -251,6 +251,7 @@ def test_make_loaders_rejects_an_unknown_kind():
     assert "--loader" in str(error.value) and "device" in str(error.value)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("augment", [False, True])
 def test_cuda_batches_equal_cpu_batches(augment):
