@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -65,7 +67,9 @@ def synthetic_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, nois
                     clocks: dict[str, float] | None = None) -> list[CellRecord]:
     """One sweep: ``truths`` maps a group (a key of GROUPS) to its true accuracy (pp) per sigma.
     ``fail``: each cell fails with this probability; ``keep_at``: sigma -> seeds that train there;
-    ``clocks``: group -> the forgetting clock its cells end on (T_SGD for SGD, T_adapt otherwise)."""
+    ``clocks``: group -> the forgetting clock its cells end on (T_SGD for SGD, T_adapt otherwise).
+    Each trained cell carries its per-example record (``test_correct``), as a real run logs it: here
+    every example is equally hard, so the test set has no sampling error of its own."""
     seed_shift = rng.normal(0, noise.seed_sd, seeds)
     records = []
     for group, truth in truths.items():
@@ -73,12 +77,13 @@ def synthetic_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, nois
             for seed in range(seeds):
                 failed = rng.random() < fail or (keep_at is not None and seed >= keep_at.get(sigma, seeds))
                 p = min(max((accuracy + rng.normal(0, noise.run_sd) + seed_shift[seed]) / 100, 0.0), 1.0)
-                acc = rng.binomial(noise.n_test, p) / noise.n_test
+                correct = rng.random(noise.n_test) < p
                 clock = {} if clocks is None else {"clock_sgd": clocks[group], "clock_l2": 0.0,
                                                    "clock_adapt": clocks[group]}
                 records.append(CellRecord(RunConfig(**GROUPS[group], sigma=sigma, seed=seed),
                                           status="FAILED" if failed else "FINISHED", num_classes=10,
-                                          metrics={} if failed else {"best_val_test_acc": acc, **clock}))
+                                          metrics={} if failed else {"best_val_test_acc": float(correct.mean()), **clock},
+                                          test_correct=None if failed else correct))
     return records
 
 
@@ -94,6 +99,8 @@ class Row:
     target: str
     measured: str
     detail: str = ""
+    number: int = 0  # as printed, from 1: ``--rows`` reruns it
+    sweeps: int = 0
 
 
 def verdict_rate(rng, sweeps: int, truths, seeds: int, noise: Noise, claim: int = 0, **design) -> dict[str, float]:
@@ -347,6 +354,158 @@ def new_claim_checks() -> list[tuple]:
     return rows
 
 
+# -- A shared test set (issue 29) -------------------------------------------------------------------
+# In a real sweep every run is scored on the same test examples, and examples differ in difficulty,
+# so runs' errors overlap and the test set's own sampling error is shared by every run. The rows
+# below draw a fresh test set from a population each sweep and check the debiased spread's interval
+# against the *population* spread, and identical groups' false verdicts.
+
+@dataclass(frozen=True)
+class SharedTestSet:
+    """Every run scored on one test set of ``n_test`` examples drawn afresh from a population each
+    sweep. A run's log-odds of getting example i right is its sigma's level plus normal parts with
+    these sds: the example's ``difficulty`` (shared by every run), a part ``specific`` to the group
+    and sigma (what that model finds hard), a part of the seed and example (``seed_example``, shared
+    by every sigma and group of the seed: its data order and Z), a shift of the run (``run``) and of
+    the seed (``seed``). The level is set so that accuracy over the population of examples and seeds
+    is the truth."""
+
+    name: str
+    difficulty: float = 3.5
+    specific: float = 1.5
+    seed_example: float = 0.0
+    run: float = 0.0
+    seed: float = 0.0
+    n_test: int = 360
+
+    @property
+    def total_sd(self) -> float:
+        return math.sqrt(self.difficulty ** 2 + self.specific ** 2 + self.seed_example ** 2 + self.run ** 2
+                         + self.seed ** 2)
+
+
+#: Two mixes: per-example noise alone (two runs of one sigma share 52% of their errors, of two
+#: sigmas 38%), and one with seed-shared and run-level parts too (48% and 38%).
+SHARED_TEST_SETS = (SharedTestSet("shared test set"),
+                    SharedTestSet("shared test set, mixed", difficulty=3.5, specific=1.0, seed_example=0.6,
+                                  run=0.2, seed=0.2))
+
+
+@functools.lru_cache(maxsize=None)
+def population_level(accuracy: float, sd: float) -> float:
+    """The log-odds level whose population accuracy (pp), over a normal spread of sd ``sd``, is ``accuracy``."""
+    from scipy import optimize, special
+
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    weights = weights / weights.sum()
+    return optimize.brentq(lambda a: float((weights * special.expit(a + sd * nodes)).sum()) - accuracy / 100,
+                           -30, 30)
+
+
+def shared_test_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, model: SharedTestSet,
+                      clocks: dict[str, float] | None = None) -> list[CellRecord]:
+    """One sweep on one freshly drawn test set: ``truths`` maps a group (a key of GROUPS) to its true
+    population accuracy (pp) per sigma; every cell trains and logs its per-example record."""
+    from scipy import special
+
+    n = model.n_test
+    difficulty = rng.normal(0, model.difficulty, n)
+    seed_example = rng.normal(0, model.seed_example, (seeds, n))
+    seed_shift = rng.normal(0, model.seed, seeds)
+    records = []
+    for group, truth in truths.items():
+        for sigma, accuracy in truth.items():
+            logits = (population_level(accuracy, model.total_sd) + difficulty + rng.normal(0, model.specific, n)
+                      + seed_example + (seed_shift + rng.normal(0, model.run, seeds))[:, None])
+            right = rng.random((seeds, n)) < special.expit(logits)
+            clock = {} if clocks is None else {"clock_sgd": clocks[group], "clock_l2": 0.0, "clock_adapt": clocks[group]}
+            records += [CellRecord(RunConfig(**GROUPS[group], sigma=sigma, seed=seed), num_classes=10,
+                                   metrics={"best_val_test_acc": float(right[seed].mean()), **clock},
+                                   test_correct=right[seed]) for seed in range(seeds)]
+    return records
+
+
+#: Population truths with a 5 pp spread whose best or worst sigma has a close rival.
+SHARED_TRUTHS = {"best and runner-up 1 pp apart": (97, 96, 94, 92), "best and runner-up 2 pp apart": FIVE_PP,
+                 "a near-tied worst (0.5 pp)": (97, 95, 92.5, 92), "two tied tops": (97, 97, 94, 92)}
+
+
+def population_coverage(rng, sweeps: int, model: SharedTestSet, seeds: int, label: str) -> Row:
+    """How often the debiased interval holds the population spread; beside it, how often the
+    interval from the seeds alone (what the report gave before) would have."""
+    from initmem_core.report.inference import interval_around, satterthwaite
+
+    truth = on(SIGMAS, SHARED_TRUTHS[label])
+    held = seeds_only = 0
+    errors = []
+    for _ in range(sweeps):
+        (estimate,) = build_report(shared_test_sweep(rng, {"sgd": truth}, seeds, model)).estimates.values()
+        target = max(truth[s] for s in estimate.sigmas) - min(truth[s] for s in estimate.sigmas)
+        held += estimate.lo <= target <= estimate.hi
+        low, high = interval_around(estimate.estimate, estimate.seed_se, satterthwaite(estimate.components)[1])
+        seeds_only += low <= target <= high
+        errors.append(estimate.estimate - target)
+    return Row(f"population spread 5 pp, {label}: covered", model.name, seeds, ">= 92%", f"{held / sweeps:.1%}",
+               f"bias {np.mean(errors):+.2f} pp; the seeds-alone interval: {seeds_only / sweeps:.1%}")
+
+
+def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
+    counts: dict[str, int] = {}
+    for _ in range(sweeps):
+        verdict = evaluate_findings(shared_test_sweep(rng, IDENTICAL, seeds, model))[0].verdict
+        counts[verdict] = counts.get(verdict, 0) + 1
+    r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    return Row("identical groups (population), one test set: a verdict", model.name, seeds, "<= 6%", f"{r + c:.1%}",
+               f"reproduced {r:.1%}, contradicted {c:.1%}")
+
+
+def population_against_test_set(rng, sweeps: int, noise, seeds: int, label: str) -> Row:
+    """On the same sweeps, how often the difference of SGD's and Adam's debiased spreads excludes
+    zero with the population interval and with the seeds-alone one (records dropped). The first
+    always contains the second, so it can only decide less: this is what that costs in power, and
+    buys in false verdicts, where the test set has (shared test set) or has not (the others) an
+    error of its own."""
+    from initmem_core.report.inference import spread_difference
+    from initmem_core.report.memory import accuracy_matrix
+
+    truths = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP if label == "identical" else TWO_PP)}
+    population = seeds_only = 0
+    for _ in range(sweeps):
+        records = (shared_test_sweep(rng, truths, seeds, noise) if isinstance(noise, SharedTestSet)
+                   else synthetic_sweep(rng, truths, seeds, noise))
+        tables = [accuracy_matrix([r for r in records if r.config.opt == group]) for group in ("sgd", "adam")]
+        d = spread_difference(*tables)
+        population += d.lo > 0 or d.hi < 0
+        d = spread_difference(*(dict(t) for t in tables))  # no records: for this test set
+        seeds_only += d.lo > 0 or d.hi < 0
+    what = "identical groups: the interval excludes 0" if label == "identical" else "4 pp vs 2 pp: the interval excludes 0"
+    return Row(f"population vs seeds-alone interval, {what}", noise.name, seeds,
+               "<= 6%" if label == "identical" else "(as high as the noise allows)", f"{population / sweeps:.1%}",
+               f"seeds alone, same sweeps: {seeds_only / sweeps:.1%}")
+
+
+def shared_test_set_checks() -> list[tuple]:
+    rows: list[tuple] = [(shared_identical_groups, (model, seeds)) for model in SHARED_TEST_SETS for seeds in (4, 6)]
+    rows += [(population_coverage, (model, seeds, label)) for model in SHARED_TEST_SETS for seeds in (4, 6)
+             for label in SHARED_TRUTHS]
+    rows += [(population_against_test_set, (noise, 6, label)) for noise, label in
+             ((PER_EXAMPLE, "power"), (PER_EXAMPLE, "identical"), (RUN_LEVEL, "identical"),
+              (SHARED_TEST_SETS[1], "power"), (SHARED_TEST_SETS[1], "identical"))]
+    return rows
+
+
+def three_seed_checks() -> list[tuple]:
+    """The new claims at three seeds, the fewest the rule decides at (paper-lr-mini, paper-long-mini and
+    paper-depth-mini ran three of their six when the CPU they shared ran short): after every other row, so
+    that adding them renumbered none."""
+    rows: list[tuple] = [(longer_at_margin, (noise, 3)) for noise in (PER_EXAMPLE, RUN_LEVEL)]
+    rows += [(longer_power, (PER_EXAMPLE, 3, long, label)) for long, label in ((FIVE_PP, "all"), (KEEPS_80, "80%"))]
+    rows += [(lr_identical, (noise, 3)) for noise in (PER_EXAMPLE, RUN_LEVEL)]
+    rows += [(lr_power, (PER_EXAMPLE, 3, high, label)) for high, label in ((TWO_PP, "2 pp"), (FLAT, "0 pp"))]
+    rows += [(depth_check, (noise, 3, DEPTH_ALIKE, "all depths alike (1.0, 0.5)", True)) for noise in DEPTH_NOISES]
+    return rows
+
+
 def checks() -> list[tuple]:
     """Every row of the table, in order, as (function, its arguments after rng and sweeps)."""
     rows: list[tuple] = [(identical_groups, (noise, seeds)) for noise in NOISES for seeds in (4, 6)]
@@ -360,6 +519,8 @@ def checks() -> list[tuple]:
              ((PER_EXAMPLE, 6), (PER_EXAMPLE, 4), (PER_EXAMPLE, 8), (PER_EXAMPLE, 10), (RUN_LEVEL, 6))]
     rows += [(clock_ordering_alike, (seeds,)) for seeds in (4, 6)] + [(clock_ordering_power, ())]
     rows += new_claim_checks()
+    rows += shared_test_set_checks()
+    rows += three_seed_checks()
     return rows
 
 
@@ -377,27 +538,48 @@ def run_checks(sweeps: int, seed: int = 0, workers: int = 1, rows: set[int] | No
     done: list[Row] = []
     with concurrent.futures.ProcessPoolExecutor(workers) if workers > 1 else contextlib.nullcontext() as pool:
         for task, row in zip(tasks, pool.map(_one_row, tasks) if pool else map(_one_row, tasks)):
+            row = dataclasses.replace(row, number=task[0] + 1, sweeps=sweeps)
             done.append(row)
             log(f"{task[0] + 1:>2}. {row.check:55s} {row.noise:12s} {row.seeds:>2} seeds  {row.measured:>8s}  "
                 f"(target {row.target}) {row.detail}")
     return done
 
 
+TABLE_HEAD = ("Each row is reproduced by `python benchmarks/calibration.py --rows N --sweeps S` with N its number "
+              "and S its sweeps: every row has its own seeded draws, whatever "
+              "runs beside it, so rows measured at different times and sweep counts make one table.")
+COLUMNS = "| # | check | noise | seeds | sweeps | target | measured | detail |"
+SEPARATOR = "|" + "---|" * (COLUMNS.count("|") - 1)
+
+
+def table_line(r: Row) -> str:
+    return f"| {r.number} | {r.check} | {r.noise} | {r.seeds} | {r.sweeps} | {r.target} | {r.measured} | {r.detail} |"
+
+
 def markdown(rows: list[Row], sweeps: int, seconds: float, workers: int = 1, options: str = "") -> str:
     command = f"python benchmarks/calibration.py --sweeps {sweeps} --workers {workers}{options}"
-    lines = [f"Measured by `{command}` ({sweeps} synthetic sweeps per row, {seconds / 60:.1f} min); seeded, so the "
-             "same command prints the same table (each row has its own seeded draws, whatever the workers).", "",
-             "| check | noise | seeds | target | measured | detail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.check} | {r.noise} | {r.seeds} | {r.target} | {r.measured} | {r.detail} |" for r in rows]
+    lines = [TABLE_HEAD, f"Last measured: `{command}` ({seconds / 60:.1f} min).", "",
+             COLUMNS, SEPARATOR] + [table_line(r) for r in rows]
     return "\n".join(lines)
 
 
 BEGIN, END = "<!-- calibration table: begin -->", "<!-- calibration table: end -->"
 
 
-def write_docs(table: str, path: Path = ROOT / "docs" / "STATISTICS.md") -> None:
+def write_docs(table: str, path: Path = ROOT / "docs" / "STATISTICS.md", merge: bool = False) -> None:
+    """Replace the table in ``path``; with ``merge``, replace only the rows ``table`` holds (by
+    number), keeping the others and the order by number."""
     text = path.read_text()
     start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    if merge:
+        def numbered(lines: list[str]) -> dict[int, str]:
+            return {int(line.split("|")[1]): line for line in lines
+                    if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+
+        new_lines = table.splitlines()
+        rows = {**numbered(text[start:stop].splitlines()), **numbered(new_lines)}
+        head = [line for line in new_lines if not line.startswith("|")]
+        table = "\n".join(head + [COLUMNS, SEPARATOR] + [rows[n] for n in sorted(rows)])
     path.write_text(text[:start] + "\n" + table + "\n" + text[stop:])
 
 
@@ -407,11 +589,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="processes running rows side by side")
     parser.add_argument("--rows", type=lambda text: {int(n) for n in text.split(",")},
-                        help="only these rows, numbered from 1 as printed (e.g. 6,23); not with --write-docs")
+                        help="only these rows, numbered from 1 as printed (e.g. 6,23); with --write-docs, "
+                             "only they are replaced in the table")
     parser.add_argument("--write-docs", action="store_true", help="replace the table in docs/STATISTICS.md")
     args = parser.parse_args()
-    if args.rows and args.write_docs:
-        parser.error("--write-docs writes the whole table: leave out --rows")
     start = time.perf_counter()
     rows = run_checks(args.sweeps, args.seed, args.workers, args.rows)
     options = (f" --seed {args.seed}" if args.seed else "") + (
@@ -419,7 +600,7 @@ def main() -> None:
     table = markdown(rows, args.sweeps, time.perf_counter() - start, args.workers, options)
     print(table)
     if args.write_docs:
-        write_docs(table)
+        write_docs(table, merge=bool(args.rows))
 
 
 if __name__ == "__main__":

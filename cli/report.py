@@ -36,16 +36,18 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width,
                                 right=tuple(range(len(keys))))
     if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
-        from initmem_core.report.memory import interval
+        from initmem_core.report.memory import interval, seeds_needed_cell
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
             cells = [["–" if p.spread_diff != p.spread_diff else f"{p.spread_diff:+.2f}",
-                      p.note or interval(p.spread_diff_lo, p.spread_diff_hi), str(p.shared_sigmas),
+                      p.note or interval(p.spread_diff_lo, p.spread_diff_hi), "–" if p.note else p.interval_for,
+                      seeds_needed_cell(p), str(p.shared_sigmas),
                       f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)]]
             tables += fitted_tables(f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}",
-                                    ["debiased spread diff pp", "95% CI", "sigmas", "acc diff pp", "95% CI", "pairs"],
-                                    cells, width, keys=0, right=(0, 1, 2, 3, 4, 5))
+                                    ["debiased spread diff pp", "95% CI", "interval for", "seeds to resolve (80% power)",
+                                     "sigmas", "acc diff pp", "95% CI", "pairs"],
+                                    cells, width, keys=0, right=(0, 1, 4, 5, 6, 7))
     return tables
 
 

@@ -111,3 +111,19 @@ def test_a_calibration_row_rerun_alone_or_beside_others_draws_the_same():
     other_seed = calibration.run_checks(3, seed=1, rows={22}, log=quiet)
     assert beside[0].check.startswith("identical groups below") and beside[1] == alone[0]  # its own draws
     assert other_seed[0].detail != alone[0].detail  # and the seed is what chooses them (a mean difference)
+
+
+def test_rows_rerun_alone_replace_only_their_own_lines_in_the_docs_table(tmp_path):
+    calibration = load_calibration()
+    rows = [calibration.Row(f"check {n}", "noise", 6, "<= 6%", f"{n}.0%", number=n, sweeps=100) for n in (1, 2, 3)]
+    docs = tmp_path / "STATISTICS.md"
+    docs.write_text(f"before\n{calibration.BEGIN}\nold\n{calibration.END}\nafter\n")
+    calibration.write_docs(calibration.markdown(rows, 100, 60.0), docs)
+    again = [calibration.Row("check 2", "noise", 6, "<= 6%", "9.9%", number=2, sweeps=1000)]
+    calibration.write_docs(calibration.markdown(again, 1000, 60.0, options=" --rows 2"), docs, merge=True)
+    lines = docs.read_text().splitlines()
+    table = [line for line in lines if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert [line.split("|")[1].strip() for line in table] == ["1", "2", "3"]  # kept, in order
+    assert "| 1000 |" in table[1] and "9.9%" in table[1] and "1.0%" in table[0] and "3.0%" in table[2]
+    assert lines[0] == "before" and lines[-1] == "after" and "--rows 2" in docs.read_text()
+

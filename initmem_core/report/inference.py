@@ -36,6 +36,25 @@ simulation draws it as independent noise, as the estimate treats it.
 **Differences of two groups** are taken over the sigmas both measured; the two estimates'
 variances add (runs of the same seed in two groups, if correlated, only make this conservative).
 
+**For the population, not this test set.** Every run is scored on the same test examples, and
+examples differ in difficulty, so the test set's own sampling error is shared by every run: no seed
+varies it, and the seed-to-seed spread does not hold it. Where the runs logged which test examples
+they got right (``AccuracyTable.correct``), the estimate's per-example contrast, sum over sigma of
+its weight in the estimate times the share of that sigma's runs that got example i right, carries
+it: its variance over examples, less the part the runs' own flips put in (each sigma's per-example
+binomial variance over its runs, already counted by the seeds), divided by the number of test
+examples, is the variance of the test set's error in the estimate. It is added to the seed-based
+variance, with the degrees of freedom of a variance from that many examples (their fourth moment:
+a few hard examples carry it); a difference of two groups scored on one test set takes the
+contrast of their difference, so what the two share cancels. Without the records (older runs) the
+interval is for this test set, and says so (``interval_for``, ``scope_note``).
+
+**Seeds to resolve a difference** (``SpreadDifference.seeds_needed``): the seeds per sigma at
+which a new sweep's 95% interval would exclude zero with 80% power if the true difference were the
+observed one. The seed-based variance shrinks as 1 / seeds (each sigma's share by its own trained
+runs), the test set's part does not (more seeds never shrink it; a larger test set would), and the
+power is that of the noncentral t at the new degrees of freedom.
+
 A sigma with fewer than ``MIN_SEEDS_PER_SIGMA`` trained runs has no variance and is left out of
 the estimate, and named as such; an estimate whose best or worst sigma has fewer than ``MIN_SEEDS``
 trained runs is reported without an interval, as *too few seeds to decide*.
@@ -45,8 +64,10 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
+
+from initmem_core.tracking.correct_sets import ARTIFACT as CORRECT_ARTIFACT
 
 NAN = float("nan")
 LEVEL = 0.95
@@ -60,6 +81,25 @@ REPLICATES, SIMULATION_SEED = 2000, 0
 
 #: accuracy (pp) by sigma, then by seed; trained runs only
 Matrix = Mapping[float, Mapping[int, float]]
+#: Power a planned sweep should have to resolve a difference, and the most seeds per sigma planned.
+PLANNED_POWER, MOST_SEEDS = 0.8, 200
+POPULATION, THIS_TEST_SET = "population", "this test set"
+
+
+class AccuracyTable(dict):
+    """A ``Matrix`` (accuracy in pp by sigma, then seed) that also carries, for the runs that
+    logged them, which test examples each got right (``correct``: sigma -> seed -> bool array) and
+    which test set those are (``test_set``: any hashable, equal for two groups scored on the same
+    examples). A plain mapping has neither: its intervals are for this test set."""
+
+    def __init__(self, accuracy: Matrix = (), correct: Mapping[float, Mapping[int, Any]] | None = None,
+                 test_set: Any = None):
+        super().__init__({sigma: dict(runs) for sigma, runs in dict(accuracy).items()})
+        self.correct = {sigma: dict(runs) for sigma, runs in (correct or {}).items()}
+        self.test_set = test_set
+        #: cross_fit_spread's answers, by table, sigmas, level and number of records (a report and
+        #: its findings ask for one group's spread several times); records changed in place are not seen
+        self.memo: dict = {}
 
 
 @dataclass(frozen=True)
@@ -76,8 +116,20 @@ class SpreadEstimate:
     #: (sigma, trained runs) of sigmas left out for too few trained runs
     too_few: tuple[tuple[float, int], ...] = ()
     reason: str = ""
-    #: (weight x variance, degrees of freedom) of each sigma's share in the variance, for combining
+    #: (weight x variance, degrees of freedom) of each sigma's share in the seed-based variance
     components: tuple[tuple[float, int], ...] = field(default=(), repr=False)
+    #: the standard error from the seeds alone: what the spread would vary by on this test set
+    seed_se: float = NAN
+    #: the test set's sampling variance in the estimate (pp^2) and its degrees of freedom (nan: unmeasured)
+    test_set_var: float = NAN
+    test_set_df: float = NAN
+    interval_for: str = THIS_TEST_SET  # POPULATION when the test set's variance is in the interval
+    scope_note: str = ""  # why the interval is for this test set only
+    #: each sigma's net weight in the estimate (P(chosen best) - P(chosen worst), summed over its runs)
+    sigma_weights: tuple[float, ...] = field(default=(), repr=False)
+    #: per test example, the estimate's contrast (pp) and the runs' own flips' share of its variance
+    contrast: Any = field(default=None, repr=False, compare=False)
+    flip_variance: float = field(default=NAN, repr=False)
 
     @property
     def decided(self) -> bool:
@@ -220,7 +272,89 @@ def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None,
         return SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, kept, left_out,
                               "fewer than two sigmas with enough trained runs")
     table = as_table(accuracy, kept)
-    return _spread_of_table(table.tobytes(), table.shape, kept, left_out, level)
+    found = _spread_of_table(table.tobytes(), table.shape, kept, left_out, level)
+    if not found.decided:
+        return found
+    memo = getattr(accuracy, "memo", None)  # an AccuracyTable keeps its population intervals
+    key = (table.tobytes(), kept, level, sum(len(runs) for runs in getattr(accuracy, "correct", {}).values()))
+    if memo is not None and key in memo:
+        return memo[key]
+    found = _population(accuracy, found, level)
+    if memo is not None:
+        memo[key] = found
+    return found
+
+
+def _population(accuracy: Matrix, found: SpreadEstimate, level: float) -> SpreadEstimate:
+    """``found`` (the seed-based estimate) with the test set's sampling variance added, or with
+    a note saying why its interval is for this test set only."""
+    kept = found.sigmas
+    contrast, flips, why = example_contrast(accuracy, kept, found.sigma_weights)
+    if contrast is None:
+        return replace(found, scope_note=f"95% interval for this test set only: {why}")
+    variance, test_df = sampling_variance(contrast, flips)
+    se = math.sqrt(found.seed_se ** 2 + variance)
+    df = combined_df(found.components, found.seed_se ** 2, variance, test_df)
+    low, high = interval_around(found.estimate, se, df, level)
+    return replace(found, lo=low, hi=high, se=se, df=df, test_set_var=variance, test_set_df=test_df,
+                   interval_for=POPULATION, contrast=contrast, flip_variance=flips)
+
+
+def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple[float, ...]
+                     ) -> tuple[Any, float, str]:
+    """Per test example, 100 x sum over ``sigmas`` of weight x the share of the sigma's runs that got
+    it right (pp), and how much of its variance over examples the runs' own flips put there:
+    sum of weight^2 x (mean over examples of the unbiased binomial variance over the sigma's runs) /
+    runs. ``(None, nan, why)`` when a weighted sigma's runs did not all log their records."""
+    import numpy as np
+
+    correct = getattr(accuracy, "correct", None) or {}
+    weighted = [(s, w) for s, w in zip(sigmas, weights) if w != 0]
+    runs = sum(len(accuracy[s]) for s, _ in weighted)
+    missing = sum(1 for s, _ in weighted for seed in accuracy[s] if correct.get(s, {}).get(seed) is None)
+    if missing:
+        return None, NAN, (f"{missing} of {runs} runs logged no per-example record ({CORRECT_ARTIFACT}), so the "
+                           "test set's own sampling error is not in it")
+    lengths = {len(correct[s][seed]) for s, _ in weighted for seed in accuracy[s]}
+    if len(lengths) != 1:
+        return None, NAN, "the runs' per-example records differ in length (not one test set)"
+    contrast, flips = np.zeros(lengths.pop()), 0.0
+    for sigma, weight in weighted:
+        right = np.stack([np.asarray(correct[sigma][seed], dtype=float) for seed in accuracy[sigma]])
+        share = right.mean(0)
+        k = len(right)
+        contrast += weight * share
+        flips += weight * weight * float((share * (1 - share)).mean()) / (k - 1)  # k/(k-1) m(1-m), over k
+    return 100 * contrast, 1e4 * flips, ""
+
+
+def sampling_variance(contrast: Any, flips: float) -> tuple[float, float]:
+    """The test set's sampling variance in an estimate (pp^2) from its per-example ``contrast`` and
+    the part ``flips`` of the contrast's variance the runs' own flips put there (at least 0), and
+    the degrees of freedom of that variance: 2 x its square over the variance of the contrast's
+    sample variance, (fourth central moment - second^2) / examples."""
+    import numpy as np
+
+    n = len(contrast)
+    if n < 2:
+        return 0.0, math.inf
+    sample = float(np.var(contrast, ddof=1))
+    excess = max(sample - flips, 0.0)
+    if excess == 0:
+        return 0.0, math.inf
+    centred = contrast - np.mean(contrast)
+    second, fourth = float(np.mean(centred ** 2)), float(np.mean(centred ** 4))  # fourth >= second^2 always
+    spread = (fourth - second * second) / n
+    return excess / n, (2 * excess * excess / spread if spread > 0 else math.inf)
+
+
+def combined_df(components: tuple[tuple[float, int], ...], seed_var: float, test_var: float, test_df: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of the seed-based variance (its ``components``, rescaled
+    to sum to ``seed_var``, the variance the draws measured) plus the test set's."""
+    total = sum(part for part, _ in components)
+    scale = seed_var / total if total > 0 else 0.0
+    parts = tuple((part * scale, df) for part, df in components)
+    return satterthwaite(parts + (((test_var, test_df),) if test_var > 0 else ()))[1]
 
 
 @functools.lru_cache(maxsize=512)
@@ -231,7 +365,8 @@ def _spread_of_table(data: bytes, shape: tuple[int, int], kept: tuple[float, ...
     import numpy as np
 
     table = np.frombuffer(data, dtype=float).reshape(shape)
-    estimate = float(cross_fit(table))
+    weights_now = cross_fit_weights(table)
+    estimate = float(np.nansum(weights_now * table))  # cross_fit(table)
     means = np.nanmean(table, axis=1)
     counts = (~np.isnan(table)).sum(axis=1)
     seeds = int(min(counts[int(np.argmax(means))], counts[int(np.argmin(means))]))
@@ -245,7 +380,9 @@ def _spread_of_table(data: bytes, shape: tuple[int, int], kept: tuple[float, ...
     se = float(np.std(draws))
     df = satterthwaite(components)[1]
     low, high = interval_around(estimate, se, df, level)
-    return SpreadEstimate(estimate, low, high, se, df, seeds, kept, left_out, "", components)
+    sigma_weights = tuple(float(w) for w in weights_now.sum(-1))
+    return SpreadEstimate(estimate, low, high, se, df, seeds, kept, left_out, "", components, seed_se=se,
+                          sigma_weights=sigma_weights)
 
 
 def interval_around(estimate: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
@@ -266,36 +403,90 @@ class SpreadDifference:
     hi: float
     sigmas: tuple[float, ...]
     reason: str = ""
+    se: float = NAN
+    df: float = NAN
+    #: the seed-based variance (pp^2) and the test set's (0: none measured) behind ``se``
+    seed_var: float = NAN
+    test_set_var: float = 0.0
+    test_set_df: float = math.inf
+    interval_for: str = THIS_TEST_SET
+    scope_note: str = ""
 
     @property
     def decided(self) -> bool:
         return not math.isnan(self.lo)
 
-    @property
-    def se(self) -> float:
-        return math.hypot(self.a.se, self.b.se)
-
-    @property
-    def df(self) -> float:
-        return satterthwaite(self.a.components + self.b.components)[1]
-
     def interval_at(self, level: float) -> tuple[float, float]:
         """The interval at another level (a multiplicity-corrected one, say)."""
         if not self.decided:
             return NAN, NAN
-        return _difference_interval(self.a, self.b, self.estimate, level)
+        return interval_around(self.estimate, self.se, self.df, level)
 
+    def se_df_at(self, seeds: Any) -> tuple[Any, Any]:
+        """The standard error and degrees of freedom a sweep of ``seeds`` trained runs at every sigma
+        would have (an array of seed counts gives arrays): each sigma's share of the seed-based
+        variance scaled by its trained runs now over ``seeds``, its degrees of freedom seeds - 1;
+        the test set's share unchanged."""
+        import numpy as np
 
-def _difference_interval(a: SpreadEstimate, b: SpreadEstimate, estimate: float, level: float) -> tuple[float, float]:
-    """Independent estimates: their standard errors add in quadrature, their variances' degrees
-    of freedom combine by Welch-Satterthwaite."""
-    return interval_around(estimate, math.hypot(a.se, b.se), satterthwaite(a.components + b.components)[1], level)
+        seeds = np.asarray(seeds, dtype=float)
+        components = self.a.components + self.b.components
+        total = sum(part for part, _ in components)
+        scale = self.seed_var / total if total > 0 else 0.0
+        parts = [part * scale * (df + 1) / seeds for part, df in components]  # df + 1: its trained runs
+        variance = sum(parts) + self.test_set_var
+        denominator = sum(part * part / (seeds - 1) for part in parts)
+        if self.test_set_var > 0 and math.isfinite(self.test_set_df):
+            denominator = denominator + self.test_set_var ** 2 / self.test_set_df
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df = np.where(denominator > 0, variance * variance / denominator, np.inf)
+        return np.sqrt(variance), df
+
+    def power_at(self, seeds: Any, level: float = LEVEL) -> Any:
+        """The chance that a sweep of ``seeds`` seeds resolves this difference (its interval at
+        ``level`` excludes zero on the observed side) if the true difference is the observed one:
+        the noncentral t of effect / standard error at that sweep's degrees of freedom."""
+        import numpy as np
+        from scipy import stats
+
+        se, df = self.se_df_at(seeds)
+        df = np.minimum(df, 1e6)
+        critical = stats.t.ppf(1 - (1 - level) / 2, df)
+        return stats.nct.sf(critical, df, abs(self.estimate) / se)
+
+    def seeds_needed(self, power: float = PLANNED_POWER, most: int = MOST_SEEDS) -> tuple[int | None, str]:
+        """The fewest seeds per sigma (at least ``MIN_SEEDS``, at most ``most``) at which a new sweep
+        would resolve this difference with ``power`` if the true difference were the observed one,
+        and a sentence saying so; ``None`` and why when it is resolved, when no count up to ``most``
+        would do (the observed difference is too close to zero) or when there is nothing to plan from."""
+        import numpy as np
+
+        if self.decided and (self.lo > 0 or self.hi < 0):
+            return None, "resolved"
+        if not self.decided:
+            return None, (f"nothing to plan from ({self.reason}): run at least {MIN_SEEDS} seeds at every sigma, "
+                          "then ask again")
+        if self.estimate == 0:
+            return None, f"the observed difference is 0: no number of seeds (up to {most}) would resolve it"
+        counts = np.arange(MIN_SEEDS, most + 1)
+        reached = np.flatnonzero(self.power_at(counts) >= power)
+        if reached.size:
+            seeds = int(counts[reached[0]])
+            return seeds, (f"{seeds} seeds per sigma would resolve it with {power:.0%} power if the true difference "
+                           f"were the observed {self.estimate:+.2f} pp")
+        floor = math.sqrt(self.test_set_var)
+        why = (f"the test set's own sampling error (sd {floor:.2f} pp) is too large for it: a larger test set would help"
+               if floor > 0 and abs(self.estimate) < (1.96 + 0.84) * floor else "it is too close to zero")
+        return None, (f"not within {most} seeds: the observed difference {self.estimate:+.2f} pp "
+                      f"(standard error {self.se:.2f} pp) is too small to resolve with {power:.0%} power; {why}")
 
 
 def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDifference:
     """Cross-fitted spread of ``a`` minus that of ``b``, both over the sigmas they share (each with
-    enough trained runs in both): like is compared with like. The two estimates are independent
-    draws of noise (runs of one seed in both groups, if correlated, make the interval conservative)."""
+    enough trained runs in both): like is compared with like. The two estimates' seed-based
+    variances add (runs of one seed in both groups, if correlated, make this conservative). The
+    test set's: when both were scored on one test set, that of the difference of their per-example
+    contrasts (what they share cancels); on two test sets, the sum of each one's."""
     shared = tuple(sorted(set(measured_sigmas(a)[0]) & set(measured_sigmas(b)[0])))
     first, second = cross_fit_spread(a, shared, level), cross_fit_spread(b, shared, level)
     if len(shared) < 2:
@@ -305,4 +496,20 @@ def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDiffe
     reason = first.reason or second.reason
     if reason:
         return SpreadDifference(first, second, estimate, NAN, NAN, shared, reason)
-    return SpreadDifference(first, second, estimate, *_difference_interval(first, second, estimate, level), shared)
+    seed_var = first.seed_se ** 2 + second.seed_se ** 2
+    test_var, test_df, scope, note = 0.0, math.inf, THIS_TEST_SET, ""
+    if first.contrast is None or second.contrast is None:
+        note = first.scope_note or second.scope_note
+    elif getattr(a, "test_set", None) == getattr(b, "test_set", None) and len(first.contrast) == len(second.contrast):
+        test_var, test_df = sampling_variance(first.contrast - second.contrast, first.flip_variance + second.flip_variance)
+        scope = POPULATION
+    else:  # two test sets, sampled independently
+        test_var = first.test_set_var + second.test_set_var
+        test_df = satterthwaite(tuple((v, d) for v, d in ((first.test_set_var, first.test_set_df),
+                                                          (second.test_set_var, second.test_set_df)) if v > 0))[1]
+        scope = POPULATION
+    se = math.sqrt(seed_var + test_var)
+    df = combined_df(first.components + second.components, seed_var, test_var, test_df)
+    low, high = interval_around(estimate, se, df, level)
+    return SpreadDifference(first, second, estimate, low, high, shared, "", se, df, seed_var, test_var, test_df,
+                            scope, note)

@@ -31,9 +31,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from initmem_core.report.inference import (MIN_SEEDS_PER_SIGMA, Matrix, SpreadEstimate, cross_fit_spread,
-                                           mean_interval,
-                                           spread_difference)
+from initmem_core.report.inference import (MIN_SEEDS_PER_SIGMA, THIS_TEST_SET, AccuracyTable, Matrix,
+                                           SpreadEstimate, cross_fit_spread, mean_interval, spread_difference)
 from initmem_core.sweep.grid import group_fields, group_keys, metric_suffix
 from initmem_core.tracking.records import CellRecord
 
@@ -87,6 +86,9 @@ class GroupSummary:
     debiased_spread_hi: float = NAN
     #: why the debiased spread has no interval, and the sigmas left out for too few trained runs
     debiased_note: str = ""
+    #: what its interval is for: "population" (the test set's sampling error included, from the
+    #: runs' per-example records) or "this test set" (records missing: see debiased_note)
+    debiased_interval_for: str = THIS_TEST_SET
 
 
 @dataclass
@@ -106,6 +108,13 @@ class PairedDifference:
     pairs: int
     shared_sigmas: int = 0  # the sigmas the spreads were compared over
     note: str = ""  # why the spread difference has no interval
+    #: what the spread difference's interval is for: "population" or "this test set" (and why)
+    interval_for: str = THIS_TEST_SET
+    scope_note: str = ""
+    #: unresolved: the seeds per sigma at which a new sweep would resolve it with 80% power if the
+    #: true difference were the observed one (None: resolved, or no count up to 200 would; see the note)
+    seeds_needed: int | None = None
+    seeds_needed_note: str = ""
 
 
 @dataclass
@@ -184,14 +193,20 @@ def _accuracy(cell: CellRecord) -> float:
     return 100 * cell.metrics["best_val_test_acc"]
 
 
-def accuracy_matrix(cells: Iterable[CellRecord], metric: str = "best_val_test_acc") -> dict[float, dict[int, float]]:
+def accuracy_matrix(cells: Iterable[CellRecord], metric: str = "best_val_test_acc") -> AccuracyTable:
     """Accuracy (pp) by sigma and seed of the trained cells that logged ``metric``: what the
-    spread is estimated from. A failed cell is simply absent."""
+    spread is estimated from. A failed cell is simply absent. It carries the cells' per-example
+    records (which test examples each got right, where logged) and which test set they score."""
     table: dict[float, dict[int, float]] = {}
+    correct: dict[float, dict[int, Any]] = {}
+    test_sets = set()
     for cell in cells:
         if cell.trained and metric in cell.metrics:
             table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[metric]
-    return table
+            test_sets.add((cell.config.data, cell.config.data_seed, cell.config.eval_size))
+            if cell.test_correct is not None:
+                correct.setdefault(cell.config.sigma, {})[cell.config.seed] = cell.test_correct
+    return AccuracyTable(table, correct, test_sets.pop() if len(test_sets) == 1 else None)
 
 
 def resampled_spreads(accuracy: Matrix, replicates: int = REPLICATES, seed: int = BOOTSTRAP_SEED) -> Any:
@@ -209,10 +224,11 @@ def resampled_spreads(accuracy: Matrix, replicates: int = REPLICATES, seed: int 
 
 
 def debiased_note(estimate: SpreadEstimate) -> str:
-    """What a reader needs to know about a cross-fitted spread: sigmas left out, no interval."""
+    """What a reader needs to know about a cross-fitted spread: sigmas left out, no interval, an
+    interval for this test set only."""
     parts = [f"sigma {s:g}: {n} trained run{'s' * (n != 1)}, fewer than {MIN_SEEDS_PER_SIGMA}, left out"
              for s, n in estimate.too_few]
-    return "; ".join(parts + ([estimate.reason] if estimate.reason else []))
+    return "; ".join(parts + [text for text in (estimate.reason, estimate.scope_note) if text])
 
 
 def _paired(a: GroupSummary, b: GroupSummary, cells_a: list[CellRecord], cells_b: list[CellRecord],
@@ -222,8 +238,10 @@ def _paired(a: GroupSummary, b: GroupSummary, cells_a: list[CellRecord], cells_b
               if c.trained and "best_val_test_acc" in c.metrics}
     diffs = [_accuracy(c) - theirs[(c.config.sigma, c.config.seed)] for c in cells_a
              if c.trained and "best_val_test_acc" in c.metrics and (c.config.sigma, c.config.seed) in theirs]
+    needed, why = difference.seeds_needed()
     return PairedDifference(a.group, b.group, difference.estimate, difference.lo, difference.hi,
-                            _mean(diffs), *mean_interval(diffs), len(diffs), len(difference.sigmas), difference.reason)
+                            _mean(diffs), *mean_interval(diffs), len(diffs), len(difference.sigmas), difference.reason,
+                            difference.interval_for, difference.scope_note, needed, "" if why == "resolved" else why)
 
 
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
@@ -261,7 +279,7 @@ def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy
         group=group,
         spread=spread, spread_lo=low, spread_hi=high, did_not_train=stuck,
         debiased_spread=estimate.estimate, debiased_spread_lo=estimate.lo, debiased_spread_hi=estimate.hi,
-        debiased_note=debiased_note(estimate),
+        debiased_note=debiased_note(estimate), debiased_interval_for=estimate.interval_for,
         best_acc=best.test_acc if best else NAN,
         best_sigma=best.sigma if best else NAN,
         worst_sigma=worst.sigma if worst else NAN,
@@ -371,10 +389,19 @@ def debiased_cell(g: GroupSummary) -> str:
 SPREADS_EXPLAINED = (
     "Spread: the paper's figure, max − min over sigma of the mean test accuracy at the best-validation "
     "checkpoint, in percentage points, with a 95% interval that resamples each sigma's trained runs. It is "
-    "biased upward by noise (a group that remembers nothing still shows a spread). Debiased: the cross-fitted "
-    "spread (best and worst sigma chosen on the other runs, their gap measured on runs held out of that "
-    "choice), with its 95% t interval; it is near zero for a group that does not remember, and it is what groups are "
-    "compared by (docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread.")
+    "biased upward by noise (a group that remembers nothing still shows a spread); that interval is for this test "
+    "set. Debiased: the cross-fitted spread (best and worst sigma chosen on the other runs, their gap measured on runs "
+    "held out of that choice), with its 95% t interval for the population of examples (the test set's own sampling "
+    "error included, from the runs' per-example records; for this test set only where a note says they are missing); "
+    "it is near zero for a group that does not remember, and it is what groups are compared by "
+    "(docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread.")
+
+
+def seeds_needed_cell(p: PairedDifference) -> str:
+    """What a paired difference needs next: resolved ("–"), a seed count, or why no count would do."""
+    if p.seeds_needed is not None:
+        return f"{p.seeds_needed} seeds"
+    return p.seeds_needed_note or "–"
 
 
 def to_markdown(report: Report, title: str = "Initialization memory") -> str:
@@ -392,15 +419,22 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
         lines += ["", *notes]
     if report.pairs:
         lines += ["", "## Paired differences (a − b)", "",
-                  "Debiased spread difference over the sigmas both groups measured, with its 95% t interval; "
-                  "accuracy difference averaged over cells of equal sigma and seed, with its t interval over those "
-                  "pairs.", ""]
+                  "Debiased spread difference over the sigmas both groups measured, with its 95% t interval (for "
+                  "the population, or for this test set where the per-example records are missing) and, when it is not "
+                  "resolved, the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference "
+                  "were the observed one; accuracy difference averaged over cells of equal sigma and seed, with its t "
+                  "interval over those pairs (this test set).", ""]
         lines += _markdown_table(
-            ["a", "b", "spread diff pp", "95% CI", "sigmas", "acc diff pp", "95% CI", "pairs"],
+            ["a", "b", "spread diff pp", "95% CI", "interval for", "seeds to resolve", "sigmas", "acc diff pp",
+             "95% CI", "pairs"],
             [[p.a, p.b, "–" if math.isnan(p.spread_diff) else f"{p.spread_diff:+.2f}",
-              interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"– ({p.note})", str(p.shared_sigmas),
+              interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"– ({p.note})",
+              "–" if p.note else p.interval_for, seeds_needed_cell(p), str(p.shared_sigmas),
               "–" if math.isnan(p.acc_diff) else f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi),
               str(p.pairs)] for p in report.pairs])
+        scoped = [f"- `{p.a}` − `{p.b}`: {p.scope_note}" for p in report.pairs if p.scope_note]
+        if scoped:
+            lines += ["", *scoped]
     lines += ["", "## Per sigma", ""]
     lines += _markdown_table([h for _, h, _ in TABLE_COLUMNS],
                              [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)])

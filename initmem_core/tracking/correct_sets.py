@@ -1,8 +1,8 @@
 """Which test examples a run got right at its selected checkpoint, as a small text artifact.
 
 One bit per test example (``numpy.packbits``), zlib-compressed, base64 in JSON: 10,000 test
-images take about 1.5 kB. The report resamples test examples from these (a bootstrap over the
-test set) without retraining anything.
+images take about 1.5 kB. From these the report adds the test set's own sampling error to its
+intervals (report/inference.py: intervals for the population, not only for this test set).
 """
 
 from __future__ import annotations

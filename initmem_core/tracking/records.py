@@ -172,7 +172,7 @@ def _test_correct(client, run):
         with tempfile.TemporaryDirectory() as folder:
             path = client.download_artifacts(run.info.run_id, ARTIFACT, folder)
             return decode(Path(path).read_text())
-    except Exception:  # absent: the report then resamples seeds only
+    except Exception:  # absent: the report's intervals are then for this test set only
         return None
     finally:
         if previous is None:

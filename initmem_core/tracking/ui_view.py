@@ -141,7 +141,7 @@ def radial_half_life_text(report: Any, group: str) -> str:
 def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
     """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
     the prepared view and to the report's plots. Links are relative: they work on any host."""
-    from initmem_core.report.memory import debiased_cell
+    from initmem_core.report.memory import debiased_cell, interval, seeds_needed_cell
 
     lines = [f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
              "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
@@ -156,6 +156,15 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
                      f"{'–' if math.isnan(g.best_sigma) else f'{g.best_sigma:g}'} | "
                      f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} | "
                      f"{radial_half_life_text(report, g.group)} |")
+    unresolved = [p for p in getattr(report, "pairs", []) if p.seeds_needed is not None or p.seeds_needed_note]
+    if unresolved:
+        lines += ["", "Not resolved at this scale (debiased spread difference a − b, 95% interval for "
+                  f"{'the population' if all(p.interval_for == 'population' for p in unresolved) else 'this test set'}): "
+                  "the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference were the "
+                  "observed one.", "", "| a − b | difference pp [95% interval] | next step |", "|---|---|---|"]
+        lines += [f"| {p.a} − {p.b} | {'–' if math.isnan(p.spread_diff) else f'{p.spread_diff:+.2f}'} "
+                  f"{interval(p.spread_diff_lo, p.spread_diff_hi)} | "
+                  f"{seeds_needed_cell(p)} |" for p in unresolved]
     lines += ["", f"[Compare the cells (prepared view)]({view_url('', experiment_id, key)}) · "
               f"[its chart of accuracy against sigma]({view_url('', experiment_id, key, charts=True)})", "",
               "Report: " + " · ".join(f"[{plot}]({artifact_url('', experiment_id, parent_run_id, 'report/' + plot)})"

@@ -12,7 +12,8 @@ class BestValidationSelection:
     """The paper selects the checkpoint with the lowest validation loss.
 
     It also keeps which test examples were right at that checkpoint (on the device, no sync) and
-    logs them as ``test_correct.json``, from which the report bootstraps over test examples.
+    logs them as ``test_correct.json``, from which the report adds the test set's own sampling error
+    to its intervals (intervals for the population, report/inference.py).
     """
 
     def __init__(self) -> None:
