@@ -172,6 +172,9 @@ def sweep_command(
 
     where = f"{workers or 1} worker(s)" if executor.name == "local" else f"executor {executor.name}"
     console.print(f"{len(plan.cells)} cells, {where}")
+    from .entry import handled_from_here
+
+    handled_from_here()  # a Ctrl-C from here on stops the cells and marks them KILLED
     try:
         with SweepDisplay(console) as display:
             result = run_sweep(plan, executor=executor, tracking_uri=tracking_uri, experiment=experiment,

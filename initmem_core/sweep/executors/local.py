@@ -16,18 +16,19 @@ import concurrent.futures as futures
 import ctypes
 import multiprocessing
 import os
+import pickle
 import queue as queues
 import signal
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.sweep.executors.base import Job, SweepCells, replay_progress, run_cell
 from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
+from initmem_core.sweep.scratch import ScratchFolder
 
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
@@ -74,6 +75,9 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
     before torch is imported) and warns in one line, as the CLI does. It imports torch and the
     training code at once, while the sweep opens the store."""
     die_with_parent(parent_pid)
+    # Ctrl-C reaches the whole terminal group: it is the sweep's to handle (a cell's run still
+    # stops on it, with StopSignals); a worker still importing torch would print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_process(environment)
     from initmem_core.plugin_system.loader import one_line_warnings
 
@@ -86,9 +90,16 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
 
 def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str, uri: str,
                        resume: bool = False) -> tuple[str, str]:
-    """A worker's task: run one cell, tracking through the queue. Returns (status, error)."""
+    """A worker's task: run one cell, tracking through the queue. Returns (status, error).
+    ``queue`` may come pickled (bytes): rebuilt here, a queue whose manager died is said so, where
+    rebuilding it as the task's arguments are read would end the worker with a traceback."""
     from initmem_core.tracking.cells import QueueProgress, QueueTracker
 
+    if isinstance(queue, bytes):
+        try:
+            queue = pickle.loads(queue)  # connects to the queue's manager process
+        except (EOFError, ConnectionError) as gone:
+            return "FAILED", f"the sweep's queue process is gone: {gone}"
     return run_cell(config, tracker=QueueTracker(queue, run_id, staging, uri), progress=QueueProgress(queue, run_id),
                     resume=resume)
 
@@ -116,10 +127,18 @@ class _Workers:
         self.workers, self.gpus = workers, gpus
         self.environments = worker_environments(workers, gpus)
         self.context = multiprocessing.get_context("spawn")
-        self.manager = SyncManager(ctx=self.context)
-        self.manager.start(start_manager, (os.getpid(),))
-        self.events = self.manager.Queue()
-        self.staging = tempfile.TemporaryDirectory(prefix="initmem-sweep-")
+        # First: the manager listens in it, and a killed sweep's is removed by the next (sweep.scratch).
+        self.staging = ScratchFolder()
+        self.manager = SyncManager(address=self.staging.socket, ctx=self.context)
+        try:
+            self.manager.start(start_manager, (os.getpid(),))
+            self.events = self.manager.Queue()
+        except (EOFError, ConnectionError):  # killed as it started
+            self._end_manager()
+            raise InitmemError(QUEUE_GONE) from None
+        except KeyboardInterrupt:  # ended before it answers: it would write to a pipe nobody reads
+            self._end_manager()
+            raise
         self.pools = [self.new_pool(slot) for slot in range(workers)]
 
     def new_pool(self, slot: int) -> futures.ProcessPoolExecutor:
@@ -132,6 +151,17 @@ class _Workers:
         """The slot's worker died: a new one, on the same GPU."""
         self.pools[slot].shutdown(wait=False)
         self.pools[slot] = self.new_pool(slot)
+
+    def _end_manager(self) -> None:
+        process = getattr(self.manager, "_process", None)
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+        self.staging.cleanup()
+
+    def queue_alive(self) -> bool:
+        process = getattr(self.manager, "_process", None)
+        return process is None or process.is_alive()
 
     def close(self) -> None:
         """Every cell has ended or been given up (Ctrl-C): the workers exit while the sweep
@@ -204,6 +234,7 @@ class LocalExecutor:
         started, self._started = self._started, None
         assert started is not None
         workers, events = self.workers, started.events
+        queue = pickle.dumps(events)  # rebuilt by each task (run_cell_in_worker)
         todo = list(cells)
         running: dict[futures.Future, _InFlight] = {}
         try:
@@ -215,7 +246,7 @@ class LocalExecutor:
                     job = sweep.submit(cell)
                     pool = started.pools[slot]
                     try:
-                        future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, events,
+                        future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, queue,
                                              started.staging.name, sweep.uri, cell.resume)
                     except futures.process.BrokenProcessPool as broken:  # its worker died while idle
                         future = futures.Future()
@@ -223,6 +254,8 @@ class LocalExecutor:
                     running[future] = _InFlight(job, slot, pool)
                 # A future that is done has put all its events: drain first, then close its cell.
                 done = [f for f in running if f.done()]
+                if done and not started.queue_alive():  # what the cells put since is lost: resume them
+                    raise QueueGone()
                 _drain(events, {flight.job.cell.run_id: flight.job for flight in running.values()}, wait=not done)
                 for future in done:
                     flight = running.pop(future)
@@ -236,8 +269,26 @@ class LocalExecutor:
         except KeyboardInterrupt:
             sweep.interrupt(flight.job for flight in running.values())
             raise
+        except QueueGone:
+            sweep.interrupt(flight.job for flight in running.values())
+            raise InitmemError(QUEUE_GONE) from None
         finally:
             started.close()
+
+
+QUEUE_GONE = ("the sweep's queue process, which carries its workers' tracking, died (killed, or out of memory); "
+              "its running cells were stopped: launch the sweep again to resume them")
+
+
+class QueueGone(Exception):
+    """The queue's manager process died: nothing more reaches the sweep from its workers."""
+
+
+def _next_event(events, wait: bool) -> Any:
+    try:
+        return events.get(timeout=0.2) if wait else events.get_nowait()
+    except (EOFError, ConnectionError) as gone:  # its manager is gone
+        raise QueueGone() from gone
 
 
 def _drain(events, jobs: dict[str, Job], wait: bool) -> None:
@@ -245,7 +296,7 @@ def _drain(events, jobs: dict[str, Job], wait: bool) -> None:
     from initmem_core.tracking.cells import TRACKER_CALLS
 
     try:
-        event = events.get(timeout=0.2) if wait else events.get_nowait()
+        event = _next_event(events, wait)
         while True:
             run_id, call, args = event
             job = jobs[run_id]
@@ -255,6 +306,6 @@ def _drain(events, jobs: dict[str, Job], wait: bool) -> None:
                     Path(args[0]).unlink()
             else:
                 replay_progress(job, call, args)
-            event = events.get_nowait()
+            event = _next_event(events, wait=False)
     except queues.Empty:
         return

@@ -1,0 +1,136 @@
+"""benchmarks/chaos.py (issue 30): its schedule is the seed's, its checks catch what they claim, and
+a short seeded run around a real sweep and server ends matching its twin (slow)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHAOS = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
+
+
+def load_chaos():
+    """benchmarks/chaos.py, which is not a package's module."""
+    spec = importlib.util.spec_from_file_location("chaos", CHAOS)
+    chaos = importlib.util.module_from_spec(spec)
+    sys.modules["chaos"] = chaos  # its dataclasses look their module up
+    spec.loader.exec_module(chaos)
+    return chaos
+
+
+def test_the_fault_schedule_is_the_seeds_and_brings_every_kind_as_often():
+    chaos = load_chaos()
+
+    def first(seed, count=28):
+        faults = chaos.schedule(seed, mean_gap_s=8.0)
+        return [next(faults) for _ in range(count)]
+
+    assert first(7) == first(7)  # a failing seed replays the same faults
+    assert first(7) != first(8)
+    faults = first(7)
+    for start in range(0, 28, 7):  # every block of seven holds each kind once
+        assert sorted(f.kind for f in faults[start:start + 7]) == sorted(chaos.KINDS)
+    assert all(0.2 * 8 <= f.delay <= 1.8 * 8 and 1.0 <= f.duration <= 6.0 and 0 <= f.pick < 1 for f in faults)
+
+
+def twin_state():
+    history = {"test_acc": [(0, (0.25).hex()), (1, (0.5).hex())], "train_loss": [(1, (1.5).hex())]}
+    cell = {"statuses": ["FINISHED"], "histories": history, "name": "resnet20-sgd-s0.5-seed0",
+            "artifacts": {"config.json": "abc"}}
+    return {"parents": ["FINISHED"], "cells": {"h1": cell}, "failed_attempts": 0,
+            "parent_metrics": {"spread_x": [(0, (27.5).hex())]}, "report": {"report.csv": ["a,b", "1,2"]}}
+
+
+def test_the_end_state_check_passes_the_twin_and_names_each_difference():
+    import copy
+
+    chaos = load_chaos()
+    twin = twin_state()
+    assert chaos.compare(copy.deepcopy(twin), twin) == []
+
+    def changed(edit):
+        state = copy.deepcopy(twin)
+        edit(state)
+        return chaos.compare(state, twin)
+
+    one_bit = (0.5).hex().replace("0p-1", "1p-1")  # 0.5 + 2**-53: the next float up
+    assert float.fromhex(one_bit) != 0.5
+    said = changed(lambda s: s["cells"]["h1"]["histories"].__setitem__("test_acc", [(0, (0.25).hex()), (1, one_bit)]))
+    assert len(said) == 1 and "metric test_acc differs" in said[0]
+    said = changed(lambda s: s["cells"]["h1"]["histories"]["test_acc"].append((1, (0.5).hex())))  # a step written twice
+    assert len(said) == 1 and "3 values vs 2" in said[0]
+    said = changed(lambda s: s["cells"]["h1"]["statuses"].append("FINISHED"))
+    assert "want exactly one FINISHED" in said[0]
+    said = changed(lambda s: s["cells"]["h1"]["statuses"].append("RUNNING"))
+    assert "want exactly one FINISHED" in said[0]
+    assert changed(lambda s: s["cells"]["h1"]["statuses"].insert(0, "FAILED")) == []  # a dead worker's attempt
+    said = changed(lambda s: s["cells"].__setitem__("h2", {"statuses": ["FINISHED"], "histories": None}))
+    assert "outside the grid" in said[0]
+    said = changed(lambda s: s["cells"].pop("h1"))
+    assert "no run" in said[0]
+    said = changed(lambda s: s["cells"]["h1"]["artifacts"].__setitem__("config.json", "abd"))
+    assert "artifacts differ" in said[0]
+    said = changed(lambda s: s["parent_metrics"].__setitem__("spread_x", [(0, (27.0).hex())]))
+    assert "parent metric spread_x" in said[0]
+    said = changed(lambda s: s["report"].__setitem__("report.csv", ["a,b", "1,3"]))
+    assert "report/report.csv differs" in said[0]
+    assert "parent runs" in changed(lambda s: s.__setitem__("parents", ["FINISHED", "RUNNING"]))[0]
+
+
+def test_an_ending_that_is_not_one_clear_line_is_named():
+    chaos = load_chaos()
+    assert chaos.unclear_ending(2, "sweep x\nError: the store cannot be reached\n") == []
+    assert chaos.unclear_ending(130, "sweep x\nError: interrupted; launch it again\n") == []
+    assert chaos.unclear_ending(0, "4 cells: 4 ran\n") == []
+    assert "printed a traceback" in chaos.unclear_ending(130, "Traceback (most recent call last):\nError: interrupted")
+    assert any("Aborted" in said for said in chaos.unclear_ending(1, "sweep x\n\nAborted.\n"))
+    assert any("without an 'Error: ...' line" in said for said in chaos.unclear_ending(2, "sweep x\n4 cells\n"))
+    assert "died of signal 6" in chaos.unclear_ending(-6, "")
+
+
+def test_files_a_killed_sweep_may_leave_are_found(tmp_path):
+    import fcntl
+
+    chaos = load_chaos()
+    folder, tmp = tmp_path / "round", tmp_path / "tmp"
+    (folder / "initmem-leases").mkdir(parents=True)
+    (folder / "initmem-checkpoints" / "abc").mkdir(parents=True)
+    (folder / "initmem-checkpoints" / "abc" / "ckpt-e000001-s000000.pt").write_bytes(b"x")
+    tmp.mkdir()
+    (tmp / "torchinductor_root").mkdir()
+    assert chaos.files_left(folder, tmp) == []
+
+    (folder / "initmem-checkpoints" / "abc" / "ckpt-e000002-s000000.pt.tmp").write_bytes(b"x")
+    (tmp / "initmem-sweep-abc").mkdir()
+    (folder / "initmem-unsynced").mkdir()
+    (folder / "initmem-unsynced" / "run.jsonl").write_text("{}\n")
+    lease = folder / "initmem-leases" / "abc.lock"
+    with open(lease, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        said = chaos.files_left(folder, tmp)
+    assert sorted(said) == sorted(["lease abc.lock still held", "initmem-unsynced holds ['run.jsonl'] after initmem sync",
+                                   "file left: initmem-checkpoints/abc/ckpt-e000002-s000000.pt.tmp",
+                                   "temporary file left in TMPDIR: initmem-sweep-abc"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                    reason="chaos.py mounts a tmpfs (root) and reads /proc (Linux)")
+def test_a_short_seeded_chaos_run_matches_its_twin(tmp_path):
+    """Seven faults (one of each kind, in the seed's order) around a two-cell sweep; then the
+    end state is checked against the twin. About a minute and a half on a 2-core machine."""
+    out = tmp_path / "chaos.json"
+    done = subprocess.run([sys.executable, str(CHAOS), "--seed", "3", "--faults", "7", "--gap", "3", "--minutes", "3",
+                           "--sigma", "0.5,2", "--seeds", "0", "--epochs", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    figures = json.loads(out.read_text())
+    assert done.returncode == 0 and figures["passed"], done.stdout[-6000:] + done.stderr[-3000:]
+    assert sum(figures["injected"].values()) == 7 and figures["rounds"]
+    assert all(not r["problems"] for r in figures["rounds"])
+    assert "every round matched its twin" in done.stdout

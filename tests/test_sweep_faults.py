@@ -1,0 +1,199 @@
+"""What benchmarks/chaos.py found in a local sweep with workers (issue 30), each fixed and pinned here:
+a Ctrl-C while the workers import torch, the queue's process killed, and a SIGKILLed sweep's
+scratch folders in TMPDIR. The whole-process cases run the real CLI and are slow."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from initmem_core.sweep import scratch
+from test_reliability_edges import TINY_ARGS, alive, children, descendants
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and parent-death signals")
+
+
+def test_a_scratch_folder_is_locked_while_it_lives_and_removed_by_the_next_once_its_owner_is_dead(tmp_path,
+                                                                                                  monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    live = scratch.ScratchFolder()
+    assert Path(live.name).parent == tmp_path and Path(live.name).name.startswith(scratch.PREFIX)
+    assert live.socket == str(Path(live.name) / scratch.SOCKET)
+    with open(Path(live.name) / scratch.OWNER, "rb") as other:  # another open file: the lock is held
+        with pytest.raises(OSError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    dead = tmp_path / f"{scratch.PREFIX}dead"  # its sweep was SIGKILLed: its owner file is not locked
+    (dead / "files").mkdir(parents=True)
+    (dead / scratch.OWNER).touch()
+    (dead / scratch.SOCKET).touch()
+    being_made = tmp_path / f"{scratch.PREFIX}new"  # no owner file yet: another launch is making it
+    being_made.mkdir()
+    unrelated = tmp_path / "something-else"
+    unrelated.mkdir()
+
+    second = scratch.ScratchFolder()
+    assert not dead.exists() and being_made.is_dir() and unrelated.is_dir() and Path(live.name).is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [Path(live.name).name, Path(second.name).name, being_made.name, unrelated.name])
+    live.cleanup()
+    second.cleanup()
+    assert not Path(live.name).exists() and scratch.remove_abandoned(tmp_path) == []
+
+
+def test_a_scratch_folder_in_a_long_tmpdir_leaves_the_socket_to_multiprocessing(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+    folder = scratch.ScratchFolder()
+    try:
+        assert folder.socket is None
+    finally:
+        folder.cleanup()
+
+
+def sweep(uri: str, name: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "initmem_cli", "sweep", *TINY_ARGS, "--sigma", "0.5,2", "--seed", "0",
+            "--workers", "2", "--name", name, "--tracking-uri", uri, *extra]
+
+
+def spawned(pid: int) -> list[int]:
+    """The sweep's spawned processes (its queue's manager first, then its workers), oldest first."""
+    found = []
+    for child in descendants(pid):
+        try:
+            line = Path(f"/proc/{child}/cmdline").read_bytes()
+            start = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        except OSError:
+            continue
+        if b"spawn_main" in line:
+            found.append((start, child))
+    return [child for _, child in sorted(found)]
+
+
+def wait_for(test, timeout_s: float = 240.0, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not test():
+        assert time.monotonic() < deadline and (process is None or process.poll() is None)
+        time.sleep(0.05)
+
+
+def ignores_sigint(pid: int) -> bool:
+    try:
+        line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_ctrl_c_while_the_workers_import_torch_ends_the_sweep_in_one_line(tracking_uri, tmp_path):
+    process = subprocess.Popen(sweep(tracking_uri, "early"), cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # Both workers in start_worker, importing torch (seconds): they leave Ctrl-C to the sweep (was: a traceback each)
+    wait_for(lambda: len(spawned(process.pid)) >= 3 and all(ignores_sigint(pid) for pid in spawned(process.pid)[1:]),
+             process=process)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert output.strip().splitlines()[-1].startswith("Error: interrupted; launch `initmem sweep ... --name early`")
+
+
+def catches(pid: int, signum: int) -> bool:
+    try:
+        line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_ctrl_c_while_the_sweep_command_starts_ends_it_in_one_line(tracking_uri, tmp_path):
+    process = subprocess.Popen(sweep(tracking_uri, "starting"), cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # Python is past its own start (a signal there is Python's business) and initmem's handlers are
+    # set (SIGTERM caught): the CLI and its dependencies are being imported
+    wait_for(lambda: catches(process.pid, signal.SIGTERM), timeout_s=60, process=process)
+    os.killpg(process.pid, signal.SIGINT)
+    output = process.communicate(timeout=60)[0]
+    # was: a KeyboardInterrupt traceback from the middle of an import, and death by SIGINT (-2)
+    assert process.returncode == 130 and "Traceback" not in output, output
+    assert output.strip().splitlines()[-1] in (
+        "Error: stopped by SIGINT before the sweep was tracked; nothing was written",
+        "Error: interrupted; launch `initmem sweep ... --name starting` again to resume"), output  # handed over meanwhile
+    assert children(tracking_uri, "starting") == []
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finishes_each_cell_once(
+        tracking_uri, tmp_path):
+    command = sweep(tracking_uri, "queue")
+    command[command.index("--epochs") + 1] = "6"
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: len(children(tracking_uri, "queue")) == 2, process=process)  # both cells are running
+    time.sleep(2.0)
+    manager = spawned(process.pid)[0]
+    os.kill(manager, signal.SIGKILL)
+    output = process.communicate(timeout=120)[0]
+    # was a traceback (ConnectionRefusedError, EOFError), click's bare "Aborted." or nothing at all
+    assert process.returncode == 2 and "Traceback" not in output and "Aborted" not in output, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: the sweep's queue process") and "launch the sweep again to resume" in last, output
+
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(run.info.status for run in children(tracking_uri, "queue")) == ["FINISHED"] * 2
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_sigkilled_sweep_leaves_nothing_in_tmpdir_once_relaunched(tracking_uri, tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, TMPDIR=str(temp))
+    command = sweep(tracking_uri, "scratch")
+    for _ in range(2):  # killed twice: both leave their folders
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        wait_for(lambda: len(spawned(process.pid)) >= 3, process=process)
+        below = descendants(process.pid)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        wait_for(lambda: not any(alive(pid) for pid in below), timeout_s=10)
+    ours = lambda: sorted(p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_"))  # noqa: E731
+    assert ours(), "a SIGKILLed sweep cannot clean up after itself: the relaunch must"
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ours() == []  # was: an initmem-sweep-* and a pymp-* folder per killed launch
+
+
+def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_scratch_folder(tmp_path,
+                                                                                               monkeypatch):
+    from multiprocessing.managers import SyncManager
+
+    from initmem_core.errors import InitmemError
+    from initmem_core.sweep.executors import local
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+
+    def killed_as_it_starts(self, *args, **kwargs):
+        raise EOFError  # what SyncManager.start raises when its process dies before it answers
+
+    monkeypatch.setattr(SyncManager, "start", killed_as_it_starts)
+    with pytest.raises(InitmemError, match="queue process.* died .* launch the sweep again to resume"):
+        local._Workers(2, [])  # was: EOFError, which click ends with a bare "Aborted."
+    assert list(tmp_path.iterdir()) == []
