@@ -314,7 +314,8 @@ class Grid:
 @dataclass
 class Round:
     name: str
-    folder: Path
+    folder: Path  # the sweep's working folder, on the tmpfs
+    logs: Path  # its launches' output, off the tmpfs (a full disk is for the sweep's files, not its terminal)
     launches: int = 0
     exits: list[int] = field(default_factory=list)
     seen: set[int] = field(default_factory=set)  # every sweep, helper and worker pid seen
@@ -373,7 +374,7 @@ class Chaos:
 
     def launch(self, round_: Round) -> None:
         round_.launches += 1
-        self.sweep_log = open(round_.folder / f"sweep-{round_.launches}.log", "wb")
+        self.sweep_log = open(round_.logs / f"sweep-{round_.launches}.log", "wb")
         self.sweep = subprocess.Popen(
             [*INITMEM, "sweep", *self.grid.args(), "--name", round_.name, "--tracking-uri", self.server.url],
             cwd=round_.folder, env=self.env(), stdout=self.sweep_log, stderr=subprocess.STDOUT,
@@ -491,8 +492,10 @@ class Chaos:
     # -- a round --
 
     def run_round(self, number: int, faults: Iterator[Fault], deadline: float, fault_limit: int | None) -> Round:
-        round_ = Round(f"chaos-{self.args.seed}-{number}", self.disk.folder / f"round-{number}")
+        round_ = Round(f"chaos-{self.args.seed}-{number}", self.disk.folder / f"round-{number}",
+                       self.work / "logs" / f"round-{number}")
         round_.folder.mkdir()
+        round_.logs.mkdir(parents=True)
         self.say(f"round {round_.name}: launch")
         self.launch(round_)
         fault = next(faults)
@@ -529,10 +532,10 @@ class Chaos:
         else:
             round_.problems.append(f"not done after {self.args.max_relaunches} relaunches without faults "
                                    f"(exits {round_.exits})")
-        with open(round_.folder / "sync.log", "wb") as log:
+        with open(round_.logs / "sync.log", "wb") as log:
             code = subprocess.run([*INITMEM, "sync", "--tracking-uri", self.server.url], cwd=round_.folder,
                                   env=self.env(), stdout=log, stderr=subprocess.STDOUT).returncode
-        said = (round_.folder / "sync.log").read_text().strip()
+        said = (round_.logs / "sync.log").read_text().strip()
         self.say(f"initmem sync: exit {code}: {said.splitlines()[-1] if said else ''}")
         if code != 0:
             round_.problems.append(f"initmem sync exited {code}: {said[-500:]}")
@@ -713,7 +716,6 @@ def files_left(folder: Path, tmp: Path) -> list[str]:
         relative = path.relative_to(folder)
         name = path.name
         expected = (relative.parts[0] in ("initmem-leases", "initmem-output", "initmem-unsynced")
-                    or name.endswith(".log")
                     or (relative.parts[0] == "initmem-checkpoints" and (path.is_dir() or (
                         name.startswith("ckpt-") and name.endswith(".pt")))))
         if not expected:
@@ -790,11 +792,6 @@ def main(argv: list[str] | None = None) -> int:
                 verdict += "\n  launches that did not end in one clear line:\n    " + "\n    ".join(round_.unclear)
             chaos.say(f"round {round_.name}: {round_.launches} launches, exits {round_.exits}, "
                       f"{round_.failed_attempts} failed attempts; {verdict}")
-            if round_.problems or round_.unclear:  # its logs outlive the tmpfs
-                kept = work / "failed-rounds" / round_.name
-                kept.mkdir(parents=True)
-                for log in round_.folder.glob("*.log"):
-                    shutil.copy(log, kept / log.name)
             shutil.rmtree(round_.folder, ignore_errors=True)
     except KeyboardInterrupt:
         print("chaos: interrupted", file=sys.stderr)
