@@ -321,6 +321,7 @@ class Round:
     seen: set[int] = field(default_factory=set)  # every sweep, helper and worker pid seen
     problems: list[str] = field(default_factory=list)  # the end state, or a hang: the round failed
     unclear: list[str] = field(default_factory=list)  # launches that did not end in one clear line
+    stale: list[str] = field(default_factory=list)  # parent metric histories holding an earlier launch's report
     failed_attempts: int = 0
 
 
@@ -555,6 +556,7 @@ class Chaos:
         state = end_state(self.server.url, round_.name)
         round_.failed_attempts = state["failed_attempts"]
         round_.problems.extend(compare(state, twin))
+        round_.stale = parent_history_notes(state, twin)
         round_.problems.extend(files_left(round_.folder, self.tmp))
 
     def close(self) -> None:
@@ -603,6 +605,7 @@ def end_state(uri: str, name: str) -> dict:
     if len(parents) == 1:
         parent = parents[0]
         state["parent_metrics"] = histories(client, parent)
+        state["parent_latest"] = {key: float(value).hex() for key, value in parent.data.metrics.items()}
         folder = Path(tempfile.mkdtemp(prefix="chaos-report-"))
         try:
             state["report"] = {}
@@ -665,9 +668,9 @@ def compare(state: dict, twin: dict) -> list[str]:
                                 f"{first_difference(got or [], want or [])}")
         if cell["artifacts"] != model["artifacts"]:
             problems.append(f"cell {label}: artifacts differ: {cell['artifacts']} vs the twin's {model['artifacts']}")
-    if "parent_metrics" in state:
-        for metric in sorted(set(state["parent_metrics"]) | set(twin["parent_metrics"])):
-            got, want = state["parent_metrics"].get(metric), twin["parent_metrics"].get(metric)
+    if "parent_latest" in state:
+        for metric in sorted(set(state["parent_latest"]) | set(twin["parent_latest"])):
+            got, want = state["parent_latest"].get(metric), twin["parent_latest"].get(metric)
             if got != want:
                 problems.append(f"parent metric {metric}: {got} vs the twin's {want}")
         for table, lines in twin["report"].items():
@@ -684,12 +687,24 @@ def unclear_ending(code: int, log: str) -> list[str]:
         said.append("printed a traceback")
     if "Aborted" in log:
         said.append("ended with click's 'Aborted', not a line that says why")
-    if code < 0:
+    if code < 0 and code != -signal.SIGINT:  # dying of the SIGINT it handled is Ctrl-C's convention (the shell says 130)
         said.append(f"died of signal {-code}")
     lines = [line for line in log.splitlines() if line.strip()]
-    if code in (2, 130) and not (lines and lines[-1].startswith("Error: ")):
+    if code in (2, 130, -signal.SIGINT) and not (lines and lines[-1].startswith("Error: ")):
         said.append(f"exit {code} without an 'Error: ...' line (last: {lines[-1][:120] if lines else 'nothing'!r})")
     return said
+
+
+def parent_history_notes(state: dict, twin: dict) -> list[str]:
+    """Parent metrics whose history holds more than the twin's: an earlier launch's report (MLflow's
+    metrics are append-only), so that the UI's step charts draw both; the latest values are compared
+    in ``compare``."""
+    notes = []
+    for metric in sorted(set(state.get("parent_metrics", {})) & set(twin["parent_metrics"])):
+        got, want = state["parent_metrics"][metric], twin["parent_metrics"][metric]
+        if got != want:
+            notes.append(f"parent metric {metric}: {len(got)} values in its history, the twin's {len(want)}")
+    return notes
 
 
 def first_difference(got: list, want: list) -> Any:
@@ -788,6 +803,8 @@ def main(argv: list[str] | None = None) -> int:
             chaos.check(round_, twin)
             rounds.append(round_)
             verdict = "matches the twin" if not round_.problems else "DIFFERS:\n    " + "\n    ".join(round_.problems)
+            if round_.stale:
+                verdict += f"\n  parent metrics whose history keeps an earlier launch's report: {len(round_.stale)}"
             if round_.unclear:
                 verdict += "\n  launches that did not end in one clear line:\n    " + "\n    ".join(round_.unclear)
             chaos.say(f"round {round_.name}: {round_.launches} launches, exits {round_.exits}, "
@@ -805,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = {"seed": args.seed, "minutes": round((time.monotonic() - began) / 60, 2), "machine": machine(),
                "grid": vars(chaos.grid), "injected": chaos.counts, "no_target": chaos.no_target,
                "rounds": [{"name": r.name, "launches": r.launches, "exits": r.exits, "failed_attempts":
-                           r.failed_attempts, "problems": r.problems, "unclear": r.unclear} for r in rounds],
+                           r.failed_attempts, "problems": r.problems, "unclear": r.unclear, "stale": r.stale} for r in rounds],
                "twin_seconds": round(chaos.twin_seconds, 1), "passed": passed}
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -44,7 +44,8 @@ def twin_state():
     cell = {"statuses": ["FINISHED"], "histories": history, "name": "resnet20-sgd-s0.5-seed0",
             "artifacts": {"config.json": "abc"}}
     return {"parents": ["FINISHED"], "cells": {"h1": cell}, "failed_attempts": 0,
-            "parent_metrics": {"spread_x": [(0, (27.5).hex())]}, "report": {"report.csv": ["a,b", "1,2"]}}
+            "parent_metrics": {"spread_x": [(0, (27.5).hex())]}, "parent_latest": {"spread_x": (27.5).hex()},
+            "report": {"report.csv": ["a,b", "1,2"]}}
 
 
 def test_the_end_state_check_passes_the_twin_and_names_each_difference():
@@ -76,8 +77,12 @@ def test_the_end_state_check_passes_the_twin_and_names_each_difference():
     assert "no run" in said[0]
     said = changed(lambda s: s["cells"]["h1"]["artifacts"].__setitem__("config.json", "abd"))
     assert "artifacts differ" in said[0]
-    said = changed(lambda s: s["parent_metrics"].__setitem__("spread_x", [(0, (27.0).hex())]))
+    said = changed(lambda s: s["parent_latest"].__setitem__("spread_x", (27.0).hex()))
     assert "parent metric spread_x" in said[0]
+    earlier = copy.deepcopy(twin)  # a relaunch's report is the latest; an earlier one stays in the history
+    earlier["parent_metrics"]["spread_x"].insert(0, (0, (30.5).hex()))
+    assert chaos.compare(earlier, twin) == []
+    assert chaos.parent_history_notes(earlier, twin) == ["parent metric spread_x: 2 values in its history, the twin's 1"]
     said = changed(lambda s: s["report"].__setitem__("report.csv", ["a,b", "1,3"]))
     assert "report/report.csv differs" in said[0]
     assert "parent runs" in changed(lambda s: s.__setitem__("parents", ["FINISHED", "RUNNING"]))[0]
@@ -92,6 +97,8 @@ def test_an_ending_that_is_not_one_clear_line_is_named():
     assert any("Aborted" in said for said in chaos.unclear_ending(1, "sweep x\n\nAborted.\n"))
     assert any("without an 'Error: ...' line" in said for said in chaos.unclear_ending(2, "sweep x\n4 cells\n"))
     assert "died of signal 6" in chaos.unclear_ending(-6, "")
+    assert chaos.unclear_ending(-2, "sweep x\nError: interrupted; launch it again\n") == []
+    assert any("without an 'Error: ...' line" in said for said in chaos.unclear_ending(-2, "sweep x\n"))
 
 
 def test_files_a_killed_sweep_may_leave_are_found(tmp_path):

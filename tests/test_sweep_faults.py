@@ -197,3 +197,28 @@ def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_s
     with pytest.raises(InitmemError, match="queue process.* died .* launch the sweep again to resume"):
         local._Workers(2, [])  # was: EOFError, which click ends with a bare "Aborted."
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_one_was_larger(tmp_path):
+    """Found by chaos.py: a launch with a failed cell reported a spread of 30.64, its relaunch 27.86,
+    and the parent showed 30.64 (both were logged at timestamp 0: MLflow's latest is then the largest)."""
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.sweep.launch import log_report_metrics
+
+    class Report:
+        def __init__(self, spread, curve):
+            self.spread, self.curve = spread, curve
+
+        def parent_metrics(self):
+            return {"spread_g": self.spread}
+
+        def parent_step_metrics(self):
+            return [("radial_memory_g", value, epoch) for epoch, value in enumerate(self.curve)]
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = client.create_run(client.create_experiment("x")).info.run_id
+    log_report_metrics(client, parent, Report(30.64, [1.0, 0.9]))
+    time.sleep(0.01)
+    log_report_metrics(client, parent, Report(27.86, [1.0, 0.8]))
+    assert client.get_run(parent).data.metrics == {"spread_g": 27.86, "radial_memory_g": 0.8}

@@ -193,7 +193,7 @@ class _Sweep:
     def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
         """Build the report from the store (this launch's cells and earlier ones alike) and write
         it onto the parent run and into ``out``."""
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import RunTag
 
         runs = latest_per_cell(child_runs(self.client, self.parent))
         report = build_report(record_from_run(self.client, run) for run in runs)
@@ -202,11 +202,7 @@ class _Sweep:
             self.client.log_artifact(self.parent_id, str(path), "report")
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
-        # Rounded as the report prints them: the UI shows a metric at full float precision.
-        log_in_batches(self.client, self.parent_id, "metrics",
-                       [Metric(key, float(f"{value:.4g}"), 0, 0) for key, value in report.parent_metrics().items()]
-                       # memory over training, step = epoch: MLflow's charts draw each group's curve
-                       + [Metric(key, float(f"{value:.4g}"), 0, epoch) for key, value, epoch in report.parent_step_metrics()])
+        log_report_metrics(self.client, self.parent_id, report)
         failed = sum(1 for cell in cells if cell.status != "FINISHED")
         self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
@@ -215,6 +211,22 @@ class _Sweep:
             RunTag("initmem.cells_unsynced", str(sum(bool(cell.unsynced) for cell in cells))),
             RunTag("initmem.varying", ",".join(spec.varying)), RunTag("mlflow.note.content", note)])
         return report, files
+
+
+def log_report_metrics(client: Any, parent_id: str, report: Report) -> None:
+    """The report's figures onto the parent run, rounded as the report prints them (the UI shows a
+    metric at full float precision). Stamped with the time: a relaunch's report (a cell run again,
+    more cells) is then the parent's latest value at each step. With one timestamp for every launch,
+    MLflow's latest value at a step was the largest one ever logged, an earlier launch's as often as not."""
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    log_in_batches(client, parent_id, "metrics",
+                   [Metric(key, float(f"{value:.4g}"), now, 0) for key, value in report.parent_metrics().items()]
+                   # memory over training, step = epoch: MLflow's charts draw each group's curve
+                   + [Metric(key, float(f"{value:.4g}"), now, epoch) for key, value, epoch in report.parent_step_metrics()])
 
 
 def _warm_up_drawing() -> None:
