@@ -249,27 +249,6 @@ def test_ray_without_an_address_starts_its_own_instance_and_stops_it(server, mon
     assert not ray.is_initialized() and ray_children() == []
 
 
-def test_ray_runs_each_gpu_cell_in_a_worker_process_of_its_own(server, monkeypatch, tmp_path):
-    """Two GPUs declared to Ray (none here: torch finds no driver and runs on the CPU), half a
-    GPU per cell: four cells, four worker processes. Ray reuses a worker for CPU tasks; one that
-    ran a cell on a GPU keeps its CUDA context, so it must not."""
-    import ray
-
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False)  # the sweep uses this instance
-    try:
-        result = runner.invoke(app, ["sweep", *SMALL, "--sigma", "0.5,1,1.5,2", "--name", "ray-gpus", "--executor",
-                                     "ray", "--gpus-per-cell", "0.5", "--tracking-uri", server,
-                                     "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "checkpoints")])
-    finally:
-        ray.shutdown()
-    assert result.exit_code == 0, result.output
-    runs = children(server, "ray-gpus")
-    assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}
-    assert len({run.data.tags["initmem.worker"] for run in runs}) == 4  # host:pid, one process per cell
-    assert {run.data.params["device"] for run in runs} == {"auto"}  # on its task's GPU (here: the CPU)
-
-
 def test_ui_points_to_the_server_which_serves_its_own(server):
     result = runner.invoke(app, ["ui", "--tracking-uri", server])
     assert result.exit_code == 0, result.output
