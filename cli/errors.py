@@ -36,8 +36,23 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             if error.filename is None:  # not about a path the user can fix
                 raise
             raise fail(f"{error.filename}: {error.strerror or error}; choose a path this user can write") from None
+        except Exception as error:  # a tracking server's refusal that no store_must_answer wrapped
+            refused = _refused_login(error, kwargs.get("tracking_uri"))
+            if not refused:
+                raise
+            raise fail(refused) from None
 
     return wrapper
+
+
+def _refused_login(error: Exception, tracking_uri: str | None) -> str:
+    """One line for a tracking server that refused the login (HTTP 401/403) on a request that no
+    ``store_must_answer`` wraps (``tracking.store.refusal``); empty otherwise."""
+    if getattr(error, "error_code", None) is None:
+        return ""
+    from initmem_core.tracking.store import refusal, resolve_tracking_uri
+
+    return refusal(resolve_tracking_uri(tracking_uri), error)
 
 
 class OneLineUsageErrors(TyperGroup):

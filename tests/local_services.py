@@ -85,13 +85,18 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def mlflow_server(database: Path, artifacts: Path) -> Iterator[str]:
-    """``mlflow server`` on a SQLite database, bound to 127.0.0.1; yields its URL once healthy."""
+def mlflow_server(database: Path, artifacts: Path, login: dict[str, str] | None = None) -> Iterator[str]:
+    """``mlflow server`` on a SQLite database, bound to 127.0.0.1; yields its URL once healthy.
+    ``login``: the server's environment for ``--app-name basic-auth`` (see ``login_server``)."""
     port = free_port()
     log = open(database.parent / "mlflow-server.log", "wb")
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # a process the tests do not need
+    for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        env.pop(key, None)  # a client's login, not the server's
+    env.update(login or {})
+    app = ["--app-name", "basic-auth"] if login else []
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{database}",
+        [sys.executable, "-m", "mlflow", "server", *app, "--backend-store-uri", f"sqlite:///{database}",
          "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -109,6 +114,38 @@ def mlflow_server(database: Path, artifacts: Path) -> Iterator[str]:
         stop_session(server.pid)
         server.wait()
         log.close()
+
+
+@contextlib.contextmanager
+def login_server(folder: Path, admin_password: str, database: Path | None = None) -> Iterator[str]:
+    """``mlflow server --app-name basic-auth`` (MLflow's login) in ``folder``, bound to
+    127.0.0.1, its users in ``folder/basic_auth.db``, every user allowed to read and none to
+    write what another made (MLflow's default); the admin is ``admin`` with ``admin_password``.
+    ``database``: an already migrated tracking database to start from (copied into ``folder``)."""
+    store = folder / "server.db"
+    if database is not None:
+        shutil.copy(database, store)
+    config = folder / "basic_auth.ini"
+    config.write_text("[mlflow]\ndefault_permission = READ\n"
+                      f"database_uri = sqlite:///{folder / 'basic_auth.db'}\nadmin_username = admin\n"
+                      "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    login = {"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+             "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex()}
+    with mlflow_server(store, folder / "artifacts", login=login) as url:
+        yield url
+
+
+def auth_request(url: str, path: str, body: dict, user: str, password: str, method: str = "POST") -> dict:
+    """One call to the basic-auth server's user API (``/api/2.0/mlflow/users/...``) as ``user``."""
+    import base64
+    import json
+
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/users/{path}", data=json.dumps(body).encode(),
+                                     method=method, headers={"Content-Type": "application/json"})
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"{}")
 
 
 @contextlib.contextmanager

@@ -34,6 +34,11 @@ FAIL_FAST_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_T
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 ALLOW_FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
 MAX_EXPERIMENT_NAME = 500  # MLflow's MAX_EXPERIMENT_NAME_LENGTH (not imported: this module stays light)
+#: Where MLflow's client takes a login to a tracking server from (``mlflow server --app-name
+#: basic-auth``: a user and password; a bearer token for other servers). Read from the environment
+#: only, never from a command line, and handed on to remote workers (``credentials_env``).
+USERNAME_ENV, PASSWORD_ENV, TOKEN_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"
+CREDENTIAL_ENV = (USERNAME_ENV, PASSWORD_ENV, TOKEN_ENV)
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -199,11 +204,70 @@ def store_must_answer(uri: str) -> Iterator[None]:
     except InitmemError:
         raise  # already one line that says what to fix
     except Exception as error:  # a server that is not MLflow, bad scheme, corrupt or locked database
+        refused = refusal(uri, error)
+        if refused:  # the server answered: the URI is right, the login is not
+            raise ConfigError(refused) from None
         first_line = error_line(error)
         if "database is locked" in first_line:  # SQLite's busy wait ran out: the store is there, and busy
             raise ConfigError(f"tracking store {uri} stayed locked by another process's write: {first_line}; "
                               "run the command again once that process is done") from None
         raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
+
+
+def credentials_env() -> dict[str, str]:
+    """The login variables that are set here (``CREDENTIAL_ENV``), for a worker that does not
+    inherit this process's environment (a Ray task). Never to be logged or printed."""
+    return {key: os.environ[key] for key in CREDENTIAL_ENV if os.environ.get(key)}
+
+
+@contextlib.contextmanager
+def logged_in(login: dict[str, str]) -> Iterator[None]:
+    """Requests to the tracking server log in with ``login`` (``credentials_env`` of the process
+    that launched this work) while inside; the variables are as they were afterwards."""
+    before = {key: os.environ.get(key) for key in login}
+    os.environ.update(login)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def refusal(uri: str, error: BaseException) -> str:
+    """One line for a tracking server that refused this login (HTTP 401) or this user (HTTP 403),
+    naming the variables the login comes from; empty for any other error. A 403 that is MLflow's
+    Host-header check is not about the login and is left to the caller."""
+    code = getattr(error, "error_code", None)
+    text = str(error)
+    if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED") or "Invalid Host header" in text:
+        return ""
+    user = os.environ.get(USERNAME_ENV)
+    if code == "UNAUTHENTICATED":
+        given = (f"user {user!r} from {USERNAME_ENV}, password from {PASSWORD_ENV}" if user and os.environ.get(PASSWORD_ENV)
+                 else f"user {user!r} from {USERNAME_ENV}, no {PASSWORD_ENV}" if user
+                 else f"none given: {USERNAME_ENV} and {PASSWORD_ENV} are not set")
+        return (f"tracking server {uri} refused the credentials ({given}); set both to a user the server "
+                "knows (see docs/distributed.md)")
+    endpoint = re.search(r"endpoint (\S+)", text)
+    what = f" ({endpoint.group(1)})" if endpoint else ""
+    return (f"tracking server {uri} refused user {user or '(none)'!r} permission for this request{what}; ask "
+            f"its admin for EDIT on the experiment, or use an --experiment of your own; the user comes from "
+            f"{USERNAME_ENV} / {PASSWORD_ENV}")
+
+
+@contextlib.contextmanager
+def login_must_be_taken(uri: str) -> Iterator[None]:
+    """A refused login inside (``refusal``) becomes one ``ConfigError`` line; other errors pass."""
+    try:
+        yield
+    except Exception as error:
+        refused = refusal(uri, error)
+        if refused:
+            raise ConfigError(refused) from None
+        raise
 
 
 def error_line(error: BaseException) -> str:

@@ -23,9 +23,10 @@ from typing import Any, Protocol
 
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, ensure_experiment, error_line, fail_fast_http,
-                                         log_in_batches, open_client, resolve_tracking_uri, sqlite_path,
-                                         store_folder, store_must_answer, wait_while_database_locked)
+from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, PASSWORD_ENV, USERNAME_ENV, ensure_experiment,
+                                         error_line, fail_fast_http, log_in_batches, login_must_be_taken,
+                                         open_client, refusal, resolve_tracking_uri, sqlite_path, store_folder,
+                                         store_must_answer, wait_while_database_locked)
 
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
 ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
@@ -148,6 +149,7 @@ class MlflowTracker:
         self.unsynced = ""  # set by end_run when the store did not take everything: how many writes, where
         self.lost = False  # whether some of it could not be kept either (the unsynced folder refused it)
         self._not_kept: list[str] = []  # what the unsynced folder refused, and why
+        self.refused = False  # whether the store's last failure was a refused login (it expired mid-run)
 
     def wait_until_writable(self) -> None:
         """Return once the store would take a write: a SQLite store another process holds locked is
@@ -163,7 +165,8 @@ class MlflowTracker:
         tags = dict(tags)
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        with login_must_be_taken(self.uri):  # a user who may read the store but not write to it
+            run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
         log_in_batches(self.client, self.run_id, "params", [Param(key, str(value)) for key, value in params.items()])
         return self.run_id
@@ -172,7 +175,8 @@ class MlflowTracker:
         from mlflow.exceptions import MlflowException
 
         try:
-            run = self.client.get_run(run_id)
+            with login_must_be_taken(self.uri):
+                run = self.client.get_run(run_id)
         except MlflowException:
             raise ConfigError(f"the checkpoint's run {run_id} is not in {self.uri}; "
                               "resume with the --tracking-uri the run was tracked in") from None
@@ -248,10 +252,10 @@ class MlflowTracker:
                 self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
             else:
                 self.unsynced = (f"{count} write(s){ended} wait in {path}: "
-                                 f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
+                                 f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}")
                 warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
                               f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                              "once the store answers", RunWarning, stacklevel=3)
+                              f"{self._sync_when()}", RunWarning, stacklevel=3)
             self.pending = PendingWrites()
         if self._not_kept:
             self.lost = True
@@ -272,17 +276,25 @@ class MlflowTracker:
         try:
             with fail_fast_http():
                 self.pending.send(self.client, self.run_id)
-        except Exception as error:  # unreachable, locked, timed out: training goes on
+        except Exception as error:  # unreachable, locked, timed out, a login refused: training goes on
             self._failed(error)
         else:
             self.backoff.succeeded()
+            self.refused = False
         self.last_flush = time.monotonic()
 
     def _failed(self, error: Exception) -> None:
+        refused = refusal(self.uri, error)
         if not self.backoff.failing:  # one line per outage, not per retry
-            warnings.warn(f"tracking store {self.uri} is not answering ({_reason(error)}); "
-                          f"run {self.run_id} keeps training and retries", RunWarning, stacklevel=3)
+            said = refused or f"tracking store {self.uri} is not answering ({_reason(error)})"
+            warnings.warn(f"{said}; run {self.run_id} keeps training and retries", RunWarning, stacklevel=3)
+        self.refused = bool(refused)
         self.backoff.failed()
+
+    def _sync_when(self) -> str:
+        if self.refused:  # e.g. the password was changed while the run trained
+            return f"once {USERNAME_ENV} / {PASSWORD_ENV} hold a login the server takes"
+        return "once the store answers"
 
 
 def _reason(error: BaseException) -> str:

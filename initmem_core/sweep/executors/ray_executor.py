@@ -20,20 +20,27 @@ from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import CellTask, Job, RetriedCellProgress, SweepCells, fit_to_request, replay_progress
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.tracking.store import credentials_env
 
 POLL_S = 0.2
 
 
-def _ray_cell(task: CellTask, events: Any, uses_gpus: bool = False) -> tuple[str, str]:
+def _ray_cell(task: CellTask, events: Any, uses_gpus: bool = False,
+              login: dict[str, str] | None = None) -> tuple[str, str]:
     """The Ray task: the cell, with its progress sent to the sweep through ``events``. With
-    GPUs it sees those Ray assigned it and no other, set before torch starts CUDA here."""
+    GPUs it sees those Ray assigned it and no other, set before torch starts CUDA here.
+    ``login``: the tracking server's login variables of the launching shell (a worker of a
+    cluster started elsewhere lacks them), set while the cell runs. They come as an argument,
+    not as the task's runtime environment, which Ray writes into its logs."""
     from initmem_core.tracking.cells import QueueProgress
+    from initmem_core.tracking.store import logged_in
 
     if uses_gpus:
         import ray
 
         pin_process(process_environment([str(gpu) for gpu in ray.get_gpu_ids()]))
-    return run_remote_cell(task, QueueProgress(events, task.run_id))
+    with logged_in(login or {}):
+        return run_remote_cell(task, QueueProgress(events, task.run_id))
 
 
 class RayExecutor:
@@ -91,7 +98,8 @@ class RayExecutor:
                 job = sweep.submit(cell, scheduled=True)
                 job.progress = job.progress and RetriedCellProgress(job.progress)
                 ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
-                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment), events, self.gpus > 0)
+                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment), events, self.gpus > 0,
+                    credentials_env())
                 jobs[ref] = job
             while jobs:
                 ready, _ = ray.wait(list(jobs), num_returns=len(jobs), timeout=POLL_S)

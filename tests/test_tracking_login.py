@@ -1,0 +1,235 @@
+"""Tracking into an MLflow server with a login (``mlflow server --app-name basic-auth``), a real
+one on 127.0.0.1: the credentials come from MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD
+and reach every process that writes (``initmem run``'s helper, a sweep's local workers through
+the sweep, Ray tasks started by a head that never saw them, Slurm jobs through submitit's local
+executor); a refused login is one line and exit code 2 with nothing written; a login that
+expires while a run trains leaves its figures for ``initmem sync``.
+
+Ray reaches for outside addresses: its test runs in a network namespace with only loopback
+(``test_ray_tasks_in_a_private_network_namespace``), as the executor suite does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from local_services import auth_request, login_server, ray_head
+from network_isolation import loopback_only, run_isolated
+
+pytestmark = pytest.mark.slow
+
+ADMIN_PASSWORD = "admin-" + os.urandom(6).hex()
+USER, PASSWORD = "alice", "alice-" + os.urandom(6).hex()
+LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128", "--batch-size", "32",
+         "--eval-batch-size", "512", "--threads", "1"]
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, _empty_store):
+    """The login server, with one user who may write (the experiment is hers once she makes it)."""
+    folder = tmp_path_factory.mktemp("login-server")
+    with login_server(folder, ADMIN_PASSWORD, database=_empty_store) as url:
+        auth_request(url, "create", {"username": USER, "password": PASSWORD}, "admin", ADMIN_PASSWORD)
+        yield url
+
+
+@pytest.fixture
+def as_user(monkeypatch):
+    """This process (and what it starts) logs in as ``USER``; returns a setter for another login."""
+
+    def login(user: str | None = USER, password: str | None = PASSWORD) -> None:
+        for key, value in zip(LOGIN, (user, password)):
+            if value is None:
+                monkeypatch.delenv(key, raising=False)
+            else:
+                monkeypatch.setenv(key, value)
+
+    login()
+    return login
+
+
+def admin_client(url: str):
+    """A client that reads the store as the admin, whatever this process's environment says:
+    MLflow reads the login per request, so it is set around each call."""
+    from mlflow.tracking import MlflowClient
+
+    class AsAdmin:
+        def __init__(self):
+            self.client = MlflowClient(url)
+
+        def __getattr__(self, name):
+            call = getattr(self.client, name)
+
+            def wrapped(*args, **kwargs):
+                saved = {key: os.environ.get(key) for key in LOGIN}
+                os.environ.update(dict(zip(LOGIN, ("admin", ADMIN_PASSWORD))))
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    for key, value in saved.items():
+                        os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+
+            return wrapped
+
+    return AsAdmin()
+
+
+def all_runs(url: str) -> list:
+    client = admin_client(url)
+    return [run for experiment in client.search_experiments() for run in client.search_runs([experiment.experiment_id])]
+
+
+def sweep_children(url: str, sweep: str) -> list:
+    return [run for run in all_runs(url)
+            if run.data.tags.get("initmem.sweep") == sweep and run.data.tags.get("initmem.role") != "parent"]
+
+
+def assert_one_refusal_line(output: str, secret: str) -> None:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert "refused the credentials" in lines[0] and all(key in lines[0] for key in LOGIN), lines[0]
+    assert secret not in output
+
+
+def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, tmp_path):
+    before = {run.info.run_id for run in all_runs(server)}
+    experiments = {e.name for e in admin_client(server).search_experiments()}
+    wrong = "wrong-" + os.urandom(4).hex()
+    # `initmem run` as a user runs it: a fresh process whose tracking helper opens the store.
+    env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": wrong}
+    result = subprocess.run([sys.executable, "-m", "initmem_cli", "run", *SMALL, "--tracking-uri", server,
+                             "--experiment", "refused"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert_one_refusal_line(result.stderr, wrong)
+    assert f"user '{USER}'" in result.stderr
+    # A sweep with no login at all, and a report.
+    as_user(None, None)
+    for command in (["sweep", *SMALL, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
+                    ["report", "refused"]):
+        result = runner.invoke(app(), [*command, "--tracking-uri", server, "--experiment", "refused"])
+        assert result.exit_code == 2, result.output
+        assert_one_refusal_line(result.stderr, PASSWORD)
+        assert "are not set" in result.stderr and PASSWORD not in result.output
+    assert {run.info.run_id for run in all_runs(server)} == before  # nothing half-written
+    assert {e.name for e in admin_client(server).search_experiments()} == experiments
+    assert not (tmp_path / "initmem-unsynced").exists() and not (tmp_path / "out").exists()
+
+
+def app():
+    from initmem_cli.app import app as initmem
+
+    return initmem
+
+
+def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, as_user, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app(), ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "login-local", "--workers", "2",
+                                   "--tracking-uri", server, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    runs = sweep_children(server, "login-local")
+    assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
+    assert all(len(admin_client(server).get_metric_history(run.info.run_id, "train_loss")) == 3 for run in runs)
+    assert PASSWORD not in result.output
+    report = runner.invoke(app(), ["report", "login-local", "--format", "json", "--tracking-uri", server,
+                                   "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
+    assert {row["sigma"] for row in json.loads(report.stdout)["rows"]} == {0.5, 2.0}
+    ui = runner.invoke(app(), ["ui", "--sweep", "login-local", "--tracking-uri", server])
+    assert ui.exit_code == 0, ui.output
+    assert f"{server} is an MLflow tracking server" in ui.output and "prepared comparison" in ui.output
+    as_user(USER, "wrong-" + os.urandom(4).hex())
+    refused = runner.invoke(app(), ["ui", "--tracking-uri", server])
+    assert refused.exit_code == 2
+    assert_one_refusal_line(refused.stderr, PASSWORD)
+
+
+def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_user, tmp_path):
+    result = runner.invoke(app(), ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "login-slurm", "--executor", "slurm",
+                                   "--slurm-local", "--tracking-uri", server, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    runs = sweep_children(server, "login-slurm")
+    assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
+    assert all(run.data.tags["initmem.attempts"] == "1" for run in runs)  # written by the job itself
+    assert PASSWORD not in result.output
+
+
+def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server, as_user, tmp_path):
+    """The admin changes the user's password while ``initmem run`` trains: the run goes on, what
+    the server refuses waits in initmem-unsynced/, and ``initmem sync`` with the new password
+    uploads it."""
+    epochs = 30
+    env = dict(os.environ)
+    process = subprocess.Popen([sys.executable, "-m", "initmem_cli", "run", *SMALL[:4], "--epochs", str(epochs),
+                                *SMALL[6:], "--seed", "7", "--tracking-uri", server], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        client, deadline, run = admin_client(server), time.monotonic() + 240, None
+        while run is None:  # some epochs are in the store: the helper logged in
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            found = [r for r in all_runs(server) if r.info.run_name == "resnet20-sgd-s1.0-seed7"]
+            if found and "train_loss" in found[0].data.metrics:
+                run = found[0]
+            time.sleep(0.3)
+        new_password = "alice-" + os.urandom(6).hex()
+        auth_request(server, "update-password", {"username": USER, "password": new_password}, "admin",
+                     ADMIN_PASSWORD, method="PATCH")
+        out, err = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 0, out + err
+    said = " ".join((out + err).split())
+    assert "refused the credentials" in said and f"initmem sync --tracking-uri {server}" in said
+    assert all(key in said for key in LOGIN) and PASSWORD not in said and new_password not in said
+    stored = client.get_run(run.info.run_id)
+    held = len(client.get_metric_history(run.info.run_id, "train_loss"))
+    assert stored.info.status == "RUNNING" and held < epochs + 1  # the rest waits here
+    assert (tmp_path / "initmem-unsynced" / f"{run.info.run_id}.jsonl").exists()
+    refused = subprocess.run([sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server], env=env,
+                             cwd=tmp_path, capture_output=True, text=True)  # still the old password
+    assert refused.returncode == 2 and "refused the credentials" in refused.stderr
+    env["MLFLOW_TRACKING_PASSWORD"] = new_password
+    synced = subprocess.run([sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server], env=env,
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == list(range(epochs + 1))
+    assert "final_weights.pt" in {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert not list((tmp_path / "initmem-unsynced").glob("*.jsonl"))  # uploaded, then deleted
+
+
+@pytest.mark.skipif(not loopback_only(), reason="Ray needs a loopback-only network namespace (see below)")
+def test_ray_tasks_get_the_login_though_their_head_never_saw_it(server, as_user, tmp_path, monkeypatch):
+    """A cluster is started by someone, somewhere, without this user's login: the sweep hands its
+    tasks the login variables (with their arguments), and no log of Ray's holds them (a runtime
+    environment would be written into runtime_env_agent.log)."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a test head on this machine
+    head_env = {key: value for key, value in os.environ.items() if key not in LOGIN}
+    with ray_head(2, head_env) as address:
+        result = runner.invoke(app(), ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "login-ray", "--executor", "ray",
+                                       "--ray-address", address, "--tracking-uri", server,
+                                       "--out", str(tmp_path / "out")])
+        logs = [path for path in Path("/tmp").glob("ray*/session_*/logs/*") if path.is_file()]
+        leaked = [str(path) for path in logs if PASSWORD.encode() in path.read_bytes()]
+    assert result.exit_code == 0, result.output
+    runs = sweep_children(server, "login-ray")
+    assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
+    assert all(run.data.tags["initmem.attempts"] == "1" for run in runs)  # written by the Ray task itself
+    assert PASSWORD not in result.output and logs and not leaked
+
+
+@pytest.mark.skipif(loopback_only(), reason="already isolated: the Ray test runs directly")
+def test_ray_tasks_in_a_private_network_namespace():
+    result = run_isolated(["-q", __file__, "-k", "ray_tasks_get_the_login"], timeout_s=900)
+    tail = (result.stdout + result.stderr)[-4000:]
+    assert result.returncode == 0, tail
+    assert "1 passed" in result.stdout, tail
