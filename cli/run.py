@@ -9,14 +9,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.vocabulary import CLOCKS
 from initmem_core.config import EXEC, from_mapping, load_toml
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
 
 SUMMARY_KEYS = ("best_val_test_acc", "best_val_epoch", "final_test_acc", "tau_interp", "repair_gap")
-FINAL_KEYS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine",
-              "clock_sgd", "clock_l2", "clock_adapt")
+FINAL_KEYS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine", *CLOCKS)
 
 
 def resolve_config(config_file: Optional[Path], config_values: dict[str, Any]):

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 from initmem_core.sweep.executors import EXECUTORS
 
 from .errors import fail, user_errors
@@ -60,7 +61,7 @@ def build_executor(name: str, out: Path, given: dict[str, Any]):
 
 
 #: The dry run's columns of the clocks each cell ends with, after its "epochs run".
-CLOCK_COLUMNS = {"T_SGD": "clock_sgd", "T_L2": "clock_l2", "T_adapt": "clock_adapt"}
+CLOCK_COLUMNS = {CLOCK_SYMBOLS[clock]: clock for clock in CLOCKS}
 
 
 def dry_run_tables(plan, horizons=None) -> list[Table]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from initmem_core.vocabulary import CLOCKS
 from initmem_core.errors import ConfigError, ordered_by_similarity
 from initmem_core.kinds import BY_FIELD, flag_for
 
@@ -142,8 +143,8 @@ class RunConfig:
 #: out of the config hash, like ``--compile`` and ``--channels-last``.
 EXECUTION_OPT_ARGS = ("foreach", "fused")
 
-#: The clocks ``--until`` may target (the names the runs log them under).
-UNTIL_CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
+#: The clocks ``--until`` may target (the names the runs log them under): all of them.
+UNTIL_CLOCKS = CLOCKS
 
 
 def parse_until(text: str) -> tuple[str, float] | None:

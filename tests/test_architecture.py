@@ -76,7 +76,27 @@ def test_the_core_never_imports_the_builtin_plugins():
 
 def test_a_small_top_level_and_a_one_line_purpose_for_every_subpackage():
     top_modules = sorted(p.name for p in CORE.glob("*.py"))
-    assert len(top_modules) <= 8, top_modules
+    assert len(top_modules) <= 9, top_modules
     for package in (p for p in CORE.rglob("__init__.py") if p.parent != CORE):
         doc = ast.get_docstring(ast.parse(package.read_text()))
         assert doc and doc.strip(), f"{package.parent.name}/__init__.py says nothing of what it is for"
+
+
+def test_clock_names_are_spelled_only_in_the_vocabulary():
+    """A clock's metric name or symbol as a whole string literal anywhere in the core, the CLI or
+    the built-in plugins, but ``initmem_core/vocabulary.py``, is a second spelling of it."""
+    from initmem_core.vocabulary import CLOCK_SYMBOLS
+
+    spellings = set(CLOCK_SYMBOLS) | set(CLOCK_SYMBOLS.values())
+    import initmem_cli
+    import initmem_plugins
+
+    folders = [CORE, Path(initmem_cli.__file__).parent, Path(initmem_plugins.__file__).parent]
+    found = []
+    for path in (p for folder in folders for p in folder.rglob("*.py")):
+        if path == CORE / "vocabulary.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in spellings:
+                found.append(f"{path.name}:{node.lineno} {node.value!r}")
+    assert not found, found

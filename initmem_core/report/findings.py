@@ -35,6 +35,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 from initmem_core.config import FIELDS
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, interval_around, spread_difference
 from initmem_core.report.memory import (GroupSummary, Report, build_report, interval, mean_interval,
@@ -278,8 +279,8 @@ def mechanism_clock(config: Any) -> str:
     """The clock of the mechanism by which a group forgets: adaptive methods T_adapt; SGD (and
     any other non-adaptive optimizer) with L2 or weight decay T_L2; without, T_SGD."""
     if config.opt in ADAPTIVE:
-        return "clock_adapt"
-    return "clock_l2" if config.l2 + config.weight_decay > 0 else "clock_sgd"
+        return CLOCK_ADAPT
+    return CLOCK_L2 if config.l2 + config.weight_decay > 0 else CLOCK_SGD
 
 
 #: What may differ between the groups of one family: the settings the clocks account for.
@@ -338,7 +339,7 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     corrected = bonferroni_level(len(decidable))
     parts, bounds, against = [], [], []
     for clock, names, values, missing in measured:
-        family = f"{CLOCK_TEXT[clock]} family [{', '.join(names)}]"
+        family = f"{CLOCK_SYMBOLS[clock]} family [{', '.join(names)}]"
         if len(values) < MIN_SEEDS:
             why = (f"no radial half-life within the horizon in {', '.join(missing)}" if missing
                    else f"half-lives in every group for {len(values)} seed(s)")
@@ -348,7 +349,7 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
         bounds.append((-high, -low))  # claimed below zero; decide() reads "above"
         c_low, c_high = mean_interval(values, corrected)
         against.append((-c_high, -c_low))
-        parts.append(f"{family}: sd of log half-life in {CLOCK_TEXT[clock]} − in epochs "
+        parts.append(f"{family}: sd of log half-life in {CLOCK_SYMBOLS[clock]} − in epochs "
                      f"{statistics.fmean(values):+.3f} {interval(low, high, '+.3f')} over {len(values)} seeds")
     if too_few:
         verdict = CANNOT_DECIDE
@@ -357,7 +358,6 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     return Finding(claim, "; ".join(parts), verdict)
 
 
-CLOCK_TEXT = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
 
 
 #: Training longer: the longer horizon must be at least this many times the shorter (in steps at

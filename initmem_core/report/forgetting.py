@@ -44,11 +44,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 from initmem_core.report.inference import cross_fit_spread, interval_around, mean_interval
 from initmem_core.tracking.records import CellRecord
 
 NAN = float("nan")
-CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
 MEMORIES = ("radial", "directional", "accuracy")
 #: The units a half-life is given in: epochs, then each clock.
 UNITS = ("epoch", *CLOCKS)
@@ -384,9 +384,6 @@ def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, fl
     return out
 
 
-CLOCK_NAMES = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
-
-
 def _figure(value: float, low: float, high: float, fmt: str = ".3g") -> str:
     if math.isnan(value):
         return "–"
@@ -397,7 +394,7 @@ def _figure(value: float, low: float, high: float, fmt: str = ".3g") -> str:
 
 def horizon_text(half: HalfLife) -> str:
     """What was reached when a memory did not fall to half: the last epoch and its clocks."""
-    clocks = ", ".join(f"{CLOCK_NAMES[c]} {getattr(half, f'horizon_{c}'):.3g}" for c in CLOCKS
+    clocks = ", ".join(f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}" for c in CLOCKS
                        if not math.isnan(getattr(half, f"horizon_{c}")))
     return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
 
@@ -424,7 +421,7 @@ def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
     if not forgetting:
         return []
     header = ["group", "memory", "initial", "half-life epochs [95% CI]",
-              *(f"{CLOCK_NAMES[c]} [95% CI]" for c in CLOCKS), "seeds", "note"]
+              *(f"{CLOCK_SYMBOLS[c]} [95% CI]" for c in CLOCKS), "seeds", "note"]
     rows = []
     for group, found in forgetting.items():
         for memory in MEMORIES:

@@ -31,13 +31,13 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 from initmem_core.report.inference import (MIN_SEEDS_PER_SIGMA, THIS_TEST_SET, AccuracyTable, Matrix,
                                            SpreadEstimate, cross_fit_spread, mean_interval, spread_difference)
 from initmem_core.sweep.grid import group_fields, group_keys, metric_suffix
 from initmem_core.tracking.records import CellRecord
 
 NAN = float("nan")
-CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
 #: Bootstrap replicates, and the fixed seed that makes a report reproducible.
 REPLICATES, BOOTSTRAP_SEED = 1000, 0
 #: A group whose best mean accuracy is below chance + this many points did not train.
@@ -333,7 +333,7 @@ TABLE_COLUMNS = (
     ("tau_interp", "tau_interp", "{:.1f}"),
     ("never_interp", "never interp", "{}"), ("repair_gap", "repair gap pp", "{:+.2f}"),
     ("weight_norm", "‖W‖_F", "{:.4g}"), ("weight_norm_ratio", "‖W‖/‖W0‖", "{:.4g}"),
-    ("clock_sgd", "T_SGD", "{:.4g}"), ("clock_l2", "T_L2", "{:.4g}"), ("clock_adapt", "T_adapt", "{:.4g}"),
+    *((clock, CLOCK_SYMBOLS[clock], "{:.4g}") for clock in CLOCKS),
 )
 
 
@@ -408,7 +408,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
     lines = [f"# {title}", "", SPREADS_EXPLAINED.format(margin=CHANCE_MARGIN_PP), ""]
     lines += _markdown_table(
         ["group", "spread pp", "95% CI", "debiased pp [95% CI]", "best sigma", "worst sigma",
-         "sigmas never interpolated", "failed cells", "T_SGD", "T_L2", "T_adapt"],
+         "sigmas never interpolated", "failed cells", *(CLOCK_SYMBOLS[c] for c in CLOCKS)],
         [[g.group, _spread_cell(g), interval(g.spread_lo, g.spread_hi, ".2f"), debiased_cell(g),
           *(("–" if math.isnan(v) else f"{v:g}") for v in (g.best_sigma, g.worst_sigma)),
           str(g.never_interp_sigmas), str(g.failed),

@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from initmem_core.report.memory import CLOCKS, Report
+from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
+from initmem_core.report.memory import Report
 from initmem_core.sweep.grid import short_group_names
 
-# η is the effective step (η/(1-β) for heavy-ball momentum); λ every shrinking force.
-CLOCK_LABELS = {"clock_sgd": "T_SGD = Σ η² / b", "clock_l2": "T_L2 = λ Σ η", "clock_adapt": "T_adapt = Σ η"}
 
 
 def _figure(width: float = 6.4, height: float = 4.2):
@@ -31,7 +30,7 @@ def warm_up() -> None:
     figure = _figure(2.0, 2.0)
     ax = figure.add_subplot()
     ax.errorbar([0.0, 1.0], [0.0, 1.0], yerr=[[0.1, 0.1], [0.1, 0.1]], marker="o", label="σ_w")
-    ax.set(xlabel=CLOCK_LABELS["clock_sgd"], title=CLOCK_LABELS["clock_l2"])
+    ax.set(xlabel=CLOCK_FORMULAS[CLOCK_SGD], title=CLOCK_FORMULAS[CLOCK_L2])
     figure.legend(loc="outside lower center", fontsize="small")
     figure.canvas.draw()
 
@@ -149,7 +148,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
         else:  # clocks are often tiny (T_SGD ~ 1e-4): short scientific tick labels
             ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
             ax.locator_params(axis="x", nbins=4)
-        ax.set(xlabel=CLOCK_LABELS[clock])
+        ax.set(xlabel=CLOCK_FORMULAS[clock])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("spread over σ_w (pp, 95% bootstrap CI)")
     figure.suptitle("Spread vs forgetting clocks at the end of training")
@@ -289,7 +288,7 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
                 ax.set_xscale("symlog", linthresh=min(positive))  # groups' clocks differ by decades; 0 stays on it
             else:
                 ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
-            ax.set(xlabel=CLOCK_LABELS[clock])
+            ax.set(xlabel=CLOCK_FORMULAS[clock])
             ax.grid(alpha=0.3)
         row[0].set_ylabel(MEMORY_LABELS[memory], fontsize="small")
     figure.suptitle("Memory against the forgetting clocks (bands: 95% CI; dotted: half-life)")

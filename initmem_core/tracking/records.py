@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from initmem_core.vocabulary import CLOCKS
 from initmem_core.config import FIELDS, RunConfig, from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, open_client, resolve_tracking_uri
@@ -21,7 +22,7 @@ GROUP_TAG = "initmem.group"
 PARENT_TAG = "mlflow.parentRunId"
 #: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
 #: memory over training is computed from (report/forgetting.py). One history call each per run.
-HISTORY_METRICS = ("test_acc", "weight_norm", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt")
+HISTORY_METRICS = ("test_acc", "weight_norm", "init_cosine", *CLOCKS)
 
 
 @dataclass

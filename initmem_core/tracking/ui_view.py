@@ -16,6 +16,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 from initmem_core.tracking.records import GROUP_TAG, PARENT_TAG
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
@@ -130,11 +131,11 @@ def radial_half_life_text(report: Any, group: str) -> str:
     half = found.half_lives.get("radial") if found is not None else None
     if half is None:
         return "–"
-    from initmem_core.report.forgetting import CLOCK_NAMES, CLOCKS, half_life_text
+    from initmem_core.report.forgetting import half_life_text
 
     if not half.reached:
         return half_life_text(half)
-    clocks = [f"{CLOCK_NAMES[c]} {getattr(half, c):.3g}" for c in CLOCKS if not math.isnan(getattr(half, c))]
+    clocks = [f"{CLOCK_SYMBOLS[c]} {getattr(half, c):.3g}" for c in CLOCKS if not math.isnan(getattr(half, c))]
     return " · ".join([f"{half_life_text(half)} ep", *clocks])
 
 

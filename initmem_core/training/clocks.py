@@ -27,6 +27,8 @@ the size of the batch actually used at that step (the last batch of an epoch may
 
 from __future__ import annotations
 
+from initmem_core.vocabulary import clock_metric
+
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -69,4 +71,4 @@ class ForgettingClocks:
         self.adapt += eta
 
     def as_metrics(self) -> dict[str, float]:
-        return {f"clock_{name}": value for name, value in asdict(self).items()}
+        return {clock_metric(name): value for name, value in asdict(self).items()}

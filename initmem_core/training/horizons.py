@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, parse_until
 from initmem_core.errors import ConfigError
 from initmem_core.training.clocks import DEFAULT_CONVENTION, ForgettingClocks, check_convention, effective_step
@@ -41,8 +42,6 @@ TOLERANCE = 1e-9
 #: The most optimizer steps one search replays (about 3 s): past it the epochs a
 #: target needs are only bounded from below.
 SEARCH_STEPS = 1_000_000
-#: What each clock is called in messages.
-CLOCK_NAMES = {"clock_sgd": "T_SGD", "clock_l2": "T_L2", "clock_adapt": "T_adapt"}
 
 
 # -- what a step counts -----------------------------------------------------------------------
@@ -233,7 +232,7 @@ def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequenc
     """What ``clock`` tends to as the run grows: infinite, except under a step schedule that
     decays (``lr_gamma < 1``: a geometric series) or a clock with nothing to count (T_L2 with
     lambda 0). 0 when every step's ``eta`` is 0."""
-    if rule.eta(1.0) == 0 or (clock == "clock_l2" and rule.shrink == 0):
+    if rule.eta(1.0) == 0 or (clock == CLOCK_L2 and rule.shrink == 0):
         return 0.0
     if schedule.schedule != "step" or schedule.lr_gamma >= 1:
         return math.inf
@@ -247,7 +246,7 @@ def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequenc
     for batch_size in batches:
         base.tick(rule.eta(1.0), batch_size, rule.shrink)
     per_block = base.as_metrics()[clock] * block
-    ratio = schedule.lr_gamma ** (2 if clock == "clock_sgd" else 1)
+    ratio = schedule.lr_gamma ** (2 if clock == CLOCK_SGD else 1)
     first = start // block
     return before + per_block * ratio ** first / (1 - ratio)
 
@@ -276,7 +275,7 @@ def horizon(config: Any, n_train: int, rule: StepRule) -> Horizon:
     if target is None:
         return Horizon(schedule.epochs, final_clocks(schedule, rule, batches), len(batches))
     clock, value = target
-    name = f"{clock} ({CLOCK_NAMES[clock]})"
+    name = f"{clock} ({CLOCK_SYMBOLS[clock]})"
     cap = schedule.epochs
     found = epochs_until(value, clock, schedule, rule, batches, limit=cap)
     if found.epochs is not None:
@@ -298,7 +297,7 @@ def horizon(config: Any, n_train: int, rule: StepRule) -> Horizon:
 
 
 def _how_to_grow(clock: str, config: Any) -> str:
-    if clock == "clock_l2" and config.l2 == 0 and config.weight_decay == 0:
+    if clock == CLOCK_L2 and config.l2 == 0 and config.weight_decay == 0:
         return "set --l2 or --weight-decay above 0 (T_L2 counts lambda * sum eta)"
     if config.schedule == "step":
         return "raise --lr-gamma, --lr-step-epochs or --lr, or lower the target"
