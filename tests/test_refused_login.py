@@ -63,6 +63,24 @@ def test_a_user_without_permission_is_told_so_and_which_request(login):
     assert "MLFLOW_TRACKING_USERNAME" in line and "--experiment" in line
 
 
+def test_an_artifact_upload_refused_by_http_status_is_a_refused_login_too(login):
+    """Uploads through the server's artifact proxy raise requests' HTTPError, with no MLflow code."""
+
+    class Response:
+        status_code = 401
+
+    class HTTPError(Exception):
+        response = Response()
+
+    login("bob", "pw")
+    error = HTTPError(f"401 Client Error: Unauthorized for url: {URI}/api/2.0/mlflow-artifacts/artifacts/1/x.pt")
+    assert refusal(URI, error).startswith(f"tracking server {URI} refused the credentials (user 'bob'")
+    Response.status_code = 403
+    assert "/api/2.0/mlflow-artifacts/artifacts/1/x.pt" in refusal(URI, error)
+    Response.status_code = 404
+    assert refusal(URI, error) == ""
+
+
 def test_other_errors_are_not_a_refused_login(login):
     login("bob", "pw")
     assert refusal(URI, mlflow_error(403, "Invalid Host header - possible DNS rebinding attack detected")) == ""

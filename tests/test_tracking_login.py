@@ -188,7 +188,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
         process.kill()
     assert process.returncode == 0, out + err
     said = " ".join((out + err).split())
-    assert "refused the credentials" in said and f"initmem sync --tracking-uri {server}" in said
+    assert "refused the credentials" in said and f"initmem sync --tracking-uri {server}" in said, said
     assert all(key in said for key in LOGIN) and PASSWORD not in said and new_password not in said
     stored = client.get_run(run.info.run_id)
     held = len(client.get_metric_history(run.info.run_id, "train_loss"))

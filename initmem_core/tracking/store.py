@@ -241,6 +241,8 @@ def refusal(uri: str, error: BaseException) -> str:
     naming the variables the login comes from; empty for any other error. A 403 that is MLflow's
     Host-header check is not about the login and is left to the caller."""
     code = getattr(error, "error_code", None)
+    status = getattr(getattr(error, "response", None), "status_code", None)  # an artifact upload's HTTPError
+    code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}.get(status, code) if code is None else code
     text = str(error)
     if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED") or "Invalid Host header" in text:
         return ""
@@ -251,7 +253,7 @@ def refusal(uri: str, error: BaseException) -> str:
                  else f"none given: {USERNAME_ENV} and {PASSWORD_ENV} are not set")
         return (f"tracking server {uri} refused the credentials ({given}); set both to a user the server "
                 "knows (see docs/distributed.md)")
-    endpoint = re.search(r"endpoint (\S+)", text)
+    endpoint = re.search(r"(?:endpoint|for url:) (?:https?://[^/\s]+)?(\S+)", text)
     what = f" ({endpoint.group(1)})" if endpoint else ""
     return (f"tracking server {uri} refused user {user or '(none)'!r} permission for this request{what}; ask "
             f"its admin for EDIT on the experiment, or use an --experiment of your own; the user comes from "
