@@ -292,6 +292,10 @@ def open_client(uri: str | None = None, probe: bool = True):
         # The first request creates or migrates the database; two commands doing so at once on a
         # fresh folder collide in alembic, so that request is made under a lock beside the file.
         wait_while_database_locked(database, uri)  # before the file lock: others then name the real holder
+        # MLflow's SQL store module takes over a second to import: not while holding the lock
+        # every other command opening this store waits on.
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
         with creating_store(database, uri), store_must_answer(uri):
             _forget_interrupted_creation(uri, database)
             if not database.exists():
