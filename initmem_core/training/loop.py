@@ -125,7 +125,7 @@ def run_epoch(setup: TrainingSetup, epoch: int, step: int, sums: EpochSums, cloc
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
     requested before the epoch's last step (the caller checkpoints there)."""
-    config, model, optimizer = setup.config, setup.model, setup.optimizer
+    config, optimizer = setup.config, setup.optimizer
     trainable, initial = setup.penalized()
     # Every force that shrinks the weights: the coupled regularizer and the optimizer's decay.
     shrink = (config.l2 if setup.regularizer is not None else 0.0) + config.weight_decay
