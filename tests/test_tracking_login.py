@@ -167,19 +167,21 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     """The admin changes the user's password while ``initmem run`` trains: the run goes on, what
     the server refuses waits in initmem-unsynced/, and ``initmem sync`` with the new password
     uploads it."""
-    epochs = 30
+    epochs = 60
     env = dict(os.environ)
     process = subprocess.Popen([sys.executable, "-m", "initmem_cli", "run", *SMALL[:4], "--epochs", str(epochs),
                                 *SMALL[6:], "--seed", "7", "--tracking-uri", server], env=env, cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         client, deadline, run = admin_client(server), time.monotonic() + 240, None
-        while run is None:  # some epochs are in the store: the helper logged in
+        # The password changes as soon as the run and its params are in the store (the helper
+        # logged in), well before training ends: the helper sends metrics in batches up to 5 s
+        # apart, so a run that trained to its end between two polls would land whole.
+        while run is None:
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             found = [r for r in all_runs(server) if r.info.run_name == "resnet20-sgd-s1.0-seed7"]
-            if found and "train_loss" in found[0].data.metrics:
-                run = found[0]
-            time.sleep(0.3)
+            run = found[0] if found and found[0].data.params else None
+            time.sleep(0.1)
         new_password = "alice-" + os.urandom(6).hex()
         auth_request(server, "update-password", {"username": USER, "password": new_password}, "admin",
                      ADMIN_PASSWORD, method="PATCH")
