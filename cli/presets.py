@@ -10,8 +10,11 @@ from rich.table import Table
 
 from .errors import user_errors
 
-presets_app = typer.Typer(help="List the paper's sweep presets, or print one as an editable sweep file.",
-                          invoke_without_command=True, no_args_is_help=False)
+presets_app = typer.Typer(
+    help="List the paper's sweep presets, or print one as an editable sweep file.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 
 @presets_app.callback()
@@ -26,8 +29,13 @@ def list_presets(ctx: typer.Context) -> None:
     table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)", show_lines=True, expand=True)
     for column in ("preset", "cells", "groups", "varies", "description"):
         # Text folds onto more lines, never cut: a word wider than its column is broken, not elided.
-        table.add_column(column, justify="right" if column in ("cells", "groups") else "left",
-                         no_wrap=column == "preset", overflow="fold", ratio={"varies": 1, "description": 2}.get(column))
+        table.add_column(
+            column,
+            justify="right" if column in ("cells", "groups") else "left",
+            no_wrap=column == "preset",
+            overflow="fold",
+            ratio={"varies": 1, "description": 2}.get(column),
+        )
     for name in preset_names():
         spec = preset_spec(name)
         cells = expand(spec)

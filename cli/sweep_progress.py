@@ -33,8 +33,11 @@ class CellBar:
         self.bar.advance(self.task, steps)
 
     def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
-        self.bar.update(self.task, description=f"  {self.label} epoch {epoch}/{self.epochs}",
-                        figures=f"acc {metrics['train_acc']:.3f} val {metrics['val_acc']:.3f}")
+        self.bar.update(
+            self.task,
+            description=f"  {self.label} epoch {epoch}/{self.epochs}",
+            figures=f"acc {metrics['train_acc']:.3f} val {metrics['val_acc']:.3f}",
+        )
 
     def remove(self) -> None:
         if self.task is not None:
@@ -46,8 +49,12 @@ class SweepDisplay:
 
     def __init__(self, console: Console | None = None):
         self.bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[figures]}"),
-            TimeElapsedColumn(), console=console,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[figures]}"),
+            TimeElapsedColumn(),
+            console=console,
         )
         self.console = self.bar.console
         self.cells: dict[str, CellBar] = {}
@@ -55,7 +62,7 @@ class SweepDisplay:
         self.total = self.done = self.failed = 0
         self.started_at = time.monotonic()
 
-    def __enter__(self) -> "SweepDisplay":
+    def __enter__(self) -> SweepDisplay:
         self.bar.start()
         return self
 
@@ -73,8 +80,12 @@ class SweepDisplay:
         finished = self.done + self.failed
         remaining = self.total - finished
         eta = eta_text(time.monotonic() - self.started_at, finished, remaining)
-        self.bar.update(self.overall, completed=finished, figures=eta,
-                        description=f"[bold]cells[/bold] done {self.done} · failed {self.failed} · remaining {remaining}")
+        self.bar.update(
+            self.overall,
+            completed=finished,
+            figures=eta,
+            description=f"[bold]cells[/bold] done {self.done} · failed {self.failed} · remaining {remaining}",
+        )
 
     def cell_started(self, run_id: str, label: str) -> CellBar:
         self.cells[run_id] = CellBar(self.bar, label)

@@ -19,7 +19,8 @@ __all__ = ["KERNEL_LAYERS", "fan_in", "kernel_layers", "kernel_parameters"]
 def kernel_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Conv/Linear layers with a weight, in ``named_modules()`` order (fixes the draw order)."""
     return [
-        (name, module) for name, module in model.named_modules()
+        (name, module)
+        for name, module in model.named_modules()
         if isinstance(module, KERNEL_LAYERS) and isinstance(getattr(module, "weight", None), nn.Parameter)
     ]
 

@@ -27,7 +27,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool, top_level_only: bool)
             base = node.module or ""
             if node.level:
                 package = module.split(".") if is_package else module.split(".")[:-1]
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
     return {name for name in found if name.startswith(("initmem_core", "initmem_plugins"))}
 
@@ -48,7 +48,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt]
+                return path[path.index(nxt) :] + [node, nxt] if nxt in path else [node, nxt]
             if nxt not in state and (found := visit(nxt, path + [node])):
                 return found
         state[node] = 2

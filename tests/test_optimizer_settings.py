@@ -58,12 +58,15 @@ def test_opt_args_are_canonical_in_the_hash():
     assert resolved(opt="adam", opt_arg=("eps=1e-6",)).opt_arg == ("eps=1e-06",)
 
 
-@pytest.mark.parametrize("items, message", [
-    (("momentum=0.9",), "--opt-arg momentum: optimizer adam has no option 'momentum'; valid keys: "),
-    (("betas=0.9",), "--opt-arg betas=0.9: expected 2 comma-separated values like 0.9,0.999"),
-    (("lr=0.1",), "--opt-arg lr: set the learning rate with --lr"),
-    (("betas",), "--opt-arg 'betas': write key=value"),
-])
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (("momentum=0.9",), "--opt-arg momentum: optimizer adam has no option 'momentum'; valid keys: "),
+        (("betas=0.9",), "--opt-arg betas=0.9: expected 2 comma-separated values like 0.9,0.999"),
+        (("lr=0.1",), "--opt-arg lr: set the learning rate with --lr"),
+        (("betas",), "--opt-arg 'betas': write key=value"),
+    ],
+)
 def test_bad_opt_args_are_one_clear_error(items, message):
     with pytest.raises(ConfigError) as error:
         resolved(opt="adam", opt_arg=items)

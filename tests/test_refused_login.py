@@ -26,8 +26,11 @@ CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 500: "INTERNAL_ERROR"
 
 
 def mlflow_error(status: int, body: str) -> ServerError:
-    return ServerError(f"API request to endpoint /api/2.0/mlflow/runs/create failed with error code {status} "
-                       f"!= 200. Response body: '{body}'", CODES[status])
+    return ServerError(
+        f"API request to endpoint /api/2.0/mlflow/runs/create failed with error code {status} "
+        f"!= 200. Response body: '{body}'",
+        CODES[status],
+    )
 
 
 @pytest.fixture

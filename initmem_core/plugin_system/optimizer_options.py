@@ -9,7 +9,8 @@ the options in one canonical spelling. Imports no torch (a family's defaults may
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from initmem_core.errors import ConfigError, ordered_by_similarity
 
@@ -60,8 +61,11 @@ def coerce_option(key: str, text: str, default: Any) -> Any:
             return tuple(_scalar(part, like) for part, like in zip(items, default))
         return _scalar(text, default)
     except ValueError:
-        expected = (f"{len(default)} comma-separated values like {render(default)}"
-                    if isinstance(default, (tuple, list)) else f"a value like {render(default)}")
+        expected = (
+            f"{len(default)} comma-separated values like {render(default)}"
+            if isinstance(default, (tuple, list))
+            else f"a value like {render(default)}"
+        )
         raise ConfigError(f"--opt-arg {key}={text}: expected {expected}") from None
 
 

@@ -17,14 +17,27 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from initmem_core.tracking.records import check_sweep_name
-from initmem_core.config import FIELDS, RunConfig, _short as short_number, coerce, field_type, from_mapping, load_toml, unknown_key_error, validate
+from initmem_core.config import (
+    FIELDS,
+    RunConfig,
+    coerce,
+    field_type,
+    from_mapping,
+    load_toml,
+    unknown_key_error,
+    validate,
+)
+from initmem_core.config import (
+    _short as short_number,
+)
 from initmem_core.errors import ConfigError
 from initmem_core.kinds import flag_for
+from initmem_core.tracking.records import check_sweep_name
 
 #: Within a group only these vary; every other varying field tells groups apart.
 WITHIN_GROUP = ("sigma", "seed")
@@ -49,8 +62,10 @@ def parse_range(name: str, text: str) -> tuple[Any, ...]:
     values = [start + (stop - start) * i / (count - 1) for i in range(count)]
     if kind is int:
         if any(not float(v).is_integer() for v in values):
-            raise ConfigError(f"{flag_for(name)} {text}: {count} evenly spaced values from {start} to {stop} "
-                              "are not all whole numbers; choose a count that divides the span, or list the values")
+            raise ConfigError(
+                f"{flag_for(name)} {text}: {count} evenly spaced values from {start} to {stop} "
+                "are not all whole numbers; choose a count that divides the span, or list the values"
+            )
         return tuple(int(v) for v in values)
     # 12 significant digits: 0.1:0.3:3 gives 0.2, not 0.20000000000000004 (names and hashes stay clean).
     return tuple(float(f"{v:.12g}") for v in values)
@@ -99,11 +114,14 @@ class SweepSpec:
     name: str | None = None
     groups: tuple[dict[str, Any], ...] = ()
 
-    def override(self, other: "SweepSpec") -> "SweepSpec":
+    def override(self, other: SweepSpec) -> SweepSpec:
         """``other``'s axes replace this spec's for the same fields, in the groups too (CLI over file)."""
         groups = tuple({k: v for k, v in group.items() if k not in other.axes} for group in self.groups)
-        return SweepSpec({**self.axes, **other.axes}, other.name or self.name,
-                         tuple(group for group in groups if group) if any(groups) else ())
+        return SweepSpec(
+            {**self.axes, **other.axes},
+            other.name or self.name,
+            tuple(group for group in groups if group) if any(groups) else (),
+        )
 
     def group_axes(self) -> list[dict[str, tuple[Any, ...]]]:
         """The product grids whose union is the sweep."""
@@ -112,8 +130,11 @@ class SweepSpec:
     @property
     def varying(self) -> list[str]:
         grids = self.group_axes()
-        return [name for name in FIELDS
-                if len({_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1]
+        return [
+            name
+            for name in FIELDS
+            if len({_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1
+        ]
 
 
 _DEFAULTS = RunConfig()
@@ -200,9 +221,11 @@ def group_fields(configs: Iterable[RunConfig]) -> list[str]:
     """Fields that tell groups apart: those that vary across ``configs``, except sigma and seed,
     and except execution knobs (threads, device: they change how, not what)."""
     configs = list(configs)
-    return [name for name, f in FIELDS.items()
-            if f.metadata["hashed"] and name not in WITHIN_GROUP
-            and len({_text(getattr(c, name)) for c in configs}) > 1]
+    return [
+        name
+        for name, f in FIELDS.items()
+        if f.metadata["hashed"] and name not in WITHIN_GROUP and len({_text(getattr(c, name)) for c in configs}) > 1
+    ]
 
 
 def _text(value: Any) -> str:
@@ -233,15 +256,21 @@ def group_label(config: RunConfig) -> str:
     optimizer, then every hashed field except sigma and seed whose value is not the default.
     The same group has the same label in every sweep, and two groups that differ in anything
     but sigma and seed never share one (the UI groups by it across sweeps)."""
-    return ",".join(f"{name}={_exact(getattr(config, name))}" for name in identity_fields(config)
-                    if name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name))
+    return ",".join(
+        f"{name}={_exact(getattr(config, name))}"
+        for name in identity_fields(config)
+        if name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name)
+    )
 
 
 def identity_fields(config: RunConfig) -> list[str]:
     """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
     (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
-    return [name for name, f in FIELDS.items() if f.metadata["hashed"] and name not in WITHIN_GROUP
-            and not (name == "epochs" and config.until)]
+    return [
+        name
+        for name, f in FIELDS.items()
+        if f.metadata["hashed"] and name not in WITHIN_GROUP and not (name == "epochs" and config.until)
+    ]
 
 
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
@@ -264,15 +293,27 @@ def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
 
 
 #: Short prefixes of varying numeric fields in cell names; other fields show their name.
-NAME_PREFIX = {"lr": "lr", "momentum": "mom", "weight_decay": "wd", "batch_size": "b", "epochs": "ep",
-               "l2": "l2", "train_size": "n", "warmup_epochs": "warm", "interp_threshold": "thr"}
+NAME_PREFIX = {
+    "lr": "lr",
+    "momentum": "mom",
+    "weight_decay": "wd",
+    "batch_size": "b",
+    "epochs": "ep",
+    "l2": "l2",
+    "train_size": "n",
+    "warmup_epochs": "warm",
+    "interp_threshold": "thr",
+}
 
 
 def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
     """A run name per cell that carries every value telling it apart in its sweep, e.g.
     ``resnet20-lion-lr0.001-s0.5-seed0``; names stay unique (a config hash is appended on a clash)."""
-    extra = [n for n in FIELDS if n in set(varying) and FIELDS[n].metadata["hashed"]
-             and n not in ("arch", "opt", "sigma", "seed")]
+    extra = [
+        n
+        for n in FIELDS
+        if n in set(varying) and FIELDS[n].metadata["hashed"] and n not in ("arch", "opt", "sigma", "seed")
+    ]
 
     def part(config: RunConfig, name: str) -> str:
         value = getattr(config, name)
@@ -280,8 +321,18 @@ def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
             return value  # data, schedule, init...: the value says which field it is
         return f"{NAME_PREFIX.get(name, name)}{_exact(value)}"
 
-    names = ["-".join([config.arch, config.opt, *(part(config, n) for n in extra if n in identity_fields(config)),
-                       f"s{short_number(config.sigma)}", f"seed{config.seed}"]) for config in configs]
+    names = [
+        "-".join(
+            [
+                config.arch,
+                config.opt,
+                *(part(config, n) for n in extra if n in identity_fields(config)),
+                f"s{short_number(config.sigma)}",
+                f"seed{config.seed}",
+            ]
+        )
+        for config in configs
+    ]
     counts = Counter(names)
     return [f"{n}-{c.config_hash()[:6]}" if counts[n] > 1 else n for n, c in zip(names, configs)]
 
@@ -343,13 +394,24 @@ class SweepPlan:
     names: list[str] = field(default_factory=list)  # each cell's run name (``cell_names``)
 
 
-def plan_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, *, name: str | None = None,
-               out: str | Path | None = None, registry: Any = None) -> SweepPlan:
+def plan_sweep(
+    spec: SweepSpec | Mapping[str, Any] | str | Path,
+    *,
+    name: str | None = None,
+    out: str | Path | None = None,
+    registry: Any = None,
+) -> SweepPlan:
     """Expand and validate the grid (``ConfigError`` for any bad value or name), and settle the
     sweep's name (given, the file's, or generated from the grid) and output folder."""
     spec = as_spec(spec)
     cells = expand(spec, registry)
     # An empty --name is a mistake to report, not a request for the generated name.
     name = check_sweep_name(name if name is not None else spec.name or default_name(spec))
-    return SweepPlan(spec, cells, group_keys(cells), name, Path(out) if out else DEFAULT_OUTPUT / name,
-                     cell_names(cells, spec.varying))
+    return SweepPlan(
+        spec,
+        cells,
+        group_keys(cells),
+        name,
+        Path(out) if out else DEFAULT_OUTPUT / name,
+        cell_names(cells, spec.varying),
+    )

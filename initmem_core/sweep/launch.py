@@ -16,9 +16,10 @@ cluster, Slurm); all of the above is this module's, and the same whichever runs 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
@@ -29,11 +30,28 @@ from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
-from initmem_core.tracking.records import (ENDED, GROUP_TAG, PARENT_TAG, ROLE_TAG, SWEEP_TAG, child_runs,
-                                           find_parent, latest_per_cell, record_from_run)
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_writable_folder, ensure_experiment,
-                                         log_in_batches, open_client, resolve_tracking_uri, store_folder, to_json)
+from initmem_core.tracking.records import (
+    ENDED,
+    GROUP_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    SWEEP_TAG,
+    child_runs,
+    find_parent,
+    latest_per_cell,
+    record_from_run,
+)
+from initmem_core.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    check_writable_folder,
+    ensure_experiment,
+    log_in_batches,
+    open_client,
+    resolve_tracking_uri,
+    store_folder,
+    to_json,
+)
 from initmem_core.tracking.ui_view import description, write_view
 
 
@@ -50,9 +68,14 @@ class SweepProgress(Protocol):
 
 
 class NoSweepProgress:
-    def sweep_started(self, name, total, skipped): pass
-    def cell_started(self, run_id, label): return None
-    def cell_finished(self, run_id, status, error): pass
+    def sweep_started(self, name, total, skipped):
+        pass
+
+    def cell_started(self, run_id, label):
+        return None
+
+    def cell_finished(self, run_id, status, error):
+        pass
 
 
 @dataclass
@@ -88,8 +111,9 @@ class _Sweep:
         self.experiment_id = ensure_experiment(self.client, uri, experiment)
         parent = find_parent(self.client, self.experiment_id, name)
         if parent is None:
-            parent = self.client.create_run(self.experiment_id, run_name=name,
-                                            tags={SWEEP_TAG: name, ROLE_TAG: "parent"})
+            parent = self.client.create_run(
+                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: "parent"}
+            )
         else:
             self.client.update_run(parent.info.run_id, status="RUNNING")
         self.parent = parent
@@ -107,13 +131,19 @@ class _Sweep:
 
         self.names = {config.config_hash(): name for config, name in zip(plan.cells, plan.names)}
         held = self.client.get_run(self.parent_id).data.params
-        grid = {name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
-                for name, f in FIELDS.items() if f.metadata["hashed"]}
+        grid = {
+            name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
+            for name, f in FIELDS.items()
+            if f.metadata["hashed"]
+        }
         grid["cells"] = str(len(plan.cells))
-        log_in_batches(self.client, self.parent_id, "params",
-                       [Param(k, v[:6000]) for k, v in grid.items() if k not in held])
+        log_in_batches(
+            self.client, self.parent_id, "params", [Param(k, v[:6000]) for k, v in grid.items() if k not in held]
+        )
 
-    def earlier_runs(self, configs: list[RunConfig], retry_failed: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    def earlier_runs(
+        self, configs: list[RunConfig], retry_failed: bool = False
+    ) -> tuple[dict[str, Any], dict[str, str]]:
         """From earlier launches: (config hash -> run) of the children whose cell is done, FINISHED
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
@@ -153,7 +183,8 @@ class _Sweep:
             raise ConfigError(
                 f"sweep {self.name}: cell {run.info.run_name} was computed with --threads {held} in an earlier "
                 f"launch, this one would use {config.threads}; a cell's numbers depend on its threads, so relaunch "
-                f"with --threads {held} (or give the sweep another --name)")
+                f"with --threads {held} (or give the sweep another --name)"
+            )
 
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         from initmem_core.tracking.cells import ChildRunWriter, config_params
@@ -163,9 +194,16 @@ class _Sweep:
         if restart:
             cell.resume = False
         elif not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
-            cell.run_id = self.client.create_run(self.experiment_id, run_name=self.run_name(config), tags={
-                PARENT_TAG: self.parent_id, SWEEP_TAG: self.name, GROUP_TAG: cell.group,
-                "config_hash": config.config_hash()}).info.run_id
+            cell.run_id = self.client.create_run(
+                self.experiment_id,
+                run_name=self.run_name(config),
+                tags={
+                    PARENT_TAG: self.parent_id,
+                    SWEEP_TAG: self.name,
+                    GROUP_TAG: cell.group,
+                    "config_hash": config.config_hash(),
+                },
+            ).info.run_id
         if scheduled:
             self.client.update_run(cell.run_id, status="SCHEDULED")
         writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
@@ -206,10 +244,16 @@ class _Sweep:
         failed = sum(1 for cell in cells if cell.status != "FINISHED")
         self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
-        self.client.log_batch(self.parent_id, tags=[
-            RunTag("initmem.cells", str(len(cells))), RunTag("initmem.cells_failed", str(failed)),
-            RunTag("initmem.cells_unsynced", str(sum(bool(cell.unsynced) for cell in cells))),
-            RunTag("initmem.varying", ",".join(spec.varying)), RunTag("mlflow.note.content", note)])
+        self.client.log_batch(
+            self.parent_id,
+            tags=[
+                RunTag("initmem.cells", str(len(cells))),
+                RunTag("initmem.cells_failed", str(failed)),
+                RunTag("initmem.cells_unsynced", str(sum(bool(cell.unsynced) for cell in cells))),
+                RunTag("initmem.varying", ",".join(spec.varying)),
+                RunTag("mlflow.note.content", note),
+            ],
+        )
         return report, files
 
 
@@ -223,10 +267,14 @@ def log_report_metrics(client: Any, parent_id: str, report: Report) -> None:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    log_in_batches(client, parent_id, "metrics",
-                   [Metric(key, float(f"{value:.4g}"), now, 0) for key, value in report.parent_metrics().items()]
-                   # memory over training, step = epoch: MLflow's charts draw each group's curve
-                   + [Metric(key, float(f"{value:.4g}"), now, epoch) for key, value, epoch in report.parent_step_metrics()])
+    log_in_batches(
+        client,
+        parent_id,
+        "metrics",
+        [Metric(key, float(f"{value:.4g}"), now, 0) for key, value in report.parent_metrics().items()]
+        # memory over training, step = epoch: MLflow's charts draw each group's curve
+        + [Metric(key, float(f"{value:.4g}"), now, epoch) for key, value, epoch in report.parent_step_metrics()],
+    )
 
 
 def _warm_up_drawing() -> None:
@@ -283,8 +331,9 @@ def run_sweep(
         options = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}.get(executor, {})
         executor = make_executor(executor, **options)
     elif workers != 1:
-        raise ConfigError(f"--workers is for --executor local; {executor.name} runs as many cells at once as "
-                          "its resources allow")
+        raise ConfigError(
+            f"--workers is for --executor local; {executor.name} runs as many cells at once as its resources allow"
+        )
     if not executor.remote and any(config.until for config in plan.cells):
         # --until: every cell's epochs are reachable within its cap, before anything is tracked
         # (the data is read here; remote workers may read it from elsewhere, so they check it).
@@ -302,16 +351,24 @@ def run_sweep(
         getattr(executor, "stop", lambda: None)()  # workers no cell needed (every cell was done)
 
 
-def _launch(plan: SweepPlan, executor: Executor, uri: str, experiment: str, progress: SweepProgress,
-            registry: Any, retry_failed: bool) -> SweepResult:
+def _launch(
+    plan: SweepPlan,
+    executor: Executor,
+    uri: str,
+    experiment: str,
+    progress: SweepProgress,
+    registry: Any,
+    retry_failed: bool,
+) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
     sweep.describe(plan)
     pin = getattr(executor, "pin", None) or (lambda config: config)
     configs = [pin(config) for config in plan.cells]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
     leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
-    owned_elsewhere = {config.config_hash() for config in configs
-                       if leases is not None and not leases.take(config.config_hash())}
+    owned_elsewhere = {
+        config.config_hash() for config in configs if leases is not None and not leases.take(config.config_hash())
+    }
     try:
         finished, resumable = sweep.earlier_runs(configs, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
@@ -324,11 +381,27 @@ def _launch(plan: SweepPlan, executor: Executor, uri: str, experiment: str, prog
     for config, key in zip(configs, plan.groups):
         earlier, interrupted = finished.get(config.config_hash()), resumable.get(config.config_hash())
         if config.config_hash() in owned_elsewhere and earlier is None:
-            cells.append(CellOutcome(config, key, "RUNNING", interrupted or "", "running in another live sweep "
-                                     "process; relaunch once it has ended", skipped=True))
+            cells.append(
+                CellOutcome(
+                    config,
+                    key,
+                    "RUNNING",
+                    interrupted or "",
+                    "running in another live sweep process; relaunch once it has ended",
+                    skipped=True,
+                )
+            )
         elif earlier is not None:
-            cells.append(CellOutcome(config, key, earlier.info.status, earlier.info.run_id,
-                                     earlier.data.tags.get("failure_reason", ""), skipped=True))
+            cells.append(
+                CellOutcome(
+                    config,
+                    key,
+                    earlier.info.status,
+                    earlier.info.run_id,
+                    earlier.data.tags.get("failure_reason", ""),
+                    skipped=True,
+                )
+            )
         else:
             cells.append(CellOutcome(config, key, "PENDING", interrupted or "", resume=bool(interrupted)))
     pending = [cell for cell in cells if not cell.skipped]

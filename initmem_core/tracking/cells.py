@@ -28,8 +28,9 @@ from initmem_core.tracking.store import log_in_batches
 from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
 
 #: Calls a worker may send, and so the only ones the sweep process replays.
-TRACKER_CALLS = frozenset({"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact",
-                           "log_dataset", "end_run"})
+TRACKER_CALLS = frozenset(
+    {"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact", "log_dataset", "end_run"}
+)
 PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})
 PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
 ATTEMPTS_TAG = "initmem.attempts"  # how many times a remote worker started the cell
@@ -154,7 +155,9 @@ class ServerCellWriter(MlflowTracker):
 
     def begin_attempt(self) -> None:
         """Say which attempt runs where, and show the cell RUNNING (it was SCHEDULED)."""
-        _set_tags(self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"})
+        _set_tags(
+            self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
+        )
         self.client.update_run(self.run_id, status="RUNNING")
 
     def start_run(self, name, params, tags):

@@ -8,13 +8,14 @@ be rebuilt from any store, a remote server included.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from initmem_core.vocabulary import CLOCKS
 from initmem_core.config import FIELDS, RunConfig, from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, open_client, resolve_tracking_uri
+from initmem_core.vocabulary import CLOCKS
 
 SWEEP_TAG = "initmem.sweep"
 ROLE_TAG = "initmem.role"
@@ -78,15 +79,21 @@ def check_sweep_name(name: str) -> str:
     """A name that is safe in a search filter and, as ``initmem-output/<name>``, stays in that
     folder: no ``.`` or ``..`` part, no leading ``/``."""
     if not SWEEP_NAME.fullmatch(name) or name.startswith("/") or {".", ".."} & set(name.split("/")):
-        raise ConfigError(f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -, "
-                          "with no . or .. between slashes and no leading /")
+        raise ConfigError(
+            f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -, "
+            "with no . or .. between slashes and no leading /"
+        )
     return name
 
 
 def find_parent(client, experiment_id: str, name: str):
     """The parent run of sweep ``name`` in the experiment, or ``None``."""
-    runs = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' "
-                              f"and tags.`{ROLE_TAG}` = 'parent'", max_results=1, order_by=["attributes.start_time ASC"])
+    runs = client.search_runs(
+        [experiment_id],
+        f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' and tags.`{ROLE_TAG}` = 'parent'",
+        max_results=1,
+        order_by=["attributes.start_time ASC"],
+    )
     return runs[0] if runs else None
 
 
@@ -94,8 +101,9 @@ def resolve_parent(client, experiment: str, name_or_run_id: str):
     """A sweep by name (in ``experiment``) or by its parent run id."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise ConfigError(f"experiment '{experiment}' does not exist in this tracking store; check --experiment "
-                          "and --tracking-uri")
+        raise ConfigError(
+            f"experiment '{experiment}' does not exist in this tracking store; check --experiment and --tracking-uri"
+        )
     parent = find_parent(client, found.experiment_id, name_or_run_id)
     if parent is None and len(name_or_run_id) == 32 and all(c in "0123456789abcdef" for c in name_or_run_id):
         try:
@@ -103,11 +111,17 @@ def resolve_parent(client, experiment: str, name_or_run_id: str):
         except Exception:  # no such run
             parent = None
     if parent is None or parent.data.tags.get(ROLE_TAG) != "parent":
-        known = sorted({run.data.tags[SWEEP_TAG] for run in search_all(
-            client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")})
+        known = sorted(
+            {
+                run.data.tags[SWEEP_TAG]
+                for run in search_all(client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")
+            }
+        )
         listing = f"; sweeps there: {', '.join(known)}" if known else "; it has no sweeps"
-        raise ConfigError(f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
-                          "(check the name, --experiment and --tracking-uri)")
+        raise ConfigError(
+            f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
+            "(check the name, --experiment and --tracking-uri)"
+        )
     return parent
 
 
@@ -160,12 +174,11 @@ def record_from_run(client, run) -> CellRecord:
 
 def _test_correct(client, run):
     """The run's ``test_correct.json`` artifact decoded, or ``None`` (an older run, a lost file)."""
+    import os
     import tempfile
     from pathlib import Path
 
     from initmem_core.tracking.correct_sets import ARTIFACT, decode
-
-    import os
 
     previous = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no bar per cell on stderr
@@ -182,8 +195,9 @@ def _test_correct(client, run):
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = previous
 
 
-def load_sweep_records(name_or_parent_run_id: str, tracking_uri: str | None = None,
-                       experiment: str = DEFAULT_EXPERIMENT) -> tuple[str, list[CellRecord]]:
+def load_sweep_records(
+    name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
+) -> tuple[str, list[CellRecord]]:
     """The sweep's name and one record per cell, read from the tracking store alone."""
     client = open_client(resolve_tracking_uri(tracking_uri))
     parent = resolve_parent(client, experiment, name_or_parent_run_id)
@@ -198,5 +212,7 @@ def sweep_name_of(parent) -> str:
     try:
         return check_sweep_name(name)
     except ConfigError:
-        raise ConfigError(f"run {parent.info.run_id} carries an unsafe sweep name in its tag {SWEEP_TAG} "
-                          f"({name[:80]!r}); refusing to use it as a folder name") from None
+        raise ConfigError(
+            f"run {parent.info.run_id} carries an unsafe sweep name in its tag {SWEEP_TAG} "
+            f"({name[:80]!r}); refusing to use it as a folder name"
+        ) from None

@@ -15,8 +15,9 @@ import re
 import socket
 import tempfile
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 from initmem_core.errors import ConfigError, InitmemError
@@ -50,11 +51,15 @@ def check_tracking_uri(uri: str) -> str:
         return uri  # the user opted into MLflow's file store (one letter: a Windows drive)
     if scheme in ("", "file"):
         path = urlparse(uri).path if scheme else uri
-        raise ConfigError(f"--tracking-uri {uri} is a path, not a tracking store; "
-                          f"for a SQLite database there pass sqlite:///{Path(path).expanduser().resolve()}")
+        raise ConfigError(
+            f"--tracking-uri {uri} is a path, not a tracking store; "
+            f"for a SQLite database there pass sqlite:///{Path(path).expanduser().resolve()}"
+        )
     if scheme.split("+")[0] not in SUPPORTED_SCHEMES:
-        raise ConfigError(f"--tracking-uri {uri}: unsupported scheme '{scheme}'; use sqlite:///path/to/mlflow.db "
-                          "or a server http(s)://host:port")
+        raise ConfigError(
+            f"--tracking-uri {uri}: unsupported scheme '{scheme}'; use sqlite:///path/to/mlflow.db "
+            "or a server http(s)://host:port"
+        )
     if scheme in ("http", "https") and not urlparse(uri).hostname:
         raise ConfigError(f"--tracking-uri {uri} names no host; use http(s)://host:port")
     return uri
@@ -64,8 +69,10 @@ def check_experiment_name(name: str) -> str:
     if not name.strip():
         raise ConfigError("--experiment must not be empty; leave it out for the default, initmem")
     if len(name) > MAX_EXPERIMENT_NAME:
-        raise ConfigError(f"--experiment is {len(name)} characters long; MLflow takes names of at most "
-                          f"{MAX_EXPERIMENT_NAME}: choose a shorter one")
+        raise ConfigError(
+            f"--experiment is {len(name)} characters long; MLflow takes names of at most "
+            f"{MAX_EXPERIMENT_NAME}: choose a shorter one"
+        )
     return name
 
 
@@ -104,8 +111,9 @@ def check_writable_folder(folder: str | Path, flag: str) -> Path:
             pass
     except OSError as error:
         reason = error.strerror or errno.errorcode.get(error.errno or 0, type(error).__name__)
-        raise ConfigError(f"{flag} {folder} cannot be written ({reason} in {existing}); "
-                          "choose a writable folder") from None
+        raise ConfigError(
+            f"{flag} {folder} cannot be written ({reason} in {existing}); choose a writable folder"
+        ) from None
     return folder
 
 
@@ -115,7 +123,7 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
 
 
 def sqlite_path(uri: str) -> Path | None:
-    return Path(uri[len("sqlite:///"):]).expanduser().resolve() if uri.startswith("sqlite:///") else None
+    return Path(uri[len("sqlite:///") :]).expanduser().resolve() if uri.startswith("sqlite:///") else None
 
 
 def store_folder(uri: str | None) -> Path:
@@ -209,8 +217,10 @@ def store_must_answer(uri: str) -> Iterator[None]:
             raise ConfigError(refused) from None
         first_line = error_line(error)
         if "database is locked" in first_line:  # SQLite's busy wait ran out: the store is there, and busy
-            raise ConfigError(f"tracking store {uri} stayed locked by another process's write: {first_line}; "
-                              "run the command again once that process is done") from None
+            raise ConfigError(
+                f"tracking store {uri} stayed locked by another process's write: {first_line}; "
+                "run the command again once that process is done"
+            ) from None
         raise ConfigError(f"tracking store {uri} cannot be reached: {first_line}; check --tracking-uri") from None
 
 
@@ -248,16 +258,24 @@ def refusal(uri: str, error: BaseException) -> str:
         return ""
     user = os.environ.get(USERNAME_ENV)
     if code == "UNAUTHENTICATED":
-        given = (f"user {user!r} from {USERNAME_ENV}, password from {PASSWORD_ENV}" if user and os.environ.get(PASSWORD_ENV)
-                 else f"user {user!r} from {USERNAME_ENV}, no {PASSWORD_ENV}" if user
-                 else f"none given: {USERNAME_ENV} and {PASSWORD_ENV} are not set")
-        return (f"tracking server {uri} refused the credentials ({given}); set both to a user the server "
-                "knows (see docs/distributed.md)")
+        given = (
+            f"user {user!r} from {USERNAME_ENV}, password from {PASSWORD_ENV}"
+            if user and os.environ.get(PASSWORD_ENV)
+            else f"user {user!r} from {USERNAME_ENV}, no {PASSWORD_ENV}"
+            if user
+            else f"none given: {USERNAME_ENV} and {PASSWORD_ENV} are not set"
+        )
+        return (
+            f"tracking server {uri} refused the credentials ({given}); set both to a user the server "
+            "knows (see docs/distributed.md)"
+        )
     endpoint = re.search(r"(?:endpoint|for url:) (?:https?://[^/\s]+)?(\S+)", text)
     what = f" ({endpoint.group(1)})" if endpoint else ""
-    return (f"tracking server {uri} refused user {user or '(none)'!r} permission for this request{what}; ask "
-            f"its admin for EDIT on the experiment, or use an --experiment of your own; the user comes from "
-            f"{USERNAME_ENV} / {PASSWORD_ENV}")
+    return (
+        f"tracking server {uri} refused user {user or '(none)'!r} permission for this request{what}; ask "
+        f"its admin for EDIT on the experiment, or use an --experiment of your own; the user comes from "
+        f"{USERNAME_ENV} / {PASSWORD_ENV}"
+    )
 
 
 @contextlib.contextmanager
@@ -369,8 +387,10 @@ def _forget_interrupted_creation(uri: str, database: Path) -> None:
     except sqlite3.Error:
         return  # not a database we can read: MLflow says what is wrong with it
     if runs:
-        raise ConfigError(f"tracking store {uri} was left half-migrated by an interrupted command and holds "
-                          f"{runs} run(s); restore it from a copy or move it away")
+        raise ConfigError(
+            f"tracking store {uri} was left half-migrated by an interrupted command and holds "
+            f"{runs} run(s); restore it from a copy or move it away"
+        )
     database.unlink()
 
 
@@ -391,8 +411,12 @@ def creating_store(database: Path, uri: str) -> Iterator[None]:
     except Timeout:
         holder = lock_holder(Path(lock.lock_file))
         held = f", held by {holder}" if holder else ""
-        warnings.warn(f"waiting for {lock.lock_file}{held}: it guards tracking store {uri} while a command "
-                      "creates or opens it; Ctrl-C stops", RunWarning, stacklevel=3)
+        warnings.warn(
+            f"waiting for {lock.lock_file}{held}: it guards tracking store {uri} while a command "
+            "creates or opens it; Ctrl-C stops",
+            RunWarning,
+            stacklevel=3,
+        )
         lock.acquire()
     try:
         yield
@@ -427,8 +451,11 @@ def wait_while_database_locked(database: Path, uri: str) -> None:
         if not said and time.monotonic() - started >= LOCK_PATIENCE_S:
             holder = lock_holder(database, kinds=("POSIX", "OFDLCK"))
             held = f" by {holder}" if holder else " by another process"
-            warnings.warn(f"waiting for tracking store {uri}: its database is locked{held}, inside a write; "
-                          "Ctrl-C stops", RunWarning, stacklevel=3)
+            warnings.warn(
+                f"waiting for tracking store {uri}: its database is locked{held}, inside a write; Ctrl-C stops",
+                RunWarning,
+                stacklevel=3,
+            )
             said = True
         time.sleep(0.1)
 
@@ -440,8 +467,12 @@ def lock_holder(path: Path, kinds: tuple[str, ...] = ("FLOCK",)) -> str:
         inode = path.stat().st_ino
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
-            if (len(fields) > 5 and fields[1] in kinds and fields[5].rsplit(":", 1)[-1] == str(inode)
-                    and fields[4] not in ("-1", str(os.getpid()))):
+            if (
+                len(fields) > 5
+                and fields[1] in kinds
+                and fields[5].rsplit(":", 1)[-1] == str(inode)
+                and fields[4] not in ("-1", str(os.getpid()))
+            ):
                 pid = int(fields[4])
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 return f"process {pid} ({command.strip()[:80]})"
@@ -463,15 +494,16 @@ def ensure_experiment(client, uri: str, name: str) -> str:
         return experiment.experiment_id
 
 
-def log_in_batches(client: Any, run_id: str, kind: str, entities: Sequence[Any],
-                   taken: Callable[[int], None] | None = None) -> None:
+def log_in_batches(
+    client: Any, run_id: str, kind: str, entities: Sequence[Any], taken: Callable[[int], None] | None = None
+) -> None:
     """Log ``entities`` (MLflow ``Metric``, ``Param`` or ``RunTag`` objects; ``kind`` is
     ``metrics``, ``params`` or ``tags``) in as few ``log_batch`` calls as MLflow's limits allow.
     ``taken(count)`` is called after each call the store accepted, so a caller can drop what was
     written and never send it twice after a failure half-way."""
     limit = BATCH_LIMITS[kind]
     for start in range(0, len(entities), limit):
-        chunk = entities[start:start + limit]
+        chunk = entities[start : start + limit]
         client.log_batch(run_id, **{kind: list(chunk)})
         if taken is not None:
             taken(len(chunk))

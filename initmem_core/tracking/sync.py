@@ -16,7 +16,6 @@ from initmem_core.errors import ConfigError
 from initmem_core.tracking.pending import PendingWrites, read_unsynced, unsynced_folder
 from initmem_core.tracking.store import open_client, refusal, resolve_tracking_uri, same_store, store_folder
 
-
 SYNC_LOCK = ".sync.lock"
 
 
@@ -68,8 +67,9 @@ def upload(client, run_id: str, pending: PendingWrites, uri: str) -> int:
     try:
         run = client.get_run(run_id)
     except Exception as error:  # a refused login is said as such, not as a missing run
-        raise ConfigError(refusal(uri, error) or f"run {run_id} is not in {uri}; pass the --tracking-uri the run "
-                          "was tracked in") from None
+        raise ConfigError(
+            refusal(uri, error) or f"run {run_id} is not in {uri}; pass the --tracking-uri the run was tracked in"
+        ) from None
     seen: dict[str, set[int]] = {}
     fresh = []
     for key, value, timestamp, step in pending.metrics:

@@ -23,10 +23,23 @@ from typing import Any, Protocol
 
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, PASSWORD_ENV, USERNAME_ENV, ensure_experiment,
-                                         error_line, fail_fast_http, log_in_batches, login_must_be_taken,
-                                         open_client, refusal, resolve_tracking_uri, sqlite_path, store_folder,
-                                         store_must_answer, wait_while_database_locked)
+from initmem_core.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    PASSWORD_ENV,
+    USERNAME_ENV,
+    ensure_experiment,
+    error_line,
+    fail_fast_http,
+    log_in_batches,
+    login_must_be_taken,
+    open_client,
+    refusal,
+    resolve_tracking_uri,
+    sqlite_path,
+    store_folder,
+    store_must_answer,
+    wait_while_database_locked,
+)
 
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
 ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
@@ -42,12 +55,14 @@ class Tracker(Protocol):
     def resume_run(self, run_id: str) -> None:
         """Reopen a run (status RUNNING, without the tags of its early end); metric steps it
         already holds are not logged again."""
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
     def log_dataset(self, name: str, digest: str, profile: dict[str, Any]) -> None:
         """The run's dataset as an MLflow input: the runs table's Dataset column."""
+
     def end_run(self, status: str = "FINISHED") -> None: ...
 
 
@@ -100,8 +115,9 @@ class MemoryTracker:
             self.tags.pop(key, None)
 
     def log_metrics(self, metrics, step):
-        self.metrics.extend((step, key, float(value)) for key, value in metrics.items()
-                            if (step, key) not in self.logged)
+        self.metrics.extend(
+            (step, key, float(value)) for key, value in metrics.items() if (step, key) not in self.logged
+        )
 
     def set_tags(self, tags):
         self.tags.update(tags)
@@ -131,9 +147,14 @@ class MlflowTracker:
     logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
     """
 
-    def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
-                 parent_run_id: str | None = None, run_id: str | None = None,
-                 flush_every_s: float = FLUSH_EVERY_S):
+    def __init__(
+        self,
+        uri: str | None = None,
+        experiment: str = DEFAULT_EXPERIMENT,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+        flush_every_s: float = FLUSH_EVERY_S,
+    ):
         self.uri = resolve_tracking_uri(uri)
         self.flush_every_s = flush_every_s
         self.experiment = experiment
@@ -178,8 +199,10 @@ class MlflowTracker:
             with login_must_be_taken(self.uri):
                 run = self.client.get_run(run_id)
         except MlflowException:
-            raise ConfigError(f"the checkpoint's run {run_id} is not in {self.uri}; "
-                              "resume with the --tracking-uri the run was tracked in") from None
+            raise ConfigError(
+                f"the checkpoint's run {run_id} is not in {self.uri}; "
+                "resume with the --tracking-uri the run was tracked in"
+            ) from None
         if run.info.status == "FINISHED":
             raise ConfigError(f"run {run_id} already finished; there is nothing to resume")
         self.run_id = run_id
@@ -191,8 +214,9 @@ class MlflowTracker:
 
     def log_metrics(self, metrics, step):
         now = int(time.time() * 1000)
-        self.pending.metrics.extend((k, float(v), now, step) for k, v in metrics.items()
-                                    if step not in self.logged.get(k, ()))
+        self.pending.metrics.extend(
+            (k, float(v), now, step) for k, v in metrics.items() if step not in self.logged.get(k, ())
+        )
         self.flush()
 
     def set_tags(self, tags):
@@ -251,17 +275,25 @@ class MlflowTracker:
             except OSError as error:
                 self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
             else:
-                self.unsynced = (f"{count} write(s){ended} wait in {path}: "
-                                 f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}")
-                warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
-                              f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                              f"{self._sync_when()}", RunWarning, stacklevel=3)
+                self.unsynced = (
+                    f"{count} write(s){ended} wait in {path}: "
+                    f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}"
+                )
+                warnings.warn(
+                    f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                    f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
+                    f"{self._sync_when()}",
+                    RunWarning,
+                    stacklevel=3,
+                )
             self.pending = PendingWrites()
         if self._not_kept:
             self.lost = True
             kept = f"; {self.unsynced}" if self.unsynced else ""
-            self.unsynced = (f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
-                             f"not recorded, and the store shows the run RUNNING{kept}")
+            self.unsynced = (
+                f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
+                f"not recorded, and the store shows the run RUNNING{kept}"
+            )
             self._not_kept = []
 
     def flush(self, force: bool = False) -> None:
@@ -303,4 +335,3 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return re.sub(r"^\([\w.]+\)\s*", "", error_line(error))[:200]
-

@@ -129,15 +129,16 @@ def history_columns(rows: list[dict[str, Any]], before: Any = None) -> dict[str,
 
     if not (isinstance(before, dict) and before["rows"] <= len(rows)):
         before = None
-    new = rows[before["rows"]:] if before else rows
+    new = rows[before["rows"] :] if before else rows
     if not all(type(value) in (int, float) for row in new for value in row.values()):
         return rows
     keys = list(dict.fromkeys([*(before["keys"] if before else []), *(key for row in new for key in row)]))
     if not keys:
         return rows
     shape = (len(new), len(keys))
-    values = torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in new],
-                          dtype=torch.float64).reshape(shape)
+    values = torch.tensor([[float(row.get(key, 0.0)) for key in keys] for row in new], dtype=torch.float64).reshape(
+        shape
+    )
     present = torch.tensor([[key in row for key in keys] for row in new], dtype=torch.bool).reshape(shape)
     integer = [all(type(row[key]) is int for row in new if key in row) for key in keys]
     if before:  # earlier rows lack any key that appeared since: absent there
@@ -153,10 +154,16 @@ def history_rows(history: dict[str, Any] | list[dict[str, Any]]) -> list[dict[st
     if isinstance(history, list):
         return history
     keys, integer = history["keys"], history["integer"]
-    return [{key: int(value) if integer[j] else value for j, (key, value, here) in enumerate(zip(keys, values, present))
-             if here}
-            for values, present in zip(history["values"].reshape(-1, len(keys)).tolist(),
-                                       history["present"].reshape(-1, len(keys)).tolist())]
+    return [
+        {
+            key: int(value) if integer[j] else value
+            for j, (key, value, here) in enumerate(zip(keys, values, present))
+            if here
+        }
+        for values, present in zip(
+            history["values"].reshape(-1, len(keys)).tolist(), history["present"].reshape(-1, len(keys)).tolist()
+        )
+    ]
 
 
 class CheckpointStore:
@@ -186,8 +193,9 @@ class CheckpointStore:
             self._history = history_columns(payload["history"], self._history)
             payload = {**payload, "history": self._history}
         captured = capture(payload)
-        self._writer = threading.Thread(target=self._write_in_background, args=(path, captured),
-                                        name=f"initmem-checkpoint-{path.name}")
+        self._writer = threading.Thread(
+            target=self._write_in_background, args=(path, captured), name=f"initmem-checkpoint-{path.name}"
+        )
         self._writer.start()
         self.seconds_waited += time.perf_counter() - began
         return path
@@ -250,10 +258,13 @@ class CheckpointStore:
         done = int(NAME.fullmatch(files[-1].name).group(1)) if files else epochs
         self._park_unfinished = done < epochs
         if done < epochs:
-            warnings.warn(f"{self.folder} holds checkpoints of an unfinished run of this config (epoch {done} "
-                          f"of {epochs}); this new run moves its newest into {PARKED}<run id>/ at its first "
-                          "checkpoint, and --resume continues that run once this one has finished",
-                          RunWarning, stacklevel=2)
+            warnings.warn(
+                f"{self.folder} holds checkpoints of an unfinished run of this config (epoch {done} "
+                f"of {epochs}); this new run moves its newest into {PARKED}<run id>/ at its first "
+                "checkpoint, and --resume continues that run once this one has finished",
+                RunWarning,
+                stacklevel=2,
+            )
 
     def latest(self, mmap: bool = False) -> tuple[Path, dict[str, Any]] | None:
         """The newest usable checkpoint, or ``None`` if there is none at all. Unusable files are
@@ -270,8 +281,9 @@ class CheckpointStore:
             self.previous = path
             return path, payload
         if reasons:
-            raise ConfigError(f"no usable checkpoint in {self.folder}: {'; '.join(reasons)}; "
-                              "start afresh without --resume")
+            raise ConfigError(
+                f"no usable checkpoint in {self.folder}: {'; '.join(reasons)}; start afresh without --resume"
+            )
         return None
 
 
@@ -305,8 +317,11 @@ def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
     now = config.to_dict()
     # A knob added since the checkpoint was written (``--until``) had its default then.
     saved = {**{key: f.default for key, f in FIELDS.items() if f.metadata["hashed_when_set"]}, **saved}
-    return [f"{key} ({saved.get(key)!r} -> {now[key]!r})" for key, f in FIELDS.items()
-            if f.metadata["hashed"] and saved.get(key) != now[key]]
+    return [
+        f"{key} ({saved.get(key)!r} -> {now[key]!r})"
+        for key, f in FIELDS.items()
+        if f.metadata["hashed"] and saved.get(key) != now[key]
+    ]
 
 
 def load_for_resume(root: Path, config: RunConfig) -> tuple[CheckpointStore, dict[str, Any]]:
@@ -315,13 +330,17 @@ def load_for_resume(root: Path, config: RunConfig) -> tuple[CheckpointStore, dic
     store = CheckpointStore(root / config.config_hash())
     found = store.latest()
     if found is None:
-        raise ConfigError(f"nothing to resume: no checkpoint in {store.folder}{_nearest_hint(root, config)}; "
-                          "start afresh without --resume")
+        raise ConfigError(
+            f"nothing to resume: no checkpoint in {store.folder}{_nearest_hint(root, config)}; "
+            "start afresh without --resume"
+        )
     path, payload = found
     differences = config_differences(payload["config"], config)
     if differences or payload["config_hash"] != config.config_hash():
-        raise ConfigError(f"checkpoint {path} is of a different config: {', '.join(differences) or 'config hash'}; "
-                          "resume with the values it was run with")
+        raise ConfigError(
+            f"checkpoint {path} is of a different config: {', '.join(differences) or 'config hash'}; "
+            "resume with the values it was run with"
+        )
     return store, payload
 
 
@@ -378,6 +397,7 @@ def find_resumable(config_hash: str, checkpoint_root: str | Path) -> ResumePoint
 
 # -- random number generators, as tensors so that weights_only loading reads them --------------
 
+
 def capture_rng(device: Any = None) -> dict[str, Any]:
     """Every generator a run draws from: torch's CPU one, Python's, NumPy's, and the CUDA one of
     the run's own ``device`` only (other GPUs of the process are not the run's, and a resume may
@@ -390,8 +410,13 @@ def capture_rng(device: Any = None) -> dict[str, Any]:
     captured = {
         "torch": torch.get_rng_state(),
         "python": {"version": version, "state": torch.tensor(state, dtype=torch.int64), "gauss": gauss},
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "position": int(position),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype("int64")),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
     }
     if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
         captured["cuda"] = torch.cuda.get_rng_state(device)
@@ -410,8 +435,9 @@ def restore_rng(captured: dict[str, Any], device: Any = None) -> None:
     python = captured["python"]
     random.setstate((python["version"], tuple(python["state"].tolist()), python["gauss"]))
     state = captured["numpy"]
-    numpy.random.set_state((state["kind"], state["keys"].numpy().astype("uint32"), state["position"],
-                            state["has_gauss"], state["cached"]))
+    numpy.random.set_state(
+        (state["kind"], state["keys"].numpy().astype("uint32"), state["position"], state["has_gauss"], state["cached"])
+    )
     cuda = captured.get("cuda")
     if cuda is None or device is None or device.type != "cuda":
         return

@@ -22,22 +22,30 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
 from initmem_core.config import RunConfig, from_mapping, validate
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.training.clocks import CONVENTIONS
-from initmem_core.training.stop_signals import NOT_TRACKED, StopSignals, Stopped
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_experiment_name, check_tracking_uri,
-                                         check_writable_folder, lock_holder, resolve_tracking_uri, store_folder,
-                                         to_json)
+from initmem_core.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    check_experiment_name,
+    check_tracking_uri,
+    check_writable_folder,
+    lock_holder,
+    resolve_tracking_uri,
+    store_folder,
+    to_json,
+)
 from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
 from initmem_core.tracking.tracker_process import OpeningAbandoned
+from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
+from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 
 
 @dataclass
@@ -101,8 +109,11 @@ def dataset_input(config: RunConfig, dataset) -> tuple[str, str, dict[str, Any]]
     for tensor in (dataset.train_x, dataset.train_y, dataset.val_x, dataset.val_y, dataset.test_x, dataset.test_y):
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    profile = {**{f"{split}_size": size for split, size in dataset.sizes().items()},
-               "num_classes": dataset.num_classes, "data_seed": config.data_seed}
+    profile = {
+        **{f"{split}_size": size for split, size in dataset.sizes().items()},
+        "num_classes": dataset.num_classes,
+        "data_seed": config.data_seed,
+    }
     return config.data, digest.hexdigest()[:16], profile
 
 
@@ -116,23 +127,31 @@ def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
     return default_root(store_uri) if store_uri else None
 
 
-def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None,
-              resume: bool) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
+def _open_run(
+    config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
+) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
     root = checkpoint_root(config, getattr(tracker, "uri", None))
     if resume:
         if root is None:
-            raise ConfigError("--resume needs checkpoints, which this run does not keep "
-                              "(--checkpoint-every 0, or no tracking without --checkpoint-dir)")
+            raise ConfigError(
+                "--resume needs checkpoints, which this run does not keep "
+                "(--checkpoint-every 0, or no tracking without --checkpoint-dir)"
+            )
         checkpoints, state = _reopen_unfinished(root, config, tracker)
         # Metrics are written in batches: a run killed outright may not have written the last
         # epochs before its checkpoint. The checkpoint has them; the tracker skips steps it holds.
         for row in state["history"]:
             tracker.log_metrics({key: value for key, value in row.items() if key != "epoch"}, int(row["epoch"]))
         return state["run_id"], checkpoints, state
-    run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
-                "config_hash": config.config_hash(), **(tags or {})}
+    run_tags = {
+        "arch": config.arch,
+        "opt": config.opt,
+        "sigma": f"{config.sigma:g}",
+        "config_hash": config.config_hash(),
+        **(tags or {}),
+    }
     run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
     tracker.log_dataset(*dataset_input(config, setup.dataset))
     checkpoints = CheckpointStore(root / config.config_hash()) if root else None
@@ -239,10 +258,14 @@ def _take_lease(config: RunConfig, uri: str, resume: bool):
         return None
     holder = lock_holder(folder / f"{config.config_hash()}.lock") or "another live process"
     if resume:
-        raise ConfigError(f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
-                          "checkpoints it), then --resume")
-    raise ConfigError(f"{config.run_name()} is already running in {holder}; wait for it to end, or change a value "
-                      "(such as --seed) to run another")
+        raise ConfigError(
+            f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
+            "checkpoints it), then --resume"
+        )
+    raise ConfigError(
+        f"{config.run_name()} is already running in {holder}; wait for it to end, or change a value "
+        "(such as --seed) to run another"
+    )
 
 
 @contextlib.contextmanager
@@ -262,8 +285,9 @@ def _setup_out_of_the_collectors_way(freeze: bool) -> Iterator[None]:
             gc.enable()
 
 
-def _new_tracker(tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None,
-                 helper_process: bool | None) -> Tracker:
+def _new_tracker(
+    tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None, helper_process: bool | None
+) -> Tracker:
     if not tracking:
         return MemoryTracker()
     if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
@@ -273,8 +297,9 @@ def _new_tracker(tracking: bool, uri: str | None, experiment: str, parent_run_id
     return MlflowTracker(uri, experiment, parent_run_id=parent_run_id)
 
 
-def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any,
-                   resume: bool) -> RunResult:
+def _train_tracked(
+    config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any, resume: bool
+) -> RunResult:
     from initmem_core.training.loop import train
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
@@ -295,16 +320,24 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
             groups = getattr(setup.optimizer, "initmem_param_groups", None)
             if groups:
                 tracker.log_text(to_json(groups), "optimizer_param_groups.json")
-            history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
-                                     resume_from=resume_from, stop=stop)
+            history, summary = train(
+                setup, tracker.log_metrics, progress, save_checkpoint=save, resume_from=resume_from, stop=stop
+            )
             stop.finishing = True  # trained: a signal now waits until the run is written
             tracker.log_metrics(summary, step=setup.config.epochs)  # --until may have set them
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
             status = "FINISHED"
-            result = RunResult(config, run_id, status, summary, history, setup.model,
-                               checkpoints.seconds_waited if checkpoints else 0.0)
+            result = RunResult(
+                config,
+                run_id,
+                status,
+                summary,
+                history,
+                setup.model,
+                checkpoints.seconds_waited if checkpoints else 0.0,
+            )
         except BaseException as error:
             stop.finishing = True
             status = _record_failure(tracker, error)
@@ -349,8 +382,9 @@ def _record_failure(tracker: Tracker, error: BaseException) -> str:
     return "FAILED"
 
 
-def _check_where_it_writes(config: RunConfig, tracker: Tracker | None, tracking: bool, tracking_uri: str | None,
-                           experiment: str) -> None:
+def _check_where_it_writes(
+    config: RunConfig, tracker: Tracker | None, tracking: bool, tracking_uri: str | None, experiment: str
+) -> None:
     """The store's URI, the experiment and the checkpoint folder, before anything is built or
     trained: a bad one fails in one line, not after the run."""
     uri = getattr(tracker, "uri", None)
@@ -368,8 +402,12 @@ def _finish_checkpoint(checkpoints: CheckpointStore) -> None:
     try:
         checkpoints.wait()
     except Exception as error:
-        warnings.warn(f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
-                      "a resume would start from the one before", RunWarning, stacklevel=3)
+        warnings.warn(
+            f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
+            "a resume would start from the one before",
+            RunWarning,
+            stacklevel=3,
+        )
 
 
 def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:

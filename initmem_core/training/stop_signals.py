@@ -88,7 +88,7 @@ class StopSignals:
             raise Stopped(signum)
         self.signum = signum
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             self.previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED}
         return self

@@ -11,8 +11,9 @@ and ``stop()`` for workers started but not needed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from initmem_core.config import RunConfig
@@ -44,7 +45,7 @@ class Job:
     """A cell handed to an executor: its child run's writer and its progress bar (or ``None``)."""
 
     cell: CellOutcome
-    writer: "ChildRunWriter"
+    writer: ChildRunWriter
     progress: Any
 
 
@@ -112,7 +113,8 @@ def check_store(executor: Executor, uri: str) -> None:
         raise ConfigError(
             f"--executor {executor.name} runs cells on other machines, which cannot write to {uri}: "
             "start an MLflow tracking server (`mlflow server --backend-store-uri sqlite:///server.db "
-            "--host 0.0.0.0 --port 5000`) and pass --tracking-uri http://<host>:5000; see docs/distributed.md")
+            "--host 0.0.0.0 --port 5000`) and pass --tracking-uri http://<host>:5000; see docs/distributed.md"
+        )
 
 
 def fit_to_request(config: RunConfig, cpus: float, gpus: float) -> RunConfig:
