@@ -425,8 +425,8 @@ def prepare_cells(uri: str, cells: int, pattern: dict[str, Any]) -> tuple[list[s
     """What the sweep writes before handing cells out: the parent, then each child with its
     SCHEDULED status and config params. Returns the run ids and the seconds it took."""
     from initmem_core.tracking.cells import ChildRunWriter, quiet_run_links
-    from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG, SWEEP_TAG
     from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG, SWEEP_TAG
 
     quiet_run_links()
     started = time.perf_counter()

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from initmem_core.config import EXEC, from_mapping, load_toml
-from initmem_core.vocabulary import CLOCKS
+from initmem_core.vocabulary import CLOCKS, FAILED, KILLED
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
@@ -89,14 +89,14 @@ def run_command(
         raise fail(f"{run_config.run_name()} {error}; {stored_as('FAILED with tag diverged=true', error)}", 1) from None
     except CheckpointNotWritten as error:
         raise fail(
-            f"{run_config.run_name()}: {error}; {stored_as('FAILED', error)}; {error.how_to_continue()}", 1
+            f"{run_config.run_name()}: {error}; {stored_as(FAILED, error)}; {error.how_to_continue()}", 1
         ) from None
     except Stopped as error:
         if error.status == NOT_TRACKED:
             raise fail(f"{error} before the run was tracked; nothing was written", error.exit_code) from None
         resume_hint = (
             f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
-            if error.checkpoint and error.status == "KILLED"
+            if error.checkpoint and error.status == KILLED
             else ""
         )
         raise fail(f"{error}; {stored_as(error.status, error)}{resume_hint}", error.exit_code) from None

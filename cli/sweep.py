@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from initmem_core.sweep.executors import EXECUTORS
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, FINISHED
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
@@ -342,7 +342,7 @@ def sweep_command(
         raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130) from None
     console.print(groups_table(result.report))
     skipped = sum(cell.skipped for cell in result.cells)
-    finished_now = sum(not cell.skipped and cell.status == "FINISHED" for cell in result.cells)
+    finished_now = sum(not cell.skipped and cell.status == FINISHED for cell in result.cells)
     console.print(
         f"{len(result.cells)} cells: {finished_now} ran, "
         f"{skipped} skipped (ended before: finished or diverged), {len(result.failed)} failed"

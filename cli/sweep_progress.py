@@ -8,6 +8,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from initmem_core.vocabulary import FINISHED
+
 
 def eta_text(elapsed_s: float, finished: int, remaining: int) -> str:
     """Remaining cells at the pace so far (parallel workers included in that pace)."""
@@ -94,7 +96,7 @@ class SweepDisplay:
     def cell_finished(self, run_id: str, status: str, error: str) -> None:
         cell = self.cells.pop(run_id)
         cell.remove()
-        if status == "FINISHED":
+        if status == FINISHED:
             self.done += 1
         else:
             self.failed += 1

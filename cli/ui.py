@@ -23,6 +23,8 @@ from typing import Annotated
 
 import typer
 
+from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
+
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 
@@ -91,7 +93,7 @@ def last_line(log) -> str:
 def sweep_urls(uri: str, base: str, experiment: str, sweep: str | None) -> list[tuple[str, str]]:
     """(what, URL) to print: the experiment's runs page and the prepared view of a sweep."""
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.records import ROLE_TAG, SWEEP_TAG, resolve_parent
+    from initmem_core.tracking.records import resolve_parent
     from initmem_core.tracking.store import open_client
     from initmem_core.tracking.ui_view import home_url, runs_url, view_url, write_view
 
@@ -110,7 +112,7 @@ def sweep_urls(uri: str, base: str, experiment: str, sweep: str | None) -> list[
     else:
         newest = client.search_runs(
             [found.experiment_id],
-            f"tags.`{ROLE_TAG}` = 'parent'",
+            f"tags.`{ROLE_TAG}` = '{PARENT_ROLE}'",
             max_results=1,
             order_by=["attributes.start_time DESC"],
         )

@@ -297,7 +297,7 @@ def fake_sweep(uri: str, name: str) -> str:
 
     from initmem_core.config import RunConfig
     from initmem_core.tracking.cells import config_params
-    from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG, SWEEP_TAG
+    from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG, SWEEP_TAG
 
     client = MlflowClient(uri)
     experiment = client.create_experiment("initmem")

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from initmem_core.sweep.grid import plan_sweep
-from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG
+from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG
 
 pytestmark = pytest.mark.slow  # a tracked run and a 4-cell sweep with 2 worker processes
 

@@ -23,6 +23,7 @@ from initmem_core.kernels import kernel_parameters
 from initmem_core.kinds import kind_named
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.vocabulary import FINISHED
 
 #: A small, fast run on the CPU; the data defaults to 8x8 grey synthetic images of 4 classes.
 SMOKE_DEFAULTS = {"arch": "resnet20", "epochs": 1, "batch_size": 16, "lr": 0.01, "device": "cpu"}
@@ -53,7 +54,7 @@ def smoke_train(kind: str, name: str, steps: int = 3, *, registry: Registry | No
         values.setdefault("l2", 1e-3)
     values[component.field] = (name,) if component.many else name
     result = run(values, tracking=False, registry=registry)
-    assert result.status == "FINISHED", f"the smoke run with {kind} '{name}' ended {result.status}"
+    assert result.status == FINISHED, f"the smoke run with {kind} '{name}' ended {result.status}"
     return result
 
 

@@ -41,7 +41,7 @@ from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, in
 from initmem_core.report.memory import GroupSummary, Report, build_report, interval, mean_interval, percentile_interval
 from initmem_core.sweep.grid import group_fields, group_keys, short_group_names
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
+from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, FINISHED
 
 ADAPTIVE = ("adam", "adamw", "muon")
 REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
@@ -519,7 +519,7 @@ CIFAR_DEPTH = re.compile(r"resnet(20|32|44|56|110)$")
 def interpolation_counts(cells: list[CellRecord], sigma: float) -> tuple[int, int]:
     """(runs that reached the interpolation threshold, runs that ran to the end or diverged) at ``sigma``:
     a diverged run did not interpolate; a cell that failed for another reason is left out."""
-    ran = [c for c in cells if c.config.sigma == sigma and c.status == "FINISHED"]
+    ran = [c for c in cells if c.config.sigma == sigma and c.status == FINISHED]
     return sum(1 for c in ran if c.trained and "tau_interp" in c.metrics), len(ran)
 
 

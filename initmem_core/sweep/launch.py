@@ -31,17 +31,7 @@ from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
-from initmem_core.tracking.records import (
-    ENDED,
-    GROUP_TAG,
-    PARENT_TAG,
-    ROLE_TAG,
-    SWEEP_TAG,
-    child_runs,
-    find_parent,
-    latest_per_cell,
-    record_from_run,
-)
+from initmem_core.tracking.records import child_runs, find_parent, latest_per_cell, record_from_run
 from initmem_core.tracking.store import (
     DEFAULT_EXPERIMENT,
     check_writable_folder,
@@ -53,6 +43,28 @@ from initmem_core.tracking.store import (
     to_json,
 )
 from initmem_core.tracking.ui_view import description, write_view
+from initmem_core.vocabulary import (
+    CELLS_FAILED_TAG,
+    CELLS_TAG,
+    CELLS_UNSYNCED_TAG,
+    CONFIG_HASH_TAG,
+    DIVERGED_TAG,
+    ENDED,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    GROUP_TAG,
+    KILLED,
+    NOTE_TAG,
+    PARENT_ROLE,
+    PARENT_TAG,
+    PENDING,
+    ROLE_TAG,
+    RUNNING,
+    SCHEDULED,
+    SWEEP_TAG,
+    VARYING_TAG,
+)
 
 
 def _param_text(value: Any) -> str:
@@ -90,7 +102,7 @@ class SweepResult:
 
     @property
     def failed(self) -> list[CellOutcome]:
-        return [cell for cell in self.cells if cell.status != "FINISHED"]
+        return [cell for cell in self.cells if cell.status != FINISHED]
 
     @property
     def unsynced(self) -> list[CellOutcome]:
@@ -112,10 +124,10 @@ class _Sweep:
         parent = find_parent(self.client, self.experiment_id, name)
         if parent is None:
             parent = self.client.create_run(
-                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: "parent"}
+                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
             )
         else:
-            self.client.update_run(parent.info.run_id, status="RUNNING")
+            self.client.update_run(parent.info.run_id, status=RUNNING)
         self.parent = parent
         self.parent_id = parent.info.run_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
@@ -156,15 +168,15 @@ class _Sweep:
         resumable: dict[str, str] = {}
         restartable: dict[str, str] = {}
         for run in child_runs(self.client, self.parent):
-            config = by_hash.get(run.data.tags.get("config_hash", ""))
+            config = by_hash.get(run.data.tags.get(CONFIG_HASH_TAG, ""))
             if config is None:
                 continue
-            diverged = run.info.status == "FAILED" and run.data.tags.get("diverged") == "true"
-            if run.info.status == "FINISHED" or (diverged and not retry_failed):
+            diverged = run.info.status == FAILED and run.data.tags.get(DIVERGED_TAG) == "true"
+            if run.info.status == FINISHED or (diverged and not retry_failed):
                 self._same_threads(run, config)
-                if finished.get(config.config_hash()) is None or run.info.status == "FINISHED":
+                if finished.get(config.config_hash()) is None or run.info.status == FINISHED:
                     finished[config.config_hash()] = run
-            elif run.info.status in ("KILLED", "RUNNING"):
+            elif run.info.status in (KILLED, RUNNING):
                 root = checkpoint_root(config, self.uri)
                 point = find_resumable(config.config_hash(), root) if root else None
                 if point is not None and point.run_id == run.info.run_id:
@@ -201,11 +213,11 @@ class _Sweep:
                     PARENT_TAG: self.parent_id,
                     SWEEP_TAG: self.name,
                     GROUP_TAG: cell.group,
-                    "config_hash": config.config_hash(),
+                    CONFIG_HASH_TAG: config.config_hash(),
                 },
             ).info.run_id
         if scheduled:
-            self.client.update_run(cell.run_id, status="SCHEDULED")
+            self.client.update_run(cell.run_id, status=SCHEDULED)
         writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
         if restart:
             writer.resume_run(cell.run_id)  # RUNNING again; steps it holds are not written twice
@@ -226,7 +238,7 @@ class _Sweep:
     @staticmethod
     def interrupt(jobs: Iterable[Job]) -> None:
         for job in jobs:
-            job.writer.fail("interrupted", "KILLED")
+            job.writer.fail("interrupted", KILLED)
 
     def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
         """Build the report from the store (this launch's cells and earlier ones alike) and write
@@ -241,17 +253,17 @@ class _Sweep:
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
         log_report_metrics(self.client, self.parent_id, report)
-        failed = sum(1 for cell in cells if cell.status != "FINISHED")
+        failed = sum(1 for cell in cells if cell.status != FINISHED)
         self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
         self.client.log_batch(
             self.parent_id,
             tags=[
-                RunTag("initmem.cells", str(len(cells))),
-                RunTag("initmem.cells_failed", str(failed)),
-                RunTag("initmem.cells_unsynced", str(sum(bool(cell.unsynced) for cell in cells))),
-                RunTag("initmem.varying", ",".join(spec.varying)),
-                RunTag("mlflow.note.content", note),
+                RunTag(CELLS_TAG, str(len(cells))),
+                RunTag(CELLS_FAILED_TAG, str(failed)),
+                RunTag(CELLS_UNSYNCED_TAG, str(sum(bool(cell.unsynced) for cell in cells))),
+                RunTag(VARYING_TAG, ",".join(spec.varying)),
+                RunTag(NOTE_TAG, note),
             ],
         )
         return report, files
@@ -373,7 +385,7 @@ def _launch(
         finished, resumable = sweep.earlier_runs(configs, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
         earlier = sweep.parent.info.status
-        sweep.client.set_terminated(sweep.parent_id, earlier if earlier in ENDED else "FAILED")
+        sweep.client.set_terminated(sweep.parent_id, earlier if earlier in ENDED else FAILED)
         if leases is not None:
             leases.release()
         raise
@@ -385,7 +397,7 @@ def _launch(
                 CellOutcome(
                     config,
                     key,
-                    "RUNNING",
+                    RUNNING,
                     interrupted or "",
                     "running in another live sweep process; relaunch once it has ended",
                     skipped=True,
@@ -398,15 +410,15 @@ def _launch(
                     key,
                     earlier.info.status,
                     earlier.info.run_id,
-                    earlier.data.tags.get("failure_reason", ""),
+                    earlier.data.tags.get(FAILURE_REASON_TAG, ""),
                     skipped=True,
                 )
             )
         else:
-            cells.append(CellOutcome(config, key, "PENDING", interrupted or "", resume=bool(interrupted)))
+            cells.append(CellOutcome(config, key, PENDING, interrupted or "", resume=bool(interrupted)))
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
-    status = "FAILED"
+    status = FAILED
     try:
         if pending:
             # The process waits for its cells: meanwhile, get the report's drawing ready.
@@ -417,10 +429,10 @@ def _launch(
         else:
             getattr(executor, "stop", lambda: None)()
         report, files = sweep.publish(plan.out, cells, plan.spec)
-        if all(cell.status == "FINISHED" for cell in cells):
-            status = "FINISHED"
+        if all(cell.status == FINISHED for cell in cells):
+            status = FINISHED
     except KeyboardInterrupt:
-        status = "KILLED"
+        status = KILLED
         raise
     finally:
         sweep.client.set_terminated(sweep.parent_id, status)

@@ -23,9 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.tracking.records import ENDED
 from initmem_core.tracking.store import log_in_batches
 from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
+from initmem_core.vocabulary import (
+    ATTEMPTS_TAG,
+    CONFIG_HASH_TAG,
+    ENDED,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    RUNNING,
+    WORKER_TAG,
+)
 
 #: Calls a worker may send, and so the only ones the sweep process replays.
 TRACKER_CALLS = frozenset(
@@ -33,8 +42,6 @@ TRACKER_CALLS = frozenset(
 )
 PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})
 PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
-ATTEMPTS_TAG = "initmem.attempts"  # how many times a remote worker started the cell
-WORKER_TAG = "initmem.worker"  # host:pid of the worker running (or that last ran) the cell
 
 
 LEASES_FOLDER = "initmem-leases"
@@ -80,7 +87,7 @@ def config_params(config: RunConfig) -> dict[str, Any]:
     that fails before ``run`` logs anything (or is still running) carries its config."""
     # List fields as ``run`` logs them, comma-joined (MLflow refuses a param logged twice unequal).
     values = {key: ",".join(value) if isinstance(value, list) else value for key, value in config.to_dict().items()}
-    return {**values, "config_hash": config.config_hash()}
+    return {**values, CONFIG_HASH_TAG: config.config_hash()}
 
 
 def _log_params(client, run_id: str, params: dict[str, Any]) -> None:
@@ -111,7 +118,7 @@ class ChildRunWriter(MlflowTracker):
         _set_tags(self.client, self.run_id, tags)
         return self.run_id
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         super().end_run(status)
         self.ended = status
 
@@ -120,7 +127,7 @@ class ChildRunWriter(MlflowTracker):
         wrote it there; RUNNING if nobody ended it)."""
         return self.ended or self.client.get_run(self.run_id).info.status
 
-    def fail(self, error: str, status: str = "FAILED") -> None:
+    def fail(self, error: str, status: str = FAILED) -> None:
         """End a cell that raised, or whose worker died, with its reason, unless it already
         ended, here or in a worker that wrote to the store itself."""
         if self.ended:
@@ -129,7 +136,7 @@ class ChildRunWriter(MlflowTracker):
         if stored in ENDED:
             self.ended = stored
             return
-        self.set_tags({"failure_reason": error[:5000]})
+        self.set_tags({FAILURE_REASON_TAG: error[:5000]})
         self.end_run(status)
 
 
@@ -148,7 +155,7 @@ class ServerCellWriter(MlflowTracker):
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         run = self.client.get_run(run_id)
-        self.finished = run.info.status == "FINISHED"  # by an attempt whose worker died just after
+        self.finished = run.info.status == FINISHED  # by an attempt whose worker died just after
         self.held_params = set(run.data.params)
         self.attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
         self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
@@ -158,7 +165,7 @@ class ServerCellWriter(MlflowTracker):
         _set_tags(
             self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
         )
-        self.client.update_run(self.run_id, status="RUNNING")
+        self.client.update_run(self.run_id, status=RUNNING)
 
     def start_run(self, name, params, tags):
         _log_params(self.client, self.run_id, {k: v for k, v in params.items() if k not in self.held_params})
@@ -194,7 +201,7 @@ class QueueTracker(ForwardedCalls):
         shutil.copy2(source, staged)
         self._forward("log_artifact", str(staged), artifact_path)
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         self._forward("end_run", status)
 
 

@@ -15,12 +15,19 @@ from typing import Any
 from initmem_core.config import FIELDS, RunConfig, from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, open_client, resolve_tracking_uri
-from initmem_core.vocabulary import CLOCKS
+from initmem_core.vocabulary import (
+    CLOCKS,
+    CONFIG_HASH_TAG,
+    DIVERGED_TAG,
+    ENDED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    PARENT_ROLE,
+    PARENT_TAG,
+    ROLE_TAG,
+    SWEEP_TAG,
+)
 
-SWEEP_TAG = "initmem.sweep"
-ROLE_TAG = "initmem.role"
-GROUP_TAG = "initmem.group"
-PARENT_TAG = "mlflow.parentRunId"
 #: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
 #: memory over training is computed from (report/forgetting.py). One history call each per run.
 HISTORY_METRICS = ("test_acc", "weight_norm", "init_cosine", *CLOCKS)
@@ -35,7 +42,7 @@ class CellRecord:
     ``(epoch, value)`` pairs (trained cells only)."""
 
     config: RunConfig
-    status: str = "FINISHED"
+    status: str = FINISHED
     metrics: dict[str, float] = field(default_factory=dict)
     weight_norms: list[tuple[int, float]] = field(default_factory=list)
     histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -53,7 +60,7 @@ class CellRecord:
     @property
     def trained(self) -> bool:
         """Finished without diverging: only such cells carry a selected predictor."""
-        return self.status == "FINISHED" and not self.diverged
+        return self.status == FINISHED and not self.diverged
 
 
 def config_from_params(params: Mapping[str, str]) -> RunConfig:
@@ -90,7 +97,7 @@ def find_parent(client, experiment_id: str, name: str):
     """The parent run of sweep ``name`` in the experiment, or ``None``."""
     runs = client.search_runs(
         [experiment_id],
-        f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' and tags.`{ROLE_TAG}` = 'parent'",
+        f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' and tags.`{ROLE_TAG}` = '{PARENT_ROLE}'",
         max_results=1,
         order_by=["attributes.start_time ASC"],
     )
@@ -110,11 +117,11 @@ def resolve_parent(client, experiment: str, name_or_run_id: str):
             parent = client.get_run(name_or_run_id)
         except Exception:  # no such run
             parent = None
-    if parent is None or parent.data.tags.get(ROLE_TAG) != "parent":
+    if parent is None or parent.data.tags.get(ROLE_TAG) != PARENT_ROLE:
         known = sorted(
             {
                 run.data.tags[SWEEP_TAG]
-                for run in search_all(client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")
+                for run in search_all(client, [found.experiment_id], f"tags.`{ROLE_TAG}` = '{PARENT_ROLE}'")
             }
         )
         listing = f"; sweeps there: {', '.join(known)}" if known else "; it has no sweeps"
@@ -129,16 +136,13 @@ def child_runs(client, parent) -> list[Any]:
     return search_all(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
 
 
-ENDED = ("FINISHED", "FAILED", "KILLED")
-
-
 def latest_per_cell(runs: list[Any]) -> list[Any]:
     """One ended run per config hash: a FINISHED one if any, else the newest (a relaunch retries
     failures). Cells still running are left out: they have not failed, they have not finished."""
     chosen: dict[str, Any] = {}
     ended = [r for r in runs if r.info.status in ENDED]
-    for run in sorted(ended, key=lambda r: (r.info.status == "FINISHED", r.info.start_time or 0)):
-        chosen[run.data.tags.get("config_hash", run.info.run_id)] = run
+    for run in sorted(ended, key=lambda r: (r.info.status == FINISHED, r.info.start_time or 0)):
+        chosen[run.data.tags.get(CONFIG_HASH_TAG, run.info.run_id)] = run
     return list(chosen.values())
 
 
@@ -153,7 +157,7 @@ def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
 
 def record_from_run(client, run) -> CellRecord:
     tags = run.data.tags
-    trained = run.info.status == "FINISHED" and tags.get("diverged") != "true"
+    trained = run.info.status == FINISHED and tags.get(DIVERGED_TAG) != "true"
     # Only a trained cell's course is read (what memory over training rests on); a failed one
     # gets its weight_norm curve alone, as before.
     wanted = [key for key in HISTORY_METRICS if key in run.data.metrics] if trained else ["weight_norm"]
@@ -164,10 +168,10 @@ def record_from_run(client, run) -> CellRecord:
         metrics=dict(run.data.metrics),
         weight_norms=histories.get("weight_norm", []),
         histories={key: values for key, values in histories.items() if values} if trained else {},
-        error=tags.get("failure_reason", ""),
-        diverged=tags.get("diverged") == "true",
+        error=tags.get(FAILURE_REASON_TAG, ""),
+        diverged=tags.get(DIVERGED_TAG) == "true",
         run_id=run.info.run_id,
-        test_correct=_test_correct(client, run) if run.info.status == "FINISHED" else None,
+        test_correct=_test_correct(client, run) if run.info.status == FINISHED else None,
         num_classes=int(run.data.params.get("data_num_classes", 0) or 0),
     )
 

@@ -40,9 +40,17 @@ from initmem_core.tracking.store import (
     store_must_answer,
     wait_while_database_locked,
 )
+from initmem_core.vocabulary import (
+    DATASET_CONTEXT_TAG,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    PARENT_TAG,
+    RUNNING,
+    STOPPED_BY_TAG,
+)
 
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
-ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
+ENDED_EARLY_TAGS = (STOPPED_BY_TAG, FAILURE_REASON_TAG)
 #: How long metrics may wait in memory before they are written: the MLflow UI lags a running run
 #: by at most this much, and a run writes about once per interval instead of once per epoch.
 FLUSH_EVERY_S = 5.0
@@ -63,7 +71,7 @@ class Tracker(Protocol):
     def log_dataset(self, name: str, digest: str, profile: dict[str, Any]) -> None:
         """The run's dataset as an MLflow input: the runs table's Dataset column."""
 
-    def end_run(self, status: str = "FINISHED") -> None: ...
+    def end_run(self, status: str = FINISHED) -> None: ...
 
 
 class ForwardedCalls:
@@ -132,7 +140,7 @@ class MemoryTracker:
     def log_dataset(self, name, digest, profile):
         self.datasets.append((name, digest, dict(profile)))
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         self.status = status
 
     def history(self, key: str) -> list[tuple[int, float]]:
@@ -185,7 +193,7 @@ class MlflowTracker:
         self.wait_until_writable()  # the run and its params are two writes: not one stuck between them
         tags = dict(tags)
         if self.parent_run_id:
-            tags["mlflow.parentRunId"] = self.parent_run_id
+            tags[PARENT_TAG] = self.parent_run_id
         with login_must_be_taken(self.uri):  # a user who may read the store but not write to it
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
@@ -203,11 +211,11 @@ class MlflowTracker:
                 f"the checkpoint's run {run_id} is not in {self.uri}; "
                 "resume with the --tracking-uri the run was tracked in"
             ) from None
-        if run.info.status == "FINISHED":
+        if run.info.status == FINISHED:
             raise ConfigError(f"run {run_id} already finished; there is nothing to resume")
         self.run_id = run_id
         self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
-        self.client.update_run(run_id, status="RUNNING")
+        self.client.update_run(run_id, status=RUNNING)
         for key in ENDED_EARLY_TAGS:  # set again if this run is stopped or fails again
             if key in run.data.tags:
                 self.client.delete_tag(run_id, key)
@@ -251,11 +259,11 @@ class MlflowTracker:
         dataset = Dataset(name, digest, "code", json.dumps({"initmem.dataset": name}), profile=json.dumps(profile))
         try:  # once per run, at its start: not worth a place in the pending writes
             with fail_fast_http():
-                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "train")])])
+                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(DATASET_CONTEXT_TAG, "train")])])
         except Exception as error:
             self._failed(error)
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         # A run that lost a file is not ended in the store: it stays RUNNING, so that a resume
         # from its checkpoint may record the rest.
         self.pending.status = None if self._not_kept else (status, int(time.time() * 1000))

@@ -49,6 +49,7 @@ from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
 from initmem_core.tracking.store import DEFAULT_EXPERIMENT, error_line, resolve_tracking_uri, store_folder
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
+from initmem_core.vocabulary import FINISHED, KILLED, STOPPED_BY_TAG
 
 #: Calls whose caller waits for the helper's answer.
 ANSWERED = frozenset({"start_run", "resume_run", "log_artifact", "end_run"})
@@ -119,7 +120,7 @@ class TrackerProcess(ForwardedCalls):
     def log_artifact(self, local_path, artifact_path=None):
         self._forward("log_artifact", str(local_path), artifact_path)
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         left = self._forward("end_run", status) or {}
         self.unsynced = left.get("unsynced") or self.unsynced
         self.lost = self.lost or bool(left.get("lost"))
@@ -444,8 +445,8 @@ def _end_at_once(signum: int, frame: Any) -> None:
 def _end_opened_run(tracker: Any, signum: int) -> None:
     try:
         if tracker.run_id:
-            tracker.set_tags({"stopped_by": signal.Signals(signum).name})
-            tracker.end_run("KILLED")
+            tracker.set_tags({STOPPED_BY_TAG: signal.Signals(signum).name})
+            tracker.end_run(KILLED)
     finally:
         os._exit(128 + signum)
 

@@ -16,12 +16,10 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from initmem_core.tracking.records import GROUP_TAG, PARENT_TAG
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, GROUP_TAG, KIND_TAG, PARENT_TAG, VIEW_TAG_PREFIX
 
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-#: The experiment kind that makes the UI show the model-training runs table, not the GenAI overview.
-KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+#: The experiment kind (``KIND_TAG``) that makes the UI show the model-training runs table, not the GenAI overview.
+MODEL_TRAINING = "custom_model_development"
 #: What a sweep's view shows, in this order.
 VIEW_PARAMS = ("sigma", "opt", "lr", "batch_size", "seed")
 VIEW_METRICS = ("best_val_test_acc", "tau_interp", "weight_norm_ratio")

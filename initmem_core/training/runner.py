@@ -46,6 +46,16 @@ from initmem_core.tracking.tracker_process import OpeningAbandoned
 from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
 from initmem_core.training.clocks import CONVENTIONS
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
+from initmem_core.vocabulary import (
+    CONFIG_HASH_TAG,
+    DIVERGED_EPOCH_TAG,
+    DIVERGED_TAG,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    KILLED,
+    STOPPED_BY_TAG,
+)
 
 
 @dataclass
@@ -81,7 +91,7 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     params["clock_convention"] = f"{setup.clock_convention}: {CONVENTIONS[setup.clock_convention]}"
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
-    params["config_hash"] = config.config_hash()
+    params[CONFIG_HASH_TAG] = config.config_hash()
     if config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
         params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)
@@ -149,7 +159,7 @@ def _open_run(
         "arch": config.arch,
         "opt": config.opt,
         "sigma": f"{config.sigma:g}",
-        "config_hash": config.config_hash(),
+        CONFIG_HASH_TAG: config.config_hash(),
         **(tags or {}),
     }
     run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
@@ -328,7 +338,7 @@ def _train_tracked(
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
-            status = "FINISHED"
+            status = FINISHED
             result = RunResult(
                 config,
                 run_id,
@@ -349,7 +359,7 @@ def _train_tracked(
     result.unsynced, result.lost = unsynced, getattr(tracker, "lost", False)
     result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
-        error = Stopped(stop.signum, status="FINISHED")
+        error = Stopped(stop.signum, status=FINISHED)
         error.unsynced = unsynced
         raise error
     return result
@@ -368,18 +378,18 @@ def _record_failure(tracker: Tracker, error: BaseException) -> str:
     from initmem_core.training.divergence import Diverged
 
     if isinstance(error, Stopped):
-        tracker.set_tags({"stopped_by": error.signal_name})
-        return "KILLED"
+        tracker.set_tags({STOPPED_BY_TAG: error.signal_name})
+        return KILLED
     if isinstance(error, KeyboardInterrupt):
-        return "KILLED"
+        return KILLED
     if isinstance(error, Diverged):
-        where = {"diverged_epoch": str(error.epoch)}
+        where = {DIVERGED_EPOCH_TAG: str(error.epoch)}
         if error.step is not None:
             where["diverged_step"] = str(error.step)
-        tracker.set_tags({"diverged": "true", **where, "failure_reason": str(error)})
+        tracker.set_tags({DIVERGED_TAG: "true", **where, FAILURE_REASON_TAG: str(error)})
     else:
-        tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})
-    return "FAILED"
+        tracker.set_tags({FAILURE_REASON_TAG: f"{type(error).__name__}: {error}"[:5000]})
+    return FAILED
 
 
 def _check_where_it_writes(

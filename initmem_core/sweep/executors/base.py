@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.cells import PROGRESS_CALLS
+from initmem_core.vocabulary import FAILED
 
 if TYPE_CHECKING:
     from initmem_core.tracking.cells import ChildRunWriter
@@ -61,7 +62,7 @@ def run_cell(config: RunConfig, **run_options: Any) -> tuple[str, str]:
     try:
         return run(config, **run_options).status, ""
     except Exception as error:
-        return "FAILED", f"{type(error).__name__}: {error}"
+        return FAILED, f"{type(error).__name__}: {error}"
 
 
 class SweepCells(Protocol):

@@ -29,6 +29,7 @@ from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.sweep.executors.base import Job, SweepCells, replay_progress, run_cell
 from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_core.sweep.scratch import ScratchFolder
+from initmem_core.vocabulary import FAILED
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
 #: reduction's bits depend on the thread count, so a share would make results depend on --workers.
@@ -106,7 +107,7 @@ def run_cell_in_worker(
         try:
             queue = pickle.loads(queue)  # connects to the queue's manager process
         except (EOFError, ConnectionError) as gone:
-            return "FAILED", f"the sweep's queue process is gone: {gone}"
+            return FAILED, f"the sweep's queue process is gone: {gone}"
     return run_cell(
         config, tracker=QueueTracker(queue, run_id, staging, uri), progress=QueueProgress(queue, run_id), resume=resume
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from initmem_core.sweep.executors.base import CellTask, run_cell
+from initmem_core.vocabulary import FINISHED
 
 
 def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
@@ -25,7 +26,7 @@ def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     quiet_run_links()
     writer = ServerCellWriter(task.uri, task.experiment, task.run_id)
     if writer.finished:  # an earlier attempt finished, and its worker died before it could say so
-        return "FINISHED", ""
+        return FINISHED, ""
     writer.begin_attempt()
     root = checkpoint_root(task.config, writer.uri)
     point = find_resumable(task.config.config_hash(), root) if root else None

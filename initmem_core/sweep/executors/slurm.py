@@ -42,6 +42,7 @@ from initmem_core.sweep.executors.base import (
 )
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.vocabulary import FAILED
 
 POLL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0  # a shared disk takes a line per cell every few seconds with ease
@@ -124,7 +125,7 @@ def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[t
             process.start()
             send.close()
             members.append((process, receive))
-        results: list[tuple[str, str]] = [("FAILED", "")] * len(members)
+        results: list[tuple[str, str]] = [(FAILED, "")] * len(members)
         waiting = {receive: index for index, (_, receive) in enumerate(members)}
         while waiting:
             for ready in wait_for(list(waiting)):
@@ -135,7 +136,7 @@ def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[t
                     process = members[index][0]
                     process.join()
                     results[index] = (
-                        "FAILED",
+                        FAILED,
                         f"the cell's process died (exit code {process.exitcode}), e.g. out of memory",
                     )
         return results
@@ -160,7 +161,7 @@ def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, resu
     try:
         result = run_slurm_cell(task, progress_path)
     except Exception as error:  # e.g. the tracking server was down: the cell failed, not the task
-        result = ("FAILED", f"{type(error).__name__}: {error}")
+        result = (FAILED, f"{type(error).__name__}: {error}")
     results.send(result)
     results.close()
 
