@@ -102,8 +102,8 @@ def synthetic_sweep(seed: int, groups=GROUPS, **options) -> list[CellRecord]:
 
 def measure(sweeps: int) -> dict[str, float]:
     """Share of (sweep, group) half-lives within 10% of the truth and covered by their interval."""
+    from initmem_core.groups import group_keys
     from initmem_core.report.forgetting import build_forgetting
-    from initmem_core.sweep.grid import group_keys
 
     within = covered = total = 0
     errors = []

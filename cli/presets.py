@@ -23,7 +23,8 @@ def list_presets(ctx: typer.Context) -> None:
     """List every preset with its grid: cells, groups and what varies."""
     if ctx.invoked_subcommand:
         return
-    from initmem_core.sweep.grid import expand, group_keys
+    from initmem_core.groups import group_keys
+    from initmem_core.sweep.grid import expand
     from initmem_core.sweep.presets import preset_description, preset_names, preset_spec
 
     table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)", show_lines=True, expand=True)

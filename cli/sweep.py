@@ -103,8 +103,8 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
+    from initmem_core.groups import short_group_names
     from initmem_core.report.memory import debiased_cell, formatted
-    from initmem_core.sweep.grid import short_group_names
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)

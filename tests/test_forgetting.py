@@ -199,7 +199,7 @@ def test_json_csv_and_markdown_carry_every_groups_half_lives(report):
 
 
 def test_parent_metrics_carry_the_curves_by_epoch_and_the_half_lives(report):
-    from initmem_core.sweep.grid import metric_suffix
+    from initmem_core.groups import metric_suffix
 
     steps = report.parent_step_metrics()
     group = report.groups[0].group

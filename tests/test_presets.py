@@ -7,8 +7,9 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError
+from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import load_registry
-from initmem_core.sweep.grid import expand, group_keys, spec_from_toml
+from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.sweep.presets import preset_names, preset_spec, preset_text
 
 runner = CliRunner()

@@ -163,7 +163,7 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
 
 
 def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
-    from initmem_core.sweep.grid import short_group_names
+    from initmem_core.groups import short_group_names
 
     names, shared = short_group_names(
         ["opt=sgd,lr=0.01,batch_size=128,epochs=40", "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"]

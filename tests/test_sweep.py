@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import hookimpl
+from initmem_core.groups import metric_suffix
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from initmem_core.sweep.grid import metric_suffix
 from initmem_core.training.checkpoints import CHECKPOINTS_FOLDER
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes

@@ -14,8 +14,9 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping, parse_until, validate
 from initmem_core.errors import ConfigError
+from initmem_core.groups import group_label
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.sweep.grid import cell_names, group_label, plan_sweep, spec_from_toml
+from initmem_core.sweep.grid import cell_names, plan_sweep, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.horizons import (
     Schedule,

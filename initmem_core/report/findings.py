@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initmem_core.config import FIELDS
+from initmem_core.groups import group_fields, group_keys, short_group_names
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, interval_around, spread_difference
 from initmem_core.report.memory import GroupSummary, Report, build_report, interval, mean_interval, percentile_interval
-from initmem_core.sweep.grid import group_fields, group_keys, short_group_names
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, FINISHED
 

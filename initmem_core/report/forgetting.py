@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from initmem_core.groups import metric_suffix
 from initmem_core.report.inference import cross_fit_spread, mean_interval
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
@@ -393,8 +394,6 @@ def build_forgetting(by_group: Mapping[str, list[CellRecord]], accuracy: bool = 
 
 def step_metrics(forgetting: Mapping[str, GroupForgetting]) -> list[tuple[str, float, int]]:
     """``(<memory>_memory_<group suffix>, value, epoch)`` of every group's curves (nan left out)."""
-    from initmem_core.sweep.grid import metric_suffix
-
     return [
         (f"{memory}_memory_{metric_suffix(group)}", float(p.value), int(p.epoch))
         for group, found in forgetting.items()
@@ -406,8 +405,6 @@ def step_metrics(forgetting: Mapping[str, GroupForgetting]) -> list[tuple[str, f
 
 def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, float]:
     """``half_life_<memory>_<unit>_<group suffix>`` of every half-life reached (unit: epoch or a clock)."""
-    from initmem_core.sweep.grid import metric_suffix
-
     out = {}
     for group, found in forgetting.items():
         for memory, half in found.half_lives.items():

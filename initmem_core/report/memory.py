@@ -4,7 +4,7 @@ Pure: ``build_report(records)`` reads nothing and writes nothing, so it can be c
 hand computation. Accuracies arrive as fractions and leave in percent; the spread is in
 percentage points (the paper's unit).
 
-A group is every cell that differs only in sigma and seed (``grid.group_fields``). Per group and
+A group is every cell that differs only in sigma and seed (``groups.group_fields``). Per group and
 sigma: test accuracy at the best-validation checkpoint (mean, std and a 95% t interval over
 seeds), tau_interp and how many seeds never interpolated, the repair gap, the final ||W||_F and
 ||W||/||W0||, and the forgetting clocks at the end. Cells that failed or diverged count as
@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from initmem_core.groups import group_fields, group_keys, metric_suffix
 from initmem_core.report.inference import (
     MIN_SEEDS_PER_SIGMA,
     THIS_TEST_SET,
@@ -42,7 +43,6 @@ from initmem_core.report.inference import (
     mean_interval,
     spread_difference,
 )
-from initmem_core.sweep.grid import group_fields, group_keys, metric_suffix
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 

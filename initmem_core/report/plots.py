@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from initmem_core.groups import short_group_names
 from initmem_core.report.memory import Report
-from initmem_core.sweep.grid import short_group_names
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
 
 

@@ -5,8 +5,8 @@ one. Values come from the command line (``0.1,0.5,1`` or a range ``0.1:2.5:7``),
 sweep file (``[base]`` fixed values, ``[grid]`` lists or ranges) or from a Python mapping, and are
 converted with ``config.coerce`` so a cell means exactly what a single ``initmem run`` would.
 
-Cells that differ only in sigma and seed form a *group*: the report measures the spread of test
-accuracy over sigma inside each group.
+Cells that differ only in sigma and seed form a *group* (``initmem_core.groups`` names them): the
+report measures the spread of test accuracy over sigma inside each group.
 """
 
 from __future__ import annotations
@@ -36,12 +36,9 @@ from initmem_core.config import (
     _short as short_number,
 )
 from initmem_core.errors import ConfigError
+from initmem_core.groups import WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
 from initmem_core.kinds import flag_for
 from initmem_core.tracking.records import check_sweep_name
-
-#: Within a group only these vary; every other varying field tells groups apart.
-WITHIN_GROUP = ("sigma", "seed")
-SINGLE_GROUP = "all"
 
 
 def parse_range(name: str, text: str) -> tuple[Any, ...]:
@@ -133,7 +130,7 @@ class SweepSpec:
         return [
             name
             for name in FIELDS
-            if len({_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1
+            if len({value_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1
         ]
 
 
@@ -217,81 +214,6 @@ def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
     return cells
 
 
-def group_fields(configs: Iterable[RunConfig]) -> list[str]:
-    """Fields that tell groups apart: those that vary across ``configs``, except sigma and seed,
-    and except execution knobs (threads, device: they change how, not what)."""
-    configs = list(configs)
-    return [
-        name
-        for name, f in FIELDS.items()
-        if f.metadata["hashed"] and name not in WITHIN_GROUP and len({_text(getattr(c, name)) for c in configs}) > 1
-    ]
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "+".join(value) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def group_key(config: RunConfig, fields: list[str]) -> str:
-    """``opt=sgd,batch_size=64`` from the named fields; ``all`` when there are none."""
-    return ",".join(f"{name}={_text(getattr(config, name))}" for name in fields) or SINGLE_GROUP
-
-
-#: Always named in a group label, default or not: a label is never empty and says what trains.
-#: (An unset lr, 0, is the optimizer's declared default, so ``opt`` alone says it.)
-ALWAYS_LABELLED = ("opt",)
-
-
-def _exact(value: Any) -> str:
-    # 12 significant digits, not _text's 6: lr 0.0010001 and 0.001 must not share a label.
-    return f"{value:.12g}" if isinstance(value, float) else _text(value)
-
-
-def group_label(config: RunConfig) -> str:
-    """The label of ``config``'s group, from that config alone, e.g. ``opt=lion,lr=0.001``: the
-    optimizer, then every hashed field except sigma and seed whose value is not the default.
-    The same group has the same label in every sweep, and two groups that differ in anything
-    but sigma and seed never share one (the UI groups by it across sweeps)."""
-    return ",".join(
-        f"{name}={_exact(getattr(config, name))}"
-        for name in identity_fields(config)
-        if name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name)
-    )
-
-
-def identity_fields(config: RunConfig) -> list[str]:
-    """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
-    (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
-    return [
-        name
-        for name, f in FIELDS.items()
-        if f.metadata["hashed"] and name not in WITHIN_GROUP and not (name == "epochs" and config.until)
-    ]
-
-
-def group_keys(configs: Iterable[RunConfig]) -> list[str]:
-    """Each config's group label (``group_label``): complete and stable, never shortened
-    relative to the sweep, so equal labels mean equal values in every field but sigma and seed."""
-    return [group_label(config) for config in configs]
-
-
-def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
-    """Short names for figures and terminal tables, and what every group shares (for a caption):
-    each label (``group_label``) keeps its optimizer and the parts that not every group has, so
-    ``opt=sgd,lr=0.01,batch_size=128,epochs=40`` beside ``opt=adam,...,epochs=40`` reads
-    ``opt=sgd,lr=0.01,batch_size=128``, with ``epochs=40`` shared."""
-    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
-    split = {label: boundary.split(label) for label in labels}
-    shared = set.intersection(*(set(parts) for parts in split.values())) if len(split) > 1 else set()
-    shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
-    names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
-    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
-
-
 #: Short prefixes of varying numeric fields in cell names; other fields show their name.
 NAME_PREFIX = {
     "lr": "lr",
@@ -319,7 +241,7 @@ def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
         value = getattr(config, name)
         if isinstance(value, str) and name not in NAME_PREFIX:
             return value  # data, schedule, init...: the value says which field it is
-        return f"{NAME_PREFIX.get(name, name)}{_exact(value)}"
+        return f"{NAME_PREFIX.get(name, name)}{exact_text(value)}"
 
     names = [
         "-".join(
@@ -337,18 +259,15 @@ def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
     return [f"{n}-{c.config_hash()[:6]}" if counts[n] > 1 else n for n, c in zip(names, configs)]
 
 
-def metric_suffix(key: str) -> str:
-    """A group key as MLflow accepts in a metric name: ``opt=sgd,batch_size=64`` -> ``opt-sgd.batch_size-64``."""
-    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key.replace("=", "-").replace(",", "."))
-
-
 def default_name(spec: SweepSpec) -> str:
     """A readable name that is the same for the same grid, so relaunching without ``--name``
     resumes the sweep: e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
     base = RunConfig()
     data, arch = (spec.axes.get(n, (getattr(base, n),)) for n in ("data", "arch"))
-    hashed = {n: [_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]}
-    groups = [{n: _text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
+    hashed = {
+        n: [value_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]
+    }
+    groups = [{n: value_text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
     digest = hashlib.sha256(json.dumps([hashed, groups] if groups else hashed).encode()).hexdigest()[:6]
     varying = "-".join(spec.varying) or "single"
     prefix = "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", "+".join(map(str, v))) for v in (data, arch))
