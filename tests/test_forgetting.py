@@ -216,7 +216,7 @@ def test_parent_metrics_carry_the_curves_by_epoch_and_the_half_lives(report):
 
 
 def test_the_parent_description_names_each_groups_radial_half_life(report):
-    from initmem_core.tracking.ui_view import description
+    from initmem_core.report.description import description
 
     note = description(report, "s", "1", "abc", "key")
     assert "| radial half-life |" in note and "memory_vs_clock.png" in note

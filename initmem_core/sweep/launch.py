@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.report.description import description
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import Report, build_report
 from initmem_core.report.plots import warm_up
@@ -42,7 +43,7 @@ from initmem_core.tracking.store import (
     store_folder,
     to_json,
 )
-from initmem_core.tracking.ui_view import description, write_view
+from initmem_core.tracking.ui_view import write_view
 from initmem_core.vocabulary import (
     CELLS_FAILED_TAG,
     CELLS_TAG,
