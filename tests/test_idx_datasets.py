@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.checks import check_dataset
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.testing.checks import check_dataset
 
 TRAIN, TEST = 40, 12
 

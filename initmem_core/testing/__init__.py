@@ -15,7 +15,7 @@ In a plugin package's tests::
 
 pytest imports this module in every session of everyone who has initmem installed, so it must
 stay cheap: torch loads only when a check or ``smoke_train`` is first used (they live in
-``initmem_core.plugin_system.checks`` and are re-exported here lazily).
+``initmem_core.testing.checks`` and are re-exported here lazily).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from initmem_core.plugin_system.registry import Registry
 
 #: Helpers that need torch, imported on first use.
 _LAZY = {
-    name: "initmem_core.plugin_system.checks"
+    name: "initmem_core.testing.checks"
     for name in (
         "smoke_train",
         "check_architecture",

@@ -40,7 +40,7 @@ def smoke_train(kind: str, name: str, steps: int = 3, *, registry: Registry | No
     ResNet-20 on ``steps * batch_size`` synthetic 8x8 images, one epoch, on the CPU (a
     regularizer runs with ``l2=1e-3``). ``config`` overrides any ``RunConfig`` field.
     """
-    from initmem_core.training.runner import run
+    from initmem_core.training.runner import run  # lazy: the contract checks alone never load the tracking stack
 
     try:
         component = kind_named(kind)
