@@ -377,9 +377,9 @@ _CHECKS = {
 
 
 def validate(config: RunConfig, registry: Any = None) -> RunConfig:
-    """Check every value; with a registry, check that component names exist and resolve the
-    optimizer's settings (``lr`` 0: its declared default; ``--opt-arg``s checked against what it
-    declares). Returns the config to run: use the return value."""
+    """Check every value and, with a registry, that every component named exists. Returns the
+    config with its values spelled canonically: use the return value. The config to *run* also
+    has its optimizer's settings resolved: ``plugin_system.optimizer_options.resolve_config``."""
     for name, f in FIELDS.items():
         value, flag = getattr(config, name), flag_for(name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -409,7 +409,4 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             values = getattr(config, kind.field)
             for value in values if kind.many else (values,):
                 registry.lookup(kind.name, value)
-        from initmem_core.plugin_system.optimizer_options import resolve
-
-        return resolve(config, registry)
     return config

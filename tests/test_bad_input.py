@@ -16,8 +16,9 @@ import torch
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
-from initmem_core.config import from_mapping, validate
+from initmem_core.config import from_mapping
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 
 runner = CliRunner()
 SMALL = ["--epochs", "1", "--train-size", "64", "--threads", "1"]
@@ -116,8 +117,8 @@ def test_tracking_server_that_does_not_answer_fails_fast():
     ids=["a-plain-state-dict", "garbage-bytes"],
 )
 def test_checkpoint_not_ours_or_corrupt(tracking_uri, tmp_path, write, message):
-    # The hash of the config as run: validate resolves lr to sgd's declared default.
-    config = validate(from_mapping({"epochs": 1, "train_size": 64}), get_registry())
+    # The hash of the config as run: resolve_config resolves lr to sgd's declared default.
+    config = resolve_config(from_mapping({"epochs": 1, "train_size": 64}), get_registry())
     folder = tmp_path / "initmem-checkpoints" / config.config_hash()
     folder.mkdir(parents=True)
     write(folder / "ckpt-e000001-s000000.pt")

@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import run
-from initmem_core.config import from_mapping, validate
+from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import coerce_option, split_opt_args
+from initmem_core.plugin_system.optimizer_options import coerce_option, resolve_config, split_opt_args
 from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
 
@@ -19,7 +19,7 @@ SMALL = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=32, epoc
 
 
 def resolved(**values):
-    return validate(from_mapping(values), get_registry())
+    return resolve_config(from_mapping(values), get_registry())
 
 
 @pytest.mark.parametrize("opt, lr", [("sgd", 0.05), ("adam", 1e-3), ("adamw", 1e-3), ("muon", 0.01)])

@@ -16,17 +16,18 @@ from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core.config import from_mapping, validate
+from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.training.checkpoints import FORMAT, find_resumable, read_checkpoint
 from initmem_core.training.stop_signals import Stopped
 
 
 def hash_of(values) -> str:
-    """The hash of the config as run: validate resolves lr to the optimizer's declared default."""
-    return validate(from_mapping(values), get_registry()).config_hash()
+    """The hash of the config as run: resolve_config resolves lr to the optimizer's declared default."""
+    return resolve_config(from_mapping(values), get_registry()).config_hash()
 
 
 pytestmark = pytest.mark.slow  # resume: real runs killed and continued, some in subprocesses

@@ -12,7 +12,8 @@ import pytest
 
 import initmem_core
 from initmem_core import get_registry
-from initmem_core.config import RunConfig, validate
+from initmem_core.config import RunConfig
+from initmem_core.plugin_system.optimizer_options import resolve_config
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
@@ -48,7 +49,8 @@ def sweep_process(uri: str, cwd) -> subprocess.Popen:
 def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    first = validate(RunConfig(sigma=0.5, **CELL), get_registry())  # the optimizer's lr filled in, as a sweep does
+    # The optimizer's lr filled in, as a sweep does.
+    first = resolve_config(RunConfig(sigma=0.5, **CELL), get_registry())
     folder = tmp_path / "initmem-checkpoints" / first.config_hash()
     process = sweep_process(tracking_uri, tmp_path)
     deadline = time.monotonic() + 240

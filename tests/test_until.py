@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping, parse_until, validate
+from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping, parse_until
 from initmem_core.errors import ConfigError
 from initmem_core.groups import group_label
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.sweep.grid import cell_names, plan_sweep, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.horizons import (
@@ -129,7 +130,7 @@ def test_a_step_schedule_that_decays_has_a_ceiling():
 
 
 def config_of(**values) -> RunConfig:
-    return validate(from_mapping(values), get_registry())
+    return resolve_config(from_mapping(values), get_registry())
 
 
 def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():

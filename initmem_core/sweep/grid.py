@@ -30,7 +30,6 @@ from initmem_core.config import (
     from_mapping,
     load_toml,
     unknown_key_error,
-    validate,
 )
 from initmem_core.config import (
     _short as short_number,
@@ -38,6 +37,7 @@ from initmem_core.config import (
 from initmem_core.errors import ConfigError
 from initmem_core.groups import WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
 from initmem_core.kinds import flag_for
+from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.tracking.records import check_sweep_name
 
 
@@ -204,7 +204,7 @@ def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:
-                config = validate(config, registry)  # the lr a cell runs with is in its hash
+                config = resolve_config(config, registry)  # the lr a cell runs with is in its hash
             except ConfigError as error:
                 varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
                 raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from initmem_core.config import RunConfig, from_mapping, validate
+from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.store import (
     DEFAULT_EXPERIMENT,
@@ -225,7 +226,7 @@ def run(
         config = config.replace(**overrides) if overrides else config
     else:
         config = from_mapping({**dict(config or {}), **overrides})
-    config = validate(config, registry)  # resolves the optimizer's lr and --opt-arg
+    config = resolve_config(config, registry)  # resolves the optimizer's lr and --opt-arg
     _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
     owned = tracker is None
     # A sweep holds its cells' leases itself (and passes the tracker); anyone else takes one here.

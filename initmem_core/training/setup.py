@@ -178,7 +178,7 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     from initmem_core.plugin_system import optimizer_options
 
     prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
-    config = optimizer_options.resolve(config, registry)  # a caller that skipped validate gets the declared lr
+    config = optimizer_options.resolve(config, registry)  # a caller that skipped resolve_config gets the declared lr
     if config.threads:
         torch.set_num_threads(config.threads)
     device = use_device(resolve_device(config.device))
