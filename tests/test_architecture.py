@@ -67,6 +67,59 @@ def test_no_import_cycles_between_core_modules():
         assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
 
 
+#: The core's layers, lowest first: a module imports only from its own layer or below, counting the
+#: imports inside functions. The top-level modules but the package's own __init__ are the bottom.
+LAYERS = (
+    {"vocabulary", "errors", "kinds", "config", "contracts", "kernels", "hookspecs", "groups"},
+    {"plugin_system"},
+    {"tracking"},
+    {"training"},
+    {"report"},
+    {"sweep"},
+    {"", "testing"},  # "": initmem_core itself, the Python API
+)
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    return next(i for i, names in enumerate(LAYERS) if part in names)
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The core's modules one import statement imports: ``from initmem_core import hookspecs``
+    imports the module ``hookspecs``, ``from initmem_core import run`` the package itself."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+    found = set()
+    for name in names:
+        while name and name not in modules:  # ``import a.b.c`` of a name inside a module
+            name = name.rpartition(".")[0]
+        if name:
+            found.add(name)
+    return found
+
+
+def test_every_import_points_down_the_layers():
+    """No package imports one above it, even inside a function (a lazy import is for start-up
+    speed, never to hide an arrow that runs back)."""
+    modules = {_module_name(path): path for path in CORE.rglob("*.py")}
+    assert {m.split(".")[1] for m in modules if "." in m} <= set().union(*LAYERS), "a module in no layer"
+    wrong = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for imported in _imported_modules(node, name, path.name == "__init__.py", set(modules)):
+                    if _layer(imported) > _layer(name):
+                        wrong.append(f"{path.relative_to(CORE.parent)}:{node.lineno} {name} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_core_never_imports_the_builtin_plugins():
     for path in CORE.rglob("*.py"):
         name = _module_name(path)
