@@ -8,6 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.groups import group_keys
+
 from .errors import user_errors
 
 presets_app = typer.Typer(
@@ -23,7 +25,6 @@ def list_presets(ctx: typer.Context) -> None:
     """List every preset with its grid: cells, groups and what varies."""
     if ctx.invoked_subcommand:
         return
-    from initmem_core.groups import group_keys
     from initmem_core.sweep.grid import expand
     from initmem_core.sweep.presets import preset_description, preset_names, preset_spec
 

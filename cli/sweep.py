@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.groups import short_group_names
 from initmem_core.sweep.executors import EXECUTORS
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, FINISHED
 
@@ -103,7 +104,6 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
-    from initmem_core.groups import short_group_names
     from initmem_core.report.memory import debiased_cell, formatted
 
     names, shared = short_group_names([g.group for g in report.groups])
