@@ -174,6 +174,8 @@ class QueueTracker(ForwardedCalls):
     (never opened here) so that ``run`` keeps checkpoints beside it, as it does in-process.
     """
 
+    uri: str
+
     def __init__(self, queue: Any, run_id: str, staging: str | Path, uri: str):
         self.queue, self.run_id, self.staging, self.uri = queue, run_id, Path(staging), uri
 

@@ -132,7 +132,7 @@ def _open_run(
 ) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
-    root = checkpoint_root(config, getattr(tracker, "uri", None))
+    root = checkpoint_root(config, tracker.uri)
     if resume:
         if root is None:
             raise ConfigError(
@@ -234,7 +234,7 @@ def run(
             if freeze:
                 gc.unfreeze()
             if owned:  # a helper process ends once its run has, or when the run never began
-                getattr(tracker, "close", lambda: None)()
+                tracker.close()
     finally:
         if lease is not None:
             lease.release()
@@ -304,8 +304,8 @@ def _train_tracked(
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
-        if hasattr(tracker, "give_up_opening"):  # a helper still opening the store: a signal ends it at once
-            tracker.give_up_opening = lambda: stop.signum
+        # A helper still opening the store asks this: a signal then ends it at once.
+        tracker.give_up_opening = lambda: stop.signum
         try:
             run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
         except OpeningAbandoned as gave_up:  # a signal before the helper began to open it: no run
@@ -343,10 +343,10 @@ def _train_tracked(
             status = _record_failure(tracker, error)
             # Whoever reports the error must say what the store holds: the end may not be there yet.
             error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
-            error.lost = getattr(tracker, "lost", False)  # type: ignore[attr-defined]
+            error.lost = tracker.lost  # type: ignore[attr-defined]
             raise
         unsynced = _end_run(tracker, checkpoints, status)
-    result.unsynced, result.lost = unsynced, getattr(tracker, "lost", False)
+    result.unsynced, result.lost = unsynced, tracker.lost
     result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
         error = Stopped(stop.signum, status="FINISHED")
@@ -360,7 +360,7 @@ def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str)
     if checkpoints:
         _finish_checkpoint(checkpoints)
     tracker.end_run(status)
-    return getattr(tracker, "unsynced", "")
+    return tracker.unsynced
 
 
 def _record_failure(tracker: Tracker, error: BaseException) -> str:
@@ -387,7 +387,7 @@ def _check_where_it_writes(
 ) -> None:
     """The store's URI, the experiment and the checkpoint folder, before anything is built or
     trained: a bad one fails in one line, not after the run."""
-    uri = getattr(tracker, "uri", None)
+    uri = tracker.uri if tracker is not None else None
     if tracker is None and tracking:
         uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
         check_experiment_name(experiment)
