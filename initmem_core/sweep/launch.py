@@ -220,7 +220,7 @@ class _Sweep:
         if error:
             job.writer.fail(error)
         job.cell.status, job.cell.error = job.writer.ended_status(), error
-        job.cell.unsynced = getattr(job.writer, "unsynced", "")
+        job.cell.unsynced = job.writer.unsynced
         self.progress.cell_finished(job.cell.run_id, job.cell.status, error)
 
     @staticmethod
@@ -344,11 +344,11 @@ def run_sweep(
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)
     progress = progress or NoSweepProgress()
-    getattr(executor, "start", lambda: None)()  # workers import torch while the store opens
+    executor.start()  # workers import torch while the store opens
     try:
         return _launch(plan, executor, uri, experiment, progress, registry, retry_failed)
     finally:
-        getattr(executor, "stop", lambda: None)()  # workers no cell needed (every cell was done)
+        executor.stop()  # workers no cell needed (every cell was done)
 
 
 def _launch(
@@ -362,8 +362,7 @@ def _launch(
 ) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
     sweep.describe(plan)
-    pin = getattr(executor, "pin", None) or (lambda config: config)
-    configs = [pin(config) for config in plan.cells]
+    configs = [executor.pin(config) for config in plan.cells]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
     leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
     owned_elsewhere = {
@@ -415,7 +414,7 @@ def _launch(
             executor.run(pending, sweep)
             drawing.join()  # matplotlib is not thread-safe: one thread draws at a time
         else:
-            getattr(executor, "stop", lambda: None)()
+            executor.stop()
         report, files = sweep.publish(plan.out, cells, plan.spec)
         if all(cell.status == "FINISHED" for cell in cells):
             status = "FINISHED"

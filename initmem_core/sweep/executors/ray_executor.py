@@ -19,6 +19,7 @@ from typing import Any
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import (
     CellTask,
+    Executor,
     Job,
     RetriedCellProgress,
     SweepCells,
@@ -51,7 +52,7 @@ def _ray_cell(
         return run_remote_cell(task, QueueProgress(events, task.run_id))
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     name = "ray"
     remote = True
 

@@ -34,6 +34,7 @@ import submitit
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import (
     CellTask,
+    Executor,
     Job,
     RetriedCellProgress,
     SweepCells,
@@ -165,7 +166,7 @@ def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, resu
     results.close()
 
 
-class SlurmExecutor:
+class SlurmExecutor(Executor):
     name = "slurm"
     remote = True
 
