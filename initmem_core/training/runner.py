@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from initmem_core.config import RunConfig, from_mapping, validate
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
@@ -46,6 +46,10 @@ from initmem_core.tracking.tracker_process import OpeningAbandoned
 from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
 from initmem_core.training.clocks import CONVENTIONS
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
+
+if TYPE_CHECKING:  # both import torch, which run() imports only once it builds the setup
+    from initmem_core.contracts import DatasetBundle
+    from initmem_core.training.setup import TrainingSetup
 
 
 @dataclass
@@ -70,7 +74,7 @@ def _version(package: str) -> str:
         return "unknown"
 
 
-def run_params(config: RunConfig, setup) -> dict[str, Any]:
+def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
     """Every config value as is, plus what the run resolved and which packages provided it."""
     params: dict[str, Any] = config.to_dict()
     params["metrics"] = ",".join(config.metrics)
@@ -86,7 +90,7 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
         params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
-    params["augment_resolved"] = getattr(setup.train_loader, "augment", None)
+    params["augment_resolved"] = setup.train_loader.augment
     for split, size in setup.dataset.sizes().items():
         params[f"data_{split}_size"] = size
     for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
@@ -100,7 +104,7 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     return params
 
 
-def dataset_input(config: RunConfig, dataset) -> tuple[str, str, dict[str, Any]]:
+def dataset_input(config: RunConfig, dataset: DatasetBundle) -> tuple[str, str, dict[str, Any]]:
     """(name, digest, profile) of the data a run trains on. The digest covers every split's
     images and labels, so two runs with the same digest saw the same examples."""
     import hashlib
@@ -128,7 +132,7 @@ def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
 
 
 def _open_run(
-    config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
+    config: RunConfig, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
 ) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
@@ -298,7 +302,12 @@ def _new_tracker(
 
 
 def _train_tracked(
-    config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any, resume: bool
+    config: RunConfig,
+    setup: TrainingSetup,
+    tracker: Tracker,
+    tags: Mapping[str, str] | None,
+    progress: Any,
+    resume: bool,
 ) -> RunResult:
     from initmem_core.training.loop import train
 
@@ -317,6 +326,7 @@ def _train_tracked(
                 raise Stopped(stop.signum, str(kept) if kept else None)
             # Again on a resume: the first attempt may not have got them into the store.
             tracker.log_text(to_json(config.to_dict()), "config.json")
+            # Optional (contracts.OptimizerFactory): an optimizer may record its parameter groups.
             groups = getattr(setup.optimizer, "initmem_param_groups", None)
             if groups:
                 tracker.log_text(to_json(groups), "optimizer_param_groups.json")
@@ -416,10 +426,11 @@ def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:
     return {name: tensor.detach().cpu() for name, tensor in state.items()}
 
 
-def _log_final_artifacts(tracker: Tracker, setup) -> None:
+def _log_final_artifacts(tracker: Tracker, setup: TrainingSetup) -> None:
     import torch
 
     for metric in setup.metrics.values():
+        # artifacts() is optional for a metric (contracts.Metric).
         for name, text in getattr(metric, "artifacts", lambda: {})().items():
             tracker.log_text(text, name)
     with tempfile.TemporaryDirectory() as folder:
