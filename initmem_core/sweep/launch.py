@@ -291,7 +291,7 @@ def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> Non
 
     check_writable_folder(plan.out, "--out")
     if not executor.remote:  # remote cells write their checkpoints on their own machines
-        for root in {checkpoint_root(config, uri) for config in plan.cells} - {None}:
+        for root in {root for config in plan.cells if (root := checkpoint_root(config, uri)) is not None}:
             check_writable_folder(root, "--checkpoint-dir")
 
 
@@ -328,8 +328,8 @@ def run_sweep(
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
     if isinstance(executor, str):
-        options = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}.get(executor, {})
-        executor = make_executor(executor, **options)
+        options: dict[str, dict[str, Any]] = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}
+        executor = make_executor(executor, **options.get(executor, {}))
     elif workers != 1:
         raise ConfigError(
             f"--workers is for --executor local; {executor.name} runs as many cells at once as its resources allow"

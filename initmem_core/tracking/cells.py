@@ -102,6 +102,8 @@ class ChildRunWriter(MlflowTracker):
     (MLflow accepts a param logged twice with the same value).
     """
 
+    run_id: str  # the child run the sweep created, given at construction
+
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         self.ended: str | None = None
@@ -144,6 +146,8 @@ class ServerCellWriter(MlflowTracker):
     from the previous one's checkpoint when it can reach it, and otherwise trains the same config
     from the start again, which on CPU with fixed ``--threads`` recomputes the very same values.
     """
+
+    run_id: str  # the child run the sweep created, given at construction
 
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)

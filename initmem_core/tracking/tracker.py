@@ -275,7 +275,7 @@ class MlflowTracker(TrackerDefaults):
             except Exception as error:  # kept below, like any other write the store refused
                 self._failed(error)
         try:
-            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self._started(), local_path)
         except OSError as error:  # the spool refuses it too: said when the run ends
             self._not_kept.append(f"{Path(local_path).name} ({_reason(error)})")
             return
@@ -310,7 +310,7 @@ class MlflowTracker(TrackerDefaults):
             count = self.pending.count()
             ended = ", its end included" if self.pending.status else ""
             try:
-                path = spill(self.pending, folder, self.run_id, self.uri)
+                path = spill(self.pending, folder, self._started(), self.uri)
             except OSError as error:
                 self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
             else:
@@ -346,13 +346,19 @@ class MlflowTracker(TrackerDefaults):
                 return
         try:
             with fail_fast_http():
-                self.pending.send(self.client, self.run_id)
+                self.pending.send(self.client, self._started())
         except Exception as error:  # unreachable, locked, timed out, a login refused: training goes on
             self._failed(error)
         else:
             self.backoff.succeeded()
             self.refused = False
         self.last_flush = time.monotonic()
+
+    def _started(self) -> str:
+        """The run's id: every write comes after ``start_run`` or ``resume_run`` (or a ``run_id``
+        given at construction)."""
+        assert self.run_id is not None, "a write before start_run or resume_run"
+        return self.run_id
 
     def _failed(self, error: Exception) -> None:
         refused = refusal(self.uri, error)

@@ -137,6 +137,7 @@ def _open_run(
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
     root = checkpoint_root(config, tracker.uri)
+    checkpoints: CheckpointStore | None
     if resume:
         if root is None:
             raise ConfigError(
@@ -322,6 +323,7 @@ def _train_tracked(
         save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
         try:
             if stop.requested:  # came while the run was being opened: end it before anything trains
+                assert stop.signum is not None  # requested: a signal came
                 kept = checkpoints.previous if checkpoints and resume_from is not None else None
                 raise Stopped(stop.signum, str(kept) if kept else None)
             # Again on a resume: the first attempt may not have got them into the store.
@@ -359,9 +361,10 @@ def _train_tracked(
     result.unsynced, result.lost = unsynced, tracker.lost
     result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
-        error = Stopped(stop.signum, status="FINISHED")
-        error.unsynced = unsynced
-        raise error
+        assert stop.signum is not None  # requested: a signal came
+        stopped = Stopped(stop.signum, status="FINISHED")
+        stopped.unsynced = unsynced
+        raise stopped
     return result
 
 

@@ -89,7 +89,7 @@ class RayExecutor(Executor):
         from ``.options()``), so the request goes there."""
         import ray
 
-        options = {
+        options: dict[str, Any] = {
             "num_cpus": self.cpus,
             "num_gpus": self.gpus,
             "max_retries": self.max_retries,
@@ -99,7 +99,9 @@ class RayExecutor(Executor):
             ray.remote(_ray_cell).options(**options)  # Ray checks the request here
         except ValueError as error:  # e.g. a fractional GPU count above 1
             raise ConfigError(f"--cpus-per-cell/--gpus-per-cell: {error}") from None
-        return ray.remote(**options, **({"max_calls": 1} if self.gpus else {}))(_ray_cell)
+        if self.gpus:
+            options["max_calls"] = 1
+        return ray.remote(**options)(_ray_cell)
 
     def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
         import ray
