@@ -30,9 +30,11 @@ def kernel_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     seen: set[int] = set()
     kernels = []
     for name, module in kernel_layers(model):
-        if id(module.weight) not in seen:
-            seen.add(id(module.weight))
-            kernels.append((f"{name}.weight" if name else "weight", module.weight))
+        weight = module.weight
+        assert isinstance(weight, nn.Parameter)  # kernel_layers keeps only layers whose weight is one
+        if id(weight) not in seen:
+            seen.add(id(weight))
+            kernels.append((f"{name}.weight" if name else "weight", weight))
     return kernels
 
 

@@ -174,8 +174,8 @@ class _Loader:
                 for spec in specs:
                     self.registry.add(spec)
         if self.strict and self.registry.conflicts:
-            (kind, name), _ = next(iter(self.registry.conflicts.items()))
-            raise self.registry.conflict_error(kind, name)
+            (conflict_kind, conflict_name), _ = next(iter(self.registry.conflicts.items()))
+            raise self.registry.conflict_error(conflict_kind, conflict_name)
         return self.registry
 
 

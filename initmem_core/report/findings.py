@@ -38,7 +38,7 @@ from typing import Any
 
 from initmem_core.config import FIELDS
 from initmem_core.groups import group_fields, group_keys, short_group_names
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, interval_around, spread_difference
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, Matrix, SpreadDifference, interval_around, spread_difference
 from initmem_core.report.memory import GroupSummary, Report, build_report, interval, mean_interval, percentile_interval
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, FINISHED
@@ -95,7 +95,7 @@ class _Group:
     weight_decay: float
     batch_size: int
     cells: list[CellRecord]
-    accuracy: dict[float, dict[int, float]]  # pp by sigma and seed, trained cells
+    accuracy: Matrix  # pp by sigma and seed, trained cells
     clock: float  # the clock that drives this group's forgetting (see forgetting_clock)
 
     def label(self) -> str:
@@ -209,7 +209,7 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
         for g in sweep.groups
         if base and g.opt == "sgd" and g.momentum == 0 and g.l2 > 0 and g.batch_size == base.batch_size
     ]
-    return _compare("L2 shrinks SGD's spread", [(base, g) for g in l2], [base, *l2] if base else [])
+    return _compare("L2 shrinks SGD's spread", [(base, g) for g in l2] if base else [], [base, *l2] if base else [])
 
 
 def larger_batch_increases_spread(sweep: Sweep) -> Finding:
@@ -446,7 +446,7 @@ def _family_ends(
     return ends
 
 
-def _scaled(accuracy: dict[float, dict[int, float]], factor: float) -> dict[float, dict[int, float]]:
+def _scaled(accuracy: Matrix, factor: float) -> dict[float, dict[int, float]]:
     return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
 
 
@@ -559,7 +559,12 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
         config = cells[0].config
         if CIFAR_DEPTH.match(config.arch) and _plain_sgd(config):
             families.setdefault(_settings(cells[0].config, ("arch",)), []).append(cells)
-    depth = lambda cells: int(CIFAR_DEPTH.match(cells[0].config.arch).group(1))  # noqa: E731
+
+    def depth(cells: list[CellRecord]) -> int:
+        match = CIFAR_DEPTH.match(cells[0].config.arch)
+        assert match is not None  # families hold only architectures CIFAR_DEPTH matches
+        return int(match.group(1))
+
     families = {k: sorted(v, key=depth) for k, v in families.items() if len({depth(c) for c in v}) >= 2}
     if not families:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)

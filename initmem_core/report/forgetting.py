@@ -41,7 +41,7 @@ uncertainty of the peak itself is not in that interval.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,7 +122,9 @@ class GroupForgetting:
 # -- crossings ------------------------------------------------------------------------------
 
 
-def first_crossing(epochs: list[float], values: list[float], threshold: float, start: float = 0.0) -> float | None:
+def first_crossing(
+    epochs: Sequence[float], values: Sequence[float], threshold: float, start: float = 0.0
+) -> float | None:
     """The epoch at which ``values`` first falls to ``threshold`` or below, from epoch ``start``
     on, interpolated linearly between the two evaluation points that bracket the crossing;
     ``None`` if it never does. Points whose value is nan are skipped; a series already at or
@@ -136,7 +138,7 @@ def first_crossing(epochs: list[float], values: list[float], threshold: float, s
     return None
 
 
-def at_epoch(epoch: float, epochs: list[float], series: list[float]) -> float:
+def at_epoch(epoch: float, epochs: Sequence[float], series: Sequence[float]) -> float:
     """``series`` (a clock, say) read at a fractional epoch, linearly between evaluation points."""
     import numpy as np
 
@@ -163,7 +165,7 @@ def _value_at(cell: CellRecord, metric: str, epoch: int) -> float:
     return dict(cell.histories.get(metric, ())).get(epoch, NAN)
 
 
-def _slope(xs: list[float], ys: list[float]) -> float:
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of ys on xs; nan with fewer than two distinct xs."""
     if len(set(xs)) < 2:
         return NAN
@@ -273,7 +275,7 @@ def per_seed_half_life(
 ) -> tuple[HalfLife, dict[int, dict[str, float]]]:
     crossed, never, note = seed_half_lives(by_seed, epochs, clocks)
     initial = _over_seeds(by_seed, 0)[0] if epochs and epochs[0] == 0 else NAN
-    base = dict(
+    base: dict[str, Any] = dict(
         memory=memory,
         initial=initial,
         reference_epoch=0,
@@ -288,7 +290,7 @@ def per_seed_half_life(
     if never:
         notes.insert(0, f"{len(never)} of {len(never) + len(crossed)} seeds did not fall to half within the horizon")
         return HalfLife(reached=False, note="; ".join(notes), **base), crossed
-    figures = {}
+    figures: dict[str, Any] = {}
     for unit in UNITS:
         estimate, low, high = log_interval([units[unit] for units in crossed.values()])
         figures.update({unit: estimate, f"{unit}_lo": low, f"{unit}_hi": high})
@@ -306,7 +308,7 @@ def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dic
         return HalfLife("accuracy", False, NAN, 1, note="no debiased spread after epoch 0", **horizon)
     start = max(trained, key=lambda i: points[i].value)  # the first of equal peaks
     initial = points[start].value
-    base = dict(
+    base: dict[str, Any] = dict(
         memory="accuracy", initial=initial, reference_epoch=points[start].epoch, seeds=points[start].seeds, **horizon
     )
     if initial <= 0:
@@ -325,7 +327,7 @@ def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dic
     if estimate is None:
         still = " (its peak is the last epoch: still forming)" if start == len(points) - 1 else ""
         return HalfLife(reached=False, note="not within the horizon" + still, **base)
-    figures = {unit: estimate[unit] for unit in UNITS}
+    figures: dict[str, Any] = {unit: estimate[unit] for unit in UNITS}
     notes = []
     if math.isnan(points[start].lo):
         notes.append("no interval: the spread at its peak has none")

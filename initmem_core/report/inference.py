@@ -94,9 +94,12 @@ class AccuracyTable(dict):
     examples). A plain mapping has neither: its intervals are for this test set."""
 
     def __init__(
-        self, accuracy: Matrix = (), correct: Mapping[float, Mapping[int, Any]] | None = None, test_set: Any = None
+        self,
+        accuracy: Matrix | None = None,
+        correct: Mapping[float, Mapping[int, Any]] | None = None,
+        test_set: Any = None,
     ):
-        super().__init__({sigma: dict(runs) for sigma, runs in dict(accuracy).items()})
+        super().__init__({sigma: dict(runs) for sigma, runs in dict(accuracy or {}).items()})
         self.correct = {sigma: dict(runs) for sigma, runs in (correct or {}).items()}
         self.test_set = test_set
         #: cross_fit_spread's answers, by table, sigmas, level and number of records (a report and
@@ -144,7 +147,7 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(stats.t.ppf(1 - (1 - level) / 2, df))
 
 
-def satterthwaite(components: tuple[tuple[float, int], ...]) -> tuple[float, float]:
+def satterthwaite(components: tuple[tuple[float, float], ...]) -> tuple[float, float]:
     """(variance, degrees of freedom) of a sum of independent variance estimates ``(w*v, df)``,
     by the Welch-Satterthwaite formula: (sum w*v)^2 / sum((w*v)^2 / df)."""
     variance = sum(part for part, _ in components)
@@ -367,7 +370,7 @@ def sampling_variance(contrast: Any, flips: float) -> tuple[float, float]:
     return excess / n, (2 * excess * excess / spread if spread > 0 else math.inf)
 
 
-def combined_df(components: tuple[tuple[float, int], ...], seed_var: float, test_var: float, test_df: float) -> float:
+def combined_df(components: tuple[tuple[float, float], ...], seed_var: float, test_var: float, test_df: float) -> float:
     """Welch-Satterthwaite degrees of freedom of the seed-based variance (its ``components``, rescaled
     to sum to ``seed_var``, the variance the draws measured) plus the test set's."""
     total = sum(part for part, _ in components)

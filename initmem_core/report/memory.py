@@ -28,7 +28,7 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -148,7 +148,7 @@ class Report:
     #: group -> its cross-fitted spread with what it rests on (report/inference.py)
     estimates: dict[str, SpreadEstimate] = field(default_factory=dict)
     #: group -> accuracy (pp) by sigma and seed of its trained cells
-    accuracy: dict[str, dict[float, dict[int, float]]] = field(default_factory=dict)
+    accuracy: dict[str, Matrix] = field(default_factory=dict)
     #: group -> its memories over training and their half-lives (report/forgetting.py)
     forgetting: dict[str, Any] = field(default_factory=dict)
 
@@ -254,7 +254,11 @@ def debiased_note(estimate: SpreadEstimate) -> str:
 
 
 def _paired(
-    a: GroupSummary, b: GroupSummary, cells_a: list[CellRecord], cells_b: list[CellRecord], accuracy: dict[str, Matrix]
+    a: GroupSummary,
+    b: GroupSummary,
+    cells_a: list[CellRecord],
+    cells_b: list[CellRecord],
+    accuracy: Mapping[str, Matrix],
 ) -> PairedDifference:
     difference = spread_difference(accuracy[a.group], accuracy[b.group])
     theirs = {
@@ -319,7 +323,7 @@ def _summary(
     classes = max((c.num_classes for c in cells), default=0)
     # Near chance everywhere: the spread would measure noise around a model that never learned.
     stuck = bool(best and classes and best.test_acc < 100 / classes + CHANCE_MARGIN_PP)
-    spread = best.test_acc - worst.test_acc if best and not stuck else NAN
+    spread = best.test_acc - worst.test_acc if best and worst and not stuck else NAN
     low, high = (NAN, NAN) if math.isnan(spread) else percentile_interval(resampled_spreads(accuracy))
     if stuck:
         estimate = SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, ())
@@ -350,8 +354,9 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     by_group: dict[str, list[CellRecord]] = {}
     for record, key in zip(records, group_keys(r.config for r in records)):
         by_group.setdefault(key, []).append(record)
-    groups, rows, failures, curves = [], [], [], {}
-    accuracy = {group: accuracy_matrix(cells) for group, cells in by_group.items()}
+    groups, rows, curves = [], [], {}
+    failures: list[Failure] = []
+    accuracy: dict[str, Matrix] = {group: accuracy_matrix(cells) for group, cells in by_group.items()}
     estimates = {group: cross_fit_spread(table) for group, table in accuracy.items()}
     for group in sorted(by_group):
         cells = by_group[group]

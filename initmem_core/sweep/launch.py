@@ -233,7 +233,7 @@ class _Sweep:
         if error:
             job.writer.fail(error)
         job.cell.status, job.cell.error = job.writer.ended_status(), error
-        job.cell.unsynced = getattr(job.writer, "unsynced", "")
+        job.cell.unsynced = job.writer.unsynced
         self.progress.cell_finished(job.cell.run_id, job.cell.status, error)
 
     @staticmethod
@@ -304,7 +304,7 @@ def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> Non
 
     check_writable_folder(plan.out, "--out")
     if not executor.remote:  # remote cells write their checkpoints on their own machines
-        for root in {checkpoint_root(config, uri) for config in plan.cells} - {None}:
+        for root in {root for config in plan.cells if (root := checkpoint_root(config, uri)) is not None}:
             check_writable_folder(root, "--checkpoint-dir")
 
 
@@ -341,8 +341,8 @@ def run_sweep(
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
     if isinstance(executor, str):
-        options = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}.get(executor, {})
-        executor = make_executor(executor, **options)
+        options: dict[str, dict[str, Any]] = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}
+        executor = make_executor(executor, **options.get(executor, {}))
     elif workers != 1:
         raise ConfigError(
             f"--workers is for --executor local; {executor.name} runs as many cells at once as its resources allow"
@@ -357,11 +357,11 @@ def run_sweep(
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)
     progress = progress or NoSweepProgress()
-    getattr(executor, "start", lambda: None)()  # workers import torch while the store opens
+    executor.start()  # workers import torch while the store opens
     try:
         return _launch(plan, executor, uri, experiment, progress, registry, retry_failed)
     finally:
-        getattr(executor, "stop", lambda: None)()  # workers no cell needed (every cell was done)
+        executor.stop()  # workers no cell needed (every cell was done)
 
 
 def _launch(
@@ -375,8 +375,7 @@ def _launch(
 ) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
     sweep.describe(plan)
-    pin = getattr(executor, "pin", None) or (lambda config: config)
-    configs = [pin(config) for config in plan.cells]
+    configs = [executor.pin(config) for config in plan.cells]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
     leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
     owned_elsewhere = {
@@ -428,7 +427,7 @@ def _launch(
             executor.run(pending, sweep)
             drawing.join()  # matplotlib is not thread-safe: one thread draws at a time
         else:
-            getattr(executor, "stop", lambda: None)()
+            executor.stop()
         report, files = sweep.publish(plan.out, cells, plan.spec)
         if all(cell.status == FINISHED for cell in cells):
             status = FINISHED

@@ -48,7 +48,8 @@ POWER = "# power:"
 def preset_power(name: str) -> str:
     """The preset's statement of the power its seeds give the claim it serves (docs/STATISTICS.md's
     calibration): its ``# power:`` comment, to the end of its sentence, as ``initmem presets show`` prints it."""
-    lines, found = [], False
+    lines: list[str] = []
+    found = False
     for line in preset_text(name).splitlines():
         if line.startswith(POWER):
             found = True

@@ -189,6 +189,7 @@ def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry
         param.grad = grad.clone()
     regularizer.add_gradient(params, initial)
     for i, (param, grad, want) in enumerate(zip(params, existing, expected)):
+        assert param.grad is not None, f"{where}: add_gradient() left params[{i}].grad None"
         assert torch.allclose(param.grad - grad, want, rtol=1e-5, atol=1e-6), (
             f"{where}: add_gradient() did not add the gradient of penalty() to params[{i}].grad "
             "(it must add in place to the existing .grad)"

@@ -109,6 +109,8 @@ class ChildRunWriter(MlflowTracker):
     (MLflow accepts a param logged twice with the same value).
     """
 
+    run_id: str  # the child run the sweep created, given at construction
+
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         self.ended: str | None = None
@@ -152,6 +154,8 @@ class ServerCellWriter(MlflowTracker):
     from the start again, which on CPU with fixed ``--threads`` recomputes the very same values.
     """
 
+    run_id: str  # the child run the sweep created, given at construction
+
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         run = self.client.get_run(run_id)
@@ -180,6 +184,8 @@ class QueueTracker(ForwardedCalls):
     temporary files before the sweep process gets to replay the call. ``uri`` names the store
     (never opened here) so that ``run`` keeps checkpoints beside it, as it does in-process.
     """
+
+    uri: str
 
     def __init__(self, queue: Any, run_id: str, staging: str | Path, uri: str):
         self.queue, self.run_id, self.staging, self.uri = queue, run_id, Path(staging), uri

@@ -146,7 +146,9 @@ def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) 
     """Append what is still pending to ``<folder>/<run_id>.jsonl`` (written whole, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{checked_run_id(run_id)}.jsonl"
-    lines = [] if path.exists() else [{"kind": "run", "run_id": run_id, "tracking_uri": tracking_uri}]
+    lines: list[dict[str, Any]] = (
+        [] if path.exists() else [{"kind": "run", "run_id": run_id, "tracking_uri": tracking_uri}]
+    )
     lines += [{"kind": "metric", "key": k, "value": v, "timestamp": t, "step": s} for k, v, t, s in pending.metrics]
     lines += [{"kind": "tag", "key": k, "value": v} for k, v in pending.tags.items()]
     lines += [{"kind": "text", "artifact_file": name, "text": text} for name, text in pending.texts.items()]

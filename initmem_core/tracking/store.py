@@ -251,7 +251,7 @@ def refusal(uri: str, error: BaseException) -> str:
     naming the variables the login comes from; empty for any other error. A 403 that is MLflow's
     Host-header check is not about the login and is left to the caller."""
     code = getattr(error, "error_code", None)
-    status = getattr(getattr(error, "response", None), "status_code", None)  # an artifact upload's HTTPError
+    status: Any = getattr(getattr(error, "response", None), "status_code", None)  # an artifact upload's HTTPError
     code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}.get(status, code) if code is None else code
     text = str(error)
     if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED") or "Invalid Host header" in text:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +59,22 @@ FLUSH_EVERY_S = 5.0
 
 class Tracker(Protocol):
     run_id: str | None
+    #: Asked while the run is being opened: a signal number to give up on opening it, or ``None``
+    #: (a tracker that opens its store in a helper process asks it; others never do).
+    give_up_opening: Callable[[], int | None]
+
+    @property
+    def uri(self) -> str | None:
+        """The store the run is written to (checkpoints go beside it); ``None``: no store."""
+
+    @property
+    def unsynced(self) -> str:
+        """Once the run is ended: what the store did not take, and where it waits for ``initmem sync``
+        (empty when it took everything)."""
+
+    @property
+    def lost(self) -> bool:
+        """Once the run is ended: whether some writes could not even be kept for ``initmem sync``."""
 
     def start_run(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str: ...
     def resume_run(self, run_id: str) -> None:
@@ -72,9 +89,29 @@ class Tracker(Protocol):
         """The run's dataset as an MLflow input: the runs table's Dataset column."""
 
     def end_run(self, status: str = FINISHED) -> None: ...
+    def close(self) -> None:
+        """Release what the tracker holds (a helper process) once its run is over, or was never
+        begun; idempotent."""
 
 
-class ForwardedCalls:
+def _not_giving_up() -> int | None:
+    return None
+
+
+class TrackerDefaults:
+    """What a ``Tracker`` has unless it says otherwise: no store, every write taken, nothing
+    held that ``close`` must release, and no opening to give up."""
+
+    uri: str | None = None
+    unsynced: str = ""
+    lost: bool = False
+    give_up_opening: Callable[[], int | None] = staticmethod(_not_giving_up)
+
+    def close(self) -> None:
+        pass
+
+
+class ForwardedCalls(TrackerDefaults):
     """The ``Tracker`` calls that only carry data, as plain values for another process: a tracker
     that hands its calls on (``QueueTracker``, ``TrackerProcess``) defines ``_forward(call, *args)``
     and the calls with answers (``start_run``, ``resume_run``, ``log_artifact``, ``end_run``)."""
@@ -96,7 +133,7 @@ class ForwardedCalls:
 
 
 @dataclass
-class MemoryTracker:
+class MemoryTracker(TrackerDefaults):
     """Records every call; nothing leaves the process."""
 
     run_id: str | None = None
@@ -147,13 +184,15 @@ class MemoryTracker:
         return [(step, value) for step, name, value in self.metrics if name == key]
 
 
-class MlflowTracker:
+class MlflowTracker(TrackerDefaults):
     """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
 
     Starting or reopening a run must succeed (it is how a bad store is reported before anything
     trains). After that every write goes through ``pending``: a failing store is retried at later
     logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
     """
+
+    uri: str
 
     def __init__(
         self,
@@ -244,7 +283,7 @@ class MlflowTracker:
             except Exception as error:  # kept below, like any other write the store refused
                 self._failed(error)
         try:
-            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self._started(), local_path)
         except OSError as error:  # the spool refuses it too: said when the run ends
             self._not_kept.append(f"{Path(local_path).name} ({_reason(error)})")
             return
@@ -279,7 +318,7 @@ class MlflowTracker:
             count = self.pending.count()
             ended = ", its end included" if self.pending.status else ""
             try:
-                path = spill(self.pending, folder, self.run_id, self.uri)
+                path = spill(self.pending, folder, self._started(), self.uri)
             except OSError as error:
                 self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
             else:
@@ -315,13 +354,19 @@ class MlflowTracker:
                 return
         try:
             with fail_fast_http():
-                self.pending.send(self.client, self.run_id)
+                self.pending.send(self.client, self._started())
         except Exception as error:  # unreachable, locked, timed out, a login refused: training goes on
             self._failed(error)
         else:
             self.backoff.succeeded()
             self.refused = False
         self.last_flush = time.monotonic()
+
+    def _started(self) -> str:
+        """The run's id: every write comes after ``start_run`` or ``resume_run`` (or a ``run_id``
+        given at construction)."""
+        assert self.run_id is not None, "a write before start_run or resume_run"
+        return self.run_id
 
     def _failed(self, error: Exception) -> None:
         refused = refusal(self.uri, error)

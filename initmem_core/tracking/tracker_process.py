@@ -41,7 +41,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,8 @@ class TrackerProcess(ForwardedCalls):
     construction (the data-only calls come from ``ForwardedCalls``). ``close()`` ends the helper
     (call it if the run is never ended)."""
 
+    uri: str
+
     def __init__(
         self,
         uri: str | None = None,
@@ -88,7 +89,7 @@ class TrackerProcess(ForwardedCalls):
         self._not_kept: list[str] = []  # once the helper is gone: what the unsynced folder refused too
         self._began: set[int] = set()  # start_run/resume_run requests the helper has begun to apply
         #: Asked while the run is being opened: a signal number to give up on it (see _open_or_give_up).
-        self.give_up_opening: Callable[[], int | None] = lambda: None
+        self.give_up_opening = lambda: None
         self._events: queue.Queue = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
         package_root = str(Path(__file__).resolve().parents[2])  # importable even from a source tree

@@ -255,7 +255,8 @@ class CheckpointStore:
         file is kept, in ``run-<its run id>/``, where ``--resume`` still finds it. Warns then."""
         self.previous, self._before_previous, self._swept, self._history = None, None, False, None
         files = self.files()
-        done = int(NAME.fullmatch(files[-1].name).group(1)) if files else epochs
+        newest = NAME.fullmatch(files[-1].name) if files else None  # files() lists only names NAME matches
+        done = int(newest.group(1)) if newest else epochs
         self._park_unfinished = done < epochs
         if done < epochs:
             warnings.warn(
@@ -406,7 +407,9 @@ def capture_rng(device: Any = None) -> dict[str, Any]:
     import torch
 
     version, state, gauss = random.getstate()
-    kind, keys, position, has_gauss, cached = numpy.random.get_state()
+    legacy = numpy.random.get_state(legacy=True)
+    assert isinstance(legacy, tuple)  # the global RandomState is an MT19937, whose legacy state is a tuple
+    kind, keys, position, has_gauss, cached = legacy
     captured = {
         "torch": torch.get_rng_state(),
         "python": {"version": version, "state": torch.tensor(state, dtype=torch.int64), "gauss": gauss},

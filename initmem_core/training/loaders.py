@@ -100,7 +100,22 @@ def _num_batches(n: int, batch_size: int, drop_last: bool) -> int:
 # -- training loaders ---------------------------------------------------------------------------
 
 
-class DeviceLoader:
+class _TrainingLoader:
+    """What the training loaders share: resuming restores the state of their ``generator``."""
+
+    generator: torch.Generator | None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What resuming needs: the generator's state (save it at an epoch boundary)."""
+        return {"generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("generator") is not None:
+            assert self.generator is not None  # a state with a generator comes from a loader with one
+            self.generator.set_state(state["generator"])
+
+
+class DeviceLoader(_TrainingLoader):
     """Batches of a dataset that lives on ``device`` for the whole run.
 
     ``x``: ``N x C x H x W`` ``uint8`` (with ``pixel_scale=255``) or ``float32`` (with
@@ -147,14 +162,6 @@ class DeviceLoader:
     @property
     def num_examples(self) -> int:
         return len(self.y)
-
-    def state_dict(self) -> dict[str, Any]:
-        """What resuming needs: the generator's state (save it at an epoch boundary)."""
-        return {"generator": None if self.generator is None else self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("generator") is not None:
-            self.generator.set_state(state["generator"])
 
     def __iter__(self) -> Iterator[Batch]:
         return self.epoch()
@@ -232,7 +239,7 @@ class _TransformedTensors(torch.utils.data.Dataset):
         return image, self.y[index]
 
 
-class TorchvisionLoader:
+class TorchvisionLoader(_TrainingLoader):
     """The reference loader: ``DataLoader`` + ``TensorDataset``-style dataset + ``transforms.v2``.
 
     Same constructor and iteration as ``DeviceLoader`` (plus ``num_workers``). Data stays on the
@@ -310,9 +317,6 @@ class TorchvisionLoader:
     def num_examples(self) -> int:
         return len(self.y)
 
-    state_dict = DeviceLoader.state_dict
-    load_state_dict = DeviceLoader.load_state_dict
-
     def __iter__(self) -> Iterator[Batch]:
         n = len(self.y)
         if self.shuffle:
@@ -372,6 +376,10 @@ class EvalLoader:
 # -- wiring ----------------------------------------------------------------------------------------
 
 
+#: A run's training loader: ``--loader device`` or ``--loader torchvision``.
+TrainLoader = DeviceLoader | TorchvisionLoader
+
+
 def resolve_augment(config: Any, bundle: Any) -> bool:
     """``--augment``: ``on``/``off``, or ``auto`` for the dataset's default."""
     choice = getattr(config, "augment", "auto")
@@ -389,7 +397,7 @@ def make_loaders(
     generator: torch.Generator,
     kind: str | None = None,
     subset_generator: torch.Generator | None = None,
-) -> tuple[Any, dict[str, EvalLoader]]:
+) -> tuple[TrainLoader, dict[str, EvalLoader]]:
     """The training loader and the evaluation loaders (``train``, ``val``, ``test``) of a run.
 
     ``kind``: ``device`` (default) or ``torchvision``; when ``None``, ``config.loader`` if the

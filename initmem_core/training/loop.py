@@ -261,6 +261,7 @@ def train(
         try:
             lr = run_epoch(setup, epoch, step, sums, clocks, guard, progress, stop)
         except EpochInterrupted as interrupted:
+            assert stop.signum is not None  # raised once a stop was requested, by that signal
             raise Stopped(stop.signum, checkpoint((epoch - 1, interrupted.step), sums, loader_state)) from None
 
         # Log the epoch: the one host sync for its training figures, after the divergence checks.
@@ -281,6 +282,7 @@ def train(
         if stop.requested or epoch == config.epochs or (every and epoch % every == 0):
             saved = checkpoint((epoch, 0), sums, setup.train_loader.state_dict())
         if stop.requested:
+            assert stop.signum is not None  # requested: a signal came
             raise Stopped(stop.signum, saved)
 
     # Summaries: the figures read off the whole history (selection, tau_interp...).

@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
@@ -58,6 +58,10 @@ from initmem_core.vocabulary import (
     STOPPED_BY_TAG,
 )
 
+if TYPE_CHECKING:  # both import torch, which run() imports only once it builds the setup
+    from initmem_core.contracts import DatasetBundle
+    from initmem_core.training.setup import TrainingSetup
+
 
 @dataclass
 class RunResult:
@@ -81,7 +85,7 @@ def _version(package: str) -> str:
         return "unknown"
 
 
-def run_params(config: RunConfig, setup) -> dict[str, Any]:
+def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
     """Every config value as is, plus what the run resolved and which packages provided it."""
     params: dict[str, Any] = config.to_dict()
     params["metrics"] = ",".join(config.metrics)
@@ -97,7 +101,7 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
         params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
-    params["augment_resolved"] = getattr(setup.train_loader, "augment", None)
+    params["augment_resolved"] = setup.train_loader.augment
     for split, size in setup.dataset.sizes().items():
         params[f"data_{split}_size"] = size
     for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
@@ -111,7 +115,7 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     return params
 
 
-def dataset_input(config: RunConfig, dataset) -> tuple[str, str, dict[str, Any]]:
+def dataset_input(config: RunConfig, dataset: DatasetBundle) -> tuple[str, str, dict[str, Any]]:
     """(name, digest, profile) of the data a run trains on. The digest covers every split's
     images and labels, so two runs with the same digest saw the same examples."""
     import hashlib
@@ -139,11 +143,12 @@ def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
 
 
 def _open_run(
-    config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
+    config: RunConfig, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
 ) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
-    root = checkpoint_root(config, getattr(tracker, "uri", None))
+    root = checkpoint_root(config, tracker.uri)
+    checkpoints: CheckpointStore | None
     if resume:
         if root is None:
             raise ConfigError(
@@ -245,7 +250,7 @@ def run(
             if freeze:
                 gc.unfreeze()
             if owned:  # a helper process ends once its run has, or when the run never began
-                getattr(tracker, "close", lambda: None)()
+                tracker.close()
     finally:
         if lease is not None:
             lease.release()
@@ -309,14 +314,19 @@ def _new_tracker(
 
 
 def _train_tracked(
-    config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any, resume: bool
+    config: RunConfig,
+    setup: TrainingSetup,
+    tracker: Tracker,
+    tags: Mapping[str, str] | None,
+    progress: Any,
+    resume: bool,
 ) -> RunResult:
     from initmem_core.training.loop import train
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
-        if hasattr(tracker, "give_up_opening"):  # a helper still opening the store: a signal ends it at once
-            tracker.give_up_opening = lambda: stop.signum
+        # A helper still opening the store asks this: a signal then ends it at once.
+        tracker.give_up_opening = lambda: stop.signum
         try:
             run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
         except OpeningAbandoned as gave_up:  # a signal before the helper began to open it: no run
@@ -324,10 +334,12 @@ def _train_tracked(
         save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
         try:
             if stop.requested:  # came while the run was being opened: end it before anything trains
+                assert stop.signum is not None  # requested: a signal came
                 kept = checkpoints.previous if checkpoints and resume_from is not None else None
                 raise Stopped(stop.signum, str(kept) if kept else None)
             # Again on a resume: the first attempt may not have got them into the store.
             tracker.log_text(to_json(config.to_dict()), "config.json")
+            # Optional (contracts.OptimizerFactory): an optimizer may record its parameter groups.
             groups = getattr(setup.optimizer, "initmem_param_groups", None)
             if groups:
                 tracker.log_text(to_json(groups), "optimizer_param_groups.json")
@@ -354,15 +366,16 @@ def _train_tracked(
             status = _record_failure(tracker, error)
             # Whoever reports the error must say what the store holds: the end may not be there yet.
             error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
-            error.lost = getattr(tracker, "lost", False)  # type: ignore[attr-defined]
+            error.lost = tracker.lost  # type: ignore[attr-defined]
             raise
         unsynced = _end_run(tracker, checkpoints, status)
-    result.unsynced, result.lost = unsynced, getattr(tracker, "lost", False)
+    result.unsynced, result.lost = unsynced, tracker.lost
     result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
-        error = Stopped(stop.signum, status=FINISHED)
-        error.unsynced = unsynced
-        raise error
+        assert stop.signum is not None  # requested: a signal came
+        stopped = Stopped(stop.signum, status=FINISHED)
+        stopped.unsynced = unsynced
+        raise stopped
     return result
 
 
@@ -371,7 +384,7 @@ def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str)
     if checkpoints:
         _finish_checkpoint(checkpoints)
     tracker.end_run(status)
-    return getattr(tracker, "unsynced", "")
+    return tracker.unsynced
 
 
 def _record_failure(tracker: Tracker, error: BaseException) -> str:
@@ -398,7 +411,7 @@ def _check_where_it_writes(
 ) -> None:
     """The store's URI, the experiment and the checkpoint folder, before anything is built or
     trained: a bad one fails in one line, not after the run."""
-    uri = getattr(tracker, "uri", None)
+    uri = tracker.uri if tracker is not None else None
     if tracker is None and tracking:
         uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
         check_experiment_name(experiment)
@@ -427,10 +440,11 @@ def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:
     return {name: tensor.detach().cpu() for name, tensor in state.items()}
 
 
-def _log_final_artifacts(tracker: Tracker, setup) -> None:
+def _log_final_artifacts(tracker: Tracker, setup: TrainingSetup) -> None:
     import torch
 
     for metric in setup.metrics.values():
+        # artifacts() is optional for a metric (contracts.Metric).
         for name, text in getattr(metric, "artifacts", lambda: {})().items():
             tracker.log_text(text, name)
     with tempfile.TemporaryDirectory() as folder:

@@ -20,7 +20,7 @@ from initmem_core.kinds import KINDS
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
-from initmem_core.training.loaders import make_loaders
+from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
 from initmem_core.training.schedules import build_scheduler
 
 
@@ -60,8 +60,8 @@ class TrainingSetup:
     scheduler: Any
     regularizer: Regularizer | None
     metrics: dict[str, Metric]
-    train_loader: Any
-    eval_loaders: dict[str, Any]
+    train_loader: TrainLoader
+    eval_loaders: dict[str, EvalLoader]
     initial_params: dict[str, torch.Tensor]
     components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
     clock_convention: str = DEFAULT_CONVENTION  # how a step maps to the clocks (training.clocks)

@@ -107,7 +107,7 @@ def restore(
         if hasattr(metric, "load_state_dict"):
             metric.load_state_dict(metric_state)
         else:
-            vars(metric).update(metric_state)
+            metric.__dict__.update(metric_state)
     sums = state["epoch_sums"]
     restore_rng(state["rng"], device)
     return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])

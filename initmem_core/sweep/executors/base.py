@@ -4,9 +4,9 @@ The sweep keeps everything else, whichever executor runs the cells: the parent r
 run per cell created before the cell is handed over, skipping cells that finished before, the
 progress display and the report. An executor calls ``sweep.submit(cell)`` to get the cell's
 ``Job`` (its child run, its progress bar) as it hands the cell over, and ``sweep.close(job,
-error)`` once the cell ended or its worker is gone for good. An executor may also have
-``start()``, which ``run_sweep`` calls before it opens the store (to start workers meanwhile),
-and ``stop()`` for workers started but not needed.
+error)`` once the cell ended or its worker is gone for good. ``run_sweep`` also calls an
+executor's ``start()`` before it opens the store (to start workers meanwhile) and ``stop()``
+for workers started but not needed; the base's do nothing.
 """
 
 from __future__ import annotations
@@ -84,18 +84,31 @@ class SweepCells(Protocol):
         """Ctrl-C, or the sweep process failing: end the runs of cells still out as KILLED."""
 
 
-class Executor(Protocol):
+class Executor:
+    """What every executor is; ``LocalExecutor``, ``RayExecutor`` and ``SlurmExecutor`` derive
+    from it. Only ``run`` must be given: ``start``, ``stop`` and ``pin`` have defaults."""
+
     name: str
     #: Workers write to the tracking store themselves, from other machines: it must be a server.
     remote: bool
 
+    def start(self) -> None:
+        """Start workers now, before the sweep opens the store (``run_sweep`` calls it when
+        there are cells to run). The default has none to start."""
+
+    def stop(self) -> None:
+        """Stop workers started but never used (the sweep failed, or had no cell left to run).
+        The default has none to stop."""
+
     def pin(self, config: RunConfig) -> RunConfig:
         """The cell's config with the compute settings it will run under (its CPU threads), set
         before the sweep looks at earlier launches: a cell's numbers depend on them, so they must
-        not depend on how many cells run beside it."""
+        not depend on how many cells run beside it. The default leaves the config as it is."""
+        return config
 
     def run(self, cells: list[CellOutcome], sweep: SweepCells) -> None:
         """Run every cell, submitting and closing each through ``sweep``."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, InitmemError
-from initmem_core.sweep.executors.base import Job, SweepCells, replay_progress, run_cell
+from initmem_core.sweep.executors.base import Executor, Job, SweepCells, replay_progress, run_cell
 from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_core.sweep.scratch import ScratchFolder
 from initmem_core.vocabulary import FAILED
@@ -182,7 +182,7 @@ class _Workers:
         self.staging.cleanup()
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """``workers == 1``: cells one after another in this process (plugins registered in this
     process work). More: that many spawned processes, plugins from installed entry points."""
 

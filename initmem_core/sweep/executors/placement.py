@@ -89,7 +89,10 @@ def worker_environments(
 ) -> list[dict[str, str]]:
     """Each local worker's environment, by slot: one GPU each, spread evenly (none set where
     there is no GPU: the workers inherit what the sweep sees)."""
-    return [process_environment([slot_gpu(slot, gpus)] if gpus else None, environ) for slot in range(workers)]
+    return [
+        process_environment([gpu] if (gpu := slot_gpu(slot, gpus)) is not None else None, environ)
+        for slot in range(workers)
+    ]
 
 
 def cuda_started() -> bool:

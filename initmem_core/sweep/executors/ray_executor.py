@@ -19,6 +19,7 @@ from typing import Any
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import (
     CellTask,
+    Executor,
     Job,
     RetriedCellProgress,
     SweepCells,
@@ -51,7 +52,7 @@ def _ray_cell(
         return run_remote_cell(task, QueueProgress(events, task.run_id))
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     name = "ray"
     remote = True
 
@@ -88,7 +89,7 @@ class RayExecutor:
         from ``.options()``), so the request goes there."""
         import ray
 
-        options = {
+        options: dict[str, Any] = {
             "num_cpus": self.cpus,
             "num_gpus": self.gpus,
             "max_retries": self.max_retries,
@@ -98,7 +99,9 @@ class RayExecutor:
             ray.remote(_ray_cell).options(**options)  # Ray checks the request here
         except ValueError as error:  # e.g. a fractional GPU count above 1
             raise ConfigError(f"--cpus-per-cell/--gpus-per-cell: {error}") from None
-        return ray.remote(**options, **({"max_calls": 1} if self.gpus else {}))(_ray_cell)
+        if self.gpus:
+            options["max_calls"] = 1
+        return ray.remote(**options)(_ray_cell)
 
     def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
         import ray

@@ -25,15 +25,17 @@ import shutil
 import signal
 import time
 from collections.abc import Mapping
+from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import submitit
 
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executors.base import (
     CellTask,
+    Executor,
     Job,
     RetriedCellProgress,
     SweepCells,
@@ -128,7 +130,7 @@ def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[t
         results: list[tuple[str, str]] = [(FAILED, "")] * len(members)
         waiting = {receive: index for index, (_, receive) in enumerate(members)}
         while waiting:
-            for ready in wait_for(list(waiting)):
+            for ready in cast(list[Connection], wait_for(list(waiting))):  # the ones it was given
                 index = waiting.pop(ready)
                 try:
                     results[index] = ready.recv()
@@ -166,7 +168,7 @@ def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, resu
     results.close()
 
 
-class SlurmExecutor:
+class SlurmExecutor(Executor):
     name = "slurm"
     remote = True
 
@@ -249,8 +251,8 @@ class SlurmExecutor:
                 for entry in done:
                     running.remove(entry)
                     pack, slurm_job = entry
-                    for (job, _), error in zip(pack, _errors_of(slurm_job, len(pack))):
-                        sweep.close(job, error)
+                    for (job, _), failure in zip(pack, _errors_of(slurm_job, len(pack))):
+                        sweep.close(job, failure)
         except BaseException:  # Ctrl-C, or this process failing: no job should run on unwatched
             for _, slurm_job in running:
                 slurm_job.cancel(check=False)
