@@ -163,8 +163,8 @@ def evaluate(
 ) -> str:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
     from initmem_core.report.findings import CLAIMS, read_sweep
-    from initmem_core.report.memory import to_markdown
     from initmem_core.report.plots import write_plots
+    from initmem_core.report.render import to_markdown
     from initmem_core.tracking.records import load_sweep_records
 
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)

@@ -103,7 +103,7 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
-    from initmem_core.report.memory import debiased_cell, formatted
+    from initmem_core.report.render import debiased_cell, formatted
     from initmem_core.sweep.grid import short_group_names
 
     names, shared = short_group_names([g.group for g in report.groups])

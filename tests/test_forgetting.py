@@ -22,8 +22,9 @@ from initmem_core.report.findings import (
     mechanism_clock,
     read_sweep,
 )
-from initmem_core.report.forgetting import at_epoch, first_crossing, forgetting_csv, group_forgetting, radial_by_seed
-from initmem_core.report.memory import build_report, to_json, to_markdown
+from initmem_core.report.forgetting import at_epoch, first_crossing, group_forgetting, radial_by_seed
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import forgetting_csv, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -216,7 +217,7 @@ def test_parent_metrics_carry_the_curves_by_epoch_and_the_half_lives(report):
 
 
 def test_the_parent_description_names_each_groups_radial_half_life(report):
-    from initmem_core.tracking.ui_view import description
+    from initmem_core.report.render import description
 
     note = description(report, "s", "1", "abc", "key")
     assert "| radial half-life |" in note and "memory_vs_clock.png" in note

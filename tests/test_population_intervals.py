@@ -23,7 +23,8 @@ from initmem_core.report.inference import (
     sampling_variance,
     spread_difference,
 )
-from initmem_core.report.memory import build_report, seeds_needed_cell, to_json, to_markdown
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import seeds_needed_cell, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 0.5, 1.4, 2.5)
@@ -177,7 +178,7 @@ def test_the_report_shows_seeds_needed_and_what_each_interval_is_for():
     assert pair["seeds_needed"] == p.seeds_needed and pair["seeds_needed_note"] == p.seeds_needed_note
     shown = to_markdown(report)
     assert "seeds to resolve" in shown and seeds_needed_cell(p) in shown
-    from initmem_core.tracking.ui_view import description
+    from initmem_core.report.render import description
 
     parent = description(report, "s", "1", "0" * 32, "view")  # the parent run's description
     assert "next step" in parent and seeds_needed_cell(p) in parent

@@ -13,9 +13,10 @@ from rich.console import Console
 from initmem_cli.tables import fitted_tables
 from initmem_core.config import RunConfig
 from initmem_core.report.memory import build_report
+from initmem_core.report.render import description
 from initmem_core.sweep.grid import cell_names, group_label, plan_sweep
 from initmem_core.tracking.records import CellRecord
-from initmem_core.tracking.ui_view import description, view_key, view_state
+from initmem_core.tracking.ui_view import view_key, view_state
 
 
 def test_two_sweeps_with_different_learning_rates_never_share_a_group_label():

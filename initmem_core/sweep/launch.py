@@ -27,6 +27,7 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import Report, build_report
 from initmem_core.report.plots import warm_up
+from initmem_core.report.render import description
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
@@ -52,7 +53,7 @@ from initmem_core.tracking.store import (
     store_folder,
     to_json,
 )
-from initmem_core.tracking.ui_view import description, write_view
+from initmem_core.tracking.ui_view import write_view
 
 
 def _param_text(value: Any) -> str:

@@ -1,4 +1,5 @@
-"""A sweep as the MLflow UI should open it: a saved view of the runs page, and the parent's description.
+"""A sweep as the MLflow UI should open it: a saved view of the runs page, and the addresses of its
+pages (the parent run's description that links to them is written by ``report/render.py``).
 
 MLflow 3's runs page reads a saved view from the experiment tag ``mlflow.sharedViewState.<key>``
 when opened at ``#/experiments/<id>/runs?viewStateShareKey=<key>``: the same record its own
@@ -11,13 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from typing import Any
 from urllib.parse import quote
 
 from initmem_core.tracking.records import GROUP_TAG, PARENT_TAG
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 #: The experiment kind that makes the UI show the model-training runs table, not the GenAI overview.
@@ -153,86 +152,3 @@ def view_url(base: str, experiment_id: str, key: str, charts: bool = False) -> s
 
 def artifact_url(base: str, experiment_id: str, run_id: str, path: str) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}/artifacts/{path}"
-
-
-# -- the parent run's description -----------------------------------------------------------
-
-
-def _pp(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.2f}"
-
-
-def spread_interval(summary: Any) -> str:
-    """The spread's 95% interval (``GroupSummary.spread_lo``/``spread_hi``), or why there is none."""
-    low, high = getattr(summary, "spread_lo", math.nan), getattr(summary, "spread_hi", math.nan)
-    return "–" if math.isnan(low) or math.isnan(high) else f"[{low:.2f}, {high:.2f}]"
-
-
-def radial_half_life_text(report: Any, group: str) -> str:
-    """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
-    reached without one (``Report.forgetting``, report/forgetting.py)."""
-    found = getattr(report, "forgetting", {}).get(group)
-    half = found.half_lives.get("radial") if found is not None else None
-    if half is None:
-        return "–"
-    from initmem_core.report.forgetting import half_life_text
-
-    if not half.reached:
-        return half_life_text(half)
-    clocks = [f"{CLOCK_SYMBOLS[c]} {getattr(half, c):.3g}" for c in CLOCKS if not math.isnan(getattr(half, c))]
-    return " · ".join([f"{half_life_text(half)} ep", *clocks])
-
-
-def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
-    """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
-    the prepared view and to the report's plots. Links are relative: they work on any host."""
-    from initmem_core.report.memory import debiased_cell, interval, seeds_needed_cell
-
-    lines = [
-        f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
-        "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
-        "debiased = the cross-fitted spread with its 95% t interval, near 0 for a group that does not "
-        "remember (docs/STATISTICS.md); radial half-life = when the slope of log ‖W‖ on log σ first fell to "
-        "half its initial value, in epochs [95% interval] and in each clock (report.md has every memory).",
-        "",
-        "| group | spread pp | 95% interval | debiased pp [95% interval] | best σ | worst σ | failed cells "
-        "| radial half-life |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for g in report.groups:
-        lines.append(
-            f"| {g.group} | {_pp(g.spread)} | {spread_interval(g)} | {debiased_cell(g)} | "
-            f"{'–' if math.isnan(g.best_sigma) else f'{g.best_sigma:g}'} | "
-            f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} | "
-            f"{radial_half_life_text(report, g.group)} |"
-        )
-    unresolved = [p for p in getattr(report, "pairs", []) if p.seeds_needed is not None or p.seeds_needed_note]
-    if unresolved:
-        lines += [
-            "",
-            "Not resolved at this scale (debiased spread difference a − b, 95% interval for "
-            f"{'the population' if all(p.interval_for == 'population' for p in unresolved) else 'this test set'}): "
-            "the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference were the "
-            "observed one.",
-            "",
-            "| a − b | difference pp [95% interval] | next step |",
-            "|---|---|---|",
-        ]
-        lines += [
-            f"| {p.a} − {p.b} | {'–' if math.isnan(p.spread_diff) else f'{p.spread_diff:+.2f}'} "
-            f"{interval(p.spread_diff_lo, p.spread_diff_hi)} | "
-            f"{seeds_needed_cell(p)} |"
-            for p in unresolved
-        ]
-    lines += [
-        "",
-        f"[Compare the cells (prepared view)]({view_url('', experiment_id, key)}) · "
-        f"[its chart of accuracy against sigma]({view_url('', experiment_id, key, charts=True)})",
-        "",
-        "Report: "
-        + " · ".join(
-            f"[{plot}]({artifact_url('', experiment_id, parent_run_id, 'report/' + plot)})" for plot in REPORT_PLOTS
-        )
-        + f" · [report.md]({artifact_url('', experiment_id, parent_run_id, 'report/report.md')})",
-    ]
-    return "\n".join(lines) + "\n"
