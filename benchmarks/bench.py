@@ -363,7 +363,7 @@ class TimedTracker:
 
 def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from initmem_core import run
-    from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.tracking.client import ensure_experiment, open_client
     from initmem_core.tracking.tracker import MlflowTracker
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"

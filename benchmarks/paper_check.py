@@ -70,8 +70,8 @@ def caveats(report) -> str:
 def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
     """From the first cell's start to the last cell's end, as the store recorded them (for a sweep
     launched more than once, the pauses between launches count too)."""
+    from initmem_core.tracking.client import open_client
     from initmem_core.tracking.records import SWEEP_TAG, search_all
-    from initmem_core.tracking.store import open_client
 
     client = open_client(tracking_uri)
     experiment = client.get_experiment_by_name("initmem")

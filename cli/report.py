@@ -88,7 +88,7 @@ def report_command(
     from initmem_core.report.render import to_csv, to_json, to_markdown
     from initmem_core.sweep.grid import DEFAULT_OUTPUT
     from initmem_core.tracking.records import load_sweep_records
-    from initmem_core.tracking.store import resolve_tracking_uri
+    from initmem_core.tracking.uris import resolve_tracking_uri
 
     from .ui import DEFAULT_UI, sweep_urls
 

@@ -352,7 +352,7 @@ def sweep_command(
         f"   (`initmem report {plan.name}`, `initmem ui`)"
     )
     if result.unsynced:  # the report lacks what the store did not take
-        from initmem_core.tracking.store import resolve_tracking_uri
+        from initmem_core.tracking.uris import resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
         labels = ", ".join(cell.label for cell in result.unsynced[:3]) + (", ..." if len(result.unsynced) > 3 else "")

@@ -32,6 +32,8 @@ from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
+from initmem_core.tracking.client import ensure_experiment, open_client
+from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.records import (
     ENDED,
     GROUP_TAG,
@@ -43,17 +45,9 @@ from initmem_core.tracking.records import (
     latest_per_cell,
     record_from_run,
 )
-from initmem_core.tracking.store import (
-    DEFAULT_EXPERIMENT,
-    check_writable_folder,
-    ensure_experiment,
-    log_in_batches,
-    open_client,
-    resolve_tracking_uri,
-    store_folder,
-    to_json,
-)
 from initmem_core.tracking.ui_view import write_view
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
+from initmem_core.tracking.writing import log_in_batches, to_json
 
 
 def _param_text(value: Any) -> str:

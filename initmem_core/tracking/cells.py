@@ -24,8 +24,8 @@ from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.tracking.records import ENDED
-from initmem_core.tracking.store import log_in_batches
 from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
+from initmem_core.tracking.writing import log_in_batches
 
 #: Calls a worker may send, and so the only ones the sweep process replays.
 TRACKER_CALLS = frozenset(

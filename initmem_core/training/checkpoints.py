@@ -51,7 +51,7 @@ REQUIRED = ("format", "config", "config_hash", "run_id", "epoch", "step", "model
 
 
 def default_root(tracking_uri: str | None) -> Path:
-    from initmem_core.tracking.store import store_folder
+    from initmem_core.tracking.uris import store_folder
 
     return store_folder(tracking_uri) / CHECKPOINTS_FOLDER
 
