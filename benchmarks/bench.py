@@ -588,7 +588,9 @@ MEASURED_CODE = (
     "initmem_core/training/runner.py",
     "initmem_core/tracking/tracker.py",
     "initmem_core/training/divergence.py",
-    "initmem_core/training/checkpoints.py",
+    "initmem_core/training/checkpoint_format.py",
+    "initmem_core/training/checkpoint_store.py",
+    "initmem_core/training/rng_state.py",
 )
 
 

@@ -161,8 +161,9 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
 
     import torch
 
-    from initmem_core.training import checkpoints
-    from initmem_core.training.checkpoints import FORMAT, CheckpointNotWritten, CheckpointStore
+    from initmem_core.training import checkpoint_store
+    from initmem_core.training.checkpoint_format import FORMAT
+    from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 
     def payload(epoch):
         return {
@@ -184,7 +185,7 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
     def full_disk(descriptor):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoints.os, "fsync", full_disk)
+    monkeypatch.setattr(checkpoint_store.os, "fsync", full_disk)
     store.save(payload(2))
     with pytest.raises(CheckpointNotWritten) as refused:
         store.wait()

@@ -143,7 +143,7 @@ class _Sweep:
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
         whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
-        from initmem_core.training.checkpoints import find_resumable
+        from initmem_core.training.resume import find_resumable
         from initmem_core.training.runner import checkpoint_root
 
         by_hash = {config.config_hash(): config for config in configs}

@@ -43,8 +43,10 @@ from initmem_core.tracking.uris import (
     store_folder,
 )
 from initmem_core.tracking.writing import to_json
-from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
+from initmem_core.training.checkpoint_format import header
+from initmem_core.training.checkpoint_store import CheckpointStore, default_root
 from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.resume import resume_candidates
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 
 
