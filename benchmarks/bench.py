@@ -363,7 +363,7 @@ class TimedTracker:
 
 def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from initmem_core import run
-    from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.tracking.client import ensure_experiment, open_client
     from initmem_core.tracking.tracker import MlflowTracker
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -588,7 +588,9 @@ MEASURED_CODE = (
     "initmem_core/training/runner.py",
     "initmem_core/tracking/tracker.py",
     "initmem_core/training/divergence.py",
-    "initmem_core/training/checkpoints.py",
+    "initmem_core/training/checkpoint_format.py",
+    "initmem_core/training/checkpoint_store.py",
+    "initmem_core/training/rng_state.py",
 )
 
 

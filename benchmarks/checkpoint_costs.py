@@ -33,7 +33,8 @@ import torch
 
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
-from initmem_core.training.checkpoints import CheckpointStore, capture, header, history_columns
+from initmem_core.training.checkpoint_format import capture, header, history_columns
+from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.setup import build_setup
 from initmem_core.training.state import EpochSums, snapshot

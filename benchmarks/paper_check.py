@@ -70,8 +70,8 @@ def caveats(report) -> str:
 def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
     """From the first cell's start to the last cell's end, as the store recorded them (for a sweep
     launched more than once, the pauses between launches count too)."""
+    from initmem_core.tracking.client import open_client
     from initmem_core.tracking.records import search_all
-    from initmem_core.tracking.store import open_client
     from initmem_core.vocabulary import SWEEP_TAG
 
     client = open_client(tracking_uri)
@@ -164,8 +164,8 @@ def evaluate(
 ) -> str:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
     from initmem_core.report.findings import CLAIMS, read_sweep
-    from initmem_core.report.memory import to_markdown
     from initmem_core.report.plots import write_plots
+    from initmem_core.report.render import to_markdown
     from initmem_core.tracking.records import load_sweep_records
 
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)

@@ -425,7 +425,7 @@ def prepare_cells(uri: str, cells: int, pattern: dict[str, Any]) -> tuple[list[s
     """What the sweep writes before handing cells out: the parent, then each child with its
     SCHEDULED status and config params. Returns the run ids and the seconds it took."""
     from initmem_core.tracking.cells import ChildRunWriter, quiet_run_links
-    from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.tracking.client import ensure_experiment, open_client
     from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG, SWEEP_TAG
 
     quiet_run_links()
@@ -451,8 +451,8 @@ def prepare_cells(uri: str, cells: int, pattern: dict[str, Any]) -> tuple[list[s
 def count_lacking(uri: str, run_ids: list[str], pattern: dict[str, Any], epochs: int, folder: Path) -> dict[str, int]:
     """What the store lacks of what the cells wrote, run by run: values waiting in the spool
     (initmem-unsynced/) and values in neither place."""
+    from initmem_core.tracking.client import open_client
     from initmem_core.tracking.pending import read_unsynced, unsynced_folder
-    from initmem_core.tracking.store import open_client
 
     client = open_client(uri)
     spool = unsynced_folder(folder)

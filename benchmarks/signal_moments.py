@@ -71,7 +71,7 @@ def main() -> None:
     signum = getattr(signal, args.signal)
     template = None
     if not args.fresh_store:
-        from initmem_core.tracking.store import open_client
+        from initmem_core.tracking.client import open_client
 
         template = Path(tempfile.mkdtemp()) / "mlflow.db"
         open_client(f"sqlite:///{template}")

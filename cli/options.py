@@ -16,7 +16,7 @@ import typer
 
 from initmem_core.config import FIELDS, field_type
 from initmem_core.kinds import BY_FIELD, flag_for
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT  # noqa: F401  (the commands take it from here)
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT  # noqa: F401  (the commands take it from here)
 
 TRACKING = "Tracking"
 

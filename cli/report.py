@@ -25,7 +25,7 @@ class ReportFormat(StrEnum):
 def rich_tables(report, name: str, width: int) -> list[Table]:
     """The full table, one section per group (its label as the title: labels are long), each
     split into as many tables as ``width`` needs, sigma repeated in each: nothing is cut."""
-    from initmem_core.report.memory import TABLE_COLUMNS, formatted, table_rows
+    from initmem_core.report.render import TABLE_COLUMNS, formatted, table_rows
 
     keys = [c for c, _, _ in TABLE_COLUMNS if c != "group"]
     headers = [h for c, h, _ in TABLE_COLUMNS if c != "group"]
@@ -35,15 +35,15 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
         tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width, right=tuple(range(len(keys))))
     if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
-        from initmem_core.report.memory import interval, seeds_needed_cell
+        from initmem_core.report.render import DASH, interval, number, seeds_needed_cell
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
             cells = [
                 [
-                    "–" if p.spread_diff != p.spread_diff else f"{p.spread_diff:+.2f}",
+                    number(p.spread_diff, "+.2f"),
                     p.note or interval(p.spread_diff_lo, p.spread_diff_hi),
-                    "–" if p.note else p.interval_for,
+                    DASH if p.note else p.interval_for,
                     seeds_needed_cell(p),
                     str(p.shared_sigmas),
                     f"{p.acc_diff:+.2f}",
@@ -84,10 +84,11 @@ def report_command(
     """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
     from initmem_core.errors import ConfigError
     from initmem_core.report.files import write_report_files
-    from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
+    from initmem_core.report.memory import build_report
+    from initmem_core.report.render import to_csv, to_json, to_markdown
     from initmem_core.sweep.grid import DEFAULT_OUTPUT
     from initmem_core.tracking.records import load_sweep_records
-    from initmem_core.tracking.store import resolve_tracking_uri
+    from initmem_core.tracking.uris import resolve_tracking_uri
 
     from .ui import DEFAULT_UI, sweep_urls
 

@@ -68,7 +68,7 @@ def run_command(
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
     from initmem_core import Diverged, Stopped
-    from initmem_core.training.checkpoints import CheckpointNotWritten
+    from initmem_core.training.checkpoint_store import CheckpointNotWritten
     from initmem_core.training.stop_signals import NOT_TRACKED
 
     from .progress import RunProgress

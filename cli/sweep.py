@@ -104,7 +104,7 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
-    from initmem_core.report.memory import debiased_cell, formatted
+    from initmem_core.report.render import debiased_cell, formatted
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
@@ -352,7 +352,7 @@ def sweep_command(
         f"   (`initmem report {plan.name}`, `initmem ui`)"
     )
     if result.unsynced:  # the report lacks what the store did not take
-        from initmem_core.tracking.store import resolve_tracking_uri
+        from initmem_core.tracking.uris import resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
         labels = ", ".join(cell.label for cell in result.unsynced[:3]) + (", ..." if len(result.unsynced) > 3 else "")

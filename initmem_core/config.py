@@ -211,7 +211,7 @@ class RunConfig:
         hashed=False,
     )
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
-    # Checkpoints: where a killed run is resumed from (see initmem_core.training.checkpoints).
+    # Checkpoints: where a killed run is resumed from (see initmem_core.training.checkpoint_store and .resume).
     checkpoint_every: int = knob(
         1, "Checkpoint every N epochs and at the end (0: never)", EXEC, check="non-negative", hashed=False
     )

@@ -117,7 +117,7 @@ def package_tests_subprocess():
 
 @pytest.fixture(scope="session")
 def _empty_store(tmp_path_factory) -> Path:
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
 
     folder = tmp_path_factory.mktemp("store-template")
     open_client(f"sqlite:///{folder / 'mlflow.db'}")

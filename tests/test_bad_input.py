@@ -334,7 +334,8 @@ def test_report_into_an_unwritable_folder(tracking_uri, tmp_path):
 
 
 def test_experiment_names_never_lead_artifacts_out_of_mlartifacts(tmp_path):
-    from initmem_core.tracking.store import artifact_root_for, path_under, safe_file_name
+    from initmem_core.tracking.paths import path_under, safe_file_name
+    from initmem_core.tracking.uris import artifact_root_for
 
     root = tmp_path / "mlartifacts"
     for name in ("../../x", "/etc", "a/../..", "..", "", "x\\..\\y", "ok name"):

@@ -7,15 +7,14 @@ import math
 import pytest
 import torch
 
-from initmem_core.training.checkpoints import (
+from initmem_core.training.checkpoint_format import (
     FORMAT,
-    CheckpointNotWritten,
-    CheckpointStore,
     UnusableCheckpoint,
     history_columns,
     history_rows,
     read_checkpoint,
 )
+from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 from initmem_core.training.tensor_packing import pack, unpack
 
 

@@ -22,8 +22,9 @@ from initmem_core.report.findings import (
     mechanism_clock,
     read_sweep,
 )
-from initmem_core.report.forgetting import at_epoch, first_crossing, forgetting_csv, group_forgetting, radial_by_seed
-from initmem_core.report.memory import build_report, to_json, to_markdown
+from initmem_core.report.forgetting import at_epoch, first_crossing, group_forgetting, radial_by_seed
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import forgetting_csv, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -23,7 +23,8 @@ from initmem_core.report.inference import (
     sampling_variance,
     spread_difference,
 )
-from initmem_core.report.memory import build_report, seeds_needed_cell, to_json, to_markdown
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import seeds_needed_cell, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 0.5, 1.4, 2.5)

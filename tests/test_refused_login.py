@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from initmem_core.errors import ConfigError
-from initmem_core.tracking.store import CREDENTIAL_ENV, credentials_env, login_must_be_taken, refusal
+from initmem_core.tracking.login import CREDENTIAL_ENV, credentials_env, login_must_be_taken, refusal
 
 URI = "http://head-node:5000"
 
@@ -101,7 +101,7 @@ def test_login_must_be_taken_turns_only_a_refusal_into_one_config_error(login):
 
 
 def test_only_the_login_variables_that_are_set_go_to_a_worker_and_only_while_it_runs(login, monkeypatch):
-    from initmem_core.tracking.store import logged_in
+    from initmem_core.tracking.login import logged_in
 
     assert credentials_env() == {}
     login("bob", "pw")

@@ -12,7 +12,8 @@ import pytest
 
 from initmem_core.config import RunConfig
 from initmem_core.report.files import write_report_files
-from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import to_csv, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -9,7 +9,8 @@ import pytest
 
 from initmem_core import run
 from initmem_core.config import RunConfig
-from initmem_core.report.memory import build_report, mean_interval, to_markdown
+from initmem_core.report.memory import build_report, mean_interval
+from initmem_core.report.render import to_markdown
 from initmem_core.tracking.correct_sets import ARTIFACT, decode, encode
 from initmem_core.tracking.records import CellRecord
 from initmem_core.tracking.tracker import MemoryTracker

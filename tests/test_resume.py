@@ -21,7 +21,8 @@ from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.tracking.tracker import MlflowTracker
-from initmem_core.training.checkpoints import FORMAT, find_resumable, read_checkpoint
+from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
+from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
 
 

@@ -15,7 +15,7 @@ from initmem_cli.app import app
 from initmem_core import hookimpl
 from initmem_core.groups import metric_suffix
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from initmem_core.training.checkpoints import CHECKPOINTS_FOLDER
+from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
 

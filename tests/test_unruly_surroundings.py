@@ -161,8 +161,9 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
 
     import torch
 
-    from initmem_core.training import checkpoints
-    from initmem_core.training.checkpoints import FORMAT, CheckpointNotWritten, CheckpointStore
+    from initmem_core.training import checkpoint_store
+    from initmem_core.training.checkpoint_format import FORMAT
+    from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 
     def payload(epoch):
         return {
@@ -184,7 +185,7 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
     def full_disk(descriptor):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoints.os, "fsync", full_disk)
+    monkeypatch.setattr(checkpoint_store.os, "fsync", full_disk)
     store.save(payload(2))
     with pytest.raises(CheckpointNotWritten) as refused:
         store.wait()
@@ -625,7 +626,7 @@ def test_a_database_locked_after_the_store_opened_is_waited_for_before_the_run_i
 
 def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unreachable():
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.store import store_must_answer
+    from initmem_core.tracking.client import store_must_answer
 
     with pytest.raises(ConfigError) as said:
         with store_must_answer("sqlite:///x/mlflow.db"):
@@ -640,7 +641,7 @@ def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unre
 @pytest.mark.slow
 def test_a_store_that_cannot_be_created_leaves_nothing_and_is_created_once_there_is_space(small_disk, _empty_store):
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
 
     disk = small_disk(f"{_empty_store.stat().st_size // 2048}k")  # half what a migrated store takes
     uri = f"sqlite:///{disk / 'mlflow.db'}"
@@ -657,7 +658,7 @@ def test_a_store_an_interrupted_migration_left_is_made_afresh_when_it_holds_no_r
     import sqlite3
 
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
 
     uri = store_in(tmp_path)
     with sqlite3.connect(tmp_path / "mlflow.db") as database:  # what alembic leaves when cut short
@@ -781,7 +782,7 @@ def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(track
 def test_mlflow_error_logs_become_one_line(caplog):
     import logging
 
-    from initmem_core.tracking.store import OneLineLogs
+    from initmem_core.tracking.mlflow_logs import OneLineLogs
 
     one_line = OneLineLogs()
     try:

@@ -201,7 +201,7 @@ def test_the_target_is_the_identity_and_the_cap_is_not():
 
 
 def test_a_checkpoint_written_before_the_knob_existed_still_resumes():
-    from initmem_core.training.checkpoints import config_differences
+    from initmem_core.training.resume import config_differences
 
     before = {key: value for key, value in RunConfig().to_dict().items() if key != "until"}
     assert config_differences(before, RunConfig()) == []

@@ -7,8 +7,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from initmem_core.report.forgetting import half_life_text
-from initmem_core.report.memory import debiased_cell, interval, seeds_needed_cell
+from initmem_core.report.render import (
+    DASH,
+    debiased_cell,
+    half_life_text,
+    interval,
+    markdown_table,
+    number,
+    seeds_needed_cell,
+)
 from initmem_core.tracking.ui_view import artifact_url, view_url
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 
@@ -23,23 +30,13 @@ REPORT_PLOTS = (
 )
 
 
-def _pp(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.2f}"
-
-
-def spread_interval(summary: Any) -> str:
-    """The spread's 95% interval (``GroupSummary.spread_lo``/``spread_hi``), or why there is none."""
-    low, high = getattr(summary, "spread_lo", math.nan), getattr(summary, "spread_hi", math.nan)
-    return "–" if math.isnan(low) or math.isnan(high) else f"[{low:.2f}, {high:.2f}]"
-
-
 def radial_half_life_text(report: Any, group: str) -> str:
     """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
     reached without one (``Report.forgetting``, report/forgetting.py)."""
     found = getattr(report, "forgetting", {}).get(group)
     half = found.half_lives.get("radial") if found is not None else None
     if half is None:
-        return "–"
+        return DASH
     if not half.reached:
         return half_life_text(half)
     clocks = [f"{CLOCK_SYMBOLS[c]} {getattr(half, c):.3g}" for c in CLOCKS if not math.isnan(getattr(half, c))]
@@ -48,7 +45,8 @@ def radial_half_life_text(report: Any, group: str) -> str:
 
 def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
     """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
-    the prepared view and to the report's plots. Links are relative: they work on any host."""
+    the prepared view (tracking/ui_view.py) and to the report's plots. Links are relative: they
+    work on any host."""
     lines = [
         f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
         "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
@@ -56,17 +54,32 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
         "remember (docs/STATISTICS.md); radial half-life = when the slope of log ‖W‖ on log σ first fell to "
         "half its initial value, in epochs [95% interval] and in each clock (report.md has every memory).",
         "",
-        "| group | spread pp | 95% interval | debiased pp [95% interval] | best σ | worst σ | failed cells "
-        "| radial half-life |",
-        "|---|---|---|---|---|---|---|---|",
+        *markdown_table(
+            [
+                "group",
+                "spread pp",
+                "95% interval",
+                "debiased pp [95% interval]",
+                "best σ",
+                "worst σ",
+                "failed cells",
+                "radial half-life",
+            ],
+            [
+                [
+                    g.group,
+                    number(g.spread, ".2f"),
+                    interval(getattr(g, "spread_lo", math.nan), getattr(g, "spread_hi", math.nan), ".2f"),
+                    debiased_cell(g),
+                    number(g.best_sigma, "g"),
+                    number(g.worst_sigma, "g"),
+                    str(g.failed),
+                    radial_half_life_text(report, g.group),
+                ]
+                for g in report.groups
+            ],
+        ),
     ]
-    for g in report.groups:
-        lines.append(
-            f"| {g.group} | {_pp(g.spread)} | {spread_interval(g)} | {debiased_cell(g)} | "
-            f"{'–' if math.isnan(g.best_sigma) else f'{g.best_sigma:g}'} | "
-            f"{'–' if math.isnan(g.worst_sigma) else f'{g.worst_sigma:g}'} | {g.failed} | "
-            f"{radial_half_life_text(report, g.group)} |"
-        )
     unresolved = [p for p in getattr(report, "pairs", []) if p.seeds_needed is not None or p.seeds_needed_note]
     if unresolved:
         lines += [
@@ -76,14 +89,17 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
             "the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference were the "
             "observed one.",
             "",
-            "| a − b | difference pp [95% interval] | next step |",
-            "|---|---|---|",
-        ]
-        lines += [
-            f"| {p.a} − {p.b} | {'–' if math.isnan(p.spread_diff) else f'{p.spread_diff:+.2f}'} "
-            f"{interval(p.spread_diff_lo, p.spread_diff_hi)} | "
-            f"{seeds_needed_cell(p)} |"
-            for p in unresolved
+            *markdown_table(
+                ["a − b", "difference pp [95% interval]", "next step"],
+                [
+                    [
+                        f"{p.a} − {p.b}",
+                        f"{number(p.spread_diff, '+.2f')} {interval(p.spread_diff_lo, p.spread_diff_hi)}",
+                        seeds_needed_cell(p),
+                    ]
+                    for p in unresolved
+                ],
+            ),
         ]
     lines += [
         "",

@@ -39,7 +39,8 @@ from typing import Any
 from initmem_core.config import FIELDS
 from initmem_core.groups import group_fields, group_keys, short_group_names
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, Matrix, SpreadDifference, interval_around, spread_difference
-from initmem_core.report.memory import GroupSummary, Report, build_report, interval, mean_interval, percentile_interval
+from initmem_core.report.memory import GroupSummary, Report, build_report, mean_interval, percentile_interval
+from initmem_core.report.render import DASH, interval, number
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, FINISHED
 
@@ -172,7 +173,7 @@ def _spread_difference(a: _Group, b: _Group) -> tuple[str, SpreadDifference]:
     difference = spread_difference(a.accuracy, b.accuracy)
     over = f" over {len(difference.sigmas)} shared sigmas" if len(difference.sigmas) < len(a.accuracy) else ""
     shown = interval(difference.lo, difference.hi) if difference.decided else f"(no interval: {difference.reason})"
-    estimate = "–" if math.isnan(difference.estimate) else f"{difference.estimate:+.2f} pp"
+    estimate = number(difference.estimate, "+.2f", " pp")
     return f"{a.label()} − {b.label()}: {estimate} {shown}{over}", difference
 
 
@@ -278,7 +279,7 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
         mean = sum(differences) / len(differences) if differences else math.nan
         parts.append(f"{group.label()} − sgd: {mean:+.2f} {interval(low, high)} over {len(differences)} seeds")
     shown = "; ".join(
-        f"{g.label()} {sum(m.values()) / len(m):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} –"
+        f"{g.label()} {sum(m.values()) / len(m):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} {DASH}"
         for g in [sweep.baseline, *sweep.adaptive]
     )
     measured = (

@@ -2,7 +2,8 @@
 and in each forgetting clock.
 
 Pure, like ``report/memory.py``: it reads the per-epoch histories a record carries
-(``CellRecord.histories``: step = epoch, 0 = the initialization) and writes nothing. Per group
+(``CellRecord.histories``: step = epoch, 0 = the initialization) and writes nothing
+(``report/render.py`` writes the "Forgetting times" section and ``forgetting.csv``). Per group
 and evaluation epoch t, three memories:
 
 * **radial**: per seed, the least-squares slope of log ||W_t|| against log sigma over the group's
@@ -48,7 +49,7 @@ from typing import Any
 from initmem_core.groups import metric_suffix
 from initmem_core.report.inference import cross_fit_spread, mean_interval
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+from initmem_core.vocabulary import CLOCKS
 
 NAN = float("nan")
 MEMORIES = ("radial", "directional", "accuracy")
@@ -391,7 +392,7 @@ def build_forgetting(by_group: Mapping[str, list[CellRecord]], accuracy: bool = 
     return out
 
 
-# -- where users look -----------------------------------------------------------------------
+# -- as the parent run logs them ------------------------------------------------------------
 
 
 def step_metrics(forgetting: Mapping[str, GroupForgetting]) -> list[tuple[str, float, int]]:
@@ -415,113 +416,3 @@ def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, fl
                 if half.reached and not math.isnan(value):
                     out[f"half_life_{memory}_{unit}_{metric_suffix(group)}"] = float(value)
     return out
-
-
-def _figure(value: float, low: float, high: float, fmt: str = ".3g") -> str:
-    if math.isnan(value):
-        return "–"
-    if math.isnan(low) and math.isnan(high):
-        return f"{value:{fmt}}"
-
-    def bound(x: float) -> str:
-        return "–" if math.isnan(x) else format(x, fmt)
-
-    return f"{value:{fmt}} [{bound(low)}, {bound(high)}]"
-
-
-def horizon_text(half: HalfLife) -> str:
-    """What was reached when a memory did not fall to half: the last epoch and its clocks."""
-    clocks = ", ".join(
-        f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}"
-        for c in CLOCKS
-        if not math.isnan(getattr(half, f"horizon_{c}"))
-    )
-    return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
-
-
-def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
-    """A half-life in ``unit`` with its interval, or what was reached when there is none."""
-    if not half.reached:
-        return horizon_text(half) if half.never or "horizon" in half.note else "–"
-    return _figure(*half.value(unit))
-
-
-FORGETTING_EXPLAINED = (
-    "Half-life: the first time a memory falls to half its initial value (radial and directional memory: its "
-    "value at epoch 0; accuracy memory, the debiased spread: its peak, as the spread forms while the nets "
-    "learn), counted from epoch 0 and interpolated linearly "
-    "between the two evaluation epochs that bracket it, each clock read at the same point. Radial: slope of "
-    "log ‖W‖ on log σ (1 = the norm still carries the initial scale); directional: mean cos(W, W0). Radial and "
-    "directional half-lives are the geometric mean over seeds with a 95% t interval in log units; accuracy's "
-    "interval is where the spread's 95% band crosses the same line. A clock that never moved reads –."
-)
-
-
-def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
-    """The report's "Forgetting times" section (no lines when no record had histories)."""
-    if not forgetting:
-        return []
-    header = [
-        "group",
-        "memory",
-        "initial",
-        "half-life epochs [95% CI]",
-        *(f"{CLOCK_SYMBOLS[c]} [95% CI]" for c in CLOCKS),
-        "seeds",
-        "note",
-    ]
-    rows = []
-    for group, found in forgetting.items():
-        for memory in MEMORIES:
-            half = found.half_lives.get(memory)
-            if half is None:
-                continue
-            initial = "–" if math.isnan(half.initial) else f"{half.initial:.3g} (epoch {half.reference_epoch})"
-            if half.reached:
-                cells = [half_life_text(half, unit) for unit in UNITS]
-            else:
-                cells = [half_life_text(half), "", "", ""]
-            seeds = f"{half.seeds}" + (f" ({half.never} never)" if half.never else "")
-            note = "" if half.note == "not within the horizon" else half.note.replace("|", "\\|")
-            rows.append([group, memory, initial, *cells, seeds, note])
-    lines = ["", "## Forgetting times", "", FORGETTING_EXPLAINED, ""]
-    return lines + [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
-
-
-#: Columns of forgetting.csv, one row per (group, memory).
-CSV_COLUMNS = (
-    "group",
-    "memory",
-    "reached",
-    "initial",
-    "reference_epoch",
-    *(f"{unit}{end}" for unit in UNITS for end in ("", "_lo", "_hi")),
-    "seeds",
-    "never",
-    "horizon_epoch",
-    *(f"horizon_{c}" for c in CLOCKS),
-    "note",
-)
-
-
-def forgetting_csv(forgetting: Mapping[str, GroupForgetting]) -> str:
-    """Every half-life as CSV, one row per group and memory (empty cells: no value)."""
-    import csv
-    import io
-    from dataclasses import asdict
-
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for group, found in forgetting.items():
-        for memory in MEMORIES:
-            if memory in found.half_lives:
-                row = {"group": group, **asdict(found.half_lives[memory])}
-                writer.writerow(
-                    ["" if isinstance(row[c], float) and math.isnan(row[c]) else row[c] for c in CSV_COLUMNS]
-                )
-    return out.getvalue()

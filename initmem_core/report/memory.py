@@ -1,8 +1,8 @@
 """The initialization-memory report: per group, how much the selected predictor depends on sigma.
 
 Pure: ``build_report(records)`` reads nothing and writes nothing, so it can be checked against a
-hand computation. Accuracies arrive as fractions and leave in percent; the spread is in
-percentage points (the paper's unit).
+hand computation; ``report/render.py`` turns a ``Report`` into Markdown, CSV and JSON. Accuracies
+arrive as fractions and leave in percent; the spread is in percentage points (the paper's unit).
 
 A group is every cell that differs only in sigma and seed (``groups.group_fields``). Per group and
 sigma: test accuracy at the best-validation checkpoint (mean, std and a 95% t interval over
@@ -23,13 +23,10 @@ difference of accuracy over cells of equal sigma and seed. A group whose best ac
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from initmem_core.groups import group_fields, group_keys, metric_suffix
@@ -44,7 +41,7 @@ from initmem_core.report.inference import (
     spread_difference,
 )
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+from initmem_core.vocabulary import CLOCKS
 
 NAN = float("nan")
 #: Bootstrap replicates, and the fixed seed that makes a report reproducible.
@@ -383,227 +380,3 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     from initmem_core.report.forgetting import build_forgetting
 
     return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))
-
-
-# -- output formats -------------------------------------------------------------------------
-
-#: (column, header, format) of the full table, one row per (group, sigma).
-TABLE_COLUMNS = (
-    ("group", "group", "{}"),
-    ("sigma", "sigma", "{:g}"),
-    ("runs", "runs", "{}"),
-    ("failed", "failed", "{}"),
-    ("test_acc", "test acc %", "{:.2f}"),
-    ("test_acc_std", "± pp", "{:.2f}"),
-    ("test_acc_lo", "95% CI low", "{:.2f}"),
-    ("test_acc_hi", "95% CI high", "{:.2f}"),
-    ("spread", "spread pp", "{:.2f}"),
-    ("spread_lo", "spread CI low", "{:.2f}"),
-    ("spread_hi", "spread CI high", "{:.2f}"),
-    ("debiased_spread", "debiased pp", "{:+.2f}"),
-    ("debiased_spread_lo", "debiased CI low", "{:+.2f}"),
-    ("debiased_spread_hi", "debiased CI high", "{:+.2f}"),
-    ("tau_interp", "tau_interp", "{:.1f}"),
-    ("never_interp", "never interp", "{}"),
-    ("repair_gap", "repair gap pp", "{:+.2f}"),
-    ("weight_norm", "‖W‖_F", "{:.4g}"),
-    ("weight_norm_ratio", "‖W‖/‖W0‖", "{:.4g}"),
-    *((clock, CLOCK_SYMBOLS[clock], "{:.4g}") for clock in CLOCKS),
-)
-
-
-_FORMATS = {column: fmt for column, _, fmt in TABLE_COLUMNS}
-
-
-def table_rows(report: Report) -> list[dict[str, Any]]:
-    """The full table as plain rows: each (group, sigma) row carries its group's spread."""
-    by_group = {g.group: g for g in report.groups}
-    carried = ("spread", "spread_lo", "spread_hi", "debiased_spread", "debiased_spread_lo", "debiased_spread_hi")
-    return [{**asdict(row), **{key: getattr(by_group[row.group], key) for key in carried}} for row in report.rows]
-
-
-def formatted(column: str, value: Any) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return "–"
-    return _FORMATS[column].format(value)
-
-
-def to_csv(report: Report) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([c for c, _, _ in TABLE_COLUMNS])
-    for row in table_rows(report):
-        writer.writerow(
-            ["" if isinstance(v, float) and math.isnan(v) else v for v in (row[c] for c, _, _ in TABLE_COLUMNS)]
-        )
-    return out.getvalue()
-
-
-def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
-
-
-def interval(low: float, high: float, fmt: str = "+.2f") -> str:
-    return "–" if math.isnan(low) or math.isnan(high) else f"[{low:{fmt}}, {high:{fmt}}]"
-
-
-def _spread_cell(g: GroupSummary) -> str:
-    return (
-        f"did not train (best {g.best_acc:.1f}%)"
-        if g.did_not_train
-        else ("–" if math.isnan(g.spread) else f"{g.spread:.2f}")
-    )
-
-
-def debiased_cell(g: GroupSummary) -> str:
-    """The cross-fitted spread with its interval, or why there is none (the report's tables, the
-    sweep's summary table and the parent run's description all show it so)."""
-    if math.isnan(g.debiased_spread):
-        return f"– ({g.debiased_note})" if g.debiased_note else "–"
-    shown = f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
-    return (
-        shown if not math.isnan(g.debiased_spread_lo) else f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
-    )
-
-
-SPREADS_EXPLAINED = (
-    "Spread: the paper's figure, max − min over sigma of the mean test accuracy at the best-validation "
-    "checkpoint, in percentage points, with a 95% interval that resamples each sigma's trained runs. It is "
-    "biased upward by noise (a group that remembers nothing still shows a spread); that interval is for this test "
-    "set. Debiased: the cross-fitted spread (best and worst sigma chosen on the other runs, their gap measured on runs "
-    "held out of that choice), with its 95% t interval for the population of examples (the test set's own sampling "
-    "error included, from the runs' per-example records; for this test set only where a note says they are missing); "
-    "it is near zero for a group that does not remember, and it is what groups are compared by "
-    "(docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread."
-)
-
-
-def seeds_needed_cell(p: PairedDifference) -> str:
-    """What a paired difference needs next: resolved ("–"), a seed count, or why no count would do."""
-    if p.seeds_needed is not None:
-        return f"{p.seeds_needed} seeds"
-    return p.seeds_needed_note or "–"
-
-
-def to_markdown(report: Report, title: str = "Initialization memory") -> str:
-    lines = [f"# {title}", "", SPREADS_EXPLAINED.format(margin=CHANCE_MARGIN_PP), ""]
-    lines += _markdown_table(
-        [
-            "group",
-            "spread pp",
-            "95% CI",
-            "debiased pp [95% CI]",
-            "best sigma",
-            "worst sigma",
-            "sigmas never interpolated",
-            "failed cells",
-            *(CLOCK_SYMBOLS[c] for c in CLOCKS),
-        ],
-        [
-            [
-                g.group,
-                _spread_cell(g),
-                interval(g.spread_lo, g.spread_hi, ".2f"),
-                debiased_cell(g),
-                *(("–" if math.isnan(v) else f"{v:g}") for v in (g.best_sigma, g.worst_sigma)),
-                str(g.never_interp_sigmas),
-                str(g.failed),
-                *(("–" if math.isnan(v) else f"{v:.4g}") for v in (g.clock_sgd, g.clock_l2, g.clock_adapt)),
-            ]
-            for g in report.groups
-        ],
-    )
-    notes = [f"- `{g.group}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
-    if notes:
-        lines += ["", *notes]
-    if report.pairs:
-        lines += [
-            "",
-            "## Paired differences (a − b)",
-            "",
-            "Debiased spread difference over the sigmas both groups measured, with its 95% t interval (for "
-            "the population, or for this test set where the per-example records are missing) and, when it is not "
-            "resolved, the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference "
-            "were the observed one; accuracy difference averaged over cells of equal sigma and seed, with its t "
-            "interval over those pairs (this test set).",
-            "",
-        ]
-        lines += _markdown_table(
-            [
-                "a",
-                "b",
-                "spread diff pp",
-                "95% CI",
-                "interval for",
-                "seeds to resolve",
-                "sigmas",
-                "acc diff pp",
-                "95% CI",
-                "pairs",
-            ],
-            [
-                [
-                    p.a,
-                    p.b,
-                    "–" if math.isnan(p.spread_diff) else f"{p.spread_diff:+.2f}",
-                    interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"– ({p.note})",
-                    "–" if p.note else p.interval_for,
-                    seeds_needed_cell(p),
-                    str(p.shared_sigmas),
-                    "–" if math.isnan(p.acc_diff) else f"{p.acc_diff:+.2f}",
-                    interval(p.acc_diff_lo, p.acc_diff_hi),
-                    str(p.pairs),
-                ]
-                for p in report.pairs
-            ],
-        )
-        scoped = [f"- `{p.a}` − `{p.b}`: {p.scope_note}" for p in report.pairs if p.scope_note]
-        if scoped:
-            lines += ["", *scoped]
-    lines += ["", "## Per sigma", ""]
-    lines += _markdown_table(
-        [h for _, h, _ in TABLE_COLUMNS],
-        [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)],
-    )
-    from initmem_core.report.forgetting import forgetting_markdown
-
-    lines += forgetting_markdown(report.forgetting)
-    if report.failures:
-        lines += ["", "## Failed cells", ""]
-        lines += _markdown_table(
-            ["group", "sigma", "seed", "status", "error", "run id"],
-            [
-                [
-                    f.group,
-                    f"{f.sigma:g}",
-                    str(f.seed),
-                    f.status,
-                    f.error.replace("|", "\\|").replace("\n", " "),
-                    f.run_id,
-                ]
-                for f in report.failures
-            ],
-        )
-    return "\n".join(lines) + "\n"
-
-
-def to_json(report: Report) -> str:
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and math.isnan(value):
-            return None
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v) for v in value]
-        return value
-
-    data = {
-        "group_fields": report.group_fields,
-        "groups": [asdict(g) for g in report.groups],
-        "rows": table_rows(report),
-        "pairs": [asdict(p) for p in report.pairs],
-        "failures": [asdict(f) for f in report.failures],
-        "forgetting": {group: asdict(found) for group, found in report.forgetting.items()},
-    }
-    return json.dumps(clean(data), indent=2)

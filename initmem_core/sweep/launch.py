@@ -32,18 +32,12 @@ from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
+from initmem_core.tracking.client import ensure_experiment, open_client
+from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.records import child_runs, find_parent, latest_per_cell, record_from_run
-from initmem_core.tracking.store import (
-    DEFAULT_EXPERIMENT,
-    check_writable_folder,
-    ensure_experiment,
-    log_in_batches,
-    open_client,
-    resolve_tracking_uri,
-    store_folder,
-    to_json,
-)
 from initmem_core.tracking.ui_view import write_view
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
+from initmem_core.tracking.writing import log_in_batches, to_json
 from initmem_core.vocabulary import (
     CELLS_FAILED_TAG,
     CELLS_TAG,
@@ -161,7 +155,7 @@ class _Sweep:
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
         whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
-        from initmem_core.training.checkpoints import find_resumable
+        from initmem_core.training.resume import find_resumable
         from initmem_core.training.runner import checkpoint_root
 
         by_hash = {config.config_hash(): config for config in configs}

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.tracking.store import log_in_batches
 from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
+from initmem_core.tracking.writing import log_in_batches
 from initmem_core.vocabulary import (
     ATTEMPTS_TAG,
     CONFIG_HASH_TAG,

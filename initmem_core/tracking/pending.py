@@ -52,7 +52,7 @@ class PendingWrites:
         half-way never sends a part twice. The status goes last: a run ends after its data."""
         from mlflow.entities import Metric, RunTag
 
-        from initmem_core.tracking.store import log_in_batches
+        from initmem_core.tracking.writing import log_in_batches
 
         def drop_metrics(count: int) -> None:
             del self.metrics[:count]

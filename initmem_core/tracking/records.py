@@ -14,7 +14,8 @@ from typing import Any
 
 from initmem_core.config import FIELDS, RunConfig, from_mapping
 from initmem_core.errors import ConfigError
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT, open_client, resolve_tracking_uri
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
 from initmem_core.vocabulary import (
     CLOCKS,
     CONFIG_HASH_TAG,

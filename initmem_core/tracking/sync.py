@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from initmem_core.errors import ConfigError
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.login import refusal
 from initmem_core.tracking.pending import PendingWrites, read_unsynced, unsynced_folder
-from initmem_core.tracking.store import open_client, refusal, resolve_tracking_uri, same_store, store_folder
+from initmem_core.tracking.uris import resolve_tracking_uri, same_store, store_folder
 from initmem_core.vocabulary import CELLS_UNSYNCED_TAG, PARENT_TAG, RUNNING
 
 SYNC_LOCK = ".sync.lock"

@@ -23,24 +23,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.tracking.client import ensure_experiment, error_line, fail_fast_http, open_client, store_must_answer
+from initmem_core.tracking.login import PASSWORD_ENV, USERNAME_ENV, login_must_be_taken, refusal
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import (
-    DEFAULT_EXPERIMENT,
-    PASSWORD_ENV,
-    USERNAME_ENV,
-    ensure_experiment,
-    error_line,
-    fail_fast_http,
-    log_in_batches,
-    login_must_be_taken,
-    open_client,
-    refusal,
-    resolve_tracking_uri,
-    sqlite_path,
-    store_folder,
-    store_must_answer,
-    wait_while_database_locked,
-)
+from initmem_core.tracking.sqlite_store import wait_while_database_locked
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, sqlite_path, store_folder
+from initmem_core.tracking.writing import log_in_batches
 from initmem_core.vocabulary import (
     DATASET_CONTEXT_TAG,
     FAILURE_REASON_TAG,

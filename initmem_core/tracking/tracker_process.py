@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
+from initmem_core.tracking.client import error_line
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT, error_line, resolve_tracking_uri, store_folder
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.vocabulary import FINISHED, KILLED, STOPPED_BY_TAG
 
 #: Calls whose caller waits for the helper's answer.
@@ -437,7 +438,7 @@ def _end_at_once(signum: int, frame: Any) -> None:
     if _OPENING["now"]:
         _OPENING["ended_by"] = signum
         return
-    from initmem_core.tracking.store import discard_store_being_created
+    from initmem_core.tracking.sqlite_store import discard_store_being_created
 
     discard_store_being_created()
     os._exit(128 + signum)

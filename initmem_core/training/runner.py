@@ -32,20 +32,22 @@ from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.tracking.store import (
+from initmem_core.tracking.locks import lock_holder
+from initmem_core.tracking.paths import check_writable_folder
+from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
+from initmem_core.tracking.tracker_process import OpeningAbandoned
+from initmem_core.tracking.uris import (
     DEFAULT_EXPERIMENT,
     check_experiment_name,
     check_tracking_uri,
-    check_writable_folder,
-    lock_holder,
     resolve_tracking_uri,
     store_folder,
-    to_json,
 )
-from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
-from initmem_core.tracking.tracker_process import OpeningAbandoned
-from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
+from initmem_core.tracking.writing import to_json
+from initmem_core.training.checkpoint_format import header
+from initmem_core.training.checkpoint_store import CheckpointStore, default_root
 from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.resume import resume_candidates
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
     CONFIG_HASH_TAG,

@@ -16,8 +16,8 @@ import torch
 
 from initmem_core.contracts import Metric
 from initmem_core.errors import RunWarning
-from initmem_core.training.checkpoints import capture_rng, restore_rng
 from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.rng_state import capture_rng, restore_rng
 from initmem_core.training.setup import TrainingSetup
 
 

@@ -20,7 +20,7 @@ def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     """Run one cell; returns (status, error). The run's status is in the store either way: a
     cell that raises is FAILED there, with its reason, as with the local executor."""
     from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
-    from initmem_core.training.checkpoints import find_resumable
+    from initmem_core.training.resume import find_resumable
     from initmem_core.training.runner import checkpoint_root
 
     quiet_run_links()
