@@ -28,8 +28,11 @@ def main() -> None:
     parser.add_argument("--sigma", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--fast-exit", action="store_true",
-                        help="end as `initmem` does after training: flush, exit handlers, no interpreter teardown")
+    parser.add_argument(
+        "--fast-exit",
+        action="store_true",
+        help="end as `initmem` does after training: flush, exit handlers, no interpreter teardown",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -39,8 +42,11 @@ def main() -> None:
     y = torch.as_tensor(digits.target, dtype=torch.int64)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     n_hold = int(0.2 * len(y))
-    splits = {"train": order[:len(y) - 2 * n_hold], "val": order[len(y) - 2 * n_hold:len(y) - n_hold],
-              "test": order[len(y) - n_hold:]}
+    splits = {
+        "train": order[: len(y) - 2 * n_hold],
+        "val": order[len(y) - 2 * n_hold : len(y) - n_hold],
+        "test": order[len(y) - n_hold :],
+    }
     mean, std = x[splits["train"]].mean(), x[splits["train"]].std()
     data = {name: ((x[idx] - mean) / std, y[idx]) for name, idx in splits.items()}
 
@@ -55,7 +61,7 @@ def main() -> None:
     def evaluate(name: str) -> tuple[float, float]:
         model.eval()
         images, labels = data[name]
-        logits = torch.cat([model(images[i:i + 1024]) for i in range(0, len(labels), 1024)])
+        logits = torch.cat([model(images[i : i + 1024]) for i in range(0, len(labels), 1024)])
         model.train()
         return F.cross_entropy(logits, labels).item(), (logits.argmax(1) == labels).float().mean().item()
 

@@ -29,7 +29,6 @@ The JSON is rewritten after every section, so an interrupted run keeps what it m
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import os
@@ -40,9 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -81,15 +81,25 @@ class Plan:
     cli_warmup: int = 1  # rounds of CLI commands run first and not counted (a warm file cache)
 
 
-QUICK = Plan(repeats=1, warmup=1, batch_size=16, train_steps={"resnet20": 2, "resnet9": 1},
-             pipeline_images=1_024, digits_epochs=1, digits_train_size=256, tracking_repeats=1, cli_repeats=1,
-             cli_warmup=0)
+QUICK = Plan(
+    repeats=1,
+    warmup=1,
+    batch_size=16,
+    train_steps={"resnet20": 2, "resnet9": 1},
+    pipeline_images=1_024,
+    digits_epochs=1,
+    digits_train_size=256,
+    tracking_repeats=1,
+    cli_repeats=1,
+    cli_warmup=0,
+)
 
 #: On a GPU a step takes milliseconds: more steps per repetition, so each lasts ~1 s or more.
 ACCELERATOR = Plan(train_steps={"resnet20": 300, "resnet9": 200})
 
 
 # -- measuring ------------------------------------------------------------------------------------
+
 
 def summary(values: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "samples": values}
@@ -124,6 +134,7 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
 
 
 # -- 1. training throughput -------------------------------------------------------------------------
+
 
 class EpochTimer:
     """A ``Progress`` for ``train()`` that times each epoch's training steps and nothing else.
@@ -161,9 +172,16 @@ def train_config(arch: str, plan: Plan, args: argparse.Namespace) -> RunConfig:
         raise SystemExit(f"no step count for {arch}: pass --train-steps {arch}=N")
     steps = plan.train_steps[arch]
     return RunConfig(
-        arch=arch, data=f"synthetic:3x32x32-c10-n{steps * plan.batch_size}", batch_size=plan.batch_size,
-        epochs=1, device=args.device, threads=args.threads, channels_last=args.channels_last, amp=args.amp,
-        compile=args.compile, eval_batch_size=plan.batch_size,
+        arch=arch,
+        data=f"synthetic:3x32x32-c10-n{steps * plan.batch_size}",
+        batch_size=plan.batch_size,
+        epochs=1,
+        device=args.device,
+        threads=args.threads,
+        channels_last=args.channels_last,
+        amp=args.amp,
+        compile=args.compile,
+        eval_batch_size=plan.batch_size,
     )
 
 
@@ -172,9 +190,14 @@ def shrink_evaluation(setup: TrainingSetup, examples: int) -> None:
     only saves wall time (a full pass over train, val and test per epoch would double it)."""
     for split, loader in list(setup.eval_loaders.items()):
         setup.eval_loaders[split] = EvalLoader(
-            loader.x[:examples], loader.y[:examples], batch_size=loader.batch_size,
-            mean=loader.mean.flatten().tolist(), std=loader.std.flatten().tolist(),
-            pixel_scale=loader.pixel_scale, device=loader.device)
+            loader.x[:examples],
+            loader.y[:examples],
+            batch_size=loader.batch_size,
+            mean=loader.mean.flatten().tolist(),
+            std=loader.std.flatten().tolist(),
+            pixel_scale=loader.pixel_scale,
+            device=loader.device,
+        )
 
 
 class BareLoop:
@@ -191,8 +214,9 @@ class BareLoop:
         self.model = setup.model
         if config.opt != "sgd":
             raise SystemExit("the bare loop is written for --opt sgd")
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=config.lr, momentum=config.momentum,
-                                         weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
         bundle = setup.dataset
         mean = torch.tensor(bundle.mean).view(1, -1, 1, 1)
         std = torch.tensor(bundle.std).view(1, -1, 1, 1)
@@ -211,7 +235,7 @@ class BareLoop:
         began = time.perf_counter()
         order = torch.randperm(n, device=self.device)
         for start in range(0, n, size):
-            rows = order[start:start + size]
+            rows = order[start : start + size]
             x, y = self.x[rows].contiguous(memory_format=memory_format), self.y[rows]
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=config.amp == "bf16"):
                 loss = F.cross_entropy(self.forward(x), y)
@@ -242,9 +266,14 @@ def bench_train(arch: str, plan: Plan, args: argparse.Namespace) -> dict[str, An
     initmem, baseline = rates["initmem"], rates["bare"]
     ratios = paired_ratios(initmem, baseline)
     result = {
-        "unit": "images/s", "batch_size": plan.batch_size, "steps": plan.train_steps[arch],
-        "initmem": summary(initmem), "bare": summary(baseline), "ratio": summary(ratios),
-        "target": f">= {TARGETS['train']}", "met": statistics.median(ratios) >= TARGETS["train"],
+        "unit": "images/s",
+        "batch_size": plan.batch_size,
+        "steps": plan.train_steps[arch],
+        "initmem": summary(initmem),
+        "bare": summary(baseline),
+        "ratio": summary(ratios),
+        "target": f">= {TARGETS['train']}",
+        "met": statistics.median(ratios) >= TARGETS["train"],
     }
     if args.control:
         result["bare_again"] = summary(rates["bare_again"])
@@ -254,6 +283,7 @@ def bench_train(arch: str, plan: Plan, args: argparse.Namespace) -> dict[str, An
 
 # -- 2. input pipeline -------------------------------------------------------------------------------
 
+
 def bench_pipeline(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
     sync = synchronizer(device)
@@ -261,34 +291,51 @@ def bench_pipeline(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     data = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=data)
     y = torch.randint(0, 10, (n,), generator=data)
-    common = dict(batch_size=plan.batch_size, mean=CIFAR_MEAN, std=CIFAR_STD, pixel_scale=255.0, augment=True,
-                  shuffle=True, device=device)
-    loaders = {kind: cls(x, y, generator=torch.Generator().manual_seed(1), **common)
-               for kind, cls in (("device", DeviceLoader), ("torchvision", TorchvisionLoader))}
+    common = dict(
+        batch_size=plan.batch_size,
+        mean=CIFAR_MEAN,
+        std=CIFAR_STD,
+        pixel_scale=255.0,
+        augment=True,
+        shuffle=True,
+        device=device,
+    )
+    loaders = {
+        kind: cls(x, y, generator=torch.Generator().manual_seed(1), **common)
+        for kind, cls in (("device", DeviceLoader), ("torchvision", TorchvisionLoader))
+    }
 
     def epoch(kind: str) -> Callable[[], float]:
         def run() -> float:
             sync()
             began = time.perf_counter()
             seen = 0
-            for images, labels in loaders[kind]:
+            for _images, labels in loaders[kind]:
                 seen += len(labels)
             sync()
             assert seen == n
             return n / (time.perf_counter() - began)
+
         return run
 
     rates = interleaved({kind: epoch(kind) for kind in loaders}, plan.repeats, plan.warmup)
     device_rates, torchvision_rates = rates["device"], rates["torchvision"]
     speedups = paired_ratios(device_rates, torchvision_rates)
     return {
-        "unit": "images/s", "images": n, "batch_size": plan.batch_size, "num_workers": 0,
-        "device": summary(device_rates), "torchvision": summary(torchvision_rates), "speedup": summary(speedups),
-        "target": f">= {TARGETS['pipeline']}x", "met": statistics.median(speedups) >= TARGETS["pipeline"],
+        "unit": "images/s",
+        "images": n,
+        "batch_size": plan.batch_size,
+        "num_workers": 0,
+        "device": summary(device_rates),
+        "torchvision": summary(torchvision_rates),
+        "speedup": summary(speedups),
+        "target": f">= {TARGETS['pipeline']}x",
+        "met": statistics.median(speedups) >= TARGETS["pipeline"],
     }
 
 
 # -- 3. tracking overhead ------------------------------------------------------------------------------
+
 
 class TimedTracker:
     """Hands every call to the tracker ``make()`` builds, adding up the seconds spent in them
@@ -310,12 +357,13 @@ class TimedTracker:
                 return attribute(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - began
+
         return timed_call
 
 
 def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from initmem_core import run
-    from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.tracking.client import ensure_experiment, open_client
     from initmem_core.tracking.tracker import MlflowTracker
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
@@ -324,11 +372,13 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
     # before anything is timed: that is a one-off cost of a new store, not of a run.
     ensure_experiment(open_client(uri), uri, experiment)
     # The default run config (the device options stay off: what is measured is tracking).
-    config = RunConfig(epochs=plan.digits_epochs, train_size=plan.digits_train_size, device=args.device,
-                       threads=args.threads)
+    config = RunConfig(
+        epochs=plan.digits_epochs, train_size=plan.digits_train_size, device=args.device, threads=args.threads
+    )
     # Seconds each run spent in line, per side: inside tracker calls, and saving checkpoints.
-    in_line: dict[str, dict[str, list[float]]] = {side: {"tracker": [], "checkpoints": []} for side in
-                                                  ("mlflow_checkpoints", "mlflow", "checkpoints")}
+    in_line: dict[str, dict[str, list[float]]] = {
+        side: {"tracker": [], "checkpoints": []} for side in ("mlflow_checkpoints", "mlflow", "checkpoints")
+    }
     # CPU seconds of this process (every thread) per run: unlike wall time, not inflated when
     # another process takes the core, so it tells a 1% cost apart on a shared machine.
     cpu: dict[str, list[float]] = {"mlflow_checkpoints": [], "mlflow": [], "checkpoints": [], "off": []}
@@ -348,6 +398,7 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
                 in_line[side]["tracker"].append(tracker.seconds if tracking else 0.0)
                 in_line[side]["checkpoints"].append(result.checkpoint_seconds)
             return seconds
+
         return once
 
     # A tracked run keeps a checkpoint beside the store every epoch by default; an untracked run
@@ -361,7 +412,7 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
     }
     times = interleaved(sides, plan.tracking_repeats, plan.warmup)
     for values in [*cpu.values(), *(v for parts in in_line.values() for v in parts.values())]:
-        del values[:plan.warmup]
+        del values[: plan.warmup]
 
     def overhead(side: str, baseline: str, measure: dict[str, list[float]] = times) -> dict[str, Any]:
         return summary([ratio - 1 for ratio in paired_ratios(measure[side], measure[baseline])])
@@ -385,30 +436,42 @@ def bench_tracking(plan: Plan, args: argparse.Namespace, folder: Path) -> dict[s
     in_line_fraction = {
         "mlflow": summary([t / off for t, off in zip(in_line["mlflow"]["tracker"], times["off"])]),
         "checkpoints": summary([t / off for t, off in zip(in_line["checkpoints"]["checkpoints"], times["off"])]),
-        "default_vs_bare": summary([(t + c) / off for t, c, off in zip(
-            in_line["mlflow_checkpoints"]["tracker"], in_line["mlflow_checkpoints"]["checkpoints"], times["off"])]),
+        "default_vs_bare": summary(
+            [
+                (t + c) / off
+                for t, c, off in zip(
+                    in_line["mlflow_checkpoints"]["tracker"], in_line["mlflow_checkpoints"]["checkpoints"], times["off"]
+                )
+            ]
+        ),
     }
     # The issue's comparison, in wall time; the in-line shares above tell it without the noise.
     tracking_met = overheads["mlflow"]["median"] <= TARGETS["tracking"]
     return {
-        "unit": "s", "config": " ".join([config.arch, config.opt, config.data, f"epochs={config.epochs}",
-                                         f"batch_size={config.batch_size}"]
-                                        + ([f"train_size={config.train_size}"] if config.train_size else [])),
+        "unit": "s",
+        "config": " ".join(
+            [config.arch, config.opt, config.data, f"epochs={config.epochs}", f"batch_size={config.batch_size}"]
+            + ([f"train_size={config.train_size}"] if config.train_size else [])
+        ),
         "repeats": plan.tracking_repeats,
         **{name: summary(values) for name, values in times.items()},
         "overhead": overheads,
         "cpu_seconds": {side: summary(values) for side, values in cpu.items()},
         "cpu_overhead": cpu_overheads,
-        "in_line": {side: {part: summary(values) for part, values in parts.items() if any(values)}
-                    for side, parts in in_line.items()},
+        "in_line": {
+            side: {part: summary(values) for part, values in parts.items() if any(values)}
+            for side, parts in in_line.items()
+        },
         "in_line_fraction": in_line_fraction,
-        "target": f"<= {TARGETS['tracking']:.0%}", "met": tracking_met,
+        "target": f"<= {TARGETS['tracking']:.0%}",
+        "met": tracking_met,
         "default_vs_bare_met": overheads["default_vs_bare"]["median"] <= TARGETS["tracking"],
         "in_line_met": {key: value["median"] <= TARGETS["tracking"] for key, value in in_line_fraction.items()},
     }
 
 
 # -- 4. CLI start-up -------------------------------------------------------------------------------------
+
 
 def initmem_command() -> list[str]:
     """The console script pip installed beside this Python (not a pyenv or conda shim, whose
@@ -450,18 +513,24 @@ def bench_cli(plan: Plan) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - began)
     imported = {}
     for args in (["--help"], ["plugins"]):
-        out = subprocess.run([sys.executable, "-c", IMPORT_CHECK.format(args=args)], check=True,
-                             capture_output=True, text=True, env=env).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_CHECK.format(args=args)], check=True, capture_output=True, text=True, env=env
+        ).stdout
         imported[f"initmem {' '.join(args)}"] = json.loads(out.strip().splitlines()[-1].replace("'", '"'))
     met = all(statistics.median(times[name]) < TARGETS["cli"] for name in ("initmem --help", "initmem plugins"))
     met = met and not any(imported.values())
     return {
-        "unit": "s", "command": " ".join(initmem), "times": {name: summary(v) for name, v in times.items()},
-        "heavy_modules_imported": imported, "target": f"< {TARGETS['cli']} s, torch not imported", "met": met,
+        "unit": "s",
+        "command": " ".join(initmem),
+        "times": {name: summary(v) for name, v in times.items()},
+        "heavy_modules_imported": imported,
+        "target": f"< {TARGETS['cli']} s, torch not imported",
+        "met": met,
     }
 
 
 # -- the machine -----------------------------------------------------------------------------------------
+
 
 def cpu_ticks() -> tuple[int, int] | None:
     """(steal, total) jiffies of all CPUs from /proc/stat; ``None`` off Linux."""
@@ -497,8 +566,13 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
     except OSError:
         pass
     info = {
-        "cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory_gib, "python": platform.python_version(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "device": args.device,
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": memory_gib,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": args.device,
         "load_average_start": list(os.getloadavg()),
     }
     if args.device.startswith("cuda"):
@@ -507,25 +581,38 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
 
 
 #: The modules whose code the benchmark measures; their digests say which version was measured.
-MEASURED_CODE = ("initmem_core/training/loop.py", "initmem_core/training/setup.py", "initmem_core/training/loaders.py",
-                 "initmem_core/training/runner.py", "initmem_core/tracking/tracker.py",
-                 "initmem_core/training/divergence.py", "initmem_core/training/checkpoints.py")
+MEASURED_CODE = (
+    "initmem_core/training/loop.py",
+    "initmem_core/training/setup.py",
+    "initmem_core/training/loaders.py",
+    "initmem_core/training/runner.py",
+    "initmem_core/tracking/tracker.py",
+    "initmem_core/training/divergence.py",
+    "initmem_core/training/checkpoint_format.py",
+    "initmem_core/training/checkpoint_store.py",
+    "initmem_core/training/rng_state.py",
+)
 
 
 def code_version() -> dict[str, Any]:
     """The git commit and a digest of each measured module (the working tree may differ from it)."""
     root = Path(__file__).resolve().parents[1]
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None
-    digests = {name: hashlib.sha256((root / name).read_bytes()).hexdigest()[:12]
-               for name in MEASURED_CODE if (root / name).exists()}
+    digests = {
+        name: hashlib.sha256((root / name).read_bytes()).hexdigest()[:12]
+        for name in MEASURED_CODE
+        if (root / name).exists()
+    }
     return {"commit": commit, "sha256": digests}
 
 
 # -- output ------------------------------------------------------------------------------------------------
+
 
 def _fmt(value: float, unit: str) -> str:
     if unit == "images/s":
@@ -546,21 +633,37 @@ def print_table(results: dict[str, Any]) -> None:
         table.add_column(column)
     mark = {True: "[green]yes[/green]", False: "[red]NO[/red]"}
     for arch, r in results.get("train", {}).items():
-        table.add_row(f"train {arch} (b={r['batch_size']}, {r['steps']} steps)", _spread(r["initmem"], r["unit"]),
-                      _spread(r["bare"], r["unit"]) + " bare", r["unit"],
-                      f"{r['ratio']['median']:.3f}x [{r['ratio']['min']:.3f}-{r['ratio']['max']:.3f}]",
-                      r["target"], mark[r["met"]])
+        table.add_row(
+            f"train {arch} (b={r['batch_size']}, {r['steps']} steps)",
+            _spread(r["initmem"], r["unit"]),
+            _spread(r["bare"], r["unit"]) + " bare",
+            r["unit"],
+            f"{r['ratio']['median']:.3f}x [{r['ratio']['min']:.3f}-{r['ratio']['max']:.3f}]",
+            r["target"],
+            mark[r["met"]],
+        )
         if "control_ratio" in r:
             c = r["control_ratio"]
-            table.add_row(f"  control: bare loop again ({arch})", _spread(r["bare_again"], r["unit"]) + " bare again",
-                          _spread(r["bare"], r["unit"]) + " bare", r["unit"],
-                          f"{c['median']:.3f}x [{c['min']:.3f}-{c['max']:.3f}]", "-", "-")
+            table.add_row(
+                f"  control: bare loop again ({arch})",
+                _spread(r["bare_again"], r["unit"]) + " bare again",
+                _spread(r["bare"], r["unit"]) + " bare",
+                r["unit"],
+                f"{c['median']:.3f}x [{c['min']:.3f}-{c['max']:.3f}]",
+                "-",
+                "-",
+            )
     if "pipeline" in results:
         r = results["pipeline"]
-        table.add_row(f"pipeline epoch ({r['images']:,} uint8, aug)", _spread(r["device"], r["unit"]) + " device",
-                      _spread(r["torchvision"], r["unit"]) + " torchvision", r["unit"],
-                      f"{r['speedup']['median']:.1f}x [{r['speedup']['min']:.1f}-{r['speedup']['max']:.1f}]",
-                      r["target"], mark[r["met"]])
+        table.add_row(
+            f"pipeline epoch ({r['images']:,} uint8, aug)",
+            _spread(r["device"], r["unit"]) + " device",
+            _spread(r["torchvision"], r["unit"]) + " torchvision",
+            r["unit"],
+            f"{r['speedup']['median']:.1f}x [{r['speedup']['min']:.1f}-{r['speedup']['max']:.1f}]",
+            r["target"],
+            mark[r["met"]],
+        )
     if "tracking" in results:
         r = results["tracking"]
 
@@ -569,29 +672,70 @@ def print_table(results: dict[str, Any]) -> None:
             return text + (f"; cpu {cpu['median']:+.1%}" if cpu else "")
 
         o, c = r["overhead"], r["cpu_overhead"]
-        table.add_row(f"digits run ({r['config']}): mlflow on vs off", _spread(r["mlflow"], "s") + " mlflow",
-                      _spread(r["off"], "s") + " off", "s", overhead(o["mlflow"], c["mlflow"]), r["target"],
-                      mark[o["mlflow"]["median"] <= TARGETS["tracking"]])
-        table.add_row("  the same, both sides checkpointing every epoch",
-                      _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints",
-                      _spread(r["checkpoints"], "s") + " checkpoints", "s",
-                      overhead(o["mlflow_with_checkpoints"], c["mlflow_with_checkpoints"]),
-                      r["target"], mark[o["mlflow_with_checkpoints"]["median"] <= TARGETS["tracking"]])
+        table.add_row(
+            f"digits run ({r['config']}): mlflow on vs off",
+            _spread(r["mlflow"], "s") + " mlflow",
+            _spread(r["off"], "s") + " off",
+            "s",
+            overhead(o["mlflow"], c["mlflow"]),
+            r["target"],
+            mark[o["mlflow"]["median"] <= TARGETS["tracking"]],
+        )
+        table.add_row(
+            "  the same, both sides checkpointing every epoch",
+            _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints",
+            _spread(r["checkpoints"], "s") + " checkpoints",
+            "s",
+            overhead(o["mlflow_with_checkpoints"], c["mlflow_with_checkpoints"]),
+            r["target"],
+            mark[o["mlflow_with_checkpoints"]["median"] <= TARGETS["tracking"]],
+        )
         fraction = r["in_line_fraction"]
-        table.add_row("  in line: time in tracker calls / untracked run",
-                      _spread(r["in_line"]["mlflow"]["tracker"], "s") + " in calls", _spread(r["off"], "s") + " off",
-                      "s", f"{fraction['mlflow']['median']:+.1%}", "-", "-")
-        table.add_row("  checkpoints every epoch vs none (untracked)", _spread(r["checkpoints"], "s") + " checkpoints",
-                      _spread(r["off"], "s") + " off", "s", overhead(o["checkpoints"], c["checkpoints"]), "-", "-")
-        table.add_row("  in line: time saving checkpoints / untracked run",
-                      _spread(r["in_line"]["checkpoints"]["checkpoints"], "s") + " saving",
-                      _spread(r["off"], "s") + " off", "s", f"{fraction['checkpoints']['median']:+.1%}", "-", "-")
-        table.add_row("  default tracked run vs untracked, no checkpoints",
-                      _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints", _spread(r["off"], "s") + " off",
-                      "s", overhead(o["default_vs_bare"], c["default_vs_bare"]), r["target"],
-                      mark[r["default_vs_bare_met"]])
-        table.add_row("  in line: both / untracked run", "", _spread(r["off"], "s") + " off", "s",
-                      f"{fraction['default_vs_bare']['median']:+.1%}", "-", "-")
+        table.add_row(
+            "  in line: time in tracker calls / untracked run",
+            _spread(r["in_line"]["mlflow"]["tracker"], "s") + " in calls",
+            _spread(r["off"], "s") + " off",
+            "s",
+            f"{fraction['mlflow']['median']:+.1%}",
+            "-",
+            "-",
+        )
+        table.add_row(
+            "  checkpoints every epoch vs none (untracked)",
+            _spread(r["checkpoints"], "s") + " checkpoints",
+            _spread(r["off"], "s") + " off",
+            "s",
+            overhead(o["checkpoints"], c["checkpoints"]),
+            "-",
+            "-",
+        )
+        table.add_row(
+            "  in line: time saving checkpoints / untracked run",
+            _spread(r["in_line"]["checkpoints"]["checkpoints"], "s") + " saving",
+            _spread(r["off"], "s") + " off",
+            "s",
+            f"{fraction['checkpoints']['median']:+.1%}",
+            "-",
+            "-",
+        )
+        table.add_row(
+            "  default tracked run vs untracked, no checkpoints",
+            _spread(r["mlflow_checkpoints"], "s") + " mlflow + checkpoints",
+            _spread(r["off"], "s") + " off",
+            "s",
+            overhead(o["default_vs_bare"], c["default_vs_bare"]),
+            r["target"],
+            mark[r["default_vs_bare_met"]],
+        )
+        table.add_row(
+            "  in line: both / untracked run",
+            "",
+            _spread(r["off"], "s") + " off",
+            "s",
+            f"{fraction['default_vs_bare']['median']:+.1%}",
+            "-",
+            "-",
+        )
     if "cli" in results:
         r = results["cli"]
         base = r["times"]["python -c pass"]
@@ -601,11 +745,15 @@ def print_table(results: dict[str, Any]) -> None:
             is_target = name.startswith("initmem")
             imported = r["heavy_modules_imported"].get(name)
             label = f" (imports {imported or 'neither torch nor mlflow'})" if is_target else " (context)"
-            table.add_row(name + label,
-                          _spread(stats, "s"), _spread(base, "s") + " python -c pass", "s",
-                          f"{stats['median'] - base['median']:+.3f} s",
-                          r["target"] if is_target else "-",
-                          mark[stats["median"] < TARGETS["cli"] and not imported] if is_target else "-")
+            table.add_row(
+                name + label,
+                _spread(stats, "s"),
+                _spread(base, "s") + " python -c pass",
+                "s",
+                f"{stats['median'] - base['median']:+.3f} s",
+                r["target"] if is_target else "-",
+                mark[stats["median"] < TARGETS["cli"] and not imported] if is_target else "-",
+            )
     Console(width=200).print(table)
 
 
@@ -615,8 +763,9 @@ SECTIONS = ("train", "pipeline", "tracking", "cli")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: a smoke test (< 1 min)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
@@ -628,8 +777,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-steps", help="steps per repetition of the train section, e.g. resnet20=10,resnet9=4")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"a comma-separated subset of {SECTIONS}")
     parser.add_argument("--archs", default="resnet20,resnet9", help="architectures of the train section")
-    parser.add_argument("--control", action="store_true",
-                        help="train section: also time a second bare loop against the first (the noise floor)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="train section: also time a second bare loop against the first (the noise floor)",
+    )
     return parser.parse_args(argv)
 
 
@@ -649,9 +801,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"--sections: unknown {', '.join(sorted(unknown))}; valid: {', '.join(SECTIONS)}")
 
-    results: dict[str, Any] = {"machine": machine(args), "code": code_version(), "plan": {
-        **plan.__dict__, "channels_last": args.channels_last, "amp": args.amp, "compile": args.compile,
-        "quick": args.quick}, "section_seconds": {}}
+    results: dict[str, Any] = {
+        "machine": machine(args),
+        "code": code_version(),
+        "plan": {
+            **plan.__dict__,
+            "channels_last": args.channels_last,
+            "amp": args.amp,
+            "compile": args.compile,
+            "quick": args.quick,
+        },
+        "section_seconds": {},
+    }
     began = time.perf_counter()
 
     def save() -> str:
@@ -667,8 +828,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[{time.perf_counter() - began:6.1f} s] {section} ...", file=sys.stderr, flush=True)
             section_began, ticks = time.perf_counter(), cpu_ticks()
             if section == "train":
-                results["train"] = {arch: bench_train(arch, plan, args) for arch in args.archs.split(",")
-                                    if arch.strip()}
+                results["train"] = {
+                    arch: bench_train(arch, plan, args) for arch in args.archs.split(",") if arch.strip()
+                }
             elif section == "pipeline":
                 results["pipeline"] = bench_pipeline(plan, args)
             elif section == "tracking":
@@ -683,8 +845,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_table(results)
     steal = {section: results["machine"].get(f"cpu_steal_during_{section}") for section in sections}
     if any(share is not None for share in steal.values()):
-        print("CPU steal (time the hypervisor gave other machines) during: "
-              + ", ".join(f"{section} {share:.0%}" for section, share in steal.items() if share is not None))
+        print(
+            "CPU steal (time the hypervisor gave other machines) during: "
+            + ", ".join(f"{section} {share:.0%}" for section, share in steal.items() if share is not None)
+        )
     print(text)
     return results
 

@@ -53,18 +53,32 @@ class Noise:
     n_test: int = 360
 
 
-NOISES = (Noise("per-example"), Noise("mixed", run_sd=1.0), Noise("run-level", run_sd=2.5),
-          Noise("seed-shared", run_sd=0.5, seed_sd=2.0))
+NOISES = (
+    Noise("per-example"),
+    Noise("mixed", run_sd=1.0),
+    Noise("run-level", run_sd=2.5),
+    Noise("seed-shared", run_sd=0.5, seed_sd=2.0),
+)
 PER_EXAMPLE, RUN_LEVEL = NOISES[0], NOISES[2]
 FMNIST_LIKE = Noise("fmnist-like", run_sd=1.5, n_test=500)
 
-GROUPS = {"sgd": {"opt": "sgd", "lr": 0.01}, "adam": {"opt": "adam", "lr": 0.001},
-          "adamw": {"opt": "adamw", "lr": 0.001}, "muon": {"opt": "muon", "lr": 0.01}}
+GROUPS = {
+    "sgd": {"opt": "sgd", "lr": 0.01},
+    "adam": {"opt": "adam", "lr": 0.001},
+    "adamw": {"opt": "adamw", "lr": 0.001},
+    "muon": {"opt": "muon", "lr": 0.01},
+}
 
 
-def synthetic_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, noise: Noise,
-                    fail: float = 0.0, keep_at: dict[float, int] | None = None,
-                    clocks: dict[str, float] | None = None) -> list[CellRecord]:
+def synthetic_sweep(
+    rng,
+    truths: dict[str, dict[float, float]],
+    seeds: int,
+    noise: Noise,
+    fail: float = 0.0,
+    keep_at: dict[float, int] | None = None,
+    clocks: dict[str, float] | None = None,
+) -> list[CellRecord]:
     """One sweep: ``truths`` maps a group (a key of GROUPS) to its true accuracy (pp) per sigma.
     ``fail``: each cell fails with this probability; ``keep_at``: sigma -> seeds that train there;
     ``clocks``: group -> the forgetting clock its cells end on (T_SGD for SGD, T_adapt otherwise).
@@ -78,12 +92,20 @@ def synthetic_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, nois
                 failed = rng.random() < fail or (keep_at is not None and seed >= keep_at.get(sigma, seeds))
                 p = min(max((accuracy + rng.normal(0, noise.run_sd) + seed_shift[seed]) / 100, 0.0), 1.0)
                 correct = rng.random(noise.n_test) < p
-                clock = {} if clocks is None else {"clock_sgd": clocks[group], "clock_l2": 0.0,
-                                                   "clock_adapt": clocks[group]}
-                records.append(CellRecord(RunConfig(**GROUPS[group], sigma=sigma, seed=seed),
-                                          status="FAILED" if failed else "FINISHED", num_classes=10,
-                                          metrics={} if failed else {"best_val_test_acc": float(correct.mean()), **clock},
-                                          test_correct=None if failed else correct))
+                clock = (
+                    {}
+                    if clocks is None
+                    else {"clock_sgd": clocks[group], "clock_l2": 0.0, "clock_adapt": clocks[group]}
+                )
+                records.append(
+                    CellRecord(
+                        RunConfig(**GROUPS[group], sigma=sigma, seed=seed),
+                        status="FAILED" if failed else "FINISHED",
+                        num_classes=10,
+                        metrics={} if failed else {"best_val_test_acc": float(correct.mean()), **clock},
+                        test_correct=None if failed else correct,
+                    )
+                )
     return records
 
 
@@ -131,8 +153,13 @@ def coverage(rng, sweeps: int, truth: dict[float, float], seeds: int, noise: Noi
         estimates.append(group.debiased_spread - true_spread)
         held += group.debiased_spread_lo <= true_spread <= group.debiased_spread_hi
     decided = sweeps - undecided
-    return {"coverage": held / max(decided, 1), "bias": float(np.mean(estimates)) if estimates else math.nan,
-            "paper": float(np.mean(papers)), "undecided": undecided / sweeps, "named": named / sweeps}
+    return {
+        "coverage": held / max(decided, 1),
+        "bias": float(np.mean(estimates)) if estimates else math.nan,
+        "paper": float(np.mean(papers)),
+        "undecided": undecided / sweeps,
+        "named": named / sweeps,
+    }
 
 
 IDENTICAL = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP)}
@@ -143,40 +170,74 @@ CLOCKS = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}
 def identical_groups(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
     rates = verdict_rate(rng, sweeps, IDENTICAL, seeds, noise)
     wrong = rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0)
-    return Row("identical groups: a verdict", noise.name, seeds, "<= 6%", f"{wrong:.1%}",
-               f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}")
+    return Row(
+        "identical groups: a verdict",
+        noise.name,
+        seeds,
+        "<= 6%",
+        f"{wrong:.1%}",
+        f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}",
+    )
 
 
 def too_few_seeds(rng, sweeps: int) -> Row:
     rates = verdict_rate(rng, sweeps, IDENTICAL, MIN_SEEDS - 1, RUN_LEVEL)
-    return Row(f"identical groups below {MIN_SEEDS} seeds: cannot be decided", RUN_LEVEL.name, MIN_SEEDS - 1,
-               "100%", f"{rates.get(CANNOT_DECIDE, 0):.1%}")
+    return Row(
+        f"identical groups below {MIN_SEEDS} seeds: cannot be decided",
+        RUN_LEVEL.name,
+        MIN_SEEDS - 1,
+        "100%",
+        f"{rates.get(CANNOT_DECIDE, 0):.1%}",
+    )
 
 
 def sgd_against_three(rng, sweeps: int, seeds: int) -> Row:
     rates = verdict_rate(rng, sweeps, ALIKE, seeds, RUN_LEVEL)
-    return Row("SGD vs three identical adaptive groups: a verdict", RUN_LEVEL.name, seeds, "<= 6%",
-               f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
-               f"contradicted {rates.get(CONTRADICTED, 0):.1%}, reproduced {rates.get(REPRODUCED, 0):.1%}")
+    return Row(
+        "SGD vs three identical adaptive groups: a verdict",
+        RUN_LEVEL.name,
+        seeds,
+        "<= 6%",
+        f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
+        f"contradicted {rates.get(CONTRADICTED, 0):.1%}, reproduced {rates.get(REPRODUCED, 0):.1%}",
+    )
 
 
 def flat_group(rng, sweeps: int, noise: Noise) -> Row:
     truth = on(SIGMAS, (85,) * 4) if noise == FMNIST_LIKE else on(SIGMAS, FLAT)
     c = coverage(rng, sweeps, truth, 6, noise)
-    return Row("flat group (true spread 0): interval holds 0", noise.name, 6, ">= 90%", f"{c['coverage']:.1%}",
-               f"mean debiased {c['bias']:+.2f} pp, mean paper's spread {c['paper']:.2f} pp")
+    return Row(
+        "flat group (true spread 0): interval holds 0",
+        noise.name,
+        6,
+        ">= 90%",
+        f"{c['coverage']:.1%}",
+        f"mean debiased {c['bias']:+.2f} pp, mean paper's spread {c['paper']:.2f} pp",
+    )
 
 
 def five_pp(rng, sweeps: int, noise: Noise, label: str, failures: dict) -> Row:
     c = coverage(rng, sweeps, on(SIGMAS, FIVE_PP), 6, noise, **failures)
-    return Row(f"true spread 5 pp, {label}: covered", noise.name, 6, ">= 92%", f"{c['coverage']:.1%}",
-               f"bias {c['bias']:+.2f} pp, no interval in {c['undecided']:.1%}")
+    return Row(
+        f"true spread 5 pp, {label}: covered",
+        noise.name,
+        6,
+        ">= 92%",
+        f"{c['coverage']:.1%}",
+        f"bias {c['bias']:+.2f} pp, no interval in {c['undecided']:.1%}",
+    )
 
 
 def one_trained_seed(rng, sweeps: int) -> Row:
     c = coverage(rng, sweeps, on(SIGMAS, FIVE_PP), 6, RUN_LEVEL, keep_at={2.5: 1})
-    return Row("true spread 5 pp, worst sigma with 1 of 6 trained: that sigma named as left out", RUN_LEVEL.name, 6,
-               "100%", f"{c['named']:.1%}", f"spread over the other sigmas covered in {c['coverage']:.1%}")
+    return Row(
+        "true spread 5 pp, worst sigma with 1 of 6 trained: that sigma named as left out",
+        RUN_LEVEL.name,
+        6,
+        "100%",
+        f"{c['named']:.1%}",
+        f"spread over the other sigmas covered in {c['coverage']:.1%}",
+    )
 
 
 def unequal_sigma_sets(rng, sweeps: int) -> Row:
@@ -188,30 +249,54 @@ def unequal_sigma_sets(rng, sweeps: int) -> Row:
         pair = build_report(records).pairs[0]  # adam - sgd (groups sorted)
         bias.append(-pair.spread_diff)
         reproduced += evaluate_findings(records)[0].verdict == REPRODUCED
-    return Row("SGD at 7 sigmas vs Adam at the 2 ends, flat truth: 'reproduced'", PER_EXAMPLE.name, 6, "<= 2.5%",
-               f"{reproduced / sweeps:.1%}", f"mean SGD − Adam {np.mean(bias):+.2f} pp (no bias: 0)")
+    return Row(
+        "SGD at 7 sigmas vs Adam at the 2 ends, flat truth: 'reproduced'",
+        PER_EXAMPLE.name,
+        6,
+        "<= 2.5%",
+        f"{reproduced / sweeps:.1%}",
+        f"mean SGD − Adam {np.mean(bias):+.2f} pp (no bias: 0)",
+    )
 
 
 def power(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
     rates = verdict_rate(rng, sweeps, {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, TWO_PP)}, seeds, noise)
-    return Row("power: spread 4 pp vs 2 pp, 'reproduced'", noise.name, seeds,
-               ">= 50%" if (noise, seeds) == (PER_EXAMPLE, 6) else "(as high as the noise allows)",
-               f"{rates.get(REPRODUCED, 0):.1%}")
+    return Row(
+        "power: spread 4 pp vs 2 pp, 'reproduced'",
+        noise.name,
+        seeds,
+        ">= 50%" if (noise, seeds) == (PER_EXAMPLE, 6) else "(as high as the noise allows)",
+        f"{rates.get(REPRODUCED, 0):.1%}",
+    )
 
 
 def clock_ordering_alike(rng, sweeps: int, seeds: int) -> Row:
     rates = verdict_rate(rng, sweeps, ALIKE, seeds, RUN_LEVEL, claim=4, clocks=CLOCKS)
-    return Row("clock ordering over four identical groups: a verdict", RUN_LEVEL.name, seeds, "<= 6%",
-               f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
-               f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}")
+    return Row(
+        "clock ordering over four identical groups: a verdict",
+        RUN_LEVEL.name,
+        seeds,
+        "<= 6%",
+        f"{rates.get(REPRODUCED, 0) + rates.get(CONTRADICTED, 0):.1%}",
+        f"reproduced {rates.get(REPRODUCED, 0):.1%}, contradicted {rates.get(CONTRADICTED, 0):.1%}",
+    )
 
 
 def clock_ordering_power(rng, sweeps: int) -> Row:
-    ordered = {"sgd": on(SIGMAS, (97, 95.5, 94, 91)), "adam": on(SIGMAS, FOUR_PP), "adamw": on(SIGMAS, TWO_PP),
-               "muon": on(SIGMAS, FLAT)}  # spreads 6, 4, 2, 0 pp as the clocks grow
+    ordered = {
+        "sgd": on(SIGMAS, (97, 95.5, 94, 91)),
+        "adam": on(SIGMAS, FOUR_PP),
+        "adamw": on(SIGMAS, TWO_PP),
+        "muon": on(SIGMAS, FLAT),
+    }  # spreads 6, 4, 2, 0 pp as the clocks grow
     rates = verdict_rate(rng, sweeps, ordered, 6, PER_EXAMPLE, claim=4, clocks=CLOCKS)
-    return Row("power: clock ordering of spreads 6/4/2/0 pp, 'reproduced'", PER_EXAMPLE.name, 6,
-               "(as high as the noise allows)", f"{rates.get(REPRODUCED, 0):.1%}")
+    return Row(
+        "power: clock ordering of spreads 6/4/2/0 pp, 'reproduced'",
+        PER_EXAMPLE.name,
+        6,
+        "(as high as the noise allows)",
+        f"{rates.get(REPRODUCED, 0):.1%}",
+    )
 
 
 # The three claims added with issue 29 (training longer, a larger rate, depth). Their groups are
@@ -242,8 +327,16 @@ def as_groups(records: list[CellRecord], configs: dict[str, dict]) -> list[CellR
     return records
 
 
-def claim_rates(rng, sweeps: int, truths, seeds: int, noise: Noise, claim: str, configs: dict[str, dict],
-                clocks: dict[str, float] | None = None) -> dict[str, float]:
+def claim_rates(
+    rng,
+    sweeps: int,
+    truths,
+    seeds: int,
+    noise: Noise,
+    claim: str,
+    configs: dict[str, dict],
+    clocks: dict[str, float] | None = None,
+) -> dict[str, float]:
     """Share of sweeps with each verdict on one of the new claims (read alone: ``read_sweep`` and the claim)."""
     from initmem_core.report.findings import CLAIMS, read_sweep
 
@@ -257,29 +350,49 @@ def claim_rates(rng, sweeps: int, truths, seeds: int, noise: Noise, claim: str, 
 
 def _verdict_row(check: str, noise: Noise, seeds: int, target: str, rates: dict[str, float], wrong: bool) -> Row:
     r, c = rates.get(REPRODUCED, 0), rates.get(CONTRADICTED, 0)
-    return Row(check, noise.name, seeds, target, f"{r + c:.1%}" if wrong else f"{r:.1%}",
-               f"reproduced {r:.1%}, contradicted {c:.1%}")
+    return Row(
+        check,
+        noise.name,
+        seeds,
+        target,
+        f"{r + c:.1%}" if wrong else f"{r:.1%}",
+        f"reproduced {r:.1%}, contradicted {c:.1%}",
+    )
 
 
 def longer_at_margin(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
     """The long horizon kept exactly half the short one's 4 pp: neither verdict is true."""
     truths = {"sgd": ends(FOUR_PP), "adam": ends(HALF_OF_FOUR)}
     rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
-    return _verdict_row("training longer, long keeps exactly half of 4 pp: a verdict", noise, seeds, "<= 6%", rates, True)
+    return _verdict_row(
+        "training longer, long keeps exactly half of 4 pp: a verdict", noise, seeds, "<= 6%", rates, True
+    )
 
 
 def longer_forgot(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
     truths = {"sgd": ends(FOUR_PP), "adam": ends(NO_MEMORY)}
     rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
-    return _verdict_row("training longer, long forgot all of 4 pp: 'reproduced'", noise, seeds, "<= 2.5%",
-                        {REPRODUCED: rates.get(REPRODUCED, 0)}, False)
+    return _verdict_row(
+        "training longer, long forgot all of 4 pp: 'reproduced'",
+        noise,
+        seeds,
+        "<= 2.5%",
+        {REPRODUCED: rates.get(REPRODUCED, 0)},
+        False,
+    )
 
 
 def longer_power(rng, sweeps: int, noise: Noise, seeds: int, long: tuple[float, ...], label: str) -> Row:
     truths = {"sgd": ends(FIVE_PP), "adam": ends(long)}
     rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
-    return _verdict_row(f"power: training longer, long keeps {label} of 5 pp, 'reproduced'", noise, seeds,
-                        "(as high as the noise allows)", rates, False)
+    return _verdict_row(
+        f"power: training longer, long keeps {label} of 5 pp, 'reproduced'",
+        noise,
+        seeds,
+        "(as high as the noise allows)",
+        rates,
+        False,
+    )
 
 
 def lr_identical(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
@@ -291,8 +404,14 @@ def lr_identical(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
 def lr_power(rng, sweeps: int, noise: Noise, seeds: int, high: tuple[float, ...], label: str) -> Row:
     truths = {"sgd": ends(FIVE_PP), "adam": ends(high)}
     rates = claim_rates(rng, sweeps, truths, seeds, noise, "lr", {"sgd": LOW_LR, "adam": HIGH_LR})
-    return _verdict_row(f"power: larger rate, spread 5 pp vs {label}, 'reproduced'", noise, seeds,
-                        "(as high as the noise allows)", rates, False)
+    return _verdict_row(
+        f"power: larger rate, spread 5 pp vs {label}, 'reproduced'",
+        noise,
+        seeds,
+        "(as high as the noise allows)",
+        rates,
+        False,
+    )
 
 
 #: Interpolation noise: a seed's shift of every cell's log-odds of interpolating (one seed's data
@@ -314,8 +433,13 @@ def depth_sweep(rng, rates: dict[str, tuple[float, float]], seeds: int, seed_sd:
                 metrics = {"best_val_test_acc": 0.95 + 0.01 * rng.standard_normal()}
                 if rng.random() < p:
                     metrics["tau_interp"] = 5.0
-                records.append(CellRecord(RunConfig(opt="sgd", lr=0.01, arch=arch, sigma=sigma, seed=seed),
-                                          num_classes=10, metrics=metrics))
+                records.append(
+                    CellRecord(
+                        RunConfig(opt="sgd", lr=0.01, arch=arch, sigma=sigma, seed=seed),
+                        num_classes=10,
+                        metrics=metrics,
+                    )
+                )
     return records
 
 
@@ -329,13 +453,19 @@ def depth_rates(rng, sweeps: int, rates, seeds: int, noise: str) -> dict[str, fl
     return {k: v / sweeps for k, v in counts.items()}
 
 
-def depth_check(rng, sweeps: int, noise: str, seeds: int, rates: dict[str, tuple[float, float]], label: str,
-                false: bool) -> Row:
+def depth_check(
+    rng, sweeps: int, noise: str, seeds: int, rates: dict[str, tuple[float, float]], label: str, false: bool
+) -> Row:
     found = depth_rates(rng, sweeps, rates, seeds, noise)
     r, c = found.get(REPRODUCED, 0), found.get(CONTRADICTED, 0)
-    return Row(f"{'' if false else 'power: '}depth, {label}: {'a verdict' if false else repr('reproduced')}", noise,
-               seeds, "<= 6%" if false else "(as high as the noise allows)", f"{r + c:.1%}" if false else f"{r:.1%}",
-               f"reproduced {r:.1%}, contradicted {c:.1%}")
+    return Row(
+        f"{'' if false else 'power: '}depth, {label}: {'a verdict' if false else repr('reproduced')}",
+        noise,
+        seeds,
+        "<= 6%" if false else "(as high as the noise allows)",
+        f"{r + c:.1%}" if false else f"{r:.1%}",
+        f"reproduced {r:.1%}, contradicted {c:.1%}",
+    )
 
 
 #: Interpolation chances (sigma 0.1, sigma 2.5) per architecture.
@@ -348,18 +478,34 @@ DEPTH_WEAKER = {"resnet20": (1.0, 0.9), "resnet56": (1.0, 0.4), "resnet110": (1.
 def new_claim_checks() -> list[tuple]:
     rows: list[tuple] = [(longer_at_margin, (noise, seeds)) for noise in (PER_EXAMPLE, RUN_LEVEL) for seeds in (4, 6)]
     rows += [(longer_forgot, (RUN_LEVEL, 6))]
-    rows += [(longer_power, (PER_EXAMPLE, seeds, long, label)) for seeds in (4, 6, 8)
-             for long, label in ((FIVE_PP, "all"), (KEEPS_80, "80%"))]
+    rows += [
+        (longer_power, (PER_EXAMPLE, seeds, long, label))
+        for seeds in (4, 6, 8)
+        for long, label in ((FIVE_PP, "all"), (KEEPS_80, "80%"))
+    ]
     rows += [(lr_identical, (noise, seeds)) for noise in (PER_EXAMPLE, RUN_LEVEL) for seeds in (4, 6)]
-    rows += [(lr_power, (PER_EXAMPLE, seeds, high, label)) for seeds in (4, 6)
-             for high, label in ((TWO_PP, "2 pp"), (FLAT, "0 pp"))]
-    rows += [(depth_check, (noise, seeds, DEPTH_ALIKE, "all depths alike (1.0, 0.5)", True))
-             for noise in DEPTH_NOISES for seeds in (4, 6)]
-    rows += [(depth_check, ("seed-shared", seeds, DEPTH_EVERYWHERE, "deep fail at every sigma (0.3)", True))
-             for seeds in (4, 6)]
-    rows += [(depth_check, ("seed-shared", seeds, rates, label, False)) for seeds in (3, 4, 6)
-             for rates, label in ((DEPTH_CLAIMED, "deep 0.2 at sigma 2.5, shallow 1.0"),
-                                  (DEPTH_WEAKER, "deep 0.4 at sigma 2.5, shallow 0.9"))]
+    rows += [
+        (lr_power, (PER_EXAMPLE, seeds, high, label))
+        for seeds in (4, 6)
+        for high, label in ((TWO_PP, "2 pp"), (FLAT, "0 pp"))
+    ]
+    rows += [
+        (depth_check, (noise, seeds, DEPTH_ALIKE, "all depths alike (1.0, 0.5)", True))
+        for noise in DEPTH_NOISES
+        for seeds in (4, 6)
+    ]
+    rows += [
+        (depth_check, ("seed-shared", seeds, DEPTH_EVERYWHERE, "deep fail at every sigma (0.3)", True))
+        for seeds in (4, 6)
+    ]
+    rows += [
+        (depth_check, ("seed-shared", seeds, rates, label, False))
+        for seeds in (3, 4, 6)
+        for rates, label in (
+            (DEPTH_CLAIMED, "deep 0.2 at sigma 2.5, shallow 1.0"),
+            (DEPTH_WEAKER, "deep 0.4 at sigma 2.5, shallow 0.9"),
+        )
+    ]
     return rows
 
 
@@ -368,6 +514,7 @@ def new_claim_checks() -> list[tuple]:
 # so runs' errors overlap and the test set's own sampling error is shared by every run. The rows
 # below draw a fresh test set from a population each sweep and check the debiased spread's interval
 # against the *population* spread, and identical groups' false verdicts.
+
 
 @dataclass(frozen=True)
 class SharedTestSet:
@@ -389,30 +536,30 @@ class SharedTestSet:
 
     @property
     def total_sd(self) -> float:
-        return math.sqrt(self.difficulty ** 2 + self.specific ** 2 + self.seed_example ** 2 + self.run ** 2
-                         + self.seed ** 2)
+        return math.sqrt(self.difficulty**2 + self.specific**2 + self.seed_example**2 + self.run**2 + self.seed**2)
 
 
 #: Two mixes: per-example noise alone (two runs of one sigma share 52% of their errors, of two
 #: sigmas 38%), and one with seed-shared and run-level parts too (48% and 38%).
-SHARED_TEST_SETS = (SharedTestSet("shared test set"),
-                    SharedTestSet("shared test set, mixed", difficulty=3.5, specific=1.0, seed_example=0.6,
-                                  run=0.2, seed=0.2))
+SHARED_TEST_SETS = (
+    SharedTestSet("shared test set"),
+    SharedTestSet("shared test set, mixed", difficulty=3.5, specific=1.0, seed_example=0.6, run=0.2, seed=0.2),
+)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def population_level(accuracy: float, sd: float) -> float:
     """The log-odds level whose population accuracy (pp), over a normal spread of sd ``sd``, is ``accuracy``."""
     from scipy import optimize, special
 
     nodes, weights = np.polynomial.hermite_e.hermegauss(80)
     weights = weights / weights.sum()
-    return optimize.brentq(lambda a: float((weights * special.expit(a + sd * nodes)).sum()) - accuracy / 100,
-                           -30, 30)
+    return optimize.brentq(lambda a: float((weights * special.expit(a + sd * nodes)).sum()) - accuracy / 100, -30, 30)
 
 
-def shared_test_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, model: SharedTestSet,
-                      clocks: dict[str, float] | None = None) -> list[CellRecord]:
+def shared_test_sweep(
+    rng, truths: dict[str, dict[float, float]], seeds: int, model: SharedTestSet, clocks: dict[str, float] | None = None
+) -> list[CellRecord]:
     """One sweep on one freshly drawn test set: ``truths`` maps a group (a key of GROUPS) to its true
     population accuracy (pp) per sigma; every cell trains and logs its per-example record."""
     from scipy import special
@@ -424,19 +571,36 @@ def shared_test_sweep(rng, truths: dict[str, dict[float, float]], seeds: int, mo
     records = []
     for group, truth in truths.items():
         for sigma, accuracy in truth.items():
-            logits = (population_level(accuracy, model.total_sd) + difficulty + rng.normal(0, model.specific, n)
-                      + seed_example + (seed_shift + rng.normal(0, model.run, seeds))[:, None])
+            logits = (
+                population_level(accuracy, model.total_sd)
+                + difficulty
+                + rng.normal(0, model.specific, n)
+                + seed_example
+                + (seed_shift + rng.normal(0, model.run, seeds))[:, None]
+            )
             right = rng.random((seeds, n)) < special.expit(logits)
-            clock = {} if clocks is None else {"clock_sgd": clocks[group], "clock_l2": 0.0, "clock_adapt": clocks[group]}
-            records += [CellRecord(RunConfig(**GROUPS[group], sigma=sigma, seed=seed), num_classes=10,
-                                   metrics={"best_val_test_acc": float(right[seed].mean()), **clock},
-                                   test_correct=right[seed]) for seed in range(seeds)]
+            clock = (
+                {} if clocks is None else {"clock_sgd": clocks[group], "clock_l2": 0.0, "clock_adapt": clocks[group]}
+            )
+            records += [
+                CellRecord(
+                    RunConfig(**GROUPS[group], sigma=sigma, seed=seed),
+                    num_classes=10,
+                    metrics={"best_val_test_acc": float(right[seed].mean()), **clock},
+                    test_correct=right[seed],
+                )
+                for seed in range(seeds)
+            ]
     return records
 
 
 #: Population truths with a 5 pp spread whose best or worst sigma has a close rival.
-SHARED_TRUTHS = {"best and runner-up 1 pp apart": (97, 96, 94, 92), "best and runner-up 2 pp apart": FIVE_PP,
-                 "a near-tied worst (0.5 pp)": (97, 95, 92.5, 92), "two tied tops": (97, 97, 94, 92)}
+SHARED_TRUTHS = {
+    "best and runner-up 1 pp apart": (97, 96, 94, 92),
+    "best and runner-up 2 pp apart": FIVE_PP,
+    "a near-tied worst (0.5 pp)": (97, 95, 92.5, 92),
+    "two tied tops": (97, 97, 94, 92),
+}
 
 
 def population_coverage(rng, sweeps: int, model: SharedTestSet, seeds: int, label: str) -> Row:
@@ -454,8 +618,14 @@ def population_coverage(rng, sweeps: int, model: SharedTestSet, seeds: int, labe
         low, high = interval_around(estimate.estimate, estimate.seed_se, satterthwaite(estimate.components)[1])
         seeds_only += low <= target <= high
         errors.append(estimate.estimate - target)
-    return Row(f"population spread 5 pp, {label}: covered", model.name, seeds, ">= 92%", f"{held / sweeps:.1%}",
-               f"bias {np.mean(errors):+.2f} pp; the seeds-alone interval: {seeds_only / sweeps:.1%}")
+    return Row(
+        f"population spread 5 pp, {label}: covered",
+        model.name,
+        seeds,
+        ">= 92%",
+        f"{held / sweeps:.1%}",
+        f"bias {np.mean(errors):+.2f} pp; the seeds-alone interval: {seeds_only / sweeps:.1%}",
+    )
 
 
 def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
@@ -464,8 +634,14 @@ def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) 
         verdict = evaluate_findings(shared_test_sweep(rng, IDENTICAL, seeds, model))[0].verdict
         counts[verdict] = counts.get(verdict, 0) + 1
     r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
-    return Row("identical groups (population), one test set: a verdict", model.name, seeds, "<= 6%", f"{r + c:.1%}",
-               f"reproduced {r:.1%}, contradicted {c:.1%}")
+    return Row(
+        "identical groups (population), one test set: a verdict",
+        model.name,
+        seeds,
+        "<= 6%",
+        f"{r + c:.1%}",
+        f"reproduced {r:.1%}, contradicted {c:.1%}",
+    )
 
 
 def population_against_test_set(rng, sweeps: int, noise, seeds: int, label: str) -> Row:
@@ -480,26 +656,47 @@ def population_against_test_set(rng, sweeps: int, noise, seeds: int, label: str)
     truths = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP if label == "identical" else TWO_PP)}
     population = seeds_only = 0
     for _ in range(sweeps):
-        records = (shared_test_sweep(rng, truths, seeds, noise) if isinstance(noise, SharedTestSet)
-                   else synthetic_sweep(rng, truths, seeds, noise))
+        records = (
+            shared_test_sweep(rng, truths, seeds, noise)
+            if isinstance(noise, SharedTestSet)
+            else synthetic_sweep(rng, truths, seeds, noise)
+        )
         tables = [accuracy_matrix([r for r in records if r.config.opt == group]) for group in ("sgd", "adam")]
         d = spread_difference(*tables)
         population += d.lo > 0 or d.hi < 0
         d = spread_difference(*(dict(t) for t in tables))  # no records: for this test set
         seeds_only += d.lo > 0 or d.hi < 0
-    what = "identical groups: the interval excludes 0" if label == "identical" else "4 pp vs 2 pp: the interval excludes 0"
-    return Row(f"population vs seeds-alone interval, {what}", noise.name, seeds,
-               "<= 6%" if label == "identical" else "(as high as the noise allows)", f"{population / sweeps:.1%}",
-               f"seeds alone, same sweeps: {seeds_only / sweeps:.1%}")
+    what = (
+        "identical groups: the interval excludes 0" if label == "identical" else "4 pp vs 2 pp: the interval excludes 0"
+    )
+    return Row(
+        f"population vs seeds-alone interval, {what}",
+        noise.name,
+        seeds,
+        "<= 6%" if label == "identical" else "(as high as the noise allows)",
+        f"{population / sweeps:.1%}",
+        f"seeds alone, same sweeps: {seeds_only / sweeps:.1%}",
+    )
 
 
 def shared_test_set_checks() -> list[tuple]:
     rows: list[tuple] = [(shared_identical_groups, (model, seeds)) for model in SHARED_TEST_SETS for seeds in (4, 6)]
-    rows += [(population_coverage, (model, seeds, label)) for model in SHARED_TEST_SETS for seeds in (4, 6)
-             for label in SHARED_TRUTHS]
-    rows += [(population_against_test_set, (noise, 6, label)) for noise, label in
-             ((PER_EXAMPLE, "power"), (PER_EXAMPLE, "identical"), (RUN_LEVEL, "identical"),
-              (SHARED_TEST_SETS[1], "power"), (SHARED_TEST_SETS[1], "identical"))]
+    rows += [
+        (population_coverage, (model, seeds, label))
+        for model in SHARED_TEST_SETS
+        for seeds in (4, 6)
+        for label in SHARED_TRUTHS
+    ]
+    rows += [
+        (population_against_test_set, (noise, 6, label))
+        for noise, label in (
+            (PER_EXAMPLE, "power"),
+            (PER_EXAMPLE, "identical"),
+            (RUN_LEVEL, "identical"),
+            (SHARED_TEST_SETS[1], "power"),
+            (SHARED_TEST_SETS[1], "identical"),
+        )
+    ]
     return rows
 
 
@@ -520,12 +717,20 @@ def checks() -> list[tuple]:
     rows: list[tuple] = [(identical_groups, (noise, seeds)) for noise in NOISES for seeds in (4, 6)]
     rows += [(too_few_seeds, ())] + [(sgd_against_three, (seeds,)) for seeds in (4, 6)]
     rows += [(flat_group, (noise,)) for noise in (PER_EXAMPLE, RUN_LEVEL, FMNIST_LIKE)]
-    rows += [(five_pp, (noise, label, failures)) for noise in (PER_EXAMPLE, RUN_LEVEL)
-             for label, failures in (("no failed cells", {}), ("10% of cells failed", {"fail": 0.1}),
-                                     ("worst sigma with 3 of 6 seeds trained", {"keep_at": {2.5: 3}}))]
+    rows += [
+        (five_pp, (noise, label, failures))
+        for noise in (PER_EXAMPLE, RUN_LEVEL)
+        for label, failures in (
+            ("no failed cells", {}),
+            ("10% of cells failed", {"fail": 0.1}),
+            ("worst sigma with 3 of 6 seeds trained", {"keep_at": {2.5: 3}}),
+        )
+    ]
     rows += [(one_trained_seed, ()), (unequal_sigma_sets, ())]
-    rows += [(power, (noise, seeds)) for noise, seeds in
-             ((PER_EXAMPLE, 6), (PER_EXAMPLE, 4), (PER_EXAMPLE, 8), (PER_EXAMPLE, 10), (RUN_LEVEL, 6))]
+    rows += [
+        (power, (noise, seeds))
+        for noise, seeds in ((PER_EXAMPLE, 6), (PER_EXAMPLE, 4), (PER_EXAMPLE, 8), (PER_EXAMPLE, 10), (RUN_LEVEL, 6))
+    ]
     rows += [(clock_ordering_alike, (seeds,)) for seeds in (4, 6)] + [(clock_ordering_power, ())]
     rows += new_claim_checks()
     rows += shared_test_set_checks()
@@ -542,21 +747,24 @@ def run_checks(sweeps: int, seed: int = 0, workers: int = 1, rows: set[int] | No
     """Every row (or the ``rows`` numbered, from 1, as printed), each from its own rng seeded by
     ``seed`` and the row's number, so that rows run in ``workers`` processes side by side and any
     one row can be rerun alone, with more sweeps, say."""
-    tasks = [(index, sweeps, seed, check) for index, check in enumerate(checks())
-             if rows is None or index + 1 in rows]
+    tasks = [(index, sweeps, seed, check) for index, check in enumerate(checks()) if rows is None or index + 1 in rows]
     done: list[Row] = []
     with concurrent.futures.ProcessPoolExecutor(workers) if workers > 1 else contextlib.nullcontext() as pool:
         for task, row in zip(tasks, pool.map(_one_row, tasks) if pool else map(_one_row, tasks)):
             row = dataclasses.replace(row, number=task[0] + 1, sweeps=sweeps)
             done.append(row)
-            log(f"{task[0] + 1:>2}. {row.check:55s} {row.noise:12s} {row.seeds:>2} seeds  {row.measured:>8s}  "
-                f"(target {row.target}) {row.detail}")
+            log(
+                f"{task[0] + 1:>2}. {row.check:55s} {row.noise:12s} {row.seeds:>2} seeds  {row.measured:>8s}  "
+                f"(target {row.target}) {row.detail}"
+            )
     return done
 
 
-TABLE_HEAD = ("Each row is reproduced by `python benchmarks/calibration.py --rows N --sweeps S` with N its number "
-              "and S its sweeps: every row has its own seeded draws, whatever "
-              "runs beside it, so rows measured at different times and sweep counts make one table.")
+TABLE_HEAD = (
+    "Each row is reproduced by `python benchmarks/calibration.py --rows N --sweeps S` with N its number "
+    "and S its sweeps: every row has its own seeded draws, whatever "
+    "runs beside it, so rows measured at different times and sweep counts make one table."
+)
 COLUMNS = "| # | check | noise | seeds | sweeps | target | measured | detail |"
 SEPARATOR = "|" + "---|" * (COLUMNS.count("|") - 1)
 
@@ -567,8 +775,9 @@ def table_line(r: Row) -> str:
 
 def markdown(rows: list[Row], sweeps: int, seconds: float, workers: int = 1, options: str = "") -> str:
     command = f"python benchmarks/calibration.py --sweeps {sweeps} --workers {workers}{options}"
-    lines = [TABLE_HEAD, f"Last measured: `{command}` ({seconds / 60:.1f} min).", "",
-             COLUMNS, SEPARATOR] + [table_line(r) for r in rows]
+    lines = [TABLE_HEAD, f"Last measured: `{command}` ({seconds / 60:.1f} min).", "", COLUMNS, SEPARATOR] + [
+        table_line(r) for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -581,9 +790,13 @@ def write_docs(table: str, path: Path = ROOT / "docs" / "STATISTICS.md", merge: 
     text = path.read_text()
     start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
     if merge:
+
         def numbered(lines: list[str]) -> dict[int, str]:
-            return {int(line.split("|")[1]): line for line in lines
-                    if line.startswith("| ") and line.split("|")[1].strip().isdigit()}
+            return {
+                int(line.split("|")[1]): line
+                for line in lines
+                if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+            }
 
         new_lines = table.splitlines()
         rows = {**numbered(text[start:stop].splitlines()), **numbered(new_lines)}
@@ -597,15 +810,19 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=400, help="synthetic sweeps per setting")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="processes running rows side by side")
-    parser.add_argument("--rows", type=lambda text: {int(n) for n in text.split(",")},
-                        help="only these rows, numbered from 1 as printed (e.g. 6,23); with --write-docs, "
-                             "only they are replaced in the table")
+    parser.add_argument(
+        "--rows",
+        type=lambda text: {int(n) for n in text.split(",")},
+        help="only these rows, numbered from 1 as printed (e.g. 6,23); with --write-docs, "
+        "only they are replaced in the table",
+    )
     parser.add_argument("--write-docs", action="store_true", help="replace the table in docs/STATISTICS.md")
     args = parser.parse_args()
     start = time.perf_counter()
     rows = run_checks(args.sweeps, args.seed, args.workers, args.rows)
     options = (f" --seed {args.seed}" if args.seed else "") + (
-        f" --rows {','.join(map(str, sorted(args.rows)))}" if args.rows else "")
+        f" --rows {','.join(map(str, sorted(args.rows)))}" if args.rows else ""
+    )
     table = markdown(rows, args.sweeps, time.perf_counter() - start, args.workers, options)
     print(table)
     if args.write_docs:

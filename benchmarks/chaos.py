@@ -68,9 +68,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 INITMEM = [sys.executable, "-m", "initmem_cli"]
 KINDS = ("kill_worker", "kill_helper", "kill_sweep", "sigint_sweep", "kill_server", "fill_disk", "hold_lock")
@@ -82,13 +83,14 @@ STOP_AFTER_SIGINT_S = 60  # a Ctrl-C'd sweep that has not ended by then hangs (a
 
 # -- processes, from /proc ---------------------------------------------------------------------
 
+
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(state, parent pid, start time in ticks) of ``pid``, or None if it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return fields[0], int(fields[1]), int(fields[19])
 
 
@@ -162,6 +164,7 @@ def free_port() -> int:
 
 # -- the services ------------------------------------------------------------------------------
 
+
 class Server:
     """``mlflow server`` on a SQLite database, 127.0.0.1, one worker; killed and restarted on the same port."""
 
@@ -178,10 +181,28 @@ class Server:
         self.starts += 1
         env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.database}",
-             "--artifacts-destination", str(self.folder / "artifacts"), "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self.folder)
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.database}",
+                "--artifacts-destination",
+                str(self.folder / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=self.folder,
+        )
         log.close()
         if wait:
             self.wait_healthy()
@@ -223,11 +244,14 @@ class Disk:
     def __init__(self, folder: Path, size: str):
         self.folder = folder
         folder.mkdir(parents=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+        )
         if done.returncode != 0:
-            raise SystemExit(f"error: cannot mount a tmpfs on {folder} ({done.stderr.strip() or 'not root?'}); "
-                             "chaos.py fills the sweep's disk and needs root")
+            raise SystemExit(
+                f"error: cannot mount a tmpfs on {folder} ({done.stderr.strip() or 'not root?'}); "
+                "chaos.py fills the sweep's disk and needs root"
+            )
         self.filler: Path | None = None
 
     def fill(self) -> int:
@@ -277,6 +301,7 @@ class Lock:
 
 # -- the schedule ------------------------------------------------------------------------------
 
+
 @dataclass
 class Fault:
     delay: float  # seconds after the previous fault
@@ -298,6 +323,7 @@ def schedule(seed: int, mean_gap_s: float) -> Iterator[Fault]:
 
 # -- the sweep -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Grid:
     sigmas: str
@@ -306,9 +332,24 @@ class Grid:
     train_size: int
 
     def args(self) -> list[str]:
-        return ["--sigma", self.sigmas, "--seed", self.seeds, "--epochs", str(self.epochs), "--train-size",
-                str(self.train_size), "--batch-size", "32", "--eval-batch-size", "512", "--threads", "1",
-                "--workers", "2"]
+        return [
+            "--sigma",
+            self.sigmas,
+            "--seed",
+            self.seeds,
+            "--epochs",
+            str(self.epochs),
+            "--train-size",
+            str(self.train_size),
+            "--batch-size",
+            "32",
+            "--eval-batch-size",
+            "512",
+            "--threads",
+            "1",
+            "--workers",
+            "2",
+        ]
 
 
 @dataclass
@@ -352,8 +393,13 @@ class Chaos:
         print(f"{time.monotonic() - self.start:8.1f}s  {text}", flush=True)
 
     def env(self) -> dict[str, str]:
-        return dict(os.environ, TMPDIR=str(self.tmp), PYTHONUNBUFFERED="1", COLUMNS="120",
-                    MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
+        return dict(
+            os.environ,
+            TMPDIR=str(self.tmp),
+            PYTHONUNBUFFERED="1",
+            COLUMNS="120",
+            MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
+        )
 
     # -- the twin --
 
@@ -363,8 +409,13 @@ class Chaos:
         began = time.monotonic()
         uri = f"sqlite:///{folder / 'mlflow.db'}"
         with open(folder / "sweep.log", "wb") as log:
-            code = subprocess.run([*INITMEM, "sweep", *self.grid.args(), "--name", "twin", "--tracking-uri", uri],
-                                  cwd=folder, env=self.env(), stdout=log, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                [*INITMEM, "sweep", *self.grid.args(), "--name", "twin", "--tracking-uri", uri],
+                cwd=folder,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
         if code != 0:
             raise RuntimeError(f"the twin sweep failed (exit {code}):\n{(folder / 'sweep.log').read_text()[-3000:]}")
         self.twin_seconds = time.monotonic() - began
@@ -378,8 +429,12 @@ class Chaos:
         self.sweep_log = open(round_.logs / f"sweep-{round_.launches}.log", "wb")
         self.sweep = subprocess.Popen(
             [*INITMEM, "sweep", *self.grid.args(), "--name", round_.name, "--tracking-uri", self.server.url],
-            cwd=round_.folder, env=self.env(), stdout=self.sweep_log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            cwd=round_.folder,
+            env=self.env(),
+            stdout=self.sweep_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.sweep_started = time.monotonic()
         self.sigint_at = None
         round_.seen.add(self.sweep.pid)
@@ -393,14 +448,17 @@ class Chaos:
         code = self.sweep.poll()
         now = time.monotonic()
         if code is None and self.sigint_at is not None and now - self.sigint_at > STOP_AFTER_SIGINT_S:
-            round_.problems.append(f"launch {round_.launches}: still running {STOP_AFTER_SIGINT_S} s after Ctrl-C "
-                                   f"(log {self.sweep_log.name})")
+            round_.problems.append(
+                f"launch {round_.launches}: still running {STOP_AFTER_SIGINT_S} s after Ctrl-C "
+                f"(log {self.sweep_log.name})"
+            )
             kill_tree(self.sweep.pid)
             code = self.sweep.wait()
         hang_s = max(300.0, 6 * self.twin_seconds)
         if code is None and now - self.sweep_started > hang_s:
-            round_.problems.append(f"launch {round_.launches}: still running after {hang_s:.0f} s, hung "
-                                   f"(log {self.sweep_log.name})")
+            round_.problems.append(
+                f"launch {round_.launches}: still running after {hang_s:.0f} s, hung (log {self.sweep_log.name})"
+            )
             kill_tree(self.sweep.pid)
             code = self.sweep.wait()
         if code is None:
@@ -409,8 +467,10 @@ class Chaos:
         self.sweep = None
         round_.exits.append(code)
         if code != -signal.SIGKILL:
-            round_.unclear.extend(f"launch {round_.launches}: {said}"
-                                   for said in unclear_ending(code, Path(self.sweep_log.name).read_text(errors="replace")))
+            round_.unclear.extend(
+                f"launch {round_.launches}: {said}"
+                for said in unclear_ending(code, Path(self.sweep_log.name).read_text(errors="replace"))
+            )
         return code
 
     # -- faults --
@@ -493,8 +553,11 @@ class Chaos:
     # -- a round --
 
     def run_round(self, number: int, faults: Iterator[Fault], deadline: float, fault_limit: int | None) -> Round:
-        round_ = Round(f"chaos-{self.args.seed}-{number}", self.disk.folder / f"round-{number}",
-                       self.work / "logs" / f"round-{number}")
+        round_ = Round(
+            f"chaos-{self.args.seed}-{number}",
+            self.disk.folder / f"round-{number}",
+            self.work / "logs" / f"round-{number}",
+        )
         round_.folder.mkdir()
         round_.logs.mkdir(parents=True)
         self.say(f"round {round_.name}: launch")
@@ -531,11 +594,17 @@ class Chaos:
             if code == 0:
                 break
         else:
-            round_.problems.append(f"not done after {self.args.max_relaunches} relaunches without faults "
-                                   f"(exits {round_.exits})")
+            round_.problems.append(
+                f"not done after {self.args.max_relaunches} relaunches without faults (exits {round_.exits})"
+            )
         with open(round_.logs / "sync.log", "wb") as log:
-            code = subprocess.run([*INITMEM, "sync", "--tracking-uri", self.server.url], cwd=round_.folder,
-                                  env=self.env(), stdout=log, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                [*INITMEM, "sync", "--tracking-uri", self.server.url],
+                cwd=round_.folder,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
         said = (round_.logs / "sync.log").read_text().strip()
         self.say(f"initmem sync: exit {code}: {said.splitlines()[-1] if said else ''}")
         if code != 0:
@@ -571,6 +640,7 @@ class Chaos:
 
 # -- the end state ----------------------------------------------------------------------------
 
+
 def end_state(uri: str, name: str) -> dict:
     """What the store holds for sweep ``name``: per cell (config hash) its runs' statuses, the
     FINISHED run's metric histories and artifacts; the parent's metrics and report tables."""
@@ -580,8 +650,9 @@ def end_state(uri: str, name: str) -> dict:
     experiment = client.get_experiment_by_name(EXPERIMENT)
     runs, token = [], None
     while True:
-        page = client.search_runs([experiment.experiment_id], f"tags.`initmem.sweep` = '{name}'",
-                                  max_results=1000, page_token=token)
+        page = client.search_runs(
+            [experiment.experiment_id], f"tags.`initmem.sweep` = '{name}'", max_results=1000, page_token=token
+        )
         runs.extend(page)
         token = page.token
         if not token:
@@ -600,8 +671,11 @@ def end_state(uri: str, name: str) -> dict:
             cell["name"] = run.info.run_name
             cell["histories"] = histories(client, run)
             cell["artifacts"] = artifact_digests(client, run.info.run_id, ARTIFACTS)
-    state: dict[str, Any] = {"parents": [(p.info.status) for p in parents], "cells": cells,
-                             "failed_attempts": failed_attempts}
+    state: dict[str, Any] = {
+        "parents": [(p.info.status) for p in parents],
+        "cells": cells,
+        "failed_attempts": failed_attempts,
+    }
     if len(parents) == 1:
         parent = parents[0]
         state["parent_metrics"] = histories(client, parent)
@@ -620,8 +694,10 @@ def end_state(uri: str, name: str) -> dict:
 
 def histories(client, run) -> dict[str, list[tuple[int, str]]]:
     """Every metric key's history, as sorted (step, float.hex(value)) pairs: duplicates show."""
-    return {key: sorted((m.step, float(m.value).hex()) for m in client.get_metric_history(run.info.run_id, key))
-            for key in sorted(run.data.metrics)}
+    return {
+        key: sorted((m.step, float(m.value).hex()) for m in client.get_metric_history(run.info.run_id, key))
+        for key in sorted(run.data.metrics)
+    }
 
 
 def artifact_digests(client, run_id: str, names: tuple[str, ...]) -> dict[str, str]:
@@ -656,16 +732,20 @@ def compare(state: dict, twin: dict) -> list[str]:
         finished = cell["statuses"].count("FINISHED")
         strays = [status for status in cell["statuses"] if status not in ("FINISHED", "FAILED")]
         if finished != 1 or strays:
-            problems.append(f"cell {label}: runs {cell['statuses']} (want exactly one FINISHED, none left "
-                            "RUNNING, SCHEDULED or KILLED)")
+            problems.append(
+                f"cell {label}: runs {cell['statuses']} (want exactly one FINISHED, none left "
+                "RUNNING, SCHEDULED or KILLED)"
+            )
         if cell["histories"] is None:
             continue
         for metric in sorted(set(cell["histories"]) | set(model["histories"])):
             got, want = cell["histories"].get(metric), model["histories"].get(metric)
             if got != want:
-                problems.append(f"cell {label}: metric {metric} differs from the twin's: "
-                                f"{len(got or [])} values vs {len(want or [])}, first difference "
-                                f"{first_difference(got or [], want or [])}")
+                problems.append(
+                    f"cell {label}: metric {metric} differs from the twin's: "
+                    f"{len(got or [])} values vs {len(want or [])}, first difference "
+                    f"{first_difference(got or [], want or [])}"
+                )
         if cell["artifacts"] != model["artifacts"]:
             problems.append(f"cell {label}: artifacts differ: {cell['artifacts']} vs the twin's {model['artifacts']}")
     if "parent_latest" in state:
@@ -687,7 +767,9 @@ def unclear_ending(code: int, log: str) -> list[str]:
         said.append("printed a traceback")
     if "Aborted" in log:
         said.append("ended with click's 'Aborted', not a line that says why")
-    if code < 0 and code != -signal.SIGINT:  # dying of the SIGINT it handled is Ctrl-C's convention (the shell says 130)
+    if (
+        code < 0 and code != -signal.SIGINT
+    ):  # dying of the SIGINT it handled is Ctrl-C's convention (the shell says 130)
         said.append(f"died of signal {-code}")
     lines = [line for line in log.splitlines() if line.strip()]
     if code in (2, 130, -signal.SIGINT) and not (lines and lines[-1].startswith("Error: ")):
@@ -730,9 +812,10 @@ def files_left(folder: Path, tmp: Path) -> list[str]:
     for path in folder.rglob("*"):
         relative = path.relative_to(folder)
         name = path.name
-        expected = (relative.parts[0] in ("initmem-leases", "initmem-output", "initmem-unsynced")
-                    or (relative.parts[0] == "initmem-checkpoints" and (path.is_dir() or (
-                        name.startswith("ckpt-") and name.endswith(".pt")))))
+        expected = relative.parts[0] in ("initmem-leases", "initmem-output", "initmem-unsynced") or (
+            relative.parts[0] == "initmem-checkpoints"
+            and (path.is_dir() or (name.startswith("ckpt-") and name.endswith(".pt")))
+        )
         if not expected:
             problems.append(f"file left: {relative}")
     for path in tmp.iterdir():
@@ -744,20 +827,33 @@ def files_left(folder: Path, tmp: Path) -> list[str]:
 
 # -- main ------------------------------------------------------------------------------------------
 
+
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="draws the fault schedule (random.Random(seed))")
-    parser.add_argument("--minutes", type=float, default=5.0, help="how long faults are injected (then the last round ends)")
+    parser.add_argument(
+        "--minutes", type=float, default=5.0, help="how long faults are injected (then the last round ends)"
+    )
     parser.add_argument("--faults", type=int, default=None, help="stop injecting after this many faults")
     parser.add_argument("--gap", type=float, default=8.0, help="mean seconds between faults")
-    parser.add_argument("--round-minutes", type=float, default=3.0,
-                        help="longest fault phase of one round (one sweep name), so that long runs check many end states")
+    parser.add_argument(
+        "--round-minutes",
+        type=float,
+        default=3.0,
+        help="longest fault phase of one round (one sweep name), so that long runs check many end states",
+    )
     parser.add_argument("--sigma", default="0.5,2", help="the grid's sigmas")
     parser.add_argument("--seeds", default="0,1", help="the grid's seeds")
     parser.add_argument("--epochs", type=int, default=4)
@@ -798,8 +894,9 @@ def main(argv: list[str] | None = None) -> int:
         number = 0
         while time.monotonic() < deadline and (args.faults is None or sum(chaos.counts.values()) < args.faults):
             number += 1
-            round_ = chaos.run_round(number, faults, min(deadline, time.monotonic() + args.round_minutes * 60),
-                                     args.faults)
+            round_ = chaos.run_round(
+                number, faults, min(deadline, time.monotonic() + args.round_minutes * 60), args.faults
+            )
             chaos.check(round_, twin)
             rounds.append(round_)
             verdict = "matches the twin" if not round_.problems else "DIFFERS:\n    " + "\n    ".join(round_.problems)
@@ -807,8 +904,10 @@ def main(argv: list[str] | None = None) -> int:
                 verdict += f"\n  parent metrics whose history keeps an earlier launch's report: {len(round_.stale)}"
             if round_.unclear:
                 verdict += "\n  launches that did not end in one clear line:\n    " + "\n    ".join(round_.unclear)
-            chaos.say(f"round {round_.name}: {round_.launches} launches, exits {round_.exits}, "
-                      f"{round_.failed_attempts} failed attempts; {verdict}")
+            chaos.say(
+                f"round {round_.name}: {round_.launches} launches, exits {round_.exits}, "
+                f"{round_.failed_attempts} failed attempts; {verdict}"
+            )
             shutil.rmtree(round_.folder, ignore_errors=True)
     except KeyboardInterrupt:
         print("chaos: interrupted", file=sys.stderr)
@@ -819,17 +918,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos: logs and stores kept in {work}", flush=True)
     else:
         shutil.rmtree(work, ignore_errors=True)
-    figures = {"seed": args.seed, "minutes": round((time.monotonic() - began) / 60, 2), "machine": machine(),
-               "grid": vars(chaos.grid), "injected": chaos.counts, "no_target": chaos.no_target,
-               "rounds": [{"name": r.name, "launches": r.launches, "exits": r.exits, "failed_attempts":
-                           r.failed_attempts, "problems": r.problems, "unclear": r.unclear, "stale": r.stale} for r in rounds],
-               "twin_seconds": round(chaos.twin_seconds, 1), "passed": passed}
+    figures = {
+        "seed": args.seed,
+        "minutes": round((time.monotonic() - began) / 60, 2),
+        "machine": machine(),
+        "grid": vars(chaos.grid),
+        "injected": chaos.counts,
+        "no_target": chaos.no_target,
+        "rounds": [
+            {
+                "name": r.name,
+                "launches": r.launches,
+                "exits": r.exits,
+                "failed_attempts": r.failed_attempts,
+                "problems": r.problems,
+                "unclear": r.unclear,
+                "stale": r.stale,
+            }
+            for r in rounds
+        ],
+        "twin_seconds": round(chaos.twin_seconds, 1),
+        "passed": passed,
+    }
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     total = sum(chaos.counts.values())
-    print(f"chaos: seed {args.seed}: {total} faults ({', '.join(f'{k} {v}' for k, v in chaos.counts.items())}) in "
-          f"{len(rounds)} rounds, {figures['minutes']:.1f} min: "
-          + ("every round matched its twin" if passed else "FAILED: a round differs from its twin (above)"), flush=True)
+    print(
+        f"chaos: seed {args.seed}: {total} faults ({', '.join(f'{k} {v}' for k, v in chaos.counts.items())}) in "
+        f"{len(rounds)} rounds, {figures['minutes']:.1f} min: "
+        + ("every round matched its twin" if passed else "FAILED: a round differs from its twin (above)"),
+        flush=True,
+    )
     return 0 if passed else 1
 
 

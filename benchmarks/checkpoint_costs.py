@@ -25,15 +25,17 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from initmem_core import get_registry
-from initmem_core.training.checkpoints import CheckpointStore, capture, header, history_columns
-from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.config import RunConfig
+from initmem_core.training.checkpoint_format import capture, header, history_columns
+from initmem_core.training.checkpoint_store import CheckpointStore
+from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.setup import build_setup
 from initmem_core.training.state import EpochSums, snapshot
 
@@ -57,11 +59,26 @@ def payload_at(setup, config: RunConfig, epochs: int) -> dict[str, Any]:
         norms.layers = layers
         norms.epochs = list(range(epochs + 1))
         norms.per_layer = [torch.rand(len(layers), 4) for _ in range(epochs + 1)]
-    keys = ["train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
-            "weight_norm_ratio", "init_distance", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt", "lr"]
+    keys = [
+        "train_loss",
+        "train_acc",
+        "val_loss",
+        "val_acc",
+        "test_loss",
+        "test_acc",
+        "weight_norm",
+        "weight_norm_ratio",
+        "init_distance",
+        "init_cosine",
+        "clock_sgd",
+        "clock_l2",
+        "clock_adapt",
+        "lr",
+    ]
     history = [{"epoch": epoch, **{key: float(torch.rand(())) for key in keys}} for epoch in range(epochs + 1)]
-    state = snapshot(setup, (epochs, 0), ForgettingClocks(), history, EpochSums.zero(setup.device),
-                     setup.train_loader.state_dict())
+    state = snapshot(
+        setup, (epochs, 0), ForgettingClocks(), history, EpochSums.zero(setup.device), setup.train_loader.state_dict()
+    )
     return {**header(config, "0" * 32), **state}
 
 
@@ -87,8 +104,16 @@ def main() -> None:
         payload = payload_at(setup, config, epochs)
         history = payload["history"]
         store = CheckpointStore(folder / label.split()[0])
-        snap = best_milliseconds(lambda: snapshot(setup, (epochs, 0), ForgettingClocks(), history,
-                                                  EpochSums.zero(setup.device), setup.train_loader.state_dict()))
+        snap = best_milliseconds(
+            lambda: snapshot(
+                setup,
+                (epochs, 0),
+                ForgettingClocks(),
+                history,
+                EpochSums.zero(setup.device),
+                setup.train_loader.state_dict(),
+            )
+        )
         # As CheckpointStore.save does it: the history table of the last save, extended by one row.
         table_before = history_columns(history[:-1])
         captured = capture(payload)
@@ -100,8 +125,15 @@ def main() -> None:
 
         # Format 1 as it was: the per-layer table as Python rows, everything through torch.save.
         norms = payload["metrics"].get("weight-norms")
-        rows = [(epoch, layer, *values) for epoch, table in zip(norms["epochs"].tolist(), norms["table"].tolist())
-                for layer, values in zip(norms["layers"], table)] if norms else []
+        rows = (
+            [
+                (epoch, layer, *values)
+                for epoch, table in zip(norms["epochs"].tolist(), norms["table"].tolist())
+                for layer, values in zip(norms["layers"], table)
+            ]
+            if norms
+            else []
+        )
         format_1 = {**payload, "metrics": {**payload["metrics"], "weight-norms": {"rows": rows}}}
 
         def unpacked() -> None:

@@ -39,8 +39,15 @@ GROUPS = ((0.01, 0.05), (0.02, 0.05), (0.01, 0.1))
 EPOCHS = 60
 
 
-def group_records(l2: float, lr: float, rng: np.random.Generator, half_life: float = HALF_LIFE,
-                  epochs: int = EPOCHS, seeds: int = SEEDS, in_epochs: float | None = None) -> list[CellRecord]:
+def group_records(
+    l2: float,
+    lr: float,
+    rng: np.random.Generator,
+    half_life: float = HALF_LIFE,
+    epochs: int = EPOCHS,
+    seeds: int = SEEDS,
+    in_epochs: float | None = None,
+) -> list[CellRecord]:
     """One group's cells. ``in_epochs``: forget with that half-life in epochs instead (the world
     where the clocks do not matter)."""
     steps = np.arange(epochs + 1) * STEPS
@@ -60,19 +67,31 @@ def group_records(l2: float, lr: float, rng: np.random.Generator, half_life: flo
             cosine[0] = 1.0
             accuracy = 0.9 - 0.1 * memory * abs(math.log(sigma)) / math.log(4) + 0.01 * rng.standard_normal(epochs + 1)
             accuracy[0] = 0.1
-            histories = {"weight_norm": list(enumerate(np.exp(log_norm).tolist())),
-                         "init_cosine": list(enumerate(cosine.tolist())),
-                         "test_acc": list(enumerate(accuracy.tolist())),
-                         "clock_sgd": list(enumerate(clock_sgd.tolist())),
-                         "clock_l2": list(enumerate(clock_l2.tolist())),
-                         "clock_adapt": list(enumerate(clock_adapt.tolist()))}
-            records.append(CellRecord(
-                config={"opt": "sgd", "lr": lr, "l2": l2, "epochs": epochs, "sigma": sigma, "seed": seed},
-                metrics={"best_val_test_acc": float(accuracy[-1]), "weight_norm": float(np.exp(log_norm[-1])),
-                         "weight_norm_ratio": float(np.exp(log_norm[-1])) / sigma, "init_cosine": float(cosine[-1]),
-                         "clock_sgd": float(clock_sgd[-1]), "clock_l2": float(clock_l2[-1]),
-                         "clock_adapt": float(clock_adapt[-1])},
-                histories=histories, weight_norms=histories["weight_norm"], num_classes=10))
+            histories = {
+                "weight_norm": list(enumerate(np.exp(log_norm).tolist())),
+                "init_cosine": list(enumerate(cosine.tolist())),
+                "test_acc": list(enumerate(accuracy.tolist())),
+                "clock_sgd": list(enumerate(clock_sgd.tolist())),
+                "clock_l2": list(enumerate(clock_l2.tolist())),
+                "clock_adapt": list(enumerate(clock_adapt.tolist())),
+            }
+            records.append(
+                CellRecord(
+                    config={"opt": "sgd", "lr": lr, "l2": l2, "epochs": epochs, "sigma": sigma, "seed": seed},
+                    metrics={
+                        "best_val_test_acc": float(accuracy[-1]),
+                        "weight_norm": float(np.exp(log_norm[-1])),
+                        "weight_norm_ratio": float(np.exp(log_norm[-1])) / sigma,
+                        "init_cosine": float(cosine[-1]),
+                        "clock_sgd": float(clock_sgd[-1]),
+                        "clock_l2": float(clock_l2[-1]),
+                        "clock_adapt": float(clock_adapt[-1]),
+                    },
+                    histories=histories,
+                    weight_norms=histories["weight_norm"],
+                    num_classes=10,
+                )
+            )
     return records
 
 
@@ -83,8 +102,8 @@ def synthetic_sweep(seed: int, groups=GROUPS, **options) -> list[CellRecord]:
 
 def measure(sweeps: int) -> dict[str, float]:
     """Share of (sweep, group) half-lives within 10% of the truth and covered by their interval."""
+    from initmem_core.groups import group_keys
     from initmem_core.report.forgetting import build_forgetting
-    from initmem_core.sweep.grid import group_keys
 
     within = covered = total = 0
     errors = []
@@ -99,8 +118,14 @@ def measure(sweeps: int) -> dict[str, float]:
             errors.append(estimate / HALF_LIFE - 1)
             within += abs(estimate / HALF_LIFE - 1) <= 0.10
             covered += low <= HALF_LIFE <= high
-    return {"sweeps": sweeps, "half_lives": total, "within_10pct": within / total, "coverage": covered / total,
-            "median_error": float(np.median(errors)), "worst_error": float(np.max(np.abs(errors)))}
+    return {
+        "sweeps": sweeps,
+        "half_lives": total,
+        "within_10pct": within / total,
+        "coverage": covered / total,
+        "median_error": float(np.median(errors)),
+        "worst_error": float(np.max(np.abs(errors))),
+    }
 
 
 def without_accuracy(records: list[CellRecord]) -> list[CellRecord]:
@@ -119,7 +144,9 @@ def measure_finding(sweeps: int) -> dict[str, float]:
     counts = {"clock_reproduced": 0, "clock_contradicted": 0, "epoch_reproduced": 0, "epoch_contradicted": 0}
     for sweep in range(sweeps):
         for world, options in (("clock", {}), ("epoch", {"in_epochs": 12.0})):
-            verdict = forgetting_follows_the_clocks(read_sweep(without_accuracy(synthetic_sweep(sweep, **options)))).verdict
+            verdict = forgetting_follows_the_clocks(
+                read_sweep(without_accuracy(synthetic_sweep(sweep, **options)))
+            ).verdict
             counts[f"{world}_reproduced"] += verdict == REPRODUCED
             counts[f"{world}_contradicted"] += verdict == CONTRADICTED
     return {key: value / sweeps for key, value in counts.items()}
@@ -133,17 +160,17 @@ def section(result: dict[str, float], finding: dict[str, float]) -> str:
 
 `benchmarks/forgetting_times.py` checks the half-life of the forgetting view (report/forgetting.py)
 on synthetic sweeps with a known answer: {len(GROUPS)} groups of SGD with L2 ((lambda, lr) =
-{', '.join(f'({l2:g}, {lr:g})' for l2, lr in GROUPS)}), {len(SIGMAS)} sigmas, {SEEDS} seeds, {EPOCHS} epochs of
+{", ".join(f"({l2:g}, {lr:g})" for l2, lr in GROUPS)}), {len(SIGMAS)} sigmas, {SEEDS} seeds, {EPOCHS} epochs of
 {STEPS} steps, whose radial memory decays as 2^(-T_L2 / h_k): each seed's half-life h_k is the
 truth h = {HALF_LIFE:g} (in T_L2) times exp({SEED_SD:g} z), and each run's log ||W|| carries noise of sd
-{NORM_NOISE:g} per epoch. Over {result['sweeps']} simulated sweeps ({result['half_lives']} group half-lives):
+{NORM_NOISE:g} per epoch. Over {result["sweeps"]} simulated sweeps ({result["half_lives"]} group half-lives):
 
 | radial half-life in T_L2 | measured |
 |---|---|
-| within 10% of the truth | {100 * result['within_10pct']:.1f}% |
-| 95% interval covers the truth | {100 * result['coverage']:.1f}% |
-| median relative error | {100 * result['median_error']:+.2f}% |
-| largest relative error | {100 * result['worst_error']:.1f}% |
+| within 10% of the truth | {100 * result["within_10pct"]:.1f}% |
+| 95% interval covers the truth | {100 * result["coverage"]:.1f}% |
+| median relative error | {100 * result["median_error"]:+.2f}% |
+| largest relative error | {100 * result["worst_error"]:.1f}% |
 
 The estimate is the geometric mean of the seeds' half-lives, its interval a t interval over seeds
 in log units; each seed's crossing is interpolated linearly between the two epochs that bracket it
@@ -154,9 +181,9 @@ reached, never extrapolated.
 
 The finding *forgetting follows the clocks* (report/findings.py) on the same sweeps: its three
 groups share the mechanism (SGD with L2: T_L2) and differ in lambda and lr. When they forget on T_L2
-as above it is reproduced in {100 * finding['clock_reproduced']:.1f}% of sweeps and contradicted in
-{100 * finding['clock_contradicted']:.1f}%; when each forgets with a half-life of 12 epochs whatever its clock,
-it is reproduced in {100 * finding['epoch_reproduced']:.1f}% and contradicted in {100 * finding['epoch_contradicted']:.1f}%.
+as above it is reproduced in {100 * finding["clock_reproduced"]:.1f}% of sweeps and contradicted in
+{100 * finding["clock_contradicted"]:.1f}%; when each forgets with a half-life of 12 epochs whatever its clock,
+it is reproduced in {100 * finding["epoch_reproduced"]:.1f}% and contradicted in {100 * finding["epoch_contradicted"]:.1f}%.
 
 Regenerate: `python benchmarks/forgetting_times.py --write-docs` (about a minute and a half).
 """

@@ -58,7 +58,6 @@ import itertools
 import json
 import math
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -66,9 +65,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from initmem_core import hookimpl
 
@@ -107,13 +107,44 @@ class Plan:
     speed_reserve_s: float  # kept for (f) when (e) starts
 
 
-FULL = Plan(device="cuda", per_batch=10_000, test_images=10_000, threads=0, cell_batch=128, cell_train=2048,
-            cell_eval_size=2000, resume_epochs=8, speed_batch=128, speed_steps=50, speed_epochs=3,
-            concurrency=(1, 2, 4, 8), window_s=10.0, concurrency_train=0, tests_timeout_s=240, budget_s=465.0,
-            speed_reserve_s=150.0)
-DRY = Plan(device="cpu", per_batch=20, test_images=20, threads=1, cell_batch=16, cell_train=64, cell_eval_size=0,
-           resume_epochs=4, speed_batch=16, speed_steps=2, speed_epochs=2, concurrency=(1, 2), window_s=1.0,
-           concurrency_train=64, tests_timeout_s=600, budget_s=600.0, speed_reserve_s=60.0)
+FULL = Plan(
+    device="cuda",
+    per_batch=10_000,
+    test_images=10_000,
+    threads=0,
+    cell_batch=128,
+    cell_train=2048,
+    cell_eval_size=2000,
+    resume_epochs=8,
+    speed_batch=128,
+    speed_steps=50,
+    speed_epochs=3,
+    concurrency=(1, 2, 4, 8),
+    window_s=10.0,
+    concurrency_train=0,
+    tests_timeout_s=240,
+    budget_s=465.0,
+    speed_reserve_s=150.0,
+)
+DRY = Plan(
+    device="cpu",
+    per_batch=20,
+    test_images=20,
+    threads=1,
+    cell_batch=16,
+    cell_train=64,
+    cell_eval_size=0,
+    resume_epochs=4,
+    speed_batch=16,
+    speed_steps=2,
+    speed_epochs=2,
+    concurrency=(1, 2),
+    window_s=1.0,
+    concurrency_train=64,
+    tests_timeout_s=600,
+    budget_s=600.0,
+    speed_reserve_s=60.0,
+)
 
 # The cells of (b), (c) and (d): SGD with momentum and augmentation, so optimizer state and every RNG matter.
 POISON_AFTER_STEP = 6  # (c): NaN written into a weight after this step; the next step's loss is NaN
@@ -125,6 +156,7 @@ def log(message: str) -> None:
 
 
 # -- CIFAR-format data ------------------------------------------------------------------------------
+
 
 def write_cifar(root: Path, plan: Plan) -> Path:
     """Synthetic uint8 images in the exact ``cifar-10-batches-py`` layout (Python 2 pickles), with
@@ -154,6 +186,7 @@ def split_sizes(plan: Plan) -> dict[str, int]:
 
 # -- knobs ------------------------------------------------------------------------------------------
 
+
 def config_fields() -> set[str]:
     from initmem_core.config import FIELDS
 
@@ -178,14 +211,28 @@ def cli_args(knobs: dict[str, Any]) -> list[str]:
 
 
 def cell_knobs(plan: Plan, data_dir: Path, **changes: Any) -> dict[str, Any]:
-    knobs = dict(arch="resnet20", data="cifar10", data_dir=str(data_dir), batch_size=plan.cell_batch,
-                 train_size=plan.cell_train, eval_size=plan.cell_eval_size, epochs=2, lr=0.05, momentum=0.9,
-                 augment="on", seed=3, device=plan.device, threads=plan.threads, eval_batch_size=1024)
+    knobs = dict(
+        arch="resnet20",
+        data="cifar10",
+        data_dir=str(data_dir),
+        batch_size=plan.cell_batch,
+        train_size=plan.cell_train,
+        eval_size=plan.cell_eval_size,
+        epochs=2,
+        lr=0.05,
+        momentum=0.9,
+        augment="on",
+        seed=3,
+        device=plan.device,
+        threads=plan.threads,
+        eval_batch_size=1024,
+    )
     knobs.update(changes)
     return knobs
 
 
 # -- worker processes ---------------------------------------------------------------------------------
+
 
 class Poison:
     """``gpu-check-nan-sgd``: SGD that writes a NaN into the first convolution after step ``after``."""
@@ -285,14 +332,22 @@ class PhaseTimer:
 def speed_configs(dry: bool) -> list[dict[str, Any]]:
     """(e)'s configurations, most important first: every eager one, then the compiled ones that
     the fastest settings need, then the rest."""
-    precisions = {"fp32": dict(amp="off", tf32="off"), "tf32": dict(amp="off", tf32="on"),
-                  "bf16": dict(amp="bf16", tf32="off")}
+    precisions = {
+        "fp32": dict(amp="off", tf32="off"),
+        "tf32": dict(amp="off", tf32="on"),
+        "bf16": dict(amp="bf16", tf32="off"),
+    }
     if dry:
-        chosen = [("resnet20", "fp32", False, ""), ("resnet20", "bf16", True, ""), ("resnet20", "tf32", False, ""),
-                  ("resnet9", "fp32", False, "")]
+        chosen = [
+            ("resnet20", "fp32", False, ""),
+            ("resnet20", "bf16", True, ""),
+            ("resnet20", "tf32", False, ""),
+            ("resnet9", "fp32", False, ""),
+        ]
     else:
-        everything = list(itertools.product(("resnet9", "resnet20"), precisions, (False, True),
-                                             ("", "default", "reduce-overhead")))
+        everything = list(
+            itertools.product(("resnet9", "resnet20"), precisions, (False, True), ("", "default", "reduce-overhead"))
+        )
 
         def tier(item: tuple[str, str, bool, str]) -> tuple[int, int]:
             arch, precision, channels_last, mode = item
@@ -307,16 +362,37 @@ def speed_configs(dry: bool) -> list[dict[str, Any]]:
             return rank, ("resnet9", "resnet20").index(arch)
 
         chosen = sorted(everything, key=tier)  # stable: within a tier, the product's order
-    return [{"arch": arch, "precision": precision, "channels_last": channels_last, "compile_mode": mode,
-             **precisions[precision]} for arch, precision, channels_last, mode in chosen]
+    return [
+        {
+            "arch": arch,
+            "precision": precision,
+            "channels_last": channels_last,
+            "compile_mode": mode,
+            **precisions[precision],
+        }
+        for arch, precision, channels_last, mode in chosen
+    ]
 
 
 def speed_knobs(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    knobs = dict(arch=config["arch"], data="cifar10", data_dir=spec["data_dir"], batch_size=spec["batch"],
-                 train_size=spec["batch"] * spec["steps"], epochs=spec["epochs"], lr=0.05, augment="on",
-                 device=spec["device"], threads=spec["threads"], eval_batch_size=1024, checkpoint_every=0,
-                 amp=config["amp"], channels_last=config["channels_last"], compile=bool(config["compile_mode"]),
-                 tf32=config["tf32"])  # always explicit: PyTorch's own default runs cuDNN convolutions in TF32
+    knobs = dict(
+        arch=config["arch"],
+        data="cifar10",
+        data_dir=spec["data_dir"],
+        batch_size=spec["batch"],
+        train_size=spec["batch"] * spec["steps"],
+        epochs=spec["epochs"],
+        lr=0.05,
+        augment="on",
+        device=spec["device"],
+        threads=spec["threads"],
+        eval_batch_size=1024,
+        checkpoint_every=0,
+        amp=config["amp"],
+        channels_last=config["channels_last"],
+        compile=bool(config["compile_mode"]),
+        tf32=config["tf32"],
+    )  # always explicit: PyTorch's own default runs cuDNN convolutions in TF32
     if config["compile_mode"]:
         knobs["compile_mode"] = config["compile_mode"]
     return knobs
@@ -324,9 +400,9 @@ def speed_knobs(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
 
 def measure_speed(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     import torch
+    from bench import BareLoop, synchronizer
 
     import initmem_core
-    from bench import BareLoop, synchronizer
     from initmem_core.config import RunConfig
     from initmem_core.training import setup as setup_module
 
@@ -366,12 +442,22 @@ def measure_speed(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {
-        **config, "status": "measured", "step_ms": step_ms, "bare_step_ms": bare_ms, "step_ratio": step_ms / bare_ms,
-        "eval_s_measured": eval_s, "eval_images_measured": evaluated, "eval_s_per_epoch": eval_s * full_eval / evaluated,
-        "epoch_s": epoch_s, "bare_epoch_s": bare_epoch_s, "epoch_ratio": epoch_s / bare_epoch_s,
+        **config,
+        "status": "measured",
+        "step_ms": step_ms,
+        "bare_step_ms": bare_ms,
+        "step_ratio": step_ms / bare_ms,
+        "eval_s_measured": eval_s,
+        "eval_images_measured": evaluated,
+        "eval_s_per_epoch": eval_s * full_eval / evaluated,
+        "epoch_s": epoch_s,
+        "bare_epoch_s": bare_epoch_s,
+        "epoch_ratio": epoch_s / bare_epoch_s,
         "first_epoch_extra_s": timer.train_s[0] - statistics.median(timed_train),
         "bare_first_epoch_extra_s": bare_epochs[0] - statistics.median(bare_epochs[1:]),
-        "train_samples_s": timer.train_s, "eval_samples_s": timer.eval_s, "bare_samples_s": bare_epochs,
+        "train_samples_s": timer.train_s,
+        "eval_samples_s": timer.eval_s,
+        "bare_samples_s": bare_epochs,
         "run_seconds": run_seconds,
     }
 
@@ -399,7 +485,12 @@ def worker_speed(spec: dict[str, Any]) -> None:
             try:
                 results.append(measure_speed(config, spec))
             except Exception as error:  # reported in the table; the other configurations still run
-                results.append({**config, "status": f"failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"})
+                results.append(
+                    {
+                        **config,
+                        "status": f"failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}",
+                    }
+                )
         Path(spec["out"]).write_text(json.dumps(results, indent=1))
 
 
@@ -429,9 +520,16 @@ class Window:
             ended, wall_ended = time.perf_counter(), time.time()
             images = self.steps * self.spec["knobs"]["batch_size"]
             out = Path(self.spec["out"])
-            out.with_suffix(".tmp").write_text(json.dumps({
-                "images": images, "seconds": ended - self.began, "images_per_s": images / (ended - self.began),
-                "wall": [self.wall_began, wall_ended]}))
+            out.with_suffix(".tmp").write_text(
+                json.dumps(
+                    {
+                        "images": images,
+                        "seconds": ended - self.began,
+                        "images_per_s": images / (ended - self.began),
+                        "wall": [self.wall_began, wall_ended],
+                    }
+                )
+            )
             out.with_suffix(".tmp").rename(out)
             self.phase = "draining"
         elif self.phase == "draining" and Path(self.spec["stop"]).exists():
@@ -464,9 +562,9 @@ class Window:
 
 def worker_throughput(spec: dict[str, Any]) -> None:
     import torch
+    from bench import synchronizer
 
     import initmem_core
-    from bench import synchronizer
 
     window = Window(spec, synchronizer(torch.device(spec["knobs"]["device"])))
     try:
@@ -480,6 +578,7 @@ WORKERS = {"run": worker_run, "speed": worker_speed, "throughput": worker_throug
 
 
 # -- the steps ----------------------------------------------------------------------------------------
+
 
 class Context:
     def __init__(self, plan: Plan, folder: Path, data_dir: Path, dry: bool, deadline: float):
@@ -510,8 +609,9 @@ class Context:
         spec_path = self.path(f"{kind}-spec").with_suffix(".json")
         spec_path.write_text(json.dumps(spec))
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--spec", str(spec_path)]
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=self.environment(),
-                              cwd=self.folder)
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=self.environment(), cwd=self.folder
+        )
 
     def start_initmem(self, args: list[str], **popen: Any) -> subprocess.Popen:
         """``initmem ARGS`` through this script (so that the synthetic CIFAR files pass the md5 check)."""
@@ -547,8 +647,12 @@ def same_value(a: Any, b: Any) -> bool:
 def history_differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
     if len(a) != len(b):
         return [f"{len(a)} rows vs {len(b)}"]
-    return [f"epoch {row.get('epoch')} {key}: {row[key]!r} vs {other.get(key)!r}"
-            for row, other in zip(a, b) for key in row if not same_value(row[key], other.get(key))]
+    return [
+        f"epoch {row.get('epoch')} {key}: {row[key]!r} vs {other.get(key)!r}"
+        for row, other in zip(a, b)
+        for key in row
+        if not same_value(row[key], other.get(key))
+    ]
 
 
 def weight_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -606,11 +710,25 @@ def step_tests(ctx: Context) -> dict[str, Any]:
     if ctx.dry:
         # Only the files that mark tests gpu (collecting the whole suite would take most of a dry
         # run on a small machine), and this check's own tests, which the selection must leave out.
-        files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                       if p.name == "test_gpu_check.py" or "mark.gpu" in p.read_text())
+        files = sorted(
+            str(p.relative_to(ROOT))
+            for p in (ROOT / "tests").glob("test_*.py")
+            if p.name == "test_gpu_check.py" or "mark.gpu" in p.read_text()
+        )
         env["GPU_CHECK_ONLY_GPU_MARKED"] = "1"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "gpu_check_outcomes", "-p", "no:cacheprovider",
-               "-k", selection, *files]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "gpu_check_outcomes",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        selection,
+        *files,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=ctx.plan.tests_timeout_s, env=env, cwd=ROOT)
     found = json.loads(report.read_text()) if report.exists() else {"selected": [], "outcomes": []}
     calls: dict[str, str] = {}
@@ -624,7 +742,9 @@ def step_tests(ctx: Context) -> dict[str, Any]:
     cuda = ctx.plan.device.startswith("cuda")
     problems = []
     if done.returncode != 0 or outcome["failed"]:
-        problems.append(f"pytest exited {done.returncode}; failed: {', '.join(outcome['failed']) or last_lines(done.stdout, 3)}")
+        problems.append(
+            f"pytest exited {done.returncode}; failed: {', '.join(outcome['failed']) or last_lines(done.stdout, 3)}"
+        )
     if not gpu_marked:
         problems.append("no gpu-marked test was selected")
     if not ctx.dry and not outcome["passed"]:
@@ -633,15 +753,25 @@ def step_tests(ctx: Context) -> dict[str, Any]:
         problems.append(f"gpu-marked tests skipped on a GPU machine: {', '.join(gpu_skipped)}")
     ran_gpu = len(gpu_marked) - len(gpu_skipped)
     if ctx.dry:
-        detail = (f"`pytest -k \"{selection}\"` over the files that mark tests gpu: {len(gpu_marked)} gpu-marked "
-                  f"tests ({ran_gpu} ran, {len(gpu_skipped)} skipped: no CUDA); the CPU tests of the CUDA logic are "
-                  f"left to the suite in a dry run")
+        detail = (
+            f'`pytest -k "{selection}"` over the files that mark tests gpu: {len(gpu_marked)} gpu-marked '
+            f"tests ({ran_gpu} ran, {len(gpu_skipped)} skipped: no CUDA); the CPU tests of the CUDA logic are "
+            f"left to the suite in a dry run"
+        )
     else:
-        detail = (f"`pytest -k \"{selection}\"`: {len(outcome['passed'])} passed, {len(outcome['skipped'])} skipped, "
-                  f"{len(outcome['failed'])} failed; of them {len(gpu_marked)} gpu-marked ({ran_gpu} ran) and "
-                  f"{len(fakes)} CPU tests of the CUDA logic")
-    return {"passed": not problems, "detail": detail, "problems": problems, "outcomes": outcome,
-            "gpu_marked": gpu_marked, "cpu_fakes": fakes}
+        detail = (
+            f'`pytest -k "{selection}"`: {len(outcome["passed"])} passed, {len(outcome["skipped"])} skipped, '
+            f"{len(outcome['failed'])} failed; of them {len(gpu_marked)} gpu-marked ({ran_gpu} ran) and "
+            f"{len(fakes)} CPU tests of the CUDA logic"
+        )
+    return {
+        "passed": not problems,
+        "detail": detail,
+        "problems": problems,
+        "outcomes": outcome,
+        "gpu_marked": gpu_marked,
+        "cpu_fakes": fakes,
+    }
 
 
 def step_determinism(ctx: Context) -> dict[str, Any]:
@@ -650,17 +780,31 @@ def step_determinism(ctx: Context) -> dict[str, Any]:
     metrics = history_differences(first["history"], second["history"])
     weights = weight_differences(first["weights"], second["weights"])
     values = sum(len(row) for row in first["history"])
-    detail = (f"resnet20, {knobs['epochs']} epochs of {knobs['train_size']} images, batch {knobs['batch_size']}, "
-              f"momentum 0.9, augmentation, `--deterministic`, two processes: {values} logged values and "
-              f"{len(first['weights'])} weight tensors compared")
-    problems = ([f"metrics differ: {'; '.join(metrics[:3])}"] if metrics else []) + \
-               ([f"weights differ: {', '.join(weights[:5])}"] if weights else [])
-    return {"passed": not problems, "detail": detail + (": bit-identical" if not problems else ""), "problems": problems}
+    detail = (
+        f"resnet20, {knobs['epochs']} epochs of {knobs['train_size']} images, batch {knobs['batch_size']}, "
+        f"momentum 0.9, augmentation, `--deterministic`, two processes: {values} logged values and "
+        f"{len(first['weights'])} weight tensors compared"
+    )
+    problems = ([f"metrics differ: {'; '.join(metrics[:3])}"] if metrics else []) + (
+        [f"weights differ: {', '.join(weights[:5])}"] if weights else []
+    )
+    return {
+        "passed": not problems,
+        "detail": detail + (": bit-identical" if not problems else ""),
+        "problems": problems,
+    }
 
 
 def step_divergence(ctx: Context) -> dict[str, Any]:
-    knobs = cell_knobs(ctx.plan, ctx.data_dir, opt="gpu-check-nan-sgd", epochs=3, batch_size=POISON_BATCH,
-                       train_size=POISON_TRAIN, momentum=0.0)
+    knobs = cell_knobs(
+        ctx.plan,
+        ctx.data_dir,
+        opt="gpu-check-nan-sgd",
+        epochs=3,
+        batch_size=POISON_BATCH,
+        train_size=POISON_TRAIN,
+        momentum=0.0,
+    )
     result = run_cell(ctx, knobs, poison_after=POISON_AFTER_STEP)
     expected = [2, POISON_AFTER_STEP + 1]
     got = result["diverged"]
@@ -668,9 +812,12 @@ def step_divergence(ctx: Context) -> dict[str, Any]:
     if got is None:
         problems.append("the run did not diverge")
     elif got[:2] != expected:
-        problems.append(f"diverged in epoch {got[0]} at step {got[1]}, expected epoch 2 at step {expected[1]}: {got[2]}")
-    detail = (f"NaN written into the first conv after step {POISON_AFTER_STEP} (4 steps an epoch): "
-              + (f"stopped in epoch {got[0]} at step {got[1]}" if got else "no stop"))
+        problems.append(
+            f"diverged in epoch {got[0]} at step {got[1]}, expected epoch 2 at step {expected[1]}: {got[2]}"
+        )
+    detail = f"NaN written into the first conv after step {POISON_AFTER_STEP} (4 steps an epoch): " + (
+        f"stopped in epoch {got[0]} at step {got[1]}" if got else "no stop"
+    )
     return {"passed": not problems, "detail": detail, "problems": problems}
 
 
@@ -712,8 +859,9 @@ def step_resume(ctx: Context) -> dict[str, Any]:
         expected = [(row["epoch"], row[key]) for row in reference["history"] if key in row]
         compared += len(expected)
         got = logged.get(key, [])  # every step once: the resume logs what the killed process could not
-        if len(got) != len(expected) or not all(s == t and same_value(float(v), float(w))
-                                                for (s, v), (t, w) in zip(expected, sorted(got))):
+        if len(got) != len(expected) or not all(
+            s == t and same_value(float(v), float(w)) for (s, v), (t, w) in zip(expected, sorted(got))
+        ):
             problems.append(f"the logged {key} differs from the uninterrupted run's")
     if not resumed["final_weights"]:
         problems.append("no final_weights.pt was logged")
@@ -725,23 +873,37 @@ def step_resume(ctx: Context) -> dict[str, Any]:
         differing = weight_differences(reference["weights"], {k: v.cpu() for k, v in weights.items()})
         if differing:
             problems.append(f"final weights differ from the uninterrupted run's: {', '.join(differing[:5])}")
-    detail = (f"`initmem run` ({epochs} epochs, `--deterministic`) SIGKILLed after its epoch-2 checkpoint, then "
-              f"resumed (`initmem_core.run(resume=True)`, as `--resume` does): {compared} logged values and the "
-              f"final weights compared with the uninterrupted run of (b)"
-              + (": identical, final_weights.pt on the CPU" if not problems else ""))
+    detail = (
+        f"`initmem run` ({epochs} epochs, `--deterministic`) SIGKILLed after its epoch-2 checkpoint, then "
+        f"resumed (`initmem_core.run(resume=True)`, as `--resume` does): {compared} logged values and the "
+        f"final weights compared with the uninterrupted run of (b)"
+        + (": identical, final_weights.pt on the CPU" if not problems else "")
+    )
     return {"passed": not problems, "detail": detail, "problems": problems}
 
 
 def step_speed(ctx: Context, budget_s: float) -> dict[str, Any]:
     plan = ctx.plan
     out = ctx.path("speed").with_suffix(".json")
-    spec = {"configs": speed_configs(ctx.dry), "data_dir": str(ctx.data_dir), "device": plan.device,
-            "threads": plan.threads, "batch": plan.speed_batch, "steps": plan.speed_steps, "epochs": plan.speed_epochs,
-            "sizes": split_sizes(plan), "deadline": time.time() + budget_s, "out": str(out),
-            "estimate_eager_s": 4.0 if ctx.dry else 8.0, "estimate_compiled_s": 75.0}
+    spec = {
+        "configs": speed_configs(ctx.dry),
+        "data_dir": str(ctx.data_dir),
+        "device": plan.device,
+        "threads": plan.threads,
+        "batch": plan.speed_batch,
+        "steps": plan.speed_steps,
+        "epochs": plan.speed_epochs,
+        "sizes": split_sizes(plan),
+        "deadline": time.time() + budget_s,
+        "out": str(out),
+        "estimate_eager_s": 4.0 if ctx.dry else 8.0,
+        "estimate_compiled_s": 75.0,
+    }
     try:
         done = ctx.worker("speed", spec, timeout=budget_s + 60)
-        failure = "" if done.returncode == 0 else f"the timing process exited {done.returncode}: {last_lines(done.stderr)}"
+        failure = (
+            "" if done.returncode == 0 else f"the timing process exited {done.returncode}: {last_lines(done.stderr)}"
+        )
     except subprocess.TimeoutExpired:
         failure = "the timing process outlasted its budget and was stopped"
     rows = json.loads(out.read_text()) if out.exists() else []
@@ -754,15 +916,19 @@ def step_speed(ctx: Context, budget_s: float) -> dict[str, Any]:
         problems.append("the eager fp32 runs of both architectures were not measured")
     if any(not (row["step_ms"] > 0 and row["bare_step_ms"] > 0 and row["eval_s_per_epoch"] > 0) for row in measured):
         problems.append("a timing is not positive")
-    detail = (f"{len(measured)} of {len(spec['configs'])} configurations measured"
-              f"{f', {len(failed)} failed' if failed else ''} (batch {plan.speed_batch}, {plan.speed_steps} steps an "
-              f"epoch, {plan.speed_epochs - 1} timed epochs after a warm-up one)")
+    detail = (
+        f"{len(measured)} of {len(spec['configs'])} configurations measured"
+        f"{f', {len(failed)} failed' if failed else ''} (batch {plan.speed_batch}, {plan.speed_steps} steps an "
+        f"epoch, {plan.speed_epochs - 1} timed epochs after a warm-up one)"
+    )
     return {"passed": not problems, "detail": detail, "problems": problems, "rows": rows}
 
 
 def label(row: dict[str, Any]) -> str:
-    return (f"{row['arch']} {row['precision']}{' channels-last' if row['channels_last'] else ''}"
-            f"{' compile ' + row['compile_mode'] if row['compile_mode'] else ''}")
+    return (
+        f"{row['arch']} {row['precision']}{' channels-last' if row['channels_last'] else ''}"
+        f"{' compile ' + row['compile_mode'] if row['compile_mode'] else ''}"
+    )
 
 
 def step_concurrency(ctx: Context) -> dict[str, Any]:
@@ -777,18 +943,54 @@ def step_concurrency(ctx: Context) -> dict[str, Any]:
         folder = ctx.path(f"cells{cells}")
         folder.mkdir()
         go = folder / "go"
-        knobs = dict(arch="resnet20", data="cifar10", data_dir=str(ctx.data_dir), batch_size=plan.speed_batch,
-                     train_size=plan.concurrency_train, epochs=1000, lr=0.05, augment="on", device=plan.device,
-                     threads=plan.threads or max(1, cores // cells), eval_batch_size=1024, checkpoint_every=0)
-        specs = [{"knobs": {**knobs, "seed": i}, "ready": str(folder / f"ready{i}"), "go": str(go), "stop": str(folder / "stop"),
-                  "out": str(folder / f"out{i}.json"), "window_s": plan.window_s, "wait_s": 240} for i in range(cells)]
+        knobs = dict(
+            arch="resnet20",
+            data="cifar10",
+            data_dir=str(ctx.data_dir),
+            batch_size=plan.speed_batch,
+            train_size=plan.concurrency_train,
+            epochs=1000,
+            lr=0.05,
+            augment="on",
+            device=plan.device,
+            threads=plan.threads or max(1, cores // cells),
+            eval_batch_size=1024,
+            checkpoint_every=0,
+        )
+        specs = [
+            {
+                "knobs": {**knobs, "seed": i},
+                "ready": str(folder / f"ready{i}"),
+                "go": str(go),
+                "stop": str(folder / "stop"),
+                "out": str(folder / f"out{i}.json"),
+                "window_s": plan.window_s,
+                "wait_s": 240,
+            }
+            for i in range(cells)
+        ]
         processes = []
         for i, spec in enumerate(specs):
             spec_path = folder / f"spec{i}.json"
             spec_path.write_text(json.dumps(spec))
-            command = [sys.executable, str(Path(__file__).resolve()), "--worker", "throughput", "--spec", str(spec_path)]
-            processes.append(subprocess.Popen(command, env=ctx.environment(), cwd=folder, stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.PIPE, text=True))
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                "throughput",
+                "--spec",
+                str(spec_path),
+            ]
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    env=ctx.environment(),
+                    cwd=folder,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         try:
             give_up = time.monotonic() + 240
             while not all(Path(s["ready"]).exists() for s in specs):
@@ -822,23 +1024,35 @@ def step_concurrency(ctx: Context) -> dict[str, Any]:
                     process.wait()
         outs = [json.loads(Path(s["out"]).read_text()) for s in specs]
         starts, ends = [o["wall"][0] for o in outs], [o["wall"][1] for o in outs]
-        results[cells] = {"status": "measured", "images_per_s": sum(o["images_per_s"] for o in outs),
-                          "per_cell": [o["images_per_s"] for o in outs], "threads_per_cell": knobs["threads"],
-                          "window_s": [min(starts), max(ends)], "start_spread_s": max(starts) - min(starts)}
+        results[cells] = {
+            "status": "measured",
+            "images_per_s": sum(o["images_per_s"] for o in outs),
+            "per_cell": [o["images_per_s"] for o in outs],
+            "threads_per_cell": knobs["threads"],
+            "window_s": [min(starts), max(ends)],
+            "start_spread_s": max(starts) - min(starts),
+        }
     one = results.get(1, {}).get("images_per_s")
-    for cells, result in results.items():
+    for result in results.values():
         if one and "images_per_s" in result:
             result["speedup"] = result["images_per_s"] / one
     if 1 not in results or results[1]["status"] != "measured":
         problems.append("one cell alone was not measured")
     measured = [k for k, r in results.items() if r["status"] == "measured"]
-    detail = (f"{', '.join(map(str, measured))} concurrent resnet20 cells measured over a common "
-              f"{plan.window_s:g} s window (batch {plan.speed_batch}, evaluation every epoch)")
-    return {"passed": not problems, "detail": detail, "problems": problems,
-            "cells": {str(k): v for k, v in results.items()}}
+    detail = (
+        f"{', '.join(map(str, measured))} concurrent resnet20 cells measured over a common "
+        f"{plan.window_s:g} s window (batch {plan.speed_batch}, evaluation every epoch)"
+    )
+    return {
+        "passed": not problems,
+        "detail": detail,
+        "problems": problems,
+        "cells": {str(k): v for k, v in results.items()},
+    }
 
 
 # -- reading off the goals, and the docs section ------------------------------------------------------
+
 
 def goals(results: dict[str, Any], dry: bool) -> list[dict[str, Any]]:
     rows = [r for r in results["steps"].get("speed", {}).get("rows", []) if r.get("status") == "measured"]
@@ -846,17 +1060,30 @@ def goals(results: dict[str, Any], dry: bool) -> list[dict[str, Any]]:
     read: list[dict[str, Any]] = []
     if nine:
         worst = max(nine, key=lambda r: r["epoch_ratio"])
-        read.append({"goal": f"a ResNet-9 epoch within {EPOCH_RATIO_GOAL}x of the bare loop at the same precision",
-                     "figure": f"{worst['epoch_ratio']:.2f}x at worst ({label(worst)}), over {len(nine)} configurations",
-                     "met": all(r["epoch_ratio"] <= EPOCH_RATIO_GOAL for r in nine)})
+        read.append(
+            {
+                "goal": f"a ResNet-9 epoch within {EPOCH_RATIO_GOAL}x of the bare loop at the same precision",
+                "figure": f"{worst['epoch_ratio']:.2f}x at worst ({label(worst)}), over {len(nine)} configurations",
+                "met": all(r["epoch_ratio"] <= EPOCH_RATIO_GOAL for r in nine),
+            }
+        )
     else:
-        read.append({"goal": f"a ResNet-9 epoch within {EPOCH_RATIO_GOAL}x of the bare loop", "figure": "not measured",
-                     "met": None})
+        read.append(
+            {
+                "goal": f"a ResNet-9 epoch within {EPOCH_RATIO_GOAL}x of the bare loop",
+                "figure": "not measured",
+                "met": None,
+            }
+        )
     cells = results["steps"].get("concurrency", {}).get("cells", {})
     four = cells.get("4", {}).get("speedup")
-    read.append({"goal": f"4 concurrent ResNet-20 cells at >= {CONCURRENCY_GOAL}x one cell's images/s",
-                 "figure": f"{four:.2f}x" if four else "not measured",
-                 "met": (four >= CONCURRENCY_GOAL) if four else None})
+    read.append(
+        {
+            "goal": f"4 concurrent ResNet-20 cells at >= {CONCURRENCY_GOAL}x one cell's images/s",
+            "figure": f"{four:.2f}x" if four else "not measured",
+            "met": (four >= CONCURRENCY_GOAL) if four else None,
+        }
+    )
     if dry:
         for item in read:
             item["met"] = None  # toy sizes on a CPU say nothing about a GPU
@@ -872,14 +1099,18 @@ def section(results: dict[str, Any]) -> str:
     dry = results["dry_run"]
     lines = []
     if dry:
-        lines.append(f"Dry run (`--dry-run`) on the CPU at toy size: the figures below mean nothing; they show "
-                     f"that every step runs. {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
-                     f"{results['date']}, {results['seconds']:.0f} s.")
+        lines.append(
+            f"Dry run (`--dry-run`) on the CPU at toy size: the figures below mean nothing; they show "
+            f"that every step runs. {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
+            f"{results['date']}, {results['seconds']:.0f} s."
+        )
     else:
-        lines.append(f"Measured by `python benchmarks/gpu_check.py` on **{m.get('gpu')}** (CUDA {m.get('cuda')}, "
-                     f"cuDNN {m.get('cudnn')}; host {m['cpu']}, {m['cores']} cores), torch {m['torch']}, "
-                     f"{results['date']}, commit {results['code'].get('commit')}; the whole check took "
-                     f"{results['seconds']:.0f} s.")
+        lines.append(
+            f"Measured by `python benchmarks/gpu_check.py` on **{m.get('gpu')}** (CUDA {m.get('cuda')}, "
+            f"cuDNN {m.get('cudnn')}; host {m['cpu']}, {m['cores']} cores), torch {m['torch']}, "
+            f"{results['date']}, commit {results['code'].get('commit')}; the whole check took "
+            f"{results['seconds']:.0f} s."
+        )
     lines += ["", "| step | what was checked | result |", "| --- | --- | --- |"]
     for step in STEPS:
         r = results["steps"].get(step)
@@ -890,36 +1121,50 @@ def section(results: dict[str, Any]) -> str:
     speed = results["steps"].get("speed", {}).get("rows", [])
     if speed:
         sizes = split_sizes(Plan(**results["plan"]))
-        lines += ["", f"Speed (e): training ms per step (median of the timed epochs, device synchronised); evaluation "
-                  f"seconds of a whole epoch's evaluation ({sizes['train']:,} clean training images, {sizes['val']:,} "
-                  f"validation, {sizes['test']:,} test: scaled from the images evaluated, a training subset); and "
-                  f"a whole epoch ({sizes['train']:,} training images plus that evaluation) against the bare loop's "
-                  f"training epoch at the same precision, layout and compilation (no evaluation). Both sides: batch "
-                  f"{results['plan']['speed_batch']}, SGD, the data on the device; initmem augments (crop and flip, "
-                  f"as the paper's CIFAR cells do), the bare loop does not. `first epoch +s`: what the warm-up "
-                  f"epoch cost beyond a timed one (compilation, cuDNN's algorithm search).", "",
-                  "| model | precision | channels-last | compile | ms/step | bare ms/step | step ratio | eval s/epoch "
-                  "| epoch s | bare epoch s | epoch ratio | first epoch +s |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"Speed (e): training ms per step (median of the timed epochs, device synchronised); evaluation "
+            f"seconds of a whole epoch's evaluation ({sizes['train']:,} clean training images, {sizes['val']:,} "
+            f"validation, {sizes['test']:,} test: scaled from the images evaluated, a training subset); and "
+            f"a whole epoch ({sizes['train']:,} training images plus that evaluation) against the bare loop's "
+            f"training epoch at the same precision, layout and compilation (no evaluation). Both sides: batch "
+            f"{results['plan']['speed_batch']}, SGD, the data on the device; initmem augments (crop and flip, "
+            f"as the paper's CIFAR cells do), the bare loop does not. `first epoch +s`: what the warm-up "
+            f"epoch cost beyond a timed one (compilation, cuDNN's algorithm search).",
+            "",
+            "| model | precision | channels-last | compile | ms/step | bare ms/step | step ratio | eval s/epoch "
+            "| epoch s | bare epoch s | epoch ratio | first epoch +s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for r in speed:
-            head = (f"| {r['arch']} | {r['precision']} | {'yes' if r['channels_last'] else 'no'} | "
-                    f"{r['compile_mode'] or 'no'} |")
+            head = (
+                f"| {r['arch']} | {r['precision']} | {'yes' if r['channels_last'] else 'no'} | "
+                f"{r['compile_mode'] or 'no'} |"
+            )
             if r["status"] == "measured":
-                lines.append(f"{head} {r['step_ms']:.2f} | {r['bare_step_ms']:.2f} | {r['step_ratio']:.2f}x | "
-                             f"{r['eval_s_per_epoch']:.2f} | {r['epoch_s']:.2f} | {r['bare_epoch_s']:.2f} | "
-                             f"{r['epoch_ratio']:.2f}x | {r['first_epoch_extra_s']:.1f} |")
+                lines.append(
+                    f"{head} {r['step_ms']:.2f} | {r['bare_step_ms']:.2f} | {r['step_ratio']:.2f}x | "
+                    f"{r['eval_s_per_epoch']:.2f} | {r['epoch_s']:.2f} | {r['bare_epoch_s']:.2f} | "
+                    f"{r['epoch_ratio']:.2f}x | {r['first_epoch_extra_s']:.1f} |"
+                )
             else:
                 lines.append(f"{head} {r['status']} | | | | | | | |")
     cells = results["steps"].get("concurrency", {}).get("cells", {})
     if cells:
-        lines += ["", "Concurrency (f): ResNet-20 cells as separate processes on one device, tracking off, "
-                  "evaluation every epoch, timed over one common window; images/s counts training images.", "",
-                  "| cells | total images/s | vs one cell | per cell images/s | CPU threads per cell |",
-                  "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "Concurrency (f): ResNet-20 cells as separate processes on one device, tracking off, "
+            "evaluation every epoch, timed over one common window; images/s counts training images.",
+            "",
+            "| cells | total images/s | vs one cell | per cell images/s | CPU threads per cell |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for k, r in cells.items():
             if r["status"] == "measured":
-                lines.append(f"| {k} | {r['images_per_s']:,.0f} | {r.get('speedup', float('nan')):.2f}x | "
-                             f"{', '.join(f'{v:,.0f}' for v in r['per_cell'])} | {r['threads_per_cell']} |")
+                lines.append(
+                    f"| {k} | {r['images_per_s']:,.0f} | {r.get('speedup', float('nan')):.2f}x | "
+                    f"{', '.join(f'{v:,.0f}' for v in r['per_cell'])} | {r['threads_per_cell']} |"
+                )
             else:
                 lines.append(f"| {k} | {r['status']} | | | |")
     lines += ["", "Goals of issue 28:", ""]
@@ -953,12 +1198,17 @@ def gpu_machine(plan: Plan) -> dict[str, Any]:
 
 # -- main ---------------------------------------------------------------------------------------------------
 
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dry-run", action="store_true", help="every step at toy size on the CPU")
-    parser.add_argument("--docs", type=Path, help="the page whose GPU section is rewritten (default: docs/PERFORMANCE.md "
-                        "on a GPU; none with --dry-run)")
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        help="the page whose GPU section is rewritten (default: docs/PERFORMANCE.md on a GPU; none with --dry-run)",
+    )
     parser.add_argument("--json", type=Path, help="also write every result to this JSON file")
     parser.add_argument("--budget", type=float, help="seconds the whole check may take (default 465; dry run 600)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"a comma-separated subset of {', '.join(STEPS)}")
@@ -1002,9 +1252,14 @@ def main(argv: list[str] | None = None) -> int:
     from bench import code_version
 
     began = time.time()
-    results: dict[str, Any] = {"dry_run": args.dry_run, "machine": gpu_machine(plan), "code": code_version(),
-                               "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                               "plan": plan.__dict__, "steps": {}}
+    results: dict[str, Any] = {
+        "dry_run": args.dry_run,
+        "machine": gpu_machine(plan),
+        "code": code_version(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "plan": plan.__dict__,
+        "steps": {},
+    }
     with tempfile.TemporaryDirectory(prefix="initmem-gpu-check-") as temporary:
         folder = Path(temporary)
         log(f"writing CIFAR-format data ({5 * plan.per_batch:,} + {plan.test_images:,} images)")
@@ -1020,12 +1275,18 @@ def main(argv: list[str] | None = None) -> int:
                 result = {"passed": False, "detail": step, "problems": [f"{type(error).__name__}: {error}"]}
             result["seconds"] = time.time() - started
             results["steps"][step] = result
-            log(f"({LETTER[step]}) {step}: {'passed' if result['passed'] else 'FAILED'} in {result['seconds']:.0f} s"
-                f" - {result['detail']}" + "".join(f"\n    {p}" for p in result.get("problems", [])))
+            log(
+                f"({LETTER[step]}) {step}: {'passed' if result['passed'] else 'FAILED'} in {result['seconds']:.0f} s"
+                f" - {result['detail']}" + "".join(f"\n    {p}" for p in result.get("problems", []))
+            )
 
         # (a)-(d) check correctness, not speed: side by side; then (e) and (f) alone on the device.
-        checks = {"tests": step_tests, "determinism": step_determinism, "divergence": step_divergence,
-                  "resume": step_resume}
+        checks = {
+            "tests": step_tests,
+            "determinism": step_determinism,
+            "divergence": step_divergence,
+            "resume": step_resume,
+        }
         with concurrent.futures.ThreadPoolExecutor(max_workers=3 if args.dry_run else 4) as pool:
             for future in [pool.submit(attempt, s, f) for s, f in checks.items() if s in steps]:
                 future.result()

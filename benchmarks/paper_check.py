@@ -1,4 +1,5 @@
-"""Check the paper's findings on a sweep: `python benchmarks/paper_check.py [--preset NAME | --sweep NAME] [--workers 2]`.
+"""Check the paper's findings on a sweep:
+`python benchmarks/paper_check.py [--preset NAME | --sweep NAME] [--workers 2]`.
 
 Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist
 [--data-dir DIR]`; relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
@@ -21,38 +22,69 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
-         "memory_vs_epoch.png", "memory_vs_clock.png")
+PLOTS = (
+    "test_acc_vs_sigma.png",
+    "weight_norm_vs_epoch.png",
+    "spread_vs_clocks.png",
+    "tau_interp_vs_sigma.png",
+    "memory_vs_epoch.png",
+    "memory_vs_clock.png",
+)
 
 
 def machine() -> str:
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
 
 
 def caveats(report) -> str:
     """What limits the reading of the claims: groups whose runs did not all interpolate."""
-    lines = [f"- `{g.group}`: at {g.never_interp_sigmas} of {g.sigmas} sigmas no seed reached the "
-             "interpolation threshold, so its spread mixes initialization memory with under-training."
-             for g in report.groups if g.never_interp_sigmas]
-    lines += [f"- `{g.group}`: did not train (best mean accuracy {g.best_acc:.1f}%, within a few points of "
-              "chance); it has no spread and is left out of every claim." for g in report.groups if g.did_not_train]
+    lines = [
+        f"- `{g.group}`: at {g.never_interp_sigmas} of {g.sigmas} sigmas no seed reached the "
+        "interpolation threshold, so its spread mixes initialization memory with under-training."
+        for g in report.groups
+        if g.never_interp_sigmas
+    ]
+    lines += [
+        f"- `{g.group}`: did not train (best mean accuracy {g.best_acc:.1f}%, within a few points of "
+        "chance); it has no spread and is left out of every claim."
+        for g in report.groups
+        if g.did_not_train
+    ]
     return "\n".join(lines) or "- Every group interpolated at every sigma."
 
 
 def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
     """From the first cell's start to the last cell's end, as the store recorded them (for a sweep
     launched more than once, the pauses between launches count too)."""
-    from initmem_core.tracking.records import SWEEP_TAG, search_all
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
+    from initmem_core.tracking.records import search_all
+    from initmem_core.vocabulary import SWEEP_TAG
 
     client = open_client(tracking_uri)
     experiment = client.get_experiment_by_name("initmem")
-    runs = [r for r in search_all(client, [experiment.experiment_id], f"tags.`{SWEEP_TAG}` = '{name}'")
-            if "mlflow.parentRunId" in r.data.tags and r.info.end_time] if experiment else []
+    runs = (
+        [
+            r
+            for r in search_all(client, [experiment.experiment_id], f"tags.`{SWEEP_TAG}` = '{name}'")
+            if "mlflow.parentRunId" in r.data.tags and r.info.end_time
+        ]
+        if experiment
+        else []
+    )
     if not runs:
         return None
     return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
@@ -62,18 +94,21 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
 KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
 #: The page's opening table of every finding (written by hand: it draws on sweeps whose stores are
 #: gone as well as on those evaluated now) sits between these lines and is kept as it is.
-OPENING_BEGIN, OPENING_END = "<!-- findings table: begin (written by hand; paper_check.py keeps it) -->", \
-    "<!-- findings table: end -->"
+OPENING_BEGIN, OPENING_END = (
+    "<!-- findings table: begin (written by hand; paper_check.py keeps it) -->",
+    "<!-- findings table: end -->",
+)
 
 
 def opening_table(page: str) -> str:
     """The page's opening table with its two marker lines, or "" when it has none."""
     start, stop = page.find(OPENING_BEGIN), page.find(OPENING_END)
-    return page[start:stop + len(OPENING_END)] if 0 <= start < stop else ""
+    return page[start : stop + len(OPENING_END)] if 0 <= start < stop else ""
 
 
-def sweep_section(name: str, preset: str, findings, report, report_md: str, seconds: float | None,
-                  data_dir: str = "") -> str:
+def sweep_section(
+    name: str, preset: str, findings, report, report_md: str, seconds: float | None, data_dir: str = ""
+) -> str:
     """One sweep's part of RESULTS.md: its claims, caveats, plots (``images/<name>/``) and full report.
     ``data_dir``: where the sweep read its dataset from, if it was told (the command to rerun it says so)."""
     rows = "\n".join(f"| {f.claim} | {f.measured.replace('|', '/')} | {f.verdict} |" for f in findings)
@@ -82,8 +117,11 @@ def sweep_section(name: str, preset: str, findings, report, report_md: str, seco
     report_md = report_md.replace("\n# ", "\n### ").replace("\n## ", "\n#### ")
     report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
     data = " --data-dir DIR" if data_dir else ""
-    again = (f"`python benchmarks/paper_check.py --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
-             if preset else f"`python benchmarks/paper_check.py --sweep {name}`")
+    again = (
+        f"`python benchmarks/paper_check.py --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
+        if preset
+        else f"`python benchmarks/paper_check.py --sweep {name}`"
+    )
     return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
 
 Run{took} on {machine()}, {date.today()}. Regenerate this section with {again}.
@@ -121,12 +159,13 @@ docs/STATISTICS.md); nothing here was tuned toward the paper's answer.
 {kept}"""
 
 
-def evaluate(name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None,
-             console: Console) -> str:
+def evaluate(
+    name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None, console: Console
+) -> str:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
     from initmem_core.report.findings import CLAIMS, read_sweep
-    from initmem_core.report.memory import to_markdown
     from initmem_core.report.plots import write_plots
+    from initmem_core.report.render import to_markdown
     from initmem_core.tracking.records import load_sweep_records
 
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)
@@ -145,22 +184,34 @@ def evaluate(name: str, tracking_uri: str | None, preset: str, docs: Path, secon
     written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
-    return sweep_section(name, preset, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds,
-                         told_data_dir)
+    return sweep_section(
+        name, preset, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds, told_data_dir
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", action="append", default=[],
-                        help="evaluate an existing sweep (name or parent run id) instead of running a preset; "
-                             "repeat for one section each")
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        help="evaluate an existing sweep (name or parent run id) instead of running a preset; "
+        "repeat for one section each",
+    )
     parser.add_argument("--preset", default="paper-mini", help="the preset to run (paper-mini, paper-fmnist, ...)")
-    parser.add_argument("--data-dir", default="",
-                        help="where the preset's dataset files are (default: the dataset's own search, e.g. "
-                             "~/.cache/initmem/fashion-mnist or Debian's dataset-fashion-mnist)")
+    parser.add_argument(
+        "--data-dir",
+        default="",
+        help="where the preset's dataset files are (default: the dataset's own search, e.g. "
+        "~/.cache/initmem/fashion-mnist or Debian's dataset-fashion-mnist)",
+    )
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--tracking-uri", action="append", default=[],
-                        help="the store of each --sweep, in the same order (one: for all of them)")
+    parser.add_argument(
+        "--tracking-uri",
+        action="append",
+        default=[],
+        help="the store of each --sweep, in the same order (one: for all of them)",
+    )
     parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where RESULTS.md and images/ go")
     args = parser.parse_args()
 
@@ -186,8 +237,10 @@ def main() -> None:
     generated, _, kept = old.partition(KEPT_BELOW)
     merged = merge_sections(generated, sections)
     page.write_text(results_markdown(merged, kept.lstrip("\n"), opening_table(generated)))
-    console.print(f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
-                  "kept from the page, and the part written by hand)")
+    console.print(
+        f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
+        "kept from the page, and the part written by hand)"
+    )
 
 
 def preset_to_run(preset: str, data_dir: str = ""):
@@ -203,6 +256,7 @@ def preset_to_run(preset: str, data_dir: str = ""):
 def merge_sections(page: str, fresh: list[str]) -> list[str]:
     """The page's sweep sections, in their order, with those of the sweeps just evaluated replaced
     (new sweeps go last): regenerating one sweep never drops another's section."""
+
     def sweep_of(section: str) -> str:
         return section.split("`", 2)[1]
 

@@ -56,8 +56,11 @@ class TestSet:
             return
         level = calibration().population_level
         difficulty = rng.normal(0, model.difficulty, n_test)
-        self.logits = {(group, sigma): level(acc, model.total_sd) + difficulty + rng.normal(0, model.specific, n_test)
-                       for group, truth in truths.items() for sigma, acc in zip(SIGMAS, truth)}
+        self.logits = {
+            (group, sigma): level(acc, model.total_sd) + difficulty + rng.normal(0, model.specific, n_test)
+            for group, truth in truths.items()
+            for sigma, acc in zip(SIGMAS, truth)
+        }
         self.expit = special.expit
 
     def sweep(self, rng, seeds: int) -> dict[str, AccuracyTable]:
@@ -73,8 +76,9 @@ class TestSet:
                 if m is None:
                     p = np.full((seeds, self.n), acc / 100)
                 else:
-                    p = self.expit(self.logits[group, sigma] + seed_example
-                                   + (seed_shift + rng.normal(0, m.run, seeds))[:, None])
+                    p = self.expit(
+                        self.logits[group, sigma] + seed_example + (seed_shift + rng.normal(0, m.run, seeds))[:, None]
+                    )
                 right = rng.random((seeds, self.n)) < p
                 accuracy[sigma] = {k: 100 * float(right[k].mean()) for k in range(seeds)}
                 correct[sigma] = {k: right[k] for k in range(seeds)}
@@ -103,10 +107,16 @@ def check(rng, pilots: int, truths: dict[str, tuple[float, ...]], model) -> dict
         up = difference.estimate > 0  # the plan promises resolution on the pilot's side
         resolved += again.lo > 0 if up else again.hi < 0
         opposite += again.hi < 0 if up else again.lo > 0
-    return {"pilots": pilots, "pilot_resolved": pilot_resolved / pilots, "no_count": no_count / pilots,
-            "planned": planned, "power": resolved / max(planned, 1), "opposite": opposite / max(planned, 1),
-            "median_seeds": float(np.median(seeds)) if seeds else float("nan"),
-            "observed": float(np.mean(observed)) if observed else float("nan")}
+    return {
+        "pilots": pilots,
+        "pilot_resolved": pilot_resolved / pilots,
+        "no_count": no_count / pilots,
+        "planned": planned,
+        "power": resolved / max(planned, 1),
+        "opposite": opposite / max(planned, 1),
+        "median_seeds": float(np.median(seeds)) if seeds else float("nan"),
+        "observed": float(np.mean(observed)) if observed else float("nan"),
+    }
 
 
 def main() -> None:
@@ -116,25 +126,35 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help="replace the table in docs/STATISTICS.md")
     args = parser.parse_args()
     mixed = calibration().SHARED_TEST_SETS[1]
-    settings = [("4 pp vs 2 pp", {"a": FOUR_PP, "b": TWO_PP}, None, "per-example"),
-                ("4 pp vs 3 pp", {"a": FOUR_PP, "b": THREE_PP}, None, "per-example"),
-                ("4 pp vs 2 pp", {"a": FOUR_PP, "b": TWO_PP}, mixed, mixed.name)]
+    settings = [
+        ("4 pp vs 2 pp", {"a": FOUR_PP, "b": TWO_PP}, None, "per-example"),
+        ("4 pp vs 3 pp", {"a": FOUR_PP, "b": THREE_PP}, None, "per-example"),
+        ("4 pp vs 2 pp", {"a": FOUR_PP, "b": TWO_PP}, mixed, mixed.name),
+    ]
     start = time.perf_counter()
-    lines = [f"Measured by `python benchmarks/seeds_needed_check.py --pilots {args.pilots}` ({args.pilots} pilot sweeps "
-             f"of {PILOT_SEEDS} seeds per setting); promised power {PLANNED_POWER:.0%}.", "",
-             "| truths (population spreads) | noise | pilot resolved | no count within 200 | planned | "
-             "median planned seeds | mean |observed difference| when planned | realised power [95% interval] | "
-             "resolved the other way |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Measured by `python benchmarks/seeds_needed_check.py --pilots {args.pilots}` ({args.pilots} pilot sweeps "
+        f"of {PILOT_SEEDS} seeds per setting); promised power {PLANNED_POWER:.0%}.",
+        "",
+        "| truths (population spreads) | noise | pilot resolved | no count within 200 | planned | "
+        "median planned seeds | mean |observed difference| when planned | realised power [95% interval] | "
+        "resolved the other way |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     from scipy import stats
 
     for index, (label, truths, model, noise) in enumerate(settings):
         found = check(np.random.default_rng([args.seed, index]), args.pilots, truths, model)
         k, n = round(found["power"] * found["planned"]), found["planned"]
-        low, high = (stats.beta.ppf(0.025, k, n - k + 1) if k else 0.0,
-                     stats.beta.ppf(0.975, k + 1, n - k) if k < n else 1.0)  # Clopper-Pearson
-        lines.append(f"| {label} | {noise} | {found['pilot_resolved']:.1%} | {found['no_count']:.1%} | {n} | "
-                     f"{found['median_seeds']:.0f} | {found['observed']:.2f} pp | {found['power']:.1%} "
-                     f"[{low:.1%}, {high:.1%}] | {found['opposite']:.1%} |")
+        low, high = (
+            stats.beta.ppf(0.025, k, n - k + 1) if k else 0.0,
+            stats.beta.ppf(0.975, k + 1, n - k) if k < n else 1.0,
+        )  # Clopper-Pearson
+        lines.append(
+            f"| {label} | {noise} | {found['pilot_resolved']:.1%} | {found['no_count']:.1%} | {n} | "
+            f"{found['median_seeds']:.0f} | {found['observed']:.2f} pp | {found['power']:.1%} "
+            f"[{low:.1%}, {high:.1%}] | {found['opposite']:.1%} |"
+        )
         print(lines[-1], flush=True)
     lines[0] = lines[0].replace(")", f", {(time.perf_counter() - start) / 60:.1f} min)", 1)
     table = "\n".join(lines)

@@ -54,8 +54,9 @@ import threading
 import time
 import urllib.request
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -63,12 +64,25 @@ sys.path.insert(0, str(ROOT))
 BACKENDS = ("sqlite", "postgresql")
 STARTUP_S = 300.0
 #: Client calls that write (the others read).
-WRITES = frozenset({"create_run", "update_run", "log_batch", "set_terminated", "log_text", "log_artifact",
-                    "log_inputs", "set_tag", "delete_tag", "create_experiment"})
+WRITES = frozenset(
+    {
+        "create_run",
+        "update_run",
+        "log_batch",
+        "set_terminated",
+        "log_text",
+        "log_artifact",
+        "log_inputs",
+        "set_tag",
+        "delete_tag",
+        "create_experiment",
+    }
+)
 EXPERIMENT = "server-load"
 
 
 # -- the pattern a real run writes ----------------------------------------------------------------
+
 
 def record_pattern(work: Path) -> dict[str, Any]:
     """Train one tiny run into a recording tracker; return what it logged, in order."""
@@ -103,8 +117,18 @@ def record_pattern(work: Path) -> dict[str, Any]:
     cwd = os.getcwd()
     os.chdir(work)
     try:
-        run({"data": "digits", "arch": "resnet20", "epochs": 2, "train_size": 128, "batch_size": 32,
-             "eval_batch_size": 512, "threads": 1}, tracker=Recorder())
+        run(
+            {
+                "data": "digits",
+                "arch": "resnet20",
+                "epochs": 2,
+                "train_size": 128,
+                "batch_size": 32,
+                "eval_batch_size": 512,
+                "threads": 1,
+            },
+            tracker=Recorder(),
+        )
     finally:
         os.chdir(cwd)
     epochs = [args for call, args in calls if call == "log_metrics"]
@@ -122,6 +146,7 @@ def record_pattern(work: Path) -> dict[str, Any]:
 
 
 # -- timing every request a tracker makes ---------------------------------------------------------
+
 
 class TimedClient:
     """An ``MlflowClient`` whose every call is clocked into ``log``: (call, start, seconds, error)."""
@@ -157,8 +182,10 @@ def timed_store(log: list) -> None:
 
 # -- one cell, as a remote worker writes it ------------------------------------------------------
 
-def replay_cell(uri: str, run_id: str, index: int, pattern: dict[str, Any], epochs: int, epoch_s: float,
-                folder: Path) -> None:
+
+def replay_cell(
+    uri: str, run_id: str, index: int, pattern: dict[str, Any], epochs: int, epoch_s: float, folder: Path
+) -> None:
     from initmem_core.tracking.cells import ServerCellWriter
 
     writer = ServerCellWriter(uri, EXPERIMENT, run_id)
@@ -187,8 +214,18 @@ def replay_cell(uri: str, run_id: str, index: int, pattern: dict[str, Any], epoc
     writer.end_run("FINISHED")
 
 
-def worker(uri: str, cells: list[tuple[int, str]], pattern: dict[str, Any], epochs: int, epoch_s: float,
-           folder: str, ready: Any, start_at: Any, results: Any, parent: int) -> None:
+def worker(
+    uri: str,
+    cells: list[tuple[int, str]],
+    pattern: dict[str, Any],
+    epochs: int,
+    epoch_s: float,
+    folder: str,
+    ready: Any,
+    start_at: Any,
+    results: Any,
+    parent: int,
+) -> None:
     """One worker process: its cells in threads, all started at ``start_at``; puts its requests."""
     from initmem_core.errors import RunWarning
     from initmem_core.sweep.executors.local import die_with_parent
@@ -228,6 +265,7 @@ def worker(uri: str, cells: list[tuple[int, str]], pattern: dict[str, Any], epoc
 
 # -- servers ------------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -255,10 +293,26 @@ def mlflow_server(backend_uri: str, folder: Path, env: dict[str, str]) -> Iterat
     port = free_port()
     log = open(folder / "mlflow-server.log", "wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-         "--artifacts-destination", str(folder / "artifacts"), "--serve-artifacts",
-         "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+            "--serve-artifacts",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -312,12 +366,37 @@ def postgres(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
         if done.returncode:
             raise RuntimeError(f"{' '.join(command[:2])} failed: {done.stderr.strip()[-2000:]}")
 
-    check([str(binaries / "initdb"), "-D", str(data), "-U", "initmem", "--auth=scram-sha-256",
-           f"--pwfile={password_file}", "-E", "UTF8", "--locale=C"])
+    check(
+        [
+            str(binaries / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "initmem",
+            "--auth=scram-sha-256",
+            f"--pwfile={password_file}",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]
+    )
     password_file.unlink()
     options = f"-c listen_addresses=127.0.0.1 -p {port} -k {sockets} -c max_connections=300 -c fsync=on"
-    check([str(binaries / "pg_ctl"), "-D", str(data), "-l", str(logs / "postgres.log"), "-w", "-t", "120",
-           "-o", options, "start"])
+    check(
+        [
+            str(binaries / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(logs / "postgres.log"),
+            "-w",
+            "-t",
+            "120",
+            "-o",
+            options,
+            "start",
+        ]
+    )
     try:
         check([str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "initmem", "mlflow"])
         yield f"postgresql+psycopg2://initmem@127.0.0.1:{port}/mlflow", {"PGPASSWORD": password}
@@ -341,12 +420,13 @@ def backend(name: str, folder: Path) -> Iterator[str]:
 
 # -- one load ------------------------------------------------------------------------------------
 
+
 def prepare_cells(uri: str, cells: int, pattern: dict[str, Any]) -> tuple[list[str], float]:
     """What the sweep writes before handing cells out: the parent, then each child with its
     SCHEDULED status and config params. Returns the run ids and the seconds it took."""
     from initmem_core.tracking.cells import ChildRunWriter, quiet_run_links
-    from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG, SWEEP_TAG
-    from initmem_core.tracking.store import ensure_experiment, open_client
+    from initmem_core.tracking.client import ensure_experiment, open_client
+    from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG, SWEEP_TAG
 
     quiet_run_links()
     started = time.perf_counter()
@@ -357,28 +437,29 @@ def prepare_cells(uri: str, cells: int, pattern: dict[str, Any]) -> tuple[list[s
     _, params, _ = pattern["start"]
     run_ids = []
     for index in range(cells):
-        run_id = client.create_run(experiment_id, run_name=f"cell-{index}", tags={
-            PARENT_TAG: parent.info.run_id, SWEEP_TAG: sweep, "config_hash": f"{index:016x}"}).info.run_id
+        run_id = client.create_run(
+            experiment_id,
+            run_name=f"cell-{index}",
+            tags={PARENT_TAG: parent.info.run_id, SWEEP_TAG: sweep, "config_hash": f"{index:016x}"},
+        ).info.run_id
         client.update_run(run_id, status="SCHEDULED")
         ChildRunWriter(uri, EXPERIMENT, run_id).start_run(f"cell-{index}", params, {})
         run_ids.append(run_id)
     return run_ids, time.perf_counter() - started
 
 
-def count_lacking(uri: str, run_ids: list[str], pattern: dict[str, Any], epochs: int,
-                  folder: Path) -> dict[str, int]:
+def count_lacking(uri: str, run_ids: list[str], pattern: dict[str, Any], epochs: int, folder: Path) -> dict[str, int]:
     """What the store lacks of what the cells wrote, run by run: values waiting in the spool
     (initmem-unsynced/) and values in neither place."""
+    from initmem_core.tracking.client import open_client
     from initmem_core.tracking.pending import read_unsynced, unsynced_folder
-    from initmem_core.tracking.store import open_client
 
     client = open_client(uri)
     spool = unsynced_folder(folder)
     expected_keys = {key: set(range(epochs + 1)) for key in pattern["per_epoch"]}
     for key in pattern["summary"]:
         expected_keys.setdefault(key, set()).add(epochs)
-    counts = {"runs_not_finished": 0, "metric_values_expected": 0, "metric_values_stored": 0,
-              "spooled": 0, "lost": 0}
+    counts = {"runs_not_finished": 0, "metric_values_expected": 0, "metric_values_stored": 0, "spooled": 0, "lost": 0}
     for run_id in run_ids:
         run = client.get_run(run_id)
         spooled = spool / f"{run_id}.jsonl"
@@ -404,8 +485,15 @@ def count_lacking(uri: str, run_ids: list[str], pattern: dict[str, Any], epochs:
     return counts
 
 
-def load(backend_name: str, cells: int, pattern: dict[str, Any], epochs: int, epoch_s: float,
-         processes: int, timeout_s: float) -> dict[str, Any]:
+def load(
+    backend_name: str,
+    cells: int,
+    pattern: dict[str, Any],
+    epochs: int,
+    epoch_s: float,
+    processes: int,
+    timeout_s: float,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"initmem-load-{backend_name}-") as temp:
         folder = Path(temp)
         (folder / "clients").mkdir()
@@ -415,10 +503,24 @@ def load(backend_name: str, cells: int, pattern: dict[str, Any], epochs: int, ep
             ready, results = context.Queue(), context.Queue()
             start_at = context.Value("d", 0.0)
             shares = [[(i, run_ids[i]) for i in range(p, cells, processes)] for p in range(min(processes, cells))]
-            workers = [context.Process(target=worker, args=(url, share, pattern, epochs, epoch_s,
-                                                            str(folder / "clients"), ready, start_at, results,
-                                                            os.getpid()))
-                       for share in shares]
+            workers = [
+                context.Process(
+                    target=worker,
+                    args=(
+                        url,
+                        share,
+                        pattern,
+                        epochs,
+                        epoch_s,
+                        str(folder / "clients"),
+                        ready,
+                        start_at,
+                        results,
+                        os.getpid(),
+                    ),
+                )
+                for share in shares
+            ]
             for process in workers:
                 process.start()
             try:
@@ -443,10 +545,15 @@ def load(backend_name: str, cells: int, pattern: dict[str, Any], epochs: int, ep
     seconds = [r[2] for r in writes if not r[3]]
     metric_values = counts["metric_values_stored"]
     return {
-        "backend": backend_name, "cells": cells, "epochs": epochs, "processes": len(workers),
+        "backend": backend_name,
+        "cells": cells,
+        "epochs": epochs,
+        "processes": len(workers),
         "load_average_1min": round(os.getloadavg()[0], 1),  # this machine's other work, at the end of the load
-        "prepare_s": round(prepare_s, 2), "load_s": round(end - begin, 2),
-        "requests": len(requests), "writes": len(writes),
+        "prepare_s": round(prepare_s, 2),
+        "load_s": round(end - begin, 2),
+        "requests": len(requests),
+        "writes": len(writes),
         "writes_per_s": round(len(writes) / (end - begin), 1),
         "metric_values_per_s": round(metric_values / (end - begin), 1),
         "write_median_s": round(statistics.median(seconds), 4) if seconds else None,
@@ -454,7 +561,8 @@ def load(backend_name: str, cells: int, pattern: dict[str, Any], epochs: int, ep
         "write_slowest_s": round(max(seconds), 3) if seconds else None,
         "failed_requests": sum(1 for r in requests if r[3]),
         "errors": sorted({r[3] for r in requests if r[3]}),
-        "cells_completed": len(completed), "cells_failed": failures,
+        "cells_completed": len(completed),
+        "cells_failed": failures,
         **counts,
     }
 
@@ -468,8 +576,13 @@ def machine() -> dict[str, Any]:
                 break
     import mlflow
 
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(), "mlflow": mlflow.__version__,
-            "load_average": os.getloadavg()[0]}
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "mlflow": mlflow.__version__,
+        "load_average": os.getloadavg()[0],
+    }
 
 
 def stop_on_signal(signum: int, frame: Any) -> None:
@@ -495,19 +608,24 @@ def main() -> None:
         parser.error("--backends takes sqlite and postgresql; --cells 1 to 1024; --epochs and --processes 1 or more")
     with tempfile.TemporaryDirectory(prefix="initmem-load-pattern-") as work:
         pattern = record_pattern(Path(work))
-    print(f"pattern: {len(pattern['start'][1])} params, {len(pattern['per_epoch'])} metrics per epoch, "
-          f"{len(pattern['summary'])} summary metrics, {len(pattern['texts'])} texts, "
-          f"{len(pattern['artifacts'])} artifact(s) of {sum(len(a[1]) for a in pattern['artifacts'])} bytes",
-          flush=True)
+    print(
+        f"pattern: {len(pattern['start'][1])} params, {len(pattern['per_epoch'])} metrics per epoch, "
+        f"{len(pattern['summary'])} summary metrics, {len(pattern['texts'])} texts, "
+        f"{len(pattern['artifacts'])} artifact(s) of {sum(len(a[1]) for a in pattern['artifacts'])} bytes",
+        flush=True,
+    )
     results = {"machine": machine(), "epochs": args.epochs, "epoch_s": args.epoch_s, "loads": []}
     for name in backends:
         for n in cells:
             result = load(name, n, pattern, args.epochs, args.epoch_s, args.processes, args.timeout)
             results["loads"].append(result)
-            print(f"{name:>10} N={n:<4} {result['writes_per_s']:>7} writes/s  {result['metric_values_per_s']:>8} "
-                  f"values/s  write median {result['write_median_s']} s, slowest {result['write_slowest_s']} s  "
-                  f"failed requests {result['failed_requests']}  cells failed {len(result['cells_failed'])}  "
-                  f"spooled {result['spooled']}  lost {result['lost']}", flush=True)
+            print(
+                f"{name:>10} N={n:<4} {result['writes_per_s']:>7} writes/s  {result['metric_values_per_s']:>8} "
+                f"values/s  write median {result['write_median_s']} s, slowest {result['write_slowest_s']} s  "
+                f"failed requests {result['failed_requests']}  cells failed {len(result['cells_failed'])}  "
+                f"spooled {result['spooled']}  lost {result['lost']}",
+                flush=True,
+            )
             if args.json:  # after each load: a long measurement stopped half-way keeps what it has
                 args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -30,9 +30,13 @@ RUN = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads"
 
 
 def one_try(folder: Path, moment: float, signum: int) -> dict:
-    process = subprocess.Popen([sys.executable, "-m", "initmem_cli", "run", *RUN, "--tracking-uri",
-                                f"sqlite:///{folder / 'mlflow.db'}"], cwd=folder, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "initmem_cli", "run", *RUN, "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}"],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(moment)
     helpers = descendants(process.pid)
     process.send_signal(signum)
@@ -45,9 +49,15 @@ def one_try(folder: Path, moment: float, signum: int) -> dict:
         time.sleep(0.05)
     helper_s = time.monotonic() - sent - took
     time.sleep(0.5)
-    return {"moment": moment, "code": code, "took": took, "helper_after": helper_s,
-            "one_line": error.count("\n") == 1 and "Traceback" not in error,
-            "nothing_after": folder_state(folder) == left, "line": error.strip()[:100]}
+    return {
+        "moment": moment,
+        "code": code,
+        "took": took,
+        "helper_after": helper_s,
+        "one_line": error.count("\n") == 1 and "Traceback" not in error,
+        "nothing_after": folder_state(folder) == left,
+        "line": error.strip()[:100],
+    }
 
 
 def main() -> None:
@@ -61,7 +71,7 @@ def main() -> None:
     signum = getattr(signal, args.signal)
     template = None
     if not args.fresh_store:
-        from initmem_core.tracking.store import open_client
+        from initmem_core.tracking.client import open_client
 
         template = Path(tempfile.mkdtemp()) / "mlflow.db"
         open_client(f"sqlite:///{template}")
@@ -73,12 +83,21 @@ def main() -> None:
             if template is not None:
                 shutil.copy(template, folder / "mlflow.db")
             result = one_try(folder, args.first + i * step, signum)
-        ok = (result["code"] == 128 + signum and result["took"] < 2.0 and result["one_line"]
-              and result["helper_after"] < 2.0 and result["nothing_after"])
+        ok = (
+            result["code"] == 128 + signum
+            and result["took"] < 2.0
+            and result["one_line"]
+            and result["helper_after"] < 2.0
+            and result["nothing_after"]
+        )
         good += ok
-        print(f"{result['moment']:5.2f} s  exit {result['code']}  ended {result['took']:.2f} s after the signal  "
-              f"helper +{result['helper_after']:.2f} s  {'ok' if ok else 'FAILED'}  {result['line']}")
-    print(f"{good} of {args.tries} tries: one line, exit {128 + signum} within 2 s, no helper left, nothing written after")
+        print(
+            f"{result['moment']:5.2f} s  exit {result['code']}  ended {result['took']:.2f} s after the signal  "
+            f"helper +{result['helper_after']:.2f} s  {'ok' if ok else 'FAILED'}  {result['line']}"
+        )
+    print(
+        f"{good} of {args.tries} tries: one line, exit {128 + signum} within 2 s, no helper left, nothing written after"
+    )
 
 
 if __name__ == "__main__":

@@ -18,14 +18,15 @@ import contextlib
 import re
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from initmem_core import get_registry
-from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.config import RunConfig
+from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.setup import build_setup
 
 
@@ -46,8 +47,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = RunConfig(arch="resnet20", data=f"synthetic:3x32x32-c10-n{4 * args.batch_size}",
-                       batch_size=args.batch_size, device=args.device, threads=args.threads)
+    config = RunConfig(
+        arch="resnet20",
+        data=f"synthetic:3x32x32-c10-n{4 * args.batch_size}",
+        batch_size=args.batch_size,
+        device=args.device,
+        threads=args.threads,
+    )
     setup = build_setup(config, get_registry())
     device, loader, optimizer, scheduler = setup.device, setup.train_loader, setup.optimizer, setup.scheduler
     n = loader.num_examples
@@ -58,7 +64,7 @@ def main() -> None:
     clocks = ForgettingClocks()
     order = torch.randperm(n, device=device)
     rows = order[: args.batch_size]
-    bare_x = ((loader.x.float() / loader.pixel_scale - loader.mean) / loader.std)
+    bare_x = (loader.x.float() / loader.pixel_scale - loader.mean) / loader.std
 
     def accumulate_loss() -> None:
         loss_sum.add_(loss.detach() * len(y))
@@ -102,8 +108,9 @@ def main() -> None:
     except ImportError:
         pass
     try:
-        from initmem_cli.progress import RunProgress
         from rich.console import Console
+
+        from initmem_cli.progress import RunProgress
 
         progress = RunProgress(Console(file=open("/dev/null", "w"), force_terminal=False))  # noqa: SIM115
         progress.start(1, 10**9)

@@ -63,8 +63,20 @@ def make_sweep(folder: Path) -> str:
     from initmem_core import run_sweep
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    run_sweep({"opt": "sgd,adam", "sigma": "0.5,2.0", "data": "digits", "epochs": 1, "train_size": 64,
-               "threads": 1, "checkpoint_every": 0}, name="ui-startup", tracking_uri=uri, out=folder / "out")
+    run_sweep(
+        {
+            "opt": "sgd,adam",
+            "sigma": "0.5,2.0",
+            "data": "digits",
+            "epochs": 1,
+            "train_size": 64,
+            "threads": 1,
+            "checkpoint_every": 0,
+        },
+        name="ui-startup",
+        tracking_uri=uri,
+        out=folder / "out",
+    )
     return uri
 
 
@@ -101,8 +113,13 @@ def start(options: list[str], uri: str, cwd: Path) -> dict[str, float]:
     port = free_port()
     before = os.times()
     began = time.perf_counter()
-    process = subprocess.Popen([*INITMEM_UI, "--port", str(port), "--tracking-uri", uri, *options], cwd=cwd,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*INITMEM_UI, "--port", str(port), "--tracking-uri", uri, *options],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     times: dict[str, float] = {}
     try:
         lines = []
@@ -168,8 +185,12 @@ def main() -> None:
                 for what, seconds in times.items():
                     samples[side][what].append(seconds)
                 loads.append(os.getloadavg()[0])
-                print(f"{side:>15} start {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
-                      + f" (1-min load {loads[-1]:.1f})", flush=True)
+                print(
+                    f"{side:>15} start {i + 1}: "
+                    + ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
+                    + f" (1-min load {loads[-1]:.1f})",
+                    flush=True,
+                )
                 time.sleep(1)  # let the stopped server's processes go before the next start
         results["load_after"] = os.getloadavg()
         results["load_1min_at_each_start"] = summary(loads)
@@ -178,16 +199,21 @@ def main() -> None:
     if "lean" in sides and "mlflow-default" in sides:
         results["ratio_lean_vs_default"] = {
             what: [a / b for a, b in zip(samples["lean"][what], samples["mlflow-default"][what])]
-            for what in ("urls", "view", "cpu")}
+            for what in ("urls", "view", "cpu")
+        }
         results["ratio_lean_vs_default"] = {what: summary(r) for what, r in results["ratio_lean_vs_default"].items()}
     print()
     print(f"{'side':>15} {'urls (median, min-max)':>26} {'view (median, min-max)':>26} {'CPU s (median, min-max)':>26}")
     for side, got in results["sides"].items():
-        cells = [f"{s['median']:.2f} s ({s['min']:.2f}-{s['max']:.2f})" if s else "-"
-                 for s in (got.get("urls"), got.get("view"), got.get("cpu"))]
+        cells = [
+            f"{s['median']:.2f} s ({s['min']:.2f}-{s['max']:.2f})" if s else "-"
+            for s in (got.get("urls"), got.get("view"), got.get("cpu"))
+        ]
         print(f"{side:>15} {cells[0]:>26} {cells[1]:>26} {cells[2]:>26}")
-    print(f"1-min load average after each start: median {results['load_1min_at_each_start']['median']:.1f} "
-          f"({results['load_1min_at_each_start']['min']:.1f}-{results['load_1min_at_each_start']['max']:.1f})")
+    print(
+        f"1-min load average after each start: median {results['load_1min_at_each_start']['median']:.1f} "
+        f"({results['load_1min_at_each_start']['min']:.1f}-{results['load_1min_at_each_start']['max']:.1f})"
+    )
     for what, ratio in results.get("ratio_lean_vs_default", {}).items():
         print(f"lean / mlflow-default, {what}: {ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})")
     if args.json:

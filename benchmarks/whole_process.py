@@ -65,8 +65,21 @@ def sides(name: str, epochs: int, folder: Path) -> tuple[list[list[str]], list[l
         return [[*INITMEM, *run]], [[*bare, "--fast-exit"]], 1, folder
     if name == "fresh":
         return [[*INITMEM, *run]], [bare], 1, folder
-    sweep = ["sweep", "--epochs", str(epochs), "--batch-size", "32", "--threads", "1", "--workers", "2",
-             "--sigma", ",".join(SIGMAS), "--name", "bench"]
+    sweep = [
+        "sweep",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "32",
+        "--threads",
+        "1",
+        "--workers",
+        "2",
+        "--sigma",
+        ",".join(SIGMAS),
+        "--name",
+        "bench",
+    ]
     return [[*INITMEM, *sweep]], [[*bare, "--sigma", s] for s in SIGMAS], 2, folder
 
 
@@ -79,7 +92,7 @@ def compare(name: str, pairs: int, epochs: int, root: Path) -> dict:
     walls, cpus = [], []
     for pair in range(pairs):
         results = {}
-        for side in (("ours", "bare") if pair % 2 == 0 else ("bare", "ours")):
+        for side in ("ours", "bare") if pair % 2 == 0 else ("bare", "ours"):
             if side == "ours" and fresh is not None:  # an empty folder: the store is created again
                 for path in sorted(fresh.iterdir()):
                     subprocess.run(["rm", "-rf", str(path)], check=True)
@@ -87,16 +100,36 @@ def compare(name: str, pairs: int, epochs: int, root: Path) -> dict:
             results[side] = timed(commands, work, parallel if side == "bare" else 1)
         walls.append(results["ours"][0] / results["bare"][0])
         cpus.append(results["ours"][1] / results["bare"][1])
-        print(f"{name} pair {pair + 1}: wall {walls[-1]:.3f}x  cpu {cpus[-1]:.3f}x  "
-              f"(ours {results['ours'][0]:.1f} s, bare {results['bare'][0]:.1f} s)", flush=True)
-    return {"comparison": name, "pairs": pairs, "wall_median": statistics.median(walls),
-            "wall_min": min(walls), "wall_max": max(walls), "cpu_median": statistics.median(cpus),
-            "walls": walls, "cpus": cpus}
+        print(
+            f"{name} pair {pair + 1}: wall {walls[-1]:.3f}x  cpu {cpus[-1]:.3f}x  "
+            f"(ours {results['ours'][0]:.1f} s, bare {results['bare'][0]:.1f} s)",
+            flush=True,
+        )
+    return {
+        "comparison": name,
+        "pairs": pairs,
+        "wall_median": statistics.median(walls),
+        "wall_min": min(walls),
+        "wall_max": max(walls),
+        "cpu_median": statistics.median(cpus),
+        "walls": walls,
+        "cpus": cpus,
+    }
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
     return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
@@ -104,18 +137,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--only", nargs="*", default=["untracked", "tracked", "fresh", "sweep", "tracked-same-exit", "fresh-same-exit"])
+    parser.add_argument(
+        "--only", nargs="*", default=["untracked", "tracked", "fresh", "sweep", "tracked-same-exit", "fresh-same-exit"]
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="initmem-bench-") as folder:
         results = [compare(name, args.pairs, args.epochs, Path(folder)) for name in args.only]
     print(f"\n{machine()}, commit {commit}")
     print("| comparison | wall, median (range) | cpu, median |\n|---|---|---|")
     for r in results:
-        print(f"| {r['comparison']} | {r['wall_median']:.2f}x ({r['wall_min']:.2f}-{r['wall_max']:.2f}) "
-              f"| {r['cpu_median']:.2f}x |")
+        print(
+            f"| {r['comparison']} | {r['wall_median']:.2f}x ({r['wall_min']:.2f}-{r['wall_max']:.2f}) "
+            f"| {r['cpu_median']:.2f}x |"
+        )
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "commit": commit, "results": results}, indent=2))
 

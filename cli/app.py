@@ -38,9 +38,18 @@ app = typer.Typer(
 
 @app.callback()
 def main_options(
-    strict_plugins: Annotated[bool, typer.Option("--strict-plugins", help=f"Fail on any plugin that does not load (also ${STRICT_ENV}=1)")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=show_version, is_eager=True,
-                                          help="Print the versions of initmem, torch, mlflow, timm and pluggy, and the device a run would use")] = False,
+    strict_plugins: Annotated[
+        bool, typer.Option("--strict-plugins", help=f"Fail on any plugin that does not load (also ${STRICT_ENV}=1)")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=show_version,
+            is_eager=True,
+            help="Print the versions of initmem, torch, mlflow, timm and pluggy, and the device a run would use",
+        ),
+    ] = False,
 ) -> None:
     one_line_warnings()
     if strict_plugins:

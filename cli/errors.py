@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -47,10 +48,11 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _refused_login(error: Exception, tracking_uri: str | None) -> str:
     """One line for a tracking server that refused the login (HTTP 401/403) on a request that no
-    ``store_must_answer`` wraps (``tracking.store.refusal``); empty otherwise."""
+    ``store_must_answer`` wraps (``tracking.login.refusal``); empty otherwise."""
     if getattr(error, "error_code", None) is None:
         return ""
-    from initmem_core.tracking.store import refusal, resolve_tracking_uri
+    from initmem_core.tracking.login import refusal
+    from initmem_core.tracking.uris import resolve_tracking_uri
 
     return refusal(resolve_tracking_uri(tracking_uri), error)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,12 +18,21 @@ def complete_kind(incomplete: str) -> list[str]:
 
 @user_errors
 def new_plugin_command(
-    kind: Annotated[str, typer.Argument(metavar="KIND", help=f"Kind of component: {', '.join(KIND_NAMES)}",
-                                        autocompletion=complete_kind, show_default=False)],
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Component name users will type, e.g. sign-sgd",
-                                        show_default=False)],
-    directory: Annotated[Optional[Path], typer.Option(
-        "--dir", help="Folder to create (default: ./initmem-<name>); must not exist")] = None,
+    kind: Annotated[
+        str,
+        typer.Argument(
+            metavar="KIND",
+            help=f"Kind of component: {', '.join(KIND_NAMES)}",
+            autocompletion=complete_kind,
+            show_default=False,
+        ),
+    ],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="Component name users will type, e.g. sign-sgd", show_default=False)
+    ],
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Folder to create (default: ./initmem-<name>); must not exist")
+    ] = None,
 ) -> None:
     """Create a plugin package, e.g. `initmem new-plugin optimizer sign-sgd`."""
     from initmem_core.plugin_system.loader import get_registry
@@ -33,7 +42,9 @@ def new_plugin_command(
     typer.echo(f"Created the {kind} plugin '{name}' in {folder}:")
     for path in written:
         typer.echo(f"  {path.relative_to(folder)}")
-    typer.echo("Next:\n"
-               f"  pip install -e {folder}\n"
-               f"  python -m pytest {folder}\n"
-               f"  initmem run {run_options(kind, name)} --epochs 1")
+    typer.echo(
+        "Next:\n"
+        f"  pip install -e {folder}\n"
+        f"  python -m pytest {folder}\n"
+        f"  initmem run {run_options(kind, name)} --epochs 1"
+    )

@@ -9,19 +9,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
 from initmem_core.config import FIELDS, field_type
 from initmem_core.kinds import BY_FIELD, flag_for
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT  # noqa: F401  (the commands take it from here)
 
 TRACKING = "Tracking"
 
 #: The options every command that reads or writes the tracking store shares.
-TrackingUri = Annotated[Optional[str], typer.Option(
-    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING)]
+TrackingUri = Annotated[
+    str | None,
+    typer.Option(
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING
+    ),
+]
 Experiment = Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)]
 
 
@@ -42,23 +47,27 @@ def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Param
         help_text += f" [{'|'.join(meta['choices'])}]"
     metavar = None
     if as_text:
-        annotation: Any = Optional[str]
+        annotation: Any = str | None
         help_text += "; a list (a,b,c) or, for numbers, a range start:stop:count"
     elif kind is tuple:
-        annotation = Optional[list[str]]
+        annotation = list[str] | None
     elif kind in (int, float):
         # Parsed by config.coerce, so a value that is not a number gets one line like any bad value.
-        annotation, metavar = Optional[str], "INTEGER" if kind is int else "FLOAT"
+        annotation, metavar = str | None, "INTEGER" if kind is int else "FLOAT"
     else:
-        annotation = Optional[kind]
+        annotation = kind | None
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     option = typer.Option(
-        flag_for(name), help=help_text, rich_help_panel=meta["panel"], metavar=metavar,
+        flag_for(name),
+        help=help_text,
+        rich_help_panel=meta["panel"],
+        metavar=metavar,
         show_default=meta.get("shown") or (",".join(default) if isinstance(default, tuple) else str(default)) or "none",
         autocompletion=complete_component(BY_FIELD[name].name) if name in BY_FIELD else None,
     )
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[annotation, option])
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[annotation, option]
+    )
 
 
 def with_config_options(as_text: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

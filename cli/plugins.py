@@ -25,10 +25,16 @@ def plugins_report(registry) -> dict:
     specs = sorted(registry.all_specs(), key=lambda s: (order.index(s.kind), s.name))
     return {
         "components": [
-            {"kind": s.kind, "name": s.name, "description": s.description, "plugin": s.provider.plugin,
-             "package": s.provider.package, "version": s.provider.version,
-             # an optimizer's declared lr and --opt-arg options (a family's are read only when used)
-             **({"defaults": describe(s.defaults)} if s.kind == "optimizer" else {})}
+            {
+                "kind": s.kind,
+                "name": s.name,
+                "description": s.description,
+                "plugin": s.provider.plugin,
+                "package": s.provider.package,
+                "version": s.provider.version,
+                # an optimizer's declared lr and --opt-arg options (a family's are read only when used)
+                **({"defaults": describe(s.defaults)} if s.kind == "optimizer" else {}),
+            }
             for s in specs
         ],
         "conflicts": [
@@ -60,12 +66,13 @@ def plugins_command(
     table.add_column("plugin (package version)", overflow="fold")
     for row in report["components"]:
         description = row["description"] + (f" [dim](defaults: {row['defaults']})[/dim]" if "defaults" in row else "")
-        table.add_row(row["kind"], row["name"], description,
-                      f"{row['plugin']} ({row['package']} {row['version']})")
+        table.add_row(row["kind"], row["name"], description, f"{row['plugin']} ({row['package']} {row['version']})")
     console.print(table)
     for conflict in report["conflicts"]:
-        console.print(f"[red]conflict[/red]: {conflict['kind']} '{conflict['name']}' is registered by "
-                      + " and by ".join(conflict["providers"]))
+        console.print(
+            f"[red]conflict[/red]: {conflict['kind']} '{conflict['name']}' is registered by "
+            + " and by ".join(conflict["providers"])
+        )
     if report["failed"]:
         failed = Table(title="plugins that failed to load", title_style="red")
         for column in ("plugin", "package", "version", "error"):

@@ -8,10 +8,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.groups import group_keys
+
 from .errors import user_errors
 
-presets_app = typer.Typer(help="List the paper's sweep presets, or print one as an editable sweep file.",
-                          invoke_without_command=True, no_args_is_help=False)
+presets_app = typer.Typer(
+    help="List the paper's sweep presets, or print one as an editable sweep file.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 
 @presets_app.callback()
@@ -20,14 +25,19 @@ def list_presets(ctx: typer.Context) -> None:
     """List every preset with its grid: cells, groups and what varies."""
     if ctx.invoked_subcommand:
         return
-    from initmem_core.sweep.grid import expand, group_keys
+    from initmem_core.sweep.grid import expand
     from initmem_core.sweep.presets import preset_description, preset_names, preset_spec
 
     table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)", show_lines=True, expand=True)
     for column in ("preset", "cells", "groups", "varies", "description"):
         # Text folds onto more lines, never cut: a word wider than its column is broken, not elided.
-        table.add_column(column, justify="right" if column in ("cells", "groups") else "left",
-                         no_wrap=column == "preset", overflow="fold", ratio={"varies": 1, "description": 2}.get(column))
+        table.add_column(
+            column,
+            justify="right" if column in ("cells", "groups") else "left",
+            no_wrap=column == "preset",
+            overflow="fold",
+            ratio={"varies": 1, "description": 2}.get(column),
+        )
     for name in preset_names():
         spec = preset_spec(name)
         cells = expand(spec)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,7 +15,7 @@ from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 from .tables import fitted_tables
 
 
-class ReportFormat(str, Enum):
+class ReportFormat(StrEnum):
     table = "table"
     markdown = "markdown"
     csv = "csv"
@@ -25,7 +25,7 @@ class ReportFormat(str, Enum):
 def rich_tables(report, name: str, width: int) -> list[Table]:
     """The full table, one section per group (its label as the title: labels are long), each
     split into as many tables as ``width`` needs, sigma repeated in each: nothing is cut."""
-    from initmem_core.report.memory import TABLE_COLUMNS, formatted, table_rows
+    from initmem_core.report.render import TABLE_COLUMNS, formatted, table_rows
 
     keys = [c for c, _, _ in TABLE_COLUMNS if c != "group"]
     headers = [h for c, h, _ in TABLE_COLUMNS if c != "group"]
@@ -33,21 +33,41 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
     tables = []
     for group in dict.fromkeys(row["group"] for row in rows):
         cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
-        tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width,
-                                right=tuple(range(len(keys))))
+        tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width, right=tuple(range(len(keys))))
     if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
-        from initmem_core.report.memory import interval, seeds_needed_cell
+        from initmem_core.report.render import DASH, interval, number, seeds_needed_cell
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
-            cells = [["–" if p.spread_diff != p.spread_diff else f"{p.spread_diff:+.2f}",
-                      p.note or interval(p.spread_diff_lo, p.spread_diff_hi), "–" if p.note else p.interval_for,
-                      seeds_needed_cell(p), str(p.shared_sigmas),
-                      f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi), str(p.pairs)]]
-            tables += fitted_tables(f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}",
-                                    ["debiased spread diff pp", "95% CI", "interval for", "seeds to resolve (80% power)",
-                                     "sigmas", "acc diff pp", "95% CI", "pairs"],
-                                    cells, width, keys=0, right=(0, 1, 4, 5, 6, 7))
+            cells = [
+                [
+                    number(p.spread_diff, "+.2f"),
+                    p.note or interval(p.spread_diff_lo, p.spread_diff_hi),
+                    DASH if p.note else p.interval_for,
+                    seeds_needed_cell(p),
+                    str(p.shared_sigmas),
+                    f"{p.acc_diff:+.2f}",
+                    interval(p.acc_diff_lo, p.acc_diff_hi),
+                    str(p.pairs),
+                ]
+            ]
+            tables += fitted_tables(
+                f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}",
+                [
+                    "debiased spread diff pp",
+                    "95% CI",
+                    "interval for",
+                    "seeds to resolve (80% power)",
+                    "sigmas",
+                    "acc diff pp",
+                    "95% CI",
+                    "pairs",
+                ],
+                cells,
+                width,
+                keys=0,
+                right=(0, 1, 4, 5, 6, 7),
+            )
     return tables
 
 
@@ -55,17 +75,20 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 def report_command(
     sweep: Annotated[str, typer.Argument(help="Sweep name or parent run id")],
     format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format")] = ReportFormat.table,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for the table and plots (default: initmem-output/<name>)")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder for the table and plots (default: initmem-output/<name>)")
+    ] = None,
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,
 ) -> None:
     """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.records import load_sweep_records
-    from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
     from initmem_core.report.files import write_report_files
+    from initmem_core.report.memory import build_report
+    from initmem_core.report.render import to_csv, to_json, to_markdown
     from initmem_core.sweep.grid import DEFAULT_OUTPUT
-    from initmem_core.tracking.store import resolve_tracking_uri
+    from initmem_core.tracking.records import load_sweep_records
+    from initmem_core.tracking.uris import resolve_tracking_uri
 
     from .ui import DEFAULT_UI, sweep_urls
 
@@ -75,8 +98,11 @@ def report_command(
     report = build_report(records)
     files = write_report_files(report, out or DEFAULT_OUTPUT / name, title=f"Initialization memory: sweep {name}")
     # Machine-readable formats own stdout; where the files went is said on stderr.
-    text = {"markdown": lambda: to_markdown(report, f"Initialization memory: sweep {name}"),
-            "csv": lambda: to_csv(report), "json": lambda: to_json(report)}
+    text = {
+        "markdown": lambda: to_markdown(report, f"Initialization memory: sweep {name}"),
+        "csv": lambda: to_csv(report),
+        "json": lambda: to_json(report),
+    }
     if format.value in text:
         typer.echo(text[format.value](), nl=False)
     else:
@@ -87,5 +113,8 @@ def report_command(
     uri = resolve_tracking_uri(tracking_uri)
     server = uri.startswith(("http://", "https://"))
     what, url = sweep_urls(uri, uri if server else DEFAULT_UI, experiment, name)[-1]
-    errors.print(f"{what} in the MLflow UI: {url}" + ("" if server else "  (serve it with `initmem ui`)"),
-                 markup=False, highlight=False)
+    errors.print(
+        f"{what} in the MLflow UI: {url}" + ("" if server else "  (serve it with `initmem ui`)"),
+        markup=False,
+        highlight=False,
+    )

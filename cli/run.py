@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from initmem_core.vocabulary import CLOCKS
 from initmem_core.config import EXEC, from_mapping, load_toml
+from initmem_core.vocabulary import CLOCKS, FAILED, KILLED
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
@@ -19,7 +19,7 @@ SUMMARY_KEYS = ("best_val_test_acc", "best_val_epoch", "final_test_acc", "tau_in
 FINAL_KEYS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine", *CLOCKS)
 
 
-def resolve_config(config_file: Optional[Path], config_values: dict[str, Any]):
+def resolve_config(config_file: Path | None, config_values: dict[str, Any]):
     """TOML file first, then the options given on the command line."""
     values = load_toml(config_file) if config_file else {}
     source = str(config_file) if config_file else "the options"
@@ -45,17 +45,31 @@ def summary_table(result) -> Table:
 @user_errors
 def run_command(
     config_values: dict[str, Any],
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML file of run options; options given here override it", rich_help_panel="Configuration")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="TOML file of run options; options given here override it", rich_help_panel="Configuration"
+        ),
+    ] = None,
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,
-    no_tracking: Annotated[bool, typer.Option("--no-tracking", help="Run without writing to MLflow", rich_help_panel=TRACKING)] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue this config's killed run from its last checkpoint, in the same MLflow run", rich_help_panel=EXEC)] = False,
+    no_tracking: Annotated[
+        bool, typer.Option("--no-tracking", help="Run without writing to MLflow", rich_help_panel=TRACKING)
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue this config's killed run from its last checkpoint, in the same MLflow run",
+            rich_help_panel=EXEC,
+        ),
+    ] = False,
 ) -> None:
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     import initmem_core
     from initmem_core import Diverged, Stopped
+    from initmem_core.training.checkpoint_store import CheckpointNotWritten
     from initmem_core.training.stop_signals import NOT_TRACKED
-    from initmem_core.training.checkpoints import CheckpointNotWritten
 
     from .progress import RunProgress
 
@@ -63,36 +77,49 @@ def run_command(
     console = Console()
     try:
         with RunProgress(console, label=run_config.run_name()) as progress:
-            result = initmem_core.run(run_config, tracking=not no_tracking, tracking_uri=tracking_uri,
-                                      experiment=experiment, progress=progress, resume=resume)
+            result = initmem_core.run(
+                run_config,
+                tracking=not no_tracking,
+                tracking_uri=tracking_uri,
+                experiment=experiment,
+                progress=progress,
+                resume=resume,
+            )
     except Diverged as error:
-        raise fail(f"{run_config.run_name()} {error}; {stored_as('FAILED with tag diverged=true', error)}", 1)
+        raise fail(f"{run_config.run_name()} {error}; {stored_as('FAILED with tag diverged=true', error)}", 1) from None
     except CheckpointNotWritten as error:
-        raise fail(f"{run_config.run_name()}: {error}; {stored_as('FAILED', error)}; {error.how_to_continue()}", 1)
+        raise fail(
+            f"{run_config.run_name()}: {error}; {stored_as(FAILED, error)}; {error.how_to_continue()}", 1
+        ) from None
     except Stopped as error:
         if error.status == NOT_TRACKED:
-            raise fail(f"{error} before the run was tracked; nothing was written", error.exit_code)
-        resume_hint = (f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
-                       if error.checkpoint and error.status == "KILLED" else "")
-        raise fail(f"{error}; {stored_as(error.status, error)}{resume_hint}", error.exit_code)
+            raise fail(f"{error} before the run was tracked; nothing was written", error.exit_code) from None
+        resume_hint = (
+            f"; checkpoint {error.checkpoint}: run the same command with --resume to continue"
+            if error.checkpoint and error.status == KILLED
+            else ""
+        )
+        raise fail(f"{error}; {stored_as(error.status, error)}{resume_hint}", error.exit_code) from None
     except KeyboardInterrupt:  # only before the run exists: from then on signals become Stopped
-        raise fail("interrupted before the run was tracked; nothing was written", 130)
+        raise fail("interrupted before the run was tracked; nothing was written", 130) from None
     console.print(summary_table(result))
     if result.unsynced and not result.lost:
         console.print(f"[yellow]{stored_as(result.status, result)}[/yellow]")
     if result.run_id and not no_tracking:
         console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
     if result.lost:  # the last line: what is missing, and the command that records it
-        raise fail(f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; "
-                   f"{recovery(result.checkpoint)}", 1)
+        raise fail(
+            f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; {recovery(result.checkpoint)}", 1
+        )
 
 
 def recovery(checkpoint: str | None) -> str:
     """How a run's figures that neither the store nor the unsynced folder took get recorded."""
     if checkpoint is None:
         return "this run kept no checkpoint (--checkpoint-every 0), so they are lost"
-    return (f"checkpoint {checkpoint} holds every epoch's figures: once the store answers, "
-            f"{resume_command()} records them")
+    return (
+        f"checkpoint {checkpoint} holds every epoch's figures: once the store answers, {resume_command()} records them"
+    )
 
 
 def resume_command() -> str:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+from initmem_core.groups import short_group_names
 from initmem_core.sweep.executors import EXECUTORS
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, FINISHED
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
@@ -20,10 +21,14 @@ SWEEP, EXECUTOR = "Sweep", "Executor"
 ExecutorName = Enum("ExecutorName", {name: name for name in EXECUTORS}, type=str)
 #: Each executor option, and the executors it applies to.
 EXECUTOR_OPTIONS = {
-    "workers": ("--workers", ("local",)), "ray_address": ("--ray-address", ("ray",)),
-    "max_retries": ("--max-retries", ("ray",)), "cpus_per_cell": ("--cpus-per-cell", ("ray", "slurm")),
-    "gpus_per_cell": ("--gpus-per-cell", ("ray", "slurm")), "slurm_partition": ("--slurm-partition", ("slurm",)),
-    "slurm_time": ("--slurm-time", ("slurm",)), "slurm_option": ("--slurm-option", ("slurm",)),
+    "workers": ("--workers", ("local",)),
+    "ray_address": ("--ray-address", ("ray",)),
+    "max_retries": ("--max-retries", ("ray",)),
+    "cpus_per_cell": ("--cpus-per-cell", ("ray", "slurm")),
+    "gpus_per_cell": ("--gpus-per-cell", ("ray", "slurm")),
+    "slurm_partition": ("--slurm-partition", ("slurm",)),
+    "slurm_time": ("--slurm-time", ("slurm",)),
+    "slurm_option": ("--slurm-option", ("slurm",)),
     "slurm_local": ("--slurm-local", ("slurm",)),
 }
 
@@ -50,8 +55,13 @@ def build_executor(name: str, out: Path, given: dict[str, Any]):
         flag, executors = EXECUTOR_OPTIONS[key]
         if name not in executors:
             raise ConfigError(f"{flag} is for --executor {' or '.join(executors)}, not {name}")
-    renamed = {"ray_address": "address", "slurm_partition": "partition", "slurm_time": "time_min",
-               "slurm_local": "local", "slurm_option": "options"}
+    renamed = {
+        "ray_address": "address",
+        "slurm_partition": "partition",
+        "slurm_time": "time_min",
+        "slurm_local": "local",
+        "slurm_option": "options",
+    }
     options = {renamed.get(key, key): value for key, value in given.items()}
     if "options" in options:
         options["options"] = sbatch_options(options["options"])
@@ -83,24 +93,33 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
         trained = []
         if horizons:
             horizon = horizons[index]
-            trained = ([str(horizon.epochs), *(f"{horizon.clocks[c]:.4g}" for c in CLOCK_COLUMNS.values())]
-                       if horizon else ["?"] * (1 + len(CLOCK_COLUMNS)))
+            trained = (
+                [str(horizon.epochs), *(f"{horizon.clocks[c]:.4g}" for c in CLOCK_COLUMNS.values())]
+                if horizon
+                else ["?"] * (1 + len(CLOCK_COLUMNS))
+            )
         table.add_row(str(index + 1), str(numbers[key]), f"{cell.sigma:g}", str(cell.seed), *trained)
     return [legend, table]
 
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
-    from initmem_core.report.memory import debiased_cell, formatted
-    from initmem_core.sweep.grid import short_group_names
+    from initmem_core.report.render import debiased_cell, formatted
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
     for header in ("group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "failed"):
         table.add_column(header, justify="left" if header == "group" else "right", overflow="fold")  # never cut
     for g in report.groups:
-        table.add_row(names[g.group], formatted("spread", g.spread), debiased_cell(g), formatted("sigma", g.best_sigma),
-                      formatted("sigma", g.worst_sigma), str(g.never_interp_sigmas), str(g.failed))
+        table.add_row(
+            names[g.group],
+            formatted("spread", g.spread),
+            debiased_cell(g),
+            formatted("sigma", g.best_sigma),
+            formatted("sigma", g.worst_sigma),
+            str(g.never_interp_sigmas),
+            str(g.failed),
+        )
     return table
 
 
@@ -117,22 +136,143 @@ def failures_table(failed) -> Table:
 @user_errors
 def sweep_command(
     config_values: dict[str, Any],
-    config: Annotated[Optional[Path], typer.Option("--config", help="TOML sweep file: name, \\[base] fixed values, \\[grid] lists or ranges; options given here override it", rich_help_panel=SWEEP)] = None,
-    preset: Annotated[Optional[str], typer.Option(help="Start from one of the paper's presets (see `initmem presets`); --config and options override it", rich_help_panel=SWEEP)] = None,
-    name: Annotated[Optional[str], typer.Option(help="Sweep name (default: generated from the grid, and printed); relaunching a name resumes that sweep", rich_help_panel=SWEEP)] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells and the estimated work; run nothing", rich_help_panel=SWEEP)] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Run again the cells that diverged in an earlier launch (a divergence is otherwise final; other failures always run again)", rich_help_panel=SWEEP)] = False,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for the report's table and plots (default: initmem-output/<name>)", rich_help_panel=SWEEP)] = None,
-    executor_name: Annotated[ExecutorName, typer.Option("--executor", help="Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm need a tracking server http://host:port (see docs/distributed.md)", rich_help_panel=EXECUTOR)] = ExecutorName.local,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="local: cells run in parallel, each in its own process; every cell uses --threads torch threads (default 1 in a sweep), so its numbers do not depend on --workers", show_default="1", rich_help_panel=EXECUTOR)] = None,
-    ray_address: Annotated[Optional[str], typer.Option(help="ray: the cluster to join, auto (the one this machine is part of) or host:port", show_default="start a Ray instance on this machine", rich_help_panel=EXECUTOR)] = None,
-    cpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: CPUs each cell gets; torch uses as many threads unless --threads", show_default="1", rich_help_panel=EXECUTOR)] = None,
-    gpus_per_cell: Annotated[Optional[float], typer.Option(help="ray, slurm: GPUs each cell gets; a fraction shares a GPU (0.25: four cells per GPU; Slurm takes 1/k and runs k cells in one task)", show_default="0", rich_help_panel=EXECUTOR)] = None,
-    max_retries: Annotated[Optional[int], typer.Option(min=0, help="ray: times a cell whose worker process died is run again", show_default="3", rich_help_panel=EXECUTOR)] = None,
-    slurm_partition: Annotated[Optional[str], typer.Option(help="slurm: the partition", show_default="the cluster's", rich_help_panel=EXECUTOR)] = None,
-    slurm_time: Annotated[Optional[int], typer.Option(min=1, help="slurm: time limit of each cell's job, in minutes; a cell that reaches it is requeued and resumes", show_default="60", rich_help_panel=EXECUTOR)] = None,
-    slurm_option: Annotated[Optional[list[str]], typer.Option(help="slurm: any other sbatch option as KEY=VALUE, e.g. account=myproject, qos=high, mem=32G; repeat for more", rich_help_panel=EXECUTOR)] = None,
-    slurm_local: Annotated[bool, typer.Option("--slurm-local", help="slurm: run the jobs as processes on this machine (submitit's LocalExecutor), to try a sweep where there is no Slurm", rich_help_panel=EXECUTOR)] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help=(
+                "TOML sweep file: name, \\[base] fixed values, \\[grid] lists or ranges; options given here override it"
+            ),
+            rich_help_panel=SWEEP,
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="Start from one of the paper's presets (see `initmem presets`); --config and options override it",
+            rich_help_panel=SWEEP,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="Sweep name (default: generated from the grid, and printed); relaunching a name resumes that sweep",
+            rich_help_panel=SWEEP,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the cells and the estimated work; run nothing", rich_help_panel=SWEEP),
+    ] = False,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help=(
+                "Run again the cells that diverged in an earlier launch (a divergence "
+                "is otherwise final; other failures always run again)"
+            ),
+            rich_help_panel=SWEEP,
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for the report's table and plots (default: initmem-output/<name>)", rich_help_panel=SWEEP
+        ),
+    ] = None,
+    executor_name: Annotated[
+        ExecutorName,
+        typer.Option(
+            "--executor",
+            help=(
+                "Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm "
+                "need a tracking server http://host:port (see docs/distributed.md)"
+            ),
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = ExecutorName.local,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=(
+                "local: cells run in parallel, each in its own process; every cell uses --threads torch "
+                "threads (default 1 in a sweep), so its numbers do not depend on --workers"
+            ),
+            show_default="1",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="ray: the cluster to join, auto (the one this machine is part of) or host:port",
+            show_default="start a Ray instance on this machine",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    cpus_per_cell: Annotated[
+        float | None,
+        typer.Option(
+            help="ray, slurm: CPUs each cell gets; torch uses as many threads unless --threads",
+            show_default="1",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    gpus_per_cell: Annotated[
+        float | None,
+        typer.Option(
+            help=(
+                "ray, slurm: GPUs each cell gets; a fraction shares a GPU (0.25: four "
+                "cells per GPU; Slurm takes 1/k and runs k cells in one task)"
+            ),
+            show_default="0",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    max_retries: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="ray: times a cell whose worker process died is run again",
+            show_default="3",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    slurm_partition: Annotated[
+        str | None, typer.Option(help="slurm: the partition", show_default="the cluster's", rich_help_panel=EXECUTOR)
+    ] = None,
+    slurm_time: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="slurm: time limit of each cell's job, in minutes; a cell that reaches it is requeued and resumes",
+            show_default="60",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    slurm_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=(
+                "slurm: any other sbatch option as KEY=VALUE, e.g. "
+                "account=myproject, qos=high, mem=32G; repeat for more"
+            ),
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    slurm_local: Annotated[
+        bool,
+        typer.Option(
+            "--slurm-local",
+            help=(
+                "slurm: run the jobs as processes on this machine (submitit's "
+                "LocalExecutor), to try a sweep where there is no Slurm"
+            ),
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = False,
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,
 ) -> None:
@@ -153,10 +293,21 @@ def sweep_command(
     spec = spec.override(spec_from_values(config_values))
     registry = get_registry()
     plan = plan_sweep(spec, name=name, out=out, registry=registry)
-    executor = build_executor(executor_name.value, plan.out, {
-        "workers": workers, "ray_address": ray_address, "cpus_per_cell": cpus_per_cell,
-        "gpus_per_cell": gpus_per_cell, "max_retries": max_retries, "slurm_partition": slurm_partition,
-        "slurm_time": slurm_time, "slurm_option": slurm_option, "slurm_local": slurm_local})
+    executor = build_executor(
+        executor_name.value,
+        plan.out,
+        {
+            "workers": workers,
+            "ray_address": ray_address,
+            "cpus_per_cell": cpus_per_cell,
+            "gpus_per_cell": gpus_per_cell,
+            "max_retries": max_retries,
+            "slurm_partition": slurm_partition,
+            "slurm_time": slurm_time,
+            "slurm_option": slurm_option,
+            "slurm_local": slurm_local,
+        },
+    )
     console = Console()
     console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
@@ -165,8 +316,9 @@ def sweep_command(
         horizons = plan_horizons(plan.cells, registry, names=plan.names)  # reads each dataset once
         console.print(*dry_run_tables(plan, horizons))
         groups = len(set(plan.groups))
-        console.print(f"{len(plan.cells)} cells in {groups} group(s); "
-                      f"estimated work: {estimate_work(plan.cells, horizons)}")
+        console.print(
+            f"{len(plan.cells)} cells in {groups} group(s); estimated work: {estimate_work(plan.cells, horizons)}"
+        )
         return
 
     from .sweep_progress import SweepDisplay
@@ -178,25 +330,39 @@ def sweep_command(
     handled_from_here()  # a Ctrl-C from here on stops the cells and marks them KILLED
     try:
         with SweepDisplay(console) as display:
-            result = run_sweep(plan, executor=executor, tracking_uri=tracking_uri, experiment=experiment,
-                               progress=display, retry_failed=retry_failed)
+            result = run_sweep(
+                plan,
+                executor=executor,
+                tracking_uri=tracking_uri,
+                experiment=experiment,
+                progress=display,
+                retry_failed=retry_failed,
+            )
     except KeyboardInterrupt:
-        raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130)
+        raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130) from None
     console.print(groups_table(result.report))
     skipped = sum(cell.skipped for cell in result.cells)
-    finished_now = sum(not cell.skipped and cell.status == "FINISHED" for cell in result.cells)
-    console.print(f"{len(result.cells)} cells: {finished_now} ran, "
-                  f"{skipped} skipped (ended before: finished or diverged), {len(result.failed)} failed")
-    console.print(f"report and plots: {result.files[0].parent}   parent run: [bold]{result.parent_run_id}[/bold]"
-                  f"   (`initmem report {plan.name}`, `initmem ui`)")
+    finished_now = sum(not cell.skipped and cell.status == FINISHED for cell in result.cells)
+    console.print(
+        f"{len(result.cells)} cells: {finished_now} ran, "
+        f"{skipped} skipped (ended before: finished or diverged), {len(result.failed)} failed"
+    )
+    console.print(
+        f"report and plots: {result.files[0].parent}   parent run: [bold]{result.parent_run_id}[/bold]"
+        f"   (`initmem report {plan.name}`, `initmem ui`)"
+    )
     if result.unsynced:  # the report lacks what the store did not take
-        from initmem_core.tracking.store import resolve_tracking_uri
+        from initmem_core.tracking.uris import resolve_tracking_uri
 
         uri = resolve_tracking_uri(tracking_uri)
         labels = ", ".join(cell.label for cell in result.unsynced[:3]) + (", ..." if len(result.unsynced) > 3 else "")
-        console.print(f"[yellow]{len(result.unsynced)} cell(s) ({labels}) ended with writes the store did not take; "
-                      f"it shows them RUNNING and the report lacks them: run `initmem sync --tracking-uri {uri}`, "
-                      f"then `initmem report {plan.name} --tracking-uri {uri}`[/yellow]", markup=True, highlight=False)
+        console.print(
+            f"[yellow]{len(result.unsynced)} cell(s) ({labels}) ended with writes the store did not take; "
+            f"it shows them RUNNING and the report lacks them: run `initmem sync --tracking-uri {uri}`, "
+            f"then `initmem report {plan.name} --tracking-uri {uri}`[/yellow]",
+            markup=True,
+            highlight=False,
+        )
     if result.failed:
         console.print(failures_table(result.failed))
         raise typer.Exit(1)

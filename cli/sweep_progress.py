@@ -8,6 +8,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from initmem_core.vocabulary import FINISHED
+
 
 def eta_text(elapsed_s: float, finished: int, remaining: int) -> str:
     """Remaining cells at the pace so far (parallel workers included in that pace)."""
@@ -33,8 +35,11 @@ class CellBar:
         self.bar.advance(self.task, steps)
 
     def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
-        self.bar.update(self.task, description=f"  {self.label} epoch {epoch}/{self.epochs}",
-                        figures=f"acc {metrics['train_acc']:.3f} val {metrics['val_acc']:.3f}")
+        self.bar.update(
+            self.task,
+            description=f"  {self.label} epoch {epoch}/{self.epochs}",
+            figures=f"acc {metrics['train_acc']:.3f} val {metrics['val_acc']:.3f}",
+        )
 
     def remove(self) -> None:
         if self.task is not None:
@@ -46,8 +51,12 @@ class SweepDisplay:
 
     def __init__(self, console: Console | None = None):
         self.bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[figures]}"),
-            TimeElapsedColumn(), console=console,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[figures]}"),
+            TimeElapsedColumn(),
+            console=console,
         )
         self.console = self.bar.console
         self.cells: dict[str, CellBar] = {}
@@ -55,7 +64,7 @@ class SweepDisplay:
         self.total = self.done = self.failed = 0
         self.started_at = time.monotonic()
 
-    def __enter__(self) -> "SweepDisplay":
+    def __enter__(self) -> SweepDisplay:
         self.bar.start()
         return self
 
@@ -73,8 +82,12 @@ class SweepDisplay:
         finished = self.done + self.failed
         remaining = self.total - finished
         eta = eta_text(time.monotonic() - self.started_at, finished, remaining)
-        self.bar.update(self.overall, completed=finished, figures=eta,
-                        description=f"[bold]cells[/bold] done {self.done} · failed {self.failed} · remaining {remaining}")
+        self.bar.update(
+            self.overall,
+            completed=finished,
+            figures=eta,
+            description=f"[bold]cells[/bold] done {self.done} · failed {self.failed} · remaining {remaining}",
+        )
 
     def cell_started(self, run_id: str, label: str) -> CellBar:
         self.cells[run_id] = CellBar(self.bar, label)
@@ -83,7 +96,7 @@ class SweepDisplay:
     def cell_finished(self, run_id: str, status: str, error: str) -> None:
         cell = self.cells.pop(run_id)
         cell.remove()
-        if status == "FINISHED":
+        if status == FINISHED:
             self.done += 1
         else:
             self.failed += 1

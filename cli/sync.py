@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,15 @@ from .options import TrackingUri
 @user_errors
 def sync_command(
     tracking_uri: TrackingUri = None,
-    folder: Annotated[Optional[Path], typer.Option(help="Folder of unsynced files (default: initmem-unsynced beside the SQLite database, else in the current folder)")] = None,
+    folder: Annotated[
+        Path | None,
+        typer.Option(
+            help=(
+                "Folder of unsynced files (default: initmem-unsynced beside the "
+                "SQLite database, else in the current folder)"
+            )
+        ),
+    ] = None,
 ) -> None:
     """Upload the metrics, tags and artifacts runs left in initmem-unsynced/, then delete them.
 
@@ -28,8 +36,12 @@ def sync_command(
     for path, reason in result.left.items():
         typer.secho(f"Error: left {path}: {reason}", fg=typer.colors.RED, err=True)
     if not result.uploaded:
-        typer.echo("nothing to sync" if not result.other_stores and not result.left else "nothing to sync for this store")
+        typer.echo(
+            "nothing to sync" if not result.other_stores and not result.left else "nothing to sync for this store"
+        )
     else:
-        typer.echo(f"synced {len(result.uploaded)} run(s), {result.metrics} metric value(s): {', '.join(result.uploaded)}")
+        typer.echo(
+            f"synced {len(result.uploaded)} run(s), {result.metrics} metric value(s): {', '.join(result.uploaded)}"
+        )
     if result.left:
         raise typer.Exit(1)

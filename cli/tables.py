@@ -16,13 +16,16 @@ BORDER = 3  # a column's padding and rule in rich's default box
 def column_width(header: str, values: list[str]) -> int:
     """The width a column needs: its longest value, or its header wrapped onto two lines."""
     words = header.split()
-    lines = min((max(cell_len(" ".join(words[:i])), cell_len(" ".join(words[i:]))) for i in range(1, len(words))),
-                default=cell_len(header))
+    lines = min(
+        (max(cell_len(" ".join(words[:i])), cell_len(" ".join(words[i:]))) for i in range(1, len(words))),
+        default=cell_len(header),
+    )
     return max([lines, *(cell_len(v) for v in values)]) + BORDER
 
 
-def fitted_tables(title: str, headers: list[str], rows: list[list[str]], width: int, keys: int = 1,
-                  right: tuple[int, ...] = ()) -> list[Table]:
+def fitted_tables(
+    title: str, headers: list[str], rows: list[list[str]], width: int, keys: int = 1, right: tuple[int, ...] = ()
+) -> list[Table]:
     """``rows`` under ``headers`` as one table if it fits ``width``, else as several: each holds
     the first ``keys`` columns and as many of the others as fit. ``right``: right-aligned column indexes."""
     widths = [column_width(h, [r[i] for r in rows]) for i, h in enumerate(headers)]
@@ -37,8 +40,12 @@ def fitted_tables(title: str, headers: list[str], rows: list[list[str]], width: 
         table = Table(title=title if number == 0 else f"{title} (continued)")
         for i in [*range(keys), *chunk]:
             # Fixed widths: left to itself rich squeezes a number to fit a header on one line.
-            table.add_column(headers[i], justify="right" if i in right else "left", overflow="fold",
-                             width=min(widths[i], width - 1) - BORDER)
+            table.add_column(
+                headers[i],
+                justify="right" if i in right else "left",
+                overflow="fold",
+                width=min(widths[i], width - 1) - BORDER,
+            )
         for row in rows:
             table.add_row(*(row[i] for i in [*range(keys), *chunk]))
         tables.append(table)

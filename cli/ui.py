@@ -19,9 +19,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
+
+from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
@@ -35,8 +37,20 @@ JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
 def ui_args(uri: str, host: str, port: int, workers: int = 1) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
-            "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
 
 
 def server_env(jobs: bool) -> dict[str, str]:
@@ -79,23 +93,29 @@ def last_line(log) -> str:
 def sweep_urls(uri: str, base: str, experiment: str, sweep: str | None) -> list[tuple[str, str]]:
     """(what, URL) to print: the experiment's runs page and the prepared view of a sweep."""
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.records import ROLE_TAG, SWEEP_TAG, resolve_parent
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
+    from initmem_core.tracking.records import resolve_parent
     from initmem_core.tracking.ui_view import home_url, runs_url, view_url, write_view
 
     client = open_client(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         if sweep:
-            raise ConfigError(f"experiment '{experiment}' does not exist in this tracking store; "
-                              "check --experiment and --tracking-uri")
+            raise ConfigError(
+                f"experiment '{experiment}' does not exist in this tracking store; "
+                "check --experiment and --tracking-uri"
+            )
         return [("MLflow UI (no experiment '" + experiment + "' yet)", home_url(base))]
     urls = [(f"runs of experiment '{experiment}'", runs_url(base, found.experiment_id))]
     if sweep:
         parent = resolve_parent(client, experiment, sweep)
     else:
-        newest = client.search_runs([found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'", max_results=1,
-                                    order_by=["attributes.start_time DESC"])
+        newest = client.search_runs(
+            [found.experiment_id],
+            f"tags.`{ROLE_TAG}` = '{PARENT_ROLE}'",
+            max_results=1,
+            order_by=["attributes.start_time DESC"],
+        )
         parent = newest[0] if newest else None
     if parent is not None:
         name = parent.data.tags[SWEEP_TAG]
@@ -112,22 +132,36 @@ def print_urls(urls: list[tuple[str, str]]) -> None:
 
 @user_errors
 def ui_command(
-    host: Annotated[str, typer.Option(help="Address to bind; the default keeps the UI on this machine",
-                                      rich_help_panel=SERVER)] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port", rich_help_panel=SERVER)] = int(DEFAULT_UI.rsplit(":", 1)[1]),
-    workers: Annotated[int, typer.Option(min=1, help="Uvicorn worker processes; one serves a person's browser",
-                                         rich_help_panel=SERVER)] = 1,
-    jobs: Annotated[bool, typer.Option("--jobs/--no-jobs", envvar=JOBS_ENV, show_envvar=False,
-                                       help="Start MLflow's job runner (only its GenAI features use it; "
-                                            "MLflow's own environment variable for it is honoured)",
-                                       rich_help_panel=SERVER)] = False,
-    sweep: Annotated[Optional[str], typer.Option(help="Open this sweep's prepared view (default: the newest sweep)")] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; the default keeps the UI on this machine", rich_help_panel=SERVER)
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port", rich_help_panel=SERVER)] = int(
+        DEFAULT_UI.rsplit(":", 1)[1]
+    ),
+    workers: Annotated[
+        int, typer.Option(min=1, help="Uvicorn worker processes; one serves a person's browser", rich_help_panel=SERVER)
+    ] = 1,
+    jobs: Annotated[
+        bool,
+        typer.Option(
+            "--jobs/--no-jobs",
+            envvar=JOBS_ENV,
+            show_envvar=False,
+            help="Start MLflow's job runner (only its GenAI features use it; "
+            "MLflow's own environment variable for it is honoured)",
+            rich_help_panel=SERVER,
+        ),
+    ] = False,
+    sweep: Annotated[
+        str | None, typer.Option(help="Open this sweep's prepared view (default: the newest sweep)")
+    ] = None,
     open_browser: Annotated[bool, typer.Option("--open", help="Open the prepared view in a web browser")] = False,
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,
 ) -> None:
     """Start the MLflow UI on the tracking store and print where a sweep's comparison is (Ctrl-C stops it)."""
-    from initmem_core.tracking.store import open_client, resolve_tracking_uri, sqlite_path
+    from initmem_core.tracking.client import open_client
+    from initmem_core.tracking.uris import resolve_tracking_uri, sqlite_path
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):  # `mlflow ui` cannot open a server's store: the server is the UI
@@ -145,13 +179,18 @@ def ui_command(
     # starts; an existing store with nothing to check is read while the server starts (MLflow's
     # import here costs seconds).
     database = sqlite_path(uri)
-    urls = None if sweep is None and database is not None and database.is_file() else sweep_urls(uri, "", experiment, sweep)
+    urls = (
+        None
+        if sweep is None and database is not None and database.is_file()
+        else sweep_urls(uri, "", experiment, sweep)
+    )
     if answers(base):
         raise fail(f"port {port} already answers as a server on {host}; stop it or choose another --port")
     # Its own process group: a signal to that group reaches every worker the server started.
     log = tempfile.TemporaryFile()  # not a pipe: a pipe nobody reads fills up and stalls the server
-    process = subprocess.Popen(ui_args(uri, host, port, workers), env=server_env(jobs), start_new_session=True,
-                               stdout=log, stderr=log)
+    process = subprocess.Popen(
+        ui_args(uri, host, port, workers), env=server_env(jobs), start_new_session=True, stdout=log, stderr=log
+    )
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -163,8 +202,10 @@ def ui_command(
         deadline = time.monotonic() + START_TIMEOUT_S
         while not answers(base):
             if process.poll() is not None:
-                raise fail(f"mlflow ui exited with code {process.returncode}{last_line(log)} "
-                           f"(is port {port} in use? try --port)")
+                raise fail(
+                    f"mlflow ui exited with code {process.returncode}{last_line(log)} "
+                    f"(is port {port} in use? try --port)"
+                )
             if time.monotonic() > deadline:
                 raise fail(f"mlflow ui did not answer on {base} within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.2)

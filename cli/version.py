@@ -31,8 +31,11 @@ def device_text() -> str:
 
 
 def version_text() -> str:
-    return (f"initmem {installed('initmem')} (Python {platform.python_version()})\n"
-            + ", ".join(f"{package} {installed(package)}" for package in PACKAGES) + f"; device: {device_text()}")
+    return (
+        f"initmem {installed('initmem')} (Python {platform.python_version()})\n"
+        + ", ".join(f"{package} {installed(package)}" for package in PACKAGES)
+        + f"; device: {device_text()}"
+    )
 
 
 def show_version(value: bool) -> None:

@@ -28,15 +28,30 @@ from initmem_core.plugin_system.loader import get_registry, load_registry
 
 #: Public names that pull in torch or mlflow, imported on first use.
 _LAZY = {
-    "run": "initmem_core.training.runner", "RunResult": "initmem_core.training.runner",
-    "Diverged": "initmem_core.errors", "Stopped": "initmem_core.training.stop_signals",
-    "run_sweep": "initmem_core.sweep.launch", "plan_sweep": "initmem_core.sweep.grid",
+    "run": "initmem_core.training.runner",
+    "RunResult": "initmem_core.training.runner",
+    "Diverged": "initmem_core.errors",
+    "Stopped": "initmem_core.training.stop_signals",
+    "run_sweep": "initmem_core.sweep.launch",
+    "plan_sweep": "initmem_core.sweep.grid",
     "SweepResult": "initmem_core.sweep.launch",
-    "build_report": "initmem_core.report.memory", "load_sweep_records": "initmem_core.tracking.records",
+    "build_report": "initmem_core.report.memory",
+    "load_sweep_records": "initmem_core.tracking.records",
 }
 
-__all__ = ["API_VERSION", "ConfigError", "DatasetBundle", "EvalState", "InitmemError", "RunConfig",
-           "UnknownComponentError", "get_registry", "hookimpl", "load_registry", *_LAZY]
+__all__ = [
+    "API_VERSION",
+    "ConfigError",
+    "DatasetBundle",
+    "EvalState",
+    "InitmemError",
+    "RunConfig",
+    "UnknownComponentError",
+    "get_registry",
+    "hookimpl",
+    "load_registry",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,13 +12,14 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from initmem_core.vocabulary import CLOCKS
 from initmem_core.errors import ConfigError, ordered_by_similarity
 from initmem_core.kinds import BY_FIELD, flag_for
+from initmem_core.vocabulary import CLOCKS
 
 #: Bounds beyond which a run cannot mean anything: sigma * Z overflows float32 long before 1e300,
 #: checkpoint names hold 6 digits of epochs, torch seeds are unsigned 64-bit.
@@ -26,14 +27,28 @@ MAX_SIGMA, MAX_LR, MAX_EPOCHS = 1e3, 1e3, 999_999
 MAX_SEED, MAX_INT = 2**64 - 1, 2**63 - 1
 
 MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
-    "Model and initialization", "Optimization", "Regularization", "Data",
-    "Metrics", "Reproducibility", "Execution",
+    "Model and initialization",
+    "Optimization",
+    "Regularization",
+    "Data",
+    "Metrics",
+    "Reproducibility",
+    "Execution",
 )
 
 
-def knob(default: Any, help: str, panel: str, *, check: str | None = None,
-         hashed: bool = True, choices: tuple[str, ...] | None = None, maximum: float | None = None,
-         shown: str | None = None, hashed_when_set: bool = False) -> Any:
+def knob(
+    default: Any,
+    help: str,
+    panel: str,
+    *,
+    check: str | None = None,
+    hashed: bool = True,
+    choices: tuple[str, ...] | None = None,
+    maximum: float | None = None,
+    shown: str | None = None,
+    hashed_when_set: bool = False,
+) -> Any:
     """A config field with what the CLI and the validator need to know about it.
 
     A field that selects a component (``arch``, ``opt``...) is named in the table of kinds
@@ -48,8 +63,16 @@ def knob(default: Any, help: str, panel: str, *, check: str | None = None,
     """
     if maximum is not None:
         help = f"{help} (at most {maximum:g})"
-    meta = {"help": help, "panel": panel, "check": check, "hashed": hashed, "choices": choices, "maximum": maximum,
-            "shown": shown, "hashed_when_set": hashed_when_set}
+    meta = {
+        "help": help,
+        "panel": panel,
+        "check": check,
+        "hashed": hashed,
+        "choices": choices,
+        "maximum": maximum,
+        "shown": shown,
+        "hashed_when_set": hashed_when_set,
+    }
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -63,16 +86,37 @@ class RunConfig:
     sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive", maximum=MAX_SIGMA)
     # Optimization
     opt: str = knob("sgd", "Optimizer", OPTIM)
-    lr: float = knob(0.0, "Peak learning rate; unset (0): the optimizer's declared default", OPTIM, check="non-negative",
-                     maximum=MAX_LR, shown="the optimizer's own: sgd 0.05, adam/adamw 0.001, muon 0.01 in timm's units; `initmem plugins` lists all")
+    lr: float = knob(
+        0.0,
+        "Peak learning rate; unset (0): the optimizer's declared default",
+        OPTIM,
+        check="non-negative",
+        maximum=MAX_LR,
+        shown="the optimizer's own: sgd 0.05, adam/adamw 0.001, muon 0.01 in timm's units; `initmem plugins` lists all",
+    )
     momentum: float = knob(0.0, "SGD momentum (0: plain SGD)", OPTIM, check="unit-interval")
-    weight_decay: float = knob(0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative")
-    opt_arg: tuple[str, ...] = knob((), "An option of the optimizer as key=value, e.g. betas=0.9,0.99 (repeatable; `initmem plugins` lists each optimizer's)", OPTIM)
+    weight_decay: float = knob(
+        0.0, "Optimizer weight decay: coupled for sgd/adam, decoupled for adamw/muon", OPTIM, check="non-negative"
+    )
+    opt_arg: tuple[str, ...] = knob(
+        (),
+        "An option of the optimizer as key=value, e.g. betas=0.9,0.99 "
+        "(repeatable; `initmem plugins` lists each optimizer's)",
+        OPTIM,
+    )
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
-    epochs: int = knob(30, "Training epochs (with --until: the most it may take)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS)
-    until: str = knob("", "Train until a forgetting clock reaches a value, CLOCK=VALUE with CLOCK one of clock_sgd, clock_l2, "
-                      "clock_adapt (e.g. clock_l2=2.0): the fewest epochs whose final clock reaches it, under this "
-                      "run's schedule; --epochs, if given, is then the cap", OPTIM, shown="off: --epochs sets the epochs", hashed_when_set=True)
+    epochs: int = knob(
+        30, "Training epochs (with --until: the most it may take)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS
+    )
+    until: str = knob(
+        "",
+        "Train until a forgetting clock reaches a value, CLOCK=VALUE with CLOCK one of clock_sgd, clock_l2, "
+        "clock_adapt (e.g. clock_l2=2.0): the fewest epochs whose final clock reaches it, under this "
+        "run's schedule; --epochs, if given, is then the cap",
+        OPTIM,
+        shown="off: --epochs sets the epochs",
+        hashed_when_set=True,
+    )
     schedule: str = knob("constant", "Learning-rate schedule", OPTIM, choices=("constant", "step", "cosine"))
     warmup_epochs: float = knob(0.0, "Linear warm-up length in epochs", OPTIM, check="non-negative")
     lr_step_epochs: int = knob(30, "Step schedule: decay every this many epochs", OPTIM, check="at-least-1")
@@ -82,48 +126,116 @@ class RunConfig:
     l2: float = knob(0.0, "Regularization coefficient lambda (0: off)", REG, check="non-negative")
     # Data
     data: str = knob("digits", "Dataset", DATA)
-    data_dir: str = knob("", "Folder holding the dataset files (default: ~/.cache/initmem/<dataset>)", DATA, hashed=False)
-    augment: str = knob("auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off"))
+    data_dir: str = knob(
+        "", "Folder holding the dataset files (default: ~/.cache/initmem/<dataset>)", DATA, hashed=False
+    )
+    augment: str = knob(
+        "auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off")
+    )
     train_size: int = knob(0, "Use only the first N training examples (0: all)", DATA, check="non-negative")
     # Metrics
     metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL)
-    train_eval_size: int = knob(0, "Clean training-set evaluation (train_acc, tau_interp) on a fixed, data-seeded subset of N examples (0: all)", EVAL, check="non-negative")
-    eval_size: int = knob(0, "Keep a fixed, data-seeded subset of at most N validation and N test examples (0: all)", DATA, check="non-negative")
-    interp_threshold: float = knob(0.995, "Train accuracy that counts as interpolation (tau_interp)", EVAL, check="unit-interval")
-    eval_every: int = knob(1, "Evaluate (train, val, test, metrics) every N epochs, and at the first and last: "
-                           "tau_interp and the best-validation checkpoint are then read at that resolution", EVAL,
-                           check="at-least-1", maximum=MAX_EPOCHS, hashed_when_set=True)
+    train_eval_size: int = knob(
+        0,
+        "Clean training-set evaluation (train_acc, tau_interp) on a fixed, data-seeded subset of N examples (0: all)",
+        EVAL,
+        check="non-negative",
+    )
+    eval_size: int = knob(
+        0,
+        "Keep a fixed, data-seeded subset of at most N validation and N test examples (0: all)",
+        DATA,
+        check="non-negative",
+    )
+    interp_threshold: float = knob(
+        0.995, "Train accuracy that counts as interpolation (tau_interp)", EVAL, check="unit-interval"
+    )
+    eval_every: int = knob(
+        1,
+        "Evaluate (train, val, test, metrics) every N epochs, and at the first and last: "
+        "tau_interp and the best-validation checkpoint are then read at that resolution",
+        EVAL,
+        check="at-least-1",
+        maximum=MAX_EPOCHS,
+        hashed_when_set=True,
+    )
     # Reproducibility
-    seed: int = knob(0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative", maximum=MAX_SEED)
+    seed: int = knob(
+        0, "Seed of the initial draw Z and of the data order", REPRO, check="non-negative", maximum=MAX_SEED
+    )
     data_seed: int = knob(0, "Seed of the train/validation split", REPRO, check="non-negative", maximum=MAX_SEED)
-    deterministic: bool = knob(False, "Use PyTorch's deterministic algorithms, which GPUs need for bit-identical reruns (on CPU a fixed --threads is enough)", REPRO, hashed=False)
+    deterministic: bool = knob(
+        False,
+        "Use PyTorch's deterministic algorithms, which GPUs need for "
+        "bit-identical reruns (on CPU a fixed --threads is enough)",
+        REPRO,
+        hashed=False,
+    )
     # Execution: how, not what.
     device: str = knob("auto", "Device: auto, cpu, cuda, cuda:N or mps", EXEC, hashed=False)
     threads: int = knob(0, "CPU threads for torch (0: torch's default)", EXEC, check="non-negative", hashed=False)
     channels_last: bool = knob(False, "Channels-last memory format (faster convolutions on GPUs)", EXEC, hashed=False)
-    amp: str = knob("off", "Mixed precision: off, or bf16 autocast (weights, BatchNorm and optimizer stay fp32)", EXEC, choices=("off", "bf16"))
-    compile: bool = knob(False, "torch.compile the model for training and evaluation (compiled once per process and "
-                         "architecture, reused across sweep cells)", EXEC, hashed=False)
-    compile_mode: str = knob("default", "torch.compile mode with --compile: default, reduce-overhead (CUDA graphs) or "
-                             "max-autotune", EXEC, choices=("default", "reduce-overhead", "max-autotune"), hashed=False)
-    tf32: str = knob("off", "TensorFloat-32 for fp32 matmuls and convolutions on GPUs: off (true fp32, a science run's "
-                     "default) or on (faster on Ampere and newer, about 3 significant digits)", EXEC, choices=("off", "on"),
-                     hashed_when_set=True)
-    loader: str = knob("device", "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)", EXEC, choices=("device", "torchvision"), hashed=False)
+    amp: str = knob(
+        "off",
+        "Mixed precision: off, or bf16 autocast (weights, BatchNorm and optimizer stay fp32)",
+        EXEC,
+        choices=("off", "bf16"),
+    )
+    compile: bool = knob(
+        False,
+        "torch.compile the model for training and evaluation (compiled once per process and "
+        "architecture, reused across sweep cells)",
+        EXEC,
+        hashed=False,
+    )
+    compile_mode: str = knob(
+        "default",
+        "torch.compile mode with --compile: default, reduce-overhead (CUDA graphs) or max-autotune",
+        EXEC,
+        choices=("default", "reduce-overhead", "max-autotune"),
+        hashed=False,
+    )
+    tf32: str = knob(
+        "off",
+        "TensorFloat-32 for fp32 matmuls and convolutions on GPUs: off (true fp32, a science run's "
+        "default) or on (faster on Ampere and newer, about 3 significant digits)",
+        EXEC,
+        choices=("off", "on"),
+        hashed_when_set=True,
+    )
+    loader: str = knob(
+        "device",
+        "Input pipeline: device (whole dataset on the device) or torchvision (DataLoader)",
+        EXEC,
+        choices=("device", "torchvision"),
+        hashed=False,
+    )
     eval_batch_size: int = knob(1024, "Batch size for evaluation passes", EXEC, check="at-least-1", hashed=False)
-    # Checkpoints: where a killed run is resumed from (see initmem_core.training.checkpoints).
-    checkpoint_every: int = knob(1, "Checkpoint every N epochs and at the end (0: never)", EXEC, check="non-negative", hashed=False)
-    checkpoint_dir: str = knob("", "Checkpoint folder, one subfolder per config hash (default: initmem-checkpoints beside the SQLite tracking database, else in the current folder)", EXEC, hashed=False)
+    # Checkpoints: where a killed run is resumed from (see initmem_core.training.checkpoint_store and .resume).
+    checkpoint_every: int = knob(
+        1, "Checkpoint every N epochs and at the end (0: never)", EXEC, check="non-negative", hashed=False
+    )
+    checkpoint_dir: str = knob(
+        "",
+        "Checkpoint folder, one subfolder per config hash (default: initmem-checkpoints "
+        "beside the SQLite tracking database, else in the current folder)",
+        EXEC,
+        hashed=False,
+    )
 
     # -- derived -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in dataclasses.fields(self)}
+        return {
+            f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)
+        }
 
     def config_hash(self) -> str:
         """Identifies what a run computes; sweeps use it to skip cells that already finished."""
-        hashed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["hashed"]
-                  and not (f.metadata["hashed_when_set"] and getattr(self, f.name) == f.default)}
+        hashed = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata["hashed"] and not (f.metadata["hashed_when_set"] and getattr(self, f.name) == f.default)
+        }
         if self.until:  # the target sets the epochs; --epochs only caps them
             del hashed["epochs"]
         # How an optimizer's step is executed (one fused kernel, or one per tensor list) is not what it computes.
@@ -135,7 +247,7 @@ class RunConfig:
         """A name for humans, e.g. ``resnet56-muon-s2.0-seed0``."""
         return f"{self.arch}-{self.opt}-s{_short(self.sigma)}-seed{self.seed}"
 
-    def replace(self, **changes: Any) -> "RunConfig":
+    def replace(self, **changes: Any) -> RunConfig:
         return from_mapping({**self.to_dict(), **changes})
 
 
@@ -196,7 +308,9 @@ def coerce(name: str, value: Any) -> Any:
     try:
         if kind is tuple:
             if isinstance(value, Mapping):  # TOML: opt_arg = {betas = "0.9,0.99"}
-                value = [f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()]
+                value = [
+                    f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()
+                ]
             if isinstance(value, str) and name == "opt_arg":  # a comma starts a new item only before key=
                 items = re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", value)
             else:
@@ -263,9 +377,9 @@ _CHECKS = {
 
 
 def validate(config: RunConfig, registry: Any = None) -> RunConfig:
-    """Check every value; with a registry, check that component names exist and resolve the
-    optimizer's settings (``lr`` 0: its declared default; ``--opt-arg``s checked against what it
-    declares). Returns the config to run: use the return value."""
+    """Check every value and, with a registry, that every component named exists. Returns the
+    config with its values spelled canonically: use the return value. The config to *run* also
+    has its optimizer's settings resolved: ``plugin_system.optimizer_options.resolve_config``."""
     for name, f in FIELDS.items():
         value, flag = getattr(config, name), flag_for(name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -278,8 +392,11 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
         if top is None and type(value) is int:
             top = MAX_INT
         if top is not None and value > top:
-            raise ConfigError(f"{flag} must be at most {top:g}, got {value:g}" if isinstance(value, float)
-                              else f"{flag} must be at most {int(top)}, got {value}")
+            raise ConfigError(
+                f"{flag} must be at most {top:g}, got {value:g}"
+                if isinstance(value, float)
+                else f"{flag} must be at most {int(top)}, got {value}"
+            )
         if f.metadata["choices"] and value not in f.metadata["choices"]:
             choices = ordered_by_similarity(str(value), list(f.metadata["choices"]))
             raise ConfigError(f"{flag}: unknown value '{value}'; valid values: {', '.join(choices)}")
@@ -292,7 +409,4 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             values = getattr(config, kind.field)
             for value in values if kind.many else (values,):
                 registry.lookup(kind.name, value)
-        from initmem_core.plugin_system.optimizer_options import resolve
-
-        return resolve(config, registry)
     return config

@@ -9,8 +9,9 @@ no torch: the types are for readers, type checkers and the generated hook refere
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 
 # -- records -----------------------------------------------------------------------------------
+
 
 @dataclass
 class DatasetBundle:
@@ -33,12 +35,12 @@ class DatasetBundle:
     """
 
     name: str
-    train_x: "torch.Tensor"
-    train_y: "torch.Tensor"
-    val_x: "torch.Tensor"
-    val_y: "torch.Tensor"
-    test_x: "torch.Tensor"
-    test_y: "torch.Tensor"
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -70,13 +72,13 @@ class EvalState:
     examples the model got right (a bool tensor on the device), for the selection metric.
     """
 
-    model: "torch.nn.Module"
-    initial_params: dict[str, "torch.Tensor"]
+    model: torch.nn.Module
+    initial_params: dict[str, torch.Tensor]
     epoch: int
     history: list[dict[str, float]]
-    config: "RunConfig"
+    config: RunConfig
     dataset: DatasetBundle
-    device: "torch.device"
+    device: torch.device
     evaluate: Callable[[str], tuple[float, float]]
     figures: dict[str, float] = field(default_factory=dict)
     test_correct: Any = None
@@ -84,12 +86,14 @@ class EvalState:
 
 # -- what each kind's factory is called with, and returns ------------------------------------
 
+
 class ArchitectureFactory(Protocol):
     """Returns an untrained model mapping ``(N, in_channels, image_size, image_size)`` images to
     ``(N, num_classes)`` logits; the initializer later rescales its kernels by sigma."""
 
-    def __call__(self, *, in_channels: int, num_classes: int, image_size: int,
-                 variant: str | None = None) -> "torch.nn.Module": ...
+    def __call__(
+        self, *, in_channels: int, num_classes: int, image_size: int, variant: str | None = None
+    ) -> torch.nn.Module: ...
 
 
 class OptimizerFactory(Protocol):
@@ -99,26 +103,28 @@ class OptimizerFactory(Protocol):
     parameter names) to record which parameters went where, and ``optimizer.initmem_clock`` to
     override its declared clock convention (a family whose variants differ)."""
 
-    def __call__(self, *, model: "torch.nn.Module", config: "RunConfig", options: dict[str, Any],
-                 variant: str | None = None) -> "torch.optim.Optimizer": ...
+    def __call__(
+        self, *, model: torch.nn.Module, config: RunConfig, options: dict[str, Any], variant: str | None = None
+    ) -> torch.optim.Optimizer: ...
 
 
 class InitializerFactory(Protocol):
     """Re-initializes ``model`` in place, *paired*: a unit-scale ``Z`` drawn from ``generator``
     (the same at every sigma), kernels set to ``sigma * Z``. Returns nothing."""
 
-    def __call__(self, *, model: "torch.nn.Module", sigma: float, generator: "torch.Generator",
-                 variant: str | None = None) -> None: ...
+    def __call__(
+        self, *, model: torch.nn.Module, sigma: float, generator: torch.Generator, variant: str | None = None
+    ) -> None: ...
 
 
 @runtime_checkable
 class Regularizer(Protocol):
     """An explicit penalty on the weights, applied after every backward pass."""
 
-    def add_gradient(self, params: list["torch.Tensor"], initial_params: list["torch.Tensor"]) -> None:
+    def add_gradient(self, params: list[torch.Tensor], initial_params: list[torch.Tensor]) -> None:
         """Add the penalty's gradient to each ``param.grad`` in place."""
 
-    def penalty(self, params: list["torch.Tensor"], initial_params: list["torch.Tensor"]) -> "torch.Tensor":
+    def penalty(self, params: list[torch.Tensor], initial_params: list[torch.Tensor]) -> torch.Tensor:
         """The penalty's value (a scalar tensor), for logging."""
 
 
@@ -149,16 +155,25 @@ Metric = Any
 class MetricFactory(Protocol):
     """Returns a metric (``EpochMetric``, ``SummaryMetric`` or both) for one run of ``config``."""
 
-    def __call__(self, *, config: "RunConfig", variant: str | None = None) -> Metric: ...
+    def __call__(self, *, config: RunConfig, variant: str | None = None) -> Metric: ...
 
 
 class DatasetFactory(Protocol):
     """Returns the whole dataset as a ``DatasetBundle``; splits are a pure function of
     ``config.data_seed``, and ``config.train_size > 0`` keeps the first N training examples."""
 
-    def __call__(self, *, config: "RunConfig", variant: str | None = None) -> DatasetBundle: ...
+    def __call__(self, *, config: RunConfig, variant: str | None = None) -> DatasetBundle: ...
 
 
 #: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
-FACTORIES = {cls.__name__: cls for cls in (ArchitectureFactory, OptimizerFactory, InitializerFactory,
-                                          RegularizerFactory, MetricFactory, DatasetFactory)}
+FACTORIES = {
+    cls.__name__: cls
+    for cls in (
+        ArchitectureFactory,
+        OptimizerFactory,
+        InitializerFactory,
+        RegularizerFactory,
+        MetricFactory,
+        DatasetFactory,
+    )
+}

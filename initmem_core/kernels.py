@@ -19,7 +19,8 @@ __all__ = ["KERNEL_LAYERS", "fan_in", "kernel_layers", "kernel_parameters"]
 def kernel_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Conv/Linear layers with a weight, in ``named_modules()`` order (fixes the draw order)."""
     return [
-        (name, module) for name, module in model.named_modules()
+        (name, module)
+        for name, module in model.named_modules()
         if isinstance(module, KERNEL_LAYERS) and isinstance(getattr(module, "weight", None), nn.Parameter)
     ]
 
@@ -29,9 +30,11 @@ def kernel_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     seen: set[int] = set()
     kernels = []
     for name, module in kernel_layers(model):
-        if id(module.weight) not in seen:
-            seen.add(id(module.weight))
-            kernels.append((f"{name}.weight" if name else "weight", module.weight))
+        weight = module.weight
+        assert isinstance(weight, nn.Parameter)  # kernel_layers keeps only layers whose weight is one
+        if id(weight) not in seen:
+            seen.add(id(weight))
+            kernels.append((f"{name}.weight" if name else "weight", weight))
     return kernels
 
 

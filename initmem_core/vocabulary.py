@@ -1,6 +1,9 @@
 """Names every layer shares, spelled here once and imported everywhere else. Imports nothing, so
 config, training, tracking, report and the CLI may all import it.
 
+A run's statuses (MLflow's), the keys of the tags initmem writes and reads on its runs and
+experiments, and the forgetting clocks.
+
 The forgetting clocks: what a run logs each clock as, its symbol in the paper, and the formula a
 plot's axis shows.
 
@@ -27,3 +30,72 @@ def clock_metric(short: str) -> str:
     if name not in CLOCKS:
         raise KeyError(name)
     return name
+
+
+# -- run statuses ---------------------------------------------------------------------------
+
+#: MLflow's statuses of a run, as a tracker ends a run with and a sweep reads them back.
+FINISHED, FAILED, KILLED, RUNNING, SCHEDULED = "FINISHED", "FAILED", "KILLED", "RUNNING", "SCHEDULED"
+#: The statuses of a run that has ended.
+ENDED = (FINISHED, FAILED, KILLED)
+#: A sweep cell's status before it has run (a ``CellOutcome``'s, never a stored run's).
+PENDING = "PENDING"
+
+# -- tag keys -------------------------------------------------------------------------------
+
+#: MLflow's own tags: a child run's parent, a run's description (Markdown), an experiment's kind,
+#: the prefix of the experiment tags holding the UI's saved views, a dataset input's context.
+PARENT_TAG = "mlflow.parentRunId"
+NOTE_TAG = "mlflow.note.content"
+KIND_TAG = "mlflow.experimentKind"
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+DATASET_CONTEXT_TAG = "mlflow.data.context"
+
+#: A run's config hash (a tag, and a param of the same name): a sweep finds a cell's runs by it.
+CONFIG_HASH_TAG = "config_hash"
+#: How a run ended early: ``"true"`` when its loss diverged, and at which epoch; the error; the
+#: signal that stopped it.
+DIVERGED_TAG, DIVERGED_EPOCH_TAG = "diverged", "diverged_epoch"
+FAILURE_REASON_TAG = "failure_reason"
+STOPPED_BY_TAG = "stopped_by"
+
+#: A sweep's runs: the sweep's name (on the parent and every child), the parent's role, a
+#: child's group label (``initmem_core.groups.group_label``).
+SWEEP_TAG = "initmem.sweep"
+ROLE_TAG = "initmem.role"
+PARENT_ROLE = "parent"  # the value of ROLE_TAG on a sweep's parent run
+GROUP_TAG = "initmem.group"
+#: On a sweep cell's run: how many times a remote worker started it, and the host:pid of the
+#: worker running (or that last ran) it.
+ATTEMPTS_TAG = "initmem.attempts"
+WORKER_TAG = "initmem.worker"
+#: On a sweep's parent run: its cells, those that failed, those whose writes wait for
+#: ``initmem sync``, and the fields that vary.
+CELLS_TAG = "initmem.cells"
+CELLS_FAILED_TAG = "initmem.cells_failed"
+CELLS_UNSYNCED_TAG = "initmem.cells_unsynced"
+VARYING_TAG = "initmem.varying"
+
+#: Every run status, and every tag key, this module spells.
+STATUSES = (*ENDED, RUNNING, SCHEDULED, PENDING)
+TAG_KEYS = (
+    PARENT_TAG,
+    NOTE_TAG,
+    KIND_TAG,
+    VIEW_TAG_PREFIX,
+    DATASET_CONTEXT_TAG,
+    CONFIG_HASH_TAG,
+    DIVERGED_TAG,
+    DIVERGED_EPOCH_TAG,
+    FAILURE_REASON_TAG,
+    STOPPED_BY_TAG,
+    SWEEP_TAG,
+    ROLE_TAG,
+    GROUP_TAG,
+    ATTEMPTS_TAG,
+    WORKER_TAG,
+    CELLS_TAG,
+    CELLS_FAILED_TAG,
+    CELLS_UNSYNCED_TAG,
+    VARYING_TAG,
+)

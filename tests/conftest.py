@@ -62,9 +62,22 @@ def pip_install_isolated(tmp_path_factory):
 
     def install(*packages: Path) -> dict[str, str]:
         target = tmp_path_factory.mktemp("site")
-        result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                 "--no-build-isolation", "--target", str(target), *map(str, packages)],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(target),
+                *map(str, packages),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             pytest.fail(f"pip install {' '.join(map(str, packages))} failed:\n{result.stderr}")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])))
@@ -79,8 +92,9 @@ def initmem_subprocess():
     """``initmem_subprocess(env, "run", "--opt", ...)``: the real CLI in a fresh interpreter."""
 
     def invoke(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "initmem_cli", *args], env=env, cwd=cwd,
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "initmem_cli", *args], env=env, cwd=cwd, capture_output=True, text=True
+        )
 
     return invoke
 
@@ -90,15 +104,20 @@ def package_tests_subprocess():
     """``package_tests_subprocess(env, tests_folder, ...)``: run a plugin package's own tests with pytest."""
 
     def run(env: dict[str, str], *folders: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, folders)],
-                              env=env, cwd=folders[0], capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, folders)],
+            env=env,
+            cwd=folders[0],
+            capture_output=True,
+            text=True,
+        )
 
     return run
 
 
 @pytest.fixture(scope="session")
 def _empty_store(tmp_path_factory) -> Path:
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
 
     folder = tmp_path_factory.mktemp("store-template")
     open_client(f"sqlite:///{folder / 'mlflow.db'}")

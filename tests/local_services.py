@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 STARTUP_S = 120  # a loaded 2-core machine starts an MLflow server in 20 s; leave room
 
@@ -37,7 +37,10 @@ def processes() -> Iterator[tuple[int, str, str, int]]:
                 stat = (entry / "stat").read_text()
             except OSError:  # exited meanwhile
                 continue
-            name, (state, parent) = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()[:2]
+            name, (state, parent) = (
+                stat[stat.index("(") + 1 : stat.rindex(")")],
+                stat[stat.rindex(")") + 2 :].split()[:2],
+            )
             yield int(entry.name), name, state, int(parent)
 
 
@@ -96,9 +99,28 @@ def mlflow_server(database: Path, artifacts: Path, login: dict[str, str] | None 
     env.update(login or {})
     app = ["--app-name", "basic-auth"] if login else []
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", *app, "--backend-store-uri", f"sqlite:///{database}",
-         "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            *app,
+            "--backend-store-uri",
+            f"sqlite:///{database}",
+            "--artifacts-destination",
+            str(artifacts),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -126,11 +148,16 @@ def login_server(folder: Path, admin_password: str, database: Path | None = None
     if database is not None:
         shutil.copy(database, store)
     config = folder / "basic_auth.ini"
-    config.write_text("[mlflow]\ndefault_permission = READ\n"
-                      f"database_uri = sqlite:///{folder / 'basic_auth.db'}\nadmin_username = admin\n"
-                      "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    login = {"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
-             "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex()}
+    config.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{folder / 'basic_auth.db'}\nadmin_username = admin\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    login = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex(),
+    }
     with mlflow_server(store, folder / "artifacts", login=login) as url:
         yield url
 
@@ -140,8 +167,12 @@ def auth_request(url: str, path: str, body: dict, user: str, password: str, meth
     import base64
     import json
 
-    request = urllib.request.Request(f"{url}/api/2.0/mlflow/users/{path}", data=json.dumps(body).encode(),
-                                     method=method, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/users/{path}",
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     request.add_header("Authorization", f"Basic {token}")
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -157,9 +188,24 @@ def ray_head(num_cpus: int, env: dict[str, str]) -> Iterator[str]:
     log = Path(temp) / "ray-start.log"
     with open(log, "wb") as output:  # a file, not a pipe: the head's processes inherit it and live on
         start = subprocess.Popen(
-            ["ray", "start", "--head", "--num-cpus", str(num_cpus), "--port", str(port), "--include-dashboard=false",
-             "--disable-usage-stats", "--temp-dir", temp], env=env, start_new_session=True,
-            stdout=output, stderr=subprocess.STDOUT)
+            [
+                "ray",
+                "start",
+                "--head",
+                "--num-cpus",
+                str(num_cpus),
+                "--port",
+                str(port),
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                "--temp-dir",
+                temp,
+            ],
+            env=env,
+            start_new_session=True,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     try:
         if start.wait(timeout=STARTUP_S) != 0:
             raise RuntimeError(f"ray start failed:\n{log.read_text()[-3000:]}")

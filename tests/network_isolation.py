@@ -22,7 +22,5 @@ def run_isolated(pytest_args: list[str], timeout_s: float) -> subprocess.Complet
     """``python -m pytest ARGS`` in a new network namespace with loopback up."""
     if shutil.which("unshare") is None:
         raise RuntimeError("unshare (util-linux) is needed to run these tests without network")
-    command = (f"ip link set lo up && exec {sys.executable} -m pytest -p no:cacheprovider "
-               + " ".join(pytest_args))
-    return subprocess.run(["unshare", "--net", "sh", "-c", command], capture_output=True, text=True,
-                          timeout=timeout_s)
+    command = f"ip link set lo up && exec {sys.executable} -m pytest -p no:cacheprovider " + " ".join(pytest_args)
+    return subprocess.run(["unshare", "--net", "sh", "-c", command], capture_output=True, text=True, timeout=timeout_s)

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core.plugin_system.api_version import API_VERSION, supports
 from initmem_core.errors import PluginLoadError
+from initmem_core.plugin_system.api_version import API_VERSION, supports
 from initmem_core.plugin_system.loader import PluginLoadWarning, load_registry
 from initmem_core.plugin_system.scaffold import PluginNames, template_values
 
@@ -25,18 +25,21 @@ def initmem_register_optimizers(register):
 """
 
 
-@pytest.mark.parametrize(("required", "version", "expected"), [
-    (">=1.0,<2", "1.0", True),
-    (">=1.0,<2", "1.7", True),
-    (">=1.0,<2", "2.0", False),
-    (">=1.1", "1.0", False),
-    ("==1", "1.0", True),  # 1 and 1.0 are the same version
-    ("!=1.0", "1.0", False),
-    ("~=1.2", "1.9", True),
-    ("~=1.2", "1.1", False),
-    ("~=1.2", "2.0", False),
-    (" > 0.9 , <= 1.0 ", "1.0", True),
-])
+@pytest.mark.parametrize(
+    ("required", "version", "expected"),
+    [
+        (">=1.0,<2", "1.0", True),
+        (">=1.0,<2", "1.7", True),
+        (">=1.0,<2", "2.0", False),
+        (">=1.1", "1.0", False),
+        ("==1", "1.0", True),  # 1 and 1.0 are the same version
+        ("!=1.0", "1.0", False),
+        ("~=1.2", "1.9", True),
+        ("~=1.2", "1.1", False),
+        ("~=1.2", "2.0", False),
+        (" > 0.9 , <= 1.0 ", "1.0", True),
+    ],
+)
 def test_supports(required, version, expected):
     assert supports(required, version) is expected
 
@@ -63,7 +66,8 @@ def test_incompatible_plugin_is_flagged_and_registers_nothing(install_fake_plugi
     [failure] = registry.failures
     assert (failure.plugin, failure.package, failure.version) == ("futureplug", "futureplug", "4.0")
     assert failure.error.startswith(
-        f"IncompatiblePluginError: needs initmem plugin API >=2.0,<3 but this initmem provides API {API_VERSION}")
+        f"IncompatiblePluginError: needs initmem plugin API >=2.0,<3 but this initmem provides API {API_VERSION}"
+    )
     assert "future-opt" not in registry.names("optimizer") and "futureplug" not in registry.plugins
     assert "today-opt" in registry.names("optimizer")
 

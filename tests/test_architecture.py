@@ -27,7 +27,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool, top_level_only: bool)
             base = node.module or ""
             if node.level:
                 package = module.split(".") if is_package else module.split(".")[:-1]
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
     return {name for name in found if name.startswith(("initmem_core", "initmem_plugins"))}
 
@@ -48,7 +48,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt]
+                return path[path.index(nxt) :] + [node, nxt] if nxt in path else [node, nxt]
             if nxt not in state and (found := visit(nxt, path + [node])):
                 return found
         state[node] = 2
@@ -67,6 +67,59 @@ def test_no_import_cycles_between_core_modules():
         assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
 
 
+#: The core's layers, lowest first: a module imports only from its own layer or below, counting the
+#: imports inside functions. The top-level modules but the package's own __init__ are the bottom.
+LAYERS = (
+    {"vocabulary", "errors", "kinds", "config", "contracts", "kernels", "hookspecs", "groups"},
+    {"plugin_system"},
+    {"tracking"},
+    {"training"},
+    {"report"},
+    {"sweep"},
+    {"", "testing"},  # "": initmem_core itself, the Python API
+)
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else ""
+    return next(i for i, names in enumerate(LAYERS) if part in names)
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The core's modules one import statement imports: ``from initmem_core import hookspecs``
+    imports the module ``hookspecs``, ``from initmem_core import run`` the package itself."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+    found = set()
+    for name in names:
+        while name and name not in modules:  # ``import a.b.c`` of a name inside a module
+            name = name.rpartition(".")[0]
+        if name:
+            found.add(name)
+    return found
+
+
+def test_every_import_points_down_the_layers():
+    """No package imports one above it, even inside a function (a lazy import is for start-up
+    speed, never to hide an arrow that runs back)."""
+    modules = {_module_name(path): path for path in CORE.rglob("*.py")}
+    assert {m.split(".")[1] for m in modules if "." in m} <= set().union(*LAYERS), "a module in no layer"
+    wrong = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for imported in _imported_modules(node, name, path.name == "__init__.py", set(modules)):
+                    if _layer(imported) > _layer(name):
+                        wrong.append(f"{path.relative_to(CORE.parent)}:{node.lineno} {name} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_core_never_imports_the_builtin_plugins():
     for path in CORE.rglob("*.py"):
         name = _module_name(path)
@@ -82,21 +135,43 @@ def test_a_small_top_level_and_a_one_line_purpose_for_every_subpackage():
         assert doc and doc.strip(), f"{package.parent.name}/__init__.py says nothing of what it is for"
 
 
-def test_clock_names_are_spelled_only_in_the_vocabulary():
-    """A clock's metric name or symbol as a whole string literal anywhere in the core, the CLI or
-    the built-in plugins, but ``initmem_core/vocabulary.py``, is a second spelling of it."""
-    from initmem_core.vocabulary import CLOCK_SYMBOLS
-
-    spellings = set(CLOCK_SYMBOLS) | set(CLOCK_SYMBOLS.values())
+def _second_spellings(spellings: set[str], allowed: dict[str, set[str]] | None = None) -> list[str]:
+    """Where one of ``spellings`` is a whole string literal in the core, the CLI or the built-in
+    plugins, outside ``initmem_core/vocabulary.py`` (and ``allowed``: file -> literals it may spell)."""
     import initmem_cli
     import initmem_plugins
 
     folders = [CORE, Path(initmem_cli.__file__).parent, Path(initmem_plugins.__file__).parent]
     found = []
-    for path in (p for folder in folders for p in folder.rglob("*.py")):
+    for folder, path in ((f, p) for f in folders for p in f.rglob("*.py")):
         if path == CORE / "vocabulary.py":
             continue
+        where = f"{folder.name}/{path.relative_to(folder).as_posix()}"
+        mine = (allowed or {}).get(where, set())
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value in spellings:
-                found.append(f"{path.name}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.Constant) and node.value in spellings - mine:
+                found.append(f"{where}:{node.lineno} {node.value!r}")
+    return found
+
+
+def test_clock_names_are_spelled_only_in_the_vocabulary():
+    """A clock's metric name or symbol as a whole string literal anywhere in the core, the CLI or
+    the built-in plugins, but ``initmem_core/vocabulary.py``, is a second spelling of it."""
+    from initmem_core.vocabulary import CLOCK_SYMBOLS
+
+    found = _second_spellings(set(CLOCK_SYMBOLS) | set(CLOCK_SYMBOLS.values()))
+    assert not found, found
+
+
+def test_run_statuses_and_tag_keys_are_spelled_only_in_the_vocabulary():
+    """A run status (``FINISHED``...) or the key of a tag initmem writes or reads (``config_hash``,
+    ``initmem.group``...) as a whole string literal outside the vocabulary is a second spelling."""
+    from initmem_core.vocabulary import CONFIG_HASH_TAG, STATUSES, TAG_KEYS
+
+    # A checkpoint file's header has a field of the same name: the file's format, not the tag.
+    allowed = {
+        path: {CONFIG_HASH_TAG}
+        for path in ("initmem_core/training/checkpoint_format.py", "initmem_core/training/resume.py")
+    }
+    found = _second_spellings(set(STATUSES) | set(TAG_KEYS), allowed)
     assert not found, found

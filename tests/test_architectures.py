@@ -40,8 +40,7 @@ def registry():
 
 def build(registry, name, in_channels=3, num_classes=10, image_size=32):
     torch.manual_seed(0)
-    return registry.build("architecture", name, in_channels=in_channels, num_classes=num_classes,
-                          image_size=image_size)
+    return registry.build("architecture", name, in_channels=in_channels, num_classes=num_classes, image_size=image_size)
 
 
 def test_registers_exactly_the_builtin_names():

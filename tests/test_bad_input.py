@@ -7,17 +7,18 @@ a plugin clashing with a built-in name are covered in test_run_e2e.py and test_c
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
-from initmem_core.config import from_mapping, validate
+from initmem_core.config import from_mapping
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 
 runner = CliRunner()
 SMALL = ["--epochs", "1", "--train-size", "64", "--threads", "1"]
@@ -36,30 +37,36 @@ def assert_one_line_error(result, message: str) -> None:
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sigma", "nan"], "--sigma must be a finite number, got nan"),
-    (["--data-dir", "."], "--data-dir: dataset digits reads no files (it is generated or bundled)"),
-    (["--sigma", "inf"], "--sigma must be a finite number, got inf"),
-    (["--sigma", "0"], "--sigma must be greater than 0, got 0.0"),
-    (["--lr", "inf"], "--lr must be a finite number, got inf"),
-    (["--lr", "-0.1"], "--lr must be 0 or greater, got -0.1"),  # 0 means the optimizer's default
-    (["--l2", "nan"], "--l2 must be a finite number, got nan"),
-    (["--l2", "-inf"], "--l2 must be a finite number, got -inf"),
-    (["--l2", "-0.01"], "--l2 must be 0 or greater, got -0.01"),
-    (["--batch-size", "0"], "--batch-size must be 1 or greater, got 0"),
-    (["--epochs", "0"], "--epochs must be 1 or greater, got 0"),
-    (["--sigma", "big"], "--sigma: expected a number, got 'big'"),
-    (["--epochs", "2.5"], "--epochs: expected a whole number, got '2.5'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sigma", "nan"], "--sigma must be a finite number, got nan"),
+        (["--data-dir", "."], "--data-dir: dataset digits reads no files (it is generated or bundled)"),
+        (["--sigma", "inf"], "--sigma must be a finite number, got inf"),
+        (["--sigma", "0"], "--sigma must be greater than 0, got 0.0"),
+        (["--lr", "inf"], "--lr must be a finite number, got inf"),
+        (["--lr", "-0.1"], "--lr must be 0 or greater, got -0.1"),  # 0 means the optimizer's default
+        (["--l2", "nan"], "--l2 must be a finite number, got nan"),
+        (["--l2", "-inf"], "--l2 must be a finite number, got -inf"),
+        (["--l2", "-0.01"], "--l2 must be 0 or greater, got -0.01"),
+        (["--batch-size", "0"], "--batch-size must be 1 or greater, got 0"),
+        (["--epochs", "0"], "--epochs must be 1 or greater, got 0"),
+        (["--sigma", "big"], "--sigma: expected a number, got 'big'"),
+        (["--epochs", "2.5"], "--epochs: expected a whole number, got '2.5'"),
+    ],
+)
 def test_bad_value(tracking_uri, args, message):
     assert_one_line_error(runner.invoke(app, ["run", *SMALL, *args, "--tracking-uri", tracking_uri]), message)
     assert stored_runs(tracking_uri) == []
 
 
-@pytest.mark.parametrize("toml, message", [
-    ("sigmaa = 2.0\n", "unknown key 'sigmaa' in"),
-    ('lr = "fast"\n', "--lr: expected a number, got 'fast'"),
-])
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ("sigmaa = 2.0\n", "unknown key 'sigmaa' in"),
+        ('lr = "fast"\n', "--lr: expected a number, got 'fast'"),
+    ],
+)
 def test_bad_toml(tracking_uri, tmp_path, toml, message):
     config = tmp_path / "run.toml"
     config.write_text(toml)
@@ -69,8 +76,9 @@ def test_bad_toml(tracking_uri, tmp_path, toml, message):
 
 
 def test_dataset_missing_offline(tracking_uri, tmp_path):
-    result = runner.invoke(app, ["run", *SMALL, "--data", "cifar10", "--data-dir", str(tmp_path / "empty"),
-                                 "--tracking-uri", tracking_uri])
+    result = runner.invoke(
+        app, ["run", *SMALL, "--data", "cifar10", "--data-dir", str(tmp_path / "empty"), "--tracking-uri", tracking_uri]
+    )
     assert_one_line_error(result, f"cifar10 not found in {tmp_path / 'empty'}: put cifar-10-batches-py there")
     assert stored_runs(tracking_uri) == []
 
@@ -100,13 +108,17 @@ def test_tracking_server_that_does_not_answer_fails_fast():
     assert time.monotonic() - started < 15  # MLflow alone would retry for minutes
 
 
-@pytest.mark.parametrize("write, message", [
-    (lambda path: torch.save({"conv1.weight": torch.zeros(3)}, path), "is not an initmem checkpoint"),
-    (lambda path: path.write_bytes(b"\x00garbage" * 100), "cannot be read"),
-], ids=["a-plain-state-dict", "garbage-bytes"])
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (lambda path: torch.save({"conv1.weight": torch.zeros(3)}, path), "is not an initmem checkpoint"),
+        (lambda path: path.write_bytes(b"\x00garbage" * 100), "cannot be read"),
+    ],
+    ids=["a-plain-state-dict", "garbage-bytes"],
+)
 def test_checkpoint_not_ours_or_corrupt(tracking_uri, tmp_path, write, message):
-    # The hash of the config as run: validate resolves lr to sgd's declared default.
-    config = validate(from_mapping({"epochs": 1, "train_size": 64}), get_registry())
+    # The hash of the config as run: resolve_config resolves lr to sgd's declared default.
+    config = resolve_config(from_mapping({"epochs": 1, "train_size": 64}), get_registry())
     folder = tmp_path / "initmem-checkpoints" / config.config_hash()
     folder.mkdir(parents=True)
     write(folder / "ckpt-e000001-s000000.pt")
@@ -122,11 +134,18 @@ def test_nothing_to_resume(tracking_uri, tmp_path):
 
 
 # Plugin names are unique to this file: an imported module stays in sys.modules for later tests.
-@pytest.mark.parametrize("plugin, source, message", [
-    ("importfailplug", "import no_such_dependency\n", "No module named 'no_such_dependency'"),
-    ("badhookplug", "from initmem_core import hookimpl\n\n@hookimpl\n"
-                    "def initmem_register_optimizers(register, extra):\n    pass\n", "initmem_register_optimizers"),
-])
+@pytest.mark.parametrize(
+    "plugin, source, message",
+    [
+        ("importfailplug", "import no_such_dependency\n", "No module named 'no_such_dependency'"),
+        (
+            "badhookplug",
+            "from initmem_core import hookimpl\n\n@hookimpl\n"
+            "def initmem_register_optimizers(register, extra):\n    pass\n",
+            "initmem_register_optimizers",
+        ),
+    ],
+)
 def test_broken_plugin_under_strict_loading(install_fake_plugin, tracking_uri, plugin, source, message):
     install_fake_plugin(plugin, source)
     result = runner.invoke(app, ["--strict-plugins", "run", *SMALL, "--tracking-uri", tracking_uri])
@@ -136,8 +155,10 @@ def test_broken_plugin_under_strict_loading(install_fake_plugin, tracking_uri, p
 
 
 def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
-    source = ("from initmem_core import hookimpl\n\n@hookimpl\ndef initmem_register_optimizers(register):\n"
-              "    register('lion', 'torch.optim:SGD', 'a lion')\n")
+    source = (
+        "from initmem_core import hookimpl\n\n@hookimpl\ndef initmem_register_optimizers(register):\n"
+        "    register('lion', 'torch.optim:SGD', 'a lion')\n"
+    )
     install_fake_plugin("firstlionplug", source)
     install_fake_plugin("secondlionplug", source)
     result = runner.invoke(app, ["run", *SMALL, "--opt", "lion", "--tracking-uri", tracking_uri])
@@ -146,12 +167,15 @@ def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
     assert stored_runs(tracking_uri) == []
 
 
-@pytest.mark.parametrize("args, message", [
-    (["report", "some-sweep", "--format", "xml"], "'xml' is not one of 'table', 'markdown', 'csv', 'json'"),
-    (["sweep", "--executor", "dask", "--dry-run"], "'dask' is not one of 'local', 'ray', 'slurm'"),
-    (["report"], "Missing argument 'sweep'"),
-    (["runn"], "No such command 'runn'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "some-sweep", "--format", "xml"], "'xml' is not one of 'table', 'markdown', 'csv', 'json'"),
+        (["sweep", "--executor", "dask", "--dry-run"], "'dask' is not one of 'local', 'ray', 'slurm'"),
+        (["report"], "Missing argument 'sweep'"),
+        (["runn"], "No such command 'runn'"),
+    ],
+)
 def test_choices_and_usage_errors_are_one_line(args, message):
     result = runner.invoke(app, args)
     assert_one_line_error(result, message)
@@ -164,28 +188,34 @@ UNWRITABLE = "/proc/initmem-nope"  # not even root can create a folder in /proc
 linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--seed", str(2**64)], f"--seed must be at most {2**64 - 1}, got {2**64}"),
-    (["--data-seed", str(2**64)], f"--data-seed must be at most {2**64 - 1}"),
-    (["--batch-size", str(2**63)], f"--batch-size must be at most {2**63 - 1}"),
-    (["--sigma", "1e300"], "--sigma must be at most 1000, got 1e+300"),
-    (["--lr", "1e9"], "--lr must be at most 1000"),
-    (["--epochs", str(2**62)], f"--epochs must be at most 999999, got {2**62}"),
-    (["--experiment", ""], "--experiment must not be empty"),
-    (["--experiment", "  "], "--experiment must not be empty"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seed", str(2**64)], f"--seed must be at most {2**64 - 1}, got {2**64}"),
+        (["--data-seed", str(2**64)], f"--data-seed must be at most {2**64 - 1}"),
+        (["--batch-size", str(2**63)], f"--batch-size must be at most {2**63 - 1}"),
+        (["--sigma", "1e300"], "--sigma must be at most 1000, got 1e+300"),
+        (["--lr", "1e9"], "--lr must be at most 1000"),
+        (["--epochs", str(2**62)], f"--epochs must be at most 999999, got {2**62}"),
+        (["--experiment", ""], "--experiment must not be empty"),
+        (["--experiment", "  "], "--experiment must not be empty"),
+    ],
+)
 def test_values_beyond_their_bounds(tracking_uri, args, message):
     assert_one_line_error(runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, *args]), message)
     assert stored_runs(tracking_uri) == []
 
 
-@pytest.mark.parametrize("uri, message", [
-    ("foo://bar", "--tracking-uri foo://bar: unsupported scheme 'foo'"),
-    ("plain-folder", "--tracking-uri plain-folder is a path, not a tracking store; for a SQLite database"),
-    ("/tmp/initmem-some/file.db", "is a path, not a tracking store"),
-    ("file:///tmp/initmem-store", "is a path, not a tracking store"),
-    ("http://", "--tracking-uri http:// names no host"),
-])
+@pytest.mark.parametrize(
+    "uri, message",
+    [
+        ("foo://bar", "--tracking-uri foo://bar: unsupported scheme 'foo'"),
+        ("plain-folder", "--tracking-uri plain-folder is a path, not a tracking store; for a SQLite database"),
+        ("/tmp/initmem-some/file.db", "is a path, not a tracking store"),
+        ("file:///tmp/initmem-store", "is a path, not a tracking store"),
+        ("http://", "--tracking-uri http:// names no host"),
+    ],
+)
 def test_tracking_uri_that_is_no_store(tmp_path, monkeypatch, uri, message):
     monkeypatch.chdir(tmp_path)
     assert_one_line_error(runner.invoke(app, ["run", *SMALL, "--tracking-uri", uri]), message)
@@ -200,24 +230,42 @@ def test_unwritable_checkpoint_dir_fails_before_training(tracking_uri):
 
 
 @linux_only
-@pytest.mark.parametrize("args, message", [
-    (["--out", UNWRITABLE], f"--out {UNWRITABLE} cannot be written"),
-    (["--checkpoint-dir", UNWRITABLE], f"--checkpoint-dir {UNWRITABLE} cannot be written"),
-    (["--name", ""], "sweep name ''"),
-    (["--name", "../../x"], "with no . or .. between slashes"),
-    (["--name", "/abs/x"], "no leading /"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", UNWRITABLE], f"--out {UNWRITABLE} cannot be written"),
+        (["--checkpoint-dir", UNWRITABLE], f"--checkpoint-dir {UNWRITABLE} cannot be written"),
+        (["--name", ""], "sweep name ''"),
+        (["--name", "../../x"], "with no . or .. between slashes"),
+        (["--name", "/abs/x"], "no leading /"),
+    ],
+)
 def test_sweep_input_fails_before_any_cell(tracking_uri, tmp_path, args, message):
-    result = runner.invoke(app, ["sweep", *SMALL, "--sigma", "0.5,1", "--tracking-uri", tracking_uri,
-                                 *(["--out", str(tmp_path / "out")] if "--out" not in args else []), *args])
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *SMALL,
+            "--sigma",
+            "0.5,1",
+            "--tracking-uri",
+            tracking_uri,
+            *(["--out", str(tmp_path / "out")] if "--out" not in args else []),
+            *args,
+        ],
+    )
     assert_one_line_error(result, message)
     assert stored_runs(tracking_uri) == []
 
 
-@pytest.mark.parametrize("write, message", [
-    (lambda path: path.write_bytes(b"\x00\xff\xfe binary"), "is not valid TOML: it is not UTF-8 text"),
-    (lambda path: path.mkdir(), "is a folder; --config takes a TOML file"),
-], ids=["binary-file", "folder"])
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (lambda path: path.write_bytes(b"\x00\xff\xfe binary"), "is not valid TOML: it is not UTF-8 text"),
+        (lambda path: path.mkdir(), "is a folder; --config takes a TOML file"),
+    ],
+    ids=["binary-file", "folder"],
+)
 def test_config_that_is_not_a_toml_file(tracking_uri, tmp_path, write, message):
     config = tmp_path / "run.toml"
     write(config)
@@ -250,15 +298,18 @@ def fake_sweep(uri: str, name: str) -> str:
 
     from initmem_core.config import RunConfig
     from initmem_core.tracking.cells import config_params
-    from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG, SWEEP_TAG
+    from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG, SWEEP_TAG
 
     client = MlflowClient(uri)
     experiment = client.create_experiment("initmem")
     parent = client.create_run(experiment, tags={SWEEP_TAG: name, ROLE_TAG: "parent"}).info.run_id
     child = client.create_run(experiment, tags={PARENT_TAG: parent, "config_hash": RunConfig().config_hash()})
     params = [Param(key, str(value)) for key, value in config_params(RunConfig()).items()]
-    client.log_batch(child.info.run_id, params=params[:100],
-                     metrics=[Metric("best_val_test_acc", 0.5, 0, 1), Metric("weight_norm", 3.0, 0, 1)])
+    client.log_batch(
+        child.info.run_id,
+        params=params[:100],
+        metrics=[Metric("best_val_test_acc", 0.5, 0, 1), Metric("weight_norm", 3.0, 0, 1)],
+    )
     client.set_terminated(child.info.run_id, "FINISHED")
     return parent
 
@@ -283,7 +334,8 @@ def test_report_into_an_unwritable_folder(tracking_uri, tmp_path):
 
 
 def test_experiment_names_never_lead_artifacts_out_of_mlartifacts(tmp_path):
-    from initmem_core.tracking.store import artifact_root_for, path_under, safe_file_name
+    from initmem_core.tracking.paths import path_under, safe_file_name
+    from initmem_core.tracking.uris import artifact_root_for
 
     root = tmp_path / "mlartifacts"
     for name in ("../../x", "/etc", "a/../..", "..", "", "x\\..\\y", "ok name"):

@@ -43,7 +43,9 @@ def test_quick_benchmark_reports_every_section(tmp_path):
     assert all(positive(tracking[side]) for side in ("mlflow_checkpoints", "mlflow", "checkpoints", "off"))
     assert set(tracking["overhead"]) == {"mlflow", "mlflow_with_checkpoints", "checkpoints", "default_vs_bare"}
     assert all(len(o["samples"]) == len(tracking["off"]["samples"]) for o in tracking["overhead"].values())
-    assert positive(tracking["in_line"]["mlflow"]["tracker"]) and positive(tracking["in_line"]["checkpoints"]["checkpoints"])
+    assert positive(tracking["in_line"]["mlflow"]["tracker"]) and positive(
+        tracking["in_line"]["checkpoints"]["checkpoints"]
+    )
     assert all(positive(fraction) for fraction in tracking["in_line_fraction"].values())
     assert isinstance(tracking["met"], bool)
     cli = results["cli"]

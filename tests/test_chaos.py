@@ -35,17 +35,26 @@ def test_the_fault_schedule_is_the_seeds_and_brings_every_kind_as_often():
     assert first(7) != first(8)
     faults = first(7)
     for start in range(0, 28, 7):  # every block of seven holds each kind once
-        assert sorted(f.kind for f in faults[start:start + 7]) == sorted(chaos.KINDS)
+        assert sorted(f.kind for f in faults[start : start + 7]) == sorted(chaos.KINDS)
     assert all(0.2 * 8 <= f.delay <= 1.8 * 8 and 1.0 <= f.duration <= 6.0 and 0 <= f.pick < 1 for f in faults)
 
 
 def twin_state():
     history = {"test_acc": [(0, (0.25).hex()), (1, (0.5).hex())], "train_loss": [(1, (1.5).hex())]}
-    cell = {"statuses": ["FINISHED"], "histories": history, "name": "resnet20-sgd-s0.5-seed0",
-            "artifacts": {"config.json": "abc"}}
-    return {"parents": ["FINISHED"], "cells": {"h1": cell}, "failed_attempts": 0,
-            "parent_metrics": {"spread_x": [(0, (27.5).hex())]}, "parent_latest": {"spread_x": (27.5).hex()},
-            "report": {"report.csv": ["a,b", "1,2"]}}
+    cell = {
+        "statuses": ["FINISHED"],
+        "histories": history,
+        "name": "resnet20-sgd-s0.5-seed0",
+        "artifacts": {"config.json": "abc"},
+    }
+    return {
+        "parents": ["FINISHED"],
+        "cells": {"h1": cell},
+        "failed_attempts": 0,
+        "parent_metrics": {"spread_x": [(0, (27.5).hex())]},
+        "parent_latest": {"spread_x": (27.5).hex()},
+        "report": {"report.csv": ["a,b", "1,2"]},
+    }
 
 
 def test_the_end_state_check_passes_the_twin_and_names_each_difference():
@@ -82,7 +91,9 @@ def test_the_end_state_check_passes_the_twin_and_names_each_difference():
     earlier = copy.deepcopy(twin)  # a relaunch's report is the latest; an earlier one stays in the history
     earlier["parent_metrics"]["spread_x"].insert(0, (0, (30.5).hex()))
     assert chaos.compare(earlier, twin) == []
-    assert chaos.parent_history_notes(earlier, twin) == ["parent metric spread_x: 2 values in its history, the twin's 1"]
+    assert chaos.parent_history_notes(earlier, twin) == [
+        "parent metric spread_x: 2 values in its history, the twin's 1"
+    ]
     said = changed(lambda s: s["report"].__setitem__("report.csv", ["a,b", "1,3"]))
     assert "report/report.csv differs" in said[0]
     assert "parent runs" in changed(lambda s: s.__setitem__("parents", ["FINISHED", "RUNNING"]))[0]
@@ -121,21 +132,50 @@ def test_files_a_killed_sweep_may_leave_are_found(tmp_path):
     with open(lease, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         said = chaos.files_left(folder, tmp)
-    assert sorted(said) == sorted(["lease abc.lock still held", "initmem-unsynced holds ['run.jsonl'] after initmem sync",
-                                   "file left: initmem-checkpoints/abc/ckpt-e000002-s000000.pt.tmp",
-                                   "temporary file left in TMPDIR: initmem-sweep-abc"])
+    assert sorted(said) == sorted(
+        [
+            "lease abc.lock still held",
+            "initmem-unsynced holds ['run.jsonl'] after initmem sync",
+            "file left: initmem-checkpoints/abc/ckpt-e000002-s000000.pt.tmp",
+            "temporary file left in TMPDIR: initmem-sweep-abc",
+        ]
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
-                    reason="chaos.py mounts a tmpfs (root) and reads /proc (Linux)")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    reason="chaos.py mounts a tmpfs (root) and reads /proc (Linux)",
+)
 def test_a_short_seeded_chaos_run_matches_its_twin(tmp_path):
     """Seven faults (one of each kind, in the seed's order) around a two-cell sweep; then the
     end state is checked against the twin. About a minute and a half on a 2-core machine."""
     out = tmp_path / "chaos.json"
-    done = subprocess.run([sys.executable, str(CHAOS), "--seed", "3", "--faults", "7", "--gap", "3", "--minutes", "3",
-                           "--sigma", "0.5,2", "--seeds", "0", "--epochs", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(CHAOS),
+            "--seed",
+            "3",
+            "--faults",
+            "7",
+            "--gap",
+            "3",
+            "--minutes",
+            "3",
+            "--sigma",
+            "0.5,2",
+            "--seeds",
+            "0",
+            "--epochs",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     figures = json.loads(out.read_text())
     assert done.returncode == 0 and figures["passed"], done.stdout[-6000:] + done.stderr[-3000:]
     assert sum(figures["injected"].values()) == 7 and figures["rounds"]

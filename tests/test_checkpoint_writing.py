@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-import math
-
-from initmem_core.training.checkpoints import (FORMAT, CheckpointNotWritten, CheckpointStore, UnusableCheckpoint,
-                                               history_columns, history_rows, read_checkpoint)
+from initmem_core.training.checkpoint_format import (
+    FORMAT,
+    UnusableCheckpoint,
+    history_columns,
+    history_rows,
+    read_checkpoint,
+)
+from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 from initmem_core.training.tensor_packing import pack, unpack
 
 
 def nested_state():
     torch.manual_seed(0)
     return {
-        "model": {"conv.weight": torch.randn(4, 3, 3, 3).contiguous(memory_format=torch.channels_last),
-                  "bn.num_batches_tracked": torch.tensor(7), "fc.weight": torch.randn(5, 4).t()},
-        "optimizer": {"state": {0: {"momentum_buffer": torch.randn(6), "step": torch.tensor(3.0)}},
-                      "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0]}]},
-        "flags": torch.tensor([True, False]), "half": torch.randn(3, dtype=torch.bfloat16),
-        "bytes": torch.arange(10, dtype=torch.uint8), "empty": torch.zeros(0, 2), "epoch": 3, "note": None,
+        "model": {
+            "conv.weight": torch.randn(4, 3, 3, 3).contiguous(memory_format=torch.channels_last),
+            "bn.num_batches_tracked": torch.tensor(7),
+            "fc.weight": torch.randn(5, 4).t(),
+        },
+        "optimizer": {
+            "state": {0: {"momentum_buffer": torch.randn(6), "step": torch.tensor(3.0)}},
+            "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0]}],
+        },
+        "flags": torch.tensor([True, False]),
+        "half": torch.randn(3, dtype=torch.bfloat16),
+        "bytes": torch.arange(10, dtype=torch.uint8),
+        "empty": torch.zeros(0, 2),
+        "epoch": 3,
+        "note": None,
     }
 
 
@@ -59,8 +74,17 @@ def test_packing_keeps_every_value_dtype_shape_and_structure_in_one_buffer_per_d
 
 
 def test_a_checkpoint_file_is_a_few_packed_tensors_and_reads_back_whole(tmp_path):
-    payload = {**nested_state(), "format": FORMAT, "config": {"sigma": 2.0}, "config_hash": "abc", "run_id": "r1",
-               "epoch": 2, "step": 0, "history": [{"epoch": 0, "val_acc": 0.5}], "scheduler": {"last_epoch": 4}}
+    payload = {
+        **nested_state(),
+        "format": FORMAT,
+        "config": {"sigma": 2.0},
+        "config_hash": "abc",
+        "run_id": "r1",
+        "epoch": 2,
+        "step": 0,
+        "history": [{"epoch": 0, "val_acc": 0.5}],
+        "scheduler": {"last_epoch": 4},
+    }
     store = CheckpointStore(tmp_path / "run")
     path = store.save(payload)
     store.wait()
@@ -73,8 +97,17 @@ def test_a_checkpoint_file_is_a_few_packed_tensors_and_reads_back_whole(tmp_path
 
 
 def test_a_checkpoint_of_another_format_is_refused_in_a_few_words(tmp_path):
-    old = {"format": "initmem-checkpoint/1", "config": {}, "config_hash": "abc", "run_id": "r1", "epoch": 1,
-           "step": 0, "model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}}
+    old = {
+        "format": "initmem-checkpoint/1",
+        "config": {},
+        "config_hash": "abc",
+        "run_id": "r1",
+        "epoch": 1,
+        "step": 0,
+        "model": {"w": torch.ones(2)},
+        "optimizer": {},
+        "scheduler": {},
+    }
     torch.save(old, tmp_path / "ckpt-e000001-s000000.pt")
     with pytest.raises(UnusableCheckpoint, match="is not an initmem checkpoint of this version"):
         read_checkpoint(tmp_path / "ckpt-e000001-s000000.pt")
@@ -82,8 +115,17 @@ def test_a_checkpoint_of_another_format_is_refused_in_a_few_words(tmp_path):
 
 def test_the_state_is_captured_when_save_returns_not_when_the_file_is_written(tmp_path):
     weights = torch.zeros(3)
-    payload = {"format": FORMAT, "config": {}, "config_hash": "abc", "run_id": None, "epoch": 1, "step": 0,
-               "model": {"w": weights}, "optimizer": {}, "scheduler": {}}
+    payload = {
+        "format": FORMAT,
+        "config": {},
+        "config_hash": "abc",
+        "run_id": None,
+        "epoch": 1,
+        "step": 0,
+        "model": {"w": weights},
+        "optimizer": {},
+        "scheduler": {},
+    }
     store = CheckpointStore(tmp_path)
     path = store.save(payload)
     weights.add_(1)  # training goes on at once
@@ -102,8 +144,11 @@ def test_a_failed_background_write_is_raised_to_the_training_thread(tmp_path):
 
 
 def test_the_history_is_stored_as_one_table_and_comes_back_with_its_keys_and_types():
-    rows = [{"epoch": 0, "val_acc": 0.1, "tau": math.inf}, {"epoch": 1, "val_acc": 1 / 3, "extra": 2.5},
-            {"epoch": 2, "val_acc": math.nan, "tau": 1}]
+    rows = [
+        {"epoch": 0, "val_acc": 0.1, "tau": math.inf},
+        {"epoch": 1, "val_acc": 1 / 3, "extra": 2.5},
+        {"epoch": 2, "val_acc": math.nan, "tau": 1},
+    ]
     table = history_columns(rows)
     assert table["values"].shape == (3, 4) and table["values"].dtype == torch.float64
     back = history_rows(table)
@@ -129,8 +174,19 @@ def test_the_last_two_checkpoints_are_kept_and_leftovers_go_at_the_first_write(t
     (tmp_path / ".ckpt-e000001-s000000.pt.123.tmp").write_bytes(b"a crash's half-written file")
     store = CheckpointStore(tmp_path)
     for epoch in range(1, 6):
-        store.save({"format": FORMAT, "config": {}, "config_hash": "abc", "run_id": None, "epoch": epoch, "step": 0,
-                    "model": {"w": torch.full((2,), float(epoch))}, "optimizer": {}, "scheduler": {}})
+        store.save(
+            {
+                "format": FORMAT,
+                "config": {},
+                "config_hash": "abc",
+                "run_id": None,
+                "epoch": epoch,
+                "step": 0,
+                "model": {"w": torch.full((2,), float(epoch))},
+                "optimizer": {},
+                "scheduler": {},
+            }
+        )
         store.wait()
         assert len(list(tmp_path.iterdir())) == min(epoch, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-e000004-s000000.pt", "ckpt-e000005-s000000.pt"]

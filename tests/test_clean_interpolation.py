@@ -11,8 +11,7 @@ from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.loaders import normalize
 from initmem_plugins.metrics.selection import Interpolation
 
-SMALL = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=16, epochs=2, threads=1,
-             checkpoint_every=0)
+SMALL = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=16, epochs=2, threads=1, checkpoint_every=0)
 
 
 def clean_accuracy(model: torch.nn.Module, config: RunConfig, keep: torch.Tensor | None = None) -> float:
@@ -22,8 +21,12 @@ def clean_accuracy(model: torch.nn.Module, config: RunConfig, keep: torch.Tensor
         x, y = x[keep], y[keep]
     model.eval()
     with torch.no_grad():
-        images = normalize(x, torch.tensor(bundle.mean).view(1, -1, 1, 1), torch.tensor(bundle.std).view(1, -1, 1, 1),
-                           bundle.pixel_scale)
+        images = normalize(
+            x,
+            torch.tensor(bundle.mean).view(1, -1, 1, 1),
+            torch.tensor(bundle.std).view(1, -1, 1, 1),
+            bundle.pixel_scale,
+        )
         return (model(images).argmax(1) == y).float().mean().item()
 
 

@@ -43,10 +43,12 @@ def test_plugins_table_shows_third_party_and_failed_plugins(install_fake_plugin)
 
 def test_help_and_plugins_import_neither_torch_nor_mlflow():
     for args in (["--help"], ["plugins"], ["run", "--help"]):
-        code = ("import sys; from initmem_cli.app import app\n"
-                f"try: app({args!r})\nexcept SystemExit: pass\n"
-                "assert 'torch' not in sys.modules, 'torch imported'\n"
-                "assert 'mlflow' not in sys.modules, 'mlflow imported'")
+        code = (
+            "import sys; from initmem_cli.app import app\n"
+            f"try: app({args!r})\nexcept SystemExit: pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "assert 'mlflow' not in sys.modules, 'mlflow imported'"
+        )
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
@@ -55,19 +57,23 @@ def test_unknown_name_is_one_line_exit_2_and_tracks_nothing(tmp_path):
     result = runner.invoke(app, ["run", "--opt", "mun", "--tracking-uri", uri])
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        "Error: unknown optimizer 'mun'; valid names: " + result.stderr.split("valid names: ")[1].strip())
+        "Error: unknown optimizer 'mun'; valid names: " + result.stderr.split("valid names: ")[1].strip()
+    )
     assert "valid names: muon" in result.stderr and "Traceback" not in result.output
     assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_duplicate_name_is_one_line_exit_2(install_fake_plugin, tmp_path):
-    install_fake_plugin("clashplug", """
+    install_fake_plugin(
+        "clashplug",
+        """
 from initmem_core import hookimpl
 
 @hookimpl
 def initmem_register_optimizers(register):
     register("adam", "torch.optim:Adam", "another adam")
-""")
+""",
+    )
     result = runner.invoke(app, ["run", "--opt", "adam", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
     assert result.exit_code == 2
     assert "optimizer 'adam' is registered twice" in result.stderr and "clashplug" in result.stderr

@@ -12,8 +12,15 @@ from initmem_core.errors import ConfigError
 from initmem_core.training.clocks import check_convention, effective_step
 
 # 64 training examples at b = 24: three steps an epoch, of 24, 24 and 16 examples.
-DATA = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=24, epochs=2, threads=1,
-            tracking=False, checkpoint_every=0)
+DATA = dict(
+    data="synthetic:1x8x8-c4-n64",
+    arch="resnet20",
+    batch_size=24,
+    epochs=2,
+    threads=1,
+    tracking=False,
+    checkpoint_every=0,
+)
 BATCHES = [24, 24, 16] * 2
 
 
@@ -28,8 +35,11 @@ def hand_rates(schedule: str, lr: float) -> list[float]:
 
 def hand_clocks(rates: list[float], divide: float, shrink: float) -> dict[str, float]:
     eta = [r / divide for r in rates]
-    return {"clock_sgd": sum(e * e / b for e, b in zip(eta, BATCHES)),
-            "clock_l2": shrink * sum(eta), "clock_adapt": sum(eta)}
+    return {
+        "clock_sgd": sum(e * e / b for e, b in zip(eta, BATCHES)),
+        "clock_l2": shrink * sum(eta),
+        "clock_adapt": sum(eta),
+    }
 
 
 def final_clocks(**config) -> dict[str, float]:
@@ -40,8 +50,16 @@ def final_clocks(**config) -> dict[str, float]:
 @pytest.mark.parametrize("schedule", ["constant", "step", "cosine"])
 @pytest.mark.parametrize("momentum, weight_decay, l2", [(0.0, 0.0, 0.0), (0.9, 1e-3, 0.0), (0.5, 0.0, 1e-2)])
 def test_sgd_clocks_use_the_effective_step_and_every_shrinking_force(schedule, momentum, weight_decay, l2):
-    config = dict(opt="sgd", lr=0.02, momentum=momentum, weight_decay=weight_decay, l2=l2, schedule=schedule,
-                  lr_step_epochs=1, lr_gamma=0.5)
+    config = dict(
+        opt="sgd",
+        lr=0.02,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        l2=l2,
+        schedule=schedule,
+        lr_step_epochs=1,
+        lr_gamma=0.5,
+    )
     expected = hand_clocks(hand_rates(schedule, 0.02), divide=1 - momentum, shrink=weight_decay + l2)
     assert final_clocks(**config) == pytest.approx(expected, rel=1e-9)
 

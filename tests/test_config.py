@@ -39,18 +39,21 @@ def test_unknown_key_names_the_closest_valid_key():
         from_mapping({"sigm": 1.0}, "run.toml")
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"sigma": 0.0}, "--sigma must be greater than 0"),
-    ({"sigma": -1.0}, "--sigma must be greater than 0"),
-    ({"sigma": math.nan}, "--sigma must be a finite number"),
-    ({"lr": math.inf}, "--lr must be a finite number"),
-    ({"lr": -1.0}, "--lr must be 0 or greater"),  # 0 means the optimizer's default
-    ({"l2": -1e-4}, "--l2 must be 0 or greater"),
-    ({"batch_size": 0}, "--batch-size must be 1 or greater"),
-    ({"epochs": 0}, "--epochs must be 1 or greater"),
-    ({"momentum": 1.0}, "--momentum must be below 1"),
-    ({"schedule": "cosin"}, "--schedule: unknown value 'cosin'; valid values: cosine"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"sigma": 0.0}, "--sigma must be greater than 0"),
+        ({"sigma": -1.0}, "--sigma must be greater than 0"),
+        ({"sigma": math.nan}, "--sigma must be a finite number"),
+        ({"lr": math.inf}, "--lr must be a finite number"),
+        ({"lr": -1.0}, "--lr must be 0 or greater"),  # 0 means the optimizer's default
+        ({"l2": -1e-4}, "--l2 must be 0 or greater"),
+        ({"batch_size": 0}, "--batch-size must be 1 or greater"),
+        ({"epochs": 0}, "--epochs must be 1 or greater"),
+        ({"momentum": 1.0}, "--momentum must be below 1"),
+        ({"schedule": "cosin"}, "--schedule: unknown value 'cosin'; valid values: cosine"),
+    ],
+)
 def test_invalid_values_are_rejected_with_one_line(changes, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as error:
         validate(RunConfig(**changes))

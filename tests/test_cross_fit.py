@@ -56,7 +56,7 @@ def test_averaging_over_every_choice_has_less_variance_than_holding_out_one_seed
     one_seed = []  # the earlier rule: seed k held out at every sigma at once
     for k in range(6):
         others = np.delete(tables, k, -1).mean(-1)
-        pick = lambda index: np.take_along_axis(tables[..., k], index[:, None], -1)[:, 0]  # noqa: E731
+        pick = lambda index, k=k: np.take_along_axis(tables[..., k], index[:, None], -1)[:, 0]  # noqa: E731
         one_seed.append(pick(others.argmax(-1)) - pick(others.argmin(-1)))
     earlier = np.mean(one_seed, 0)
     now = cross_fit(tables)
@@ -71,8 +71,9 @@ def test_noise_draws_have_exactly_each_sigmas_mean_and_sd_and_keep_the_missing_r
     estimates, weights = noise_draws(table)
     assert estimates.shape == (2000,) and np.isfinite(estimates).all()
     assert weights[2] < weights[0] and weights[2] < weights[1]  # the middle sigma is rarely best or worst
-    spread = cross_fit_spread({s: {k: v for k, v in enumerate(row) if not np.isnan(v)}
-                               for s, row in zip((0.1, 1.0, 2.0), table)})
+    spread = cross_fit_spread(
+        {s: {k: v for k, v in enumerate(row) if not np.isnan(v)} for s, row in zip((0.1, 1.0, 2.0), table)}
+    )
     assert spread.se == pytest.approx(float(np.std(estimates)))
     assert spread.seeds == 3  # the best sigma (0.1) has three trained runs
 

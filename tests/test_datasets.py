@@ -48,6 +48,7 @@ def assert_one_line_error(error: pytest.ExceptionInfo, *needles: str) -> None:
 
 # -- registration -------------------------------------------------------------------------------
 
+
 def test_registers_the_builtin_datasets(registry):
     assert DATASET_NAMES <= set(registry.names("dataset"))
     for name in DATASET_NAMES:
@@ -88,6 +89,7 @@ def test_loading_the_registry_imports_no_torch():
 
 
 # -- digits ---------------------------------------------------------------------------------------
+
 
 def test_digits_shapes_and_splits(registry):
     from sklearn.datasets import load_digits
@@ -146,6 +148,7 @@ def test_apply_train_size_is_idempotent(registry):
 
 # -- synthetic -------------------------------------------------------------------------------------
 
+
 def test_synthetic_default(registry):
     bundle = build(registry, "synthetic")
     assert bundle.sizes() == {"train": 1024, "val": 256, "test": 256}
@@ -157,13 +160,16 @@ def test_synthetic_default(registry):
     assert len(bundle.mean) == len(bundle.std) == 3
 
 
-@pytest.mark.parametrize(("variant", "shape", "classes", "sizes"), [
-    ("1x8x8-c4-n200", (1, 8, 8), 4, (200, 50, 50)),
-    ("3x32x32", (3, 32, 32), 10, (1024, 256, 256)),
-    ("2x5x7-c3", (2, 5, 7), 3, (1024, 256, 256)),
-    ("1x6x6-n10", (1, 6, 6), 10, (10, 2, 2)),
-    ("1x2x2-c2-n1", (1, 2, 2), 2, (1, 1, 1)),
-])
+@pytest.mark.parametrize(
+    ("variant", "shape", "classes", "sizes"),
+    [
+        ("1x8x8-c4-n200", (1, 8, 8), 4, (200, 50, 50)),
+        ("3x32x32", (3, 32, 32), 10, (1024, 256, 256)),
+        ("2x5x7-c3", (2, 5, 7), 3, (1024, 256, 256)),
+        ("1x6x6-n10", (1, 6, 6), 10, (10, 2, 2)),
+        ("1x2x2-c2-n1", (1, 2, 2), 2, (1, 1, 1)),
+    ],
+)
 def test_synthetic_variants(registry, variant, shape, classes, sizes):
     bundle = build(registry, f"synthetic:{variant}")
     assert bundle.name == f"synthetic:{variant}"
@@ -172,10 +178,28 @@ def test_synthetic_variants(registry, variant, shape, classes, sizes):
     assert int(bundle.train_y.max()) < classes
 
 
-@pytest.mark.parametrize("variant", [
-    "abc", "1x8", "1x8x8x8", "1x8x8-c4-n200-", "1x8x8-n200-c4", "1x8x8-k4", "1X8X8", " 1x8x8", "1x8x8-c-n5",
-    "0x8x8", "1x0x8", "1x8x8-c1", "1x8x8-c0", "1x8x8-n0", "-1x8x8", "1.5x8x8", "3x100000x100000",
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "abc",
+        "1x8",
+        "1x8x8x8",
+        "1x8x8-c4-n200-",
+        "1x8x8-n200-c4",
+        "1x8x8-k4",
+        "1X8X8",
+        " 1x8x8",
+        "1x8x8-c-n5",
+        "0x8x8",
+        "1x0x8",
+        "1x8x8-c1",
+        "1x8x8-c0",
+        "1x8x8-n0",
+        "-1x8x8",
+        "1.5x8x8",
+        "3x100000x100000",
+    ],
+)
 def test_bad_synthetic_variant_is_a_config_error(registry, variant):
     with pytest.raises(ConfigError) as error:
         build(registry, f"synthetic:{variant}")
@@ -200,6 +224,7 @@ def test_synthetic_labels_are_learnable(registry):
 
 # -- cifar10 / cifar100 from files written here in the official on-disk format ---------------------
 
+
 class _Py2Pickler(pickle._Pickler):
     """Writes ``bytes`` as Python 2 ``str`` (BINSTRING), as the official CIFAR pickles do.
 
@@ -212,7 +237,9 @@ class _Py2Pickler(pickle._Pickler):
 
     def _save_py2_str(self, obj):
         n = len(obj)
-        self.write(pickle.SHORT_BINSTRING + bytes([n]) + obj if n < 256 else pickle.BINSTRING + struct.pack("<i", n) + obj)
+        self.write(
+            pickle.SHORT_BINSTRING + bytes([n]) + obj if n < 256 else pickle.BINSTRING + struct.pack("<i", n) + obj
+        )
         self.memoize(obj)
 
     dispatch[bytes] = _save_py2_str
@@ -239,18 +266,36 @@ def write_cifar10(root: Path, per_batch: int = 20, n_test: int = 30) -> dict:
     for i in range(1, 6):
         data = _fake_images(per_batch, (i - 1) * per_batch, rng)
         labels = [int(v) for v in rng.integers(0, 10, per_batch)]
-        _dump_py2(folder / f"data_batch_{i}", {
-            b"batch_label": f"training batch {i} of 5".encode(), b"labels": labels, b"data": data,
-            b"filenames": [f"img_{i}_{j}.png".encode() for j in range(per_batch)],
-        })
+        _dump_py2(
+            folder / f"data_batch_{i}",
+            {
+                b"batch_label": f"training batch {i} of 5".encode(),
+                b"labels": labels,
+                b"data": data,
+                b"filenames": [f"img_{i}_{j}.png".encode() for j in range(per_batch)],
+            },
+        )
         train_data.append(data)
         train_labels += labels
     test_data = _fake_images(n_test, 10_000, rng)
     test_labels = [int(v) for v in rng.integers(0, 10, n_test)]
-    _dump_py2(folder / "test_batch", {b"batch_label": b"testing batch 1 of 1", b"labels": test_labels,
-                                      b"data": test_data, b"filenames": [b"t.png"] * n_test})
-    _dump_py2(folder / "batches.meta", {b"num_cases_per_batch": per_batch, b"num_vis": 3072,
-                                        b"label_names": [f"class{k}".encode() for k in range(10)]})
+    _dump_py2(
+        folder / "test_batch",
+        {
+            b"batch_label": b"testing batch 1 of 1",
+            b"labels": test_labels,
+            b"data": test_data,
+            b"filenames": [b"t.png"] * n_test,
+        },
+    )
+    _dump_py2(
+        folder / "batches.meta",
+        {
+            b"num_cases_per_batch": per_batch,
+            b"num_vis": 3072,
+            b"label_names": [f"class{k}".encode() for k in range(10)],
+        },
+    )
     return {"train_x": np.concatenate(train_data), "train_y": train_labels, "test_x": test_data, "test_y": test_labels}
 
 
@@ -262,11 +307,24 @@ def write_cifar100(root: Path, n_train: int = 60, n_test: int = 20) -> dict:
     for split, n, offset in (("train", n_train, 0), ("test", n_test, 10_000)):
         data = _fake_images(n, offset, rng)
         fine = [int(v) for v in rng.integers(0, 100, n)]
-        _dump_py2(folder / split, {b"filenames": [b"x.png"] * n, b"batch_label": split.encode(),
-                                   b"fine_labels": fine, b"coarse_labels": [f // 5 for f in fine], b"data": data})
+        _dump_py2(
+            folder / split,
+            {
+                b"filenames": [b"x.png"] * n,
+                b"batch_label": split.encode(),
+                b"fine_labels": fine,
+                b"coarse_labels": [f // 5 for f in fine],
+                b"data": data,
+            },
+        )
         arrays[split] = (data, fine)
-    _dump_py2(folder / "meta", {b"fine_label_names": [f"f{k}".encode() for k in range(100)],
-                                b"coarse_label_names": [f"c{k}".encode() for k in range(20)]})
+    _dump_py2(
+        folder / "meta",
+        {
+            b"fine_label_names": [f"f{k}".encode() for k in range(100)],
+            b"coarse_label_names": [f"c{k}".encode() for k in range(20)],
+        },
+    )
     return arrays
 
 
@@ -355,8 +413,13 @@ def test_cifar100_from_official_layout(registry, tmp_path, skip_md5):
 def test_missing_cifar_is_a_one_line_config_error(registry, tmp_path, name, folder):
     with pytest.raises(ConfigError) as error:
         build(registry, name, data_dir=str(tmp_path / "nowhere"))
-    assert_one_line_error(error, f"{name} not found in {tmp_path / 'nowhere'}", folder, "--data-dir",
-                          "https://www.cs.toronto.edu/~kriz/cifar.html")
+    assert_one_line_error(
+        error,
+        f"{name} not found in {tmp_path / 'nowhere'}",
+        folder,
+        "--data-dir",
+        "https://www.cs.toronto.edu/~kriz/cifar.html",
+    )
 
 
 def test_missing_cifar_names_the_default_folder(registry, tmp_path, monkeypatch):

@@ -9,8 +9,17 @@ import initmem_core
 from initmem_core.tracking.tracker import MemoryTracker
 
 # Momentum and augmentation, so optimizer state and every random stream take part.
-SMALL = dict(data="digits", arch="resnet20", train_size=128, batch_size=32, epochs=2, threads=1,
-             eval_batch_size=512, augment="on", momentum=0.9)
+SMALL = dict(
+    data="digits",
+    arch="resnet20",
+    train_size=128,
+    batch_size=32,
+    epochs=2,
+    threads=1,
+    eval_batch_size=512,
+    augment="on",
+    momentum=0.9,
+)
 
 
 def weights(result) -> dict[str, torch.Tensor]:

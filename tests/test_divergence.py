@@ -10,9 +10,8 @@ from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core import hookimpl
+from initmem_core import Diverged, hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from initmem_core import Diverged
 
 runner = CliRunner()
 STEPS_PER_EPOCH = 4  # train_size 128, batch size 32

@@ -17,9 +17,23 @@ def installed_example(pip_install_isolated) -> dict[str, str]:
 
 
 def test_initmem_run_logs_the_effective_rank(installed_example, initmem_subprocess, tracking_uri, tmp_path):
-    result = initmem_subprocess(installed_example, "run", "--metric", "effective-rank", "--epochs", "1",
-                                "--train-size", "64", "--batch-size", "32", "--threads", "1",
-                                "--tracking-uri", tracking_uri, cwd=tmp_path)
+    result = initmem_subprocess(
+        installed_example,
+        "run",
+        "--metric",
+        "effective-rank",
+        "--epochs",
+        "1",
+        "--train-size",
+        "64",
+        "--batch-size",
+        "32",
+        "--threads",
+        "1",
+        "--tracking-uri",
+        tracking_uri,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     from mlflow.tracking import MlflowClient
 

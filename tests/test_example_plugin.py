@@ -27,8 +27,21 @@ def test_installed_plugin_is_listed(installed_example, initmem_subprocess):
 
 def test_installed_plugin_trains_through_initmem_run(installed_example, initmem_subprocess, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = initmem_subprocess(installed_example, "run", "--opt", "fromage", "--lr", "0.01", "--epochs", "1",
-                                "--train-size", "128", "--tracking-uri", uri, cwd=tmp_path)
+    result = initmem_subprocess(
+        installed_example,
+        "run",
+        "--opt",
+        "fromage",
+        "--lr",
+        "0.01",
+        "--epochs",
+        "1",
+        "--train-size",
+        "128",
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     from mlflow.tracking import MlflowClient
 

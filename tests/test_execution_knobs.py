@@ -12,11 +12,20 @@ from torch._dynamo.testing import CompileCounter
 import initmem_core
 from initmem_core.config import RunConfig
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training import loop, setup
 
-TINY = dict(arch="resnet20", epochs=2, train_size=128, batch_size=32, threads=1, eval_batch_size=512,
-            checkpoint_every=0, tracking=False)
+TINY = dict(
+    arch="resnet20",
+    epochs=2,
+    train_size=128,
+    batch_size=32,
+    threads=1,
+    eval_batch_size=512,
+    checkpoint_every=0,
+    tracking=False,
+)
 
 
 def run_tiny(**changes):
@@ -29,20 +38,30 @@ def history_of(**changes):
 
 # -- the config hash ------------------------------------------------------------------------------
 
+
 def test_knobs_that_change_the_numbers_are_hashed_and_knobs_that_reorder_fp32_work_are_not():
     plain = RunConfig()
     assert RunConfig(tf32="on").config_hash() != plain.config_hash()
     assert RunConfig(amp="bf16").config_hash() != plain.config_hash()
     assert RunConfig(eval_every=5).config_hash() != plain.config_hash()
-    for same in (RunConfig(tf32="off"), RunConfig(eval_every=1), RunConfig(channels_last=True),
-                 RunConfig(compile=True, compile_mode="reduce-overhead"), RunConfig(opt_arg=("fused=true",)),
-                 RunConfig(opt_arg=("foreach=false", "fused=true"))):
+    for same in (
+        RunConfig(tf32="off"),
+        RunConfig(eval_every=1),
+        RunConfig(channels_last=True),
+        RunConfig(compile=True, compile_mode="reduce-overhead"),
+        RunConfig(opt_arg=("fused=true",)),
+        RunConfig(opt_arg=("foreach=false", "fused=true")),
+    ):
         assert same.config_hash() == plain.config_hash(), same
-    assert RunConfig(opt_arg=("fused=true", "nesterov=true")).config_hash() == RunConfig(
-        opt_arg=("nesterov=true",)).config_hash() != plain.config_hash()
+    assert (
+        RunConfig(opt_arg=("fused=true", "nesterov=true")).config_hash()
+        == RunConfig(opt_arg=("nesterov=true",)).config_hash()
+        != plain.config_hash()
+    )
 
 
 # -- tf32 -----------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def fp32_flags():
@@ -71,11 +90,12 @@ def test_a_run_logs_its_tf32_setting_and_applies_it_for_gpu_kernels(fp32_flags):
 
 # -- evaluation under the training's precision, memory format and compiled model -------------------
 
+
 def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits():
     """The same trained weights scored on the digits test set in fp32 and under bf16 autocast."""
     values = {**TINY, "epochs": 3, "train_size": 512}
     del values["tracking"]
-    config = initmem_core.config.validate(initmem_core.RunConfig(**values), get_registry())
+    config = resolve_config(initmem_core.RunConfig(**values), get_registry())
     built = setup.build_setup(config, get_registry())
     loop.train(built, lambda metrics, step: None)
     _, fp32_acc, _ = loop.evaluate_correct(built, "test")
@@ -137,6 +157,7 @@ def test_a_compiled_gpu_model_is_compiled_once_per_process_and_architecture(monk
 
 # -- --eval-every ---------------------------------------------------------------------------------
 
+
 def test_eval_every_evaluates_every_nth_epoch_and_the_last_and_reads_tau_interp_there():
     tracker = MemoryTracker()
     result = run_tiny(tracking=True, epochs=7, eval_every=3, tracker=tracker)
@@ -158,6 +179,7 @@ def test_eval_every_keeps_training_identical_between_evaluation_points():
 
 
 # -- fused / foreach ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("opt, option", [("sgd", "foreach=false"), ("adam", "fused=true"), ("adamw", "foreach=true")])
 def test_an_optimizers_fused_or_foreach_execution_matches_the_plain_path(opt, option):

@@ -18,27 +18,44 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from network_isolation import loopback_only  # noqa: E402
+from typer.testing import CliRunner
 
 pytest.importorskip("ray")
 pytest.importorskip("submitit")
 # Ray reaches for outside addresses; test_executors_isolated.py runs this file in a namespace with only loopback.
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace"),
+]
 
 import pausing_plugin  # noqa: E402  (tests/ is on sys.path; the workers get it from plugin_site)
+from local_services import mlflow_server, processes, ray_head  # noqa: E402
+
 from initmem_cli.app import app  # noqa: E402
 from initmem_core.config import RunConfig  # noqa: E402
+from initmem_core.plugin_system.loader import load_registry, set_registry  # noqa: E402
 from initmem_core.sweep.executors.base import CellTask, RetriedCellProgress  # noqa: E402
 from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E402
 from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
-from initmem_core.plugin_system.loader import load_registry, set_registry  # noqa: E402
-from local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
-SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128", "--batch-size", "32",
-         "--eval-batch-size", "512", "--threads", "1"]
+SMALL = [
+    "--data",
+    "digits",
+    "--arch",
+    "resnet20",
+    "--epochs",
+    "2",
+    "--train-size",
+    "128",
+    "--batch-size",
+    "32",
+    "--eval-batch-size",
+    "512",
+    "--threads",
+    "1",
+]
 GRID = ["--opt", "sgd,pausing-sgd", "--sigma", "0.5,2", "--seed", "0"]
 PER_EPOCH = ("train_loss", "train_acc", "val_acc", "test_acc", "weight_norm", "clock_sgd", "lr")
 PAUSE_S = 150  # how long a test waits for a cell to pause
@@ -53,16 +70,20 @@ def client_for(uri):
 def children(uri: str, sweep: str) -> list:
     client = client_for(uri)
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-    return [r for r in runs if r.data.tags.get("initmem.sweep") == sweep and r.data.tags.get("initmem.role") != "parent"]
+    return [
+        r for r in runs if r.data.tags.get("initmem.sweep") == sweep and r.data.tags.get("initmem.role") != "parent"
+    ]
 
 
 def figures(uri: str, run) -> dict:
     """What the report reads from a cell, with every logged row of the per-epoch metrics."""
     client = client_for(uri)
     history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] for key in PER_EPOCH}
-    return {"best_val_test_acc": run.data.metrics["best_val_test_acc"],
-            "final_test_acc": run.data.metrics["final_test_acc"],
-            **{key: sorted(rows) for key, rows in history.items()}}
+    return {
+        "best_val_test_acc": run.data.metrics["best_val_test_acc"],
+        "final_test_acc": run.data.metrics["final_test_acc"],
+        **{key: sorted(rows) for key, rows in history.items()},
+    }
 
 
 def report_json(uri: str, sweep: str, out: Path) -> dict:
@@ -112,8 +133,22 @@ def reference(tmp_path_factory, store_in):
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(pausing_plugin.PAUSE_ENV, raising=False)  # nothing pauses here
         try:
-            result = runner.invoke(app, ["sweep", *SMALL, *GRID, "--name", "reference", "--tracking-uri", uri,
-                                         "--out", str(folder / "out"), "--checkpoint-dir", str(folder / "checkpoints")])
+            result = runner.invoke(
+                app,
+                [
+                    "sweep",
+                    *SMALL,
+                    *GRID,
+                    "--name",
+                    "reference",
+                    "--tracking-uri",
+                    uri,
+                    "--out",
+                    str(folder / "out"),
+                    "--checkpoint-dir",
+                    str(folder / "checkpoints"),
+                ],
+            )
         finally:
             set_registry(None)
     assert result.exit_code == 0, result.output
@@ -147,14 +182,32 @@ def assert_each_cell_once_as_in_reference(uri: str, sweep: str, reference, cells
 
 
 def test_a_ray_sweep_into_a_server_matches_the_local_executor_and_survives_a_killed_worker(
-        server, reference, pausing, monkeypatch, tmp_path):
+    server, reference, pausing, monkeypatch, tmp_path
+):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a test head on this machine, for this process only
     killed = []
     with ray_head(2, dict(os.environ)) as address:
         killer = when_paused(pausing, lambda pid: (os.kill(pid, signal.SIGKILL), killed.append(pid)))
-        result = runner.invoke(app, ["sweep", *SMALL, *GRID, "--name", "on-ray", "--executor", "ray",
-                                     "--ray-address", address, "--tracking-uri", server, "--out", str(tmp_path / "out"),
-                                     "--checkpoint-dir", str(tmp_path / "checkpoints")])
+        result = runner.invoke(
+            app,
+            [
+                "sweep",
+                *SMALL,
+                *GRID,
+                "--name",
+                "on-ray",
+                "--executor",
+                "ray",
+                "--ray-address",
+                address,
+                "--tracking-uri",
+                server,
+                "--out",
+                str(tmp_path / "out"),
+                "--checkpoint-dir",
+                str(tmp_path / "checkpoints"),
+            ],
+        )
         killer.join(timeout=1)
     assert result.exit_code == 0, result.output
     assert "4 cells: 4 ran, 0 skipped (ended before: finished or diverged), 0 failed" in result.output
@@ -167,13 +220,35 @@ def test_a_ray_sweep_into_a_server_matches_the_local_executor_and_survives_a_kil
 
 
 def test_slurm_through_submitits_local_executor_runs_a_sweep_and_requeues_a_preempted_cell(
-        server, reference, pausing, tmp_path):
+    server, reference, pausing, tmp_path
+):
     signalled = []
     # SIGUSR2 is how Slurm (through submitit) warns a job before preempting it or at its time limit.
     killer = when_paused(pausing, lambda pid: (os.kill(pid, signal.SIGUSR2), signalled.append(pid)))
-    result = runner.invoke(app, ["sweep", *SMALL, "--opt", "pausing-sgd", "--sigma", "0.5,2", "--seed", "0",
-                                 "--name", "on-slurm", "--executor", "slurm", "--slurm-local", "--tracking-uri", server,
-                                 "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "checkpoints")])
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *SMALL,
+            "--opt",
+            "pausing-sgd",
+            "--sigma",
+            "0.5,2",
+            "--seed",
+            "0",
+            "--name",
+            "on-slurm",
+            "--executor",
+            "slurm",
+            "--slurm-local",
+            "--tracking-uri",
+            server,
+            "--out",
+            str(tmp_path / "out"),
+            "--checkpoint-dir",
+            str(tmp_path / "checkpoints"),
+        ],
+    )
     killer.join(timeout=1)
     assert result.exit_code == 0, result.output
     assert "2 cells: 2 ran, 0 skipped (ended before: finished or diverged), 0 failed" in result.output
@@ -191,7 +266,8 @@ def parent_of(pid: int) -> int:
 
 
 def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_them_together(
-        server, reference, pausing, tmp_path):
+    server, reference, pausing, tmp_path
+):
     """--gpus-per-cell 0.5: both cells in one array task (one GPU's worth), each in its own
     process under the task's; Slurm's warning reaches every process of the job, the task
     requeues, and each cell finishes (the paused one from its checkpoint) as in the reference."""
@@ -204,10 +280,32 @@ def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_th
             os.kill(target, signal.SIGUSR2)
 
     killer = when_paused(pausing, preempt)
-    result = runner.invoke(app, ["sweep", *SMALL, "--opt", "pausing-sgd", "--sigma", "0.5,2", "--seed", "0",
-                                 "--name", "packed", "--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.5",
-                                 "--tracking-uri", server, "--out", str(tmp_path / "out"),
-                                 "--checkpoint-dir", str(tmp_path / "checkpoints")])
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *SMALL,
+            "--opt",
+            "pausing-sgd",
+            "--sigma",
+            "0.5,2",
+            "--seed",
+            "0",
+            "--name",
+            "packed",
+            "--executor",
+            "slurm",
+            "--slurm-local",
+            "--gpus-per-cell",
+            "0.5",
+            "--tracking-uri",
+            server,
+            "--out",
+            str(tmp_path / "out"),
+            "--checkpoint-dir",
+            str(tmp_path / "checkpoints"),
+        ],
+    )
     killer.join(timeout=1)
     assert result.exit_code == 0, result.output
     assert "2 cells: 2 ran, 0 skipped (ended before: finished or diverged), 0 failed" in result.output
@@ -217,31 +315,58 @@ def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_th
     # One array task (submitit's local job, named by its controller's process id) for both cells.
     assert [folder.name for folder in (tmp_path / "out/slurm").iterdir() if folder.name.isdigit()] == [str(job_id)]
     runs = assert_each_cell_once_as_in_reference(server, "packed", reference, cells=2)
-    progress = {run.info.run_id: [call_args for _, *call_args in ProgressFile(
-        tmp_path / "out/slurm/progress" / f"{run.info.run_id}.jsonl").take()] for run in runs}
+    progress = {
+        run.info.run_id: [
+            call_args
+            for _, *call_args in ProgressFile(tmp_path / "out/slurm/progress" / f"{run.info.run_id}.jsonl").take()
+        ]
+        for run in runs
+    }
     for run_id, events in progress.items():  # each cell's progress in its own file
         assert [call for call, _ in events].count("epoch_done") >= 2, (run_id, events)
     requeued = [run.info.run_id for run in runs if run.data.tags["initmem.attempts"] == "2"]
-    resumed = [run_id for run_id in requeued  # the paused cell resumed from its checkpoint of epoch 1
-               if (starts := [i for i, (call, _) in enumerate(progress[run_id]) if call == "start"])[1:]
-               and progress[run_id][starts[1] + 1] == ["advance", [4]]]
+    resumed = [
+        run_id
+        for run_id in requeued  # the paused cell resumed from its checkpoint of epoch 1
+        if (starts := [i for i, (call, _) in enumerate(progress[run_id]) if call == "start"])[1:]
+        and progress[run_id][starts[1] + 1] == ["advance", [4]]
+    ]
     assert resumed, progress
 
 
 def ray_children() -> list[str]:
     """Ray's processes started by this process (a local instance's are its children)."""
-    return [name for _, name, state, parent in processes()
-            if parent == os.getpid() and name in ("gcs_server", "raylet") and state != "Z"]
+    return [
+        name
+        for _, name, state, parent in processes()
+        if parent == os.getpid() and name in ("gcs_server", "raylet") and state != "Z"
+    ]
 
 
 def test_ray_without_an_address_starts_its_own_instance_and_stops_it(server, monkeypatch, tmp_path):
     import ray
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token written into this machine's home
-    no_threads = SMALL[:SMALL.index("--threads")]  # so that the cell's CPU request sets them
-    result = runner.invoke(app, ["sweep", *no_threads, "--sigma", "1", "--name", "own-ray", "--executor", "ray",
-                                 "--tracking-uri", server, "--out", str(tmp_path / "out"),
-                                 "--checkpoint-dir", str(tmp_path / "checkpoints")])
+    no_threads = SMALL[: SMALL.index("--threads")]  # so that the cell's CPU request sets them
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *no_threads,
+            "--sigma",
+            "1",
+            "--name",
+            "own-ray",
+            "--executor",
+            "ray",
+            "--tracking-uri",
+            server,
+            "--out",
+            str(tmp_path / "out"),
+            "--checkpoint-dir",
+            str(tmp_path / "checkpoints"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     [run] = children(server, "own-ray")
     assert run.info.status == "FINISHED" and run.data.tags["initmem.attempts"] == "1"
@@ -262,21 +387,52 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
     command says it in one line."""
     folder, kept = tmp_path / "bin", tmp_path / "kept.sh"
     folder.mkdir()
-    (folder / "sbatch").write_text(f'#!/bin/sh\ncp "$1" {kept}\n'
-                                   'echo "sbatch: error: invalid partition specified: big" >&2\nexit 1\n')
+    (folder / "sbatch").write_text(
+        f'#!/bin/sh\ncp "$1" {kept}\necho "sbatch: error: invalid partition specified: big" >&2\nexit 1\n'
+    )
     (folder / "srun").write_text("#!/bin/sh\n")  # submitit looks for it to tell a Slurm machine
     for tool in ("sbatch", "srun"):
         (folder / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    result = runner.invoke(app, ["sweep", *SMALL, "--sigma", "0.5,1", "--name", "refused", "--executor", "slurm",
-                                 "--slurm-partition", "big", "--slurm-time", "30", "--cpus-per-cell", "4",
-                                 "--gpus-per-cell", "1", "--slurm-option", "account=paper", "--tracking-uri", server,
-                                 "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *SMALL,
+            "--sigma",
+            "0.5,1",
+            "--name",
+            "refused",
+            "--executor",
+            "slurm",
+            "--slurm-partition",
+            "big",
+            "--slurm-time",
+            "30",
+            "--cpus-per-cell",
+            "4",
+            "--gpus-per-cell",
+            "1",
+            "--slurm-option",
+            "account=paper",
+            "--tracking-uri",
+            server,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert "Slurm did not take the sweep's array job: sbatch: error: invalid partition specified: big" in result.output
     script = kept.read_text()
-    for option in ("--partition=big", "--time=30", "--cpus-per-task=4", "--gpus-per-node=1", "--account=paper",
-                   "--job-name=initmem-refused", "--array=0-1"):
+    for option in (
+        "--partition=big",
+        "--time=30",
+        "--cpus-per-task=4",
+        "--gpus-per-node=1",
+        "--account=paper",
+        "--job-name=initmem-refused",
+        "--array=0-1",
+    ):
         assert f"#SBATCH {option}" in script, option
     runs = children(server, "refused")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
@@ -288,21 +444,26 @@ def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
     for executor in (["--executor", "ray"], ["--executor", "slurm", "--slurm-local"]):
         result = runner.invoke(app, ["sweep", *SMALL, *executor, "--tracking-uri", f"sqlite:///{database}"])
         assert result.exit_code == 2, result.output
-        assert f"--executor {executor[1]} runs cells on other machines, which cannot write to sqlite:///" in result.output
+        assert (
+            f"--executor {executor[1]} runs cells on other machines, which cannot write to sqlite:///" in result.output
+        )
         assert "mlflow server" in result.output and "docs/distributed.md" in result.output
     assert not database.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--ray-address", "auto"], "--ray-address is for --executor ray, not local"),
-    (["--executor", "ray", "--workers", "2"], "--workers is for --executor local, not ray"),
-    (["--executor", "ray", "--slurm-time", "30"], "--slurm-time is for --executor slurm, not ray"),
-    (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.3"], "Slurm allocates whole GPUs"),
-    (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "1.5"], "or 1/k of one to share it"),
-    (["--executor", "slurm"], "sbatch and srun are not on this machine's PATH"),
-    (["--executor", "slurm", "--slurm-local", "--slurm-option", "mem"], "--slurm-option 'mem': expected KEY=VALUE"),
-    (["--executor", "dask"], "'dask' is not one of 'local', 'ray', 'slurm'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ray-address", "auto"], "--ray-address is for --executor ray, not local"),
+        (["--executor", "ray", "--workers", "2"], "--workers is for --executor local, not ray"),
+        (["--executor", "ray", "--slurm-time", "30"], "--slurm-time is for --executor slurm, not ray"),
+        (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "0.3"], "Slurm allocates whole GPUs"),
+        (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "1.5"], "or 1/k of one to share it"),
+        (["--executor", "slurm"], "sbatch and srun are not on this machine's PATH"),
+        (["--executor", "slurm", "--slurm-local", "--slurm-option", "mem"], "--slurm-option 'mem': expected KEY=VALUE"),
+        (["--executor", "dask"], "'dask' is not one of 'local', 'ray', 'slurm'"),
+    ],
+)
 def test_executor_options_are_checked_before_anything_runs(args, message, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here, whatever this machine has
     result = runner.invoke(app, ["sweep", *SMALL, *args, "--dry-run"])
@@ -324,17 +485,20 @@ def test_an_attempt_after_a_lost_one_writes_no_step_twice(server):
     the steps the run does not hold; params it holds are not logged again."""
     from mlflow.entities import Metric
 
-    config = RunConfig(data="digits", arch="resnet20", epochs=2, train_size=64, batch_size=32, threads=1,
-                       checkpoint_every=0, sigma=0.7)
+    config = RunConfig(
+        data="digits", arch="resnet20", epochs=2, train_size=64, batch_size=32, threads=1, checkpoint_every=0, sigma=0.7
+    )
     run_id = open_cell(server, config)
     client = client_for(server)
-    client.log_batch(run_id, metrics=[Metric("train_loss", 99.0, 0, step) for step in (0, 1)],
-                     params=[], tags=[])
+    client.log_batch(run_id, metrics=[Metric("train_loss", 99.0, 0, step) for step in (0, 1)], params=[], tags=[])
     client.set_tag(run_id, "initmem.attempts", "1")  # as a worker that died after epoch 1 leaves it
     assert run_remote_cell(CellTask(config, run_id, server, "initmem")) == ("FINISHED", "")
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["initmem.attempts"] == "2"
-    assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train_loss"))[:2] == [(0, 99.0), (1, 99.0)]
+    assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train_loss"))[:2] == [
+        (0, 99.0),
+        (1, 99.0),
+    ]
     for key in ("train_loss", "val_acc", "weight_norm"):
         assert sorted(m.step for m in client.get_metric_history(run_id, key)) == [0, 1, 2], key
     assert run.data.params["resolved_device"] == "cpu"

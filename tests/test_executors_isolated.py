@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from network_isolation import loopback_only, run_isolated
 
 pytestmark = pytest.mark.slow  # the Ray and Slurm suite in a network namespace

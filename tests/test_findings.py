@@ -26,12 +26,22 @@ def records(world, seeds=4):
         for sigma, acc, norm in zip(SIGMAS, accs, norms):
             for seed in range(seeds):
                 acc_seed = acc + WOBBLE[sigma][seed]
-                out.append(CellRecord(
-                    config={**config, "sigma": sigma, "seed": seed},
-                    metrics={"best_val_test_acc": acc_seed, "final_test_acc": acc_seed, "tau_interp": 5,
-                             "repair_gap": 0.0,
-                             "weight_norm": norm, "weight_norm_ratio": norm / sigma,
-                             "clock_sgd": t_sgd, "clock_l2": t_l2, "clock_adapt": t_adapt}))
+                out.append(
+                    CellRecord(
+                        config={**config, "sigma": sigma, "seed": seed},
+                        metrics={
+                            "best_val_test_acc": acc_seed,
+                            "final_test_acc": acc_seed,
+                            "tau_interp": 5,
+                            "repair_gap": 0.0,
+                            "weight_norm": norm,
+                            "weight_norm_ratio": norm / sigma,
+                            "clock_sgd": t_sgd,
+                            "clock_l2": t_l2,
+                            "clock_adapt": t_adapt,
+                        },
+                    )
+                )
     return out
 
 
@@ -79,7 +89,8 @@ def test_forgetting_clock_is_t_adapt_for_adaptive_and_t_sgd_plus_t_l2_for_sgd():
 
 def test_with_too_few_seeds_every_claim_says_it_cannot_be_decided():
     found = evaluate_findings(records(REMEMBERING_WORLD, seeds=2))
-    assert [f.verdict for f in found] == [CANNOT_DECIDE] * 5 + [NOT_EVALUATED] * 4, [(f.claim, f.measured)
-                                                                                   for f in found]
+    assert [f.verdict for f in found] == [CANNOT_DECIDE] * 5 + [NOT_EVALUATED] * 4, [
+        (f.claim, f.measured) for f in found
+    ]
     assert all(f.reproduced is None for f in found)
     assert "too few seeds to decide (2 < 3)" in found[0].measured

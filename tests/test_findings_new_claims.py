@@ -8,10 +8,20 @@ import math
 
 import pytest
 
-from initmem_core.report.findings import (CANNOT_DECIDE, CLAIMS, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED,
-                                          REPRODUCED, deep_nets_fail_to_interpolate, larger_batch_increases_spread,
-                                          larger_lr_makes_sgd_forget, longer_training_keeps_sgd_memory,
-                                          rate_difference, read_sweep)
+from initmem_core.report.findings import (
+    CANNOT_DECIDE,
+    CLAIMS,
+    CONTRADICTED,
+    NOT_EVALUATED,
+    NOT_RESOLVED,
+    REPRODUCED,
+    deep_nets_fail_to_interpolate,
+    larger_batch_increases_spread,
+    larger_lr_makes_sgd_forget,
+    longer_training_keeps_sgd_memory,
+    rate_difference,
+    read_sweep,
+)
 from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 2.5)
@@ -19,14 +29,23 @@ SIGMAS = (0.1, 2.5)
 WOBBLE = (0.0, 0.004, -0.004, 0.0, 0.002, -0.002)
 
 
-def cells(config: dict, accuracy: tuple[float, float], seeds: int = 4, clock_sgd: float = 0.001,
-          interpolates: tuple[int, int] | None = None) -> list[CellRecord]:
+def cells(
+    config: dict,
+    accuracy: tuple[float, float],
+    seeds: int = 4,
+    clock_sgd: float = 0.001,
+    interpolates: tuple[int, int] | None = None,
+) -> list[CellRecord]:
     """A group at the two sigmas; ``interpolates``: how many of its seeds reach the threshold at each."""
     out = []
     for index, (sigma, acc) in enumerate(zip(SIGMAS, accuracy)):
         for seed in range(seeds):
-            metrics = {"best_val_test_acc": acc + WOBBLE[seed], "clock_sgd": clock_sgd, "clock_l2": 0.0,
-                       "clock_adapt": 1.0}
+            metrics = {
+                "best_val_test_acc": acc + WOBBLE[seed],
+                "clock_sgd": clock_sgd,
+                "clock_l2": 0.0,
+                "clock_adapt": 1.0,
+            }
             if interpolates is None or seed < interpolates[index]:
                 metrics["tau_interp"] = 5.0
             out.append(CellRecord(config={**config, "sigma": sigma, "seed": seed}, metrics=metrics))
@@ -47,28 +66,36 @@ def test_there_is_a_claim_for_every_finding_of_the_paper():
 
 
 def test_training_longer_keeps_memory_when_the_long_spread_stays():
-    found = verdict(longer_training_keeps_sgd_memory, cells(SHORT, (0.95, 0.85), clock_sgd=0.001)
-                    + cells(LONG, (0.96, 0.88), clock_sgd=0.01))
+    found = verdict(
+        longer_training_keeps_sgd_memory,
+        cells(SHORT, (0.95, 0.85), clock_sgd=0.001) + cells(LONG, (0.96, 0.88), clock_sgd=0.01),
+    )
     assert found.verdict == REPRODUCED, found.measured
     assert "(10x)" in found.measured and "long − 0.5 × short: +3.00 pp" in found.measured
 
 
 def test_training_longer_is_contradicted_when_the_long_run_forgets():
-    found = verdict(longer_training_keeps_sgd_memory, cells(SHORT, (0.95, 0.85), clock_sgd=0.001)
-                    + cells(LONG, (0.95, 0.94), clock_sgd=0.01))
+    found = verdict(
+        longer_training_keeps_sgd_memory,
+        cells(SHORT, (0.95, 0.85), clock_sgd=0.001) + cells(LONG, (0.95, 0.94), clock_sgd=0.01),
+    )
     assert found.verdict == CONTRADICTED, found.measured
 
 
 def test_training_longer_needs_a_horizon_several_times_longer():
     barely = {**SHORT, "epochs": 20}
-    found = verdict(longer_training_keeps_sgd_memory, cells(SHORT, (0.95, 0.85), clock_sgd=0.001)
-                    + cells(barely, (0.96, 0.88), clock_sgd=0.002))
+    found = verdict(
+        longer_training_keeps_sgd_memory,
+        cells(SHORT, (0.95, 0.85), clock_sgd=0.001) + cells(barely, (0.96, 0.88), clock_sgd=0.002),
+    )
     assert found.verdict == NOT_EVALUATED
 
 
 def test_training_longer_below_three_seeds_cannot_be_decided():
-    found = verdict(longer_training_keeps_sgd_memory, cells(SHORT, (0.95, 0.85), seeds=2, clock_sgd=0.001)
-                    + cells(LONG, (0.96, 0.88), seeds=2, clock_sgd=0.01))
+    found = verdict(
+        longer_training_keeps_sgd_memory,
+        cells(SHORT, (0.95, 0.85), seeds=2, clock_sgd=0.001) + cells(LONG, (0.96, 0.88), seeds=2, clock_sgd=0.01),
+    )
     assert found.verdict == CANNOT_DECIDE
 
 
@@ -79,8 +106,10 @@ def test_a_larger_rate_forgets_when_its_spread_is_smaller():
     records = cells(SHORT, (0.95, 0.94)) + cells(fast, (0.96, 0.85))
     assert verdict(larger_lr_makes_sgd_forget, records).verdict == CONTRADICTED
     slightly = {**SHORT, "lr": 0.02}  # 2x: not "several times larger"
-    assert verdict(larger_lr_makes_sgd_forget, cells(SHORT, (0.95, 0.85)) + cells(slightly, (0.96, 0.95))
-                   ).verdict == NOT_EVALUATED
+    assert (
+        verdict(larger_lr_makes_sgd_forget, cells(SHORT, (0.95, 0.85)) + cells(slightly, (0.96, 0.95))).verdict
+        == NOT_EVALUATED
+    )
 
 
 def test_rates_at_different_horizons_are_not_compared():
@@ -104,9 +133,11 @@ DEPTH = {"opt": "sgd", "lr": 0.01, "batch_size": 32, "epochs": 15}
 
 
 def depth_sweep(deep_interpolates: tuple[int, int], shallow_interpolates=(6, 6), seeds=6):
-    return (cells({**DEPTH, "arch": "resnet20"}, (0.95, 0.90), seeds, interpolates=shallow_interpolates)
-            + cells({**DEPTH, "arch": "resnet56"}, (0.95, 0.80), seeds, interpolates=deep_interpolates)
-            + cells({**DEPTH, "arch": "resnet110"}, (0.95, 0.70), seeds, interpolates=deep_interpolates))
+    return (
+        cells({**DEPTH, "arch": "resnet20"}, (0.95, 0.90), seeds, interpolates=shallow_interpolates)
+        + cells({**DEPTH, "arch": "resnet56"}, (0.95, 0.80), seeds, interpolates=deep_interpolates)
+        + cells({**DEPTH, "arch": "resnet110"}, (0.95, 0.70), seeds, interpolates=deep_interpolates)
+    )
 
 
 def test_deep_nets_failing_at_large_sigma_only_reproduce_the_depth_claim():
@@ -145,10 +176,14 @@ def test_depth_reads_only_cifar_resnets_that_differ_in_depth():
     assert verdict(deep_nets_fail_to_interpolate, records).verdict == NOT_EVALUATED
 
 
-@pytest.mark.parametrize("k1, n1, k2, n2, low, high", [
-    # Newcombe (1998), Table II, method 10: 56/70 − 48/80 -> [0.0524, 0.3339]; 9/10 − 3/10 -> [0.1705, 0.8090].
-    (56, 70, 48, 80, 0.0524, 0.3339), (9, 10, 3, 10, 0.1705, 0.8090),
-])
+@pytest.mark.parametrize(
+    "k1, n1, k2, n2, low, high",
+    [
+        # Newcombe (1998), Table II, method 10: 56/70 − 48/80 -> [0.0524, 0.3339]; 9/10 − 3/10 -> [0.1705, 0.8090].
+        (56, 70, 48, 80, 0.0524, 0.3339),
+        (9, 10, 3, 10, 0.1705, 0.8090),
+    ],
+)
 def test_rate_difference_is_newcombes_hybrid_score_interval(k1, n1, k2, n2, low, high):
     lo, hi = rate_difference(k1, n1, k2, n2)
     assert lo == pytest.approx(low, abs=5e-4) and hi == pytest.approx(high, abs=5e-4)

@@ -7,8 +7,16 @@ import math
 
 import pytest
 
-from initmem_core.report.findings import (CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide,
-                                          evaluate_findings, norm_forgetting, read_sweep)
+from initmem_core.report.findings import (
+    CONTRADICTED,
+    NOT_RESOLVED,
+    REPRODUCED,
+    bonferroni_level,
+    decide,
+    evaluate_findings,
+    norm_forgetting,
+    read_sweep,
+)
 from initmem_core.tracking.records import CellRecord
 
 
@@ -27,17 +35,27 @@ def cells(opt, accs_by_seed, norms=(1.0, 25.0), sigmas=(0.1, 2.5), **config):
     out = []
     for seed, accs in enumerate(accs_by_seed):
         for sigma, acc, norm in zip(sigmas, accs, norms):
-            out.append(CellRecord(config={"opt": opt, "sigma": sigma, "seed": seed, **config},
-                                  metrics={"best_val_test_acc": acc, "weight_norm": norm,
-                                           "weight_norm_ratio": norm / sigma, "clock_sgd": 0.01,
-                                           "clock_l2": 0.0, "clock_adapt": 1.0 if opt == "sgd" else 50.0}))
+            out.append(
+                CellRecord(
+                    config={"opt": opt, "sigma": sigma, "seed": seed, **config},
+                    metrics={
+                        "best_val_test_acc": acc,
+                        "weight_norm": norm,
+                        "weight_norm_ratio": norm / sigma,
+                        "clock_sgd": 0.01,
+                        "clock_l2": 0.0,
+                        "clock_adapt": 1.0 if opt == "sgd" else 50.0,
+                    },
+                )
+            )
     return out
 
 
 def test_a_difference_inside_seed_noise_is_not_resolved():
     # SGD's mean spread (10 pp) is above Adam's (2 pp) but the seeds disagree on the order.
-    records = (cells("sgd", [(0.90, 0.70), (0.90, 0.90), (0.90, 0.74), (0.90, 0.86)])
-               + cells("adam", [(0.90, 0.86), (0.90, 0.90), (0.90, 0.88), (0.90, 0.88)], lr=1e-3))
+    records = cells("sgd", [(0.90, 0.70), (0.90, 0.90), (0.90, 0.74), (0.90, 0.86)]) + cells(
+        "adam", [(0.90, 0.86), (0.90, 0.90), (0.90, 0.88), (0.90, 0.88)], lr=1e-3
+    )
     first = evaluate_findings(records)[0]
     assert first.verdict == NOT_RESOLVED and first.reproduced is None
     assert "sgd b=64 10.00 pp (debiased +10.00" in first.measured and "adam 2.00 pp" in first.measured
@@ -60,8 +78,11 @@ def test_norm_claim_fails_when_adams_norm_ratio_stays_at_its_initial_value():
 def test_spearman_handles_tied_spreads():
     from scipy import stats
 
-    records = (cells("sgd", [(0.9, 0.6)] * 3) + cells("sgd", [(0.9, 0.6)] * 3, batch_size=128)
-               + cells("adam", [(0.9, 0.88)] * 3, lr=1e-3))
+    records = (
+        cells("sgd", [(0.9, 0.6)] * 3)
+        + cells("sgd", [(0.9, 0.6)] * 3, batch_size=128)
+        + cells("adam", [(0.9, 0.88)] * 3, lr=1e-3)
+    )
     finding = evaluate_findings(records)[4]
     # clocks: sgd 0.01, sgd b=128 0.01, adam 50; spreads 30, 30, 2: average ranks
     rho = stats.spearmanr([0.01, 0.01, 50.0], [30.0, 30.0, 2.0]).statistic

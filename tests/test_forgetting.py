@@ -13,11 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from initmem_core.report.findings import (CANNOT_DECIDE, CONTRADICTED, REPRODUCED, evaluate_findings,
-                                          forgetting_follows_the_clocks, mechanism_clock, read_sweep)
-from initmem_core.report.forgetting import (at_epoch, first_crossing, forgetting_csv, group_forgetting,
-                                            radial_by_seed)
-from initmem_core.report.memory import build_report, to_json, to_markdown
+from initmem_core.report.findings import (
+    CANNOT_DECIDE,
+    CONTRADICTED,
+    REPRODUCED,
+    evaluate_findings,
+    forgetting_follows_the_clocks,
+    mechanism_clock,
+    read_sweep,
+)
+from initmem_core.report.forgetting import at_epoch, first_crossing, group_forgetting, radial_by_seed
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import forgetting_csv, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -36,6 +43,7 @@ bench = _benchmark()
 
 # -- crossings by hand ----------------------------------------------------------------------
 
+
 def test_the_crossing_is_interpolated_between_the_two_epochs_that_bracket_it():
     # 0.8 at epoch 1, 0.4 at epoch 2: half of 1.0 is reached 3/4 of the way, at epoch 1.75
     assert first_crossing([0, 1, 2, 3], [1.0, 0.8, 0.4, 0.2], 0.5) == pytest.approx(1.75)
@@ -50,22 +58,36 @@ def test_the_crossing_is_interpolated_between_the_two_epochs_that_bracket_it():
     assert at_epoch(1.75, [0, 1, 2], [0.0, 0.1, 0.3]) == pytest.approx(0.25)
 
 
-def cells_from(norms_by_sigma: dict[float, list[float]], seed: int = 0, clock_l2=(0.0, 0.1, 0.3, 0.6),
-               cosines=(1.0, 0.9, 0.7, 0.6), **config) -> list[CellRecord]:
+def cells_from(
+    norms_by_sigma: dict[float, list[float]],
+    seed: int = 0,
+    clock_l2=(0.0, 0.1, 0.3, 0.6),
+    cosines=(1.0, 0.9, 0.7, 0.6),
+    **config,
+) -> list[CellRecord]:
     out = []
     for sigma, norms in norms_by_sigma.items():
-        histories = {"weight_norm": list(enumerate(norms)), "init_cosine": list(enumerate(cosines)),
-                     "clock_l2": list(enumerate(clock_l2)), "clock_sgd": [(e, 0.0) for e in range(len(norms))],
-                     "clock_adapt": [(e, 10 * e) for e in range(len(norms))]}
-        out.append(CellRecord(config={"opt": "sgd", "l2": 0.01, "sigma": sigma, "seed": seed, **config},
-                              metrics={"weight_norm": norms[-1]}, histories=histories))
+        histories = {
+            "weight_norm": list(enumerate(norms)),
+            "init_cosine": list(enumerate(cosines)),
+            "clock_l2": list(enumerate(clock_l2)),
+            "clock_sgd": [(e, 0.0) for e in range(len(norms))],
+            "clock_adapt": [(e, 10 * e) for e in range(len(norms))],
+        }
+        out.append(
+            CellRecord(
+                config={"opt": "sgd", "l2": 0.01, "sigma": sigma, "seed": seed, **config},
+                metrics={"weight_norm": norms[-1]},
+                histories=histories,
+            )
+        )
     return out
 
 
 def test_radial_memory_is_the_slope_of_log_norm_on_log_sigma_and_its_half_life_is_interpolated():
     # ||W|| = 10 * sigma^m with m = 1, 0.8, 0.4, 0.2 at epochs 0..3
     slopes = (1.0, 0.8, 0.4, 0.2)
-    cells = cells_from({s: [10 * s ** m for m in slopes] for s in (0.5, 1.0, 2.0)})
+    cells = cells_from({s: [10 * s**m for m in slopes] for s in (0.5, 1.0, 2.0)})
     assert radial_by_seed(cells, [0, 1, 2, 3])[0] == pytest.approx(list(slopes))
     found = group_forgetting("g", cells, accuracy=False)
     half = found.half_lives["radial"]
@@ -80,8 +102,11 @@ def test_radial_memory_is_the_slope_of_log_norm_on_log_sigma_and_its_half_life_i
 
 
 def test_a_memory_that_never_falls_to_half_says_so_with_the_clocks_reached():
-    cells = [c for seed in (0, 1, 2) for c in cells_from({s: [10 * s ** m for m in (1.0, 0.9, 0.8, 0.7)]
-                                                          for s in (0.5, 2.0)}, seed=seed)]
+    cells = [
+        c
+        for seed in (0, 1, 2)
+        for c in cells_from({s: [10 * s**m for m in (1.0, 0.9, 0.8, 0.7)] for s in (0.5, 2.0)}, seed=seed)
+    ]
     found = group_forgetting("opt=sgd,l2=0.01", cells, accuracy=False)
     half = found.half_lives["radial"]
     assert not half.reached and half.never == 3 and half.seeds == 0 and math.isnan(half.epoch)
@@ -89,12 +114,17 @@ def test_a_memory_that_never_falls_to_half_says_so_with_the_clocks_reached():
     report = build_report(cells)
     markdown = to_markdown(report)
     assert "## Forgetting times" in markdown
-    assert "| opt=sgd,l2=0.01 | radial | 1 (epoch 0) | not within the horizon (epoch 3: T_SGD 0, T_L2 0.6, " \
-           "T_adapt 30) |" in markdown
+    assert (
+        "| opt=sgd,l2=0.01 | radial | 1 (epoch 0) | not within the horizon (epoch 3: T_SGD 0, T_L2 0.6, "
+        "T_adapt 30) |" in markdown
+    )
     # one seed of three crosses: no estimate (the crossing seeds alone would bias it down), and why
-    cells = [c for seed in (0, 1) for c in cells_from({s: [10 * s ** m for m in (1.0, 0.9, 0.8, 0.7)]
-                                                       for s in (0.5, 2.0)}, seed=seed)]
-    cells += cells_from({s: [10 * s ** m for m in (1.0, 0.6, 0.4, 0.2)] for s in (0.5, 2.0)}, seed=2)
+    cells = [
+        c
+        for seed in (0, 1)
+        for c in cells_from({s: [10 * s**m for m in (1.0, 0.9, 0.8, 0.7)] for s in (0.5, 2.0)}, seed=seed)
+    ]
+    cells += cells_from({s: [10 * s**m for m in (1.0, 0.6, 0.4, 0.2)] for s in (0.5, 2.0)}, seed=2)
     half = group_forgetting("g", cells, accuracy=False).half_lives["radial"]
     assert not half.reached and (half.seeds, half.never) == (1, 2) and math.isnan(half.epoch)
     assert half.note.startswith("2 of 3 seeds did not fall to half within the horizon")
@@ -118,6 +148,7 @@ def test_accuracy_memory_counts_from_its_peak_and_its_band_gives_the_interval():
 
 
 # -- synthetic sweeps with a known half-life ------------------------------------------------
+
 
 def test_a_known_half_life_in_t_l2_is_recovered_and_covered():
     report = build_report(bench.synthetic_sweep(3))
@@ -144,6 +175,7 @@ def test_the_interval_covers_a_known_half_life_in_most_simulated_sweeps():
 
 # -- where users read it --------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def report():
     return build_report(bench.synthetic_sweep(0, epochs=30))
@@ -168,7 +200,7 @@ def test_json_csv_and_markdown_carry_every_groups_half_lives(report):
 
 
 def test_parent_metrics_carry_the_curves_by_epoch_and_the_half_lives(report):
-    from initmem_core.sweep.grid import metric_suffix
+    from initmem_core.groups import metric_suffix
 
     steps = report.parent_step_metrics()
     group = report.groups[0].group
@@ -179,12 +211,13 @@ def test_parent_metrics_carry_the_curves_by_epoch_and_the_half_lives(report):
     assert {name.split("_memory_")[0] for name, _, _ in steps} == {"radial", "directional", "accuracy"}
     scalars = report.parent_metrics()
     assert scalars[f"half_life_radial_clock_l2_{suffix}"] == pytest.approx(
-        report.forgetting[group].half_lives["radial"].clock_l2)
+        report.forgetting[group].half_lives["radial"].clock_l2
+    )
     assert f"half_life_accuracy_epoch_{suffix}" in scalars
 
 
 def test_the_parent_description_names_each_groups_radial_half_life(report):
-    from initmem_core.tracking.ui_view import description
+    from initmem_core.report.description import description
 
     note = description(report, "s", "1", "abc", "key")
     assert "| radial half-life |" in note and "memory_vs_clock.png" in note
@@ -206,6 +239,7 @@ def test_memory_plots_are_valid_pngs(tmp_path):
 
 
 # -- the finding ----------------------------------------------------------------------------
+
 
 def test_mechanism_clocks():
     from initmem_core.config import RunConfig
@@ -246,8 +280,10 @@ def test_a_family_whose_memory_never_halves_is_left_out_and_named():
             records.append(record)
     finding = forgetting_follows_the_clocks(read_sweep(bench.without_accuracy(records)))
     assert finding.verdict == REPRODUCED, finding.measured  # decided by the T_L2 family alone
-    assert ("T_SGD family [opt=sgd,lr=0.05,batch_size=128, opt=sgd,lr=0.05,batch_size=32]: left out "
-            "(no radial half-life within the horizon in") in finding.measured
+    assert (
+        "T_SGD family [opt=sgd,lr=0.05,batch_size=128, opt=sgd,lr=0.05,batch_size=32]: left out "
+        "(no radial half-life within the horizon in"
+    ) in finding.measured
     # without the family that decides, nothing is resolved
     alone = forgetting_follows_the_clocks(read_sweep([r for r in records if r.config.l2 == 0]))
     assert alone.verdict == "not resolved at this scale" and "left out" in alone.measured

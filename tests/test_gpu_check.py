@@ -34,11 +34,11 @@ gpu_check = load_gpu_check()
 
 
 def between_markers(text: str) -> str:
-    return text[text.index(gpu_check.BEGIN) + len(gpu_check.BEGIN):text.index(gpu_check.END)]
+    return text[text.index(gpu_check.BEGIN) + len(gpu_check.BEGIN) : text.index(gpu_check.END)]
 
 
 def outside_markers(text: str) -> str:
-    return text[:text.index(gpu_check.BEGIN)] + text[text.index(gpu_check.END):]
+    return text[: text.index(gpu_check.BEGIN)] + text[text.index(gpu_check.END) :]
 
 
 def test_gpu_section_is_replaced_between_its_markers_and_nowhere_else(tmp_path):
@@ -89,8 +89,13 @@ def test_gpu_check_dry_run_passes_every_step(tmp_path):
     docs, out = tmp_path / "PERFORMANCE.md", tmp_path / "gpu.json"
     shutil.copy(DOCS, docs)
     real_docs = DOCS.read_bytes()
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--docs", str(docs), "--json", str(out)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--docs", str(docs), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
     steps = results["steps"]

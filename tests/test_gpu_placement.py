@@ -70,8 +70,14 @@ def test_gpu_workers_get_the_deterministic_cublas_workspace_unless_the_user_set_
 
 def test_visible_gpus_follow_a_users_cuda_visible_devices(clean_gpu_env):
     clean_gpu_env.setattr(placement, "installed_gpus", lambda: 8)  # what the driver has is not what the user allows
-    for value, expected in [("2,5", ["2", "5"]), ("", []), ("-1", []), ("1,-1,0", ["1"]), (" 3 , 4", ["3", "4"]),
-                            ("GPU-6e1b,MIG-0c2f", ["GPU-6e1b", "MIG-0c2f"])]:
+    for value, expected in [
+        ("2,5", ["2", "5"]),
+        ("", []),
+        ("-1", []),
+        ("1,-1,0", ["1"]),
+        (" 3 , 4", ["3", "4"]),
+        ("GPU-6e1b,MIG-0c2f", ["GPU-6e1b", "MIG-0c2f"]),
+    ]:
         clean_gpu_env.setenv(VISIBLE_DEVICES, value)
         assert placement.visible_gpus() == expected, value
     clean_gpu_env.setenv(VISIBLE_DEVICES, "4,6")  # slot i keeps the user's i-th GPU, as CUDA names it
@@ -94,10 +100,12 @@ def test_gpu_count_without_cuda_visible_devices_comes_from_the_driver_without_to
 @pytest.mark.slow  # runs a stand-in nvidia-smi
 def test_gpu_count_falls_back_to_nvidia_smi(clean_gpu_env, tmp_path):
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] || exit 9\n"
-                   "echo 'GPU 0: NVIDIA H200 (UUID: GPU-aaaa)'\n"
-                   "echo '  MIG 1g.18gb Device 0: (UUID: MIG-bbbb)'\n"
-                   "echo 'GPU 1: NVIDIA H200 (UUID: GPU-cccc)'\n")
+    smi.write_text(
+        '#!/bin/sh\n[ "$1" = -L ] || exit 9\n'
+        "echo 'GPU 0: NVIDIA H200 (UUID: GPU-aaaa)'\n"
+        "echo '  MIG 1g.18gb Device 0: (UUID: MIG-bbbb)'\n"
+        "echo 'GPU 1: NVIDIA H200 (UUID: GPU-cccc)'\n"
+    )
     smi.chmod(0o755)
     clean_gpu_env.setattr(placement, "NVIDIA_GPUS", tmp_path / "no-driver")
     clean_gpu_env.setenv("PATH", str(tmp_path))
@@ -152,8 +160,11 @@ def test_local_gpu_workers_leave_a_users_device_alone(clean_gpu_env):
 def test_local_gpu_workers_refuse_a_cuda_index_they_cannot_see(clean_gpu_env):
     from initmem_core.sweep.executors.local import check_devices
 
-    with pytest.raises(ConfigError, match=r"--device cuda:1 with --workers 2: each worker process sees one GPU of "
-                                          r"the 2 here, as cuda:0"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--device cuda:1 with --workers 2: each worker process sees one GPU of "
+        r"the 2 here, as cuda:0",
+    ):
         check_devices([cell(), cell(device="cuda:1")], 2, ["0", "1"])
     check_devices([cell(device="cuda:1")], 2, [])  # no GPU found, so none pinned: nothing to refuse here
 
@@ -210,8 +221,10 @@ def test_local_cells_on_gpu_workers_keep_device_auto_and_go_to_their_slots_pool(
     cells = [cell(sigma=0.5), cell(sigma=1.0), cell(sigma=2.0, device="cpu")]
     sweep = FakeSweep()
     executor.run(cells, sweep)
-    assert [[(c.sigma, c.device) for c in pool.configs] for pool in pools] == [[(0.5, "auto"), (2.0, "cpu")],
-                                                                              [(1.0, "auto")]]
+    assert [[(c.sigma, c.device) for c in pool.configs] for pool in pools] == [
+        [(0.5, "auto"), (2.0, "cpu")],
+        [(1.0, "auto")],
+    ]
     assert [error for _, error in sweep.closed] == ["", "", ""]
 
 
@@ -228,7 +241,7 @@ def test_local_workers_are_each_pinned_to_one_gpu_before_torch_and_keep_it_when_
         cublas = [pool.submit(os.getenv, CUBLAS_WORKSPACE).result(timeout=60) for pool in workers.pools]
         pid = workers.pools[1].submit(os.getpid).result(timeout=60)
         os.kill(pid, signal.SIGKILL)  # e.g. out of memory
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017  (whichever error a dead worker's pool raises)
             workers.pools[1].submit(os.getpid).result(timeout=60)
         workers.replace(1)
         again = workers.pools[1].submit(os.getenv, VISIBLE_DEVICES).result(timeout=300)
@@ -242,6 +255,7 @@ def test_local_workers_are_each_pinned_to_one_gpu_before_torch_and_keep_it_when_
 
 
 # --- Ray: one cell per GPU worker process, on the GPUs Ray assigned --------------------------------
+
 
 @pytest.fixture
 def ray():
@@ -294,8 +308,11 @@ def test_a_ray_gpu_task_sees_only_the_gpus_ray_assigned_it(ray, clean_gpu_env):
 
     clean_gpu_env.setenv(VISIBLE_DEVICES, "0,1,2,3")  # what a reused or unconfigured worker may have
     clean_gpu_env.setattr(ray, "get_gpu_ids", lambda: ["2"])
-    clean_gpu_env.setattr(ray_executor, "run_remote_cell",
-                          lambda task, progress: (os.environ[VISIBLE_DEVICES], os.environ.get(CUBLAS_WORKSPACE, "")))
+    clean_gpu_env.setattr(
+        ray_executor,
+        "run_remote_cell",
+        lambda task, progress: (os.environ[VISIBLE_DEVICES], os.environ.get(CUBLAS_WORKSPACE, "")),
+    )
     task = CellTask(CONFIG, "run", "http://127.0.0.1:5000", "initmem")
     assert ray_executor._ray_cell(task, FakeQueue(), True) == ("2", ":4096:8")
     clean_gpu_env.setenv(VISIBLE_DEVICES, "0,1")
@@ -306,6 +323,7 @@ def test_a_ray_gpu_task_sees_only_the_gpus_ray_assigned_it(ray, clean_gpu_env):
 
 
 # --- Slurm: several cells in one GPU task --------------------------------------------------------
+
 
 @pytest.fixture(autouse=True)
 def _submitit_for_slurm(request):
@@ -361,19 +379,23 @@ def test_slurm_packs_gpu_sharing_cells_into_one_task_each_closed_with_its_own_re
     executor = slurm.SlurmExecutor(tmp_path, gpus_per_cell=0.5, cpus_per_cell=2, local=True)
     fake = FakeSubmitit(lost={1})
     monkeypatch.setattr(executor, "_submitit", lambda name: fake)
-    cells = [CellOutcome(CONFIG.replace(sigma=sigma), "all", "PENDING", f"r{index}")
-             for index, sigma in enumerate((0.5, 1, 1.5, 2, 2.5))]
+    cells = [
+        CellOutcome(CONFIG.replace(sigma=sigma), "all", "PENDING", f"r{index}")
+        for index, sigma in enumerate((0.5, 1, 1.5, 2, 2.5))
+    ]
     sweep = FakeSweep()
     executor.run(cells, sweep)
     assert [[task.run_id for task in tasks] for _, tasks, _ in fake.submitted] == [["r0", "r1"], ["r2", "r3"], ["r4"]]
     assert all(isinstance(function, slurm.SlurmTask) for function, _, _ in fake.submitted)  # requeued as a whole
     assert [Path(p).name for p in fake.submitted[0][2]] == ["r0.jsonl", "r1.jsonl"]  # each cell its own progress
-    assert all(task.config.device == "auto" and task.config.threads == 2 for _, tasks, _ in fake.submitted
-               for task in tasks)  # each cell on the task's GPU, with its own CPUs
+    assert all(
+        task.config.device == "auto" and task.config.threads == 2 for _, tasks, _ in fake.submitted for task in tasks
+    )  # each cell on the task's GPU, with its own CPUs
     closed = dict(sweep.closed)
     assert (closed["r0"], closed["r1"], closed["r4"]) == ("cell r0", "cell r1", "cell r4")
-    assert closed["r2"] == closed["r3"] == ("Slurm job 1 ended without a result (OUT_OF_MEMORY); "
-                                            "see /slurm/1_0_log.err")
+    assert (
+        closed["r2"] == closed["r3"] == ("Slurm job 1 ended without a result (OUT_OF_MEMORY); see /slurm/1_0_log.err")
+    )
 
 
 def test_slurm_gpu_task_asks_for_one_gpu_and_the_cpus_of_all_its_cells(tmp_path):

@@ -16,7 +16,7 @@ from initmem_core import Diverged, hookimpl
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.tracking.tracker import MemoryTracker
-from initmem_core.training import checkpoints, divergence, loop, runner, setup
+from initmem_core.training import divergence, loop, rng_state, runner, setup
 
 
 class FakeCuda:
@@ -30,7 +30,7 @@ class FakeCuda:
         self.rng_set: list[tuple[int, torch.Tensor]] = []
         self.pinned_on: list[int] = []
 
-    def install(self, monkeypatch) -> "FakeCuda":
+    def install(self, monkeypatch) -> FakeCuda:
         cuda = torch.cuda
         monkeypatch.setattr(cuda, "is_available", lambda: self.count > 0)
         monkeypatch.setattr(cuda, "is_initialized", lambda: True)
@@ -95,6 +95,7 @@ class FakeEvent:
 
 # -- the run's device ---------------------------------------------------------------------------
 
+
 def test_a_run_on_cuda_n_makes_that_gpu_its_current_device(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
     assert setup.use_device(torch.device("cuda", 5)) == torch.device("cuda", 5)
@@ -105,6 +106,7 @@ def test_a_run_on_cuda_n_makes_that_gpu_its_current_device(monkeypatch):
 
 
 # -- the divergence guard -------------------------------------------------------------------------
+
 
 def test_the_divergence_guard_copies_behind_an_event_on_the_run_gpus_own_stream(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
@@ -176,46 +178,56 @@ def test_a_training_run_on_a_gpu_reports_the_nan_step_not_the_step_it_noticed(mo
     import initmem_core
 
     with pytest.raises(Diverged) as raised:
-        initmem_core.run(opt="nan-at-step-6", epochs=3, train_size=128, batch_size=32, threads=1,
-                         eval_batch_size=512, tracking=False, checkpoint_every=0)
+        initmem_core.run(
+            opt="nan-at-step-6",
+            epochs=3,
+            train_size=128,
+            batch_size=32,
+            threads=1,
+            eval_batch_size=512,
+            tracking=False,
+            checkpoint_every=0,
+        )
     assert raised.value.step == 6 and raised.value.epoch == 2
 
 
 # -- checkpoints: the run's own CUDA generator -----------------------------------------------------
 
+
 def test_a_gpu_checkpoint_keeps_only_the_run_devices_generator(monkeypatch):
     FakeCuda(8).install(monkeypatch)
-    captured = checkpoints.capture_rng(torch.device("cuda", 5))
+    captured = rng_state.capture_rng(torch.device("cuda", 5))
     assert torch.equal(captured["cuda"], torch.full((16,), 5, dtype=torch.uint8))
 
 
 def test_a_checkpoint_from_an_8_gpu_worker_resumes_where_one_gpu_is_visible(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
-    captured = checkpoints.capture_rng(torch.device("cuda", 5))
+    captured = rng_state.capture_rng(torch.device("cuda", 5))
     fake.count, fake.current = 1, 0  # a 1-GPU Slurm or Ray task
-    checkpoints.restore_rng(captured, torch.device("cuda", 0))
+    rng_state.restore_rng(captured, torch.device("cuda", 0))
     assert fake.rng_set == [(0, captured["cuda"])]
 
 
 def test_an_earlier_format_gpu_checkpoint_with_every_gpus_state_resumes_on_one_gpu(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
-    captured = checkpoints.capture_rng(None)
+    captured = rng_state.capture_rng(None)
     captured["cuda"] = [fake.rng[i].clone() for i in range(8)]  # what get_rng_state_all saved
     fake.count = 1
-    checkpoints.restore_rng(captured, torch.device("cuda", 0))
+    rng_state.restore_rng(captured, torch.device("cuda", 0))
     assert [index for index, _ in fake.rng_set] == [0]
 
 
 def test_a_gpu_checkpoint_resumes_on_a_cpu_only_machine(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
-    captured = checkpoints.capture_rng(torch.device("cuda", 1))
+    captured = rng_state.capture_rng(torch.device("cuda", 1))
     fake.count = 0
-    checkpoints.restore_rng(captured, torch.device("cpu"))
+    rng_state.restore_rng(captured, torch.device("cpu"))
     assert fake.rng_set == []
     assert torch.equal(torch.get_rng_state(), captured["torch"])
 
 
 # -- final weights --------------------------------------------------------------------------------
+
 
 class CudaTensor:
     """Stands for a tensor on a GPU: only ``.cpu()`` turns it into one a CPU machine loads."""
@@ -255,6 +267,7 @@ def test_final_weights_of_a_gpu_run_are_saved_on_the_cpu(tmp_path):
 
 # -- deterministic cuBLAS -------------------------------------------------------------------------
 
+
 @pytest.fixture
 def restore_determinism():
     yield
@@ -272,8 +285,7 @@ def test_cuda_processes_get_cublas_deterministic_workspace_before_cuda_starts(mo
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # the user's choice stands
 
 
-def test_a_deterministic_cuda_run_after_cuda_started_without_the_workspace_is_refused(monkeypatch,
-                                                                                       restore_determinism):
+def test_a_deterministic_cuda_run_after_cuda_started_without_the_workspace_is_refused(monkeypatch, restore_determinism):
     FakeCuda(1).install(monkeypatch)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     with pytest.raises(ConfigError, match="CUBLAS_WORKSPACE_CONFIG=:4096:8"):

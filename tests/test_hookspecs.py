@@ -9,8 +9,7 @@ from initmem_core.kinds import KINDS
 
 
 def hook_functions():
-    return {name: fn for name, fn in vars(hookspecs).items()
-            if callable(fn) and hasattr(fn, "initmem_spec")}
+    return {name: fn for name, fn in vars(hookspecs).items() if callable(fn) and hasattr(fn, "initmem_spec")}
 
 
 def test_every_hook_is_prefixed_documented_and_has_an_example():

@@ -15,7 +15,7 @@ from initmem_cli.app import app
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.checks import check_dataset
+from initmem_core.testing.checks import check_dataset
 
 TRAIN, TEST = 40, 12
 
@@ -108,6 +108,15 @@ def test_eval_size_keeps_a_data_seeded_subset_of_val_and_test(tmp_path):
     from initmem_core import run
 
     write_idx(tmp_path, gzipped=True)
-    result = run(data="mnist", data_dir=str(tmp_path), eval_size=5, arch="resnet20", epochs=1, batch_size=36,
-                 threads=1, tracking=False, checkpoint_every=0)
+    result = run(
+        data="mnist",
+        data_dir=str(tmp_path),
+        eval_size=5,
+        arch="resnet20",
+        epochs=1,
+        batch_size=36,
+        threads=1,
+        tracking=False,
+        checkpoint_every=0,
+    )
     assert result.history[-1]["test_acc"] * 5 == pytest.approx(round(result.history[-1]["test_acc"] * 5))

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 import initmem_plugins.initializers as initializers
+from initmem_core.kernels import fan_in, kernel_parameters
 from initmem_core.plugin_system.loader import load_registry
 from initmem_plugins.architectures.cifar_resnet import build_cifar_resnet
 from initmem_plugins.initializers.fan_in import fan_in_init
-from initmem_core.kernels import fan_in, kernel_parameters
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,12 @@ def test_fan_in_counts_groups_and_kernel_elements():
 
 def small_model():
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, bias=True), nn.BatchNorm2d(8), nn.GroupNorm(2, 8), nn.Flatten(),
-        nn.LayerNorm(8 * 6 * 6), nn.Linear(8 * 6 * 6, 5, bias=True),
+        nn.Conv2d(3, 8, 3, bias=True),
+        nn.BatchNorm2d(8),
+        nn.GroupNorm(2, 8),
+        nn.Flatten(),
+        nn.LayerNorm(8 * 6 * 6),
+        nn.Linear(8 * 6 * 6, 5, bias=True),
     )
 
 

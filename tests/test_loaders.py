@@ -12,7 +12,12 @@ from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 from initmem_core.training.loaders import (
-    DeviceLoader, EvalLoader, TorchvisionLoader, make_loaders, normalize, random_crop_flip,
+    DeviceLoader,
+    EvalLoader,
+    TorchvisionLoader,
+    make_loaders,
+    normalize,
+    random_crop_flip,
     resolve_augment,
 )
 
@@ -31,9 +36,16 @@ def float_images(n: int = 37, shape=(3, 6, 5), seed: int = 0) -> torch.Tensor:
 def loader(cls=DeviceLoader, x=None, y=None, *, seed=0, **options):
     x = uint8_images() if x is None else x
     y = torch.arange(len(x)) if y is None else y
-    settings = dict(batch_size=8, mean=MEAN[: x.shape[1]], std=STD[: x.shape[1]],
-                    pixel_scale=255.0 if x.dtype == torch.uint8 else 1.0, augment=False, shuffle=True,
-                    generator=torch.Generator().manual_seed(seed), device="cpu")
+    settings = dict(
+        batch_size=8,
+        mean=MEAN[: x.shape[1]],
+        std=STD[: x.shape[1]],
+        pixel_scale=255.0 if x.dtype == torch.uint8 else 1.0,
+        augment=False,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+        device="cpu",
+    )
     settings.update(options)
     return cls(x, y, **settings)
 
@@ -49,6 +61,7 @@ def reference_crop_flip(images, offsets_y, offsets_x, flips, padding=4):
 
 
 # -- random_crop_flip -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("padding", [4, 2, 0])
 @pytest.mark.parametrize("make", [uint8_images, float_images])
@@ -75,6 +88,7 @@ def test_random_crop_flip_identity_and_pure():
 
 # -- DeviceLoader ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("augment", [False, True])
 def test_every_example_exactly_once_per_epoch(augment):
     data = loader(y=torch.arange(37), augment=augment)
@@ -96,7 +110,7 @@ def test_drop_last_and_no_shuffle():
 def test_batches_are_normalised_float32_and_int64_labels():
     x = uint8_images()
     data = loader(x=x, shuffle=False, generator=None, batch_size=37)
-    (images, labels), = list(data)
+    ((images, labels),) = list(data)
     assert images.dtype == torch.float32 and labels.dtype == torch.int64
     mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
     torch.testing.assert_close(images, (x.float() / 255 - mean) / std, rtol=1e-6, atol=1e-6)
@@ -171,6 +185,7 @@ def test_generator_is_required_for_shuffle_or_augment():
 
 # -- TorchvisionLoader -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("make", "pixel_scale"), [(uint8_images, 255.0), (float_images, 1.0), (float_images, 2.0)])
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_torchvision_loader_agrees_exactly_without_augmentation(make, pixel_scale, shuffle):
@@ -206,6 +221,7 @@ def test_torchvision_loader_augmentation_is_a_crop_flip_and_seeded():
 
 # -- evaluation and wiring -----------------------------------------------------------------------------
 
+
 def test_eval_batches_in_order_without_augmentation():
     x = uint8_images(37)
     batches = list(EvalLoader(x, torch.arange(37), batch_size=10, mean=MEAN, std=STD, pixel_scale=255.0))
@@ -220,13 +236,31 @@ def test_eval_batches_in_order_without_augmentation():
 def _bundle(augment_default: bool) -> DatasetBundle:
     x = uint8_images(30, (3, 8, 8))
     y = torch.arange(30) % 3
-    return DatasetBundle("toy", x[:20], y[:20], x[20:25], y[20:25], x[25:], y[25:], 3, MEAN, STD,
-                         augment_default=augment_default, pixel_scale=255.0)
+    return DatasetBundle(
+        "toy",
+        x[:20],
+        y[:20],
+        x[20:25],
+        y[20:25],
+        x[25:],
+        y[25:],
+        3,
+        MEAN,
+        STD,
+        augment_default=augment_default,
+        pixel_scale=255.0,
+    )
 
 
-@pytest.mark.parametrize(("choice", "default", "expected"), [
-    ("auto", True, True), ("auto", False, False), ("on", False, True), ("off", True, False),
-])
+@pytest.mark.parametrize(
+    ("choice", "default", "expected"),
+    [
+        ("auto", True, True),
+        ("auto", False, False),
+        ("on", False, True),
+        ("off", True, False),
+    ],
+)
 def test_resolve_augment(choice, default, expected):
     assert resolve_augment(RunConfig(augment=choice), _bundle(default)) is expected
 
@@ -256,8 +290,10 @@ def test_make_loaders_rejects_an_unknown_kind():
 @pytest.mark.parametrize("augment", [False, True])
 def test_cuda_batches_equal_cpu_batches(augment):
     x = uint8_images(300, (3, 32, 32))
-    on_cpu, on_gpu = loader(x=x, augment=augment, seed=9, batch_size=64), loader(x=x, augment=augment, seed=9,
-                                                                                   batch_size=64, device="cuda")
+    on_cpu, on_gpu = (
+        loader(x=x, augment=augment, seed=9, batch_size=64),
+        loader(x=x, augment=augment, seed=9, batch_size=64, device="cuda"),
+    )
     assert on_gpu.x.is_cuda and on_gpu.x.dtype == torch.uint8
     for (xa, ya), (xb, yb) in zip(on_cpu, on_gpu, strict=True):
         assert xb.is_cuda and yb.is_cuda

@@ -15,9 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
-
 from local_services import STARTUP_S, _alive, _children, free_port, stop_session
+from mlflow import MlflowClient
 
 pytestmark = pytest.mark.slow  # a sweep, an MLflow server and a browser
 
@@ -50,11 +49,28 @@ def ui(tmp_path_factory, store_in):
 
     folder = tmp_path_factory.mktemp("ui")
     uri = store_in(folder)
-    result = run_sweep({"opt": "sgd,adam", "sigma": "0.5,2.0", "data": "digits", "epochs": 1, "train_size": 64,
-                        "threads": 1, "checkpoint_every": 0}, name="ui-e2e", tracking_uri=uri, out=folder / "out")
+    result = run_sweep(
+        {
+            "opt": "sgd,adam",
+            "sigma": "0.5,2.0",
+            "data": "digits",
+            "epochs": 1,
+            "train_size": 64,
+            "threads": 1,
+            "checkpoint_every": 0,
+        },
+        name="ui-e2e",
+        tracking_uri=uri,
+        out=folder / "out",
+    )
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "initmem_cli", "ui", "--port", str(port), "--tracking-uri", uri],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "initmem_cli", "ui", "--port", str(port), "--tracking-uri", uri],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines, answered = [], []
     deadline = time.monotonic() + STARTUP_S
     try:
@@ -86,10 +102,20 @@ def test_ui_prints_the_runs_page_and_the_view_only_once_the_server_answers(ui):
 def _dom(url: str, profile: Path) -> str:
     """The page's DOM once its scripts have run. Every compositor stage runs before the dump, so
     what draws only once on screen (the charts) is drawn too."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--run-all-compositor-stages-before-draw",
-             f"--user-data-dir={profile}", "--window-size=1800,1000", "--virtual-time-budget=30000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--run-all-compositor-stages-before-draw",
+        f"--user-data-dir={profile}",
+        "--window-size=1800,1000",
+        "--virtual-time-budget=30000",
+    ]
     return subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
 
 
@@ -115,8 +141,9 @@ def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_gro
     url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
     text = _rendered_text(url, tmp_path / "profile")
     assert "viewing a shared view" in text, text[:2000]
-    runs = MlflowClient(ui["uri"]).search_runs([result.experiment_id],
-                                               f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+    runs = MlflowClient(ui["uri"]).search_runs(
+        [result.experiment_id], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
+    )
     assert len(runs) == 4
     for run in runs:
         assert run.info.run_name in text
@@ -128,8 +155,10 @@ def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_gro
 
 
 RUN_COLOR = re.compile(r'value="#([0-9a-f]{6})"></label><a[^>]*href="#/experiments/\d+/runs/([0-9a-f]{32})"')
-POINT = re.compile(r'<path class="point[^"]*" transform="translate\(([-\d.]+),([-\d.]+)\)"[^>]*?'
-                   r'fill: rgb\((\d+), (\d+), (\d+)\)')
+POINT = re.compile(
+    r'<path class="point[^"]*" transform="translate\(([-\d.]+),([-\d.]+)\)"[^>]*?'
+    r"fill: rgb\((\d+), (\d+), (\d+)\)"
+)
 
 
 def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of_every_group(ui, tmp_path):
@@ -139,8 +168,10 @@ def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of
 
     _need_chromium()
     result = ui["result"]
-    dom = _dom(view_url(f"http://127.0.0.1:{ui['port']}", result.experiment_id, result.view_key, charts=True),
-               tmp_path / "profile")
+    dom = _dom(
+        view_url(f"http://127.0.0.1:{ui['port']}", result.experiment_id, result.view_key, charts=True),
+        tmp_path / "profile",
+    )
     text = _text(dom)
     assert "viewing a shared view" in text and "initmem: accuracy against sigma (2)" in text, text[:2000]
     assert 'class="parcoords"' in dom  # the parallel-coordinates chart beside it, not hidden as empty
@@ -150,14 +181,17 @@ def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of
     assert len(scatters) == 1, f"{len(scatters)} scatter plots drawn"
     assert re.search(r'class="xtitle"[^>]*>sigma<', dom) and re.search(r'class="ytitle"[^>]*>best_val_test_acc<', dom)
 
-    runs = MlflowClient(ui["uri"]).search_runs([result.experiment_id],
-                                               f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+    runs = MlflowClient(ui["uri"]).search_runs(
+        [result.experiment_id], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
+    )
     cells = {run.info.run_id: (float(run.data.params["sigma"]), run.data.metrics["best_val_test_acc"]) for run in runs}
     assert {cell.run_id for cell in result.cells} == set(cells) and len(cells) == 4
     # MLflow colours a run from its id (two runs may share a colour): every cell's colour is drawn, and no other
     colors = {run_id: color for color, run_id in RUN_COLOR.findall(dom)}
-    points = [(round(float(x), 1), float(y), "".join(f"{int(c):02x}" for c in rgb))
-              for x, y, *rgb in POINT.findall(scatters[0])]
+    points = [
+        (round(float(x), 1), float(y), "".join(f"{int(c):02x}" for c in rgb))
+        for x, y, *rgb in POINT.findall(scatters[0])
+    ]
     assert len(points) == len(cells)
     assert {color for *_, color in points} == {colors[run_id] for run_id in cells}
     for group in {cell.group for cell in result.cells}:

@@ -18,8 +18,14 @@ from initmem_core.kinds import BY_NAME, KIND_NAMES
 runner = CliRunner()
 
 #: One generated plugin of every kind, named as a user might.
-GENERATED = {"architecture": "tiny-mlp", "optimizer": "sign-sgd", "initializer": "uniform-fan-in",
-             "regularizer": "l1", "metric": "weight-change", "dataset": "quadrants"}
+GENERATED = {
+    "architecture": "tiny-mlp",
+    "optimizer": "sign-sgd",
+    "initializer": "uniform-fan-in",
+    "regularizer": "l1",
+    "metric": "weight-change",
+    "dataset": "quadrants",
+}
 
 
 def new_plugin(*args: str):
@@ -32,9 +38,16 @@ def test_writes_a_complete_package_for_every_kind(kind, tmp_path):
     result = new_plugin(kind, "my-thing", "--dir", str(folder))
     assert result.exit_code == 0, result.output
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    assert files == sorted(["README.md", "pyproject.toml", "src/initmem_my_thing/__init__.py",
-                            "src/initmem_my_thing/plugin.py", f"src/initmem_my_thing/{kind}.py",
-                            "tests/test_initmem_my_thing.py"])
+    assert files == sorted(
+        [
+            "README.md",
+            "pyproject.toml",
+            "src/initmem_my_thing/__init__.py",
+            "src/initmem_my_thing/plugin.py",
+            f"src/initmem_my_thing/{kind}.py",
+            "tests/test_initmem_my_thing.py",
+        ]
+    )
     project = tomllib.loads((folder / "pyproject.toml").read_text())
     assert project["project"]["name"] == "initmem-my-thing"
     assert project["project"]["entry-points"]["initmem"] == {"my-thing": "initmem_my_thing.plugin"}
@@ -58,7 +71,8 @@ def test_refuses_to_overwrite_an_existing_folder(tmp_path):
     result = new_plugin("optimizer", "lion", "--dir", str(folder))
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        f"Error: {folder} already exists; choose a new folder with --dir (nothing was overwritten)")
+        f"Error: {folder} already exists; choose a new folder with --dir (nothing was overwritten)"
+    )
     assert [p.name for p in folder.iterdir()] == ["keep.txt"] and (folder / "keep.txt").read_text() == "mine"
 
 
@@ -90,14 +104,17 @@ def test_unknown_kind_lists_the_valid_ones_closest_first(tmp_path):
 
 
 def test_new_plugin_imports_no_torch(tmp_path):
-    code = ("import sys; from initmem_cli.app import app\n"
-            f"try: app(['new-plugin', 'optimizer', 'lion', '--dir', {str(tmp_path / 'pkg')!r}])\n"
-            "except SystemExit as exit: assert not exit.code, exit.code\n"
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from initmem_cli.app import app\n"
+        f"try: app(['new-plugin', 'optimizer', 'lion', '--dir', {str(tmp_path / 'pkg')!r}])\n"
+        "except SystemExit as exit: assert not exit.code, exit.code\n"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
 # -- end to end: generate all six, pip-install them, use them --------------------------------
+
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory, pip_install_isolated) -> tuple[dict[str, Path], dict[str, str]]:
@@ -128,10 +145,34 @@ def test_one_initmem_run_uses_a_generated_plugin_of_every_kind(generated, initme
     _, env = generated
     g = GENERATED
     result = initmem_subprocess(
-        env, "run", "--arch", g["architecture"], "--opt", g["optimizer"], "--init", g["initializer"],
-        "--reg", g["regularizer"], "--l2", "0.001", "--metric", g["metric"], "--data", g["dataset"],
-        "--epochs", "1", "--train-size", "64", "--batch-size", "32", "--threads", "1",
-        "--tracking-uri", tracking_uri, cwd=tmp_path)
+        env,
+        "run",
+        "--arch",
+        g["architecture"],
+        "--opt",
+        g["optimizer"],
+        "--init",
+        g["initializer"],
+        "--reg",
+        g["regularizer"],
+        "--l2",
+        "0.001",
+        "--metric",
+        g["metric"],
+        "--data",
+        g["dataset"],
+        "--epochs",
+        "1",
+        "--train-size",
+        "64",
+        "--batch-size",
+        "32",
+        "--threads",
+        "1",
+        "--tracking-uri",
+        tracking_uri,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     from mlflow.tracking import MlflowClient
 
@@ -151,6 +192,9 @@ def test_every_generated_package_passes_its_own_tests(generated, package_tests_s
     folders, env = generated
     result = package_tests_subprocess(env, *folders.values())
     assert result.returncode == 0, result.stdout + result.stderr
-    written = sum(path.read_text().count("\ndef test_") for folder in folders.values()
-                  for path in (folder / "tests").glob("test_*.py"))
+    written = sum(
+        path.read_text().count("\ndef test_")
+        for folder in folders.values()
+        for path in (folder / "tests").glob("test_*.py")
+    )
     assert f"{written} passed" in result.stdout  # every package's tests ran, none skipped

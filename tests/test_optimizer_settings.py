@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import run
-from initmem_core.config import from_mapping, validate
+from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import coerce_option, split_opt_args
+from initmem_core.plugin_system.optimizer_options import coerce_option, resolve_config, split_opt_args
 from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
 
@@ -19,7 +19,7 @@ SMALL = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=32, epoc
 
 
 def resolved(**values):
-    return validate(from_mapping(values), get_registry())
+    return resolve_config(from_mapping(values), get_registry())
 
 
 @pytest.mark.parametrize("opt, lr", [("sgd", 0.05), ("adam", 1e-3), ("adamw", 1e-3), ("muon", 0.01)])
@@ -58,12 +58,15 @@ def test_opt_args_are_canonical_in_the_hash():
     assert resolved(opt="adam", opt_arg=("eps=1e-6",)).opt_arg == ("eps=1e-06",)
 
 
-@pytest.mark.parametrize("items, message", [
-    (("momentum=0.9",), "--opt-arg momentum: optimizer adam has no option 'momentum'; valid keys: "),
-    (("betas=0.9",), "--opt-arg betas=0.9: expected 2 comma-separated values like 0.9,0.999"),
-    (("lr=0.1",), "--opt-arg lr: set the learning rate with --lr"),
-    (("betas",), "--opt-arg 'betas': write key=value"),
-])
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (("momentum=0.9",), "--opt-arg momentum: optimizer adam has no option 'momentum'; valid keys: "),
+        (("betas=0.9",), "--opt-arg betas=0.9: expected 2 comma-separated values like 0.9,0.999"),
+        (("lr=0.1",), "--opt-arg lr: set the learning rate with --lr"),
+        (("betas",), "--opt-arg 'betas': write key=value"),
+    ],
+)
 def test_bad_opt_args_are_one_clear_error(items, message):
     with pytest.raises(ConfigError) as error:
         resolved(opt="adam", opt_arg=items)

@@ -18,8 +18,9 @@ def paper_check():
 
 def test_regenerating_one_sweep_keeps_the_others_and_the_hand_written_part():
     check = paper_check()
-    page = check.results_markdown(["## Sweep `a` (preset `a`)\n\nold a\n", "## Sweep `b`\n\nold b\n"],
-                                  "## Notes\n\nby hand\n")
+    page = check.results_markdown(
+        ["## Sweep `a` (preset `a`)\n\nold a\n", "## Sweep `b`\n\nold b\n"], "## Notes\n\nby hand\n"
+    )
     generated, marker, kept = page.partition(check.KEPT_BELOW)
     sections = check.merge_sections(generated, ["## Sweep `b`\n\nnew b\n", "## Sweep `c`\n\nnew c\n"])
     again = check.results_markdown(sections, kept.lstrip("\n"))
@@ -37,8 +38,9 @@ def test_the_opening_table_of_findings_is_kept_when_the_page_is_regenerated():
     assert page.index(table) < page.index("One section per sweep") < page.index("old a")
     generated, _, kept = page.partition(check.KEPT_BELOW)
     assert check.opening_table(generated) == table
-    again = check.results_markdown(check.merge_sections(generated, ["## Sweep `a`\n\nnew a\n"]), kept.lstrip("\n"),
-                                   check.opening_table(generated))
+    again = check.results_markdown(
+        check.merge_sections(generated, ["## Sweep `a`\n\nnew a\n"]), kept.lstrip("\n"), check.opening_table(generated)
+    )
     assert again.count(table) == 1 and "new a" in again and "old a" not in again
     assert check.opening_table("no table here") == ""
 

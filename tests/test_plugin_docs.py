@@ -48,4 +48,5 @@ def test_tutorial_files_are_what_new_plugin_writes(tmp_path, document):
     assert {"pyproject.toml", "src/initmem_sign_sgd/plugin.py", "src/initmem_sign_sgd/optimizer.py"} <= set(shown)
     for path, text in shown.items():
         assert text == (folder / path).read_text(), (
-            f"docs/plugins.md shows {path} differently from `initmem new-plugin`")
+            f"docs/plugins.md shows {path} differently from `initmem new-plugin`"
+        )

@@ -33,7 +33,8 @@ def test_builtins_register_every_kind():
         assert registry.names(kind), f"no built-in {kind}"
     assert {"sgd", "adam", "adamw", "muon", "timm:*"} <= set(registry.names("optimizer"))
     assert {"resnet9", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "timm:*"} <= set(
-        registry.names("architecture"))
+        registry.names("architecture")
+    )
     assert {"fan-in", "scaled-default"} <= set(registry.names("initializer"))
     assert {"l2", "l2-init"} <= set(registry.names("regularizer"))
     assert {"cifar10", "cifar100", "digits", "synthetic"} <= set(registry.names("dataset"))
@@ -42,9 +43,11 @@ def test_builtins_register_every_kind():
 
 
 def test_registering_imports_no_torch():
-    code = ("import sys; from initmem_core.plugin_system.loader import load_registry; r = load_registry(); "
-            "r.lookup('optimizer', 'muon'); assert 'torch' not in sys.modules, 'torch imported'; "
-            "assert 'mlflow' not in sys.modules")
+    code = (
+        "import sys; from initmem_core.plugin_system.loader import load_registry; r = load_registry(); "
+        "r.lookup('optimizer', 'muon'); assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'mlflow' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -85,13 +88,16 @@ def test_plugin_that_fails_to_import_is_skipped_with_one_line_warning(install_fa
 
 
 def test_invalid_hook_implementation_is_skipped(install_fake_plugin):
-    install_fake_plugin("badargs", """
+    install_fake_plugin(
+        "badargs",
+        """
 from initmem_core import hookimpl
 
 @hookimpl
 def initmem_register_optimizers(register, not_a_hook_argument):
     register("never", "x:y", "")
-""")
+""",
+    )
     with pytest.warns(PluginLoadWarning, match="badargs"):
         registry = load_registry()
     assert "never" not in registry.names("optimizer")
@@ -99,26 +105,32 @@ def initmem_register_optimizers(register, not_a_hook_argument):
 
 
 def test_misspelt_hook_name_is_an_invalid_plugin(install_fake_plugin):
-    install_fake_plugin("typo", """
+    install_fake_plugin(
+        "typo",
+        """
 from initmem_core import hookimpl
 
 @hookimpl
 def initmem_register_optimisers(register):
     register("never", "x:y", "")
-""")
+""",
+    )
     with pytest.warns(PluginLoadWarning, match="unknown hook initmem_register_optimisers"):
         registry = load_registry()
     assert [f.plugin for f in registry.failures] == ["typo"]
 
 
 def test_plugin_that_raises_while_registering_is_skipped(install_fake_plugin):
-    install_fake_plugin("raiser", """
+    install_fake_plugin(
+        "raiser",
+        """
 from initmem_core import hookimpl
 
 @hookimpl
 def initmem_register_metrics(register):
     raise RuntimeError("boom")
-""")
+""",
+    )
     with pytest.warns(PluginLoadWarning, match="RuntimeError: boom"):
         registry = load_registry()
     assert "weight-norms" in registry.names("metric")

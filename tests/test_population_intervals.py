@@ -12,10 +12,19 @@ import pytest
 from scipy import stats
 
 from initmem_core.config import RunConfig
-from initmem_core.report.inference import (POPULATION, THIS_TEST_SET, AccuracyTable, SpreadDifference,
-                                           SpreadEstimate, cross_fit_spread, example_contrast, spread_difference,
-                                           sampling_variance)
-from initmem_core.report.memory import build_report, seeds_needed_cell, to_json, to_markdown
+from initmem_core.report.inference import (
+    POPULATION,
+    THIS_TEST_SET,
+    AccuracyTable,
+    SpreadDifference,
+    SpreadEstimate,
+    cross_fit_spread,
+    example_contrast,
+    sampling_variance,
+    spread_difference,
+)
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import seeds_needed_cell, to_json, to_markdown
 from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 0.5, 1.4, 2.5)
@@ -23,8 +32,11 @@ SIGMAS = (0.1, 0.5, 1.4, 2.5)
 
 def records_table(right: dict[float, np.ndarray], test_set="digits") -> AccuracyTable:
     """``right``: sigma -> (seeds, examples) booleans."""
-    return AccuracyTable({s: {k: 100 * float(r[k].mean()) for k in range(len(r))} for s, r in right.items()},
-                         {s: {k: r[k] for k in range(len(r))} for s, r in right.items()}, test_set)
+    return AccuracyTable(
+        {s: {k: 100 * float(r[k].mean()) for k in range(len(r))} for s, r in right.items()},
+        {s: {k: r[k] for k in range(len(r))} for s, r in right.items()},
+        test_set,
+    )
 
 
 def drawn(rng, truths=(97, 96, 95, 93), seeds=6, n=360, specific=1.5, difficulty=None):
@@ -51,15 +63,21 @@ def test_the_contrast_and_the_flips_share_of_its_variance_by_hand():
     sample = np.var(contrast, ddof=1)  # 7500
     assert variance == pytest.approx((sample - flips) / 3)
     centred = contrast - contrast.mean()
-    second, fourth = np.mean(centred ** 2), np.mean(centred ** 4)  # 5000 and 3.75e7
-    assert df == pytest.approx(2 * (sample - flips) ** 2 / ((fourth - second ** 2) / 3))
+    second, fourth = np.mean(centred**2), np.mean(centred**4)  # 5000 and 3.75e7
+    assert df == pytest.approx(2 * (sample - flips) ** 2 / ((fourth - second**2) / 3))
 
 
 def test_flips_alone_put_no_variance_in_and_a_shared_contrast_cancels():
     rng = np.random.default_rng(0)
     # every example equally hard: the variance of the contrast is the flips' own, on average
-    excess = [sampling_variance(*example_contrast(records_table({s: rng.random((6, 360)) < 0.95 for s in SIGMAS[:2]}),
-                                                  SIGMAS[:2], (1.0, -1.0))[:2])[0] for _ in range(200)]
+    excess = [
+        sampling_variance(
+            *example_contrast(
+                records_table({s: rng.random((6, 360)) < 0.95 for s in SIGMAS[:2]}), SIGMAS[:2], (1.0, -1.0)
+            )[:2]
+        )[0]
+        for _ in range(200)
+    ]
     assert np.mean(excess) < 0.02  # pp^2, against about 0.5 pp^2 of seed-based variance
     same = drawn(rng)
     a, b = records_table(same), records_table(same)
@@ -79,7 +97,11 @@ def test_a_population_interval_is_wider_than_the_seeds_alone_and_says_what_it_is
     assert plain.interval_for == THIS_TEST_SET and plain.se == estimate.seed_se
     table.correct[0.1].pop(0)
     partial = cross_fit_spread(table)
-    assert partial.interval_for == THIS_TEST_SET and "1 of " in partial.scope_note and "test_correct.json" in partial.scope_note
+    assert (
+        partial.interval_for == THIS_TEST_SET
+        and "1 of " in partial.scope_note
+        and "test_correct.json" in partial.scope_note
+    )
 
 
 def test_population_coverage_on_a_shared_test_set_of_varying_difficulty():
@@ -100,8 +122,9 @@ def difference(estimate=1.0, seed_var=2.0, test_set_var=0.0, runs=6, lo=-0.5, hi
     """A difference of two groups, each with one sigma's share of variance on ``runs`` trained runs."""
     part = SpreadEstimate(0, 0, 0, 1, 5, runs, SIGMAS, components=((1.0, runs - 1),))
     se = math.sqrt(seed_var + test_set_var)
-    return SpreadDifference(part, part, estimate, lo, hi, SIGMAS, "", se, 10.0, seed_var, test_set_var,
-                            1000.0 if test_set_var else math.inf)
+    return SpreadDifference(
+        part, part, estimate, lo, hi, SIGMAS, "", se, 10.0, seed_var, test_set_var, 1000.0 if test_set_var else math.inf
+    )
 
 
 def test_seeds_needed_is_the_fewest_seeds_with_80_percent_power():
@@ -124,8 +147,9 @@ def test_seeds_needed_says_so_when_no_count_would_do_or_nothing_is_needed():
     assert seeds is None and "not within 200 seeds" in text and "test set" in text
     seeds, text = difference(estimate=0.05).seeds_needed()
     assert seeds is None and "too close to zero" in text
-    undecided = SpreadDifference(difference().a, difference().a, 1.0, math.nan, math.nan, SIGMAS,
-                                 "too few seeds to decide (2 < 3)")
+    undecided = SpreadDifference(
+        difference().a, difference().a, 1.0, math.nan, math.nan, SIGMAS, "too few seeds to decide (2 < 3)"
+    )
     assert undecided.seeds_needed()[0] is None and "at least 3 seeds" in undecided.seeds_needed()[1]
 
 
@@ -135,8 +159,15 @@ def test_the_report_shows_seeds_needed_and_what_each_interval_is_for():
     cells = []
     for opt, truths in (("sgd", (97, 96, 95, 93)), ("adam", (97, 96.5, 96, 95))):
         for sigma, right in drawn(rng, truths, seeds=4, difficulty=difficulty).items():
-            cells += [CellRecord(RunConfig(opt=opt, sigma=sigma, seed=k), metrics={"best_val_test_acc": r.mean()},
-                                 test_correct=r, num_classes=10) for k, r in enumerate(right)]
+            cells += [
+                CellRecord(
+                    RunConfig(opt=opt, sigma=sigma, seed=k),
+                    metrics={"best_val_test_acc": r.mean()},
+                    test_correct=r,
+                    num_classes=10,
+                )
+                for k, r in enumerate(right)
+            ]
     report = build_report(cells)
     (pair,) = json.loads(to_json(report))["pairs"]
     assert "seeds_needed" in pair and pair["interval_for"] == POPULATION
@@ -147,7 +178,7 @@ def test_the_report_shows_seeds_needed_and_what_each_interval_is_for():
     assert pair["seeds_needed"] == p.seeds_needed and pair["seeds_needed_note"] == p.seeds_needed_note
     shown = to_markdown(report)
     assert "seeds to resolve" in shown and seeds_needed_cell(p) in shown
-    from initmem_core.tracking.ui_view import description
+    from initmem_core.report.description import description
 
     parent = description(report, "s", "1", "0" * 32, "view")  # the parent run's description
     assert "next step" in parent and seeds_needed_cell(p) in parent

@@ -7,8 +7,9 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError
-from initmem_core.sweep.grid import expand, group_keys, spec_from_toml
+from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import load_registry
+from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.sweep.presets import preset_names, preset_spec, preset_text
 
 runner = CliRunner()
@@ -21,9 +22,20 @@ def cells(name):
 
 
 def test_every_preset_is_listed_and_valid():
-    assert preset_names() == ["paper-batch", "paper-clocks", "paper-depth", "paper-depth-mini", "paper-fmnist",
-                              "paper-l2", "paper-l2-horizon", "paper-long", "paper-long-mini", "paper-lr-mini",
-                              "paper-mini", "paper-resnet9"]
+    assert preset_names() == [
+        "paper-batch",
+        "paper-clocks",
+        "paper-depth",
+        "paper-depth-mini",
+        "paper-fmnist",
+        "paper-l2",
+        "paper-l2-horizon",
+        "paper-long",
+        "paper-long-mini",
+        "paper-lr-mini",
+        "paper-mini",
+        "paper-resnet9",
+    ]
     result = runner.invoke(app, ["presets"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for name in preset_names():
@@ -65,8 +77,9 @@ def test_a_description_runs_to_the_end_of_its_sentence_across_comment_lines():
 
     depth = preset_description("paper-depth")
     assert depth.startswith("the resnet9 comparison at depth") and "fails to interpolate at all." in depth
-    assert preset_description("paper-l2") == ("explicit L2 makes SGD forget; at 1e-2 the spread is near zero "
-                                              "in the paper.")
+    assert preset_description("paper-l2") == (
+        "explicit L2 makes SGD forget; at 1e-2 the spread is near zero in the paper."
+    )
 
 
 def test_paper_mini_is_the_scaled_down_comparison():
@@ -88,8 +101,12 @@ def test_paper_fmnist_compares_sgd_adaptive_and_batch_on_real_images():
     assert {c.train_size for c in grid} == {500} and {c.eval_size for c in grid} == {500}
     assert {c.epochs for c in grid} == {40} and {c.schedule for c in grid} == {"cosine"}
     # adam and muon at their declared defaults, resolved into each cell (and its hash)
-    assert {(c.opt, c.lr, c.batch_size) for c in grid} == {("sgd", 0.01, 32), ("sgd", 0.01, 128),
-                                                          ("adam", 0.001, 32), ("muon", 0.01, 32)}
+    assert {(c.opt, c.lr, c.batch_size) for c in grid} == {
+        ("sgd", 0.01, 32),
+        ("sgd", 0.01, 128),
+        ("adam", 0.001, 32),
+        ("muon", 0.01, 32),
+    }
     # seed 0 sized the preset (the pilot in docs/RESULTS.md): the grid's seeds are fresh draws
     assert len(set(group_keys(grid))) == 4 and {c.seed for c in grid} == {1, 2, 3, 4}
 
@@ -108,7 +125,7 @@ def test_paper_clocks_trains_each_mechanisms_groups_to_one_clock():
     plans = plan_horizons(grid, load_registry(entry_points=False))
     epochs = {(c.lr, c.l2, c.batch_size): plan.epochs for c, plan in zip(grid, plans)}
     assert len(set(epochs.values())) >= 6 and max(epochs.values()) <= 200
-    for c, plan in zip(grid, plans):
+    for plan in plans:
         clock, target = plan.until
         assert plan.clocks[clock] >= target
 
@@ -182,8 +199,9 @@ def test_presets_show_round_trips_through_config(name, tmp_path):
 
 
 def test_cli_options_override_a_preset():
-    result = runner.invoke(app, ["sweep", "--preset", "paper-mini", "--epochs", "2", "--seed", "0", "--dry-run"],
-                           env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app, ["sweep", "--preset", "paper-mini", "--epochs", "2", "--seed", "0", "--dry-run"], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     assert "32 cells in 8 group(s)" in result.stdout
 

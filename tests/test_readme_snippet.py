@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from initmem_core.sweep.grid import plan_sweep
-from initmem_core.tracking.records import PARENT_TAG, ROLE_TAG
+from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG
 
 pytestmark = pytest.mark.slow  # a tracked run and a 4-cell sweep with 2 worker processes
 
@@ -28,8 +28,11 @@ def readme_snippet() -> str:
 
 
 def calls(tree: ast.AST, name: str) -> list[ast.Call]:
-    return [node for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name]
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name
+    ]
 
 
 def test_the_readme_snippet_makes_each_run_it_asks_for_once(tmp_path, store_in):
@@ -43,8 +46,9 @@ def test_the_readme_snippet_makes_each_run_it_asks_for_once(tmp_path, store_in):
     script.write_text(code)
     uri = store_in(tmp_path)  # the snippet's default store, ./mlflow.db, already migrated
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "INITMEM_"))}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.strip().splitlines()
     assert len(printed) == 2 and printed[1].startswith("[("), done.stdout  # each print once

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from initmem_core.errors import ConfigError
-from initmem_core.tracking.store import CREDENTIAL_ENV, credentials_env, login_must_be_taken, refusal
+from initmem_core.tracking.login import CREDENTIAL_ENV, credentials_env, login_must_be_taken, refusal
 
 URI = "http://head-node:5000"
 
@@ -26,8 +26,11 @@ CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 500: "INTERNAL_ERROR"
 
 
 def mlflow_error(status: int, body: str) -> ServerError:
-    return ServerError(f"API request to endpoint /api/2.0/mlflow/runs/create failed with error code {status} "
-                       f"!= 200. Response body: '{body}'", CODES[status])
+    return ServerError(
+        f"API request to endpoint /api/2.0/mlflow/runs/create failed with error code {status} "
+        f"!= 200. Response body: '{body}'",
+        CODES[status],
+    )
 
 
 @pytest.fixture
@@ -98,7 +101,7 @@ def test_login_must_be_taken_turns_only_a_refusal_into_one_config_error(login):
 
 
 def test_only_the_login_variables_that_are_set_go_to_a_worker_and_only_while_it_runs(login, monkeypatch):
-    from initmem_core.tracking.store import logged_in
+    from initmem_core.tracking.login import logged_in
 
     assert credentials_env() == {}
     login("bob", "pw")

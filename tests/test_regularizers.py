@@ -63,8 +63,12 @@ def test_adding_the_gradient_is_adding_the_penalty_to_the_loss(registry, name):
 def test_penalty_values(registry):
     w = torch.tensor([3.0, 4.0])
     w0 = torch.tensor([1.0, 1.0])
-    assert registry.build("regularizer", "l2", coefficient=0.1).penalty([w], [w0]).item() == pytest.approx(0.5 * 0.1 * 25)
-    assert registry.build("regularizer", "l2-init", coefficient=0.1).penalty([w], [w0]).item() == pytest.approx(0.5 * 0.1 * 13)
+    assert registry.build("regularizer", "l2", coefficient=0.1).penalty([w], [w0]).item() == pytest.approx(
+        0.5 * 0.1 * 25
+    )
+    assert registry.build("regularizer", "l2-init", coefficient=0.1).penalty([w], [w0]).item() == pytest.approx(
+        0.5 * 0.1 * 13
+    )
     assert registry.build("regularizer", "l2-init", coefficient=0.1).penalty([w], [w.clone()]).item() == 0.0
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from signal_progress import SignalAtStep  # noqa: E402  (tests/ is on sys.path)
 from typer.testing import CliRunner
 
 import initmem_core
@@ -22,9 +23,8 @@ from initmem_cli.app import app
 from initmem_core import Stopped, hookimpl
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from initmem_core.training.stop_signals import StopSignals
 from initmem_core.tracking.tracker import MemoryTracker
-from signal_progress import SignalAtStep  # noqa: E402  (tests/ is on sys.path)
+from initmem_core.training.stop_signals import StopSignals
 
 runner = CliRunner()
 TINY = dict(epochs=1, train_size=64, batch_size=32, threads=1, eval_batch_size=512)
@@ -33,13 +33,21 @@ TINY_ARGS = ["--epochs", "1", "--train-size", "64", "--batch-size", "32", "--eva
 
 # -- plugins that exit -------------------------------------------------------------------------
 
+
 # Plugin names are unique to this file: an imported module stays in sys.modules for later tests.
-@pytest.mark.parametrize("plugin, source, reason", [
-    ("exitatimportplug", "import sys\nsys.exit(3)\n", "SystemExit: 3"),
-    ("baseexcplug", "class Odd(BaseException):\n    pass\n\nraise Odd('odd')\n", "Odd: odd"),
-    ("exitinhookplug", "import sys\nfrom initmem_core import hookimpl\n\n@hookimpl\n"
-                       "def initmem_register_optimizers(register):\n    sys.exit(4)\n", "SystemExit: 4"),
-])
+@pytest.mark.parametrize(
+    "plugin, source, reason",
+    [
+        ("exitatimportplug", "import sys\nsys.exit(3)\n", "SystemExit: 3"),
+        ("baseexcplug", "class Odd(BaseException):\n    pass\n\nraise Odd('odd')\n", "Odd: odd"),
+        (
+            "exitinhookplug",
+            "import sys\nfrom initmem_core import hookimpl\n\n@hookimpl\n"
+            "def initmem_register_optimizers(register):\n    sys.exit(4)\n",
+            "SystemExit: 4",
+        ),
+    ],
+)
 def test_a_plugin_that_exits_is_skipped_with_one_line(install_fake_plugin, plugin, source, reason):
     install_fake_plugin(plugin, source)
     set_registry(None)
@@ -59,6 +67,7 @@ def test_a_plugin_that_exits_is_skipped_with_one_line(install_fake_plugin, plugi
 
 
 # -- signals while the run is being ended --------------------------------------------------------
+
 
 class SignalOnCall(MemoryTracker):
     """A tracker that sends this process a signal when ``call`` is made: a signal arriving while
@@ -133,6 +142,7 @@ def test_the_result_says_when_the_store_lacks_the_runs_end():
 
 # -- names that become paths ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("experiment", ["../../outside", "/tmp/initmem-outside-abs"])
 def test_an_experiment_name_keeps_artifacts_beside_the_store(tracking_uri, tmp_path, experiment):
     result = initmem_core.run(tracking_uri=tracking_uri, experiment=experiment, checkpoint_every=0, **TINY)
@@ -141,10 +151,16 @@ def test_an_experiment_name_keeps_artifacts_beside_the_store(tracking_uri, tmp_p
     location = MlflowClient(tracking_uri).get_run(result.run_id).info.artifact_uri
     assert location.startswith((tmp_path / "mlartifacts").as_uri())
     assert (tmp_path / "mlartifacts").is_dir() and not Path("/tmp/initmem-outside-abs").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["initmem-leases", "mlartifacts", "mlflow.db", "mlflow.db.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "initmem-leases",
+        "mlartifacts",
+        "mlflow.db",
+        "mlflow.db.lock",
+    ]
 
 
 # -- diverged cells are final; threads do not depend on --workers --------------------------------
+
 
 class NanAfterFirstStep:
     @hookimpl
@@ -171,8 +187,11 @@ def children(uri: str, sweep: str) -> list:
     experiment = client.get_experiment_by_name("initmem")
     if experiment is None:  # the sweep has not opened the store yet
         return []
-    return [r for r in client.search_runs([experiment.experiment_id], f"tags.`initmem.sweep` = '{sweep}'")
-            if "mlflow.parentRunId" in r.data.tags]
+    return [
+        r
+        for r in client.search_runs([experiment.experiment_id], f"tags.`initmem.sweep` = '{sweep}'")
+        if "mlflow.parentRunId" in r.data.tags
+    ]
 
 
 @pytest.mark.slow
@@ -213,8 +232,19 @@ SWEEP_CELLS = ["--sigma", "0.5,2", "--seed", "0,1"]
 
 
 def sweep_command(uri: str, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "initmem_cli", "sweep", *TINY_ARGS, *SWEEP_CELLS, "--name", name,
-            "--tracking-uri", uri, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "initmem_cli",
+        "sweep",
+        *TINY_ARGS,
+        *SWEEP_CELLS,
+        "--name",
+        name,
+        "--tracking-uri",
+        uri,
+        *extra,
+    ]
 
 
 def metric_histories(uri: str, sweep: str) -> dict:
@@ -232,9 +262,13 @@ def metric_histories(uri: str, sweep: str) -> dict:
 @pytest.mark.slow
 def test_one_and_two_workers_give_the_same_bits(tracking_uri, tmp_path):
     for workers in ("1", "2"):
-        done = subprocess.run(sweep_command(tracking_uri, f"w{workers}", "--workers", workers, "--out",
-                                            str(tmp_path / workers)), cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600)
+        done = subprocess.run(
+            sweep_command(tracking_uri, f"w{workers}", "--workers", workers, "--out", str(tmp_path / workers)),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     one, two = metric_histories(tracking_uri, "w1"), metric_histories(tracking_uri, "w2")
     assert len(one) >= 4 * 14 and one == two
@@ -242,14 +276,21 @@ def test_one_and_two_workers_give_the_same_bits(tracking_uri, tmp_path):
 
 # -- a fresh store opened by two commands at once ------------------------------------------------
 
+
 @pytest.mark.slow
 def test_two_sweeps_started_together_on_an_empty_folder_both_finish(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # Different cells: two sweeps on one cell would rightly leave it to whichever leased it first.
-    processes = [subprocess.Popen(sweep_command(uri, f"together-{i}", "--sigma", str(i + 1), "--seed", "0",
-                                                "--out", str(tmp_path / str(i))),
-                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for i in range(2)]
+    processes = [
+        subprocess.Popen(
+            sweep_command(uri, f"together-{i}", "--sigma", str(i + 1), "--seed", "0", "--out", str(tmp_path / str(i))),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outputs = [process.communicate(timeout=600)[0] for process in processes]
     for process, output in zip(processes, outputs):
         assert process.returncode == 0 and "Traceback" not in output, output
@@ -257,6 +298,7 @@ def test_two_sweeps_started_together_on_an_empty_folder_both_finish(tmp_path):
 
 
 # -- a killed sweep's workers die with it --------------------------------------------------------
+
 
 def descendants(pid: int) -> set[int]:
     """Every process below ``pid``, from /proc (no psutil needed)."""
@@ -317,12 +359,15 @@ def test_no_worker_outlives_a_killed_sweep_and_a_relaunch_runs_each_cell_once(tr
 
 # -- unsynced files name their run and their copies: neither may point outside ---------------------
 
+
 def write_unsynced(folder: Path, run_id: str, artifact: str | None = None) -> Path:
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [{"kind": "run", "run_id": run_id, "tracking_uri": "sqlite:///mlflow.db"},
-             {"kind": "metric", "key": "loss", "value": 1.0, "timestamp": 0, "step": 0}]
+    lines = [
+        {"kind": "run", "run_id": run_id, "tracking_uri": "sqlite:///mlflow.db"},
+        {"kind": "metric", "key": "loss", "value": 1.0, "timestamp": 0, "step": 0},
+    ]
     if artifact is not None:
         lines.append({"kind": "artifact", "path": artifact, "artifact_path": None})
     path = folder / "crafted.jsonl"

@@ -11,35 +11,53 @@ import re
 import pytest
 
 from initmem_core.config import RunConfig
-from initmem_core.tracking.records import CellRecord
-from initmem_core.report.memory import build_report, to_csv, to_json, to_markdown
 from initmem_core.report.files import write_report_files
+from initmem_core.report.memory import build_report
+from initmem_core.report.render import to_csv, to_json, to_markdown
+from initmem_core.tracking.records import CellRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def cell(opt, sigma, seed, acc, tau=None, status="FINISHED", diverged=False, norm=10.0):
-    metrics = {"best_val_test_acc": acc, "weight_norm": norm, "weight_norm_ratio": norm / 10,
-               "clock_sgd": 0.01, "clock_l2": 0.0, "clock_adapt": 2.0 if opt == "sgd" else 3.0}
+    metrics = {
+        "best_val_test_acc": acc,
+        "weight_norm": norm,
+        "weight_norm_ratio": norm / 10,
+        "clock_sgd": 0.01,
+        "clock_l2": 0.0,
+        "clock_adapt": 2.0 if opt == "sgd" else 3.0,
+    }
     if tau is not None:
         metrics.update(tau_interp=tau, repair_gap=0.02)
-    return CellRecord(RunConfig(opt=opt, sigma=sigma, seed=seed), status=status, metrics=metrics,
-                      weight_norms=[(0, norm * 0.9), (1, norm)], diverged=diverged,
-                      error="diverged in epoch 1: the training loss is not finite" if diverged else "",
-                      run_id=f"{opt}-{sigma}-{seed}")
+    return CellRecord(
+        RunConfig(opt=opt, sigma=sigma, seed=seed),
+        status=status,
+        metrics=metrics,
+        weight_norms=[(0, norm * 0.9), (1, norm)],
+        diverged=diverged,
+        error="diverged in epoch 1: the training loss is not finite" if diverged else "",
+        run_id=f"{opt}-{sigma}-{seed}",
+    )
 
 
 @pytest.fixture
 def records():
     return [
         # sgd remembers: 82, 91, 65 % -> spread 26 pp; sigma 2 never interpolates
-        cell("sgd", 0.5, 0, 0.80, tau=5), cell("sgd", 0.5, 1, 0.84, tau=7),
-        cell("sgd", 1.0, 0, 0.90, tau=4), cell("sgd", 1.0, 1, 0.92, tau=4),
-        cell("sgd", 2.0, 0, 0.60, norm=40.0), cell("sgd", 2.0, 1, 0.70, norm=40.0),
+        cell("sgd", 0.5, 0, 0.80, tau=5),
+        cell("sgd", 0.5, 1, 0.84, tau=7),
+        cell("sgd", 1.0, 0, 0.90, tau=4),
+        cell("sgd", 1.0, 1, 0.92, tau=4),
+        cell("sgd", 2.0, 0, 0.60, norm=40.0),
+        cell("sgd", 2.0, 1, 0.70, norm=40.0),
         # adam forgets: 89, 91, 87 % -> spread 4 pp; one diverged cell is a failure, not a 0% point
-        cell("adam", 0.5, 0, 0.88, tau=3), cell("adam", 0.5, 1, 0.90, tau=3),
-        cell("adam", 1.0, 0, 0.90, tau=3), cell("adam", 1.0, 1, 0.92, tau=3),
-        cell("adam", 2.0, 0, 0.87, tau=3), cell("adam", 2.0, 1, 0.10, status="FAILED", diverged=True),
+        cell("adam", 0.5, 0, 0.88, tau=3),
+        cell("adam", 0.5, 1, 0.90, tau=3),
+        cell("adam", 1.0, 0, 0.90, tau=3),
+        cell("adam", 1.0, 1, 0.92, tau=3),
+        cell("adam", 2.0, 0, 0.87, tau=3),
+        cell("adam", 2.0, 1, 0.10, status="FAILED", diverged=True),
     ]
 
 
@@ -91,9 +109,17 @@ def test_a_sweep_without_varying_fields_is_one_group_named_by_its_config():
     # Named by what it trains, as in any other sweep (issue 13: labels never depend on the sweep)
     report = build_report([cell("sgd", 0.5, 0, 0.5), cell("sgd", 1.0, 0, 0.75)])
     assert [(g.group, g.spread) for g in report.groups] == [("opt=sgd", pytest.approx(25.0))]
-    assert list(report.parent_metrics()) == ["spread_opt-sgd", "never_interp_sigmas_opt-sgd", "failed_cells_opt-sgd",
-                                             "clock_sgd_opt-sgd", "clock_l2_opt-sgd", "clock_adapt_opt-sgd",
-                                             "spread_lo_opt-sgd", "spread_hi_opt-sgd", "did_not_train_opt-sgd"]
+    assert list(report.parent_metrics()) == [
+        "spread_opt-sgd",
+        "never_interp_sigmas_opt-sgd",
+        "failed_cells_opt-sgd",
+        "clock_sgd_opt-sgd",
+        "clock_l2_opt-sgd",
+        "clock_adapt_opt-sgd",
+        "spread_lo_opt-sgd",
+        "spread_hi_opt-sgd",
+        "did_not_train_opt-sgd",
+    ]
 
 
 def test_csv_markdown_and_json_hold_the_same_table(records):
@@ -104,8 +130,11 @@ def test_csv_markdown_and_json_hold_the_same_table(records):
     assert float(sgd_high["spread"]) == pytest.approx(26.0) and sgd_high["tau_interp"] == ""
     markdown = to_markdown(report)
     # paper's spread, its interval, the debiased one (two seeds: no interval, and why), sigmas, counts
-    assert re.search(r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| \+26\.00 \(no interval: too few seeds to decide "
-                     r"\(2 < 3\)\) \| 1 \| 2 \| 1 \| 0 \|", markdown), markdown
+    assert re.search(
+        r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| \+26\.00 \(no interval: too few seeds to decide "
+        r"\(2 < 3\)\) \| 1 \| 2 \| 1 \| 0 \|",
+        markdown,
+    ), markdown
     assert "## Failed cells" in markdown and "DIVERGED" in markdown
     data = json.loads(to_json(report))
     assert {g["group"]: g["spread"] for g in data["groups"]} == pytest.approx({"opt=adam": 4.0, "opt=sgd": 26.0})
@@ -117,8 +146,16 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
 
     files = write_report_files(build_report(records), tmp_path / "out")
     names = sorted(p.name for p in files)
-    assert names == ["memory_vs_clock.png", "memory_vs_epoch.png", "report.csv", "report.md", "spread_vs_clocks.png",
-                     "tau_interp_vs_sigma.png", "test_acc_vs_sigma.png", "weight_norm_vs_epoch.png"]
+    assert names == [
+        "memory_vs_clock.png",
+        "memory_vs_epoch.png",
+        "report.csv",
+        "report.md",
+        "spread_vs_clocks.png",
+        "tau_interp_vs_sigma.png",
+        "test_acc_vs_sigma.png",
+        "weight_norm_vs_epoch.png",
+    ]
     for path in files:
         if path.suffix == ".png":
             assert path.read_bytes()[:8] == PNG_SIGNATURE
@@ -127,12 +164,15 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
 
 
 def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
-    from initmem_core.sweep.grid import short_group_names
+    from initmem_core.groups import short_group_names
 
-    names, shared = short_group_names(["opt=sgd,lr=0.01,batch_size=128,epochs=40",
-                                       "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"])
-    assert names == {"opt=sgd,lr=0.01,batch_size=128,epochs=40": "opt=sgd,lr=0.01,batch_size=128",
-                     "opt=lion,opt_arg=betas=0.9,0.99,epochs=40": "opt=lion,opt_arg=betas=0.9,0.99"}
+    names, shared = short_group_names(
+        ["opt=sgd,lr=0.01,batch_size=128,epochs=40", "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"]
+    )
+    assert names == {
+        "opt=sgd,lr=0.01,batch_size=128,epochs=40": "opt=sgd,lr=0.01,batch_size=128",
+        "opt=lion,opt_arg=betas=0.9,0.99,epochs=40": "opt=lion,opt_arg=betas=0.9,0.99",
+    }
     assert shared == "epochs=40"
     # The optimizer stays in every name, even when all groups share it.
     names, shared = short_group_names(["opt=sgd,epochs=40", "opt=sgd,lr=0.1,epochs=40"])
@@ -145,8 +185,7 @@ def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_
 
     from initmem_core.report import plots
 
-    long = [dataclasses.replace(r, config=dataclasses.replace(r.config, epochs=40, schedule="cosine"))
-            for r in records]
+    long = [dataclasses.replace(r, config=dataclasses.replace(r.config, epochs=40, schedule="cosine")) for r in records]
     drawn = []
     monkeypatch.setattr(plots, "_save", lambda figure, path: drawn.append(figure) or path)
     plots.accuracy_vs_sigma(build_report(long), tmp_path / "acc.png")

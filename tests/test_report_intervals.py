@@ -9,7 +9,8 @@ import pytest
 
 from initmem_core import run
 from initmem_core.config import RunConfig
-from initmem_core.report.memory import build_report, mean_interval, to_markdown
+from initmem_core.report.memory import build_report, mean_interval
+from initmem_core.report.render import to_markdown
 from initmem_core.tracking.correct_sets import ARTIFACT, decode, encode
 from initmem_core.tracking.records import CellRecord
 from initmem_core.tracking.tracker import MemoryTracker
@@ -18,8 +19,12 @@ T_975_1DF = 12.706204736  # the t table: two-sided 95%, one degree of freedom
 
 
 def cell(sigma, seed, acc, opt="sgd", correct=None, classes=10):
-    return CellRecord(RunConfig(opt=opt, sigma=sigma, seed=seed), metrics={"best_val_test_acc": acc},
-                      test_correct=None if correct is None else np.asarray(correct, dtype=bool), num_classes=classes)
+    return CellRecord(
+        RunConfig(opt=opt, sigma=sigma, seed=seed),
+        metrics={"best_val_test_acc": acc},
+        test_correct=None if correct is None else np.asarray(correct, dtype=bool),
+        num_classes=classes,
+    )
 
 
 def test_per_sigma_interval_is_the_t_interval_over_seeds():
@@ -41,9 +46,17 @@ def test_debiased_spread_is_the_mean_gap_on_held_out_seeds_by_hand():
     # Seed 0 held out: seeds 1, 2 say best 0.5 (mean 85) and worst 2.0 (mean 80); seed 0's gap 82 - 78 = 4.
     # Seed 1 held out: seeds 0, 2 say best 0.5 (86), worst 2.0 (79); gap 84 - 81 = 3.
     # Seed 2 held out: seeds 0, 1 say best 0.5 (83), worst 2.0 (79.5); gap 86 - 79 = 7.  Mean 14/3.
-    cells = [cell(0.5, 0, 0.82), cell(0.5, 1, 0.84), cell(0.5, 2, 0.86),
-             cell(1.0, 0, 0.81), cell(1.0, 1, 0.83), cell(1.0, 2, 0.80),
-             cell(2.0, 0, 0.78), cell(2.0, 1, 0.81), cell(2.0, 2, 0.79)]
+    cells = [
+        cell(0.5, 0, 0.82),
+        cell(0.5, 1, 0.84),
+        cell(0.5, 2, 0.86),
+        cell(1.0, 0, 0.81),
+        cell(1.0, 1, 0.83),
+        cell(1.0, 2, 0.80),
+        cell(2.0, 0, 0.78),
+        cell(2.0, 1, 0.81),
+        cell(2.0, 2, 0.79),
+    ]
     group = build_report(cells).groups[0]
     assert group.spread == pytest.approx(84.0 - 79.333333, abs=1e-4)
     assert group.debiased_spread == pytest.approx(14 / 3)
@@ -60,8 +73,11 @@ def test_a_flat_group_is_debiased_to_about_zero_while_the_papers_spread_stays_po
 
 
 def test_a_sigma_with_one_trained_run_is_named_and_left_out_of_the_debiased_spread():
-    cells = [cell(s, seed, acc / 100) for s, acc in ((0.5, 90), (1.0, 88)) for seed, acc in
-             enumerate((acc, acc + 1, acc - 1, acc + 0.5))] + [cell(2.0, 0, 0.50)]
+    cells = [
+        cell(s, seed, acc / 100)
+        for s, acc in ((0.5, 90), (1.0, 88))
+        for seed, acc in enumerate((acc, acc + 1, acc - 1, acc + 0.5))
+    ] + [cell(2.0, 0, 0.50)]
     group = build_report(cells).groups[0]
     assert group.spread == pytest.approx(90.125 - 50.0)  # the paper's figure keeps every measured sigma
     assert "sigma 2: 1 trained run, fewer than 2, left out" in group.debiased_note
@@ -70,8 +86,16 @@ def test_a_sigma_with_one_trained_run_is_named_and_left_out_of_the_debiased_spre
 
 
 def test_paired_difference_of_equal_groups_is_zero_and_its_interval_straddles_zero():
-    accs = ((0.5, 0, 0.80), (0.5, 1, 0.84), (0.5, 2, 0.83), (0.5, 3, 0.81),
-            (2.0, 0, 0.60), (2.0, 1, 0.70), (2.0, 2, 0.66), (2.0, 3, 0.64))
+    accs = (
+        (0.5, 0, 0.80),
+        (0.5, 1, 0.84),
+        (0.5, 2, 0.83),
+        (0.5, 3, 0.81),
+        (2.0, 0, 0.60),
+        (2.0, 1, 0.70),
+        (2.0, 2, 0.66),
+        (2.0, 3, 0.64),
+    )
     report = build_report([cell(s, seed, acc, opt=opt) for opt in ("sgd", "adam") for s, seed, acc in accs])
     (pair,) = report.pairs
     assert pair.spread_diff == 0.0 and pair.spread_diff_lo < 0 < pair.spread_diff_hi
@@ -80,10 +104,14 @@ def test_paired_difference_of_equal_groups_is_zero_and_its_interval_straddles_ze
 
 
 def test_groups_are_compared_over_the_sigmas_both_measured():
-    sgd = [cell(s, seed, acc / 100) for s, acc in ((0.1, 95), (0.5, 80), (1.4, 94), (2.5, 93))
-           for seed, acc in enumerate((acc, acc + 0.5, acc - 0.5, acc + 0.2))]
-    adam = [cell(s, seed, (acc + 0.3 * seed) / 100, opt="adam")
-            for s, acc in ((0.1, 94), (2.5, 93)) for seed in range(4)]
+    sgd = [
+        cell(s, seed, acc / 100)
+        for s, acc in ((0.1, 95), (0.5, 80), (1.4, 94), (2.5, 93))
+        for seed, acc in enumerate((acc, acc + 0.5, acc - 0.5, acc + 0.2))
+    ]
+    adam = [
+        cell(s, seed, (acc + 0.3 * seed) / 100, opt="adam") for s, acc in ((0.1, 94), (2.5, 93)) for seed in range(4)
+    ]
     (pair,) = build_report(sgd + adam).pairs  # adam minus sgd, over 0.1 and 2.5 only: sgd's dip at 0.5 is not seen
     assert pair.shared_sigmas == 2
     assert pair.spread_diff == pytest.approx(1.0 - 2.0)
@@ -97,9 +125,16 @@ def test_too_few_seeds_is_said_instead_of_decided():
 
 
 def test_paired_accuracy_difference_is_the_t_interval_over_equal_sigma_and_seed():
-    cells = [cell(0.5, 0, 0.80), cell(0.5, 1, 0.84), cell(2.0, 0, 0.60), cell(2.0, 1, 0.70),
-             cell(0.5, 0, 0.82, "adam"), cell(0.5, 1, 0.85, "adam"), cell(2.0, 0, 0.65, "adam"),
-             cell(2.0, 1, 0.70, "adam")]
+    cells = [
+        cell(0.5, 0, 0.80),
+        cell(0.5, 1, 0.84),
+        cell(2.0, 0, 0.60),
+        cell(2.0, 1, 0.70),
+        cell(0.5, 0, 0.82, "adam"),
+        cell(0.5, 1, 0.85, "adam"),
+        cell(2.0, 0, 0.65, "adam"),
+        cell(2.0, 1, 0.70, "adam"),
+    ]
     (pair,) = build_report(cells).pairs  # groups sorted: opt=adam minus opt=sgd
     diffs = [2.0, 1.0, 5.0, 0.0]
     assert pair.a.endswith("adam") and pair.acc_diff == pytest.approx(2.0)
@@ -107,8 +142,7 @@ def test_paired_accuracy_difference_is_the_t_interval_over_equal_sigma_and_seed(
 
 
 def test_a_group_at_chance_did_not_train_and_reports_no_spread():
-    cells = [cell(0.5, 0, 0.11, "timm:lion"), cell(2.0, 0, 0.09, "timm:lion"),
-             cell(0.5, 0, 0.80), cell(2.0, 0, 0.60)]
+    cells = [cell(0.5, 0, 0.11, "timm:lion"), cell(2.0, 0, 0.09, "timm:lion"), cell(0.5, 0, 0.80), cell(2.0, 0, 0.60)]
     report = build_report(cells)
     lion = next(g for g in report.groups if "lion" in g.group)
     sgd = next(g for g in report.groups if "lion" not in g.group)
@@ -120,8 +154,15 @@ def test_a_group_at_chance_did_not_train_and_reports_no_spread():
 
 def test_a_run_logs_which_test_examples_were_right_at_the_selected_checkpoint():
     tracker = MemoryTracker()
-    result = run(data="synthetic:1x8x8-c4-n64", arch="resnet20", epochs=2, batch_size=32, threads=1,
-                 checkpoint_every=0, tracker=tracker)
+    result = run(
+        data="synthetic:1x8x8-c4-n64",
+        arch="resnet20",
+        epochs=2,
+        batch_size=32,
+        threads=1,
+        checkpoint_every=0,
+        tracker=tracker,
+    )
     correct = decode(tracker.texts[ARTIFACT])
     assert correct.shape == (16,)  # the synthetic test split
     assert correct.mean() == pytest.approx(result.summary["best_val_test_acc"])

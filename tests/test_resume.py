@@ -11,30 +11,33 @@ from pathlib import Path
 
 import pytest
 import torch
+from signal_progress import SignalAtStep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core.training.checkpoints import FORMAT, find_resumable, read_checkpoint
-from initmem_core.config import from_mapping, validate
+from initmem_core.config import from_mapping
+from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.tracking.tracker import MlflowTracker
+from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
+from initmem_core.training.resume import find_resumable
+from initmem_core.training.stop_signals import Stopped
 
 
 def hash_of(values) -> str:
-    """The hash of the config as run: validate resolves lr to the optimizer's declared default."""
-    return validate(from_mapping(values), get_registry()).config_hash()
+    """The hash of the config as run: resolve_config resolves lr to the optimizer's declared default."""
+    return resolve_config(from_mapping(values), get_registry()).config_hash()
 
-from initmem_core.errors import ConfigError, RunWarning
-from initmem_core.training.stop_signals import Stopped
-from initmem_core.tracking.tracker import MlflowTracker
-from signal_progress import SignalAtStep  # noqa: E402  (tests/ is on sys.path)
 
 pytestmark = pytest.mark.slow  # resume: real runs killed and continued, some in subprocesses
 
 runner = CliRunner()
 # 16 steps an epoch; momentum and augmentation so that optimizer state and every RNG matter.
-CONFIG = dict(epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on",
-              momentum=0.9, seed=3)
+CONFIG = dict(
+    epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on", momentum=0.9, seed=3
+)
 ARGS = [part for key, value in CONFIG.items() for part in (f"--{key.replace('_', '-')}", str(value))]
 CONFIG_HASH = hash_of(CONFIG)
 STEPS_PER_EPOCH = 16
@@ -71,8 +74,12 @@ def assert_matches_reference(uri, run_id, reference, tmp_path):
 
 
 def start_cli_run(uri: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "initmem_cli", "run", *ARGS, "--tracking-uri", uri],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "initmem_cli", "run", *ARGS, "--tracking-uri", uri],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 90.0) -> None:
@@ -154,8 +161,9 @@ def test_a_resume_logs_the_epochs_a_hard_kill_lost_from_its_checkpoint(tracking_
 
 
 @pytest.mark.parametrize("signum, damage", [(signal.SIGTERM, None), (signal.SIGINT, "truncate")])
-def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(tracking_uri, tmp_path, reference,
-                                                                      signum, damage):
+def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(
+    tracking_uri, tmp_path, reference, signum, damage
+):
     with pytest.raises(Stopped) as stopped:
         initmem_core.run(tracking_uri=tracking_uri, progress=SignalAtStep(2 * STEPS_PER_EPOCH + 5, signum), **CONFIG)
     assert stopped.value.exit_code == 128 + signum  # 143 for SIGTERM, 130 for Ctrl-C

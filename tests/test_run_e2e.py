@@ -19,8 +19,22 @@ pytestmark = pytest.mark.slow  # end-to-end runs through the CLI and MLflow
 
 runner = CliRunner()
 SMALL = ["--epochs", "2", "--train-size", "256", "--batch-size", "64", "--threads", "1"]
-EPOCH_METRICS = ["train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
-                 "weight_norm_ratio", "init_distance", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt", "lr"]
+EPOCH_METRICS = [
+    "train_loss",
+    "train_acc",
+    "val_loss",
+    "val_acc",
+    "test_loss",
+    "test_acc",
+    "weight_norm",
+    "weight_norm_ratio",
+    "init_distance",
+    "init_cosine",
+    "clock_sgd",
+    "clock_l2",
+    "clock_adapt",
+    "lr",
+]
 
 
 def only_run(uri):
@@ -75,12 +89,15 @@ def test_config_file_with_cli_override(tracking_uri, tmp_path):
     assert (run.data.params["opt"], run.data.params["sigma"], run.data.params["lr"]) == ("adam", "1.5", "0.001")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--batch-size", "5000"], "--batch-size 5000 is larger than the training set"),
-    (["--sigma", "-1"], "--sigma must be greater than 0"),
-    (["--lr", "nan"], "--lr must be a finite number"),
-    (["--arch", "resnet57"], "unknown architecture 'resnet57'; valid names: resnet56"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", "5000"], "--batch-size 5000 is larger than the training set"),
+        (["--sigma", "-1"], "--sigma must be greater than 0"),
+        (["--lr", "nan"], "--lr must be a finite number"),
+        (["--arch", "resnet57"], "unknown architecture 'resnet57'; valid names: resnet56"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line_and_leaves_no_run(tracking_uri, args, message):
     result = runner.invoke(app, ["run", *args, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2, result.output
@@ -98,6 +115,7 @@ class ExplodingOptimizer:
         class Exploding(torch.optim.SGD):
             def step(self, closure=None):
                 raise RuntimeError("optimizer exploded")
+
         return Exploding(model.parameters(), lr=config.lr)
 
 
@@ -123,9 +141,8 @@ def test_api_run_without_tracking_is_reproducible_and_seed_sensitive():
 def test_paired_initialization_in_a_run():
     """sigma is the only thing that changes the initial weights: W0(2) == 2 * W0(1)."""
     from initmem_core.config import RunConfig
-    from initmem_core.training.setup import build_setup
-
     from initmem_core.kernels import kernel_parameters
+    from initmem_core.training.setup import build_setup
 
     registry = load_registry(entry_points=False)
     one = build_setup(RunConfig(sigma=1.0, train_size=64), registry)
@@ -138,8 +155,9 @@ def test_paired_initialization_in_a_run():
 
 def test_cli_run_with_gpu_speed_knobs_trains_on_cpu_and_logs_its_precision(tracking_uri):
     """What a GPU user types works on a CPU machine too, and the run records its precision."""
-    result = runner.invoke(app, ["run", *SMALL, "--amp", "bf16", "--channels-last", "--tf32", "on",
-                                 "--tracking-uri", tracking_uri])
+    result = runner.invoke(
+        app, ["run", *SMALL, "--amp", "bf16", "--channels-last", "--tf32", "on", "--tracking-uri", tracking_uri]
+    )
     assert result.exit_code == 0, result.output
     client, runs = only_run(tracking_uri)
     params = runs[0].data.params

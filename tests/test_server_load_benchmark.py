@@ -30,8 +30,7 @@ def test_two_cells_into_each_backend_land_whole(tmp_path):
     if not has_postgres() and not os.environ.get("CI"):
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
     out = tmp_path / "load.json"
-    command = [sys.executable, str(BENCHMARK), "--cells", "2", "--epochs", "2", "--processes", "2",
-               "--json", str(out)]
+    command = [sys.executable, str(BENCHMARK), "--cells", "2", "--epochs", "2", "--processes", "2", "--json", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     results = json.loads(out.read_text())

@@ -13,20 +13,38 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import hookimpl
-from initmem_core.sweep.grid import metric_suffix
-from initmem_core.training.checkpoints import CHECKPOINTS_FOLDER
+from initmem_core.groups import metric_suffix
 from initmem_core.plugin_system.loader import load_registry, set_registry
+from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
 
 runner = CliRunner(env={"COLUMNS": "200"})  # rich wraps long lines at 80
-SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "200", "--batch-size", "50",
-         "--eval-batch-size", "512"]
+SMALL = [
+    "--data",
+    "digits",
+    "--arch",
+    "resnet20",
+    "--epochs",
+    "2",
+    "--train-size",
+    "200",
+    "--batch-size",
+    "50",
+    "--eval-batch-size",
+    "512",
+]
 ONE_THREAD = ["--threads", "1"]  # the machine may be shared: no oversubscription
 GRID = ["--sigma", "0.5,2", "--opt", "sgd,adam", "--seed", "0"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("test_acc_vs_sigma.png", "weight_norm_vs_epoch.png", "spread_vs_clocks.png", "tau_interp_vs_sigma.png",
-         "memory_vs_epoch.png", "memory_vs_clock.png")
+PLOTS = (
+    "test_acc_vs_sigma.png",
+    "weight_norm_vs_epoch.png",
+    "spread_vs_clocks.png",
+    "tau_interp_vs_sigma.png",
+    "memory_vs_epoch.png",
+    "memory_vs_clock.png",
+)
 
 
 def client_for(uri):
@@ -51,7 +69,9 @@ def swept(tmp_path_factory, store_in):
     """One 2-sigma x 2-optimizer x 1-seed sweep, shared by the tests that only read it."""
     folder = tmp_path_factory.mktemp("sweep")
     uri, out = store_in(folder), folder / "out"
-    result = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)])
+    result = runner.invoke(
+        app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     return uri, out, result
 
@@ -68,14 +88,27 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
     assert {c.info.status for c in children} == {"FINISHED"}
     assert {c.data.tags["initmem.sweep"] for c in children} == {"e2e"}
     assert sorted((c.data.tags["initmem.group"].split(",")[0], c.data.params["sigma"]) for c in children) == [
-        ("opt=adam", "0.5"), ("opt=adam", "2.0"), ("opt=sgd", "0.5"), ("opt=sgd", "2.0")]
+        ("opt=adam", "0.5"),
+        ("opt=adam", "2.0"),
+        ("opt=sgd", "0.5"),
+        ("opt=sgd", "2.0"),
+    ]
     for c in children:  # complete labels (issue 13): every value but sigma and seed that is not the default
-        assert c.data.tags["initmem.group"] == (f"opt={c.data.params['opt']},lr={float(c.data.params['lr']):g},"
-                                                "batch_size=50,epochs=2,train_size=200")
+        assert c.data.tags["initmem.group"] == (
+            f"opt={c.data.params['opt']},lr={float(c.data.params['lr']):g},batch_size=50,epochs=2,train_size=200"
+        )
     # names carry what tells the cells apart; the parent carries the grid and a description
     assert sorted(c.info.run_name for c in children) == [
-        "resnet20-adam-s0.5-seed0", "resnet20-adam-s2.0-seed0", "resnet20-sgd-s0.5-seed0", "resnet20-sgd-s2.0-seed0"]
-    assert (parent.data.params["opt"], parent.data.params["sigma"], parent.data.params["epochs"]) == ("sgd,adam", "0.5,2.0", "2")
+        "resnet20-adam-s0.5-seed0",
+        "resnet20-adam-s2.0-seed0",
+        "resnet20-sgd-s0.5-seed0",
+        "resnet20-sgd-s2.0-seed0",
+    ]
+    assert (parent.data.params["opt"], parent.data.params["sigma"], parent.data.params["epochs"]) == (
+        "sgd,adam",
+        "0.5,2.0",
+        "2",
+    )
     assert "| spread pp |" in parent.data.tags["mlflow.note.content"]
     assert {i.dataset.name for c in children for i in c.inputs.dataset_inputs} == {"digits"}
     assert len({c.data.tags["config_hash"] for c in children}) == 4
@@ -129,8 +162,9 @@ def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path)
         assert parent.data.metrics[f"spread_{metric_suffix(g['group'])}"] == pytest.approx(g["spread"], abs=0.005)
     assert "prepared comparison in the MLflow UI: http://127.0.0.1:5000/#/experiments/" in result.stderr
     assert all((tmp_path / name).is_file() for name in PLOTS)
-    by_id = runner.invoke(app, ["report", parent.info.run_id, "--format", "csv", "--tracking-uri", uri,
-                                "--out", str(tmp_path)])
+    by_id = runner.invoke(
+        app, ["report", parent.info.run_id, "--format", "csv", "--tracking-uri", uri, "--out", str(tmp_path)]
+    )
     assert by_id.exit_code == 0 and by_id.stdout.startswith("group,sigma,")
     table = runner.invoke(app, ["report", "e2e", "--tracking-uri", uri, "--out", str(tmp_path)])
     assert table.exit_code == 0 and "opt=adam" in table.stdout
@@ -142,7 +176,9 @@ def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path)
 def test_relaunching_skips_finished_cells(swept):
     uri, out, _ = swept
     before = {r.info.run_id for r in all_runs(uri)}
-    again = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)])
+    again = runner.invoke(
+        app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)]
+    )
     assert again.exit_code == 0, again.output
     assert "4 cells: 0 ran, 4 skipped" in again.output
     runs = all_runs(uri)
@@ -162,9 +198,24 @@ def test_dry_run_prints_the_cells_and_runs_nothing(tmp_path):
 
 def test_a_sweep_file_gives_the_grid_and_options_override_it(tmp_path):
     sweep_file = tmp_path / "sweep.toml"
-    sweep_file.write_text('name = "from-file"\n[base]\nepochs = 3\n[grid]\nsigma = "0.5:1.5:3"\nopt = ["sgd", "adam"]\n')
-    result = runner.invoke(app, ["sweep", "--config", str(sweep_file), "--opt", "muon", "--train-size", "100",
-                                 "--batch-size", "50", "--dry-run"])
+    sweep_file.write_text(
+        'name = "from-file"\n[base]\nepochs = 3\n[grid]\nsigma = "0.5:1.5:3"\nopt = ["sgd", "adam"]\n'
+    )
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            "--config",
+            str(sweep_file),
+            "--opt",
+            "muon",
+            "--train-size",
+            "100",
+            "--batch-size",
+            "50",
+            "--dry-run",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "sweep from-file" in result.output
     assert "3 cells in 1 group(s); estimated work: 18 optimizer steps" in result.output
@@ -175,7 +226,7 @@ def test_bad_grid_exits_2_before_anything_is_tracked(tracking_uri):
     assert result.exit_code == 2
     assert "the count of a range must be a whole number" in result.output
     quoted = runner.invoke(app, ["sweep", *SMALL, "--name", "it's", "--tracking-uri", tracking_uri])
-    assert quoted.exit_code == 2 and "sweep name \"it's\": use up to 200 letters" in quoted.output
+    assert quoted.exit_code == 2 and 'sweep name "it\'s": use up to 200 letters' in quoted.output
     assert all_runs(tracking_uri) == []
 
 
@@ -202,23 +253,57 @@ class Boom:
 
 def test_a_failing_cell_does_not_stop_the_sweep(tracking_uri, tmp_path):
     set_registry(load_registry(entry_points=False, extra_plugins=[("boom", Boom())]))
-    result = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, "--opt", "boom,sgd,boom-step", "--name", "failing",
-                                 "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *SMALL,
+            *ONE_THREAD,
+            "--opt",
+            "boom,sgd,boom-step",
+            "--name",
+            "failing",
+            "--tracking-uri",
+            tracking_uri,
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "3 cells: 1 ran, 0 skipped (ended before: finished or diverged), 2 failed" in result.output
     assert "boom: this optimizer cannot be built" in result.output
     [parent], children = split(all_runs(tracking_uri))
     status = {c.data.params["opt"]: c for c in children}
-    assert {opt: c.info.status for opt, c in status.items()} == {"sgd": "FINISHED", "boom": "FAILED",
-                                                                 "boom-step": "FAILED"}
+    assert {opt: c.info.status for opt, c in status.items()} == {
+        "sgd": "FINISHED",
+        "boom": "FAILED",
+        "boom-step": "FAILED",
+    }
     assert "RuntimeError: boom: this optimizer cannot be built" in status["boom"].data.tags["failure_reason"]
     assert "boom: this step always fails" in status["boom-step"].data.tags["failure_reason"]
     assert parent.info.status == "FAILED" and parent.data.tags["initmem.cells_failed"] == "2"
     assert [v for k, v in parent.data.metrics.items() if k.startswith("failed_cells_opt-boom.")] == [1]
     # Relaunching retries the failed cells only, and the report counts each cell once.
-    again = runner.invoke(app, ["sweep", *SMALL, *ONE_THREAD, "--opt", "boom,sgd,boom-step", "--name", "failing",
-                                "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
-    assert again.exit_code == 1 and "3 cells: 0 ran, 1 skipped (ended before: finished or diverged), 2 failed" in again.output
+    again = runner.invoke(
+        app,
+        [
+            "sweep",
+            *SMALL,
+            *ONE_THREAD,
+            "--opt",
+            "boom,sgd,boom-step",
+            "--name",
+            "failing",
+            "--tracking-uri",
+            tracking_uri,
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert (
+        again.exit_code == 1
+        and "3 cells: 0 ran, 1 skipped (ended before: finished or diverged), 2 failed" in again.output
+    )
     [parent], children = split(all_runs(tracking_uri))
     assert sorted(c.data.params["opt"] for c in children) == ["boom", "boom", "boom-step", "boom-step", "sgd"]
     assert [v for k, v in parent.data.metrics.items() if k.startswith("failed_cells_opt-boom.")] == [1]
@@ -232,8 +317,25 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     """
     epochs = 2
     sizes = [arg if arg != "200" else "200,5" for arg in SMALL]
-    result = runner.invoke(app, ["sweep", *sizes, "--sigma", "0.5,2", "--seed", "0,1", "--workers", "2",
-                                 "--name", "parallel", "--tracking-uri", tracking_uri, "--out", str(tmp_path)])
+    result = runner.invoke(
+        app,
+        [
+            "sweep",
+            *sizes,
+            "--sigma",
+            "0.5,2",
+            "--seed",
+            "0,1",
+            "--workers",
+            "2",
+            "--name",
+            "parallel",
+            "--tracking-uri",
+            tracking_uri,
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "8 cells: 4 ran, 0 skipped (ended before: finished or diverged), 4 failed" in result.output
     _, children = split(all_runs(tracking_uri))
@@ -243,7 +345,7 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     assert all("larger than the training set" in c.data.tags["failure_reason"] for c in failed)
     assert len(children) == 4 and {c.data.params["train_size"] for c in children} == {"200"}
     assert {c.data.params["threads"] for c in children} == {"1"}  # pinned, not a share of the machine
-    database = tracking_uri[len("sqlite:///"):]
+    database = tracking_uri[len("sqlite:///") :]
     # Workers never open the store, yet keep their checkpoints beside it, as in-process cells do.
     checkpoints = Path(database).parent / CHECKPOINTS_FOLDER
     assert all(any((checkpoints / c.data.params["config_hash"]).glob("*.pt")) for c in children)
@@ -252,8 +354,22 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     steps: dict[tuple[str, str], list[int]] = {}
     for run_id, key, step in rows:
         steps.setdefault((run_id, key), []).append(step)
-    per_epoch = {"train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc", "weight_norm",
-                 "weight_norm_ratio", "init_distance", "init_cosine", "clock_sgd", "clock_l2", "clock_adapt", "lr"}
+    per_epoch = {
+        "train_loss",
+        "train_acc",
+        "val_loss",
+        "val_acc",
+        "test_loss",
+        "test_acc",
+        "weight_norm",
+        "weight_norm_ratio",
+        "init_distance",
+        "init_cosine",
+        "clock_sgd",
+        "clock_l2",
+        "clock_adapt",
+        "lr",
+    }
     summary = {"best_val_epoch", "best_val_loss", "best_val_test_acc", "final_test_acc"}
     batch = {"train_loss_batch", "train_acc_batch"}  # running train-mode figures: epochs 1.. only
     expected_rows = 0
@@ -263,8 +379,13 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
         interpolated = "tau_interp" in keys
         assert keys == per_epoch | batch | summary | ({"tau_interp", "repair_gap"} if interpolated else set())
         for key in keys:
-            expected = (list(range(epochs + 1)) if key in per_epoch else list(range(1, epochs + 1)) if key in batch
-                        else [epochs])
+            expected = (
+                list(range(epochs + 1))
+                if key in per_epoch
+                else list(range(1, epochs + 1))
+                if key in batch
+                else [epochs]
+            )
             assert sorted(steps[(run_id, key)]) == expected, key
         expected_rows += (epochs + 1) * len(per_epoch) + epochs * len(batch) + len(summary) + 2 * interpolated
     child_ids = {c.info.run_id for c in children}
@@ -278,9 +399,20 @@ def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracki
     started = []
     monkeypatch.setattr("initmem_cli.ui.subprocess.Popen", lambda *a, **k: started.append(a))
     assert ui_args("sqlite:///x.db", "127.0.0.1", 5000)[2:] == [
-        "mlflow", "ui", "--backend-store-uri", "sqlite:///x.db", "--host", "127.0.0.1", "--port", "5000", "--workers", "1"]
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        "sqlite:///x.db",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "5000",
+        "--workers",
+        "1",
+    ]
     result = runner.invoke(app, ["ui", "--sweep", "nope", "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and "experiment 'initmem' does not exist" in result.stderr and not started
+
 
 SWEEP_PROCESS = """
 import multiprocessing, sys, time

@@ -13,15 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
+from test_reliability_edges import TINY_ARGS, alive, children, descendants
 
 from initmem_core.sweep import scratch
-from test_reliability_edges import TINY_ARGS, alive, children, descendants
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and parent-death signals")
 
 
-def test_a_scratch_folder_is_locked_while_it_lives_and_removed_by_the_next_once_its_owner_is_dead(tmp_path,
-                                                                                                  monkeypatch):
+def test_a_scratch_folder_is_locked_while_it_lives_and_removed_by_the_next_once_its_owner_is_dead(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(scratch.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
     live = scratch.ScratchFolder()
@@ -43,7 +44,8 @@ def test_a_scratch_folder_is_locked_while_it_lives_and_removed_by_the_next_once_
     second = scratch.ScratchFolder()
     assert not dead.exists() and being_made.is_dir() and unrelated.is_dir() and Path(live.name).is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [Path(live.name).name, Path(second.name).name, being_made.name, unrelated.name])
+        [Path(live.name).name, Path(second.name).name, being_made.name, unrelated.name]
+    )
     live.cleanup()
     second.cleanup()
     assert not Path(live.name).exists() and scratch.remove_abandoned(tmp_path) == []
@@ -62,8 +64,24 @@ def test_a_scratch_folder_in_a_long_tmpdir_leaves_the_socket_to_multiprocessing(
 
 
 def sweep(uri: str, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "initmem_cli", "sweep", *TINY_ARGS, "--sigma", "0.5,2", "--seed", "0",
-            "--workers", "2", "--name", name, "--tracking-uri", uri, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "initmem_cli",
+        "sweep",
+        *TINY_ARGS,
+        "--sigma",
+        "0.5,2",
+        "--seed",
+        "0",
+        "--workers",
+        "2",
+        "--name",
+        name,
+        "--tracking-uri",
+        uri,
+        *extra,
+    ]
 
 
 def spawned(pid: int) -> list[int]:
@@ -98,11 +116,19 @@ def ignores_sigint(pid: int) -> bool:
 @pytest.mark.slow
 @linux_only
 def test_a_ctrl_c_while_the_workers_import_torch_ends_the_sweep_in_one_line(tracking_uri, tmp_path):
-    process = subprocess.Popen(sweep(tracking_uri, "early"), cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        sweep(tracking_uri, "early"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     # Both workers in start_worker, importing torch (seconds): they leave Ctrl-C to the sweep (was: a traceback each)
-    wait_for(lambda: len(spawned(process.pid)) >= 3 and all(ignores_sigint(pid) for pid in spawned(process.pid)[1:]),
-             process=process)
+    wait_for(
+        lambda: len(spawned(process.pid)) >= 3 and all(ignores_sigint(pid) for pid in spawned(process.pid)[1:]),
+        process=process,
+    )
     os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 130, output
@@ -121,8 +147,14 @@ def catches(pid: int, signum: int) -> bool:
 @pytest.mark.slow
 @linux_only
 def test_a_ctrl_c_while_the_sweep_command_starts_ends_it_in_one_line(tracking_uri, tmp_path):
-    process = subprocess.Popen(sweep(tracking_uri, "starting"), cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        sweep(tracking_uri, "starting"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     # Python is past its own start (a signal there is Python's business) and initmem's handlers are
     # set (SIGTERM caught): the CLI and its dependencies are being imported
     wait_for(lambda: catches(process.pid, signal.SIGTERM), timeout_s=60, process=process)
@@ -132,14 +164,16 @@ def test_a_ctrl_c_while_the_sweep_command_starts_ends_it_in_one_line(tracking_ur
     assert process.returncode == 130 and "Traceback" not in output, output
     assert output.strip().splitlines()[-1] in (
         "Error: stopped by SIGINT before the sweep was tracked; nothing was written",
-        "Error: interrupted; launch `initmem sweep ... --name starting` again to resume"), output  # handed over meanwhile
+        "Error: interrupted; launch `initmem sweep ... --name starting` again to resume",
+    ), output  # handed over meanwhile
     assert children(tracking_uri, "starting") == []
 
 
 @pytest.mark.slow
 @linux_only
 def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finishes_each_cell_once(
-        tracking_uri, tmp_path):
+    tracking_uri, tmp_path
+):
     command = sweep(tracking_uri, "queue")
     command[command.index("--epochs") + 1] = "6"
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -166,13 +200,12 @@ def test_a_sigkilled_sweep_leaves_nothing_in_tmpdir_once_relaunched(tracking_uri
     env = dict(os.environ, TMPDIR=str(temp))
     command = sweep(tracking_uri, "scratch")
     for _ in range(2):  # killed twice: both leave their folders
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
-        wait_for(lambda: len(spawned(process.pid)) >= 3, process=process)
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda process=process: len(spawned(process.pid)) >= 3, process=process)
         below = descendants(process.pid)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        wait_for(lambda: not any(alive(pid) for pid in below), timeout_s=10)
+        wait_for(lambda below=below: not any(alive(pid) for pid in below), timeout_s=10)
     ours = lambda: sorted(p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_"))  # noqa: E731
     assert ours(), "a SIGKILLed sweep cannot clean up after itself: the relaunch must"
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -180,8 +213,7 @@ def test_a_sigkilled_sweep_leaves_nothing_in_tmpdir_once_relaunched(tracking_uri
     assert ours() == []  # was: an initmem-sweep-* and a pymp-* folder per killed launch
 
 
-def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_scratch_folder(tmp_path,
-                                                                                               monkeypatch):
+def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_scratch_folder(tmp_path, monkeypatch):
     from multiprocessing.managers import SyncManager
 
     from initmem_core.errors import InitmemError

@@ -12,24 +12,45 @@ import pytest
 
 import initmem_core
 from initmem_core import get_registry
-from initmem_core.config import RunConfig, validate
+from initmem_core.config import RunConfig
+from initmem_core.plugin_system.optimizer_options import resolve_config
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
 CELL = dict(epochs=10, train_size=256, batch_size=16, threads=1, eval_batch_size=512)
-ARGS = ["--sigma", "0.5,2", "--epochs", "10", "--train-size", "256", "--batch-size", "16", "--threads", "1",
-        "--eval-batch-size", "512", "--name", "resumable"]
+ARGS = [
+    "--sigma",
+    "0.5,2",
+    "--epochs",
+    "10",
+    "--train-size",
+    "256",
+    "--batch-size",
+    "16",
+    "--threads",
+    "1",
+    "--eval-batch-size",
+    "512",
+    "--name",
+    "resumable",
+]
 
 
 def sweep_process(uri: str, cwd) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "initmem_cli", "sweep", *ARGS, "--tracking-uri", uri],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "initmem_cli", "sweep", *ARGS, "--tracking-uri", uri],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    first = validate(RunConfig(sigma=0.5, **CELL), get_registry())  # the optimizer's lr filled in, as a sweep does
+    # The optimizer's lr filled in, as a sweep does.
+    first = resolve_config(RunConfig(sigma=0.5, **CELL), get_registry())
     folder = tmp_path / "initmem-checkpoints" / first.config_hash()
     process = sweep_process(tracking_uri, tmp_path)
     deadline = time.monotonic() + 240
@@ -41,19 +62,24 @@ def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
 
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("initmem").experiment_id
-    [killed] = client.search_runs([experiment], "tags.config_hash = '%s'" % first.config_hash())
+    [killed] = client.search_runs([experiment], f"tags.config_hash = '{first.config_hash()}'")
     assert killed.info.status == "RUNNING"
 
     again = sweep_process(tracking_uri, tmp_path)
     output = again.communicate(timeout=300)[0]
     assert again.returncode == 0, output
 
-    children = [r for r in client.search_runs([experiment], "tags.`initmem.sweep` = 'resumable'")
-                if "mlflow.parentRunId" in r.data.tags]
+    children = [
+        r
+        for r in client.search_runs([experiment], "tags.`initmem.sweep` = 'resumable'")
+        if "mlflow.parentRunId" in r.data.tags
+    ]
     assert sorted(r.info.status for r in children) == ["FINISHED", "FINISHED"]
     [resumed] = [r for r in children if r.data.tags["config_hash"] == first.config_hash()]
     assert resumed.info.run_id == killed.info.run_id
     history = client.get_metric_history(resumed.info.run_id, "train_loss")
     assert sorted(m.step for m in history) == list(range(11))  # every epoch once, none twice
     uninterrupted = initmem_core.run(first, tracking=False)
-    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [row["train_loss"] for row in uninterrupted.history]
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [
+        row["train_loss"] for row in uninterrupted.history
+    ]

@@ -14,8 +14,16 @@ from initmem_core import hookimpl
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import PluginLoadError
 from initmem_core.plugin_system.loader import get_registry, load_registry, set_registry
-from initmem_core.testing import (check_architecture, check_dataset, check_initializer, check_metric,
-                                  check_optimizer, check_regularizer, registered_plugins, smoke_train)
+from initmem_core.testing import (
+    check_architecture,
+    check_dataset,
+    check_initializer,
+    check_metric,
+    check_optimizer,
+    check_regularizer,
+    registered_plugins,
+    smoke_train,
+)
 
 
 def test_importing_the_pytest_plugin_imports_no_torch():
@@ -74,24 +82,28 @@ def test_smoke_train_rejects_an_unknown_kind():
         smoke_train("optimiser", "sgd")
 
 
-@pytest.mark.parametrize(("check", "name"), [
-    (check_architecture, "resnet20"),
-    (check_optimizer, "sgd"),
-    (check_optimizer, "adam"),
-    (check_optimizer, "muon"),
-    (check_initializer, "fan-in"),
-    (check_initializer, "scaled-default"),
-    (check_regularizer, "l2"),
-    (check_regularizer, "l2-init"),
-    (check_metric, "weight-norms"),
-    (check_dataset, "synthetic"),
-    (check_dataset, "synthetic:1x8x8-c3-n40"),
-])
+@pytest.mark.parametrize(
+    ("check", "name"),
+    [
+        (check_architecture, "resnet20"),
+        (check_optimizer, "sgd"),
+        (check_optimizer, "adam"),
+        (check_optimizer, "muon"),
+        (check_initializer, "fan-in"),
+        (check_initializer, "scaled-default"),
+        (check_regularizer, "l2"),
+        (check_regularizer, "l2-init"),
+        (check_metric, "weight-norms"),
+        (check_dataset, "synthetic"),
+        (check_dataset, "synthetic:1x8x8-c3-n40"),
+    ],
+)
 def test_builtins_satisfy_their_contract(check, name):
     check(name)
 
 
 # -- broken components: each check must catch its own kind of mistake -------------------------
+
 
 def _dataset(labels_offset: int = 0, honour_train_size: bool = True):
     def load(config) -> DatasetBundle:
@@ -99,8 +111,19 @@ def _dataset(labels_offset: int = 0, honour_train_size: bool = True):
         images = torch.rand(60, 1, 4, 4, generator=generator)
         labels = torch.arange(60) % 3 + labels_offset
         n = config.train_size if honour_train_size and config.train_size else 40
-        return DatasetBundle("broken", images[:n], labels[:n], images[40:50], labels[40:50],
-                             images[50:], labels[50:], num_classes=3, mean=(0.5,), std=(0.3,))
+        return DatasetBundle(
+            "broken",
+            images[:n],
+            labels[:n],
+            images[40:50],
+            labels[40:50],
+            images[50:],
+            labels[50:],
+            num_classes=3,
+            mean=(0.5,),
+            std=(0.3,),
+        )
+
     return load
 
 
@@ -156,11 +179,23 @@ def _squared_sigma_init(model, sigma, generator):
 class Broken:
     @hookimpl
     def initmem_register_architectures(self, register):
-        register("ten-classes", lambda in_channels, num_classes, image_size: torch.nn.Sequential(
-            torch.nn.Flatten(), torch.nn.LazyLinear(10)), "ignores num_classes")
-        register("no-kernels", lambda in_channels, num_classes, image_size: torch.nn.Sequential(
-            torch.nn.Flatten(), torch.nn.Unflatten(1, (in_channels * image_size * image_size, 1)),
-            torch.nn.AdaptiveAvgPool1d(num_classes), torch.nn.Flatten()), "no parameters at all")
+        register(
+            "ten-classes",
+            lambda in_channels, num_classes, image_size: torch.nn.Sequential(
+                torch.nn.Flatten(), torch.nn.LazyLinear(10)
+            ),
+            "ignores num_classes",
+        )
+        register(
+            "no-kernels",
+            lambda in_channels, num_classes, image_size: torch.nn.Sequential(
+                torch.nn.Flatten(),
+                torch.nn.Unflatten(1, (in_channels * image_size * image_size, 1)),
+                torch.nn.AdaptiveAvgPool1d(num_classes),
+                torch.nn.Flatten(),
+            ),
+            "no parameters at all",
+        )
 
     @hookimpl
     def initmem_register_optimizers(self, register):
@@ -189,21 +224,24 @@ class Broken:
         register("ignores-train-size", _dataset(honour_train_size=False), "")
 
 
-@pytest.mark.parametrize(("check", "name", "message"), [
-    (check_architecture, "ten-classes", "logits have shape (2, 10), expected (2, 4)"),
-    (check_architecture, "no-kernels", "no trainable parameters"),
-    (check_optimizer, "skips-biases", "was not given these trainable parameters: 0.bias, 3.bias"),
-    (check_optimizer, "frozen", "left these parameters unchanged: 0.weight, 0.bias, 3.weight, 3.bias"),
-    (check_optimizer, "not-an-optimizer", "returned object, not a torch.optim.Optimizer"),
-    (check_initializer, "global-rng", "is not paired: kernel 0.weight at sigma=2 is not 2 x"),
-    (check_initializer, "squared-sigma", "is not paired"),
-    (check_regularizer, "half", "did not add the gradient of penalty() to params[0].grad"),
-    (check_regularizer, "overwrites", "did not add the gradient"),
-    (check_metric, "nan", "returned broken=nan, not a finite number"),
-    (check_metric, "tensor", "return plain numbers"),
-    (check_dataset, "bad-labels", "labels span 1..3, outside 0..2"),
-    (check_dataset, "ignores-train-size", "--train-size 20 gave 40 training examples instead of 20"),
-])
+@pytest.mark.parametrize(
+    ("check", "name", "message"),
+    [
+        (check_architecture, "ten-classes", "logits have shape (2, 10), expected (2, 4)"),
+        (check_architecture, "no-kernels", "no trainable parameters"),
+        (check_optimizer, "skips-biases", "was not given these trainable parameters: 0.bias, 3.bias"),
+        (check_optimizer, "frozen", "left these parameters unchanged: 0.weight, 0.bias, 3.weight, 3.bias"),
+        (check_optimizer, "not-an-optimizer", "returned object, not a torch.optim.Optimizer"),
+        (check_initializer, "global-rng", "is not paired: kernel 0.weight at sigma=2 is not 2 x"),
+        (check_initializer, "squared-sigma", "is not paired"),
+        (check_regularizer, "half", "did not add the gradient of penalty() to params[0].grad"),
+        (check_regularizer, "overwrites", "did not add the gradient"),
+        (check_metric, "nan", "returned broken=nan, not a finite number"),
+        (check_metric, "tensor", "return plain numbers"),
+        (check_dataset, "bad-labels", "labels span 1..3, outside 0..2"),
+        (check_dataset, "ignores-train-size", "--train-size 20 gave 40 training examples instead of 20"),
+    ],
+)
 def test_checks_catch_broken_components(check, name, message, initmem_registry):
     initmem_registry(Broken())
     with pytest.raises(AssertionError) as failure:

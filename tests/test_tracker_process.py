@@ -36,8 +36,9 @@ def stored(uri: str, run_id: str) -> dict:
         "status": run.info.status,
         "params": run.data.params,
         "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-        "metrics": {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
-                    for key in run.data.metrics},
+        "metrics": {
+            key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in run.data.metrics
+        },
         "artifacts": sorted(a.path for a in client.list_artifacts(run_id)),
         "datasets": [(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs],
     }
@@ -87,8 +88,18 @@ def test_initmem_run_starts_the_helper_before_it_imports_torch(tmp_path):
     """So that MLflow's import and the store's set-up overlap torch's import, not only the build."""
     script = tmp_path / "helper_first.py"
     script.write_text(HELPER_BEFORE_TORCH)
-    args = ["--epochs", "1", "--train-size", "128", "--batch-size", "32", "--threads", "1",
-            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    args = [
+        "--epochs",
+        "1",
+        "--train-size",
+        "128",
+        "--batch-size",
+        "32",
+        "--threads",
+        "1",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
     done = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "torch imported when the helper started: False" in done.stdout
@@ -181,8 +192,9 @@ initmem_core.run(tracking_uri=sys.argv[1], progress=KillSelf(), **json.loads(sys
 def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_resumes(tracking_uri, tmp_path):
     script = tmp_path / "killed.py"
     script.write_text(KILLED_MID_RUN)
-    killed = subprocess.run([sys.executable, str(script), tracking_uri, json.dumps(SMALL)], cwd=tmp_path,
-                            capture_output=True, text=True)
+    killed = subprocess.run(
+        [sys.executable, str(script), tracking_uri, json.dumps(SMALL)], cwd=tmp_path, capture_output=True, text=True
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     helper = int((tmp_path / "helper.pid").read_text())
     deadline = time.monotonic() + 10
@@ -191,7 +203,9 @@ def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_r
     assert not Path(f"/proc/{helper}").exists(), "the helper outlived its training process"
     from mlflow.tracking import MlflowClient
 
-    (run,) = MlflowClient(tracking_uri).search_runs([MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id])
+    (run,) = MlflowClient(tracking_uri).search_runs(
+        [MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id]
+    )
     held = stored(tracking_uri, run.info.run_id)
     # Written at the end of the input although the 5 s batching interval had not passed.
     assert held["status"] == "RUNNING" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2]
@@ -223,7 +237,7 @@ class LockWhileTraining(NoProgress):
 
 def test_a_locked_store_never_holds_up_training(tracking_uri):
     """In process, the first write would wait up to MLflow's 20 s lock timeout."""
-    lock = LockWhileTraining(tracking_uri[len("sqlite:///"):], release=3)
+    lock = LockWhileTraining(tracking_uri[len("sqlite:///") :], release=3)
     result = initmem_core.run(tracker=TrackerProcess(tracking_uri, flush_every_s=0), progress=lock, **SMALL)
     assert lock.ended[3] < 15, lock.ended  # every epoch trained while the store was locked
     held = stored(tracking_uri, result.run_id)
@@ -232,7 +246,7 @@ def test_a_locked_store_never_holds_up_training(tracking_uri):
 
 @pytest.mark.slow  # the helper waits out MLflow's 20 s lock timeout
 def test_the_helpers_warnings_reach_the_training_process_in_one_line(tracking_uri):
-    lock = LockWhileTraining(tracking_uri[len("sqlite:///"):], release=1, hold_s=22)
+    lock = LockWhileTraining(tracking_uri[len("sqlite:///") :], release=1, hold_s=22)
     with pytest.warns(RunWarning, match="is not answering .*database is locked") as warned:
         result = initmem_core.run(tracker=TrackerProcess(tracking_uri, flush_every_s=0), progress=lock, **SMALL)
     assert all("\n" not in str(w.message) for w in warned)

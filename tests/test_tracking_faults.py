@@ -31,6 +31,7 @@ class Outage:
                 self.failures += 1
                 raise ConnectionError("store unreachable")
             return write(*args, **kwargs)
+
         return call
 
     # The training Progress protocol: the outage starts with training.
@@ -84,7 +85,10 @@ def test_writes_the_store_never_took_are_kept_for_initmem_sync_which_uploads_the
         result = initmem_core.run(tracker=tracker, progress=outage, **SMALL)
     first, last = (str(w.message) for w in warned)  # one line when it fails, one when the run ends
     assert "is not answering" in first
-    assert f"kept in {tmp_path / 'initmem-unsynced'}" in last and f"run `initmem sync --tracking-uri {tracking_uri}`" in last
+    assert (
+        f"kept in {tmp_path / 'initmem-unsynced'}" in last
+        and f"run `initmem sync --tracking-uri {tracking_uri}`" in last
+    )
     unsynced = tmp_path / "initmem-unsynced" / f"{result.run_id}.jsonl"
     saved = unsynced.read_text()
     assert status(tracking_uri, result.run_id) == "RUNNING"
@@ -131,7 +135,7 @@ class LockForFirstLog:
 
 @pytest.mark.slow  # holds the database lock for seconds
 def test_a_locked_sqlite_store_does_not_stop_training(tracking_uri):
-    lock = LockForFirstLog(tracking_uri[len("sqlite:///"):])
+    lock = LockForFirstLog(tracking_uri[len("sqlite:///") :])
     with pytest.warns(RunWarning, match="database is locked"):
         result = initmem_core.run(tracker=MlflowTracker(tracking_uri, flush_every_s=0), progress=lock, **SMALL)
     assert result.status == "FINISHED" and [row["epoch"] for row in result.history] == [0, 1, 2, 3]

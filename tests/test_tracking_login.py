@@ -19,18 +19,31 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from local_services import auth_request, login_server, ray_head
 from network_isolation import loopback_only, run_isolated
+from typer.testing import CliRunner
 
 pytestmark = pytest.mark.slow
 
 ADMIN_PASSWORD = "admin-" + os.urandom(6).hex()
 USER, PASSWORD = "alice", "alice-" + os.urandom(6).hex()
 LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
-SMALL = ["--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128", "--batch-size", "32",
-         "--eval-batch-size", "512", "--threads", "1"]
+SMALL = [
+    "--data",
+    "digits",
+    "--arch",
+    "resnet20",
+    "--epochs",
+    "2",
+    "--train-size",
+    "128",
+    "--batch-size",
+    "32",
+    "--eval-batch-size",
+    "512",
+    "--threads",
+    "1",
+]
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
@@ -90,8 +103,11 @@ def all_runs(url: str) -> list:
 
 
 def sweep_children(url: str, sweep: str) -> list:
-    return [run for run in all_runs(url)
-            if run.data.tags.get("initmem.sweep") == sweep and run.data.tags.get("initmem.role") != "parent"]
+    return [
+        run
+        for run in all_runs(url)
+        if run.data.tags.get("initmem.sweep") == sweep and run.data.tags.get("initmem.role") != "parent"
+    ]
 
 
 def assert_one_refusal_line(output: str, secret: str) -> None:
@@ -107,15 +123,22 @@ def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, 
     wrong = "wrong-" + os.urandom(4).hex()
     # `initmem run` as a user runs it: a fresh process whose tracking helper opens the store.
     env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": wrong}
-    result = subprocess.run([sys.executable, "-m", "initmem_cli", "run", *SMALL, "--tracking-uri", server,
-                             "--experiment", "refused"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "initmem_cli", "run", *SMALL, "--tracking-uri", server, "--experiment", "refused"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert_one_refusal_line(result.stderr, wrong)
     assert f"user '{USER}'" in result.stderr
     # A sweep with no login at all, and a report.
     as_user(None, None)
-    for command in (["sweep", *SMALL, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
-                    ["report", "refused"]):
+    for command in (
+        ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
+        ["report", "refused"],
+    ):
         result = runner.invoke(app(), [*command, "--tracking-uri", server, "--experiment", "refused"])
         assert result.exit_code == 2, result.output
         assert_one_refusal_line(result.stderr, PASSWORD)
@@ -133,15 +156,32 @@ def app():
 
 def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, as_user, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app(), ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "login-local", "--workers", "2",
-                                   "--tracking-uri", server, "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app(),
+        [
+            "sweep",
+            *SMALL,
+            "--sigma",
+            "0.5,2",
+            "--name",
+            "login-local",
+            "--workers",
+            "2",
+            "--tracking-uri",
+            server,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     runs = sweep_children(server, "login-local")
     assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
     assert all(len(admin_client(server).get_metric_history(run.info.run_id, "train_loss")) == 3 for run in runs)
     assert PASSWORD not in result.output
-    report = runner.invoke(app(), ["report", "login-local", "--format", "json", "--tracking-uri", server,
-                                   "--out", str(tmp_path / "report")])
+    report = runner.invoke(
+        app(),
+        ["report", "login-local", "--format", "json", "--tracking-uri", server, "--out", str(tmp_path / "report")],
+    )
     assert report.exit_code == 0, report.output
     assert {row["sigma"] for row in json.loads(report.stdout)["rows"]} == {0.5, 2.0}
     ui = runner.invoke(app(), ["ui", "--sweep", "login-local", "--tracking-uri", server])
@@ -154,8 +194,24 @@ def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, a
 
 
 def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_user, tmp_path):
-    result = runner.invoke(app(), ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "login-slurm", "--executor", "slurm",
-                                   "--slurm-local", "--tracking-uri", server, "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app(),
+        [
+            "sweep",
+            *SMALL,
+            "--sigma",
+            "0.5,2",
+            "--name",
+            "login-slurm",
+            "--executor",
+            "slurm",
+            "--slurm-local",
+            "--tracking-uri",
+            server,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     runs = sweep_children(server, "login-slurm")
     assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
@@ -169,9 +225,27 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     uploads it."""
     epochs = 60
     env = dict(os.environ)
-    process = subprocess.Popen([sys.executable, "-m", "initmem_cli", "run", *SMALL[:4], "--epochs", str(epochs),
-                                *SMALL[6:], "--seed", "7", "--tracking-uri", server], env=env, cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "initmem_cli",
+            "run",
+            *SMALL[:4],
+            "--epochs",
+            str(epochs),
+            *SMALL[6:],
+            "--seed",
+            "7",
+            "--tracking-uri",
+            server,
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         client, deadline, run = admin_client(server), time.monotonic() + 240, None
         # The password changes as soon as the run and its params are in the store (the helper
@@ -183,8 +257,14 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
             run = found[0] if found and found[0].data.params else None
             time.sleep(0.1)
         new_password = "alice-" + os.urandom(6).hex()
-        auth_request(server, "update-password", {"username": USER, "password": new_password}, "admin",
-                     ADMIN_PASSWORD, method="PATCH")
+        auth_request(
+            server,
+            "update-password",
+            {"username": USER, "password": new_password},
+            "admin",
+            ADMIN_PASSWORD,
+            method="PATCH",
+        )
         out, err = process.communicate(timeout=600)
     finally:
         process.kill()
@@ -196,12 +276,22 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     held = len(client.get_metric_history(run.info.run_id, "train_loss"))
     assert stored.info.status == "RUNNING" and held < epochs + 1  # the rest waits here
     assert (tmp_path / "initmem-unsynced" / f"{run.info.run_id}.jsonl").exists()
-    refused = subprocess.run([sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server], env=env,
-                             cwd=tmp_path, capture_output=True, text=True)  # still the old password
+    refused = subprocess.run(
+        [sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )  # still the old password
     assert refused.returncode == 2 and "refused the credentials" in refused.stderr
     env["MLFLOW_TRACKING_PASSWORD"] = new_password
-    synced = subprocess.run([sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server], env=env,
-                            cwd=tmp_path, capture_output=True, text=True)
+    synced = subprocess.run(
+        [sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert synced.returncode == 0, synced.stdout + synced.stderr
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == list(range(epochs + 1))
@@ -217,9 +307,25 @@ def test_ray_tasks_get_the_login_though_their_head_never_saw_it(server, as_user,
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a test head on this machine
     head_env = {key: value for key, value in os.environ.items() if key not in LOGIN}
     with ray_head(2, head_env) as address:
-        result = runner.invoke(app(), ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "login-ray", "--executor", "ray",
-                                       "--ray-address", address, "--tracking-uri", server,
-                                       "--out", str(tmp_path / "out")])
+        result = runner.invoke(
+            app(),
+            [
+                "sweep",
+                *SMALL,
+                "--sigma",
+                "0.5,2",
+                "--name",
+                "login-ray",
+                "--executor",
+                "ray",
+                "--ray-address",
+                address,
+                "--tracking-uri",
+                server,
+                "--out",
+                str(tmp_path / "out"),
+            ],
+        )
         logs = [path for path in Path("/tmp").glob("ray*/session_*/logs/*") if path.is_file()]
         leaked = [str(path) for path in logs if PASSWORD.encode() in path.read_bytes()]
     assert result.exit_code == 0, result.output

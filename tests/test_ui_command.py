@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from local_services import free_port
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_cli.ui import JOBS_ENV
 from initmem_core.errors import ConfigError
-from local_services import free_port
 
 runner = CliRunner()
 
@@ -34,8 +34,12 @@ def started(monkeypatch, tmp_path):
         seen.append((args, kwargs["env"]))
         order.append("server")
         assert kwargs["start_new_session"]
-        return real_popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True,
-                          stdout=kwargs["stdout"], stderr=kwargs["stderr"])
+        return real_popen(
+            [sys.executable, "-c", "raise SystemExit(3)"],
+            start_new_session=True,
+            stdout=kwargs["stdout"],
+            stderr=kwargs["stderr"],
+        )
 
     monkeypatch.setattr("initmem_cli.ui.subprocess.Popen", stand_in)
     order = []
@@ -54,8 +58,9 @@ def started(monkeypatch, tmp_path):
 
 
 def _ui(*options: str, env: dict | None = None):
-    return runner.invoke(app, ["ui", "--port", str(free_port()), "--tracking-uri", "sqlite:///mlflow.db", *options],
-                         env=env)
+    return runner.invoke(
+        app, ["ui", "--port", str(free_port()), "--tracking-uri", "sqlite:///mlflow.db", *options], env=env
+    )
 
 
 def _workers(args: list[str]) -> str:
@@ -76,8 +81,7 @@ def test_workers_and_the_job_runner_can_be_asked_for(started):
     _ui("--workers", "3", "--jobs")
     _ui(env={JOBS_ENV: "true"})  # MLflow's own switch is honoured
     _ui("--no-jobs", env={JOBS_ENV: "true"})  # the option wins
-    assert [(_workers(args), env[JOBS_ENV]) for args, env in started] == [("3", "true"), ("1", "true"),
-                                                                           ("1", "false")]
+    assert [(_workers(args), env[JOBS_ENV]) for args, env in started] == [("3", "true"), ("1", "true"), ("1", "false")]
 
 
 def test_zero_workers_is_refused_before_anything_starts(started):
@@ -102,4 +106,5 @@ def test_a_store_without_the_experiment_opens_mlflows_home_with_the_training_sid
     from initmem_cli.ui import sweep_urls
 
     assert sweep_urls(tracking_uri, "", "initmem", None) == [
-        ("MLflow UI (no experiment 'initmem' yet)", "/#/?workflowType=machine_learning")]
+        ("MLflow UI (no experiment 'initmem' yet)", "/#/?workflowType=machine_learning")
+    ]

@@ -12,10 +12,12 @@ from rich.console import Console
 
 from initmem_cli.tables import fitted_tables
 from initmem_core.config import RunConfig
+from initmem_core.groups import group_label
+from initmem_core.report.description import description
 from initmem_core.report.memory import build_report
-from initmem_core.sweep.grid import cell_names, group_label, plan_sweep
+from initmem_core.sweep.grid import cell_names, plan_sweep
 from initmem_core.tracking.records import CellRecord
-from initmem_core.tracking.ui_view import description, view_key, view_state
+from initmem_core.tracking.ui_view import view_key, view_state
 
 
 def test_two_sweeps_with_different_learning_rates_never_share_a_group_label():
@@ -52,8 +54,16 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
     state = view_state("a" * 32)
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{'a' * 32}'"
     assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "initmem.group"}]
-    for column in ("params.`sigma`", "params.`opt`", "params.`lr`", "params.`batch_size`", "params.`seed`",
-                   "metrics.`best_val_test_acc`", "metrics.`tau_interp`", "metrics.`weight_norm_ratio`"):
+    for column in (
+        "params.`sigma`",
+        "params.`opt`",
+        "params.`lr`",
+        "params.`batch_size`",
+        "params.`seed`",
+        "metrics.`best_val_test_acc`",
+        "metrics.`tau_interp`",
+        "metrics.`weight_norm_ratio`",
+    ):
         assert column in state["selectedColumns"]
     [scatter] = [c for c in state["compareRunCharts"] if c["type"] == "SCATTER"]
     assert (scatter["xaxis"]["key"], scatter["yaxis"]["key"]) == ("sigma", "best_val_test_acc")
@@ -67,22 +77,32 @@ def _record(opt: str, sigma: float, seed: int, acc: float) -> CellRecord:
 
 
 def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_plots():
-    report = build_report([_record("sgd", 0.5, 0, 0.5), _record("sgd", 2.0, 0, 0.75),
-                           _record("adam", 0.5, 0, 0.6), _record("adam", 2.0, 0, 0.6)])
+    report = build_report(
+        [
+            _record("sgd", 0.5, 0, 0.5),
+            _record("sgd", 2.0, 0, 0.75),
+            _record("adam", 0.5, 0, 0.6),
+            _record("adam", 2.0, 0, 0.6),
+        ]
+    )
     text = description(report, "demo", "7", "r" * 32, "initmem-k")
     spreads = {g.group: g.spread for g in report.groups}
     assert f"| opt=sgd | {spreads['opt=sgd']:.2f} |" in text and f"| opt=adam | {spreads['opt=adam']:.2f} |" in text
     assert not math.isclose(spreads["opt=sgd"], spreads["opt=adam"])
     assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning)" in text
-    assert "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning&compareRunsMode=CHART)" in text
+    assert (
+        "(/#/experiments/7/runs?viewStateShareKey=initmem-k&workflowType=machine_learning&compareRunsMode=CHART)"
+        in text
+    )
     assert f"(/#/experiments/7/runs/{'r' * 32}/artifacts/report/test_acc_vs_sigma.png)" in text
     # beside the paper's spread, the debiased one; one seed per sigma measures none, and it says why
     assert "debiased pp [95% interval]" in text and "fewer than two sigmas with enough trained runs" in text
 
 
 def test_the_parent_description_shows_the_debiased_spread_with_its_interval():
-    report = build_report([_record("sgd", s, seed, acc + 0.01 * seed) for seed in range(4)
-                           for s, acc in ((0.5, 0.5), (2.0, 0.75))])
+    report = build_report(
+        [_record("sgd", s, seed, acc + 0.01 * seed) for seed in range(4) for s, acc in ((0.5, 0.5), (2.0, 0.75))]
+    )
     g = report.groups[0]
     text = description(report, "demo", "7", "r" * 32, "initmem-k")
     assert f"| {g.debiased_spread:+.2f} [{g.debiased_spread_lo:+.2f}, {g.debiased_spread_hi:+.2f}] |" in text
@@ -91,8 +111,10 @@ def test_the_parent_description_shows_the_debiased_spread_with_its_interval():
 @pytest.mark.parametrize("width", [80, 50])
 def test_tables_fold_rather_than_cut_on_a_narrow_terminal(width):
     headers = ["sigma", "test acc %", "a long header that wraps", "tau_interp", "‖W‖/‖W0‖", "T_SGD"]
-    rows = [["0.5", "12.34", "1.2345e-08", "123456789", "1.0001", "0.0012345"],
-            ["2", "99.99", "x" * (width + 10), "–", "1", "3"]]  # one value wider than the terminal
+    rows = [
+        ["0.5", "12.34", "1.2345e-08", "123456789", "1.0001", "0.0012345"],
+        ["2", "99.99", "x" * (width + 10), "–", "1", "3"],
+    ]  # one value wider than the terminal
     console = Console(width=width, record=True, file=open("/dev/null", "w"))
     console.print(*fitted_tables("a title", headers, rows, width, right=(1, 2, 3, 4, 5)))
     text = console.export_text()
@@ -106,10 +128,14 @@ def test_the_report_keeps_every_number_of_long_labelled_groups_whole_at_80_colum
     from initmem_cli.report import rich_tables
 
     base = dict(epochs=2, train_size=256, batch_size=32)  # constants of the sweep make labels long
-    records = [CellRecord(RunConfig(opt=opt, lr=lr, sigma=sigma, seed=seed, **base),
-                          metrics={"best_val_test_acc": acc, "weight_norm": 13.3, "clock_sgd": 3.125e-4})
-               for opt, lr in (("sgd", 0.05), ("adam", 0.001))
-               for sigma, seed, acc in ((0.5, 0, 0.80), (0.5, 1, 0.84), (2.0, 0, 0.60), (2.0, 1, 0.71))]
+    records = [
+        CellRecord(
+            RunConfig(opt=opt, lr=lr, sigma=sigma, seed=seed, **base),
+            metrics={"best_val_test_acc": acc, "weight_norm": 13.3, "clock_sgd": 3.125e-4},
+        )
+        for opt, lr in (("sgd", 0.05), ("adam", 0.001))
+        for sigma, seed, acc in ((0.5, 0, 0.80), (0.5, 1, 0.84), (2.0, 0, 0.60), (2.0, 1, 0.71))
+    ]
     report = build_report(records)
     console = Console(width=80, record=True, file=open("/dev/null", "w"))
     console.print(*rich_tables(report, "t", 80))

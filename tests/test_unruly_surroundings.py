@@ -17,8 +17,7 @@ import pytest
 
 from initmem_cli.output import BROKEN_PIPE_EXIT, PipeSafeStream
 
-TINY_ARGS = ["--epochs", "2", "--train-size", "128", "--batch-size", "32", "--threads", "1",
-             "--eval-batch-size", "512"]
+TINY_ARGS = ["--epochs", "2", "--train-size", "128", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
 
 
 def initmem_command(*args: str) -> list[str]:
@@ -29,11 +28,12 @@ def runs_in(uri: str) -> list[tuple[str, str]]:
     """(name, status) of every run in a SQLite store, read without MLflow."""
     import sqlite3
 
-    with sqlite3.connect(uri[len("sqlite:///"):]) as database:
+    with sqlite3.connect(uri[len("sqlite:///") :]) as database:
         return database.execute("select name, status from runs").fetchall()
 
 
 # -- F: output into a closed pipe ----------------------------------------------------------------
+
 
 class ClosedPipe(io.StringIO):
     def write(self, text):
@@ -53,8 +53,13 @@ def test_a_stream_whose_reader_left_drops_the_rest_and_remembers_it():
 @pytest.mark.slow
 def test_a_run_piped_into_head_lands_and_exits_like_a_unix_tool(tmp_path, tracking_uri):
     uri = tracking_uri
-    process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        initmem_command("run", *TINY_ARGS, "--tracking-uri", uri),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = process.stdout.readline()  # what `| head -1` reads, then it leaves
     process.stdout.close()
     error = process.stderr.read()
@@ -66,13 +71,20 @@ def test_a_run_piped_into_head_lands_and_exits_like_a_unix_tool(tmp_path, tracki
 @pytest.mark.slow
 def test_a_run_with_stdout_closed_lands_without_a_traceback(tmp_path, tracking_uri):
     uri = tracking_uri
-    done = subprocess.run(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
-                          stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), timeout=120)
+    done = subprocess.run(
+        initmem_command("run", *TINY_ARGS, "--tracking-uri", uri),
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
 
 
 # -- H: a full checkpoint disk -------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_disk(tmp_path):
@@ -87,8 +99,13 @@ def small_disk(tmp_path):
     def make(size: str) -> Path:
         folder = Disk(tmp_path / f"disk{len(mounted)}")
         folder.mkdir()
-        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                                               capture_output=True).returncode != 0:
+        if (
+            os.geteuid() != 0
+            or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+            ).returncode
+            != 0
+        ):
             pytest.skip("needs root and tmpfs to make a full disk")
         mounted.append(folder)
         return folder
@@ -144,12 +161,22 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
 
     import torch
 
-    from initmem_core.training import checkpoints
-    from initmem_core.training.checkpoints import FORMAT, CheckpointNotWritten, CheckpointStore
+    from initmem_core.training import checkpoint_store
+    from initmem_core.training.checkpoint_format import FORMAT
+    from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 
     def payload(epoch):
-        return {"format": FORMAT, "config": {}, "config_hash": "abc", "run_id": None, "epoch": epoch, "step": 0,
-                "model": {"w": torch.ones(2)}, "optimizer": {}, "scheduler": {}}
+        return {
+            "format": FORMAT,
+            "config": {},
+            "config_hash": "abc",
+            "run_id": None,
+            "epoch": epoch,
+            "step": 0,
+            "model": {"w": torch.ones(2)},
+            "optimizer": {},
+            "scheduler": {},
+        }
 
     store = CheckpointStore(tmp_path)
     first = store.save(payload(1))
@@ -158,11 +185,14 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
     def full_disk(descriptor):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoints.os, "fsync", full_disk)
+    monkeypatch.setattr(checkpoint_store.os, "fsync", full_disk)
     store.save(payload(2))
     with pytest.raises(CheckpointNotWritten) as refused:
         store.wait()
-    assert str(refused.value) == f"checkpoint {tmp_path / 'ckpt-e000002-s000000.pt'} could not be written: No space left on device"
+    assert (
+        str(refused.value)
+        == f"checkpoint {tmp_path / 'ckpt-e000002-s000000.pt'} could not be written: No space left on device"
+    )
     assert refused.value.last_good == first and f"--resume continues from {first}" in refused.value.how_to_continue()
     assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # no .tmp, the good one kept
 
@@ -170,11 +200,12 @@ def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_fi
 @pytest.mark.slow
 def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_it(tmp_path, tracking_uri, small_disk):
     disk = small_disk("3m")  # two checkpoints of this model fit, not three
-    command = initmem_command("run", *TINY_ARGS, "--epochs", "4", "--tracking-uri", tracking_uri,
-                              "--checkpoint-dir", str(disk))
+    command = initmem_command(
+        "run", *TINY_ARGS, "--epochs", "4", "--tracking-uri", tracking_uri, "--checkpoint-dir", str(disk)
+    )
     failed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
-    assert f"could not be written: No space left on device" in failed.stderr and str(disk) in failed.stderr
+    assert "could not be written: No space left on device" in failed.stderr and str(disk) in failed.stderr
     assert "the run is marked FAILED" in failed.stderr and "--resume continues from" in failed.stderr
     assert not list(disk.rglob("*.tmp"))
     assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FAILED")]
@@ -192,22 +223,35 @@ def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_i
 
 # -- D: signals at every moment ------------------------------------------------------------------
 
+
 def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``folder`` with its size and modification time."""
-    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
-            for path in folder.rglob("*") if path.is_file()}
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
 
 
 TRAINING = "training"  # the moment: once the run has begun training (its label is printed)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signal_name, moment, store", [
-    ("SIGINT", 0.2, "copied"), ("SIGINT", 2.0, "copied"), ("SIGTERM", 1.5, "copied"), ("SIGTERM", 3.0, "fresh"),
-    ("SIGHUP", 2.5, "copied"), ("SIGINT", TRAINING, "copied"), ("SIGHUP", TRAINING, "copied"),
-])  # (SIGTERM during training: test_resume.py) benchmarks/signal_moments.py tries many more moments
+@pytest.mark.parametrize(
+    "signal_name, moment, store",
+    [
+        ("SIGINT", 0.2, "copied"),
+        ("SIGINT", 2.0, "copied"),
+        ("SIGTERM", 1.5, "copied"),
+        ("SIGTERM", 3.0, "fresh"),
+        ("SIGHUP", 2.5, "copied"),
+        ("SIGINT", TRAINING, "copied"),
+        ("SIGHUP", TRAINING, "copied"),
+    ],
+)  # (SIGTERM during training: test_resume.py) benchmarks/signal_moments.py tries many more moments
 def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_running(
-        tmp_path, store_in, signal_name, moment, store):
+    tmp_path, store_in, signal_name, moment, store
+):
     import signal
     import time
 
@@ -216,8 +260,13 @@ def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_
     uri = store_in(tmp_path) if store == "copied" else f"sqlite:///{tmp_path / 'mlflow.db'}"
     signum = getattr(signal, signal_name)
     args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
-    process = subprocess.Popen(initmem_command("run", *args, "--tracking-uri", uri), cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        initmem_command("run", *args, "--tracking-uri", uri),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if moment == TRAINING:
         assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # printed as training starts
         time.sleep(0.3)
@@ -247,6 +296,7 @@ def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_
 
 # -- I: syncs at once, a file whose run is gone, long names, tags of an early end ----------------
 
+
 def unsynced_run(uri: str, folder: Path, name: str, in_store: bool = True) -> str:
     """A run (in the store, or only named) whose three metric values wait in ``folder``."""
     from mlflow.tracking import MlflowClient
@@ -259,8 +309,12 @@ def unsynced_run(uri: str, folder: Path, name: str, in_store: bool = True) -> st
         run_id = client.create_run(experiment, run_name=name).info.run_id
     else:
         run_id = "0123456789abcdef0123456789abcdef"
-    spill(PendingWrites(metrics=[("test_acc", 0.5 + step / 10, 0, step) for step in range(3)],
-                        status=("FINISHED", 0)), folder, run_id, uri)
+    spill(
+        PendingWrites(metrics=[("test_acc", 0.5 + step / 10, 0, step) for step in range(3)], status=("FINISHED", 0)),
+        folder,
+        run_id,
+        uri,
+    )
     return run_id
 
 
@@ -288,8 +342,16 @@ def test_a_file_whose_run_is_not_in_the_store_is_named_and_the_others_are_synced
 def test_two_syncs_at_once_upload_every_file_once_and_both_succeed(tmp_path, tracking_uri):
     folder = tmp_path / "initmem-unsynced"
     run_ids = [unsynced_run(tracking_uri, folder, f"run{i}") for i in range(4)]
-    syncs = [subprocess.Popen(initmem_command("sync", "--tracking-uri", tracking_uri), cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    syncs = [
+        subprocess.Popen(
+            initmem_command("sync", "--tracking-uri", tracking_uri),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [sync.communicate(timeout=120) for sync in syncs]
     assert [sync.returncode for sync in syncs] == [0, 0], outputs
     assert all(error == "" for _, error in outputs), outputs
@@ -312,16 +374,26 @@ def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_ur
     import signal
 
     from mlflow.tracking import MlflowClient
+    from signal_progress import SignalAtStep
 
     import initmem_core
     from initmem_core import Stopped
-    from signal_progress import SignalAtStep
 
-    tiny = dict(epochs=2, train_size=64, batch_size=32, threads=1, eval_batch_size=512, helper_process=False,
-                tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints"))
+    tiny = dict(
+        epochs=2,
+        train_size=64,
+        batch_size=32,
+        threads=1,
+        eval_batch_size=512,
+        helper_process=False,
+        tracking_uri=tracking_uri,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+    )
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(1, signal.SIGINT), **tiny)
-    (run,) = MlflowClient(tracking_uri).search_runs([MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id])
+    (run,) = MlflowClient(tracking_uri).search_runs(
+        [MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id]
+    )
     assert run.data.tags["stopped_by"] == "SIGINT" and run.info.status == "KILLED"
     result = initmem_core.run(resume=True, **tiny)
     run = MlflowClient(tracking_uri).get_run(result.run_id)
@@ -329,6 +401,7 @@ def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_ur
 
 
 # -- A: the store and the unsynced folder both refuse writes -------------------------------------
+
 
 def test_unsynced_files_are_whole_or_absent(tmp_path, monkeypatch):
     import errno
@@ -356,23 +429,41 @@ def test_unsynced_files_are_whole_or_absent(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(tmp_path, small_disk,
-                                                                                        store_in, _empty_store):
+def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(
+    tmp_path, small_disk, store_in, _empty_store
+):
     from initmem_core.tracking.pending import read_unsynced
 
     disk = small_disk(f"{_empty_store.stat().st_size // 1024 + 550}k")  # the store's folder, filled up below
     with open(new_file(disk / "filler"), "wb", buffering=0) as filler:
         uri = store_in(disk)
-        args = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size",
-                "512", "--tracking-uri", uri, "--checkpoint-dir", str(tmp_path / "checkpoints")]
-        process = subprocess.Popen(initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        args = [
+            "--epochs",
+            "6",
+            "--train-size",
+            "256",
+            "--batch-size",
+            "32",
+            "--threads",
+            "1",
+            "--eval-batch-size",
+            "512",
+            "--tracking-uri",
+            uri,
+            "--checkpoint-dir",
+            str(tmp_path / "checkpoints"),
+        ]
+        process = subprocess.Popen(
+            initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # the run exists, training starts
         fill_up(filler)  # while it trains
     output, error = process.communicate(timeout=120)
     assert process.returncode == 1 and "Traceback" not in error, error
     last = error.strip().splitlines()[-1]
-    assert last.startswith("Error: resnet20-sgd-s1.0-seed0 ended FINISHED, but tracking store") and "not recorded" in last
+    assert (
+        last.startswith("Error: resnet20-sgd-s1.0-seed0 ended FINISHED, but tracking store") and "not recorded" in last
+    )
     kept = ("mlflow.db", "mlflow.db.lock", "filler", "ac1c534c19fd9902.lock")  # the last: the run's lease
     # The disk may have had room for the spool's file but not the weights' copy: a whole file may then
     # be left (syncing it adds nothing once the run is recovered), never a temporary or partial one.
@@ -393,10 +484,13 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
     (run,) = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
     assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == list(range(7))
-    assert {"config.json", "final_weights.pt", "layer_norms.csv"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.json", "final_weights.pt", "layer_norms.csv"} <= {
+        a.path for a in client.list_artifacts(run.info.run_id)
+    }
 
 
 # -- E: the store's lock held by another process ---------------------------------------------------
+
 
 def interrupt_the_wait(folder: Path, uri: str) -> str:
     """Start ``initmem run`` on ``uri``, which waits for a lock; Ctrl-C it at its first line and check
@@ -406,8 +500,13 @@ def interrupt_the_wait(folder: Path, uri: str) -> str:
 
     from test_reliability_edges import alive, descendants
 
-    process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=folder,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        initmem_command("run", *TINY_ARGS, "--tracking-uri", uri),
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     waiting = process.stderr.readline()
     helpers = descendants(process.pid)
     process.send_signal(signal.SIGINT)
@@ -440,21 +539,25 @@ def test_a_held_store_lock_is_named_in_one_line_and_the_first_ctrl_c_ends_the_wa
 def hold_database(database: Path, seconds: float) -> subprocess.Popen:
     """Another process inside an exclusive SQLite transaction on ``database`` for ``seconds``;
     returns once it holds the lock."""
-    script = ("import sqlite3, sys, time\n"
-              "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-              "c.execute('BEGIN EXCLUSIVE')\n"
-              "print('held', flush=True)\n"
-              "time.sleep(float(sys.argv[2]))\n"
-              "c.execute('COMMIT')\n")
-    holder = subprocess.Popen([sys.executable, "-c", script, str(database), str(seconds)], stdout=subprocess.PIPE,
-                              text=True)
+    script = (
+        "import sqlite3, sys, time\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('BEGIN EXCLUSIVE')\n"
+        "print('held', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+        "c.execute('COMMIT')\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(database), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
 
 @pytest.mark.slow
 def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_and_a_freed_one_is_written(
-        tmp_path, store_in):
+    tmp_path, store_in
+):
     uri = store_in(tmp_path)
     holder = hold_database(tmp_path / "mlflow.db", 60)
     try:
@@ -467,8 +570,13 @@ def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_a
     assert runs_in(uri) == []
 
     holder = hold_database(tmp_path / "mlflow.db", 60)  # let go once the run has said it waits: it then lands whole
-    process = subprocess.Popen(initmem_command("run", *TINY_ARGS, "--tracking-uri", uri), cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        initmem_command("run", *TINY_ARGS, "--tracking-uri", uri),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     waiting = process.stderr.readline()
     holder.kill()
     holder.wait()
@@ -478,7 +586,9 @@ def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_a
     from mlflow.tracking import MlflowClient
 
     (run,) = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("initmem").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.params["sigma"] == "1.0" and "best_val_test_acc" in run.data.metrics
+    assert (
+        run.info.status == "FINISHED" and run.data.params["sigma"] == "1.0" and "best_val_test_acc" in run.data.metrics
+    )
 
 
 @pytest.mark.slow
@@ -516,7 +626,7 @@ def test_a_database_locked_after_the_store_opened_is_waited_for_before_the_run_i
 
 def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unreachable():
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.store import store_must_answer
+    from initmem_core.tracking.client import store_must_answer
 
     with pytest.raises(ConfigError) as said:
         with store_must_answer("sqlite:///x/mlflow.db"):
@@ -527,10 +637,11 @@ def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unre
 
 # -- B: creating the store on a full disk, or finding one an older version left half-made -----------
 
+
 @pytest.mark.slow
 def test_a_store_that_cannot_be_created_leaves_nothing_and_is_created_once_there_is_space(small_disk, _empty_store):
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
 
     disk = small_disk(f"{_empty_store.stat().st_size // 2048}k")  # half what a migrated store takes
     uri = f"sqlite:///{disk / 'mlflow.db'}"
@@ -547,7 +658,7 @@ def test_a_store_an_interrupted_migration_left_is_made_afresh_when_it_holds_no_r
     import sqlite3
 
     from initmem_core.errors import ConfigError
-    from initmem_core.tracking.store import open_client
+    from initmem_core.tracking.client import open_client
 
     uri = store_in(tmp_path)
     with sqlite3.connect(tmp_path / "mlflow.db") as database:  # what alembic leaves when cut short
@@ -568,19 +679,35 @@ def test_a_store_an_interrupted_migration_left_is_made_afresh_when_it_holds_no_r
 
 # -- C: one run of a config at a time ------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_live_run_holds_its_config_and_once_its_process_is_dead_it_resumes(tmp_path, tracking_uri):
     import signal
 
-    args = ["run", "--epochs", "12", "--train-size", "256", "--batch-size", "32", "--threads", "1",
-            "--eval-batch-size", "512", "--tracking-uri", tracking_uri]
-    first = subprocess.Popen(initmem_command(*args), cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    args = [
+        "run",
+        "--epochs",
+        "12",
+        "--train-size",
+        "256",
+        "--batch-size",
+        "32",
+        "--threads",
+        "1",
+        "--eval-batch-size",
+        "512",
+        "--tracking-uri",
+        tracking_uri,
+    ]
+    first = subprocess.Popen(
+        initmem_command(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         assert first.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # training
         second = subprocess.run(initmem_command(*args), cwd=tmp_path, capture_output=True, text=True, timeout=60)
-        resumed_early = subprocess.run(initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True,
-                                       text=True, timeout=60)
+        resumed_early = subprocess.run(
+            initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
         assert first.poll() is None, "the first run ended before the others were tried: make it longer"
     finally:
         first.send_signal(signal.SIGKILL)  # its owner dies outright: the run stays RUNNING
@@ -591,13 +718,15 @@ def test_a_live_run_holds_its_config_and_once_its_process_is_dead_it_resumes(tmp
     assert f"the run of this config is still running in process {first.pid}" in resumed_early.stderr
     assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "RUNNING")]  # neither wrote a run
 
-    resumed = subprocess.run(initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True, text=True,
-                             timeout=120)
+    resumed = subprocess.run(
+        initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
 
 
 # -- G: a sweep whose store does not take a cell's writes ----------------------------------------
+
 
 @pytest.mark.slow
 def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(tracking_uri, tmp_path, monkeypatch):
@@ -617,9 +746,23 @@ def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(track
         send(self, client, run_id)
 
     monkeypatch.setattr(PendingWrites, "send", locked_for_one_cell)
-    swept = CliRunner(env={"COLUMNS": "250"}).invoke(app, [
-        "sweep", *TINY_ARGS, "--epochs", "1", "--sigma", "0.5,2", "--name", "locked", "--tracking-uri", tracking_uri,
-        "--out", str(tmp_path / "out")])
+    swept = CliRunner(env={"COLUMNS": "250"}).invoke(
+        app,
+        [
+            "sweep",
+            *TINY_ARGS,
+            "--epochs",
+            "1",
+            "--sigma",
+            "0.5,2",
+            "--name",
+            "locked",
+            "--tracking-uri",
+            tracking_uri,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     monkeypatch.undo()
     assert swept.exit_code == 0, swept.output
     said = " ".join(swept.stdout.split())  # as one line, however rich wrapped it
@@ -639,7 +782,7 @@ def test_a_sweep_counts_the_cells_whose_writes_wait_and_names_initmem_sync(track
 def test_mlflow_error_logs_become_one_line(caplog):
     import logging
 
-    from initmem_core.tracking.store import OneLineLogs
+    from initmem_core.tracking.mlflow_logs import OneLineLogs
 
     one_line = OneLineLogs()
     try:
@@ -658,14 +801,22 @@ def test_a_run_whose_process_died_resumes_whatever_a_later_run_of_its_config_did
     import signal
 
     from mlflow.tracking import MlflowClient
+    from signal_progress import SignalAtStep
 
     import initmem_core
     from initmem_core import Stopped
     from initmem_core.errors import RunWarning
-    from signal_progress import SignalAtStep
 
-    tiny = dict(epochs=2, train_size=64, batch_size=32, threads=1, eval_batch_size=512, helper_process=False,
-                tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints"))
+    tiny = dict(
+        epochs=2,
+        train_size=64,
+        batch_size=32,
+        threads=1,
+        eval_batch_size=512,
+        helper_process=False,
+        tracking_uri=tracking_uri,
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+    )
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(3, signal.SIGTERM), **tiny)  # 2 steps an epoch: stops in epoch 2
     client = MlflowClient(tracking_uri)

@@ -12,19 +12,30 @@ from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
-from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping, parse_until, validate
+from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping, parse_until
 from initmem_core.errors import ConfigError
+from initmem_core.groups import group_label
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.sweep.grid import cell_names, group_label, plan_sweep, spec_from_toml
-from initmem_core.training.horizons import (Schedule, StepRule, declared_rule, epoch_batches, epochs_until,
-                                            final_clocks, horizon, plan_horizons)
+from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.sweep.grid import cell_names, plan_sweep, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
+from initmem_core.training.horizons import (
+    Schedule,
+    StepRule,
+    declared_rule,
+    epoch_batches,
+    epochs_until,
+    final_clocks,
+    horizon,
+    plan_horizons,
+)
 
 runner = CliRunner(env={"COLUMNS": "200"})
 CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
 
 
 # -- the arithmetic, against hand-written sums ----------------------------------------------------
+
 
 def hand_multipliers(schedule: str, epochs: int, spe: int, warmup: int = 0, every: int = 1, gamma: float = 0.5):
     """Each step's factor on lr, written from the schedules' definitions (not from their code)."""
@@ -45,15 +56,19 @@ def hand_clocks(multipliers, lr, batches, momentum=0.0, shrink=0.0):
     steps = len(multipliers)
     sizes = (list(batches) * (steps // len(batches) + 1))[:steps]
     eta = [lr * m / (1 - momentum) for m in multipliers]
-    return {"clock_sgd": sum(e * e / b for e, b in zip(eta, sizes)), "clock_l2": shrink * sum(eta),
-            "clock_adapt": sum(eta)}
+    return {
+        "clock_sgd": sum(e * e / b for e, b in zip(eta, sizes)),
+        "clock_l2": shrink * sum(eta),
+        "clock_adapt": sum(eta),
+    }
 
 
 def hand_fewest(clock, target, schedule, batches, lr, momentum=0.0, shrink=0.0, warmup=0, **step):
     """The fewest epochs whose final clock reaches ``target``, by trying 1, 2, 3, ... by hand."""
     for epochs in range(1, 10_000):
-        clocks = hand_clocks(hand_multipliers(schedule, epochs, len(batches), warmup, **step), lr, batches,
-                             momentum, shrink)
+        clocks = hand_clocks(
+            hand_multipliers(schedule, epochs, len(batches), warmup, **step), lr, batches, momentum, shrink
+        )
         if clocks[clock] >= target * (1 - 1e-9):
             return epochs, clocks
     raise AssertionError("not reached")
@@ -72,16 +87,23 @@ def test_the_issues_example_is_lambda_eta_steps():
 
 
 @pytest.mark.parametrize("clock, target", [("clock_sgd", 0.004), ("clock_l2", 0.05), ("clock_adapt", 3.0)])
-@pytest.mark.parametrize("schedule, warmup_epochs, momentum", [
-    ("constant", 0.0, 0.0), ("constant", 1.5, 0.9), ("step", 1.0, 0.5), ("step", 0.0, 0.0),
-    ("cosine", 0.0, 0.0), ("cosine", 2.0, 0.9), ("cosine", 0.5, 0.5),
-])
+@pytest.mark.parametrize(
+    "schedule, warmup_epochs, momentum",
+    [
+        ("constant", 0.0, 0.0),
+        ("constant", 1.5, 0.9),
+        ("step", 1.0, 0.5),
+        ("step", 0.0, 0.0),
+        ("cosine", 0.0, 0.0),
+        ("cosine", 2.0, 0.9),
+        ("cosine", 0.5, 0.5),
+    ],
+)
 def test_fewest_epochs_match_hand_computed_clocks(clock, target, schedule, warmup_epochs, momentum):
     batches = epoch_batches(70, 24)  # 24, 24, 22
     lr, shrink = 0.02, 0.01
     warmup = round(warmup_epochs * 3)
-    expected, clocks = hand_fewest(clock, target, schedule, batches, lr, momentum, shrink, warmup,
-                                   every=2, gamma=0.99)
+    expected, clocks = hand_fewest(clock, target, schedule, batches, lr, momentum, shrink, warmup, every=2, gamma=0.99)
     sched = Schedule(schedule, epochs=1, warmup_epochs=warmup_epochs, lr_step_epochs=2, lr_gamma=0.99)
     rule = StepRule(lr=lr, momentum=momentum, shrink=shrink)
     assert epochs_until(target, clock, sched, rule, batches).epochs == expected
@@ -106,8 +128,9 @@ def test_a_step_schedule_that_decays_has_a_ceiling():
 
 # -- a run's horizon: the cap and the messages --------------------------------------------------
 
+
 def config_of(**values) -> RunConfig:
-    return validate(from_mapping(values), get_registry())
+    return resolve_config(from_mapping(values), get_registry())
 
 
 def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():
@@ -121,11 +144,16 @@ def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():
     assert horizon(config.replace(epochs=59), 1079, declared_rule(config, get_registry())).epochs == 59
 
 
-@pytest.mark.parametrize("values, message", [
-    (dict(until="clock_l2=1", l2=0.0), "stays 0 in this run; set --l2 or --weight-decay above 0"),
-    (dict(until="clock_adapt=50", schedule="step", lr_step_epochs=1, lr_gamma=0.1),
-     "cannot reach 50 under this run's settings: it tends to"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(until="clock_l2=1", l2=0.0), "stays 0 in this run; set --l2 or --weight-decay above 0"),
+        (
+            dict(until="clock_adapt=50", schedule="step", lr_step_epochs=1, lr_gamma=0.1),
+            "cannot reach 50 under this run's settings: it tends to",
+        ),
+    ],
+)
 def test_a_clock_that_cannot_reach_the_target_is_one_line(values, message):
     config = config_of(opt="sgd", **values)
     with pytest.raises(ConfigError, match=message):
@@ -144,11 +172,18 @@ def test_momentum_and_every_shrinking_force_enter_the_declared_rule():
 
 # -- the config knob: format, identity, sweeps ----------------------------------------------------
 
+
 def test_until_is_spelt_one_way_and_bad_values_are_one_line():
     assert parse_until("") is None and parse_until(" clock_l2 = 2 ") == ("clock_l2", 2.0)
-    assert from_mapping({"until": "clock_l2=2"}).until == from_mapping({"until": "clock_l2=2.0"}).until == "clock_l2=2.0"
-    for bad, says in [("l2=2", "CLOCK one of clock_l2"), ("clock_l2", "CLOCK=VALUE"), ("clock_l2=0", "greater than 0"),
-                      ("clock_l2=nan", "greater than 0")]:
+    assert (
+        from_mapping({"until": "clock_l2=2"}).until == from_mapping({"until": "clock_l2=2.0"}).until == "clock_l2=2.0"
+    )
+    for bad, says in [
+        ("l2=2", "CLOCK one of clock_l2"),
+        ("clock_l2", "CLOCK=VALUE"),
+        ("clock_l2=0", "greater than 0"),
+        ("clock_l2=nan", "greater than 0"),
+    ]:
         with pytest.raises(ConfigError, match=says):
             from_mapping({"until": bad})
 
@@ -166,7 +201,7 @@ def test_the_target_is_the_identity_and_the_cap_is_not():
 
 
 def test_a_checkpoint_written_before_the_knob_existed_still_resumes():
-    from initmem_core.training.checkpoints import config_differences
+    from initmem_core.training.resume import config_differences
 
     before = {key: value for key, value in RunConfig().to_dict().items() if key != "until"}
     assert config_differences(before, RunConfig()) == []
@@ -175,9 +210,11 @@ def test_a_checkpoint_written_before_the_knob_existed_still_resumes():
 
 def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
     path = tmp_path / "clocks.toml"
-    path.write_text('[base]\ndata = "digits"\nepochs = 400\nuntil = "clock_l2=0.5"\n[grid]\nsigma = [0.5, 1.0]\n'
-                    '[[groups]]\nl2 = 0.01\nlr = 0.05\n[[groups]]\nl2 = 0.02\nlr = 0.05\n'
-                    '[[groups]]\nl2 = 0.01\nlr = 0.05\nuntil = ""\nepochs = 5\n')
+    path.write_text(
+        '[base]\ndata = "digits"\nepochs = 400\nuntil = "clock_l2=0.5"\n[grid]\nsigma = [0.5, 1.0]\n'
+        "[[groups]]\nl2 = 0.01\nlr = 0.05\n[[groups]]\nl2 = 0.02\nlr = 0.05\n"
+        '[[groups]]\nl2 = 0.01\nlr = 0.05\nuntil = ""\nepochs = 5\n'
+    )
     plan = plan_sweep(spec_from_toml(path), registry=get_registry())
     assert len(plan.cells) == 6 and len(set(plan.groups)) == 3
     assert {c.until for c in plan.cells} == {"clock_l2=0.5", ""}
@@ -185,7 +222,8 @@ def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
     # 1079 digits, 17 steps an epoch: T_L2 = lambda * 0.05 * 17 * epochs
     assert [h.epochs for h in horizons] == [59, 59, 30, 30, 5, 5]
     assert [h.clocks["clock_l2"] for h in horizons] == pytest.approx(
-        [0.01 * 0.05 * 17 * 59] * 2 + [0.02 * 0.05 * 17 * 30] * 2 + [0.01 * 0.05 * 17 * 5] * 2)
+        [0.01 * 0.05 * 17 * 59] * 2 + [0.02 * 0.05 * 17 * 30] * 2 + [0.01 * 0.05 * 17 * 5] * 2
+    )
     # The command line's list of targets: one group per target, named by it.
     listed = plan_sweep({"until": "clock_l2=0.5,clock_l2=1", "l2": 0.01, "sigma": "0.5,1"}, registry=get_registry())
     assert len(set(listed.groups)) == 2 and "clock_l2=1.0" in listed.names[2]
@@ -195,14 +233,17 @@ def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
 def test_a_sweep_whose_cap_is_too_short_fails_before_anything_is_tracked(tmp_path):
     uri = f"sqlite:///{tmp_path / 'never.db'}"
     with pytest.raises(ConfigError, match=r"needs 59 epochs.*\(cell "):
-        initmem_core.run_sweep({"until": "clock_l2=0.5", "l2": 0.01, "lr": 0.05, "epochs": 10, "sigma": "0.5,1"},
-                               tracking_uri=uri)
+        initmem_core.run_sweep(
+            {"until": "clock_l2=0.5", "l2": 0.01, "lr": 0.05, "epochs": 10, "sigma": "0.5,1"}, tracking_uri=uri
+        )
     assert not (tmp_path / "never.db").exists()
 
 
 def test_dry_run_prints_each_cells_epochs_and_final_clocks():
-    result = runner.invoke(app, ["sweep", "--until", "clock_l2=0.5,clock_l2=1", "--l2", "0.01", "--lr", "0.05",
-                                 "--sigma", "0.5", "--dry-run"])
+    result = runner.invoke(
+        app,
+        ["sweep", "--until", "clock_l2=0.5,clock_l2=1", "--l2", "0.01", "--lr", "0.05", "--sigma", "0.5", "--dry-run"],
+    )
     assert result.exit_code == 0, result.output
     assert "epochs run" in result.output and "T_L2" in result.output
     groups = [line for line in result.output.splitlines() if "clock_l2=" in line and "opt=sgd" in line]
@@ -217,25 +258,47 @@ def test_dry_run_prints_each_cells_epochs_and_final_clocks():
 
 
 def test_run_with_a_cap_too_short_fails_in_one_line_before_training():
-    result = runner.invoke(app, ["run", "--opt", "sgd", "--lr", "0.05", "--l2", "0.01", "--until", "clock_l2=0.5",
-                                 "--epochs", "58", "--no-tracking"])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--opt",
+            "sgd",
+            "--lr",
+            "0.05",
+            "--l2",
+            "0.01",
+            "--until",
+            "clock_l2=0.5",
+            "--epochs",
+            "58",
+            "--no-tracking",
+        ],
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"Error: --until clock_l2=0.5: 58 epochs (--epochs, the cap) reach only clock_l2={0.01 * 0.05 * 17 * 58:.4g}; "
-        "it needs 59 epochs; raise --epochs to at least 59"]
+        "it needs 59 epochs; raise --epochs to at least 59"
+    ]
 
 
 # -- what runs is what was planned ----------------------------------------------------------------
 
-TINY = dict(data="synthetic:1x8x8-c4-n70", arch="resnet20", batch_size=24, threads=1, checkpoint_every=0,
-            eval_batch_size=512)
+TINY = dict(
+    data="synthetic:1x8x8-c4-n70", arch="resnet20", batch_size=24, threads=1, checkpoint_every=0, eval_batch_size=512
+)
 
 
-@pytest.mark.parametrize("values", [
-    dict(opt="sgd", lr=0.02, momentum=0.9, l2=0.01, schedule="cosine", warmup_epochs=1.5, until="clock_l2=0.05"),
-    dict(opt="sgd", lr=0.05, momentum=0.5, schedule="step", lr_step_epochs=2, lr_gamma=0.7, until="clock_sgd=0.003"),
-    dict(opt="adamw", weight_decay=0.05, schedule="cosine", until="clock_adapt=0.02"),
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        dict(opt="sgd", lr=0.02, momentum=0.9, l2=0.01, schedule="cosine", warmup_epochs=1.5, until="clock_l2=0.05"),
+        dict(
+            opt="sgd", lr=0.05, momentum=0.5, schedule="step", lr_step_epochs=2, lr_gamma=0.7, until="clock_sgd=0.003"
+        ),
+        dict(opt="adamw", weight_decay=0.05, schedule="cosine", until="clock_adapt=0.02"),
+    ],
+)
 def test_a_run_trains_the_planned_epochs_and_ends_on_the_planned_clocks(values):
     config = config_of(**TINY, epochs=200, **values)
     [planned] = plan_horizons([config], get_registry())
@@ -246,16 +309,36 @@ def test_a_run_trains_the_planned_epochs_and_ends_on_the_planned_clocks(values):
     assert {c: last[c] for c in CLOCKS} == planned.clocks  # bit for bit: the same sums in the same order
     clock, target = parse_until(config.until)
     assert last[clock] >= target * (1 - 1e-9)
-    shorter = final_clocks(Schedule.of(config), declared_rule(config, get_registry()),
-                           epoch_batches(70, 24), planned.epochs - 1)
+    shorter = final_clocks(
+        Schedule.of(config), declared_rule(config, get_registry()), epoch_batches(70, 24), planned.epochs - 1
+    )
     assert shorter[clock] < target * (1 - 1e-9)
     assert tracker.params["until"] == config.until and tracker.params["epochs"] == 200  # the cap, as given
 
 
 @pytest.mark.slow  # 1003 steps of ResNet-20 on digits through the CLI, about half a minute here
 def test_the_issues_acceptance_command_runs_the_fewest_epochs(tmp_path):
-    result = runner.invoke(app, ["run", "--opt", "sgd", "--lr", "0.05", "--l2", "0.01", "--until", "clock_l2=0.5",
-                                 "--no-tracking", "--threads", "1", "--eval-size", "64", "--train-eval-size", "64"])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--opt",
+            "sgd",
+            "--lr",
+            "0.05",
+            "--l2",
+            "0.01",
+            "--until",
+            "clock_l2=0.5",
+            "--no-tracking",
+            "--threads",
+            "1",
+            "--eval-size",
+            "64",
+            "--train-eval-size",
+            "64",
+        ],
+    )
     assert result.exit_code == 0, result.output
     final = float(next(line for line in result.output.splitlines() if "final clock_l2" in line).split()[-2])
     assert final == pytest.approx(0.01 * 0.05 * 17 * 59, rel=1e-3)  # 59 epochs: 58 reach 0.493
@@ -267,8 +350,17 @@ def test_a_run_whose_epochs_came_from_until_resumes_with_the_same_epochs(trackin
 
     from initmem_core.training.stop_signals import Stopped
 
-    values = dict(TINY, opt="sgd", lr=0.05, momentum=0.5, l2=0.01, schedule="cosine", until="clock_l2=0.02",
-                  checkpoint_every=1, seed=1)
+    values = dict(
+        TINY,
+        opt="sgd",
+        lr=0.05,
+        momentum=0.5,
+        l2=0.01,
+        schedule="cosine",
+        until="clock_l2=0.02",
+        checkpoint_every=1,
+        seed=1,
+    )
     reference = initmem_core.run(tracking=False, checkpoint_dir=str(tmp_path / "reference"), **values)
     epochs = len(reference.history) - 1
     assert epochs > 3
@@ -279,8 +371,9 @@ def test_a_run_whose_epochs_came_from_until_resumes_with_the_same_epochs(trackin
     assert resumed.history == reference.history  # the same schedule: a cosine over the same epochs
 
 
-@pytest.mark.parametrize("values", [dict(opt="muon", until="clock_adapt=0.1"),
-                                    dict(opt="timm:lion", until="clock_adapt=0.002")])
+@pytest.mark.parametrize(
+    "values", [dict(opt="muon", until="clock_adapt=0.1"), dict(opt="timm:lion", until="clock_adapt=0.002")]
+)
 def test_optimizers_whose_momentum_is_an_average_are_planned_as_they_are_built(values):
     config = config_of(**TINY, **values)
     [planned] = plan_horizons([config], get_registry())

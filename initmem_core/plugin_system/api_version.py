@@ -30,8 +30,8 @@ def supports(required: object, version: str = API_VERSION) -> bool:
 
     Raises ``ValueError`` for a range that is not written as comma-separated comparisons.
     """
-    clauses = required.split(",") if isinstance(required, str) else []
-    if not clauses or not all(clause.strip() for clause in clauses):  # "", ">=1.0," and non-text
+    # "", ">=1.0," and non-text
+    if not isinstance(required, str) or not all(clause.strip() for clause in required.split(",")):
         raise ValueError(f"{required!r}: {RANGE_HELP}")
     try:
         return SpecifierSet(required).contains(version, prereleases=True)

@@ -16,14 +16,15 @@ import importlib.metadata as metadata
 import os
 import sys
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pluggy
 
 from initmem_core import hookspecs
+from initmem_core.errors import PluginLoadError
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
-from initmem_core.errors import PluginLoadError
 from initmem_core.plugin_system.registry import ComponentSpec, PluginFailure, Provider, Registry
 
 ENTRY_POINT_GROUP = "initmem"
@@ -120,8 +121,10 @@ class _Loader:
             plugin = load()
             check_plugin_api(plugin)
             unknown = [
-                name for name in dir(plugin)
-                if name.startswith("initmem_") and hasattr(getattr(plugin, name), "initmem_impl")
+                name
+                for name in dir(plugin)
+                if name.startswith("initmem_")
+                and hasattr(getattr(plugin, name), "initmem_impl")
                 and not hasattr(hookspecs, name)
             ]
             if unknown:
@@ -145,11 +148,21 @@ class _Loader:
                 provider = self.registry.plugins[impl.plugin_name]
                 specs: list[ComponentSpec] = []
 
-                def register(name: str, factory: Any, description: str = "", *, default: bool = False,
-                             _kind=kind.name, _p=provider, **declared: Any):
+                def register(
+                    name: str,
+                    factory: Any,
+                    description: str = "",
+                    *,
+                    default: bool = False,
+                    _kind=kind.name,
+                    _p=provider,
+                    _specs=specs,
+                    **declared: Any,
+                ):
                     # declared: an optimizer's defaults and clock convention (see ComponentSpec)
-                    specs.append(ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default),
-                                               **declared))
+                    _specs.append(
+                        ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default), **declared)
+                    )
 
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
@@ -161,8 +174,8 @@ class _Loader:
                 for spec in specs:
                     self.registry.add(spec)
         if self.strict and self.registry.conflicts:
-            (kind, name), _ = next(iter(self.registry.conflicts.items()))
-            raise self.registry.conflict_error(kind, name)
+            (conflict_kind, conflict_name), _ = next(iter(self.registry.conflicts.items()))
+            raise self.registry.conflict_error(conflict_kind, conflict_name)
         return self.registry
 
 
@@ -210,4 +223,3 @@ def set_registry(registry: Registry | None) -> Registry | None:
     global _registry
     previous, _registry = _registry, registry
     return previous
-

@@ -2,15 +2,17 @@
 
 An optimizer plugin registers ``defaults={"lr": ..., "betas": (0.9, 0.999), ...}``: ``lr`` is what
 ``--lr`` left unset (0) means, every other key is an option ``--opt-arg`` may set, and its default
-value gives the type a command-line value is read as. ``resolve`` runs in ``validate`` (with a
-registry), so the config that is hashed, logged and built already holds the resolved ``lr`` and
-the options in one canonical spelling. Imports no torch (a family's defaults may, when read).
+value gives the type a command-line value is read as. ``resolve_config`` runs ``config.validate``
+and then ``resolve``, so the config that is hashed, logged and built already holds the resolved
+``lr`` and the options in one canonical spelling. Imports no torch (a family's defaults may, when read).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
+from initmem_core.config import RunConfig, validate
 from initmem_core.errors import ConfigError, ordered_by_similarity
 
 #: The rate of an optimizer that declares none (the old global default of ``--lr``).
@@ -60,8 +62,11 @@ def coerce_option(key: str, text: str, default: Any) -> Any:
             return tuple(_scalar(part, like) for part, like in zip(items, default))
         return _scalar(text, default)
     except ValueError:
-        expected = (f"{len(default)} comma-separated values like {render(default)}"
-                    if isinstance(default, (tuple, list)) else f"a value like {render(default)}")
+        expected = (
+            f"{len(default)} comma-separated values like {render(default)}"
+            if isinstance(default, (tuple, list))
+            else f"a value like {render(default)}"
+        )
         raise ConfigError(f"--opt-arg {key}={text}: expected {expected}") from None
 
 
@@ -119,6 +124,14 @@ def resolve(config: Any, registry: Any) -> Any:
     if lr == config.lr and canonical == tuple(config.opt_arg):
         return config
     return config.replace(lr=lr, opt_arg=canonical)
+
+
+def resolve_config(config: RunConfig, registry: Any = None) -> RunConfig:
+    """The config to run: every value checked (``config.validate``) and, with a registry, every
+    component name, and the optimizer's settings resolved (``resolve``: ``lr`` 0 is its declared
+    default; ``--opt-arg``s checked against what it declares). Use the return value."""
+    config = validate(config, registry)
+    return resolve(config, registry) if registry is not None else config
 
 
 def describe(defaults: Any) -> str:

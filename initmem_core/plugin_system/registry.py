@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
@@ -123,7 +124,7 @@ class Registry:
             "uninstall one of them or leave one out with INITMEM_LOAD_PLUGINS"
         )
 
-    def with_component(self, spec: ComponentSpec) -> "Registry":
+    def with_component(self, spec: ComponentSpec) -> Registry:
         """A copy in which ``spec`` answers to its kind and name (a test wraps a component so)."""
         components = {kind: dict(specs) for kind, specs in self.components.items()}
         components.setdefault(spec.kind, {})[spec.name] = spec

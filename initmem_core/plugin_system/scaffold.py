@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from initmem_core.plugin_system.api_version import API_VERSION
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError
 from initmem_core.kinds import BY_NAME, kind_named
+from initmem_core.plugin_system.api_version import API_VERSION
 from initmem_core.plugin_system.registry import Registry
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
@@ -30,16 +30,17 @@ RESERVED_PACKAGES = ("initmem_core", "initmem_plugins", "initmem_cli")
 class KindTemplate:
     """What differs between kinds besides the files in ``templates/<kind>/``."""
 
-    factory: str       # the callable in ``<package>/<kind>.py`` that the hook registers
-    description: str   # shown by ``initmem plugins``
+    factory: str  # the callable in ``<package>/<kind>.py`` that the hook registers
+    description: str  # shown by ``initmem plugins``
     extra_options: str = ""  # what ``initmem run`` needs besides the kind's flag to use it
 
 
 KIND_TEMPLATES = {
     "architecture": KindTemplate("build_mlp", "Two-layer MLP on flattened pixels"),
     "optimizer": KindTemplate("build_sign_sgd", "Sign-SGD: W <- W - lr * sign(grad)"),
-    "initializer": KindTemplate("uniform_fan_in_init",
-                                "Kernels sigma * Z with Z ~ U(-sqrt(3/fan_in), sqrt(3/fan_in)), biases 0"),
+    "initializer": KindTemplate(
+        "uniform_fan_in_init", "Kernels sigma * Z with Z ~ U(-sqrt(3/fan_in), sqrt(3/fan_in)), biases 0"
+    ),
     "regularizer": KindTemplate("L1Penalty", "L1: lambda * sum |W|", " --l2 0.001"),
     "metric": KindTemplate("MeanAbsoluteChange", "Mean |W - W0| over all trainable parameters"),
     "dataset": KindTemplate("load_quadrants", "Generated 1x8x8 images, 4 classes: the class is the bright quadrant"),
@@ -87,10 +88,17 @@ def template_values(kind: str, names: PluginNames) -> dict[str, str]:
     template = KIND_TEMPLATES[kind]
     major = int(API_VERSION.split(".")[0])
     return {
-        "kind": kind, "name": names.name, "package": names.package, "distribution": names.distribution,
-        "hook": BY_NAME[kind].hook, "module": kind, "factory": template.factory,
-        "description": template.description, "usage": run_options(kind, names.name),
-        "metric_key": names.name.replace("-", "_"), "api_range": f">={API_VERSION},<{major + 1}",
+        "kind": kind,
+        "name": names.name,
+        "package": names.package,
+        "distribution": names.distribution,
+        "hook": BY_NAME[kind].hook,
+        "module": kind,
+        "factory": template.factory,
+        "description": template.description,
+        "usage": run_options(kind, names.name),
+        "metric_key": names.name.replace("-", "_"),
+        "api_range": f">={API_VERSION},<{major + 1}",
     }
 
 

@@ -1,1 +1,2 @@
-"""What a sweep shows: the initialization-memory report, its files and plots, and the paper's findings."""
+"""What a sweep shows: the initialization-memory report, its files and plots, the parent run's
+description, and the paper's findings."""

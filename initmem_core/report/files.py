@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from initmem_core.report.forgetting import forgetting_csv
+from initmem_core.report.memory import Report
 from initmem_core.report.plots import write_plots
-from initmem_core.report.memory import Report, to_csv, to_markdown
+from initmem_core.report.render import forgetting_csv, to_csv, to_markdown
 
 
 def write_report_files(report: Report, folder: str | Path, title: str = "Initialization memory") -> list[Path]:

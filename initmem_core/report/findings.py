@@ -32,20 +32,26 @@ import math
 import re
 import statistics
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 from initmem_core.config import FIELDS
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, SpreadDifference, interval_around, spread_difference
-from initmem_core.report.memory import (GroupSummary, Report, build_report, interval, mean_interval,
-                                        percentile_interval)
-from initmem_core.sweep.grid import group_fields, group_keys, short_group_names
+from initmem_core.groups import group_fields, group_keys, short_group_names
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, Matrix, SpreadDifference, interval_around, spread_difference
+from initmem_core.report.memory import GroupSummary, Report, build_report, mean_interval, percentile_interval
+from initmem_core.report.render import DASH, interval, number
 from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, FINISHED
 
 ADAPTIVE = ("adam", "adamw", "muon")
 REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
-    "reproduced", "contradicted", "not resolved at this scale", "not evaluated", "cannot be decided: too few seeds")
+    "reproduced",
+    "contradicted",
+    "not resolved at this scale",
+    "not evaluated",
+    "cannot be decided: too few seeds",
+)
 #: Draws of the groups' debiased spreads behind the clock ordering's interval, and their fixed seed.
 CLOCK_DRAWS, CLOCK_DRAWS_SEED = 2000, 0
 
@@ -90,7 +96,7 @@ class _Group:
     weight_decay: float
     batch_size: int
     cells: list[CellRecord]
-    accuracy: dict[float, dict[int, float]]  # pp by sigma and seed, trained cells
+    accuracy: Matrix  # pp by sigma and seed, trained cells
     clock: float  # the clock that drives this group's forgetting (see forgetting_clock)
 
     def label(self) -> str:
@@ -99,8 +105,10 @@ class _Group:
 
     def spread_text(self) -> str:
         s = self.summary
-        return (f"{self.label()} {s.spread:.2f} pp (debiased {s.debiased_spread:+.2f} "
-                f"{interval(s.debiased_spread_lo, s.debiased_spread_hi)})")
+        return (
+            f"{self.label()} {s.spread:.2f} pp (debiased {s.debiased_spread:+.2f} "
+            f"{interval(s.debiased_spread_lo, s.debiased_spread_hi)})"
+        )
 
 
 @dataclass
@@ -133,15 +141,30 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
         if math.isnan(summary.spread):  # did not train, or one sigma: nothing to compare
             continue
         config = cells[summary.group][0].config
-        groups.append(_Group(summary, config.opt, config.momentum, config.l2, config.weight_decay,
-                             config.batch_size, cells[summary.group], report.accuracy[summary.group],
-                             forgetting_clock(config.opt, summary.clock_sgd, summary.clock_l2, summary.clock_adapt)))
+        groups.append(
+            _Group(
+                summary,
+                config.opt,
+                config.momentum,
+                config.l2,
+                config.weight_decay,
+                config.batch_size,
+                cells[summary.group],
+                report.accuracy[summary.group],
+                forgetting_clock(config.opt, summary.clock_sgd, summary.clock_l2, summary.clock_adapt),
+            )
+        )
     base_batch = Counter(g.batch_size for g in groups).most_common(1)[0][0] if groups else None
-    sgd = sorted((g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 == 0 and g.weight_decay == 0),
-                 key=lambda g: g.batch_size)
+    sgd = sorted(
+        (g for g in groups if g.opt == "sgd" and g.momentum == 0 and g.l2 == 0 and g.weight_decay == 0),
+        key=lambda g: g.batch_size,
+    )
     # Of several plain-SGD groups at that batch (rates or horizons compared), the lowest rate at the shortest horizon.
-    baseline = min((g for g in sgd if g.batch_size == base_batch),
-                   key=lambda g: (g.cells[0].config.lr, g.summary.clock_sgd), default=None)
+    baseline = min(
+        (g for g in sgd if g.batch_size == base_batch),
+        key=lambda g: (g.cells[0].config.lr, g.summary.clock_sgd),
+        default=None,
+    )
     adaptive = [g for g in groups if g.opt in ADAPTIVE and g.batch_size == base_batch and g.l2 == 0]
     return Sweep(report, groups, baseline, adaptive, sgd, cells)
 
@@ -149,8 +172,8 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
 def _spread_difference(a: _Group, b: _Group) -> tuple[str, SpreadDifference]:
     difference = spread_difference(a.accuracy, b.accuracy)
     over = f" over {len(difference.sigmas)} shared sigmas" if len(difference.sigmas) < len(a.accuracy) else ""
-    shown = (interval(difference.lo, difference.hi) if difference.decided else f"(no interval: {difference.reason})")
-    estimate = "–" if math.isnan(difference.estimate) else f"{difference.estimate:+.2f} pp"
+    shown = interval(difference.lo, difference.hi) if difference.decided else f"(no interval: {difference.reason})"
+    estimate = number(difference.estimate, "+.2f", " pp")
     return f"{a.label()} − {b.label()}: {estimate} {shown}{over}", difference
 
 
@@ -173,31 +196,47 @@ def _compare(claim: str, pairs: list[tuple[_Group, _Group]], shown: list[_Group]
 
 def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
     pairs = [(sweep.baseline, g) for g in sweep.adaptive] if sweep.baseline else []
-    return _compare("SGD's spread is larger than each adaptive optimizer's", pairs,
-                    [sweep.baseline, *sweep.adaptive] if sweep.baseline else [])
+    return _compare(
+        "SGD's spread is larger than each adaptive optimizer's",
+        pairs,
+        [sweep.baseline, *sweep.adaptive] if sweep.baseline else [],
+    )
 
 
 def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
     base = sweep.baseline
-    l2 = [g for g in sweep.groups if base and g.opt == "sgd" and g.momentum == 0 and g.l2 > 0
-          and g.batch_size == base.batch_size]
-    return _compare("L2 shrinks SGD's spread", [(base, g) for g in l2], [base, *l2] if base else [])
+    l2 = [
+        g
+        for g in sweep.groups
+        if base and g.opt == "sgd" and g.momentum == 0 and g.l2 > 0 and g.batch_size == base.batch_size
+    ]
+    return _compare("L2 shrinks SGD's spread", [(base, g) for g in l2] if base else [], [base, *l2] if base else [])
 
 
 def larger_batch_increases_spread(sweep: Sweep) -> Finding:
     """The plain-SGD groups that differ from the baseline in batch size only (same rate and
     horizon settings): the largest batch against the smallest."""
     base = sweep.baseline
-    same = ([g for g in sweep.sgd if _settings(g.cells[0].config, ("batch_size",))
-             == _settings(base.cells[0].config, ("batch_size",))] if base else [])
+    same = (
+        [
+            g
+            for g in sweep.sgd
+            if _settings(g.cells[0].config, ("batch_size",)) == _settings(base.cells[0].config, ("batch_size",))
+        ]
+        if base
+        else []
+    )
     ends = [(same[-1], same[0])] if len({g.batch_size for g in same}) >= 2 else []
     return _compare("A larger batch increases SGD's spread", ends, same)
 
 
 def _settings(config: Any, free: tuple[str, ...]) -> tuple:
     """Every setting of ``config`` that tells groups apart (not execution knobs) but sigma, seed and ``free``."""
-    return tuple((name, repr(getattr(config, name))) for name, f in FIELDS.items()
-                 if f.metadata["hashed"] and name not in ("sigma", "seed", *free))
+    return tuple(
+        (name, repr(getattr(config, name)))
+        for name, f in FIELDS.items()
+        if f.metadata["hashed"] and name not in ("sigma", "seed", *free)
+    )
 
 
 def norm_forgetting(group: _Group) -> dict[int, float]:
@@ -216,7 +255,8 @@ def norm_forgetting(group: _Group) -> dict[int, float]:
             continue
         final = high.metrics["weight_norm"] / low.metrics["weight_norm"]
         initial = (high.metrics["weight_norm"] / high.metrics["weight_norm_ratio"]) / (
-            low.metrics["weight_norm"] / low.metrics["weight_norm_ratio"])
+            low.metrics["weight_norm"] / low.metrics["weight_norm_ratio"]
+        )
         if initial > 0 and final > 0 and abs(math.log(initial)) > 1e-12:
             moved[seed] = 1 - math.log(final) / math.log(initial)
     return moved
@@ -238,10 +278,14 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
         seeds.append(len(differences))
         mean = sum(differences) / len(differences) if differences else math.nan
         parts.append(f"{group.label()} − sgd: {mean:+.2f} {interval(low, high)} over {len(differences)} seeds")
-    shown = "; ".join(f"{g.label()} {sum(m.values()) / len(m):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} –"
-                      for g in [sweep.baseline, *sweep.adaptive])
-    measured = ("share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled: "
-                f"{shown} | {'; '.join(parts)}")
+    shown = "; ".join(
+        f"{g.label()} {sum(m.values()) / len(m):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} {DASH}"
+        for g in [sweep.baseline, *sweep.adaptive]
+    )
+    measured = (
+        "share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled: "
+        f"{shown} | {'; '.join(parts)}"
+    )
     verdict = CANNOT_DECIDE if min(seeds) < MIN_SEEDS else decide(bounds, against)
     return Finding(claim, measured, verdict)
 
@@ -262,15 +306,18 @@ def clocks_order_spreads(sweep: Sweep) -> Finding:
         return float(stats.spearmanr(clocks, spreads).statistic)  # average ranks for ties
 
     observed = rho(np.array([g.summary.debiased_spread for g in groups]))
-    text = (f"Spearman rank correlation (ties averaged) of clock and debiased spread over {len(groups)} groups: "
-            f"{observed:.2f}")
+    text = (
+        f"Spearman rank correlation (ties averaged) of clock and debiased spread over {len(groups)} groups: "
+        f"{observed:.2f}"
+    )
     estimates = [sweep.report.estimates[g.summary.group] for g in groups]
     if any(not e.decided for e in estimates):
         return Finding(claim, text + " (no interval: a group has too few seeds)", CANNOT_DECIDE)
     # Each group's true debiased spread, drawn from its t distribution (independent groups).
     rng = np.random.default_rng(CLOCK_DRAWS_SEED)
-    draws = np.stack([e.estimate + e.se * rng.standard_t(e.df if math.isfinite(e.df) else 1e9, CLOCK_DRAWS)
-                      for e in estimates])
+    draws = np.stack(
+        [e.estimate + e.se * rng.standard_t(e.df if math.isfinite(e.df) else 1e9, CLOCK_DRAWS) for e in estimates]
+    )
     low, high = percentile_interval([rho(draws[:, b]) for b in range(CLOCK_DRAWS)])
     return Finding(claim, f"{text} {interval(low, high)}", decide([(-high, -low)]))  # claimed: below zero
 
@@ -306,22 +353,30 @@ def clock_agreement(groups: list[_Group], clock: str, forgetting: dict[str, Any]
     for group in groups:
         found = forgetting.get(group.summary.group)
         seeds = found.seed_half_lives.get("radial", {}) if found else {}
-        usable = {seed: units for seed, units in seeds.items()
-                  if units["epoch"] > 0 and units[clock] > 0 and not math.isnan(units[clock])}
+        usable = {
+            seed: units
+            for seed, units in seeds.items()
+            if units["epoch"] > 0 and units[clock] > 0 and not math.isnan(units[clock])
+        }
         if not usable:
             missing.append(group.summary.group)
         per_group.append(usable)
     shared = sorted(set.intersection(*(set(g) for g in per_group))) if per_group else []
-    return {seed: statistics.stdev([math.log(g[seed][clock]) for g in per_group])
-            - statistics.stdev([math.log(g[seed]["epoch"]) for g in per_group]) for seed in shared}, missing
+    return {
+        seed: statistics.stdev([math.log(g[seed][clock]) for g in per_group])
+        - statistics.stdev([math.log(g[seed]["epoch"]) for g in per_group])
+        for seed in shared
+    }, missing
 
 
 def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     """Decided over the families whose radial half-lives fall within the horizon (in every group,
     for at least ``MIN_SEEDS`` seeds); a family whose memory never halves says nothing either way
     and is named as left out. Too few trained seeds in a family: cannot be decided."""
-    claim = ("Forgetting follows the clocks, not the epochs: radial half-lives agree better in the mechanism's "
-             "clock than in epochs")
+    claim = (
+        "Forgetting follows the clocks, not the epochs: radial half-lives agree better in the mechanism's "
+        "clock than in epochs"
+    )
     families = clock_families(sweep)
     if not families:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
@@ -333,31 +388,40 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
         differences, missing = clock_agreement(groups, clock, sweep.report.forgetting)
         trained_seeds = set.intersection(*({c.config.seed for c in g.cells if c.trained} for g in groups))
         too_few = too_few or len(trained_seeds) < MIN_SEEDS
-        measured.append((clock, [short[g.summary.group] for g in groups], list(differences.values()),
-                         [short[name] for name in missing]))
+        measured.append(
+            (
+                clock,
+                [short[g.summary.group] for g in groups],
+                list(differences.values()),
+                [short[name] for name in missing],
+            )
+        )
     decidable = [m for m in measured if len(m[2]) >= MIN_SEEDS]
     corrected = bonferroni_level(len(decidable))
     parts, bounds, against = [], [], []
     for clock, names, values, missing in measured:
         family = f"{CLOCK_SYMBOLS[clock]} family [{', '.join(names)}]"
         if len(values) < MIN_SEEDS:
-            why = (f"no radial half-life within the horizon in {', '.join(missing)}" if missing
-                   else f"half-lives in every group for {len(values)} seed(s)")
+            why = (
+                f"no radial half-life within the horizon in {', '.join(missing)}"
+                if missing
+                else f"half-lives in every group for {len(values)} seed(s)"
+            )
             parts.append(f"{family}: left out ({why})")
             continue
         low, high = mean_interval(values)
         bounds.append((-high, -low))  # claimed below zero; decide() reads "above"
         c_low, c_high = mean_interval(values, corrected)
         against.append((-c_high, -c_low))
-        parts.append(f"{family}: sd of log half-life in {CLOCK_SYMBOLS[clock]} − in epochs "
-                     f"{statistics.fmean(values):+.3f} {interval(low, high, '+.3f')} over {len(values)} seeds")
+        parts.append(
+            f"{family}: sd of log half-life in {CLOCK_SYMBOLS[clock]} − in epochs "
+            f"{statistics.fmean(values):+.3f} {interval(low, high, '+.3f')} over {len(values)} seeds"
+        )
     if too_few:
         verdict = CANNOT_DECIDE
     else:
         verdict = decide(bounds, against) if bounds else NOT_RESOLVED
     return Finding(claim, "; ".join(parts), verdict)
-
-
 
 
 #: Training longer: the longer horizon must be at least this many times the shorter (in steps at
@@ -367,8 +431,9 @@ LONGER, KEPT_SHARE = 5.0, 0.5
 LARGER_LR = 3.0
 
 
-def _family_ends(groups: list[_Group], free: tuple[str, ...], key: Callable[[_Group], float],
-                 ratio: float) -> list[tuple[_Group, _Group]]:
+def _family_ends(
+    groups: list[_Group], free: tuple[str, ...], key: Callable[[_Group], float], ratio: float
+) -> list[tuple[_Group, _Group]]:
     """Within each family of ``groups`` that differ only in ``free``: its (smallest, largest)
     by ``key``, where the largest is at least ``ratio`` times the smallest."""
     families: dict[tuple, list[_Group]] = {}
@@ -382,7 +447,7 @@ def _family_ends(groups: list[_Group], free: tuple[str, ...], key: Callable[[_Gr
     return ends
 
 
-def _scaled(accuracy: dict[float, dict[int, float]], factor: float) -> dict[float, dict[int, float]]:
+def _scaled(accuracy: Matrix, factor: float) -> dict[float, dict[int, float]]:
     return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
 
 
@@ -394,8 +459,10 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
     accuracies, so this is the spread difference of the long table and the scaled short one).
     Reproduced when both intervals exclude zero above it; contradicted when the long group has
     lost more than that share (the second difference below zero at the Bonferroni level)."""
-    claim = (f"Training {LONGER:g}x longer keeps low-rate SGD's memory: its debiased spread stays above zero "
-             f"and keeps at least {KEPT_SHARE:.0%} of the shorter horizon's")
+    claim = (
+        f"Training {LONGER:g}x longer keeps low-rate SGD's memory: its debiased spread stays above zero "
+        f"and keeps at least {KEPT_SHARE:.0%} of the shorter horizon's"
+    )
     pairs = _family_ends(sweep.sgd, ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER)
     if not pairs:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
@@ -406,14 +473,20 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
         kept = spread_difference(long.accuracy, _scaled(short.accuracy, KEPT_SHARE))
         too_few = too_few or not estimate.decided or (not kept.decided and "too few seeds" in kept.reason)
         horizon = f"T_SGD {short.summary.clock_sgd:.3g} → {long.summary.clock_sgd:.3g}"
-        parts.append(f"{short.label()} lr={short.cells[0].config.lr:g}, {horizon} "
-                     f"({long.summary.clock_sgd / short.summary.clock_sgd:.3g}x): "
-                     f"short {short.spread_text().split(' ', 2)[-1]}; long {long.spread_text().split(' ', 2)[-1]}"
-                     f" | long − {KEPT_SHARE:g} × short: {kept.estimate:+.2f} pp "
-                     + (interval(kept.lo, kept.hi) if kept.decided else f"(no interval: {kept.reason})"))
+        parts.append(
+            f"{short.label()} lr={short.cells[0].config.lr:g}, {horizon} "
+            f"({long.summary.clock_sgd / short.summary.clock_sgd:.3g}x): "
+            f"short {short.spread_text().split(' ', 2)[-1]}; long {long.spread_text().split(' ', 2)[-1]}"
+            f" | long − {KEPT_SHARE:g} × short: {kept.estimate:+.2f} pp "
+            + (interval(kept.lo, kept.hi) if kept.decided else f"(no interval: {kept.reason})")
+        )
         intervals += [(estimate.lo, estimate.hi), (kept.lo, kept.hi)]
-        against += [interval_around(estimate.estimate, estimate.se, estimate.df, corrected) if estimate.decided
-                    else (math.nan, math.nan), kept.interval_at(corrected)]
+        against += [
+            interval_around(estimate.estimate, estimate.se, estimate.df, corrected)
+            if estimate.decided
+            else (math.nan, math.nan),
+            kept.interval_at(corrected),
+        ]
     verdict = CANNOT_DECIDE if too_few else decide(intervals, against)
     return Finding(claim, "; ".join(parts), verdict)
 
@@ -430,11 +503,13 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
     parts = []
     for (low, high), d in zip(pairs, differences):
         shown = interval(d.lo, d.hi) if d.decided else f"(no interval: {d.reason})"
-        parts.append(f"{low.label()} lr={low.cells[0].config.lr:g} (T_SGD {low.summary.clock_sgd:.3g}) "
-                     f"{low.spread_text().split(' ', 2)[-1]}; lr={high.cells[0].config.lr:g} "
-                     f"(T_SGD {high.summary.clock_sgd:.3g}) {high.spread_text().split(' ', 2)[-1]} | "
-                     f"debiased lr={low.cells[0].config.lr:g} − lr={high.cells[0].config.lr:g}: "
-                     f"{d.estimate:+.2f} pp {shown}")
+        parts.append(
+            f"{low.label()} lr={low.cells[0].config.lr:g} (T_SGD {low.summary.clock_sgd:.3g}) "
+            f"{low.spread_text().split(' ', 2)[-1]}; lr={high.cells[0].config.lr:g} "
+            f"(T_SGD {high.summary.clock_sgd:.3g}) {high.spread_text().split(' ', 2)[-1]} | "
+            f"debiased lr={low.cells[0].config.lr:g} − lr={high.cells[0].config.lr:g}: "
+            f"{d.estimate:+.2f} pp {shown}"
+        )
     return Finding(claim, "; ".join(parts), decide_differences(differences))
 
 
@@ -445,7 +520,7 @@ CIFAR_DEPTH = re.compile(r"resnet(20|32|44|56|110)$")
 def interpolation_counts(cells: list[CellRecord], sigma: float) -> tuple[int, int]:
     """(runs that reached the interpolation threshold, runs that ran to the end or diverged) at ``sigma``:
     a diverged run did not interpolate; a cell that failed for another reason is left out."""
-    ran = [c for c in cells if c.config.sigma == sigma and c.status == "FINISHED"]
+    ran = [c for c in cells if c.config.sigma == sigma and c.status == FINISHED]
     return sum(1 for c in ran if c.trained and "tau_interp" in c.metrics), len(ran)
 
 
@@ -476,14 +551,21 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     (the failure is one of large sigma). Each share difference has Newcombe's interval
     (``rate_difference``); decided by the module's rule over all 2 × (deeper nets) comparisons.
     Reads every cell, trained or not (a group that never trained still counts its runs)."""
-    claim = ("Deeper nets at the largest sigma interpolate in fewer runs than the shallowest by the same horizon, "
-             "while at the smallest sigma they do")
+    claim = (
+        "Deeper nets at the largest sigma interpolate in fewer runs than the shallowest by the same horizon, "
+        "while at the smallest sigma they do"
+    )
     families: dict[tuple, list[list[CellRecord]]] = {}
     for cells in sweep.cells.values():
         config = cells[0].config
         if CIFAR_DEPTH.match(config.arch) and _plain_sgd(config):
             families.setdefault(_settings(cells[0].config, ("arch",)), []).append(cells)
-    depth = lambda cells: int(CIFAR_DEPTH.match(cells[0].config.arch).group(1))  # noqa: E731
+
+    def depth(cells: list[CellRecord]) -> int:
+        match = CIFAR_DEPTH.match(cells[0].config.arch)
+        assert match is not None  # families hold only architectures CIFAR_DEPTH matches
+        return int(match.group(1))
+
     families = {k: sorted(v, key=depth) for k, v in families.items() if len({depth(c) for c in v}) >= 2}
     if not families:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED)
@@ -496,10 +578,15 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
         low, high = sigmas[0], sigmas[-1]
         shallow = members[0]
         s_high = interpolation_counts(shallow, high)
-        shown.append("; ".join(f"{cells[0].config.arch}: {interpolation_counts(cells, low)[0]}/"
-                               f"{interpolation_counts(cells, low)[1]} at sigma {low:g}, "
-                               f"{interpolation_counts(cells, high)[0]}/{interpolation_counts(cells, high)[1]} "
-                               f"at sigma {high:g}" for cells in members))
+        shown.append(
+            "; ".join(
+                f"{cells[0].config.arch}: {interpolation_counts(cells, low)[0]}/"
+                f"{interpolation_counts(cells, low)[1]} at sigma {low:g}, "
+                f"{interpolation_counts(cells, high)[0]}/{interpolation_counts(cells, high)[1]} "
+                f"at sigma {high:g}"
+                for cells in members
+            )
+        )
         for deep in members[1:]:
             d_low, d_high = interpolation_counts(deep, low), interpolation_counts(deep, high)
             name, base = deep[0].config.arch, shallow[0].config.arch
@@ -510,8 +597,10 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     corrected = bonferroni_level(len(comparisons))
     intervals = [rate_difference(k1, n1, k2, n2) for _, k1, n1, k2, n2 in comparisons]
     against = [rate_difference(k1, n1, k2, n2, corrected) for _, k1, n1, k2, n2 in comparisons]
-    parts = [f"{text}: {k1 / n1 - k2 / n2:+.2f} {interval(lo, hi)}" if min(n1, n2) else f"{text}: no runs"
-             for (text, k1, n1, k2, n2), (lo, hi) in zip(comparisons, intervals)]
+    parts = [
+        f"{text}: {k1 / n1 - k2 / n2:+.2f} {interval(lo, hi)}" if min(n1, n2) else f"{text}: no runs"
+        for (text, k1, n1, k2, n2), (lo, hi) in zip(comparisons, intervals)
+    ]
     measured = "runs that interpolated: " + " | ".join(shown) + " | share differences: " + "; ".join(parts)
     if any(min(n1, n2) < MIN_SEEDS for _, _, n1, _, n2 in comparisons):
         return Finding(claim, measured, CANNOT_DECIDE)
@@ -519,9 +608,15 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
 
 
 CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (
-    sgd_remembers_more_than_adaptive, l2_shrinks_sgd_spread, larger_batch_increases_spread,
-    norms_coupled_for_sgd_not_adaptive, clocks_order_spreads, forgetting_follows_the_clocks,
-    longer_training_keeps_sgd_memory, larger_lr_makes_sgd_forget, deep_nets_fail_to_interpolate,
+    sgd_remembers_more_than_adaptive,
+    l2_shrinks_sgd_spread,
+    larger_batch_increases_spread,
+    norms_coupled_for_sgd_not_adaptive,
+    clocks_order_spreads,
+    forgetting_follows_the_clocks,
+    longer_training_keeps_sgd_memory,
+    larger_lr_makes_sgd_forget,
+    deep_nets_fail_to_interpolate,
 )
 
 

@@ -2,7 +2,8 @@
 and in each forgetting clock.
 
 Pure, like ``report/memory.py``: it reads the per-epoch histories a record carries
-(``CellRecord.histories``: step = epoch, 0 = the initialization) and writes nothing. Per group
+(``CellRecord.histories``: step = epoch, 0 = the initialization) and writes nothing
+(``report/render.py`` writes the "Forgetting times" section and ``forgetting.csv``). Per group
 and evaluation epoch t, three memories:
 
 * **radial**: per seed, the least-squares slope of log ||W_t|| against log sigma over the group's
@@ -41,20 +42,24 @@ uncertainty of the peak itself is not in that interval.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
-from initmem_core.report.inference import cross_fit_spread, interval_around, mean_interval
+from initmem_core.groups import metric_suffix
+from initmem_core.report.inference import cross_fit_spread, mean_interval
 from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import CLOCKS
 
 NAN = float("nan")
 MEMORIES = ("radial", "directional", "accuracy")
 #: The units a half-life is given in: epochs, then each clock.
 UNITS = ("epoch", *CLOCKS)
-MEMORY_LABELS = {"radial": "radial memory (slope of log‖W‖ on log σ)",
-                 "directional": "directional memory (mean cos(W, W0))",
-                 "accuracy": "accuracy memory (debiased spread, pp)"}
+MEMORY_LABELS = {
+    "radial": "radial memory (slope of log‖W‖ on log σ)",
+    "directional": "directional memory (mean cos(W, W0))",
+    "accuracy": "accuracy memory (debiased spread, pp)",
+}
 
 
 @dataclass
@@ -117,7 +122,10 @@ class GroupForgetting:
 
 # -- crossings ------------------------------------------------------------------------------
 
-def first_crossing(epochs: list[float], values: list[float], threshold: float, start: float = 0.0) -> float | None:
+
+def first_crossing(
+    epochs: Sequence[float], values: Sequence[float], threshold: float, start: float = 0.0
+) -> float | None:
     """The epoch at which ``values`` first falls to ``threshold`` or below, from epoch ``start``
     on, interpolated linearly between the two evaluation points that bracket the crossing;
     ``None`` if it never does. Points whose value is nan are skipped; a series already at or
@@ -131,7 +139,7 @@ def first_crossing(epochs: list[float], values: list[float], threshold: float, s
     return None
 
 
-def at_epoch(epoch: float, epochs: list[float], series: list[float]) -> float:
+def at_epoch(epoch: float, epochs: Sequence[float], series: Sequence[float]) -> float:
     """``series`` (a clock, say) read at a fractional epoch, linearly between evaluation points."""
     import numpy as np
 
@@ -153,11 +161,12 @@ def log_interval(values: list[float]) -> tuple[float, float, float]:
 
 # -- per-seed memories ----------------------------------------------------------------------
 
+
 def _value_at(cell: CellRecord, metric: str, epoch: int) -> float:
     return dict(cell.histories.get(metric, ())).get(epoch, NAN)
 
 
-def _slope(xs: list[float], ys: list[float]) -> float:
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of ys on xs; nan with fewer than two distinct xs."""
     if len(set(xs)) < 2:
         return NAN
@@ -174,8 +183,9 @@ def radial_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list
         norms = [dict(c.histories.get("weight_norm", ())) for c in mine]
         row = []
         for epoch in epochs:
-            points = [(math.log(c.config.sigma), math.log(n[epoch])) for c, n in zip(mine, norms)
-                      if n.get(epoch, 0) > 0]
+            points = [
+                (math.log(c.config.sigma), math.log(n[epoch])) for c, n in zip(mine, norms) if n.get(epoch, 0) > 0
+            ]
             row.append(_slope(*zip(*points)) if len(points) >= 2 else NAN)
         out[seed] = row
     return out
@@ -206,6 +216,7 @@ def accuracy_at(cells: list[CellRecord], epoch: int) -> dict[float, dict[int, fl
 
 # -- a group --------------------------------------------------------------------------------
 
+
 def _mean_clocks(cells: list[CellRecord], epochs: list[int]) -> dict[str, list[float]]:
     out = {}
     for clock in CLOCKS:
@@ -226,8 +237,10 @@ def _over_seeds(by_seed: dict[int, list[float]], index: int) -> tuple[float, flo
 
 
 def _horizon(epochs: list[int], clocks: dict[str, list[float]]) -> dict[str, Any]:
-    return {"horizon_epoch": epochs[-1] if epochs else 0,
-            **{f"horizon_{c}": (clocks[c][-1] if epochs else NAN) for c in CLOCKS}}
+    return {
+        "horizon_epoch": epochs[-1] if epochs else 0,
+        **{f"horizon_{c}": (clocks[c][-1] if epochs else NAN) for c in CLOCKS},
+    }
 
 
 def _crossing_units(epoch: float, epochs: list[int], clocks: dict[str, list[float]]) -> dict[str, float]:
@@ -239,8 +252,9 @@ def _crossing_units(epoch: float, epochs: list[int], clocks: dict[str, list[floa
     return units
 
 
-def seed_half_lives(by_seed: dict[int, list[float]], epochs: list[int], clocks: dict[str, list[float]]
-                    ) -> tuple[dict[int, dict[str, float]], list[int], str]:
+def seed_half_lives(
+    by_seed: dict[int, list[float]], epochs: list[int], clocks: dict[str, list[float]]
+) -> tuple[dict[int, dict[str, float]], list[int], str]:
     """Per seed that crossed, its half-life in every unit; the seeds that never did; a note on
     seeds left out (no value at epoch 0, nothing to forget)."""
     crossed, never, skipped = {}, [], []
@@ -257,12 +271,19 @@ def seed_half_lives(by_seed: dict[int, list[float]], epochs: list[int], clocks: 
     return crossed, never, note
 
 
-def per_seed_half_life(memory: str, by_seed: dict[int, list[float]], epochs: list[int],
-                       clocks: dict[str, list[float]]) -> tuple[HalfLife, dict[int, dict[str, float]]]:
+def per_seed_half_life(
+    memory: str, by_seed: dict[int, list[float]], epochs: list[int], clocks: dict[str, list[float]]
+) -> tuple[HalfLife, dict[int, dict[str, float]]]:
     crossed, never, note = seed_half_lives(by_seed, epochs, clocks)
     initial = _over_seeds(by_seed, 0)[0] if epochs and epochs[0] == 0 else NAN
-    base = dict(memory=memory, initial=initial, reference_epoch=0, seeds=len(crossed), never=len(never),
-                **_horizon(epochs, clocks))
+    base: dict[str, Any] = dict(
+        memory=memory,
+        initial=initial,
+        reference_epoch=0,
+        seeds=len(crossed),
+        never=len(never),
+        **_horizon(epochs, clocks),
+    )
     notes = [note] if note else []
     if not crossed:
         reason = "no seed has a value at epoch 0" if not never else "not within the horizon"
@@ -270,7 +291,7 @@ def per_seed_half_life(memory: str, by_seed: dict[int, list[float]], epochs: lis
     if never:
         notes.insert(0, f"{len(never)} of {len(never) + len(crossed)} seeds did not fall to half within the horizon")
         return HalfLife(reached=False, note="; ".join(notes), **base), crossed
-    figures = {}
+    figures: dict[str, Any] = {}
     for unit in UNITS:
         estimate, low, high = log_interval([units[unit] for units in crossed.values()])
         figures.update({unit: estimate, f"{unit}_lo": low, f"{unit}_hi": high})
@@ -288,23 +309,26 @@ def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dic
         return HalfLife("accuracy", False, NAN, 1, note="no debiased spread after epoch 0", **horizon)
     start = max(trained, key=lambda i: points[i].value)  # the first of equal peaks
     initial = points[start].value
-    base = dict(memory="accuracy", initial=initial, reference_epoch=points[start].epoch,
-                seeds=points[start].seeds, **horizon)
+    base: dict[str, Any] = dict(
+        memory="accuracy", initial=initial, reference_epoch=points[start].epoch, seeds=points[start].seeds, **horizon
+    )
     if initial <= 0:
-        return HalfLife(reached=False, note=f"no accuracy memory to forget (largest debiased spread "
-                                            f"{initial:+.2f} pp)", **base)
+        return HalfLife(
+            reached=False, note=f"no accuracy memory to forget (largest debiased spread {initial:+.2f} pp)", **base
+        )
     threshold = initial / 2
 
     def crossing(attribute: str) -> dict[str, float] | None:
-        found = first_crossing([p.epoch for p in points], [getattr(p, attribute) for p in points], threshold,
-                               points[start].epoch)
+        found = first_crossing(
+            [p.epoch for p in points], [getattr(p, attribute) for p in points], threshold, points[start].epoch
+        )
         return None if found is None else _crossing_units(found, epochs, clocks)
 
     estimate, low, high = crossing("value"), crossing("lo"), crossing("hi")
     if estimate is None:
         still = " (its peak is the last epoch: still forming)" if start == len(points) - 1 else ""
         return HalfLife(reached=False, note="not within the horizon" + still, **base)
-    figures = {unit: estimate[unit] for unit in UNITS}
+    figures: dict[str, Any] = {unit: estimate[unit] for unit in UNITS}
     notes = []
     if math.isnan(points[start].lo):
         notes.append("no interval: the spread at its peak has none")
@@ -321,8 +345,14 @@ def group_forgetting(group: str, cells: Iterable[CellRecord], accuracy: bool = T
     """Every memory of one group over its epochs, and their half-lives (trained cells only).
     ``accuracy=False`` leaves accuracy memory out (a debiased spread per epoch is the slow part)."""
     cells = [c for c in cells if c.trained and c.histories]
-    epochs = sorted({epoch for c in cells for key in ("weight_norm", "init_cosine", "test_acc")
-                     for epoch, _ in c.histories.get(key, ())})
+    epochs = sorted(
+        {
+            epoch
+            for c in cells
+            for key in ("weight_norm", "init_cosine", "test_acc")
+            for epoch, _ in c.histories.get(key, ())
+        }
+    )
     clocks = _mean_clocks(cells, epochs)
     result = GroupForgetting(group)
     if not epochs:
@@ -331,7 +361,10 @@ def group_forgetting(group: str, cells: Iterable[CellRecord], accuracy: bool = T
     def point(i: int, value: float, low: float, high: float, seeds: int) -> MemoryPoint:
         return MemoryPoint(epochs[i], value, low, high, seeds, *(clocks[c][i] for c in CLOCKS))
 
-    for memory, by_seed in (("radial", radial_by_seed(cells, epochs)), ("directional", directional_by_seed(cells, epochs))):
+    for memory, by_seed in (
+        ("radial", radial_by_seed(cells, epochs)),
+        ("directional", directional_by_seed(cells, epochs)),
+    ):
         curve = [point(i, *_over_seeds(by_seed, i)) for i in range(len(epochs))]
         if all(math.isnan(p.value) for p in curve):
             continue
@@ -359,21 +392,22 @@ def build_forgetting(by_group: Mapping[str, list[CellRecord]], accuracy: bool = 
     return out
 
 
-# -- where users look -----------------------------------------------------------------------
+# -- as the parent run logs them ------------------------------------------------------------
+
 
 def step_metrics(forgetting: Mapping[str, GroupForgetting]) -> list[tuple[str, float, int]]:
     """``(<memory>_memory_<group suffix>, value, epoch)`` of every group's curves (nan left out)."""
-    from initmem_core.sweep.grid import metric_suffix
-
-    return [(f"{memory}_memory_{metric_suffix(group)}", float(p.value), int(p.epoch))
-            for group, found in forgetting.items() for memory, curve in found.curves.items()
-            for p in curve if not math.isnan(p.value)]
+    return [
+        (f"{memory}_memory_{metric_suffix(group)}", float(p.value), int(p.epoch))
+        for group, found in forgetting.items()
+        for memory, curve in found.curves.items()
+        for p in curve
+        if not math.isnan(p.value)
+    ]
 
 
 def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, float]:
     """``half_life_<memory>_<unit>_<group suffix>`` of every half-life reached (unit: epoch or a clock)."""
-    from initmem_core.sweep.grid import metric_suffix
-
     out = {}
     for group, found in forgetting.items():
         for memory, half in found.half_lives.items():
@@ -382,84 +416,3 @@ def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, fl
                 if half.reached and not math.isnan(value):
                     out[f"half_life_{memory}_{unit}_{metric_suffix(group)}"] = float(value)
     return out
-
-
-def _figure(value: float, low: float, high: float, fmt: str = ".3g") -> str:
-    if math.isnan(value):
-        return "–"
-    shown = f"{value:{fmt}}"
-    return shown if math.isnan(low) and math.isnan(high) else (
-        f"{shown} [{'–' if math.isnan(low) else format(low, fmt)}, {'–' if math.isnan(high) else format(high, fmt)}]")
-
-
-def horizon_text(half: HalfLife) -> str:
-    """What was reached when a memory did not fall to half: the last epoch and its clocks."""
-    clocks = ", ".join(f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}" for c in CLOCKS
-                       if not math.isnan(getattr(half, f"horizon_{c}")))
-    return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
-
-
-def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
-    """A half-life in ``unit`` with its interval, or what was reached when there is none."""
-    if not half.reached:
-        return horizon_text(half) if half.never or "horizon" in half.note else "–"
-    return _figure(*half.value(unit))
-
-
-FORGETTING_EXPLAINED = (
-    "Half-life: the first time a memory falls to half its initial value (radial and directional memory: its "
-    "value at epoch 0; accuracy memory, the debiased spread: its peak, as the spread forms while the nets "
-    "learn), counted from epoch 0 and interpolated linearly "
-    "between the two evaluation epochs that bracket it, each clock read at the same point. Radial: slope of "
-    "log ‖W‖ on log σ (1 = the norm still carries the initial scale); directional: mean cos(W, W0). Radial and "
-    "directional half-lives are the geometric mean over seeds with a 95% t interval in log units; accuracy's "
-    "interval is where the spread's 95% band crosses the same line. A clock that never moved reads –.")
-
-
-def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
-    """The report's "Forgetting times" section (no lines when no record had histories)."""
-    if not forgetting:
-        return []
-    header = ["group", "memory", "initial", "half-life epochs [95% CI]",
-              *(f"{CLOCK_SYMBOLS[c]} [95% CI]" for c in CLOCKS), "seeds", "note"]
-    rows = []
-    for group, found in forgetting.items():
-        for memory in MEMORIES:
-            half = found.half_lives.get(memory)
-            if half is None:
-                continue
-            initial = "–" if math.isnan(half.initial) else f"{half.initial:.3g} (epoch {half.reference_epoch})"
-            if half.reached:
-                cells = [half_life_text(half, unit) for unit in UNITS]
-            else:
-                cells = [half_life_text(half), "", "", ""]
-            seeds = f"{half.seeds}" + (f" ({half.never} never)" if half.never else "")
-            note = "" if half.note == "not within the horizon" else half.note.replace("|", "\\|")
-            rows.append([group, memory, initial, *cells, seeds, note])
-    lines = ["", "## Forgetting times", "", FORGETTING_EXPLAINED, ""]
-    return lines + ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-                    *("| " + " | ".join(row) + " |" for row in rows)]
-
-
-#: Columns of forgetting.csv, one row per (group, memory).
-CSV_COLUMNS = ("group", "memory", "reached", "initial", "reference_epoch",
-               *(f"{unit}{end}" for unit in UNITS for end in ("", "_lo", "_hi")),
-               "seeds", "never", "horizon_epoch", *(f"horizon_{c}" for c in CLOCKS), "note")
-
-
-def forgetting_csv(forgetting: Mapping[str, GroupForgetting]) -> str:
-    """Every half-life as CSV, one row per group and memory (empty cells: no value)."""
-    import csv
-    import io
-    from dataclasses import asdict
-
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for group, found in forgetting.items():
-        for memory in MEMORIES:
-            if memory in found.half_lives:
-                row = {"group": group, **asdict(found.half_lives[memory])}
-                writer.writerow(["" if isinstance(row[c], float) and math.isnan(row[c]) else row[c]
-                                 for c in CSV_COLUMNS])
-    return out.getvalue()

@@ -64,8 +64,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from initmem_core.tracking.correct_sets import ARTIFACT as CORRECT_ARTIFACT
 
@@ -92,9 +93,13 @@ class AccuracyTable(dict):
     which test set those are (``test_set``: any hashable, equal for two groups scored on the same
     examples). A plain mapping has neither: its intervals are for this test set."""
 
-    def __init__(self, accuracy: Matrix = (), correct: Mapping[float, Mapping[int, Any]] | None = None,
-                 test_set: Any = None):
-        super().__init__({sigma: dict(runs) for sigma, runs in dict(accuracy).items()})
+    def __init__(
+        self,
+        accuracy: Matrix | None = None,
+        correct: Mapping[float, Mapping[int, Any]] | None = None,
+        test_set: Any = None,
+    ):
+        super().__init__({sigma: dict(runs) for sigma, runs in dict(accuracy or {}).items()})
         self.correct = {sigma: dict(runs) for sigma, runs in (correct or {}).items()}
         self.test_set = test_set
         #: cross_fit_spread's answers, by table, sigmas, level and number of records (a report and
@@ -142,7 +147,7 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(stats.t.ppf(1 - (1 - level) / 2, df))
 
 
-def satterthwaite(components: tuple[tuple[float, int], ...]) -> tuple[float, float]:
+def satterthwaite(components: tuple[tuple[float, float], ...]) -> tuple[float, float]:
     """(variance, degrees of freedom) of a sum of independent variance estimates ``(w*v, df)``,
     by the Welch-Satterthwaite formula: (sum w*v)^2 / sum((w*v)^2 / df)."""
     variance = sum(part for part, _ in components)
@@ -160,8 +165,9 @@ def mean_interval(values: list[float], level: float = LEVEL) -> tuple[float, flo
     return interval_around(mean, sem, len(values) - 1, level)
 
 
-def measured_sigmas(accuracy: Matrix, sigmas: tuple[float, ...] | None = None
-                    ) -> tuple[tuple[float, ...], tuple[tuple[float, int], ...]]:
+def measured_sigmas(
+    accuracy: Matrix, sigmas: tuple[float, ...] | None = None
+) -> tuple[tuple[float, ...], tuple[tuple[float, int], ...]]:
     """The sigmas with enough trained runs (of ``sigmas``, default all), and those left out."""
     wanted = sorted(accuracy) if sigmas is None else sorted(s for s in sigmas if s in accuracy)
     kept = tuple(s for s in wanted if len(accuracy[s]) >= MIN_SEEDS_PER_SIGMA)
@@ -183,8 +189,9 @@ def cross_fit_weights(table: Any) -> Any:
     runs = present.sum(-1)  # (..., sigmas)
     values = np.where(present, table, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        others = np.where(present & (runs[..., None] >= 2),
-                          (values.sum(-1, keepdims=True) - values) / (runs[..., None] - 1), np.nan)
+        others = np.where(
+            present & (runs[..., None] >= 2), (values.sum(-1, keepdims=True) - values) / (runs[..., None] - 1), np.nan
+        )
     sigmas = table.shape[-2]
     label = np.broadcast_to(np.arange(sigmas)[:, None], table.shape[-2:])
     usable = runs >= 2
@@ -251,7 +258,7 @@ def noise_draws(table: Any, replicates: int = REPLICATES, seed: int = SIMULATION
     draws = np.where(np.isnan(table), np.nan, means + sds * _standard_noise(replicates, table.shape, seed))
     weights = cross_fit_weights(draws)
     estimates = np.nansum(weights * draws, axis=(-2, -1))
-    return estimates, (weights ** 2).sum(-1).mean(0)
+    return estimates, (weights**2).sum(-1).mean(0)
 
 
 def as_table(accuracy: Matrix, sigmas: tuple[float, ...]) -> Any:
@@ -259,18 +266,18 @@ def as_table(accuracy: Matrix, sigmas: tuple[float, ...]) -> Any:
 
     seeds = sorted({seed for s in sigmas for seed in accuracy[s]})
     return np.array([[accuracy[s].get(seed, np.nan) for seed in seeds] for s in sigmas], dtype=float).reshape(
-        len(sigmas), len(seeds))
+        len(sigmas), len(seeds)
+    )
 
 
-def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None,
-                     level: float = LEVEL) -> SpreadEstimate:
+def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None, level: float = LEVEL) -> SpreadEstimate:
     """The cross-fitted spread of one group over ``sigmas`` (default: every sigma it has)."""
-    import numpy as np
 
     kept, left_out = measured_sigmas(accuracy, sigmas)
     if len(kept) < 2:
-        return SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, kept, left_out,
-                              "fewer than two sigmas with enough trained runs")
+        return SpreadEstimate(
+            NAN, NAN, NAN, NAN, NAN, 0, kept, left_out, "fewer than two sigmas with enough trained runs"
+        )
     table = as_table(accuracy, kept)
     found = _spread_of_table(table.tobytes(), table.shape, kept, left_out, level)
     if not found.decided:
@@ -293,15 +300,24 @@ def _population(accuracy: Matrix, found: SpreadEstimate, level: float) -> Spread
     if contrast is None:
         return replace(found, scope_note=f"95% interval for this test set only: {why}")
     variance, test_df = sampling_variance(contrast, flips)
-    se = math.sqrt(found.seed_se ** 2 + variance)
-    df = combined_df(found.components, found.seed_se ** 2, variance, test_df)
+    se = math.sqrt(found.seed_se**2 + variance)
+    df = combined_df(found.components, found.seed_se**2, variance, test_df)
     low, high = interval_around(found.estimate, se, df, level)
-    return replace(found, lo=low, hi=high, se=se, df=df, test_set_var=variance, test_set_df=test_df,
-                   interval_for=POPULATION, contrast=contrast, flip_variance=flips)
+    return replace(
+        found,
+        lo=low,
+        hi=high,
+        se=se,
+        df=df,
+        test_set_var=variance,
+        test_set_df=test_df,
+        interval_for=POPULATION,
+        contrast=contrast,
+        flip_variance=flips,
+    )
 
 
-def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple[float, ...]
-                     ) -> tuple[Any, float, str]:
+def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple[float, ...]) -> tuple[Any, float, str]:
     """Per test example, 100 x sum over ``sigmas`` of weight x the share of the sigma's runs that got
     it right (pp), and how much of its variance over examples the runs' own flips put there:
     sum of weight^2 x (mean over examples of the unbiased binomial variance over the sigma's runs) /
@@ -313,8 +329,14 @@ def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple
     runs = sum(len(accuracy[s]) for s, _ in weighted)
     missing = sum(1 for s, _ in weighted for seed in accuracy[s] if correct.get(s, {}).get(seed) is None)
     if missing:
-        return None, NAN, (f"{missing} of {runs} runs logged no per-example record ({CORRECT_ARTIFACT}), so the "
-                           "test set's own sampling error is not in it")
+        return (
+            None,
+            NAN,
+            (
+                f"{missing} of {runs} runs logged no per-example record ({CORRECT_ARTIFACT}), so the "
+                "test set's own sampling error is not in it"
+            ),
+        )
     lengths = {len(correct[s][seed]) for s, _ in weighted for seed in accuracy[s]}
     if len(lengths) != 1:
         return None, NAN, "the runs' per-example records differ in length (not one test set)"
@@ -343,12 +365,12 @@ def sampling_variance(contrast: Any, flips: float) -> tuple[float, float]:
     if excess == 0:
         return 0.0, math.inf
     centred = contrast - np.mean(contrast)
-    second, fourth = float(np.mean(centred ** 2)), float(np.mean(centred ** 4))  # fourth >= second^2 always
+    second, fourth = float(np.mean(centred**2)), float(np.mean(centred**4))  # fourth >= second^2 always
     spread = (fourth - second * second) / n
     return excess / n, (2 * excess * excess / spread if spread > 0 else math.inf)
 
 
-def combined_df(components: tuple[tuple[float, int], ...], seed_var: float, test_var: float, test_df: float) -> float:
+def combined_df(components: tuple[tuple[float, float], ...], seed_var: float, test_var: float, test_df: float) -> float:
     """Welch-Satterthwaite degrees of freedom of the seed-based variance (its ``components``, rescaled
     to sum to ``seed_var``, the variance the draws measured) plus the test set's."""
     total = sum(part for part, _ in components)
@@ -358,8 +380,9 @@ def combined_df(components: tuple[tuple[float, int], ...], seed_var: float, test
 
 
 @functools.lru_cache(maxsize=512)
-def _spread_of_table(data: bytes, shape: tuple[int, int], kept: tuple[float, ...],
-                     left_out: tuple[tuple[float, int], ...], level: float) -> SpreadEstimate:
+def _spread_of_table(
+    data: bytes, shape: tuple[int, int], kept: tuple[float, ...], left_out: tuple[tuple[float, int], ...], level: float
+) -> SpreadEstimate:
     """``cross_fit_spread`` of one table, kept for the next caller: a report and its findings
     ask for the same groups' spreads over the same sigmas several times."""
     import numpy as np
@@ -371,18 +394,21 @@ def _spread_of_table(data: bytes, shape: tuple[int, int], kept: tuple[float, ...
     counts = (~np.isnan(table)).sum(axis=1)
     seeds = int(min(counts[int(np.argmax(means))], counts[int(np.argmin(means))]))
     if seeds < MIN_SEEDS:
-        return SpreadEstimate(estimate, NAN, NAN, NAN, NAN, seeds, kept, left_out,
-                              f"too few seeds to decide ({seeds} < {MIN_SEEDS})")
+        return SpreadEstimate(
+            estimate, NAN, NAN, NAN, NAN, seeds, kept, left_out, f"too few seeds to decide ({seeds} < {MIN_SEEDS})"
+        )
     variances = np.nanvar(table, axis=1, ddof=1)
     draws, weights = noise_draws(table)
-    components = tuple((float(weights[i] * variances[i]), int(counts[i] - 1))
-                       for i in range(len(kept)) if weights[i] > 0)
+    components = tuple(
+        (float(weights[i] * variances[i]), int(counts[i] - 1)) for i in range(len(kept)) if weights[i] > 0
+    )
     se = float(np.std(draws))
     df = satterthwaite(components)[1]
     low, high = interval_around(estimate, se, df, level)
     sigma_weights = tuple(float(w) for w in weights_now.sum(-1))
-    return SpreadEstimate(estimate, low, high, se, df, seeds, kept, left_out, "", components, seed_se=se,
-                          sigma_weights=sigma_weights)
+    return SpreadEstimate(
+        estimate, low, high, se, df, seeds, kept, left_out, "", components, seed_se=se, sigma_weights=sigma_weights
+    )
 
 
 def interval_around(estimate: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
@@ -437,7 +463,7 @@ class SpreadDifference:
         variance = sum(parts) + self.test_set_var
         denominator = sum(part * part / (seeds - 1) for part in parts)
         if self.test_set_var > 0 and math.isfinite(self.test_set_df):
-            denominator = denominator + self.test_set_var ** 2 / self.test_set_df
+            denominator = denominator + self.test_set_var**2 / self.test_set_df
         with np.errstate(divide="ignore", invalid="ignore"):
             df = np.where(denominator > 0, variance * variance / denominator, np.inf)
         return np.sqrt(variance), df
@@ -464,21 +490,29 @@ class SpreadDifference:
         if self.decided and (self.lo > 0 or self.hi < 0):
             return None, "resolved"
         if not self.decided:
-            return None, (f"nothing to plan from ({self.reason}): run at least {MIN_SEEDS} seeds at every sigma, "
-                          "then ask again")
+            return None, (
+                f"nothing to plan from ({self.reason}): run at least {MIN_SEEDS} seeds at every sigma, then ask again"
+            )
         if self.estimate == 0:
             return None, f"the observed difference is 0: no number of seeds (up to {most}) would resolve it"
         counts = np.arange(MIN_SEEDS, most + 1)
         reached = np.flatnonzero(self.power_at(counts) >= power)
         if reached.size:
             seeds = int(counts[reached[0]])
-            return seeds, (f"{seeds} seeds per sigma would resolve it with {power:.0%} power if the true difference "
-                           f"were the observed {self.estimate:+.2f} pp")
+            return seeds, (
+                f"{seeds} seeds per sigma would resolve it with {power:.0%} power if the true difference "
+                f"were the observed {self.estimate:+.2f} pp"
+            )
         floor = math.sqrt(self.test_set_var)
-        why = (f"the test set's own sampling error (sd {floor:.2f} pp) is too large for it: a larger test set would help"
-               if floor > 0 and abs(self.estimate) < (1.96 + 0.84) * floor else "it is too close to zero")
-        return None, (f"not within {most} seeds: the observed difference {self.estimate:+.2f} pp "
-                      f"(standard error {self.se:.2f} pp) is too small to resolve with {power:.0%} power; {why}")
+        why = (
+            f"the test set's own sampling error (sd {floor:.2f} pp) is too large for it: a larger test set would help"
+            if floor > 0 and abs(self.estimate) < (1.96 + 0.84) * floor
+            else "it is too close to zero"
+        )
+        return None, (
+            f"not within {most} seeds: the observed difference {self.estimate:+.2f} pp "
+            f"(standard error {self.se:.2f} pp) is too small to resolve with {power:.0%} power; {why}"
+        )
 
 
 def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDifference:
@@ -490,26 +524,35 @@ def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDiffe
     shared = tuple(sorted(set(measured_sigmas(a)[0]) & set(measured_sigmas(b)[0])))
     first, second = cross_fit_spread(a, shared, level), cross_fit_spread(b, shared, level)
     if len(shared) < 2:
-        return SpreadDifference(first, second, NAN, NAN, NAN, shared,
-                                f"they share {len(shared)} sigma(s) with enough trained runs")
+        return SpreadDifference(
+            first, second, NAN, NAN, NAN, shared, f"they share {len(shared)} sigma(s) with enough trained runs"
+        )
     estimate = first.estimate - second.estimate
     reason = first.reason or second.reason
     if reason:
         return SpreadDifference(first, second, estimate, NAN, NAN, shared, reason)
-    seed_var = first.seed_se ** 2 + second.seed_se ** 2
+    seed_var = first.seed_se**2 + second.seed_se**2
     test_var, test_df, scope, note = 0.0, math.inf, THIS_TEST_SET, ""
     if first.contrast is None or second.contrast is None:
         note = first.scope_note or second.scope_note
     elif getattr(a, "test_set", None) == getattr(b, "test_set", None) and len(first.contrast) == len(second.contrast):
-        test_var, test_df = sampling_variance(first.contrast - second.contrast, first.flip_variance + second.flip_variance)
+        test_var, test_df = sampling_variance(
+            first.contrast - second.contrast, first.flip_variance + second.flip_variance
+        )
         scope = POPULATION
     else:  # two test sets, sampled independently
         test_var = first.test_set_var + second.test_set_var
-        test_df = satterthwaite(tuple((v, d) for v, d in ((first.test_set_var, first.test_set_df),
-                                                          (second.test_set_var, second.test_set_df)) if v > 0))[1]
+        test_df = satterthwaite(
+            tuple(
+                (v, d)
+                for v, d in ((first.test_set_var, first.test_set_df), (second.test_set_var, second.test_set_df))
+                if v > 0
+            )
+        )[1]
         scope = POPULATION
     se = math.sqrt(seed_var + test_var)
     df = combined_df(first.components + second.components, seed_var, test_var, test_df)
     low, high = interval_around(estimate, se, df, level)
-    return SpreadDifference(first, second, estimate, low, high, shared, "", se, df, seed_var, test_var, test_df,
-                            scope, note)
+    return SpreadDifference(
+        first, second, estimate, low, high, shared, "", se, df, seed_var, test_var, test_df, scope, note
+    )

@@ -1,10 +1,10 @@
 """The initialization-memory report: per group, how much the selected predictor depends on sigma.
 
 Pure: ``build_report(records)`` reads nothing and writes nothing, so it can be checked against a
-hand computation. Accuracies arrive as fractions and leave in percent; the spread is in
-percentage points (the paper's unit).
+hand computation; ``report/render.py`` turns a ``Report`` into Markdown, CSV and JSON. Accuracies
+arrive as fractions and leave in percent; the spread is in percentage points (the paper's unit).
 
-A group is every cell that differs only in sigma and seed (``grid.group_fields``). Per group and
+A group is every cell that differs only in sigma and seed (``groups.group_fields``). Per group and
 sigma: test accuracy at the best-validation checkpoint (mean, std and a 95% t interval over
 seeds), tau_interp and how many seeds never interpolated, the repair gap, the final ||W||_F and
 ||W||/||W0||, and the forgetting clocks at the end. Cells that failed or diverged count as
@@ -23,19 +23,25 @@ difference of accuracy over cells of equal sigma and seed. A group whose best ac
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
-from initmem_core.report.inference import (MIN_SEEDS_PER_SIGMA, THIS_TEST_SET, AccuracyTable, Matrix,
-                                           SpreadEstimate, cross_fit_spread, mean_interval, spread_difference)
-from initmem_core.sweep.grid import group_fields, group_keys, metric_suffix
+from initmem_core.groups import group_fields, group_keys, metric_suffix
+from initmem_core.report.inference import (
+    MIN_SEEDS_PER_SIGMA,
+    THIS_TEST_SET,
+    AccuracyTable,
+    Matrix,
+    SpreadEstimate,
+    cross_fit_spread,
+    mean_interval,
+    spread_difference,
+)
 from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import CLOCKS
 
 NAN = float("nan")
 #: Bootstrap replicates, and the fixed seed that makes a report reproducible.
@@ -139,7 +145,7 @@ class Report:
     #: group -> its cross-fitted spread with what it rests on (report/inference.py)
     estimates: dict[str, SpreadEstimate] = field(default_factory=dict)
     #: group -> accuracy (pp) by sigma and seed of its trained cells
-    accuracy: dict[str, dict[float, dict[int, float]]] = field(default_factory=dict)
+    accuracy: dict[str, Matrix] = field(default_factory=dict)
     #: group -> its memories over training and their half-lives (report/forgetting.py)
     forgetting: dict[str, Any] = field(default_factory=dict)
 
@@ -148,13 +154,21 @@ class Report:
         metrics = {}
         for g in self.groups:
             suffix = metric_suffix(g.group)
-            figures = {"spread": g.spread, "never_interp_sigmas": g.never_interp_sigmas,
-                       "failed_cells": g.failed, **{c: getattr(g, c) for c in CLOCKS},
-                       "spread_lo": g.spread_lo, "spread_hi": g.spread_hi, "did_not_train": float(g.did_not_train),
-                       "debiased_spread": g.debiased_spread, "debiased_spread_lo": g.debiased_spread_lo,
-                       "debiased_spread_hi": g.debiased_spread_hi}
-            metrics.update({f"{name}_{suffix}": float(value) for name, value in figures.items()
-                            if not math.isnan(value)})
+            figures = {
+                "spread": g.spread,
+                "never_interp_sigmas": g.never_interp_sigmas,
+                "failed_cells": g.failed,
+                **{c: getattr(g, c) for c in CLOCKS},
+                "spread_lo": g.spread_lo,
+                "spread_hi": g.spread_hi,
+                "did_not_train": float(g.did_not_train),
+                "debiased_spread": g.debiased_spread,
+                "debiased_spread_lo": g.debiased_spread_lo,
+                "debiased_spread_hi": g.debiased_spread_hi,
+            }
+            metrics.update(
+                {f"{name}_{suffix}": float(value) for name, value in figures.items() if not math.isnan(value)}
+            )
         from initmem_core.report.forgetting import half_life_metrics
 
         metrics.update(half_life_metrics(self.forgetting))
@@ -215,8 +229,11 @@ def resampled_spreads(accuracy: Matrix, replicates: int = REPLICATES, seed: int 
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    means = [np.asarray(list(runs.values()))[rng.integers(0, len(runs), size=(replicates, len(runs)))].mean(axis=1)
-             for runs in accuracy.values() if runs]
+    means = [
+        np.asarray(list(runs.values()))[rng.integers(0, len(runs), size=(replicates, len(runs)))].mean(axis=1)
+        for runs in accuracy.values()
+        if runs
+    ]
     if len(means) < 2:
         return np.full(replicates, np.nan)
     stacked = np.stack(means)
@@ -226,22 +243,46 @@ def resampled_spreads(accuracy: Matrix, replicates: int = REPLICATES, seed: int 
 def debiased_note(estimate: SpreadEstimate) -> str:
     """What a reader needs to know about a cross-fitted spread: sigmas left out, no interval, an
     interval for this test set only."""
-    parts = [f"sigma {s:g}: {n} trained run{'s' * (n != 1)}, fewer than {MIN_SEEDS_PER_SIGMA}, left out"
-             for s, n in estimate.too_few]
+    parts = [
+        f"sigma {s:g}: {n} trained run{'s' * (n != 1)}, fewer than {MIN_SEEDS_PER_SIGMA}, left out"
+        for s, n in estimate.too_few
+    ]
     return "; ".join(parts + [text for text in (estimate.reason, estimate.scope_note) if text])
 
 
-def _paired(a: GroupSummary, b: GroupSummary, cells_a: list[CellRecord], cells_b: list[CellRecord],
-            accuracy: dict[str, Matrix]) -> PairedDifference:
+def _paired(
+    a: GroupSummary,
+    b: GroupSummary,
+    cells_a: list[CellRecord],
+    cells_b: list[CellRecord],
+    accuracy: Mapping[str, Matrix],
+) -> PairedDifference:
     difference = spread_difference(accuracy[a.group], accuracy[b.group])
-    theirs = {(c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b
-              if c.trained and "best_val_test_acc" in c.metrics}
-    diffs = [_accuracy(c) - theirs[(c.config.sigma, c.config.seed)] for c in cells_a
-             if c.trained and "best_val_test_acc" in c.metrics and (c.config.sigma, c.config.seed) in theirs]
+    theirs = {
+        (c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b if c.trained and "best_val_test_acc" in c.metrics
+    }
+    diffs = [
+        _accuracy(c) - theirs[(c.config.sigma, c.config.seed)]
+        for c in cells_a
+        if c.trained and "best_val_test_acc" in c.metrics and (c.config.sigma, c.config.seed) in theirs
+    ]
     needed, why = difference.seeds_needed()
-    return PairedDifference(a.group, b.group, difference.estimate, difference.lo, difference.hi,
-                            _mean(diffs), *mean_interval(diffs), len(diffs), len(difference.sigmas), difference.reason,
-                            difference.interval_for, difference.scope_note, needed, "" if why == "resolved" else why)
+    return PairedDifference(
+        a.group,
+        b.group,
+        difference.estimate,
+        difference.lo,
+        difference.hi,
+        _mean(diffs),
+        *mean_interval(diffs),
+        len(diffs),
+        len(difference.sigmas),
+        difference.reason,
+        difference.interval_for,
+        difference.scope_note,
+        needed,
+        "" if why == "resolved" else why,
+    )
 
 
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
@@ -253,17 +294,25 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         return _mean([scale * c.metrics[key] for c in among if key in c.metrics])
 
     return SigmaRow(
-        group=group, sigma=sigma, runs=len(cells), failed=len(cells) - len(trained),
-        test_acc=_mean(acc), test_acc_std=_std(acc), **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
-        tau_interp=mean_of("tau_interp", interpolated), never_interp=len(trained) - len(interpolated),
+        group=group,
+        sigma=sigma,
+        runs=len(cells),
+        failed=len(cells) - len(trained),
+        test_acc=_mean(acc),
+        test_acc_std=_std(acc),
+        **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
+        tau_interp=mean_of("tau_interp", interpolated),
+        never_interp=len(trained) - len(interpolated),
         repair_gap=mean_of("repair_gap", interpolated, 100.0),
-        weight_norm=mean_of("weight_norm"), weight_norm_ratio=mean_of("weight_norm_ratio"),
+        weight_norm=mean_of("weight_norm"),
+        weight_norm_ratio=mean_of("weight_norm_ratio"),
         **{clock: mean_of(clock) for clock in CLOCKS},
     )
 
 
-def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy: Matrix,
-             estimate: SpreadEstimate) -> GroupSummary:
+def _summary(
+    group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy: Matrix, estimate: SpreadEstimate
+) -> GroupSummary:
     measured = [r for r in rows if not math.isnan(r.test_acc)]
     best = max(measured, key=lambda r: r.test_acc, default=None)
     worst = min(measured, key=lambda r: r.test_acc, default=None)
@@ -271,15 +320,21 @@ def _summary(group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy
     classes = max((c.num_classes for c in cells), default=0)
     # Near chance everywhere: the spread would measure noise around a model that never learned.
     stuck = bool(best and classes and best.test_acc < 100 / classes + CHANCE_MARGIN_PP)
-    spread = best.test_acc - worst.test_acc if best and not stuck else NAN
+    spread = best.test_acc - worst.test_acc if best and worst and not stuck else NAN
     low, high = (NAN, NAN) if math.isnan(spread) else percentile_interval(resampled_spreads(accuracy))
     if stuck:
         estimate = SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, ())
     return GroupSummary(
         group=group,
-        spread=spread, spread_lo=low, spread_hi=high, did_not_train=stuck,
-        debiased_spread=estimate.estimate, debiased_spread_lo=estimate.lo, debiased_spread_hi=estimate.hi,
-        debiased_note=debiased_note(estimate), debiased_interval_for=estimate.interval_for,
+        spread=spread,
+        spread_lo=low,
+        spread_hi=high,
+        did_not_train=stuck,
+        debiased_spread=estimate.estimate,
+        debiased_spread_lo=estimate.lo,
+        debiased_spread_hi=estimate.hi,
+        debiased_note=debiased_note(estimate),
+        debiased_interval_for=estimate.interval_for,
         best_acc=best.test_acc if best else NAN,
         best_sigma=best.sigma if best else NAN,
         worst_sigma=worst.sigma if worst else NAN,
@@ -296,8 +351,9 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     by_group: dict[str, list[CellRecord]] = {}
     for record, key in zip(records, group_keys(r.config for r in records)):
         by_group.setdefault(key, []).append(record)
-    groups, rows, failures, curves = [], [], [], {}
-    accuracy = {group: accuracy_matrix(cells) for group, cells in by_group.items()}
+    groups, rows, curves = [], [], {}
+    failures: list[Failure] = []
+    accuracy: dict[str, Matrix] = {group: accuracy_matrix(cells) for group, cells in by_group.items()}
     estimates = {group: cross_fit_spread(table) for group, table in accuracy.items()}
     for group in sorted(by_group):
         cells = by_group[group]
@@ -305,163 +361,22 @@ def build_report(records: Iterable[CellRecord]) -> Report:
         group_rows = [_sigma_row(group, s, [c for c in cells if c.config.sigma == s]) for s in sigmas]
         rows.extend(group_rows)
         groups.append(_summary(group, group_rows, cells, accuracy[group], estimates[group]))
-        curves[group] = [(c.config.sigma, c.config.seed, c.weight_norms)
-                         for c in sorted(cells, key=lambda c: (c.config.sigma, c.config.seed))
-                         if c.trained and c.weight_norms]
+        curves[group] = [
+            (c.config.sigma, c.config.seed, c.weight_norms)
+            for c in sorted(cells, key=lambda c: (c.config.sigma, c.config.seed))
+            if c.trained and c.weight_norms
+        ]
         failures.extend(
-            Failure(group, c.config.sigma, c.config.seed, "DIVERGED" if c.diverged else c.status,
-                    c.error, c.run_id)
-            for c in cells if not c.trained)
+            Failure(group, c.config.sigma, c.config.seed, "DIVERGED" if c.diverged else c.status, c.error, c.run_id)
+            for c in cells
+            if not c.trained
+        )
     trained = [g for g in groups if not math.isnan(g.spread)]
-    pairs = [_paired(a, b, by_group[a.group], by_group[b.group], accuracy)
-             for i, a in enumerate(trained) for b in trained[i + 1:]]
+    pairs = [
+        _paired(a, b, by_group[a.group], by_group[b.group], accuracy)
+        for i, a in enumerate(trained)
+        for b in trained[i + 1 :]
+    ]
     from initmem_core.report.forgetting import build_forgetting
 
     return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))
-
-
-# -- output formats -------------------------------------------------------------------------
-
-#: (column, header, format) of the full table, one row per (group, sigma).
-TABLE_COLUMNS = (
-    ("group", "group", "{}"), ("sigma", "sigma", "{:g}"), ("runs", "runs", "{}"), ("failed", "failed", "{}"),
-    ("test_acc", "test acc %", "{:.2f}"), ("test_acc_std", "± pp", "{:.2f}"),
-    ("test_acc_lo", "95% CI low", "{:.2f}"), ("test_acc_hi", "95% CI high", "{:.2f}"),
-    ("spread", "spread pp", "{:.2f}"), ("spread_lo", "spread CI low", "{:.2f}"), ("spread_hi", "spread CI high", "{:.2f}"),
-    ("debiased_spread", "debiased pp", "{:+.2f}"), ("debiased_spread_lo", "debiased CI low", "{:+.2f}"),
-    ("debiased_spread_hi", "debiased CI high", "{:+.2f}"),
-    ("tau_interp", "tau_interp", "{:.1f}"),
-    ("never_interp", "never interp", "{}"), ("repair_gap", "repair gap pp", "{:+.2f}"),
-    ("weight_norm", "‖W‖_F", "{:.4g}"), ("weight_norm_ratio", "‖W‖/‖W0‖", "{:.4g}"),
-    *((clock, CLOCK_SYMBOLS[clock], "{:.4g}") for clock in CLOCKS),
-)
-
-
-_FORMATS = {column: fmt for column, _, fmt in TABLE_COLUMNS}
-
-
-def table_rows(report: Report) -> list[dict[str, Any]]:
-    """The full table as plain rows: each (group, sigma) row carries its group's spread."""
-    by_group = {g.group: g for g in report.groups}
-    carried = ("spread", "spread_lo", "spread_hi", "debiased_spread", "debiased_spread_lo", "debiased_spread_hi")
-    return [{**asdict(row), **{key: getattr(by_group[row.group], key) for key in carried}} for row in report.rows]
-
-
-def formatted(column: str, value: Any) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return "–"
-    return _FORMATS[column].format(value)
-
-
-def to_csv(report: Report) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([c for c, _, _ in TABLE_COLUMNS])
-    for row in table_rows(report):
-        writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v
-                         for v in (row[c] for c, _, _ in TABLE_COLUMNS)])
-    return out.getvalue()
-
-
-def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
-
-
-def interval(low: float, high: float, fmt: str = "+.2f") -> str:
-    return "–" if math.isnan(low) or math.isnan(high) else f"[{low:{fmt}}, {high:{fmt}}]"
-
-
-def _spread_cell(g: GroupSummary) -> str:
-    return f"did not train (best {g.best_acc:.1f}%)" if g.did_not_train else (
-        "–" if math.isnan(g.spread) else f"{g.spread:.2f}")
-
-
-def debiased_cell(g: GroupSummary) -> str:
-    """The cross-fitted spread with its interval, or why there is none (the report's tables, the
-    sweep's summary table and the parent run's description all show it so)."""
-    if math.isnan(g.debiased_spread):
-        return f"– ({g.debiased_note})" if g.debiased_note else "–"
-    shown = f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
-    return shown if not math.isnan(g.debiased_spread_lo) else f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
-
-
-SPREADS_EXPLAINED = (
-    "Spread: the paper's figure, max − min over sigma of the mean test accuracy at the best-validation "
-    "checkpoint, in percentage points, with a 95% interval that resamples each sigma's trained runs. It is "
-    "biased upward by noise (a group that remembers nothing still shows a spread); that interval is for this test "
-    "set. Debiased: the cross-fitted spread (best and worst sigma chosen on the other runs, their gap measured on runs "
-    "held out of that choice), with its 95% t interval for the population of examples (the test set's own sampling "
-    "error included, from the runs' per-example records; for this test set only where a note says they are missing); "
-    "it is near zero for a group that does not remember, and it is what groups are compared by "
-    "(docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread.")
-
-
-def seeds_needed_cell(p: PairedDifference) -> str:
-    """What a paired difference needs next: resolved ("–"), a seed count, or why no count would do."""
-    if p.seeds_needed is not None:
-        return f"{p.seeds_needed} seeds"
-    return p.seeds_needed_note or "–"
-
-
-def to_markdown(report: Report, title: str = "Initialization memory") -> str:
-    lines = [f"# {title}", "", SPREADS_EXPLAINED.format(margin=CHANCE_MARGIN_PP), ""]
-    lines += _markdown_table(
-        ["group", "spread pp", "95% CI", "debiased pp [95% CI]", "best sigma", "worst sigma",
-         "sigmas never interpolated", "failed cells", *(CLOCK_SYMBOLS[c] for c in CLOCKS)],
-        [[g.group, _spread_cell(g), interval(g.spread_lo, g.spread_hi, ".2f"), debiased_cell(g),
-          *(("–" if math.isnan(v) else f"{v:g}") for v in (g.best_sigma, g.worst_sigma)),
-          str(g.never_interp_sigmas), str(g.failed),
-          *(("–" if math.isnan(v) else f"{v:.4g}") for v in (g.clock_sgd, g.clock_l2, g.clock_adapt))]
-         for g in report.groups])
-    notes = [f"- `{g.group}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
-    if notes:
-        lines += ["", *notes]
-    if report.pairs:
-        lines += ["", "## Paired differences (a − b)", "",
-                  "Debiased spread difference over the sigmas both groups measured, with its 95% t interval (for "
-                  "the population, or for this test set where the per-example records are missing) and, when it is not "
-                  "resolved, the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference "
-                  "were the observed one; accuracy difference averaged over cells of equal sigma and seed, with its t "
-                  "interval over those pairs (this test set).", ""]
-        lines += _markdown_table(
-            ["a", "b", "spread diff pp", "95% CI", "interval for", "seeds to resolve", "sigmas", "acc diff pp",
-             "95% CI", "pairs"],
-            [[p.a, p.b, "–" if math.isnan(p.spread_diff) else f"{p.spread_diff:+.2f}",
-              interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"– ({p.note})",
-              "–" if p.note else p.interval_for, seeds_needed_cell(p), str(p.shared_sigmas),
-              "–" if math.isnan(p.acc_diff) else f"{p.acc_diff:+.2f}", interval(p.acc_diff_lo, p.acc_diff_hi),
-              str(p.pairs)] for p in report.pairs])
-        scoped = [f"- `{p.a}` − `{p.b}`: {p.scope_note}" for p in report.pairs if p.scope_note]
-        if scoped:
-            lines += ["", *scoped]
-    lines += ["", "## Per sigma", ""]
-    lines += _markdown_table([h for _, h, _ in TABLE_COLUMNS],
-                             [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)])
-    from initmem_core.report.forgetting import forgetting_markdown
-
-    lines += forgetting_markdown(report.forgetting)
-    if report.failures:
-        lines += ["", "## Failed cells", ""]
-        lines += _markdown_table(["group", "sigma", "seed", "status", "error", "run id"],
-                                 [[f.group, f"{f.sigma:g}", str(f.seed), f.status,
-                                   f.error.replace("|", "\\|").replace("\n", " "), f.run_id]
-                                  for f in report.failures])
-    return "\n".join(lines) + "\n"
-
-
-def to_json(report: Report) -> str:
-    def clean(value: Any) -> Any:
-        if isinstance(value, float) and math.isnan(value):
-            return None
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v) for v in value]
-        return value
-
-    data = {"group_fields": report.group_fields, "groups": [asdict(g) for g in report.groups],
-            "rows": table_rows(report), "pairs": [asdict(p) for p in report.pairs],
-            "failures": [asdict(f) for f in report.failures],
-            "forgetting": {group: asdict(found) for group, found in report.forgetting.items()}}
-    return json.dumps(clean(data), indent=2)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
+from initmem_core.groups import short_group_names
 from initmem_core.report.memory import Report
-from initmem_core.sweep.grid import short_group_names
-
+from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
 
 
 def _figure(width: float = 6.4, height: float = 4.2):
@@ -43,8 +42,10 @@ def _save(figure, path: Path) -> Path:
 
 def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> list[list[float]]:
     """Asymmetric error bars from intervals; 0 where an interval is unknown (one seed)."""
-    return [[0.0 if math.isnan(lo) else v - lo for v, lo in zip(values, lows)],
-            [0.0 if math.isnan(hi) else hi - v for v, hi in zip(values, highs)]]
+    return [
+        [0.0 if math.isnan(lo) else v - lo for v, lo in zip(values, lows)],
+        [0.0 if math.isnan(hi) else hi - v for v, hi in zip(values, highs)],
+    ]
 
 
 def _wrapped(label: str, width: int) -> str:
@@ -67,8 +68,9 @@ def _caption(figure, shared: str) -> None:
 def _legend_below(figure, shared: str, columns: int = 1) -> None:
     """The legend under the axes (group labels are long: not over the lines), titled with what
     every group shares."""
-    figure.legend(loc="outside lower center", fontsize="small", title=_shared_text(shared),
-                  title_fontsize="small", ncols=columns)
+    figure.legend(
+        loc="outside lower center", fontsize="small", title=_shared_text(shared), title_fontsize="small", ncols=columns
+    )
 
 
 def _spread_label(group, name: str) -> str:
@@ -88,11 +90,19 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
         values = [r.test_acc for r in rows]
-        ax.errorbar([r.sigma for r in rows], values,
-                    yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
-                    marker="o", capsize=3, label=_spread_label(group, names[group.group]))
-    ax.set(xlabel="σ_w", ylabel="test accuracy at best-val checkpoint (%)",
-           title="Initialization memory: test accuracy vs σ_w (bars: 95% CI over seeds)")
+        ax.errorbar(
+            [r.sigma for r in rows],
+            values,
+            yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
+            marker="o",
+            capsize=3,
+            label=_spread_label(group, names[group.group]),
+        )
+    ax.set(
+        xlabel="σ_w",
+        ylabel="test accuracy at best-val checkpoint (%)",
+        title="Initialization memory: test accuracy vs σ_w (bars: 95% CI over seeds)",
+    )
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
     return _save(figure, path)
@@ -122,7 +132,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel("‖W‖_F")
-    for ax in list(axes.flat)[len(groups):]:
+    for ax in list(axes.flat)[len(groups) :]:
         ax.set_visible(False)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="σ_w")
     _caption(figure, shared)
@@ -141,8 +151,15 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
     for ax, clock in zip(axes, CLOCKS):
         x = [getattr(g, clock) for g in groups]
         for g, value, colour in zip(groups, x, colours):
-            ax.errorbar([value], [g.spread], yerr=_error_bars([g.spread], [g.spread_lo], [g.spread_hi]),
-                        fmt="o", capsize=3, color=colour, label=names[g.group] if ax is axes[0] else None)
+            ax.errorbar(
+                [value],
+                [g.spread],
+                yerr=_error_bars([g.spread], [g.spread_lo], [g.spread_hi]),
+                fmt="o",
+                capsize=3,
+                color=colour,
+                label=names[g.group] if ax is axes[0] else None,
+            )
         if x and min(x) > 0 and max(x) / min(x) > 20:
             ax.set_xscale("log")
         else:  # clocks are often tiny (T_SGD ~ 1e-4): short scientific tick labels
@@ -169,13 +186,19 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     for index, group in enumerate(report.groups):
         rows = [r for r in report.rows if r.group == group.group]
         reached = [r for r in rows if not math.isnan(r.tau_interp)]
-        line, = ax.plot([r.sigma for r in reached], [r.tau_interp for r in reached], marker="o",
-                        label=names[group.group])
+        (line,) = ax.plot(
+            [r.sigma for r in reached], [r.tau_interp for r in reached], marker="o", label=names[group.group]
+        )
         never = [r.sigma for r in rows if math.isnan(r.tau_interp) and r.runs > r.failed]
         if never:
             offset = (index - (len(report.groups) - 1) / 2) * dodge
-            ax.scatter([sigma + offset for sigma in never], [0.0] * len(never), marker="x", color=line.get_color(),
-                       clip_on=False)
+            ax.scatter(
+                [sigma + offset for sigma in never],
+                [0.0] * len(never),
+                marker="x",
+                color=line.get_color(),
+                clip_on=False,
+            )
     ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
@@ -198,6 +221,7 @@ def write_plots(report: Report, folder: str | Path) -> list[Path]:
 
 # -- memory over training (report/forgetting.py) --------------------------------------------
 
+
 def _memory_curve(ax, points, x_of, colour: str, label: str | None) -> None:
     """One group's memory against ``x_of(point)``, with its 95% band where it has one."""
     shown = [p for p in points if not math.isnan(p.value) and not math.isnan(x_of(p))]
@@ -207,8 +231,14 @@ def _memory_curve(ax, points, x_of, colour: str, label: str | None) -> None:
     ax.plot(xs, [p.value for p in shown], color=colour, label=label, marker="." if len(shown) < 30 else None)
     banded = [(x, p) for x, p in zip(xs, shown) if not math.isnan(p.lo) and not math.isnan(p.hi)]
     if banded:
-        ax.fill_between([x for x, _ in banded], [p.lo for _, p in banded], [p.hi for _, p in banded],
-                        color=colour, alpha=0.18, linewidth=0)
+        ax.fill_between(
+            [x for x, _ in banded],
+            [p.lo for _, p in banded],
+            [p.hi for _, p in banded],
+            color=colour,
+            alpha=0.18,
+            linewidth=0,
+        )
 
 
 def _mark_half_life(ax, half, unit: str, colour: str) -> None:
@@ -247,8 +277,13 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
     for ax, memory in zip(axes, MEMORIES):
         for group in groups:
             found = report.forgetting[group]
-            _memory_curve(ax, found.curves.get(memory, []), lambda p: p.epoch, colours[group],
-                          names[group] if ax is axes[0] else None)
+            _memory_curve(
+                ax,
+                found.curves.get(memory, []),
+                lambda p: p.epoch,
+                colours[group],
+                names[group] if ax is axes[0] else None,
+            )
             _mark_half_life(ax, found.half_lives.get(memory), "epoch", colours[group])
         ax.set(xlabel="epoch", title=MEMORY_LABELS[memory])
         ax.title.set_fontsize("small")
@@ -281,8 +316,13 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
                 if not any(getattr(p, clock) > 0 for p in curve):
                     continue
                 positive += [getattr(p, clock) for p in curve if getattr(p, clock) > 0]
-                _memory_curve(ax, curve, lambda p, c=clock: getattr(p, c), colours[group],
-                              names[group] if memory == memories[0] and clock == CLOCKS[0] else None)
+                _memory_curve(
+                    ax,
+                    curve,
+                    lambda p, c=clock: getattr(p, c),
+                    colours[group],
+                    names[group] if memory == memories[0] and clock == CLOCKS[0] else None,
+                )
                 _mark_half_life(ax, found.half_lives.get(memory), clock, colours[group])
             if positive and max(positive) / min(positive) > 50:
                 ax.set_xscale("symlog", linthresh=min(positive))  # groups' clocks differ by decades; 0 stays on it

@@ -5,8 +5,8 @@ one. Values come from the command line (``0.1,0.5,1`` or a range ``0.1:2.5:7``),
 sweep file (``[base]`` fixed values, ``[grid]`` lists or ranges) or from a Python mapping, and are
 converted with ``config.coerce`` so a cell means exactly what a single ``initmem run`` would.
 
-Cells that differ only in sigma and seed form a *group*: the report measures the spread of test
-accuracy over sigma inside each group.
+Cells that differ only in sigma and seed form a *group* (``initmem_core.groups`` names them): the
+report measures the spread of test accuracy over sigma inside each group.
 """
 
 from __future__ import annotations
@@ -17,18 +17,28 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from initmem_core.tracking.records import check_sweep_name
-from initmem_core.config import FIELDS, RunConfig, _short as short_number, coerce, field_type, from_mapping, load_toml, unknown_key_error, validate
+from initmem_core.config import (
+    FIELDS,
+    RunConfig,
+    coerce,
+    field_type,
+    from_mapping,
+    load_toml,
+    unknown_key_error,
+)
+from initmem_core.config import (
+    _short as short_number,
+)
 from initmem_core.errors import ConfigError
+from initmem_core.groups import WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
 from initmem_core.kinds import flag_for
-
-#: Within a group only these vary; every other varying field tells groups apart.
-WITHIN_GROUP = ("sigma", "seed")
-SINGLE_GROUP = "all"
+from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.tracking.records import check_sweep_name
 
 
 def parse_range(name: str, text: str) -> tuple[Any, ...]:
@@ -49,8 +59,10 @@ def parse_range(name: str, text: str) -> tuple[Any, ...]:
     values = [start + (stop - start) * i / (count - 1) for i in range(count)]
     if kind is int:
         if any(not float(v).is_integer() for v in values):
-            raise ConfigError(f"{flag_for(name)} {text}: {count} evenly spaced values from {start} to {stop} "
-                              "are not all whole numbers; choose a count that divides the span, or list the values")
+            raise ConfigError(
+                f"{flag_for(name)} {text}: {count} evenly spaced values from {start} to {stop} "
+                "are not all whole numbers; choose a count that divides the span, or list the values"
+            )
         return tuple(int(v) for v in values)
     # 12 significant digits: 0.1:0.3:3 gives 0.2, not 0.20000000000000004 (names and hashes stay clean).
     return tuple(float(f"{v:.12g}") for v in values)
@@ -99,11 +111,14 @@ class SweepSpec:
     name: str | None = None
     groups: tuple[dict[str, Any], ...] = ()
 
-    def override(self, other: "SweepSpec") -> "SweepSpec":
+    def override(self, other: SweepSpec) -> SweepSpec:
         """``other``'s axes replace this spec's for the same fields, in the groups too (CLI over file)."""
         groups = tuple({k: v for k, v in group.items() if k not in other.axes} for group in self.groups)
-        return SweepSpec({**self.axes, **other.axes}, other.name or self.name,
-                         tuple(group for group in groups if group) if any(groups) else ())
+        return SweepSpec(
+            {**self.axes, **other.axes},
+            other.name or self.name,
+            tuple(group for group in groups if group) if any(groups) else (),
+        )
 
     def group_axes(self) -> list[dict[str, tuple[Any, ...]]]:
         """The product grids whose union is the sweep."""
@@ -112,8 +127,11 @@ class SweepSpec:
     @property
     def varying(self) -> list[str]:
         grids = self.group_axes()
-        return [name for name in FIELDS
-                if len({_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1]
+        return [
+            name
+            for name in FIELDS
+            if len({value_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1
+        ]
 
 
 _DEFAULTS = RunConfig()
@@ -186,7 +204,7 @@ def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:
-                config = validate(config, registry)  # the lr a cell runs with is in its hash
+                config = resolve_config(config, registry)  # the lr a cell runs with is in its hash
             except ConfigError as error:
                 varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
                 raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
@@ -196,99 +214,49 @@ def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
     return cells
 
 
-def group_fields(configs: Iterable[RunConfig]) -> list[str]:
-    """Fields that tell groups apart: those that vary across ``configs``, except sigma and seed,
-    and except execution knobs (threads, device: they change how, not what)."""
-    configs = list(configs)
-    return [name for name, f in FIELDS.items()
-            if f.metadata["hashed"] and name not in WITHIN_GROUP
-            and len({_text(getattr(c, name)) for c in configs}) > 1]
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "+".join(value) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def group_key(config: RunConfig, fields: list[str]) -> str:
-    """``opt=sgd,batch_size=64`` from the named fields; ``all`` when there are none."""
-    return ",".join(f"{name}={_text(getattr(config, name))}" for name in fields) or SINGLE_GROUP
-
-
-#: Always named in a group label, default or not: a label is never empty and says what trains.
-#: (An unset lr, 0, is the optimizer's declared default, so ``opt`` alone says it.)
-ALWAYS_LABELLED = ("opt",)
-
-
-def _exact(value: Any) -> str:
-    # 12 significant digits, not _text's 6: lr 0.0010001 and 0.001 must not share a label.
-    return f"{value:.12g}" if isinstance(value, float) else _text(value)
-
-
-def group_label(config: RunConfig) -> str:
-    """The label of ``config``'s group, from that config alone, e.g. ``opt=lion,lr=0.001``: the
-    optimizer, then every hashed field except sigma and seed whose value is not the default.
-    The same group has the same label in every sweep, and two groups that differ in anything
-    but sigma and seed never share one (the UI groups by it across sweeps)."""
-    return ",".join(f"{name}={_exact(getattr(config, name))}" for name in identity_fields(config)
-                    if name in ALWAYS_LABELLED or getattr(config, name) != getattr(_DEFAULTS, name))
-
-
-def identity_fields(config: RunConfig) -> list[str]:
-    """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
-    (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
-    return [name for name, f in FIELDS.items() if f.metadata["hashed"] and name not in WITHIN_GROUP
-            and not (name == "epochs" and config.until)]
-
-
-def group_keys(configs: Iterable[RunConfig]) -> list[str]:
-    """Each config's group label (``group_label``): complete and stable, never shortened
-    relative to the sweep, so equal labels mean equal values in every field but sigma and seed."""
-    return [group_label(config) for config in configs]
-
-
-def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
-    """Short names for figures and terminal tables, and what every group shares (for a caption):
-    each label (``group_label``) keeps its optimizer and the parts that not every group has, so
-    ``opt=sgd,lr=0.01,batch_size=128,epochs=40`` beside ``opt=adam,...,epochs=40`` reads
-    ``opt=sgd,lr=0.01,batch_size=128``, with ``epochs=40`` shared."""
-    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
-    split = {label: boundary.split(label) for label in labels}
-    shared = set.intersection(*(set(parts) for parts in split.values())) if len(split) > 1 else set()
-    shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
-    names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
-    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
-
-
 #: Short prefixes of varying numeric fields in cell names; other fields show their name.
-NAME_PREFIX = {"lr": "lr", "momentum": "mom", "weight_decay": "wd", "batch_size": "b", "epochs": "ep",
-               "l2": "l2", "train_size": "n", "warmup_epochs": "warm", "interp_threshold": "thr"}
+NAME_PREFIX = {
+    "lr": "lr",
+    "momentum": "mom",
+    "weight_decay": "wd",
+    "batch_size": "b",
+    "epochs": "ep",
+    "l2": "l2",
+    "train_size": "n",
+    "warmup_epochs": "warm",
+    "interp_threshold": "thr",
+}
 
 
 def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
     """A run name per cell that carries every value telling it apart in its sweep, e.g.
     ``resnet20-lion-lr0.001-s0.5-seed0``; names stay unique (a config hash is appended on a clash)."""
-    extra = [n for n in FIELDS if n in set(varying) and FIELDS[n].metadata["hashed"]
-             and n not in ("arch", "opt", "sigma", "seed")]
+    extra = [
+        n
+        for n in FIELDS
+        if n in set(varying) and FIELDS[n].metadata["hashed"] and n not in ("arch", "opt", "sigma", "seed")
+    ]
 
     def part(config: RunConfig, name: str) -> str:
         value = getattr(config, name)
         if isinstance(value, str) and name not in NAME_PREFIX:
             return value  # data, schedule, init...: the value says which field it is
-        return f"{NAME_PREFIX.get(name, name)}{_exact(value)}"
+        return f"{NAME_PREFIX.get(name, name)}{exact_text(value)}"
 
-    names = ["-".join([config.arch, config.opt, *(part(config, n) for n in extra if n in identity_fields(config)),
-                       f"s{short_number(config.sigma)}", f"seed{config.seed}"]) for config in configs]
+    names = [
+        "-".join(
+            [
+                config.arch,
+                config.opt,
+                *(part(config, n) for n in extra if n in identity_fields(config)),
+                f"s{short_number(config.sigma)}",
+                f"seed{config.seed}",
+            ]
+        )
+        for config in configs
+    ]
     counts = Counter(names)
     return [f"{n}-{c.config_hash()[:6]}" if counts[n] > 1 else n for n, c in zip(names, configs)]
-
-
-def metric_suffix(key: str) -> str:
-    """A group key as MLflow accepts in a metric name: ``opt=sgd,batch_size=64`` -> ``opt-sgd.batch_size-64``."""
-    return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key.replace("=", "-").replace(",", "."))
 
 
 def default_name(spec: SweepSpec) -> str:
@@ -296,8 +264,10 @@ def default_name(spec: SweepSpec) -> str:
     resumes the sweep: e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
     base = RunConfig()
     data, arch = (spec.axes.get(n, (getattr(base, n),)) for n in ("data", "arch"))
-    hashed = {n: [_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]}
-    groups = [{n: _text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
+    hashed = {
+        n: [value_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]
+    }
+    groups = [{n: value_text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
     digest = hashlib.sha256(json.dumps([hashed, groups] if groups else hashed).encode()).hexdigest()[:6]
     varying = "-".join(spec.varying) or "single"
     prefix = "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", "+".join(map(str, v))) for v in (data, arch))
@@ -343,13 +313,24 @@ class SweepPlan:
     names: list[str] = field(default_factory=list)  # each cell's run name (``cell_names``)
 
 
-def plan_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, *, name: str | None = None,
-               out: str | Path | None = None, registry: Any = None) -> SweepPlan:
+def plan_sweep(
+    spec: SweepSpec | Mapping[str, Any] | str | Path,
+    *,
+    name: str | None = None,
+    out: str | Path | None = None,
+    registry: Any = None,
+) -> SweepPlan:
     """Expand and validate the grid (``ConfigError`` for any bad value or name), and settle the
     sweep's name (given, the file's, or generated from the grid) and output folder."""
     spec = as_spec(spec)
     cells = expand(spec, registry)
     # An empty --name is a mistake to report, not a request for the generated name.
     name = check_sweep_name(name if name is not None else spec.name or default_name(spec))
-    return SweepPlan(spec, cells, group_keys(cells), name, Path(out) if out else DEFAULT_OUTPUT / name,
-                     cell_names(cells, spec.varying))
+    return SweepPlan(
+        spec,
+        cells,
+        group_keys(cells),
+        name,
+        Path(out) if out else DEFAULT_OUTPUT / name,
+        cell_names(cells, spec.varying),
+    )

@@ -16,25 +16,50 @@ cluster, Slurm); all of the above is this module's, and the same whichever runs 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.report.description import description
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import Report, build_report
 from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
-from initmem_core.tracking.records import (ENDED, GROUP_TAG, PARENT_TAG, ROLE_TAG, SWEEP_TAG, child_runs,
-                                           find_parent, latest_per_cell, record_from_run)
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_writable_folder, ensure_experiment,
-                                         log_in_batches, open_client, resolve_tracking_uri, store_folder, to_json)
-from initmem_core.tracking.ui_view import description, write_view
+from initmem_core.tracking.client import ensure_experiment, open_client
+from initmem_core.tracking.paths import check_writable_folder
+from initmem_core.tracking.records import child_runs, find_parent, latest_per_cell, record_from_run
+from initmem_core.tracking.ui_view import write_view
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
+from initmem_core.tracking.writing import log_in_batches, to_json
+from initmem_core.vocabulary import (
+    CELLS_FAILED_TAG,
+    CELLS_TAG,
+    CELLS_UNSYNCED_TAG,
+    CONFIG_HASH_TAG,
+    DIVERGED_TAG,
+    ENDED,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    GROUP_TAG,
+    KILLED,
+    NOTE_TAG,
+    PARENT_ROLE,
+    PARENT_TAG,
+    PENDING,
+    ROLE_TAG,
+    RUNNING,
+    SCHEDULED,
+    SWEEP_TAG,
+    VARYING_TAG,
+)
 
 
 def _param_text(value: Any) -> str:
@@ -50,9 +75,14 @@ class SweepProgress(Protocol):
 
 
 class NoSweepProgress:
-    def sweep_started(self, name, total, skipped): pass
-    def cell_started(self, run_id, label): return None
-    def cell_finished(self, run_id, status, error): pass
+    def sweep_started(self, name, total, skipped):
+        pass
+
+    def cell_started(self, run_id, label):
+        return None
+
+    def cell_finished(self, run_id, status, error):
+        pass
 
 
 @dataclass
@@ -67,7 +97,7 @@ class SweepResult:
 
     @property
     def failed(self) -> list[CellOutcome]:
-        return [cell for cell in self.cells if cell.status != "FINISHED"]
+        return [cell for cell in self.cells if cell.status != FINISHED]
 
     @property
     def unsynced(self) -> list[CellOutcome]:
@@ -88,10 +118,11 @@ class _Sweep:
         self.experiment_id = ensure_experiment(self.client, uri, experiment)
         parent = find_parent(self.client, self.experiment_id, name)
         if parent is None:
-            parent = self.client.create_run(self.experiment_id, run_name=name,
-                                            tags={SWEEP_TAG: name, ROLE_TAG: "parent"})
+            parent = self.client.create_run(
+                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
+            )
         else:
-            self.client.update_run(parent.info.run_id, status="RUNNING")
+            self.client.update_run(parent.info.run_id, status=RUNNING)
         self.parent = parent
         self.parent_id = parent.info.run_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
@@ -107,18 +138,24 @@ class _Sweep:
 
         self.names = {config.config_hash(): name for config, name in zip(plan.cells, plan.names)}
         held = self.client.get_run(self.parent_id).data.params
-        grid = {name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
-                for name, f in FIELDS.items() if f.metadata["hashed"]}
+        grid = {
+            name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
+            for name, f in FIELDS.items()
+            if f.metadata["hashed"]
+        }
         grid["cells"] = str(len(plan.cells))
-        log_in_batches(self.client, self.parent_id, "params",
-                       [Param(k, v[:6000]) for k, v in grid.items() if k not in held])
+        log_in_batches(
+            self.client, self.parent_id, "params", [Param(k, v[:6000]) for k, v in grid.items() if k not in held]
+        )
 
-    def earlier_runs(self, configs: list[RunConfig], retry_failed: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    def earlier_runs(
+        self, configs: list[RunConfig], retry_failed: bool = False
+    ) -> tuple[dict[str, Any], dict[str, str]]:
         """From earlier launches: (config hash -> run) of the children whose cell is done, FINISHED
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
         whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
-        from initmem_core.training.checkpoints import find_resumable
+        from initmem_core.training.resume import find_resumable
         from initmem_core.training.runner import checkpoint_root
 
         by_hash = {config.config_hash(): config for config in configs}
@@ -126,15 +163,15 @@ class _Sweep:
         resumable: dict[str, str] = {}
         restartable: dict[str, str] = {}
         for run in child_runs(self.client, self.parent):
-            config = by_hash.get(run.data.tags.get("config_hash", ""))
+            config = by_hash.get(run.data.tags.get(CONFIG_HASH_TAG, ""))
             if config is None:
                 continue
-            diverged = run.info.status == "FAILED" and run.data.tags.get("diverged") == "true"
-            if run.info.status == "FINISHED" or (diverged and not retry_failed):
+            diverged = run.info.status == FAILED and run.data.tags.get(DIVERGED_TAG) == "true"
+            if run.info.status == FINISHED or (diverged and not retry_failed):
                 self._same_threads(run, config)
-                if finished.get(config.config_hash()) is None or run.info.status == "FINISHED":
+                if finished.get(config.config_hash()) is None or run.info.status == FINISHED:
                     finished[config.config_hash()] = run
-            elif run.info.status in ("KILLED", "RUNNING"):
+            elif run.info.status in (KILLED, RUNNING):
                 root = checkpoint_root(config, self.uri)
                 point = find_resumable(config.config_hash(), root) if root else None
                 if point is not None and point.run_id == run.info.run_id:
@@ -153,7 +190,8 @@ class _Sweep:
             raise ConfigError(
                 f"sweep {self.name}: cell {run.info.run_name} was computed with --threads {held} in an earlier "
                 f"launch, this one would use {config.threads}; a cell's numbers depend on its threads, so relaunch "
-                f"with --threads {held} (or give the sweep another --name)")
+                f"with --threads {held} (or give the sweep another --name)"
+            )
 
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         from initmem_core.tracking.cells import ChildRunWriter, config_params
@@ -163,11 +201,18 @@ class _Sweep:
         if restart:
             cell.resume = False
         elif not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
-            cell.run_id = self.client.create_run(self.experiment_id, run_name=self.run_name(config), tags={
-                PARENT_TAG: self.parent_id, SWEEP_TAG: self.name, GROUP_TAG: cell.group,
-                "config_hash": config.config_hash()}).info.run_id
+            cell.run_id = self.client.create_run(
+                self.experiment_id,
+                run_name=self.run_name(config),
+                tags={
+                    PARENT_TAG: self.parent_id,
+                    SWEEP_TAG: self.name,
+                    GROUP_TAG: cell.group,
+                    CONFIG_HASH_TAG: config.config_hash(),
+                },
+            ).info.run_id
         if scheduled:
-            self.client.update_run(cell.run_id, status="SCHEDULED")
+            self.client.update_run(cell.run_id, status=SCHEDULED)
         writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
         if restart:
             writer.resume_run(cell.run_id)  # RUNNING again; steps it holds are not written twice
@@ -182,13 +227,13 @@ class _Sweep:
         if error:
             job.writer.fail(error)
         job.cell.status, job.cell.error = job.writer.ended_status(), error
-        job.cell.unsynced = getattr(job.writer, "unsynced", "")
+        job.cell.unsynced = job.writer.unsynced
         self.progress.cell_finished(job.cell.run_id, job.cell.status, error)
 
     @staticmethod
     def interrupt(jobs: Iterable[Job]) -> None:
         for job in jobs:
-            job.writer.fail("interrupted", "KILLED")
+            job.writer.fail("interrupted", KILLED)
 
     def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
         """Build the report from the store (this launch's cells and earlier ones alike) and write
@@ -203,13 +248,19 @@ class _Sweep:
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
         log_report_metrics(self.client, self.parent_id, report)
-        failed = sum(1 for cell in cells if cell.status != "FINISHED")
+        failed = sum(1 for cell in cells if cell.status != FINISHED)
         self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
-        self.client.log_batch(self.parent_id, tags=[
-            RunTag("initmem.cells", str(len(cells))), RunTag("initmem.cells_failed", str(failed)),
-            RunTag("initmem.cells_unsynced", str(sum(bool(cell.unsynced) for cell in cells))),
-            RunTag("initmem.varying", ",".join(spec.varying)), RunTag("mlflow.note.content", note)])
+        self.client.log_batch(
+            self.parent_id,
+            tags=[
+                RunTag(CELLS_TAG, str(len(cells))),
+                RunTag(CELLS_FAILED_TAG, str(failed)),
+                RunTag(CELLS_UNSYNCED_TAG, str(sum(bool(cell.unsynced) for cell in cells))),
+                RunTag(VARYING_TAG, ",".join(spec.varying)),
+                RunTag(NOTE_TAG, note),
+            ],
+        )
         return report, files
 
 
@@ -223,10 +274,14 @@ def log_report_metrics(client: Any, parent_id: str, report: Report) -> None:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    log_in_batches(client, parent_id, "metrics",
-                   [Metric(key, float(f"{value:.4g}"), now, 0) for key, value in report.parent_metrics().items()]
-                   # memory over training, step = epoch: MLflow's charts draw each group's curve
-                   + [Metric(key, float(f"{value:.4g}"), now, epoch) for key, value, epoch in report.parent_step_metrics()])
+    log_in_batches(
+        client,
+        parent_id,
+        "metrics",
+        [Metric(key, float(f"{value:.4g}"), now, 0) for key, value in report.parent_metrics().items()]
+        # memory over training, step = epoch: MLflow's charts draw each group's curve
+        + [Metric(key, float(f"{value:.4g}"), now, epoch) for key, value, epoch in report.parent_step_metrics()],
+    )
 
 
 def _warm_up_drawing() -> None:
@@ -243,7 +298,7 @@ def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> Non
 
     check_writable_folder(plan.out, "--out")
     if not executor.remote:  # remote cells write their checkpoints on their own machines
-        for root in {checkpoint_root(config, uri) for config in plan.cells} - {None}:
+        for root in {root for config in plan.cells if (root := checkpoint_root(config, uri)) is not None}:
             check_writable_folder(root, "--checkpoint-dir")
 
 
@@ -280,11 +335,12 @@ def run_sweep(
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
     if isinstance(executor, str):
-        options = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}.get(executor, {})
-        executor = make_executor(executor, **options)
+        options: dict[str, dict[str, Any]] = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}
+        executor = make_executor(executor, **options.get(executor, {}))
     elif workers != 1:
-        raise ConfigError(f"--workers is for --executor local; {executor.name} runs as many cells at once as "
-                          "its resources allow")
+        raise ConfigError(
+            f"--workers is for --executor local; {executor.name} runs as many cells at once as its resources allow"
+        )
     if not executor.remote and any(config.until for config in plan.cells):
         # --until: every cell's epochs are reachable within its cap, before anything is tracked
         # (the data is read here; remote workers may read it from elsewhere, so they check it).
@@ -295,28 +351,35 @@ def run_sweep(
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)
     progress = progress or NoSweepProgress()
-    getattr(executor, "start", lambda: None)()  # workers import torch while the store opens
+    executor.start()  # workers import torch while the store opens
     try:
         return _launch(plan, executor, uri, experiment, progress, registry, retry_failed)
     finally:
-        getattr(executor, "stop", lambda: None)()  # workers no cell needed (every cell was done)
+        executor.stop()  # workers no cell needed (every cell was done)
 
 
-def _launch(plan: SweepPlan, executor: Executor, uri: str, experiment: str, progress: SweepProgress,
-            registry: Any, retry_failed: bool) -> SweepResult:
+def _launch(
+    plan: SweepPlan,
+    executor: Executor,
+    uri: str,
+    experiment: str,
+    progress: SweepProgress,
+    registry: Any,
+    retry_failed: bool,
+) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
     sweep.describe(plan)
-    pin = getattr(executor, "pin", None) or (lambda config: config)
-    configs = [pin(config) for config in plan.cells]
+    configs = [executor.pin(config) for config in plan.cells]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
     leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
-    owned_elsewhere = {config.config_hash() for config in configs
-                       if leases is not None and not leases.take(config.config_hash())}
+    owned_elsewhere = {
+        config.config_hash() for config in configs if leases is not None and not leases.take(config.config_hash())
+    }
     try:
         finished, resumable = sweep.earlier_runs(configs, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
         earlier = sweep.parent.info.status
-        sweep.client.set_terminated(sweep.parent_id, earlier if earlier in ENDED else "FAILED")
+        sweep.client.set_terminated(sweep.parent_id, earlier if earlier in ENDED else FAILED)
         if leases is not None:
             leases.release()
         raise
@@ -324,16 +387,32 @@ def _launch(plan: SweepPlan, executor: Executor, uri: str, experiment: str, prog
     for config, key in zip(configs, plan.groups):
         earlier, interrupted = finished.get(config.config_hash()), resumable.get(config.config_hash())
         if config.config_hash() in owned_elsewhere and earlier is None:
-            cells.append(CellOutcome(config, key, "RUNNING", interrupted or "", "running in another live sweep "
-                                     "process; relaunch once it has ended", skipped=True))
+            cells.append(
+                CellOutcome(
+                    config,
+                    key,
+                    RUNNING,
+                    interrupted or "",
+                    "running in another live sweep process; relaunch once it has ended",
+                    skipped=True,
+                )
+            )
         elif earlier is not None:
-            cells.append(CellOutcome(config, key, earlier.info.status, earlier.info.run_id,
-                                     earlier.data.tags.get("failure_reason", ""), skipped=True))
+            cells.append(
+                CellOutcome(
+                    config,
+                    key,
+                    earlier.info.status,
+                    earlier.info.run_id,
+                    earlier.data.tags.get(FAILURE_REASON_TAG, ""),
+                    skipped=True,
+                )
+            )
         else:
-            cells.append(CellOutcome(config, key, "PENDING", interrupted or "", resume=bool(interrupted)))
+            cells.append(CellOutcome(config, key, PENDING, interrupted or "", resume=bool(interrupted)))
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
-    status = "FAILED"
+    status = FAILED
     try:
         if pending:
             # The process waits for its cells: meanwhile, get the report's drawing ready.
@@ -342,12 +421,12 @@ def _launch(plan: SweepPlan, executor: Executor, uri: str, experiment: str, prog
             executor.run(pending, sweep)
             drawing.join()  # matplotlib is not thread-safe: one thread draws at a time
         else:
-            getattr(executor, "stop", lambda: None)()
+            executor.stop()
         report, files = sweep.publish(plan.out, cells, plan.spec)
-        if all(cell.status == "FINISHED" for cell in cells):
-            status = "FINISHED"
+        if all(cell.status == FINISHED for cell in cells):
+            status = FINISHED
     except KeyboardInterrupt:
-        status = "KILLED"
+        status = KILLED
         raise
     finally:
         sweep.client.set_terminated(sweep.parent_id, status)

@@ -15,13 +15,15 @@ _FOLDER = resources.files(__package__) / "presets"
 
 
 def preset_names() -> list[str]:
-    return sorted(entry.name[:-len(".toml")] for entry in _FOLDER.iterdir() if entry.name.endswith(".toml"))
+    return sorted(entry.name[: -len(".toml")] for entry in _FOLDER.iterdir() if entry.name.endswith(".toml"))
 
 
 def preset_text(name: str) -> str:
     """The preset's sweep file, comments included."""
     if name not in preset_names():
-        raise ConfigError(f"unknown preset '{name}'; valid presets: {', '.join(ordered_by_similarity(name, preset_names()))}")
+        raise ConfigError(
+            f"unknown preset '{name}'; valid presets: {', '.join(ordered_by_similarity(name, preset_names()))}"
+        )
     return (_FOLDER / f"{name}.toml").read_text()
 
 
@@ -46,11 +48,12 @@ POWER = "# power:"
 def preset_power(name: str) -> str:
     """The preset's statement of the power its seeds give the claim it serves (docs/STATISTICS.md's
     calibration): its ``# power:`` comment, to the end of its sentence, as ``initmem presets show`` prints it."""
-    lines, found = [], False
+    lines: list[str] = []
+    found = False
     for line in preset_text(name).splitlines():
         if line.startswith(POWER):
             found = True
-            line = line[len(POWER):]
+            line = line[len(POWER) :]
         elif not found:
             continue
         if not line.startswith("#") and lines:

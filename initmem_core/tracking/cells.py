@@ -23,17 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.tracking.records import ENDED
-from initmem_core.tracking.store import log_in_batches
 from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
+from initmem_core.tracking.writing import log_in_batches
+from initmem_core.vocabulary import (
+    ATTEMPTS_TAG,
+    CONFIG_HASH_TAG,
+    ENDED,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    RUNNING,
+    WORKER_TAG,
+)
 
 #: Calls a worker may send, and so the only ones the sweep process replays.
-TRACKER_CALLS = frozenset({"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact",
-                           "log_dataset", "end_run"})
+TRACKER_CALLS = frozenset(
+    {"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact", "log_dataset", "end_run"}
+)
 PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})
 PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
-ATTEMPTS_TAG = "initmem.attempts"  # how many times a remote worker started the cell
-WORKER_TAG = "initmem.worker"  # host:pid of the worker running (or that last ran) the cell
 
 
 LEASES_FOLDER = "initmem-leases"
@@ -79,7 +87,7 @@ def config_params(config: RunConfig) -> dict[str, Any]:
     that fails before ``run`` logs anything (or is still running) carries its config."""
     # List fields as ``run`` logs them, comma-joined (MLflow refuses a param logged twice unequal).
     values = {key: ",".join(value) if isinstance(value, list) else value for key, value in config.to_dict().items()}
-    return {**values, "config_hash": config.config_hash()}
+    return {**values, CONFIG_HASH_TAG: config.config_hash()}
 
 
 def _log_params(client, run_id: str, params: dict[str, Any]) -> None:
@@ -101,6 +109,8 @@ class ChildRunWriter(MlflowTracker):
     (MLflow accepts a param logged twice with the same value).
     """
 
+    run_id: str  # the child run the sweep created, given at construction
+
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         self.ended: str | None = None
@@ -110,7 +120,7 @@ class ChildRunWriter(MlflowTracker):
         _set_tags(self.client, self.run_id, tags)
         return self.run_id
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         super().end_run(status)
         self.ended = status
 
@@ -119,7 +129,7 @@ class ChildRunWriter(MlflowTracker):
         wrote it there; RUNNING if nobody ended it)."""
         return self.ended or self.client.get_run(self.run_id).info.status
 
-    def fail(self, error: str, status: str = "FAILED") -> None:
+    def fail(self, error: str, status: str = FAILED) -> None:
         """End a cell that raised, or whose worker died, with its reason, unless it already
         ended, here or in a worker that wrote to the store itself."""
         if self.ended:
@@ -128,7 +138,7 @@ class ChildRunWriter(MlflowTracker):
         if stored in ENDED:
             self.ended = stored
             return
-        self.set_tags({"failure_reason": error[:5000]})
+        self.set_tags({FAILURE_REASON_TAG: error[:5000]})
         self.end_run(status)
 
 
@@ -144,18 +154,22 @@ class ServerCellWriter(MlflowTracker):
     from the start again, which on CPU with fixed ``--threads`` recomputes the very same values.
     """
 
+    run_id: str  # the child run the sweep created, given at construction
+
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         run = self.client.get_run(run_id)
-        self.finished = run.info.status == "FINISHED"  # by an attempt whose worker died just after
+        self.finished = run.info.status == FINISHED  # by an attempt whose worker died just after
         self.held_params = set(run.data.params)
         self.attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
         self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
 
     def begin_attempt(self) -> None:
         """Say which attempt runs where, and show the cell RUNNING (it was SCHEDULED)."""
-        _set_tags(self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"})
-        self.client.update_run(self.run_id, status="RUNNING")
+        _set_tags(
+            self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
+        )
+        self.client.update_run(self.run_id, status=RUNNING)
 
     def start_run(self, name, params, tags):
         _log_params(self.client, self.run_id, {k: v for k, v in params.items() if k not in self.held_params})
@@ -170,6 +184,8 @@ class QueueTracker(ForwardedCalls):
     temporary files before the sweep process gets to replay the call. ``uri`` names the store
     (never opened here) so that ``run`` keeps checkpoints beside it, as it does in-process.
     """
+
+    uri: str
 
     def __init__(self, queue: Any, run_id: str, staging: str | Path, uri: str):
         self.queue, self.run_id, self.staging, self.uri = queue, run_id, Path(staging), uri
@@ -191,7 +207,7 @@ class QueueTracker(ForwardedCalls):
         shutil.copy2(source, staged)
         self._forward("log_artifact", str(staged), artifact_path)
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         self._forward("end_run", status)
 
 

@@ -21,8 +21,14 @@ def encode(correct: Any, epoch: int) -> str:
 
     bits = np.asarray(correct, dtype=bool)
     packed = zlib.compress(np.packbits(bits).tobytes(), 9)
-    return json.dumps({"format": "packbits+zlib+base64", "n": int(bits.size), "epoch": int(epoch),
-                       "data": base64.b64encode(packed).decode("ascii")})
+    return json.dumps(
+        {
+            "format": "packbits+zlib+base64",
+            "n": int(bits.size),
+            "epoch": int(epoch),
+            "data": base64.b64encode(packed).decode("ascii"),
+        }
+    )
 
 
 def decode(text: str):

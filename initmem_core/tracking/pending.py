@@ -52,7 +52,7 @@ class PendingWrites:
         half-way never sends a part twice. The status goes last: a run ends after its data."""
         from mlflow.entities import Metric, RunTag
 
-        from initmem_core.tracking.store import log_in_batches
+        from initmem_core.tracking.writing import log_in_batches
 
         def drop_metrics(count: int) -> None:
             del self.metrics[:count]
@@ -61,8 +61,9 @@ class PendingWrites:
             for key in list(self.tags)[:count]:
                 del self.tags[key]
 
-        log_in_batches(client, run_id, "metrics", [Metric(k, v, t, s) for k, v, t, s in self.metrics],
-                       taken=drop_metrics)
+        log_in_batches(
+            client, run_id, "metrics", [Metric(k, v, t, s) for k, v, t, s in self.metrics], taken=drop_metrics
+        )
         log_in_batches(client, run_id, "tags", [RunTag(k, v) for k, v in self.tags.items()], taken=drop_tags)
         while self.texts:
             name, text = next(iter(self.texts.items()))
@@ -145,12 +146,15 @@ def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) 
     """Append what is still pending to ``<folder>/<run_id>.jsonl`` (written whole, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{checked_run_id(run_id)}.jsonl"
-    lines = [] if path.exists() else [{"kind": "run", "run_id": run_id, "tracking_uri": tracking_uri}]
+    lines: list[dict[str, Any]] = (
+        [] if path.exists() else [{"kind": "run", "run_id": run_id, "tracking_uri": tracking_uri}]
+    )
     lines += [{"kind": "metric", "key": k, "value": v, "timestamp": t, "step": s} for k, v, t, s in pending.metrics]
     lines += [{"kind": "tag", "key": k, "value": v} for k, v in pending.tags.items()]
     lines += [{"kind": "text", "artifact_file": name, "text": text} for name, text in pending.texts.items()]
-    lines += [{"kind": "artifact", "path": str(Path(p).relative_to(folder)), "artifact_path": a}
-              for p, a in pending.files]
+    lines += [
+        {"kind": "artifact", "path": str(Path(p).relative_to(folder)), "artifact_path": a} for p, a in pending.files
+    ]
     if pending.status:
         lines.append({"kind": "status", "status": pending.status[0], "end_time": pending.status[1]})
     text = (path.read_text() if path.exists() else "") + "".join(json.dumps(line) + "\n" for line in lines)
@@ -180,8 +184,9 @@ def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
     try:
         run_id = checked_run_id(lines[0]["run_id"])
     except ConfigError:
-        raise ConfigError(f"{path} names the run {lines[0]['run_id']!r}, which is not a run id; "
-                          "move it out of the way") from None
+        raise ConfigError(
+            f"{path} names the run {lines[0]['run_id']!r}, which is not a run id; move it out of the way"
+        ) from None
     copies = (path.parent / f"{run_id}.files").resolve()  # the only place its artifact copies may be
     pending = PendingWrites()
     for line in lines[1:]:
@@ -193,8 +198,9 @@ def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
         elif kind == "text":
             pending.texts[line["artifact_file"]] = line["text"]
         elif kind == "artifact" and not (path.parent / line["path"]).resolve().is_relative_to(copies):
-            raise ConfigError(f"{path} points an artifact outside {copies.name}/ ({line['path']}); "
-                              "move it out of the way")
+            raise ConfigError(
+                f"{path} points an artifact outside {copies.name}/ ({line['path']}); move it out of the way"
+            )
         elif kind == "artifact" and (path.parent / line["path"]).exists():
             # A copy is deleted once uploaded: a missing one was taken by an interrupted sync.
             pending.files.append((str(path.parent / line["path"]), line["artifact_path"]))

@@ -8,18 +8,27 @@ be rebuilt from any store, a remote server included.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from initmem_core.vocabulary import CLOCKS
 from initmem_core.config import FIELDS, RunConfig, from_mapping
 from initmem_core.errors import ConfigError
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT, open_client, resolve_tracking_uri
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
+from initmem_core.vocabulary import (
+    CLOCKS,
+    CONFIG_HASH_TAG,
+    DIVERGED_TAG,
+    ENDED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    PARENT_ROLE,
+    PARENT_TAG,
+    ROLE_TAG,
+    SWEEP_TAG,
+)
 
-SWEEP_TAG = "initmem.sweep"
-ROLE_TAG = "initmem.role"
-GROUP_TAG = "initmem.group"
-PARENT_TAG = "mlflow.parentRunId"
 #: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
 #: memory over training is computed from (report/forgetting.py). One history call each per run.
 HISTORY_METRICS = ("test_acc", "weight_norm", "init_cosine", *CLOCKS)
@@ -34,7 +43,7 @@ class CellRecord:
     ``(epoch, value)`` pairs (trained cells only)."""
 
     config: RunConfig
-    status: str = "FINISHED"
+    status: str = FINISHED
     metrics: dict[str, float] = field(default_factory=dict)
     weight_norms: list[tuple[int, float]] = field(default_factory=list)
     histories: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -52,7 +61,7 @@ class CellRecord:
     @property
     def trained(self) -> bool:
         """Finished without diverging: only such cells carry a selected predictor."""
-        return self.status == "FINISHED" and not self.diverged
+        return self.status == FINISHED and not self.diverged
 
 
 def config_from_params(params: Mapping[str, str]) -> RunConfig:
@@ -78,15 +87,21 @@ def check_sweep_name(name: str) -> str:
     """A name that is safe in a search filter and, as ``initmem-output/<name>``, stays in that
     folder: no ``.`` or ``..`` part, no leading ``/``."""
     if not SWEEP_NAME.fullmatch(name) or name.startswith("/") or {".", ".."} & set(name.split("/")):
-        raise ConfigError(f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -, "
-                          "with no . or .. between slashes and no leading /")
+        raise ConfigError(
+            f"sweep name {name!r}: use up to 200 letters, digits, spaces and _ . , = + : @ / -, "
+            "with no . or .. between slashes and no leading /"
+        )
     return name
 
 
 def find_parent(client, experiment_id: str, name: str):
     """The parent run of sweep ``name`` in the experiment, or ``None``."""
-    runs = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' "
-                              f"and tags.`{ROLE_TAG}` = 'parent'", max_results=1, order_by=["attributes.start_time ASC"])
+    runs = client.search_runs(
+        [experiment_id],
+        f"tags.`{SWEEP_TAG}` = '{check_sweep_name(name)}' and tags.`{ROLE_TAG}` = '{PARENT_ROLE}'",
+        max_results=1,
+        order_by=["attributes.start_time ASC"],
+    )
     return runs[0] if runs else None
 
 
@@ -94,20 +109,27 @@ def resolve_parent(client, experiment: str, name_or_run_id: str):
     """A sweep by name (in ``experiment``) or by its parent run id."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise ConfigError(f"experiment '{experiment}' does not exist in this tracking store; check --experiment "
-                          "and --tracking-uri")
+        raise ConfigError(
+            f"experiment '{experiment}' does not exist in this tracking store; check --experiment and --tracking-uri"
+        )
     parent = find_parent(client, found.experiment_id, name_or_run_id)
     if parent is None and len(name_or_run_id) == 32 and all(c in "0123456789abcdef" for c in name_or_run_id):
         try:
             parent = client.get_run(name_or_run_id)
         except Exception:  # no such run
             parent = None
-    if parent is None or parent.data.tags.get(ROLE_TAG) != "parent":
-        known = sorted({run.data.tags[SWEEP_TAG] for run in search_all(
-            client, [found.experiment_id], f"tags.`{ROLE_TAG}` = 'parent'")})
+    if parent is None or parent.data.tags.get(ROLE_TAG) != PARENT_ROLE:
+        known = sorted(
+            {
+                run.data.tags[SWEEP_TAG]
+                for run in search_all(client, [found.experiment_id], f"tags.`{ROLE_TAG}` = '{PARENT_ROLE}'")
+            }
+        )
         listing = f"; sweeps there: {', '.join(known)}" if known else "; it has no sweeps"
-        raise ConfigError(f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
-                          "(check the name, --experiment and --tracking-uri)")
+        raise ConfigError(
+            f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
+            "(check the name, --experiment and --tracking-uri)"
+        )
     return parent
 
 
@@ -115,16 +137,13 @@ def child_runs(client, parent) -> list[Any]:
     return search_all(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
 
 
-ENDED = ("FINISHED", "FAILED", "KILLED")
-
-
 def latest_per_cell(runs: list[Any]) -> list[Any]:
     """One ended run per config hash: a FINISHED one if any, else the newest (a relaunch retries
     failures). Cells still running are left out: they have not failed, they have not finished."""
     chosen: dict[str, Any] = {}
     ended = [r for r in runs if r.info.status in ENDED]
-    for run in sorted(ended, key=lambda r: (r.info.status == "FINISHED", r.info.start_time or 0)):
-        chosen[run.data.tags.get("config_hash", run.info.run_id)] = run
+    for run in sorted(ended, key=lambda r: (r.info.status == FINISHED, r.info.start_time or 0)):
+        chosen[run.data.tags.get(CONFIG_HASH_TAG, run.info.run_id)] = run
     return list(chosen.values())
 
 
@@ -139,7 +158,7 @@ def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
 
 def record_from_run(client, run) -> CellRecord:
     tags = run.data.tags
-    trained = run.info.status == "FINISHED" and tags.get("diverged") != "true"
+    trained = run.info.status == FINISHED and tags.get(DIVERGED_TAG) != "true"
     # Only a trained cell's course is read (what memory over training rests on); a failed one
     # gets its weight_norm curve alone, as before.
     wanted = [key for key in HISTORY_METRICS if key in run.data.metrics] if trained else ["weight_norm"]
@@ -150,22 +169,21 @@ def record_from_run(client, run) -> CellRecord:
         metrics=dict(run.data.metrics),
         weight_norms=histories.get("weight_norm", []),
         histories={key: values for key, values in histories.items() if values} if trained else {},
-        error=tags.get("failure_reason", ""),
-        diverged=tags.get("diverged") == "true",
+        error=tags.get(FAILURE_REASON_TAG, ""),
+        diverged=tags.get(DIVERGED_TAG) == "true",
         run_id=run.info.run_id,
-        test_correct=_test_correct(client, run) if run.info.status == "FINISHED" else None,
+        test_correct=_test_correct(client, run) if run.info.status == FINISHED else None,
         num_classes=int(run.data.params.get("data_num_classes", 0) or 0),
     )
 
 
 def _test_correct(client, run):
     """The run's ``test_correct.json`` artifact decoded, or ``None`` (an older run, a lost file)."""
+    import os
     import tempfile
     from pathlib import Path
 
     from initmem_core.tracking.correct_sets import ARTIFACT, decode
-
-    import os
 
     previous = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no bar per cell on stderr
@@ -182,8 +200,9 @@ def _test_correct(client, run):
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = previous
 
 
-def load_sweep_records(name_or_parent_run_id: str, tracking_uri: str | None = None,
-                       experiment: str = DEFAULT_EXPERIMENT) -> tuple[str, list[CellRecord]]:
+def load_sweep_records(
+    name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
+) -> tuple[str, list[CellRecord]]:
     """The sweep's name and one record per cell, read from the tracking store alone."""
     client = open_client(resolve_tracking_uri(tracking_uri))
     parent = resolve_parent(client, experiment, name_or_parent_run_id)
@@ -198,5 +217,7 @@ def sweep_name_of(parent) -> str:
     try:
         return check_sweep_name(name)
     except ConfigError:
-        raise ConfigError(f"run {parent.info.run_id} carries an unsafe sweep name in its tag {SWEEP_TAG} "
-                          f"({name[:80]!r}); refusing to use it as a folder name") from None
+        raise ConfigError(
+            f"run {parent.info.run_id} carries an unsafe sweep name in its tag {SWEEP_TAG} "
+            f"({name[:80]!r}); refusing to use it as a folder name"
+        ) from None

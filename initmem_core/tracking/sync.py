@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from initmem_core.errors import ConfigError
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.login import refusal
 from initmem_core.tracking.pending import PendingWrites, read_unsynced, unsynced_folder
-from initmem_core.tracking.store import open_client, refusal, resolve_tracking_uri, same_store, store_folder
-
+from initmem_core.tracking.uris import resolve_tracking_uri, same_store, store_folder
+from initmem_core.vocabulary import CELLS_UNSYNCED_TAG, PARENT_TAG, RUNNING
 
 SYNC_LOCK = ".sync.lock"
 
@@ -68,8 +70,9 @@ def upload(client, run_id: str, pending: PendingWrites, uri: str) -> int:
     try:
         run = client.get_run(run_id)
     except Exception as error:  # a refused login is said as such, not as a missing run
-        raise ConfigError(refusal(uri, error) or f"run {run_id} is not in {uri}; pass the --tracking-uri the run "
-                          "was tracked in") from None
+        raise ConfigError(
+            refusal(uri, error) or f"run {run_id} is not in {uri}; pass the --tracking-uri the run was tracked in"
+        ) from None
     seen: dict[str, set[int]] = {}
     fresh = []
     for key, value, timestamp, step in pending.metrics:
@@ -79,11 +82,11 @@ def upload(client, run_id: str, pending: PendingWrites, uri: str) -> int:
             seen[key].add(step)
             fresh.append((key, value, timestamp, step))
     pending.metrics = fresh
-    if pending.status and run.info.status != "RUNNING":
+    if pending.status and run.info.status != RUNNING:
         pending.status = None
     count = len(fresh)  # send() empties the list as the store takes it
     pending.send(client, run_id)
-    _one_cell_less_unsynced(client, run.data.tags.get("mlflow.parentRunId"))
+    _one_cell_less_unsynced(client, run.data.tags.get(PARENT_TAG))
     return count
 
 
@@ -93,8 +96,8 @@ def _one_cell_less_unsynced(client, parent_id: str | None) -> None:
     if not parent_id:
         return
     try:
-        waiting = int(client.get_run(parent_id).data.tags.get("initmem.cells_unsynced", "0"))
+        waiting = int(client.get_run(parent_id).data.tags.get(CELLS_UNSYNCED_TAG, "0"))
         if waiting > 0:
-            client.set_tag(parent_id, "initmem.cells_unsynced", str(waiting - 1))
+            client.set_tag(parent_id, CELLS_UNSYNCED_TAG, str(waiting - 1))
     except Exception:  # the parent is gone or not a sweep's: the cell itself is synced all the same
         pass

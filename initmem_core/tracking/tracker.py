@@ -17,19 +17,29 @@ from __future__ import annotations
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.tracking.client import ensure_experiment, error_line, fail_fast_http, open_client, store_must_answer
+from initmem_core.tracking.login import PASSWORD_ENV, USERNAME_ENV, login_must_be_taken, refusal
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, PASSWORD_ENV, USERNAME_ENV, ensure_experiment,
-                                         error_line, fail_fast_http, log_in_batches, login_must_be_taken,
-                                         open_client, refusal, resolve_tracking_uri, sqlite_path, store_folder,
-                                         store_must_answer, wait_while_database_locked)
+from initmem_core.tracking.sqlite_store import wait_while_database_locked
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, sqlite_path, store_folder
+from initmem_core.tracking.writing import log_in_batches
+from initmem_core.vocabulary import (
+    DATASET_CONTEXT_TAG,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    PARENT_TAG,
+    RUNNING,
+    STOPPED_BY_TAG,
+)
 
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
-ENDED_EARLY_TAGS = ("stopped_by", "failure_reason")
+ENDED_EARLY_TAGS = (STOPPED_BY_TAG, FAILURE_REASON_TAG)
 #: How long metrics may wait in memory before they are written: the MLflow UI lags a running run
 #: by at most this much, and a run writes about once per interval instead of once per epoch.
 FLUSH_EVERY_S = 5.0
@@ -37,21 +47,59 @@ FLUSH_EVERY_S = 5.0
 
 class Tracker(Protocol):
     run_id: str | None
+    #: Asked while the run is being opened: a signal number to give up on opening it, or ``None``
+    #: (a tracker that opens its store in a helper process asks it; others never do).
+    give_up_opening: Callable[[], int | None]
+
+    @property
+    def uri(self) -> str | None:
+        """The store the run is written to (checkpoints go beside it); ``None``: no store."""
+
+    @property
+    def unsynced(self) -> str:
+        """Once the run is ended: what the store did not take, and where it waits for ``initmem sync``
+        (empty when it took everything)."""
+
+    @property
+    def lost(self) -> bool:
+        """Once the run is ended: whether some writes could not even be kept for ``initmem sync``."""
 
     def start_run(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str: ...
     def resume_run(self, run_id: str) -> None:
         """Reopen a run (status RUNNING, without the tags of its early end); metric steps it
         already holds are not logged again."""
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
     def log_dataset(self, name: str, digest: str, profile: dict[str, Any]) -> None:
         """The run's dataset as an MLflow input: the runs table's Dataset column."""
-    def end_run(self, status: str = "FINISHED") -> None: ...
+
+    def end_run(self, status: str = FINISHED) -> None: ...
+    def close(self) -> None:
+        """Release what the tracker holds (a helper process) once its run is over, or was never
+        begun; idempotent."""
 
 
-class ForwardedCalls:
+def _not_giving_up() -> int | None:
+    return None
+
+
+class TrackerDefaults:
+    """What a ``Tracker`` has unless it says otherwise: no store, every write taken, nothing
+    held that ``close`` must release, and no opening to give up."""
+
+    uri: str | None = None
+    unsynced: str = ""
+    lost: bool = False
+    give_up_opening: Callable[[], int | None] = staticmethod(_not_giving_up)
+
+    def close(self) -> None:
+        pass
+
+
+class ForwardedCalls(TrackerDefaults):
     """The ``Tracker`` calls that only carry data, as plain values for another process: a tracker
     that hands its calls on (``QueueTracker``, ``TrackerProcess``) defines ``_forward(call, *args)``
     and the calls with answers (``start_run``, ``resume_run``, ``log_artifact``, ``end_run``)."""
@@ -73,7 +121,7 @@ class ForwardedCalls:
 
 
 @dataclass
-class MemoryTracker:
+class MemoryTracker(TrackerDefaults):
     """Records every call; nothing leaves the process."""
 
     run_id: str | None = None
@@ -100,8 +148,9 @@ class MemoryTracker:
             self.tags.pop(key, None)
 
     def log_metrics(self, metrics, step):
-        self.metrics.extend((step, key, float(value)) for key, value in metrics.items()
-                            if (step, key) not in self.logged)
+        self.metrics.extend(
+            (step, key, float(value)) for key, value in metrics.items() if (step, key) not in self.logged
+        )
 
     def set_tags(self, tags):
         self.tags.update(tags)
@@ -116,14 +165,14 @@ class MemoryTracker:
     def log_dataset(self, name, digest, profile):
         self.datasets.append((name, digest, dict(profile)))
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         self.status = status
 
     def history(self, key: str) -> list[tuple[int, float]]:
         return [(step, value) for step, name, value in self.metrics if name == key]
 
 
-class MlflowTracker:
+class MlflowTracker(TrackerDefaults):
     """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
 
     Starting or reopening a run must succeed (it is how a bad store is reported before anything
@@ -131,9 +180,16 @@ class MlflowTracker:
     logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
     """
 
-    def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
-                 parent_run_id: str | None = None, run_id: str | None = None,
-                 flush_every_s: float = FLUSH_EVERY_S):
+    uri: str
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        experiment: str = DEFAULT_EXPERIMENT,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+        flush_every_s: float = FLUSH_EVERY_S,
+    ):
         self.uri = resolve_tracking_uri(uri)
         self.flush_every_s = flush_every_s
         self.experiment = experiment
@@ -164,7 +220,7 @@ class MlflowTracker:
         self.wait_until_writable()  # the run and its params are two writes: not one stuck between them
         tags = dict(tags)
         if self.parent_run_id:
-            tags["mlflow.parentRunId"] = self.parent_run_id
+            tags[PARENT_TAG] = self.parent_run_id
         with login_must_be_taken(self.uri):  # a user who may read the store but not write to it
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
@@ -178,21 +234,24 @@ class MlflowTracker:
             with login_must_be_taken(self.uri):
                 run = self.client.get_run(run_id)
         except MlflowException:
-            raise ConfigError(f"the checkpoint's run {run_id} is not in {self.uri}; "
-                              "resume with the --tracking-uri the run was tracked in") from None
-        if run.info.status == "FINISHED":
+            raise ConfigError(
+                f"the checkpoint's run {run_id} is not in {self.uri}; "
+                "resume with the --tracking-uri the run was tracked in"
+            ) from None
+        if run.info.status == FINISHED:
             raise ConfigError(f"run {run_id} already finished; there is nothing to resume")
         self.run_id = run_id
         self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
-        self.client.update_run(run_id, status="RUNNING")
+        self.client.update_run(run_id, status=RUNNING)
         for key in ENDED_EARLY_TAGS:  # set again if this run is stopped or fails again
             if key in run.data.tags:
                 self.client.delete_tag(run_id, key)
 
     def log_metrics(self, metrics, step):
         now = int(time.time() * 1000)
-        self.pending.metrics.extend((k, float(v), now, step) for k, v in metrics.items()
-                                    if step not in self.logged.get(k, ()))
+        self.pending.metrics.extend(
+            (k, float(v), now, step) for k, v in metrics.items() if step not in self.logged.get(k, ())
+        )
         self.flush()
 
     def set_tags(self, tags):
@@ -212,7 +271,7 @@ class MlflowTracker:
             except Exception as error:  # kept below, like any other write the store refused
                 self._failed(error)
         try:
-            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self.run_id, local_path)
+            copy = keep_copy(unsynced_folder(store_folder(self.uri)), self._started(), local_path)
         except OSError as error:  # the spool refuses it too: said when the run ends
             self._not_kept.append(f"{Path(local_path).name} ({_reason(error)})")
             return
@@ -227,11 +286,11 @@ class MlflowTracker:
         dataset = Dataset(name, digest, "code", json.dumps({"initmem.dataset": name}), profile=json.dumps(profile))
         try:  # once per run, at its start: not worth a place in the pending writes
             with fail_fast_http():
-                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "train")])])
+                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(DATASET_CONTEXT_TAG, "train")])])
         except Exception as error:
             self._failed(error)
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         # A run that lost a file is not ended in the store: it stays RUNNING, so that a resume
         # from its checkpoint may record the rest.
         self.pending.status = None if self._not_kept else (status, int(time.time() * 1000))
@@ -247,21 +306,29 @@ class MlflowTracker:
             count = self.pending.count()
             ended = ", its end included" if self.pending.status else ""
             try:
-                path = spill(self.pending, folder, self.run_id, self.uri)
+                path = spill(self.pending, folder, self._started(), self.uri)
             except OSError as error:
                 self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
             else:
-                self.unsynced = (f"{count} write(s){ended} wait in {path}: "
-                                 f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}")
-                warnings.warn(f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
-                              f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                              f"{self._sync_when()}", RunWarning, stacklevel=3)
+                self.unsynced = (
+                    f"{count} write(s){ended} wait in {path}: "
+                    f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}"
+                )
+                warnings.warn(
+                    f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                    f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
+                    f"{self._sync_when()}",
+                    RunWarning,
+                    stacklevel=3,
+                )
             self.pending = PendingWrites()
         if self._not_kept:
             self.lost = True
             kept = f"; {self.unsynced}" if self.unsynced else ""
-            self.unsynced = (f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
-                             f"not recorded, and the store shows the run RUNNING{kept}")
+            self.unsynced = (
+                f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
+                f"not recorded, and the store shows the run RUNNING{kept}"
+            )
             self._not_kept = []
 
     def flush(self, force: bool = False) -> None:
@@ -275,13 +342,19 @@ class MlflowTracker:
                 return
         try:
             with fail_fast_http():
-                self.pending.send(self.client, self.run_id)
+                self.pending.send(self.client, self._started())
         except Exception as error:  # unreachable, locked, timed out, a login refused: training goes on
             self._failed(error)
         else:
             self.backoff.succeeded()
             self.refused = False
         self.last_flush = time.monotonic()
+
+    def _started(self) -> str:
+        """The run's id: every write comes after ``start_run`` or ``resume_run`` (or a ``run_id``
+        given at construction)."""
+        assert self.run_id is not None, "a write before start_run or resume_run"
+        return self.run_id
 
     def _failed(self, error: Exception) -> None:
         refused = refusal(self.uri, error)
@@ -303,4 +376,3 @@ def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return re.sub(r"^\([\w.]+\)\s*", "", error_line(error))[:200]
-

@@ -42,18 +42,20 @@ import time
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
+from initmem_core.tracking.client import error_line
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.store import DEFAULT_EXPERIMENT, error_line, resolve_tracking_uri, store_folder
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
+from initmem_core.vocabulary import FINISHED, KILLED, STOPPED_BY_TAG
 
 #: Calls whose caller waits for the helper's answer.
 ANSWERED = frozenset({"start_run", "resume_run", "log_artifact", "end_run"})
 CALLS = ANSWERED | {"log_metrics", "set_tags", "log_text", "log_dataset"}
 _EXITED = object()  # what the reader thread queues when the helper's output ends
-_STARTED: "weakref.WeakSet[TrackerProcess]" = weakref.WeakSet()  # this process's helpers
+_STARTED: weakref.WeakSet[TrackerProcess] = weakref.WeakSet()  # this process's helpers
 
 
 class OpeningAbandoned(KeyboardInterrupt):
@@ -69,8 +71,15 @@ class TrackerProcess(ForwardedCalls):
     construction (the data-only calls come from ``ForwardedCalls``). ``close()`` ends the helper
     (call it if the run is never ended)."""
 
-    def __init__(self, uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
-                 parent_run_id: str | None = None, flush_every_s: float = FLUSH_EVERY_S):
+    uri: str
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        experiment: str = DEFAULT_EXPERIMENT,
+        parent_run_id: str | None = None,
+        flush_every_s: float = FLUSH_EVERY_S,
+    ):
         self.uri = resolve_tracking_uri(uri)
         self.run_id: str | None = None
         self.unsynced = ""
@@ -81,17 +90,22 @@ class TrackerProcess(ForwardedCalls):
         self._not_kept: list[str] = []  # once the helper is gone: what the unsynced folder refused too
         self._began: set[int] = set()  # start_run/resume_run requests the helper has begun to apply
         #: Asked while the run is being opened: a signal number to give up on it (see _open_or_give_up).
-        self.give_up_opening: Callable[[], int | None] = lambda: None
+        self.give_up_opening = lambda: None
         self._events: queue.Queue = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
         package_root = str(Path(__file__).resolve().parents[2])  # importable even from a source tree
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-        settings = json.dumps({"uri": self.uri, "experiment": experiment, "parent_run_id": parent_run_id,
-                               "flush_every_s": flush_every_s})
+        settings = json.dumps(
+            {"uri": self.uri, "experiment": experiment, "parent_run_id": parent_run_id, "flush_every_s": flush_every_s}
+        )
         self._process = subprocess.Popen(
             [sys.executable, "-m", "initmem_core.tracking.tracker_process", settings],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
-            start_new_session=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, name="initmem-tracker-replies", daemon=True).start()
         _STARTED.add(self)
 
@@ -108,7 +122,7 @@ class TrackerProcess(ForwardedCalls):
     def log_artifact(self, local_path, artifact_path=None):
         self._forward("log_artifact", str(local_path), artifact_path)
 
-    def end_run(self, status="FINISHED"):
+    def end_run(self, status=FINISHED):
         left = self._forward("end_run", status) or {}
         self.unsynced = left.get("unsynced") or self.unsynced
         self.lost = self.lost or bool(left.get("lost"))
@@ -227,15 +241,21 @@ class TrackerProcess(ForwardedCalls):
         lines = self._stderr.read().decode(errors="replace").strip().splitlines()
         reason = f"exit code {code}" + (f": {lines[-1][:200]}" if lines else "")
         if self.run_id is None:
-            raise ConfigError(f"tracking store {self.uri} could not be opened: the tracking helper process ended "
-                              f"({reason}); check --tracking-uri")
+            raise ConfigError(
+                f"tracking store {self.uri} could not be opened: the tracking helper process ended "
+                f"({reason}); check --tracking-uri"
+            )
         self._orphaned = PendingWrites()
         for kept_call, kept_args, when in (self._unacknowledged[s] for s in sorted(self._unacknowledged)):
             self._keep(kept_call, kept_args, when)
         self._unacknowledged.clear()
-        warnings.warn(f"the tracking helper process of run {self.run_id} ended ({reason}); the run keeps training "
-                      f"and its writes wait in {unsynced_folder(store_folder(self.uri))}: run "
-                      f"`initmem sync --tracking-uri {self.uri}` once it ends", RunWarning, stacklevel=4)
+        warnings.warn(
+            f"the tracking helper process of run {self.run_id} ended ({reason}); the run keeps training "
+            f"and its writes wait in {unsynced_folder(store_folder(self.uri))}: run "
+            f"`initmem sync --tracking-uri {self.uri}` once it ends",
+            RunWarning,
+            stacklevel=4,
+        )
         return self._keep(call, args, int(time.time() * 1000))
 
     def _keep(self, call: str, args: tuple, when: int) -> Any:
@@ -267,15 +287,21 @@ class TrackerProcess(ForwardedCalls):
             except OSError as error:
                 self._not_kept.insert(0, f"{count} write(s){ended} ({error.strerror or error})")
             else:
-                kept = (f"{count} write(s){ended} wait in {path}: "
-                        f"run `initmem sync --tracking-uri {self.uri}` once the store answers")
+                kept = (
+                    f"{count} write(s){ended} wait in {path}: "
+                    f"run `initmem sync --tracking-uri {self.uri}` once the store answers"
+                )
                 if not self._not_kept:
                     return {"unsynced": kept, "lost": False}
-            return {"unsynced": f"{folder} refused {', '.join(self._not_kept)}: not recorded, and the store "
-                                "shows the run RUNNING", "lost": True}
+            return {
+                "unsynced": f"{folder} refused {', '.join(self._not_kept)}: not recorded, and the store "
+                "shows the run RUNNING",
+                "lost": True,
+            }
         elif call in ("start_run", "resume_run"):
-            raise ConfigError(f"the tracking helper process ended before run {self.run_id} was opened; "
-                              "run the command again")
+            raise ConfigError(
+                f"the tracking helper process ended before run {self.run_id} was opened; run the command again"
+            )
         return None  # log_dataset: once per run and not kept, as MlflowTracker does
 
 
@@ -293,6 +319,7 @@ def end_helpers_without_a_run() -> None:
 
 
 # -- the helper's side -------------------------------------------------------------------------
+
 
 def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
     """Serve one run's tracker calls read from file descriptor ``requests`` until the run ends or
@@ -313,9 +340,12 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
 
     warnings.showwarning = show
     try:
-        tracker: MlflowTracker | None = MlflowTracker(settings["uri"], settings["experiment"],
-                                                      parent_run_id=settings["parent_run_id"],
-                                                      flush_every_s=settings["flush_every_s"])
+        tracker: MlflowTracker | None = MlflowTracker(
+            settings["uri"],
+            settings["experiment"],
+            parent_run_id=settings["parent_run_id"],
+            flush_every_s=settings["flush_every_s"],
+        )
         opening_error = ""
         _warm_up(tracker)
     except Exception as error:  # answered to the first call that waits: start_run or resume_run
@@ -408,7 +438,7 @@ def _end_at_once(signum: int, frame: Any) -> None:
     if _OPENING["now"]:
         _OPENING["ended_by"] = signum
         return
-    from initmem_core.tracking.store import discard_store_being_created
+    from initmem_core.tracking.sqlite_store import discard_store_being_created
 
     discard_store_being_created()
     os._exit(128 + signum)
@@ -417,8 +447,8 @@ def _end_at_once(signum: int, frame: Any) -> None:
 def _end_opened_run(tracker: Any, signum: int) -> None:
     try:
         if tracker.run_id:
-            tracker.set_tags({"stopped_by": signal.Signals(signum).name})
-            tracker.end_run("KILLED")
+            tracker.set_tags({STOPPED_BY_TAG: signal.Signals(signum).name})
+            tracker.end_run(KILLED)
     finally:
         os._exit(128 + signum)
 

@@ -1,1 +1,2 @@
-"""One run, from config to history: setup, training loop, loaders, schedules, clocks, checkpoints, stop and divergence."""
+"""One run, from config to history: setup, training loop, loaders, schedules, clocks, checkpoints,
+stop and divergence."""

@@ -27,12 +27,12 @@ the size of the batch actually used at that step (the last batch of an epoch may
 
 from __future__ import annotations
 
-from initmem_core.vocabulary import clock_metric
-
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from initmem_core.errors import ConfigError
+from initmem_core.vocabulary import clock_metric
 
 CONVENTIONS = {
     "heavy-ball": "eta = lr*(1-dampening)/(1-momentum); lambda = l2 + weight_decay",
@@ -43,8 +43,9 @@ DEFAULT_CONVENTION = "heavy-ball"
 
 def check_convention(name: str, optimizer: str) -> str:
     if name not in CONVENTIONS:
-        raise ConfigError(f"optimizer {optimizer} declares clock convention '{name}'; "
-                          f"valid conventions: {', '.join(CONVENTIONS)}")
+        raise ConfigError(
+            f"optimizer {optimizer} declares clock convention '{name}'; valid conventions: {', '.join(CONVENTIONS)}"
+        )
     return name
 
 

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, parse_until
 from initmem_core.errors import ConfigError
 from initmem_core.training.clocks import DEFAULT_CONVENTION, ForgettingClocks, check_convention, effective_step
 from initmem_core.training.schedules import lr_multiplier, warmup_steps
+from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 
 #: A clock this close below its target (relative) has reached it.
 TOLERANCE = 1e-9
@@ -45,6 +46,7 @@ SEARCH_STEPS = 1_000_000
 
 
 # -- what a step counts -----------------------------------------------------------------------
+
 
 def epoch_batches(n_train: int, batch_size: int) -> tuple[int, ...]:
     """The sizes of an epoch's batches as the training loader yields them (it keeps a smaller
@@ -89,8 +91,13 @@ def declared_rule(config: Any, registry: Any) -> StepRule:
 
 def built_rule(group: dict[str, Any], convention: str, shrink: float) -> StepRule:
     """The ``StepRule`` of a built optimizer whose first param group is ``group``."""
-    return StepRule(float(group.get("initial_lr", group["lr"])), convention, float(group.get("momentum", 0.0) or 0.0),
-                    float(group.get("dampening", 0.0) or 0.0), shrink)
+    return StepRule(
+        float(group.get("initial_lr", group["lr"])),
+        convention,
+        float(group.get("momentum", 0.0) or 0.0),
+        float(group.get("dampening", 0.0) or 0.0),
+        shrink,
+    )
 
 
 def check_built_rule(config: Any, planned: StepRule, built: StepRule) -> None:
@@ -101,7 +108,8 @@ def check_built_rule(config: Any, planned: StepRule, built: StepRule) -> None:
         raise ConfigError(
             f"--until {config.until}: optimizer {config.opt} as built counts an effective step of "
             f"{built.eta(1.0):g} ({built.convention} convention), not the {planned.eta(1.0):g} ({planned.convention}) "
-            "its declared settings give, so its epochs cannot be planned; set --epochs instead of --until")
+            "its declared settings give, so its epochs cannot be planned; set --epochs instead of --until"
+        )
 
 
 @dataclass(frozen=True)
@@ -115,18 +123,29 @@ class Schedule:
     lr_gamma: float = 0.1
 
     @classmethod
-    def of(cls, config: Any) -> "Schedule":
-        return cls(config.schedule, int(config.epochs), float(config.warmup_epochs), int(config.lr_step_epochs),
-                   float(config.lr_gamma))
+    def of(cls, config: Any) -> Schedule:
+        return cls(
+            config.schedule,
+            int(config.epochs),
+            float(config.warmup_epochs),
+            int(config.lr_step_epochs),
+            float(config.lr_gamma),
+        )
 
-    def lasting(self, epochs: int) -> "Schedule":
+    def lasting(self, epochs: int) -> Schedule:
         return dataclasses.replace(self, epochs=int(epochs))
 
 
 # -- the clocks of a run, replayed --------------------------------------------------------------
 
-def clocks_by_epoch(schedule: Schedule, rule: StepRule, batches: Sequence[int], epochs: int | None = None,
-                    stop_at: tuple[str, float] | None = None) -> list[dict[str, float]]:
+
+def clocks_by_epoch(
+    schedule: Schedule,
+    rule: StepRule,
+    batches: Sequence[int],
+    epochs: int | None = None,
+    stop_at: tuple[str, float] | None = None,
+) -> list[dict[str, float]]:
     """The clocks at the end of each epoch of a run of ``epochs`` (default ``schedule.epochs``)
     epochs, as its history logs them (``clock_sgd``, ``clock_l2``, ``clock_adapt``).
     ``stop_at=(clock, target)``: stop after the first epoch whose clock reaches ``target``."""
@@ -144,7 +163,9 @@ def clocks_by_epoch(schedule: Schedule, rule: StepRule, batches: Sequence[int], 
     return rows
 
 
-def final_clocks(schedule: Schedule, rule: StepRule, batches: Sequence[int], epochs: int | None = None) -> dict[str, float]:
+def final_clocks(
+    schedule: Schedule, rule: StepRule, batches: Sequence[int], epochs: int | None = None
+) -> dict[str, float]:
     """The clocks a run of ``epochs`` epochs ends with (``{}`` for 0 epochs)."""
     rows = clocks_by_epoch(schedule, rule, batches, epochs)
     return rows[-1] if rows else ForgettingClocks().as_metrics()
@@ -165,8 +186,16 @@ class Search:
     searched_to: int = 0  # the most epochs known not to reach the target
 
 
-def epochs_until(target: float, clock: str, schedule: Schedule, rule: StepRule, batches: Sequence[int], *,
-                 limit: int = MAX_EPOCHS, max_steps: int = SEARCH_STEPS) -> Search:
+def epochs_until(
+    target: float,
+    clock: str,
+    schedule: Schedule,
+    rule: StepRule,
+    batches: Sequence[int],
+    *,
+    limit: int = MAX_EPOCHS,
+    max_steps: int = SEARCH_STEPS,
+) -> Search:
     """The fewest epochs (at most ``limit``) whose final ``clock`` reaches ``target`` under
     ``schedule`` (its own ``epochs`` is ignored), ``rule`` and an epoch of ``batches``.
 
@@ -198,8 +227,15 @@ def epochs_until(target: float, clock: str, schedule: Schedule, rule: StepRule, 
         spent += epochs * steps_per_epoch
         return final_clocks(schedule, rule, batches, epochs)[clock]
 
-    lower = epochs_until(target, clock, dataclasses.replace(schedule, schedule="constant"), rule, batches,
-                         limit=limit, max_steps=max_steps)
+    lower = epochs_until(
+        target,
+        clock,
+        dataclasses.replace(schedule, schedule="constant"),
+        rule,
+        batches,
+        limit=limit,
+        max_steps=max_steps,
+    )
     if lower.epochs is None:
         return Search(None, searched_to=lower.searched_to)
     low, high = lower.epochs - 1, lower.epochs  # low falls short (or is 0); high is to test
@@ -248,10 +284,11 @@ def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequenc
     per_block = base.as_metrics()[clock] * block
     ratio = schedule.lr_gamma ** (2 if clock == CLOCK_SGD else 1)
     first = start // block
-    return before + per_block * ratio ** first / (1 - ratio)
+    return before + per_block * ratio**first / (1 - ratio)
 
 
 # -- a run's horizon --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Horizon:
@@ -283,17 +320,25 @@ def horizon(config: Any, n_train: int, rule: StepRule) -> Horizon:
     if found.bounded and found.limit_value == 0:
         raise ConfigError(f"--until {config.until}: {name} stays 0 in this run; {_how_to_grow(clock, config)}")
     if found.bounded:
-        raise ConfigError(f"--until {config.until}: {name} cannot reach {value:g} under this run's settings: "
-                          f"it tends to {found.limit_value:.4g} however long the run; {_how_to_grow(clock, config)}")
+        raise ConfigError(
+            f"--until {config.until}: {name} cannot reach {value:g} under this run's settings: "
+            f"it tends to {found.limit_value:.4g} however long the run; {_how_to_grow(clock, config)}"
+        )
     if found.searched_to < cap:  # the search stopped short of the cap (SEARCH_STEPS)
-        raise ConfigError(f"--until {config.until}: {name} needs more than {found.searched_to} epochs "
-                          f"({found.searched_to * len(batches):,} steps) to reach {value:g}; lower the target")
+        raise ConfigError(
+            f"--until {config.until}: {name} needs more than {found.searched_to} epochs "
+            f"({found.searched_to * len(batches):,} steps) to reach {value:g}; lower the target"
+        )
     at_cap = final_clocks(schedule, rule, batches, cap)[clock]
     beyond = epochs_until(value, clock, schedule, rule, batches)
-    needed = (f"it needs {beyond.epochs} epochs; raise --epochs to at least {beyond.epochs}" if beyond.epochs
-              else f"it needs more than {beyond.searched_to} epochs; raise --epochs or lower the target")
-    raise ConfigError(f"--until {config.until}: {config.epochs} epochs (--epochs, the cap) reach only "
-                      f"{clock}={at_cap:.4g}; {needed}")
+    needed = (
+        f"it needs {beyond.epochs} epochs; raise --epochs to at least {beyond.epochs}"
+        if beyond.epochs
+        else f"it needs more than {beyond.searched_to} epochs; raise --epochs or lower the target"
+    )
+    raise ConfigError(
+        f"--until {config.until}: {config.epochs} epochs (--epochs, the cap) reach only {clock}={at_cap:.4g}; {needed}"
+    )
 
 
 def _how_to_grow(clock: str, config: Any) -> str:
@@ -313,14 +358,16 @@ def resolve_until(config: Any, n_train: int, rule: StepRule) -> Any:
 
 # -- a sweep's horizons, before it runs ---------------------------------------------------------
 
+
 def training_set_size(config: Any, registry: Any) -> int:
     """How many training examples a run of ``config`` trains on: its dataset, built through the
     dataset plugin (``--train-size`` applied), counted."""
     return len(registry.build("dataset", config.data, config=config).train_y)
 
 
-def plan_horizons(configs: Sequence[Any], registry: Any, *, required_only: bool = False,
-                  names: Sequence[str] | None = None) -> list[Horizon | None]:
+def plan_horizons(
+    configs: Sequence[Any], registry: Any, *, required_only: bool = False, names: Sequence[str] | None = None
+) -> list[Horizon | None]:
     """Each config's ``Horizon`` (validated configs, as a sweep plan holds them), each dataset
     built once. A config whose dataset cannot be read gets ``None``, unless it has an ``--until``
     target (the run would fail too: its error is raised), as does every config without one when

@@ -19,7 +19,8 @@ Every loader yields ``(images, labels)``: images ``float32`` normalised as
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +33,14 @@ DEFAULT_PADDING = 4
 
 # -- pure functions -----------------------------------------------------------------------------
 
-def random_crop_flip(images: torch.Tensor, offsets_y: torch.Tensor, offsets_x: torch.Tensor,
-                     flips: torch.Tensor, padding: int = DEFAULT_PADDING) -> torch.Tensor:
+
+def random_crop_flip(
+    images: torch.Tensor,
+    offsets_y: torch.Tensor,
+    offsets_x: torch.Tensor,
+    flips: torch.Tensor,
+    padding: int = DEFAULT_PADDING,
+) -> torch.Tensor:
     """Crop each image of a batch from its zero-padded copy, then mirror it where ``flips`` is set.
 
     ``images``: ``B x C x H x W`` of any dtype (raw pixels, before normalisation, so the padding
@@ -92,7 +99,23 @@ def _num_batches(n: int, batch_size: int, drop_last: bool) -> int:
 
 # -- training loaders ---------------------------------------------------------------------------
 
-class DeviceLoader:
+
+class _TrainingLoader:
+    """What the training loaders share: resuming restores the state of their ``generator``."""
+
+    generator: torch.Generator | None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What resuming needs: the generator's state (save it at an epoch boundary)."""
+        return {"generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("generator") is not None:
+            assert self.generator is not None  # a state with a generator comes from a loader with one
+            self.generator.set_state(state["generator"])
+
+
+class DeviceLoader(_TrainingLoader):
     """Batches of a dataset that lives on ``device`` for the whole run.
 
     ``x``: ``N x C x H x W`` ``uint8`` (with ``pixel_scale=255``) or ``float32`` (with
@@ -103,10 +126,22 @@ class DeviceLoader:
     every example appears exactly once per epoch.
     """
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, mean: Sequence[float],
-                 std: Sequence[float], pixel_scale: float = 1.0, augment: bool = False, shuffle: bool = True,
-                 generator: torch.Generator | None = None, device: torch.device | str = "cpu",
-                 drop_last: bool = False, padding: int = DEFAULT_PADDING):
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        batch_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        pixel_scale: float = 1.0,
+        augment: bool = False,
+        shuffle: bool = True,
+        generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+        drop_last: bool = False,
+        padding: int = DEFAULT_PADDING,
+    ):
         _check_data(x, y, batch_size)
         if (shuffle or augment) and generator is None:
             raise ValueError("a torch.Generator is required when shuffle or augment is on")
@@ -127,14 +162,6 @@ class DeviceLoader:
     @property
     def num_examples(self) -> int:
         return len(self.y)
-
-    def state_dict(self) -> dict[str, Any]:
-        """What resuming needs: the generator's state (save it at an epoch boundary)."""
-        return {"generator": None if self.generator is None else self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("generator") is not None:
-            self.generator.set_state(state["generator"])
 
     def __iter__(self) -> Iterator[Batch]:
         return self.epoch()
@@ -158,8 +185,9 @@ class DeviceLoader:
             params = (offsets_y.to(self.device), offsets_x.to(self.device), flips.to(self.device))
         return self._batches(order, params, int(start_batch))
 
-    def _batches(self, order: torch.Tensor | None, params: tuple[torch.Tensor, ...] | None,
-                 start_batch: int) -> Iterator[Batch]:
+    def _batches(
+        self, order: torch.Tensor | None, params: tuple[torch.Tensor, ...] | None, start_batch: int
+    ) -> Iterator[Batch]:
         n, size = len(self.y), self.batch_size
         for index in range(start_batch, len(self)):
             start, stop = index * size, min((index + 1) * size, n)
@@ -211,7 +239,7 @@ class _TransformedTensors(torch.utils.data.Dataset):
         return image, self.y[index]
 
 
-class TorchvisionLoader:
+class TorchvisionLoader(_TrainingLoader):
     """The reference loader: ``DataLoader`` + ``TensorDataset``-style dataset + ``transforms.v2``.
 
     Same constructor and iteration as ``DeviceLoader`` (plus ``num_workers``). Data stays on the
@@ -222,10 +250,23 @@ class TorchvisionLoader:
     flip are drawn; the global RNG is not consumed.
     """
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, mean: Sequence[float],
-                 std: Sequence[float], pixel_scale: float = 1.0, augment: bool = False, shuffle: bool = True,
-                 generator: torch.Generator | None = None, device: torch.device | str = "cpu",
-                 drop_last: bool = False, padding: int = DEFAULT_PADDING, num_workers: int = 0):
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        batch_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        pixel_scale: float = 1.0,
+        augment: bool = False,
+        shuffle: bool = True,
+        generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+        drop_last: bool = False,
+        padding: int = DEFAULT_PADDING,
+        num_workers: int = 0,
+    ):
         from torchvision.transforms import v2
 
         _check_data(x, y, batch_size)
@@ -244,7 +285,9 @@ class TorchvisionLoader:
         steps: list[Any] = []
         if self.augment:
             steps += [v2.RandomCrop((height, width), padding=self.padding), v2.RandomHorizontalFlip(p=0.5)]
-        native = (x.dtype == torch.uint8 and self.pixel_scale == 255) or (x.is_floating_point() and self.pixel_scale == 1)
+        native = (x.dtype == torch.uint8 and self.pixel_scale == 255) or (
+            x.is_floating_point() and self.pixel_scale == 1
+        )
         if native:
             steps.append(v2.ToDtype(torch.float32, scale=True))
         else:
@@ -256,8 +299,12 @@ class TorchvisionLoader:
         self.dataset = _TransformedTensors(self.x, self.y, self.transform, seeded=self.augment)
         self.sampler = _PermutationSampler(len(self.y))
         self.loader = torch.utils.data.DataLoader(
-            self.dataset, batch_size=self.batch_size, sampler=self.sampler, drop_last=self.drop_last,
-            num_workers=int(num_workers), pin_memory=self.device.type == "cuda",
+            self.dataset,
+            batch_size=self.batch_size,
+            sampler=self.sampler,
+            drop_last=self.drop_last,
+            num_workers=int(num_workers),
+            pin_memory=self.device.type == "cuda",
             # DataLoader draws a base seed per epoch; give it its own generator so that neither
             # ours nor the global one is consumed.
             generator=torch.Generator().manual_seed(0),
@@ -269,9 +316,6 @@ class TorchvisionLoader:
     @property
     def num_examples(self) -> int:
         return len(self.y)
-
-    state_dict = DeviceLoader.state_dict
-    load_state_dict = DeviceLoader.load_state_dict
 
     def __iter__(self) -> Iterator[Batch]:
         n = len(self.y)
@@ -291,11 +335,21 @@ class TorchvisionLoader:
 
 # -- evaluation ----------------------------------------------------------------------------------
 
+
 class EvalLoader:
     """Re-iterable, unshuffled, unaugmented batches of a device-resident split."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, mean: Sequence[float],
-                 std: Sequence[float], pixel_scale: float = 1.0, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        batch_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        pixel_scale: float = 1.0,
+        device: torch.device | str = "cpu",
+    ):
         _check_data(x, y, batch_size)
         self.device = torch.device(device)
         self.x = x.to(self.device)
@@ -321,6 +375,11 @@ class EvalLoader:
 
 # -- wiring ----------------------------------------------------------------------------------------
 
+
+#: A run's training loader: ``--loader device`` or ``--loader torchvision``.
+TrainLoader = DeviceLoader | TorchvisionLoader
+
+
 def resolve_augment(config: Any, bundle: Any) -> bool:
     """``--augment``: ``on``/``off``, or ``auto`` for the dataset's default."""
     choice = getattr(config, "augment", "auto")
@@ -331,9 +390,14 @@ def resolve_augment(config: Any, bundle: Any) -> bool:
     return bool(bundle.augment_default)
 
 
-def make_loaders(bundle: Any, config: Any, device: torch.device | str, generator: torch.Generator,
-                 kind: str | None = None, subset_generator: torch.Generator | None = None,
-                 ) -> tuple[Any, dict[str, EvalLoader]]:
+def make_loaders(
+    bundle: Any,
+    config: Any,
+    device: torch.device | str,
+    generator: torch.Generator,
+    kind: str | None = None,
+    subset_generator: torch.Generator | None = None,
+) -> tuple[TrainLoader, dict[str, EvalLoader]]:
     """The training loader and the evaluation loaders (``train``, ``val``, ``test``) of a run.
 
     ``kind``: ``device`` (default) or ``torchvision``; when ``None``, ``config.loader`` if the
@@ -351,9 +415,16 @@ def make_loaders(bundle: Any, config: Any, device: torch.device | str, generator
     device = torch.device(device)
     common = dict(mean=bundle.mean, std=bundle.std, pixel_scale=bundle.pixel_scale, device=device)
     loader_class = DeviceLoader if kind == "device" else TorchvisionLoader
-    train = loader_class(bundle.train_x, bundle.train_y, batch_size=config.batch_size,
-                         augment=resolve_augment(config, bundle), shuffle=True, generator=generator,
-                         drop_last=False, **common)
+    train = loader_class(
+        bundle.train_x,
+        bundle.train_y,
+        batch_size=config.batch_size,
+        augment=resolve_augment(config, bundle),
+        shuffle=True,
+        generator=generator,
+        drop_last=False,
+        **common,
+    )
     train_x, train_y = (train.x, train.y) if kind == "device" else (bundle.train_x, bundle.train_y)
     cap = int(getattr(config, "train_eval_size", 0) or 0)
     if 0 < cap < len(train_y):

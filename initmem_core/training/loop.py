@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,7 @@ from initmem_core.training.clocks import ForgettingClocks, effective_step
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
-from initmem_core.training.stop_signals import NoStop, StopRequest, Stopped
+from initmem_core.training.stop_signals import NoStop, Stopped, StopRequest
 
 __all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "train"]
 
@@ -44,12 +45,18 @@ class Progress(Protocol):
 
 
 class NoProgress:
-    def start(self, epochs, steps_per_epoch): pass
-    def advance(self, steps): pass
-    def epoch_done(self, epoch, metrics): pass
+    def start(self, epochs, steps_per_epoch):
+        pass
+
+    def advance(self, steps):
+        pass
+
+    def epoch_done(self, epoch, metrics):
+        pass
 
 
 # -- evaluation ------------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def evaluate_correct(setup: TrainingSetup, split: str) -> tuple[float, float, torch.Tensor]:
@@ -79,8 +86,14 @@ def evaluate(setup: TrainingSetup, split: str) -> tuple[float, float]:
     return evaluate_correct(setup, split)[:2]
 
 
-def evaluation_row(setup: TrainingSetup, epoch: int, history: History, clocks: ForgettingClocks,
-                   batch_figures: tuple[float, float] | None, lr: float) -> dict[str, float]:
+def evaluation_row(
+    setup: TrainingSetup,
+    epoch: int,
+    history: History,
+    clocks: ForgettingClocks,
+    batch_figures: tuple[float, float] | None,
+    lr: float,
+) -> dict[str, float]:
     """Every figure logged at one evaluation point: the clean training set (``train_*``: eval
     mode, unaugmented, what tau_interp reads), the epoch's running train-mode figures
     (``train_*_batch``, none at epoch 0), the validation and test splits, each metric plugin's
@@ -91,8 +104,18 @@ def evaluation_row(setup: TrainingSetup, epoch: int, history: History, clocks: F
         row["train_loss_batch"], row["train_acc_batch"] = batch_figures
     row["val_loss"], row["val_acc"] = evaluate(setup, "val")
     row["test_loss"], row["test_acc"], test_correct = evaluate_correct(setup, "test")
-    state = EvalState(setup.model, setup.initial_params, epoch, history, setup.config, setup.dataset, setup.device,
-                      evaluate=lambda split: evaluate(setup, split), figures=dict(row), test_correct=test_correct)
+    state = EvalState(
+        setup.model,
+        setup.initial_params,
+        epoch,
+        history,
+        setup.config,
+        setup.dataset,
+        setup.device,
+        evaluate=lambda split: evaluate(setup, split),
+        figures=dict(row),
+        test_correct=test_correct,
+    )
     for metric in setup.metrics.values():
         if hasattr(metric, "compute"):
             row.update(metric.compute(state))
@@ -105,6 +128,7 @@ def evaluation_row(setup: TrainingSetup, epoch: int, history: History, clocks: F
 
 
 # -- one epoch ------------------------------------------------------------------------------
+
 
 def epoch_batches(loader: Any, start: int) -> Iterator[Any]:
     """One epoch's batches from batch ``start`` on; the epoch's randomness is drawn as from 0."""
@@ -120,8 +144,16 @@ class EpochInterrupted(Exception):
         self.step = step
 
 
-def run_epoch(setup: TrainingSetup, epoch: int, step: int, sums: EpochSums, clocks: ForgettingClocks,
-              guard: LossGuard, progress: Progress, stop: StopRequest) -> float:
+def run_epoch(
+    setup: TrainingSetup,
+    epoch: int,
+    step: int,
+    sums: EpochSums,
+    clocks: ForgettingClocks,
+    guard: LossGuard,
+    progress: Progress,
+    stop: StopRequest,
+) -> float:
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
     requested before the epoch's last step (the caller checkpoints there)."""
@@ -174,9 +206,16 @@ def evaluated_at(epoch: int, config: Any) -> bool:
 
 # -- the whole run --------------------------------------------------------------------------
 
-def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | None = None, *,
-          save_checkpoint: SaveCheckpoint | None = None, resume_from: dict[str, Any] | None = None,
-          stop: StopRequest | None = None) -> tuple[History, dict[str, float]]:
+
+def train(
+    setup: TrainingSetup,
+    log_metrics: LogMetrics,
+    progress: Progress | None = None,
+    *,
+    save_checkpoint: SaveCheckpoint | None = None,
+    resume_from: dict[str, Any] | None = None,
+    stop: StopRequest | None = None,
+) -> tuple[History, dict[str, float]]:
     """Train for ``config.epochs`` epochs. ``log_metrics(metrics, step)`` gets every epoch's
     figures, starting with the initialization at step 0. Returns (history, summary).
 
@@ -222,6 +261,7 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
         try:
             lr = run_epoch(setup, epoch, step, sums, clocks, guard, progress, stop)
         except EpochInterrupted as interrupted:
+            assert stop.signum is not None  # raised once a stop was requested, by that signal
             raise Stopped(stop.signum, checkpoint((epoch - 1, interrupted.step), sums, loader_state)) from None
 
         # Log the epoch: the one host sync for its training figures, after the divergence checks.
@@ -242,6 +282,7 @@ def train(setup: TrainingSetup, log_metrics: LogMetrics, progress: Progress | No
         if stop.requested or epoch == config.epochs or (every and epoch % every == 0):
             saved = checkpoint((epoch, 0), sums, setup.train_loader.state_dict())
         if stop.requested:
+            assert stop.signum is not None  # requested: a signal came
             raise Stopped(stop.signum, saved)
 
     # Summaries: the figures read off the whole history (selection, tau_interp...).

@@ -22,22 +22,47 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from initmem_core.training.checkpoints import CheckpointStore, default_root, header, resume_candidates
-from initmem_core.config import RunConfig, from_mapping, validate
+from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.training.clocks import CONVENTIONS
-from initmem_core.training.stop_signals import NOT_TRACKED, StopSignals, Stopped
-from initmem_core.tracking.store import (DEFAULT_EXPERIMENT, check_experiment_name, check_tracking_uri,
-                                         check_writable_folder, lock_holder, resolve_tracking_uri, store_folder,
-                                         to_json)
+from initmem_core.tracking.locks import lock_holder
+from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
 from initmem_core.tracking.tracker_process import OpeningAbandoned
+from initmem_core.tracking.uris import (
+    DEFAULT_EXPERIMENT,
+    check_experiment_name,
+    check_tracking_uri,
+    resolve_tracking_uri,
+    store_folder,
+)
+from initmem_core.tracking.writing import to_json
+from initmem_core.training.checkpoint_format import header
+from initmem_core.training.checkpoint_store import CheckpointStore, default_root
+from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.resume import resume_candidates
+from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
+from initmem_core.vocabulary import (
+    CONFIG_HASH_TAG,
+    DIVERGED_EPOCH_TAG,
+    DIVERGED_TAG,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    KILLED,
+    STOPPED_BY_TAG,
+)
+
+if TYPE_CHECKING:  # both import torch, which run() imports only once it builds the setup
+    from initmem_core.contracts import DatasetBundle
+    from initmem_core.training.setup import TrainingSetup
 
 
 @dataclass
@@ -62,7 +87,7 @@ def _version(package: str) -> str:
         return "unknown"
 
 
-def run_params(config: RunConfig, setup) -> dict[str, Any]:
+def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
     """Every config value as is, plus what the run resolved and which packages provided it."""
     params: dict[str, Any] = config.to_dict()
     params["metrics"] = ",".join(config.metrics)
@@ -73,12 +98,12 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     params["clock_convention"] = f"{setup.clock_convention}: {CONVENTIONS[setup.clock_convention]}"
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
-    params["config_hash"] = config.config_hash()
+    params[CONFIG_HASH_TAG] = config.config_hash()
     if config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
         params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
-    params["augment_resolved"] = getattr(setup.train_loader, "augment", None)
+    params["augment_resolved"] = setup.train_loader.augment
     for split, size in setup.dataset.sizes().items():
         params[f"data_{split}_size"] = size
     for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
@@ -92,7 +117,7 @@ def run_params(config: RunConfig, setup) -> dict[str, Any]:
     return params
 
 
-def dataset_input(config: RunConfig, dataset) -> tuple[str, str, dict[str, Any]]:
+def dataset_input(config: RunConfig, dataset: DatasetBundle) -> tuple[str, str, dict[str, Any]]:
     """(name, digest, profile) of the data a run trains on. The digest covers every split's
     images and labels, so two runs with the same digest saw the same examples."""
     import hashlib
@@ -101,8 +126,11 @@ def dataset_input(config: RunConfig, dataset) -> tuple[str, str, dict[str, Any]]
     for tensor in (dataset.train_x, dataset.train_y, dataset.val_x, dataset.val_y, dataset.test_x, dataset.test_y):
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    profile = {**{f"{split}_size": size for split, size in dataset.sizes().items()},
-               "num_classes": dataset.num_classes, "data_seed": config.data_seed}
+    profile = {
+        **{f"{split}_size": size for split, size in dataset.sizes().items()},
+        "num_classes": dataset.num_classes,
+        "data_seed": config.data_seed,
+    }
     return config.data, digest.hexdigest()[:16], profile
 
 
@@ -116,23 +144,32 @@ def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
     return default_root(store_uri) if store_uri else None
 
 
-def _open_run(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None,
-              resume: bool) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
+def _open_run(
+    config: RunConfig, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
+) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
-    root = checkpoint_root(config, getattr(tracker, "uri", None))
+    root = checkpoint_root(config, tracker.uri)
+    checkpoints: CheckpointStore | None
     if resume:
         if root is None:
-            raise ConfigError("--resume needs checkpoints, which this run does not keep "
-                              "(--checkpoint-every 0, or no tracking without --checkpoint-dir)")
+            raise ConfigError(
+                "--resume needs checkpoints, which this run does not keep "
+                "(--checkpoint-every 0, or no tracking without --checkpoint-dir)"
+            )
         checkpoints, state = _reopen_unfinished(root, config, tracker)
         # Metrics are written in batches: a run killed outright may not have written the last
         # epochs before its checkpoint. The checkpoint has them; the tracker skips steps it holds.
         for row in state["history"]:
             tracker.log_metrics({key: value for key, value in row.items() if key != "epoch"}, int(row["epoch"]))
         return state["run_id"], checkpoints, state
-    run_tags = {"arch": config.arch, "opt": config.opt, "sigma": f"{config.sigma:g}",
-                "config_hash": config.config_hash(), **(tags or {})}
+    run_tags = {
+        "arch": config.arch,
+        "opt": config.opt,
+        "sigma": f"{config.sigma:g}",
+        CONFIG_HASH_TAG: config.config_hash(),
+        **(tags or {}),
+    }
     run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
     tracker.log_dataset(*dataset_input(config, setup.dataset))
     checkpoints = CheckpointStore(root / config.config_hash()) if root else None
@@ -196,7 +233,7 @@ def run(
         config = config.replace(**overrides) if overrides else config
     else:
         config = from_mapping({**dict(config or {}), **overrides})
-    config = validate(config, registry)  # resolves the optimizer's lr and --opt-arg
+    config = resolve_config(config, registry)  # resolves the optimizer's lr and --opt-arg
     _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
     owned = tracker is None
     # A sweep holds its cells' leases itself (and passes the tracker); anyone else takes one here.
@@ -215,7 +252,7 @@ def run(
             if freeze:
                 gc.unfreeze()
             if owned:  # a helper process ends once its run has, or when the run never began
-                getattr(tracker, "close", lambda: None)()
+                tracker.close()
     finally:
         if lease is not None:
             lease.release()
@@ -239,10 +276,14 @@ def _take_lease(config: RunConfig, uri: str, resume: bool):
         return None
     holder = lock_holder(folder / f"{config.config_hash()}.lock") or "another live process"
     if resume:
-        raise ConfigError(f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
-                          "checkpoints it), then --resume")
-    raise ConfigError(f"{config.run_name()} is already running in {holder}; wait for it to end, or change a value "
-                      "(such as --seed) to run another")
+        raise ConfigError(
+            f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
+            "checkpoints it), then --resume"
+        )
+    raise ConfigError(
+        f"{config.run_name()} is already running in {holder}; wait for it to end, or change a value "
+        "(such as --seed) to run another"
+    )
 
 
 @contextlib.contextmanager
@@ -262,8 +303,9 @@ def _setup_out_of_the_collectors_way(freeze: bool) -> Iterator[None]:
             gc.enable()
 
 
-def _new_tracker(tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None,
-                 helper_process: bool | None) -> Tracker:
+def _new_tracker(
+    tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None, helper_process: bool | None
+) -> Tracker:
     if not tracking:
         return MemoryTracker()
     if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
@@ -273,14 +315,20 @@ def _new_tracker(tracking: bool, uri: str | None, experiment: str, parent_run_id
     return MlflowTracker(uri, experiment, parent_run_id=parent_run_id)
 
 
-def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any,
-                   resume: bool) -> RunResult:
+def _train_tracked(
+    config: RunConfig,
+    setup: TrainingSetup,
+    tracker: Tracker,
+    tags: Mapping[str, str] | None,
+    progress: Any,
+    resume: bool,
+) -> RunResult:
     from initmem_core.training.loop import train
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
-        if hasattr(tracker, "give_up_opening"):  # a helper still opening the store: a signal ends it at once
-            tracker.give_up_opening = lambda: stop.signum
+        # A helper still opening the store asks this: a signal then ends it at once.
+        tracker.give_up_opening = lambda: stop.signum
         try:
             run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
         except OpeningAbandoned as gave_up:  # a signal before the helper began to open it: no run
@@ -288,37 +336,48 @@ def _train_tracked(config: RunConfig, setup, tracker: Tracker, tags: Mapping[str
         save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
         try:
             if stop.requested:  # came while the run was being opened: end it before anything trains
+                assert stop.signum is not None  # requested: a signal came
                 kept = checkpoints.previous if checkpoints and resume_from is not None else None
                 raise Stopped(stop.signum, str(kept) if kept else None)
             # Again on a resume: the first attempt may not have got them into the store.
             tracker.log_text(to_json(config.to_dict()), "config.json")
+            # Optional (contracts.OptimizerFactory): an optimizer may record its parameter groups.
             groups = getattr(setup.optimizer, "initmem_param_groups", None)
             if groups:
                 tracker.log_text(to_json(groups), "optimizer_param_groups.json")
-            history, summary = train(setup, tracker.log_metrics, progress, save_checkpoint=save,
-                                     resume_from=resume_from, stop=stop)
+            history, summary = train(
+                setup, tracker.log_metrics, progress, save_checkpoint=save, resume_from=resume_from, stop=stop
+            )
             stop.finishing = True  # trained: a signal now waits until the run is written
             tracker.log_metrics(summary, step=setup.config.epochs)  # --until may have set them
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
-            status = "FINISHED"
-            result = RunResult(config, run_id, status, summary, history, setup.model,
-                               checkpoints.seconds_waited if checkpoints else 0.0)
+            status = FINISHED
+            result = RunResult(
+                config,
+                run_id,
+                status,
+                summary,
+                history,
+                setup.model,
+                checkpoints.seconds_waited if checkpoints else 0.0,
+            )
         except BaseException as error:
             stop.finishing = True
             status = _record_failure(tracker, error)
             # Whoever reports the error must say what the store holds: the end may not be there yet.
             error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
-            error.lost = getattr(tracker, "lost", False)  # type: ignore[attr-defined]
+            error.lost = tracker.lost  # type: ignore[attr-defined]
             raise
         unsynced = _end_run(tracker, checkpoints, status)
-    result.unsynced, result.lost = unsynced, getattr(tracker, "lost", False)
+    result.unsynced, result.lost = unsynced, tracker.lost
     result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
-        error = Stopped(stop.signum, status="FINISHED")
-        error.unsynced = unsynced
-        raise error
+        assert stop.signum is not None  # requested: a signal came
+        stopped = Stopped(stop.signum, status=FINISHED)
+        stopped.unsynced = unsynced
+        raise stopped
     return result
 
 
@@ -327,7 +386,7 @@ def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str)
     if checkpoints:
         _finish_checkpoint(checkpoints)
     tracker.end_run(status)
-    return getattr(tracker, "unsynced", "")
+    return tracker.unsynced
 
 
 def _record_failure(tracker: Tracker, error: BaseException) -> str:
@@ -335,25 +394,26 @@ def _record_failure(tracker: Tracker, error: BaseException) -> str:
     from initmem_core.training.divergence import Diverged
 
     if isinstance(error, Stopped):
-        tracker.set_tags({"stopped_by": error.signal_name})
-        return "KILLED"
+        tracker.set_tags({STOPPED_BY_TAG: error.signal_name})
+        return KILLED
     if isinstance(error, KeyboardInterrupt):
-        return "KILLED"
+        return KILLED
     if isinstance(error, Diverged):
-        where = {"diverged_epoch": str(error.epoch)}
+        where = {DIVERGED_EPOCH_TAG: str(error.epoch)}
         if error.step is not None:
             where["diverged_step"] = str(error.step)
-        tracker.set_tags({"diverged": "true", **where, "failure_reason": str(error)})
+        tracker.set_tags({DIVERGED_TAG: "true", **where, FAILURE_REASON_TAG: str(error)})
     else:
-        tracker.set_tags({"failure_reason": f"{type(error).__name__}: {error}"[:5000]})
-    return "FAILED"
+        tracker.set_tags({FAILURE_REASON_TAG: f"{type(error).__name__}: {error}"[:5000]})
+    return FAILED
 
 
-def _check_where_it_writes(config: RunConfig, tracker: Tracker | None, tracking: bool, tracking_uri: str | None,
-                           experiment: str) -> None:
+def _check_where_it_writes(
+    config: RunConfig, tracker: Tracker | None, tracking: bool, tracking_uri: str | None, experiment: str
+) -> None:
     """The store's URI, the experiment and the checkpoint folder, before anything is built or
     trained: a bad one fails in one line, not after the run."""
-    uri = getattr(tracker, "uri", None)
+    uri = tracker.uri if tracker is not None else None
     if tracker is None and tracking:
         uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
         check_experiment_name(experiment)
@@ -368,8 +428,12 @@ def _finish_checkpoint(checkpoints: CheckpointStore) -> None:
     try:
         checkpoints.wait()
     except Exception as error:
-        warnings.warn(f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
-                      "a resume would start from the one before", RunWarning, stacklevel=3)
+        warnings.warn(
+            f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
+            "a resume would start from the one before",
+            RunWarning,
+            stacklevel=3,
+        )
 
 
 def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:
@@ -378,10 +442,11 @@ def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:
     return {name: tensor.detach().cpu() for name, tensor in state.items()}
 
 
-def _log_final_artifacts(tracker: Tracker, setup) -> None:
+def _log_final_artifacts(tracker: Tracker, setup: TrainingSetup) -> None:
     import torch
 
     for metric in setup.metrics.values():
+        # artifacts() is optional for a metric (contracts.Metric).
         for name, text in getattr(metric, "artifacts", lambda: {})().items():
             tracker.log_text(text, name)
     with tempfile.TemporaryDirectory() as folder:

@@ -7,8 +7,9 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -19,7 +20,7 @@ from initmem_core.kinds import KINDS
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
-from initmem_core.training.loaders import make_loaders
+from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
 from initmem_core.training.schedules import build_scheduler
 
 
@@ -59,8 +60,8 @@ class TrainingSetup:
     scheduler: Any
     regularizer: Regularizer | None
     metrics: dict[str, Metric]
-    train_loader: Any
-    eval_loaders: dict[str, Any]
+    train_loader: TrainLoader
+    eval_loaders: dict[str, EvalLoader]
     initial_params: dict[str, torch.Tensor]
     components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
     clock_convention: str = DEFAULT_CONVENTION  # how a step maps to the clocks (training.clocks)
@@ -114,9 +115,11 @@ def use_determinism(deterministic: bool, device: torch.device) -> None:
         workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
         if workspace not in DETERMINISTIC_CUBLAS:
             if torch.cuda.is_initialized():  # too late: cuBLAS read the variable when CUDA started
-                raise ConfigError(f"--deterministic on CUDA needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before "
-                                  f"CUDA starts, and this process started CUDA with {workspace or 'it unset'}; "
-                                  f"set it in the environment (export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE})")
+                raise ConfigError(
+                    f"--deterministic on CUDA needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} before "
+                    f"CUDA starts, and this process started CUDA with {workspace or 'it unset'}; "
+                    f"set it in the environment (export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE})"
+                )
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
     if torch.are_deterministic_algorithms_enabled() != deterministic:  # the call costs seconds
         torch.use_deterministic_algorithms(deterministic)
@@ -175,7 +178,7 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     from initmem_core.plugin_system import optimizer_options
 
     prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
-    config = optimizer_options.resolve(config, registry)  # a caller that skipped validate gets the declared lr
+    config = optimizer_options.resolve(config, registry)  # a caller that skipped resolve_config gets the declared lr
     if config.threads:
         torch.set_num_threads(config.threads)
     device = use_device(resolve_device(config.device))
@@ -183,8 +186,10 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     use_precision(config.tf32)
     dataset = eval_subset(registry.build("dataset", config.data, config=config), config.eval_size, config.data_seed)
     if config.data_dir and dataset.reads_files is False:
-        raise ConfigError(f"--data-dir: dataset {config.data} reads no files (it is generated or bundled), "
-                          "so the folder would be ignored; leave --data-dir out")
+        raise ConfigError(
+            f"--data-dir: dataset {config.data} reads no files (it is generated or bundled), "
+            "so the folder would be ignored; leave --data-dir out"
+        )
     n_train = len(dataset.train_y)
     if config.batch_size > n_train:
         raise ConfigError(
@@ -201,29 +206,56 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     # The architecture's own init draws from the global RNG: seed it so that draw is the
     # paired Z of this seed (scaled-default relies on it), whatever sigma is.
     torch.manual_seed(config.seed)
-    model = registry.build("architecture", config.arch, in_channels=dataset.in_channels,
-                           num_classes=dataset.num_classes, image_size=dataset.image_size)
+    model = registry.build(
+        "architecture",
+        config.arch,
+        in_channels=dataset.in_channels,
+        num_classes=dataset.num_classes,
+        image_size=dataset.image_size,
+    )
     init_generator = torch.Generator().manual_seed(seed_for(config.seed, "init"))
     registry.build("initializer", config.init, model=model, sigma=config.sigma, generator=init_generator)
     model.to(device, memory_format=torch.channels_last if config.channels_last else torch.contiguous_format)
     initial_params = {name: p.detach().clone() for name, p in model.named_parameters()}
 
-    optimizer = registry.build("optimizer", config.opt, model=model, config=config,
-                               options=optimizer_options.options(config, registry))
+    optimizer = registry.build(
+        "optimizer", config.opt, model=model, config=config, options=optimizer_options.options(config, registry)
+    )
     optimizer_spec = registry.lookup("optimizer", config.opt)[0]
-    clock = check_convention(getattr(optimizer, "initmem_clock", None) or optimizer_spec.clock or DEFAULT_CONVENTION,
-                             config.opt)
+    clock = check_convention(
+        getattr(optimizer, "initmem_clock", None) or optimizer_spec.clock or DEFAULT_CONVENTION, config.opt
+    )
     if planned is not None:
-        horizons.check_built_rule(config, planned, horizons.built_rule(optimizer.param_groups[0], clock, planned.shrink))
+        horizons.check_built_rule(
+            config, planned, horizons.built_rule(optimizer.param_groups[0], clock, planned.shrink)
+        )
     train_loader, eval_loaders = make_loaders(
-        dataset, config, device, torch.Generator().manual_seed(seed_for(config.seed, "data-order")),
-        subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")))
+        dataset,
+        config,
+        device,
+        torch.Generator().manual_seed(seed_for(config.seed, "data-order")),
+        subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")),
+    )
     scheduler = build_scheduler(optimizer, config, len(train_loader))
-    regularizer = (registry.build("regularizer", config.reg, coefficient=config.l2) if config.l2 > 0 else None)
+    regularizer = registry.build("regularizer", config.reg, coefficient=config.l2) if config.l2 > 0 else None
     # The metrics every run computes (registered with default=True), then the config's own.
     metric_names = list(dict.fromkeys([*registry.defaults("metric"), *config.metrics]))
     metrics = {name: registry.build("metric", name, config=config) for name in metric_names}
-    components = {kind.name: registry.lookup(kind.name, getattr(config, kind.field))[0]
-                  for kind in KINDS if not kind.many}
-    return TrainingSetup(config, device, dataset, model, optimizer, scheduler, regularizer, metrics,
-                         train_loader, eval_loaders, initial_params, components, clock)
+    components = {
+        kind.name: registry.lookup(kind.name, getattr(config, kind.field))[0] for kind in KINDS if not kind.many
+    }
+    return TrainingSetup(
+        config,
+        device,
+        dataset,
+        model,
+        optimizer,
+        scheduler,
+        regularizer,
+        metrics,
+        train_loader,
+        eval_loaders,
+        initial_params,
+        components,
+        clock,
+    )

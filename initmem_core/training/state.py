@@ -16,8 +16,8 @@ import torch
 
 from initmem_core.contracts import Metric
 from initmem_core.errors import RunWarning
-from initmem_core.training.checkpoints import capture_rng, restore_rng
 from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.rng_state import capture_rng, restore_rng
 from initmem_core.training.setup import TrainingSetup
 
 
@@ -30,7 +30,7 @@ class EpochSums:
     seen: int = 0
 
     @classmethod
-    def zero(cls, device: torch.device) -> "EpochSums":
+    def zero(cls, device: torch.device) -> EpochSums:
         return cls(torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.long))
 
 
@@ -52,17 +52,28 @@ def metric_states(metrics: dict[str, Metric]) -> dict[str, Any]:
         if _is_plain(state):
             states[name] = state
         else:
-            warnings.warn(f"metric {name} keeps state that is not plain data, so a resumed run restarts it; "
-                          "give it state_dict()/load_state_dict()", RunWarning, stacklevel=2)
+            warnings.warn(
+                f"metric {name} keeps state that is not plain data, so a resumed run restarts it; "
+                "give it state_dict()/load_state_dict()",
+                RunWarning,
+                stacklevel=2,
+            )
     return states
 
 
-def snapshot(setup: TrainingSetup, position: tuple[int, int], clocks: ForgettingClocks,
-             history: list[dict[str, float]], sums: EpochSums, loader_state: dict[str, Any]) -> dict[str, Any]:
+def snapshot(
+    setup: TrainingSetup,
+    position: tuple[int, int],
+    clocks: ForgettingClocks,
+    history: list[dict[str, float]],
+    sums: EpochSums,
+    loader_state: dict[str, Any],
+) -> dict[str, Any]:
     """The training state at a step boundary: ``position`` = (epochs done, steps into the next);
     ``loader_state`` = the data-order generator as it was when that next epoch began."""
     return {
-        "epoch": position[0], "step": position[1],
+        "epoch": position[0],
+        "step": position[1],
         "model": setup.model.state_dict(),  # BatchNorm buffers included
         "optimizer": setup.optimizer.state_dict(),
         "scheduler": setup.scheduler.state_dict(),
@@ -76,8 +87,9 @@ def snapshot(setup: TrainingSetup, position: tuple[int, int], clocks: Forgetting
     }
 
 
-def restore(setup: TrainingSetup, state: dict[str, Any], clocks: ForgettingClocks,
-            history: list[dict[str, float]]) -> tuple[tuple[int, int], EpochSums]:
+def restore(
+    setup: TrainingSetup, state: dict[str, Any], clocks: ForgettingClocks, history: list[dict[str, float]]
+) -> tuple[tuple[int, int], EpochSums]:
     """Put a ``snapshot`` back; returns its position and the sums of the epoch in progress."""
     device = setup.device
     setup.model.load_state_dict(state["model"])
@@ -95,7 +107,7 @@ def restore(setup: TrainingSetup, state: dict[str, Any], clocks: ForgettingClock
         if hasattr(metric, "load_state_dict"):
             metric.load_state_dict(metric_state)
         else:
-            vars(metric).update(metric_state)
+            metric.__dict__.update(metric_state)
     sums = state["epoch_sums"]
     restore_rng(state["rng"], device)
     return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])

@@ -16,6 +16,8 @@ import signal
 import threading
 from typing import Any, Protocol
 
+from initmem_core.vocabulary import KILLED
+
 #: A hang-up (the terminal closed) ends a run as SIGTERM does: checkpointed and marked KILLED.
 HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
@@ -29,7 +31,7 @@ class Stopped(KeyboardInterrupt):
     run keeps none, or a second signal cut the save short). A ``KeyboardInterrupt``, so code that
     treats Ctrl-C as "mark the run KILLED and stop" treats SIGTERM the same way."""
 
-    def __init__(self, signum: int, checkpoint: str | None = None, status: str = "KILLED"):
+    def __init__(self, signum: int, checkpoint: str | None = None, status: str = KILLED):
         super().__init__(signum, checkpoint)
         self.signum, self.checkpoint = signum, checkpoint
         self.status = status  # how the run ended: KILLED, or FINISHED when it came during finalization
@@ -88,7 +90,7 @@ class StopSignals:
             raise Stopped(signum)
         self.signum = signum
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             self.previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED}
         return self

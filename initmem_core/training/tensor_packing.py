@@ -69,7 +69,7 @@ def pack(tree: Any) -> dict[str, Any]:
                 continue
             flat, offset = torch.empty(sizes[dtype], dtype=dtype), 0
             for part in parts:
-                flat[offset:offset + part.numel()].copy_(part)
+                flat[offset : offset + part.numel()].copy_(part)
                 offset += part.numel()
             buffers[_dtype_name(dtype)] = flat
     for entry in layout:
@@ -88,7 +88,7 @@ def unpack(packed: dict[str, Any], copy: bool = True) -> Any:
     tensors = []
     for buffer, offset, shape, memory_format in json.loads(packed["layout"]):
         flat = buffers[buffer]
-        view = flat[offset:offset + math.prod(shape)].view(shape)
+        view = flat[offset : offset + math.prod(shape)].view(shape)
         if memory_format in MEMORY_FORMATS:
             tensors.append(view.contiguous(memory_format=MEMORY_FORMATS[memory_format]))
         else:

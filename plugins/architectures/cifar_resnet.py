@@ -81,29 +81,40 @@ class CifarResNet(nn.Module):
         return self.fc(x.mean(dim=(2, 3)))
 
 
-def build_cifar_resnet(depth: int, *, in_channels: int, num_classes: int, image_size: int = 32,
-                       variant: str | None = None) -> CifarResNet:
+def build_cifar_resnet(
+    depth: int, *, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None
+) -> CifarResNet:
     """ResNet-``depth`` for ``depth = 6n + 2``; works for any image size (global pooling)."""
     if (depth - 2) % 6 or depth < 8:
         raise ValueError(f"CIFAR ResNet depth must be 6n + 2 with n >= 1, got {depth}")
     return CifarResNet((depth - 2) // 6, in_channels=in_channels, num_classes=num_classes)
 
 
-def build_resnet20(*, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None) -> CifarResNet:
+def build_resnet20(
+    *, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None
+) -> CifarResNet:
     return build_cifar_resnet(20, in_channels=in_channels, num_classes=num_classes)
 
 
-def build_resnet32(*, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None) -> CifarResNet:
+def build_resnet32(
+    *, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None
+) -> CifarResNet:
     return build_cifar_resnet(32, in_channels=in_channels, num_classes=num_classes)
 
 
-def build_resnet44(*, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None) -> CifarResNet:
+def build_resnet44(
+    *, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None
+) -> CifarResNet:
     return build_cifar_resnet(44, in_channels=in_channels, num_classes=num_classes)
 
 
-def build_resnet56(*, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None) -> CifarResNet:
+def build_resnet56(
+    *, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None
+) -> CifarResNet:
     return build_cifar_resnet(56, in_channels=in_channels, num_classes=num_classes)
 
 
-def build_resnet110(*, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None) -> CifarResNet:
+def build_resnet110(
+    *, in_channels: int, num_classes: int, image_size: int = 32, variant: str | None = None
+) -> CifarResNet:
     return build_cifar_resnet(110, in_channels=in_channels, num_classes=num_classes)

@@ -13,8 +13,11 @@ from initmem_core.errors import ConfigError
 def build_timm_model(*, in_channels: int, num_classes: int, image_size: int, variant: str | None = None) -> nn.Module:
     if not variant or not timm.is_model(variant):
         close = difflib.get_close_matches(variant or "", timm.list_models(), n=5, cutoff=0.5)
-        hint = f"close matches: {', '.join('timm:' + name for name in close)}" if close else \
-            "see timm.list_models() for the names"
+        hint = (
+            f"close matches: {', '.join('timm:' + name for name in close)}"
+            if close
+            else "see timm.list_models() for the names"
+        )
         raise ConfigError(f"unknown timm model '{variant}'; {hint}")
     common = dict(pretrained=False, num_classes=num_classes, in_chans=in_channels)
     try:

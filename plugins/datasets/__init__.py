@@ -14,18 +14,37 @@ _HERE = "initmem_plugins.datasets"
 
 @hookimpl
 def initmem_register_datasets(register):
-    register("digits", f"{_HERE}.digits:load_digits_dataset",
-             "scikit-learn handwritten digits, 1x8x8, 10 classes, 60/20/20 split (no download)")
-    register("cifar10", f"{_HERE}.cifar:load_cifar10",
-             "CIFAR-10 from --data-dir, 45k/5k train/val split + official test set")
-    register("cifar100", f"{_HERE}.cifar:load_cifar100",
-             "CIFAR-100 (fine labels) from --data-dir, 45k/5k train/val split + official test set")
-    register("fashion-mnist", f"{_HERE}.mnist:load_fashion_mnist",
-             "Fashion-MNIST from IDX files (--data-dir, ~/.cache/initmem/fashion-mnist or Debian's "
-             "dataset-fashion-mnist), 1x28x28, 54k/6k train/val split + official test set")
-    register("mnist", f"{_HERE}.mnist:load_mnist",
-             "MNIST from IDX files (--data-dir or ~/.cache/initmem/mnist), 1x28x28, 54k/6k split + official test set")
-    register("synthetic", f"{_HERE}.synthetic:load_synthetic",
-             "Generated learnable images, 3x32x32, 10 classes, 1024/256/256 (tests, benchmarks)")
-    register("synthetic:*", f"{_HERE}.synthetic:load_synthetic_variant",
-             "Generated images sized by the variant CxHxW[-cK][-nN], e.g. synthetic:1x8x8-c4-n200")
+    register(
+        "digits",
+        f"{_HERE}.digits:load_digits_dataset",
+        "scikit-learn handwritten digits, 1x8x8, 10 classes, 60/20/20 split (no download)",
+    )
+    register(
+        "cifar10", f"{_HERE}.cifar:load_cifar10", "CIFAR-10 from --data-dir, 45k/5k train/val split + official test set"
+    )
+    register(
+        "cifar100",
+        f"{_HERE}.cifar:load_cifar100",
+        "CIFAR-100 (fine labels) from --data-dir, 45k/5k train/val split + official test set",
+    )
+    register(
+        "fashion-mnist",
+        f"{_HERE}.mnist:load_fashion_mnist",
+        "Fashion-MNIST from IDX files (--data-dir, ~/.cache/initmem/fashion-mnist or Debian's "
+        "dataset-fashion-mnist), 1x28x28, 54k/6k train/val split + official test set",
+    )
+    register(
+        "mnist",
+        f"{_HERE}.mnist:load_mnist",
+        "MNIST from IDX files (--data-dir or ~/.cache/initmem/mnist), 1x28x28, 54k/6k split + official test set",
+    )
+    register(
+        "synthetic",
+        f"{_HERE}.synthetic:load_synthetic",
+        "Generated learnable images, 3x32x32, 10 classes, 1024/256/256 (tests, benchmarks)",
+    )
+    register(
+        "synthetic:*",
+        f"{_HERE}.synthetic:load_synthetic_variant",
+        "Generated images sized by the variant CxHxW[-cK][-nN], e.g. synthetic:1x8x8-c4-n200",
+    )

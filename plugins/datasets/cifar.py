@@ -98,8 +98,20 @@ def load_cifar(config: Any, name: str) -> DatasetBundle:
     images, labels = _to_tensors(train)
     test_x, test_y = _to_tensors(test)
     # 5,000 of CIFAR's 50,000 for validation
-    bundle = official_split(name, images, labels, test_x, test_y, config.data_seed, VAL_FRACTION,
-                            num_classes=classes, mean=mean, std=std, augment_default=True, pixel_scale=255.0)
+    bundle = official_split(
+        name,
+        images,
+        labels,
+        test_x,
+        test_y,
+        config.data_seed,
+        VAL_FRACTION,
+        num_classes=classes,
+        mean=mean,
+        std=std,
+        augment_default=True,
+        pixel_scale=255.0,
+    )
     return apply_train_size(bundle, config)
 
 

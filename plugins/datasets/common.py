@@ -17,16 +17,32 @@ def split_permutation(n: int, data_seed: int) -> torch.Tensor:
     return torch.randperm(n, generator=generator)
 
 
-def official_split(name: str, images: torch.Tensor, labels: torch.Tensor, test_x: torch.Tensor,
-                   test_y: torch.Tensor, data_seed: int, val_fraction: float, **fields: Any) -> DatasetBundle:
+def official_split(
+    name: str,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    data_seed: int,
+    val_fraction: float,
+    **fields: Any,
+) -> DatasetBundle:
     """An official train/test release as a bundle: the last ``val_fraction`` of a ``data_seed``
     permutation of the training set is the validation split; the official test set is the test split."""
     n = len(labels)
     n_val = int(round(n * val_fraction))
     order = split_permutation(n, data_seed)
-    train_idx, val_idx = order[: n - n_val], order[n - n_val:]
-    return DatasetBundle(name=name, train_x=images[train_idx], train_y=labels[train_idx],
-                         val_x=images[val_idx], val_y=labels[val_idx], test_x=test_x, test_y=test_y, **fields)
+    train_idx, val_idx = order[: n - n_val], order[n - n_val :]
+    return DatasetBundle(
+        name=name,
+        train_x=images[train_idx],
+        train_y=labels[train_idx],
+        val_x=images[val_idx],
+        val_y=labels[val_idx],
+        test_x=test_x,
+        test_y=test_y,
+        **fields,
+    )
 
 
 def channel_stats(images: torch.Tensor, pixel_scale: float = 1.0) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -29,15 +29,22 @@ def load_digits_dataset(config: Any) -> DatasetBundle:
     n_val, n_test = int(n * VAL_FRACTION), int(n * TEST_FRACTION)
     order = split_permutation(n, config.data_seed)
     train_idx = order[: n - n_val - n_test]
-    val_idx = order[n - n_val - n_test: n - n_test]
-    test_idx = order[n - n_test:]
+    val_idx = order[n - n_val - n_test : n - n_test]
+    test_idx = order[n - n_test :]
     mean, std = channel_stats(images[train_idx])
     bundle = DatasetBundle(
         name="digits",
-        train_x=images[train_idx], train_y=labels[train_idx],
-        val_x=images[val_idx], val_y=labels[val_idx],
-        test_x=images[test_idx], test_y=labels[test_idx],
-        num_classes=10, mean=mean, std=std, augment_default=False, pixel_scale=1.0,
+        train_x=images[train_idx],
+        train_y=labels[train_idx],
+        val_x=images[val_idx],
+        val_y=labels[val_idx],
+        test_x=images[test_idx],
+        test_y=labels[test_idx],
+        num_classes=10,
+        mean=mean,
+        std=std,
+        augment_default=False,
+        pixel_scale=1.0,
         reads_files=False,  # bundled with scikit-learn
     )
     return apply_train_size(bundle, config)

@@ -37,8 +37,13 @@ VAL_FRACTION = 0.1
 
 # name -> (torchvision class name, per-channel mean and std of the official training set, homepage, Debian package)
 DATASETS = {
-    "fashion-mnist": ("FashionMNIST", (0.2860,), (0.3530,), "https://github.com/zalandoresearch/fashion-mnist",
-                      "dataset-fashion-mnist"),
+    "fashion-mnist": (
+        "FashionMNIST",
+        (0.2860,),
+        (0.3530,),
+        "https://github.com/zalandoresearch/fashion-mnist",
+        "dataset-fashion-mnist",
+    ),
     "mnist": ("MNIST", (0.1307,), (0.3081,), "https://yann.lecun.com/exdb/mnist/", None),
 }
 
@@ -51,8 +56,7 @@ def debian_folders(package: str | None) -> list[Path]:
         listing = subprocess.run(["dpkg", "-L", package], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return []
-    found = {Path(line).parent for line in listing.stdout.splitlines()
-             if Path(line).name.removesuffix(".gz") in FILES}
+    found = {Path(line).parent for line in listing.stdout.splitlines() if Path(line).name.removesuffix(".gz") in FILES}
     return sorted(found)
 
 
@@ -100,23 +104,34 @@ def _read(name: str, files: dict[str, Path]) -> tuple[Any, Any]:
         dataset_class = getattr(datasets, class_name)
         try:
             # The classes read everything into tensors here, before the folder goes away.
-            return (dataset_class(root, train=True, download=False),
-                    dataset_class(root, train=False, download=False))
+            return (dataset_class(root, train=True, download=False), dataset_class(root, train=False, download=False))
         except Exception as error:  # a truncated or foreign file: torchvision asserts or raises
             message = " ".join(str(error).split()) or type(error).__name__
             folder = next(iter(files.values())).parent
-            raise ConfigError(f"{name} files in {folder} cannot be read as IDX ({message}); "
-                              f"replace them with the official files from {DATASETS[name][3]}") from None
+            raise ConfigError(
+                f"{name} files in {folder} cannot be read as IDX ({message}); "
+                f"replace them with the official files from {DATASETS[name][3]}"
+            ) from None
 
 
 def load_idx_dataset(config: Any, name: str) -> DatasetBundle:
     _, mean, std, _, _ = DATASETS[name]
     train, test = _read(name, find_files(config, name))
     # 6,000 of the official 60,000 for validation
-    bundle = official_split(name, train.data.unsqueeze(1).contiguous(), train.targets.to(torch.int64),
-                            test.data.unsqueeze(1).contiguous(), test.targets.to(torch.int64), config.data_seed,
-                            VAL_FRACTION, num_classes=10, mean=mean, std=std, augment_default=False,
-                            pixel_scale=255.0)
+    bundle = official_split(
+        name,
+        train.data.unsqueeze(1).contiguous(),
+        train.targets.to(torch.int64),
+        test.data.unsqueeze(1).contiguous(),
+        test.targets.to(torch.int64),
+        config.data_seed,
+        VAL_FRACTION,
+        num_classes=10,
+        mean=mean,
+        std=std,
+        augment_default=False,
+        pixel_scale=255.0,
+    )
     return apply_train_size(bundle, config)
 
 

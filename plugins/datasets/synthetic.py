@@ -51,7 +51,9 @@ def parse_variant(variant: str) -> SyntheticSpec:
         raise ConfigError(f"--data synthetic:{text}: bad variant; {VARIANT_HELP}")
     defaults = SyntheticSpec()
     spec = SyntheticSpec(
-        channels=int(match["c"]), height=int(match["h"]), width=int(match["w"]),
+        channels=int(match["c"]),
+        height=int(match["h"]),
+        width=int(match["w"]),
         classes=int(match["k"]) if match["k"] is not None else defaults.classes,
         train=int(match["n"]) if match["n"] is not None else defaults.train,
     )
@@ -92,10 +94,17 @@ def build(spec: SyntheticSpec, config: Any, name: str) -> DatasetBundle:
     mean, std = channel_stats(splits["train"][0])
     bundle = DatasetBundle(
         name=name,
-        train_x=splits["train"][0], train_y=splits["train"][1],
-        val_x=splits["val"][0], val_y=splits["val"][1],
-        test_x=splits["test"][0], test_y=splits["test"][1],
-        num_classes=spec.classes, mean=mean, std=std, augment_default=False, pixel_scale=1.0,
+        train_x=splits["train"][0],
+        train_y=splits["train"][1],
+        val_x=splits["val"][0],
+        val_y=splits["val"][1],
+        test_x=splits["test"][0],
+        test_y=splits["test"][1],
+        num_classes=spec.classes,
+        mean=mean,
+        std=std,
+        augment_default=False,
+        pixel_scale=1.0,
         reads_files=False,  # generated
     )
     return apply_train_size(bundle, config)

@@ -5,6 +5,7 @@ These three are registered with ``default=True``: every run computes them; ``--m
 
 from initmem_core import hookimpl
 
+
 @hookimpl
 def initmem_register_metrics(register):
     register(

@@ -24,8 +24,12 @@ class BestValidationSelection:
     def compute(self, state) -> dict[str, float]:
         val_loss = state.figures.get("val_loss")
         # The same rule as summarize: lowest val loss over epochs >= 1, the earliest on a tie.
-        if state.epoch >= 1 and val_loss is not None and state.test_correct is not None and (
-                self.best_loss is None or val_loss < self.best_loss):
+        if (
+            state.epoch >= 1
+            and val_loss is not None
+            and state.test_correct is not None
+            and (self.best_loss is None or val_loss < self.best_loss)
+        ):
             self.best_loss, self.best_epoch, self.test_correct = val_loss, state.epoch, state.test_correct
         return {}
 

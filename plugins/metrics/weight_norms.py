@@ -12,7 +12,6 @@ import torch
 
 from initmem_core.kernels import kernel_parameters
 
-
 COLUMNS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine")
 
 
@@ -35,17 +34,21 @@ class WeightNorms:
             d = torch.stack(torch._foreach_norm(torch._foreach_sub(weights, initial)))
             dot = torch.stack([torch.sum(a * b) for a, b in zip(weights, initial)])
             total_w, total_w0 = w.square().sum().sqrt(), w0.square().sum().sqrt()
-            totals = torch.stack([
-                total_w, total_w / total_w0, d.square().sum().sqrt() / total_w0,
-                dot.sum() / (total_w * total_w0),
-            ])
+            totals = torch.stack(
+                [
+                    total_w,
+                    total_w / total_w0,
+                    d.square().sum().sqrt() / total_w0,
+                    dot.sum() / (total_w * total_w0),
+                ]
+            )
             per_layer = torch.stack([w, w / w0, d / w0, dot / (w * w0)], dim=1)
         # One host sync for all the numbers of this evaluation point.
         on_host = torch.cat([totals, per_layer.reshape(-1)]).cpu()
         self.layers = list(names)
         self.epochs.append(state.epoch)
-        self.per_layer.append(on_host[len(COLUMNS):].view(len(names), len(COLUMNS)))
-        return dict(zip(COLUMNS, on_host[:len(COLUMNS)].tolist()))
+        self.per_layer.append(on_host[len(COLUMNS) :].view(len(names), len(COLUMNS)))
+        return dict(zip(COLUMNS, on_host[: len(COLUMNS)].tolist()))
 
     def state_dict(self) -> dict:
         table = torch.stack(self.per_layer) if self.per_layer else torch.zeros(0, len(self.layers), len(COLUMNS))

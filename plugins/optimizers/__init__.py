@@ -27,21 +27,46 @@ _ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": Fal
 
 @hookimpl
 def initmem_register_optimizers(register):
-    register("sgd", f"{_BUILTIN}:build_sgd",
-             "torch SGD; momentum 0 unless --momentum; --weight-decay is coupled (added to the gradient)",
-             defaults={"lr": 0.05, "nesterov": False, "dampening": 0.0, **_EXECUTION}, clock="heavy-ball")
-    register("adam", f"{_BUILTIN}:build_adam",
-             "torch Adam; --weight-decay is coupled L2 (passes through the preconditioner)",
-             defaults=_ADAM_DEFAULTS, clock="lr")
-    register("adamw", f"{_BUILTIN}:build_adamw",
-             "torch AdamW; --weight-decay is decoupled",
-             defaults=_ADAM_DEFAULTS, clock="lr")
-    register("muon", f"{_BUILTIN}:build_muon",
-             "timm Muon (flattened conv kernels); 1-D params and the classifier head use its AdamW fallback; "
-             "lr in timm's units (step scaled by 0.2*sqrt(max dim))",
-             defaults={"lr": 0.01, "nesterov": False, "ns_steps": 5, "adjust_lr_fn": "match_rms_adamw",
-                       "fallback_lr_scale": 1.0, "betas": (0.9, 0.95), "eps": 1e-7},
-             clock="lr")
-    register("timm:*", f"{_BUILTIN}:build_timm",
-             "Any timm optimizer by name, e.g. timm:lion (timm.optim.create_optimizer_v2), with timm's defaults",
-             defaults=f"{_BUILTIN}:timm_defaults")
+    register(
+        "sgd",
+        f"{_BUILTIN}:build_sgd",
+        "torch SGD; momentum 0 unless --momentum; --weight-decay is coupled (added to the gradient)",
+        defaults={"lr": 0.05, "nesterov": False, "dampening": 0.0, **_EXECUTION},
+        clock="heavy-ball",
+    )
+    register(
+        "adam",
+        f"{_BUILTIN}:build_adam",
+        "torch Adam; --weight-decay is coupled L2 (passes through the preconditioner)",
+        defaults=_ADAM_DEFAULTS,
+        clock="lr",
+    )
+    register(
+        "adamw",
+        f"{_BUILTIN}:build_adamw",
+        "torch AdamW; --weight-decay is decoupled",
+        defaults=_ADAM_DEFAULTS,
+        clock="lr",
+    )
+    register(
+        "muon",
+        f"{_BUILTIN}:build_muon",
+        "timm Muon (flattened conv kernels); 1-D params and the classifier head use its AdamW fallback; "
+        "lr in timm's units (step scaled by 0.2*sqrt(max dim))",
+        defaults={
+            "lr": 0.01,
+            "nesterov": False,
+            "ns_steps": 5,
+            "adjust_lr_fn": "match_rms_adamw",
+            "fallback_lr_scale": 1.0,
+            "betas": (0.9, 0.95),
+            "eps": 1e-7,
+        },
+        clock="lr",
+    )
+    register(
+        "timm:*",
+        f"{_BUILTIN}:build_timm",
+        "Any timm optimizer by name, e.g. timm:lion (timm.optim.create_optimizer_v2), with timm's defaults",
+        defaults=f"{_BUILTIN}:timm_defaults",
+    )

@@ -49,8 +49,9 @@ def build_sgd(model: nn.Module, config, options: dict | None = None) -> torch.op
     options = options or {}
     if options.get("nesterov") and not config.momentum:
         raise ConfigError("--opt-arg nesterov=true needs --momentum above 0")
-    return torch.optim.SGD(_params(model), lr=config.lr, momentum=config.momentum,
-                           weight_decay=config.weight_decay, **options)
+    return torch.optim.SGD(
+        _params(model), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay, **options
+    )
 
 
 def build_adam(model: nn.Module, config, options: dict | None = None) -> torch.optim.Optimizer:
@@ -68,6 +69,7 @@ def build_adamw(model: nn.Module, config, options: dict | None = None) -> torch.
 
 
 # -- Muon ------------------------------------------------------------------------------------
+
 
 def classifier_head(model: nn.Module) -> nn.Linear | None:
     """The classifier head: the last ``nn.Linear`` in module-registration order, if any."""
@@ -131,8 +133,14 @@ def build_muon(model: nn.Module, config, options: dict | None = None) -> torch.o
     if fallback:
         groups.append({"params": [p for _, p in fallback], "use_fallback": True})
     momentum = config.momentum if config.momentum > 0 else MUON_DEFAULT_MOMENTUM
-    optimizer = Muon(groups, lr=config.lr, weight_decay=config.weight_decay, momentum=momentum,
-                     conv_mode="flatten", **(options or {}))
+    optimizer = Muon(
+        groups,
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        momentum=momentum,
+        conv_mode="flatten",
+        **(options or {}),
+    )
     optimizer.initmem_param_groups = {
         "muon": [name for name, _ in muon],
         "adamw_fallback": [name for name, _ in fallback],
@@ -141,6 +149,7 @@ def build_muon(model: nn.Module, config, options: dict | None = None) -> torch.o
 
 
 # -- timm:* ----------------------------------------------------------------------------------
+
 
 def _timm_name(variant: str | None) -> str:
     import timm.optim
@@ -180,13 +189,16 @@ def timm_defaults(variant: str | None) -> dict:
             defaults[name] = None
             continue
         if isinstance(value, (bool, int, float, str)) or (
-                isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)):
+            isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)
+        ):
             defaults[name] = value
     defaults.update({k: v for k, v in (info.defaults or {}).items() if k not in _NOT_OPTIONS})
     return defaults
 
 
-def build_timm(model: nn.Module, config, variant: str | None = None, options: dict | None = None) -> torch.optim.Optimizer:
+def build_timm(
+    model: nn.Module, config, variant: str | None = None, options: dict | None = None
+) -> torch.optim.Optimizer:
     """Any optimizer in timm's registry, by name (``timm:lion``, ``timm:lookahead_adamw``, ...).
 
     Built by ``timm.optim.create_optimizer_v2(model, opt=variant, lr=config.lr,
@@ -202,7 +214,11 @@ def build_timm(model: nn.Module, config, variant: str | None = None, options: di
     given = {key: value for key, value in (options or {}).items() if value != defaults.get(key)}
     try:
         optimizer = timm.optim.create_optimizer_v2(
-            model, opt=name, lr=config.lr, weight_decay=config.weight_decay, momentum=config.momentum,
+            model,
+            opt=name,
+            lr=config.lr,
+            weight_decay=config.weight_decay,
+            momentum=config.momentum,
             **given,
         )
     except (ImportError, AssertionError) as error:  # apex / bitsandbytes / CUDA-only optimizers

@@ -17,7 +17,7 @@ gradient added. ``penalty`` is differentiable; call it under ``torch.no_grad()``
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -61,7 +61,9 @@ class L2Penalty:
     def __init__(self, coefficient: float):
         self.coefficient = _check_coefficient(coefficient)
 
-    def add_gradient(self, params: Sequence[torch.Tensor], initial_params: Sequence[torch.Tensor] | None = None) -> None:
+    def add_gradient(
+        self, params: Sequence[torch.Tensor], initial_params: Sequence[torch.Tensor] | None = None
+    ) -> None:
         if self.coefficient == 0:
             return
         with torch.no_grad():
@@ -69,7 +71,9 @@ class L2Penalty:
             if grads:
                 torch._foreach_add_(grads, values, alpha=self.coefficient)
 
-    def penalty(self, params: Sequence[torch.Tensor], initial_params: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+    def penalty(
+        self, params: Sequence[torch.Tensor], initial_params: Sequence[torch.Tensor] | None = None
+    ) -> torch.Tensor:
         return 0.5 * self.coefficient * _sum_of_squares(list(params))
 
     def __repr__(self) -> str:

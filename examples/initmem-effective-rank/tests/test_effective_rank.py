@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from initmem_core.testing import check_metric
 from initmem_effective_rank import plugin
 from initmem_effective_rank.metric import EffectiveRank, effective_rank
+
+from initmem_core.testing import check_metric
 
 
 def test_identity_has_full_effective_rank():

@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
+from initmem_fromage import plugin
+from initmem_fromage.optimizer import Fromage
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import load_registry
-from initmem_fromage import plugin
-from initmem_fromage.optimizer import Fromage
 
 
 def test_step_matches_hand_computation():

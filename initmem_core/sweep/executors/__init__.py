@@ -23,8 +23,9 @@ def make_executor(name: str, **options: Any) -> Executor:
         raise ConfigError(f"--executor: unknown value '{name}'; valid values: {', '.join(EXECUTORS)}")
     package = _NEEDS.get(name)
     if package and importlib.util.find_spec(package) is None:
-        raise ConfigError(f"--executor {name} needs {package}, which is not installed: "
-                          "pip install 'initmem[distributed]'")
+        raise ConfigError(
+            f"--executor {name} needs {package}, which is not installed: pip install 'initmem[distributed]'"
+        )
     if name == "ray":
         from initmem_core.sweep.executors.ray_executor import RayExecutor
 

@@ -4,20 +4,22 @@ The sweep keeps everything else, whichever executor runs the cells: the parent r
 run per cell created before the cell is handed over, skipping cells that finished before, the
 progress display and the report. An executor calls ``sweep.submit(cell)`` to get the cell's
 ``Job`` (its child run, its progress bar) as it hands the cell over, and ``sweep.close(job,
-error)`` once the cell ended or its worker is gone for good. An executor may also have
-``start()``, which ``run_sweep`` calls before it opens the store (to start workers meanwhile),
-and ``stop()`` for workers started but not needed.
+error)`` once the cell ended or its worker is gone for good. ``run_sweep`` also calls an
+executor's ``start()`` before it opens the store (to start workers meanwhile) and ``stop()``
+for workers started but not needed; the base's do nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.cells import PROGRESS_CALLS
+from initmem_core.vocabulary import FAILED
 
 if TYPE_CHECKING:
     from initmem_core.tracking.cells import ChildRunWriter
@@ -44,7 +46,7 @@ class Job:
     """A cell handed to an executor: its child run's writer and its progress bar (or ``None``)."""
 
     cell: CellOutcome
-    writer: "ChildRunWriter"
+    writer: ChildRunWriter
     progress: Any
 
 
@@ -60,7 +62,7 @@ def run_cell(config: RunConfig, **run_options: Any) -> tuple[str, str]:
     try:
         return run(config, **run_options).status, ""
     except Exception as error:
-        return "FAILED", f"{type(error).__name__}: {error}"
+        return FAILED, f"{type(error).__name__}: {error}"
 
 
 class SweepCells(Protocol):
@@ -82,18 +84,31 @@ class SweepCells(Protocol):
         """Ctrl-C, or the sweep process failing: end the runs of cells still out as KILLED."""
 
 
-class Executor(Protocol):
+class Executor:
+    """What every executor is; ``LocalExecutor``, ``RayExecutor`` and ``SlurmExecutor`` derive
+    from it. Only ``run`` must be given: ``start``, ``stop`` and ``pin`` have defaults."""
+
     name: str
     #: Workers write to the tracking store themselves, from other machines: it must be a server.
     remote: bool
 
+    def start(self) -> None:
+        """Start workers now, before the sweep opens the store (``run_sweep`` calls it when
+        there are cells to run). The default has none to start."""
+
+    def stop(self) -> None:
+        """Stop workers started but never used (the sweep failed, or had no cell left to run).
+        The default has none to stop."""
+
     def pin(self, config: RunConfig) -> RunConfig:
         """The cell's config with the compute settings it will run under (its CPU threads), set
         before the sweep looks at earlier launches: a cell's numbers depend on them, so they must
-        not depend on how many cells run beside it."""
+        not depend on how many cells run beside it. The default leaves the config as it is."""
+        return config
 
     def run(self, cells: list[CellOutcome], sweep: SweepCells) -> None:
         """Run every cell, submitting and closing each through ``sweep``."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,8 @@ def check_store(executor: Executor, uri: str) -> None:
         raise ConfigError(
             f"--executor {executor.name} runs cells on other machines, which cannot write to {uri}: "
             "start an MLflow tracking server (`mlflow server --backend-store-uri sqlite:///server.db "
-            "--host 0.0.0.0 --port 5000`) and pass --tracking-uri http://<host>:5000; see docs/distributed.md")
+            "--host 0.0.0.0 --port 5000`) and pass --tracking-uri http://<host>:5000; see docs/distributed.md"
+        )
 
 
 def fit_to_request(config: RunConfig, cpus: float, gpus: float) -> RunConfig:

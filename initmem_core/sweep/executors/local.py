@@ -26,10 +26,10 @@ from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, InitmemError
-from initmem_core.sweep.executors.base import Job, SweepCells, replay_progress, run_cell
+from initmem_core.sweep.executors.base import Executor, Job, SweepCells, replay_progress, run_cell
 from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_core.sweep.scratch import ScratchFolder
-
+from initmem_core.vocabulary import FAILED
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
 #: reduction's bits depend on the thread count, so a share would make results depend on --workers.
@@ -43,12 +43,19 @@ def pin_threads(config: RunConfig) -> RunConfig:
 def check_devices(cells: list, workers: int, gpus: list[str]) -> None:
     """A pinned worker sees one GPU, as ``cuda:0``: a cell asking for ``cuda:N`` (N > 0) would
     fail there. ``auto``, ``cuda``, ``cuda:0`` and ``cpu`` run as asked."""
-    asked = sorted({cell.config.device for cell in cells
-                    if cell.config.device.startswith("cuda:") and cell.config.device != "cuda:0"})
+    asked = sorted(
+        {
+            cell.config.device
+            for cell in cells
+            if cell.config.device.startswith("cuda:") and cell.config.device != "cuda:0"
+        }
+    )
     if gpus and asked:
-        raise ConfigError(f"--device {', '.join(asked)} with --workers {workers}: each worker process sees one GPU "
-                          f"of the {len(gpus)} here, as cuda:0; leave --device at auto (the workers spread over the "
-                          "GPUs), or pick a GPU with --workers 1 or CUDA_VISIBLE_DEVICES")
+        raise ConfigError(
+            f"--device {', '.join(asked)} with --workers {workers}: each worker process sees one GPU "
+            f"of the {len(gpus)} here, as cuda:0; leave --device at auto (the workers spread over the "
+            "GPUs), or pick a GPU with --workers 1 or CUDA_VISIBLE_DEVICES"
+        )
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -88,8 +95,9 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
     import initmem_core.training.setup  # noqa: F401
 
 
-def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str, uri: str,
-                       resume: bool = False) -> tuple[str, str]:
+def run_cell_in_worker(
+    config: RunConfig, run_id: str, queue: Any, staging: str, uri: str, resume: bool = False
+) -> tuple[str, str]:
     """A worker's task: run one cell, tracking through the queue. Returns (status, error).
     ``queue`` may come pickled (bytes): rebuilt here, a queue whose manager died is said so, where
     rebuilding it as the task's arguments are read would end the worker with a traceback."""
@@ -99,9 +107,10 @@ def run_cell_in_worker(config: RunConfig, run_id: str, queue: Any, staging: str,
         try:
             queue = pickle.loads(queue)  # connects to the queue's manager process
         except (EOFError, ConnectionError) as gone:
-            return "FAILED", f"the sweep's queue process is gone: {gone}"
-    return run_cell(config, tracker=QueueTracker(queue, run_id, staging, uri), progress=QueueProgress(queue, run_id),
-                    resume=resume)
+            return FAILED, f"the sweep's queue process is gone: {gone}"
+    return run_cell(
+        config, tracker=QueueTracker(queue, run_id, staging, uri), progress=QueueProgress(queue, run_id), resume=resume
+    )
 
 
 @dataclass
@@ -142,8 +151,9 @@ class _Workers:
         self.pools = [self.new_pool(slot) for slot in range(workers)]
 
     def new_pool(self, slot: int) -> futures.ProcessPoolExecutor:
-        pool = futures.ProcessPoolExecutor(1, mp_context=self.context, initializer=start_worker,
-                                           initargs=(os.getpid(), self.environments[slot]))
+        pool = futures.ProcessPoolExecutor(
+            1, mp_context=self.context, initializer=start_worker, initargs=(os.getpid(), self.environments[slot])
+        )
         pool.submit(int)  # a first task makes the pool start its worker now (it starts it on demand)
         return pool
 
@@ -172,7 +182,7 @@ class _Workers:
         self.staging.cleanup()
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """``workers == 1``: cells one after another in this process (plugins registered in this
     process work). More: that many spawned processes, plugins from installed entry points."""
 
@@ -220,8 +230,9 @@ class LocalExecutor:
             cell.config = pin_threads(cell.config)
             job = sweep.submit(cell)
             try:
-                _, error = run_cell(cell.config, tracker=job.writer, progress=job.progress, registry=sweep.registry,
-                                    resume=cell.resume)
+                _, error = run_cell(
+                    cell.config, tracker=job.writer, progress=job.progress, registry=sweep.registry, resume=cell.resume
+                )
             except KeyboardInterrupt:
                 sweep.interrupt([job])
                 raise
@@ -246,8 +257,15 @@ class LocalExecutor:
                     job = sweep.submit(cell)
                     pool = started.pools[slot]
                     try:
-                        future = pool.submit(run_cell_in_worker, cell.config, cell.run_id, queue,
-                                             started.staging.name, sweep.uri, cell.resume)
+                        future = pool.submit(
+                            run_cell_in_worker,
+                            cell.config,
+                            cell.run_id,
+                            queue,
+                            started.staging.name,
+                            sweep.uri,
+                            cell.resume,
+                        )
                     except futures.process.BrokenProcessPool as broken:  # its worker died while idle
                         future = futures.Future()
                         future.set_exception(broken)
@@ -276,8 +294,10 @@ class LocalExecutor:
             started.close()
 
 
-QUEUE_GONE = ("the sweep's queue process, which carries its workers' tracking, died (killed, or out of memory); "
-              "its running cells were stopped: launch the sweep again to resume them")
+QUEUE_GONE = (
+    "the sweep's queue process, which carries its workers' tracking, died (killed, or out of memory); "
+    "its running cells were stopped: launch the sweep again to resume them"
+)
 
 
 class QueueGone(Exception):

@@ -17,8 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUBLAS_WORKSPACE = "CUBLAS_WORKSPACE_CONFIG"
@@ -84,11 +84,15 @@ def process_environment(gpus: Sequence[str] | None, environ: Mapping[str, str] |
     return environment
 
 
-def worker_environments(workers: int, gpus: Sequence[str],
-                        environ: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+def worker_environments(
+    workers: int, gpus: Sequence[str], environ: Mapping[str, str] | None = None
+) -> list[dict[str, str]]:
     """Each local worker's environment, by slot: one GPU each, spread evenly (none set where
     there is no GPU: the workers inherit what the sweep sees)."""
-    return [process_environment([slot_gpu(slot, gpus)] if gpus else None, environ) for slot in range(workers)]
+    return [
+        process_environment([gpu] if (gpu := slot_gpu(slot, gpus)) is not None else None, environ)
+        for slot in range(workers)
+    ]
 
 
 def cuda_started() -> bool:
@@ -101,7 +105,9 @@ def cuda_started() -> bool:
 def pin_process(environment: Mapping[str, str]) -> None:
     """Set a worker's GPU environment; refused once CUDA has started here (it would not apply)."""
     if cuda_started():
-        raise RuntimeError(f"CUDA already started in process {os.getpid()}, so its GPUs cannot be chosen any more "
-                           f"({', '.join(f'{k}={v}' for k, v in environment.items())}); a worker must set them "
-                           "before its first cell")
+        raise RuntimeError(
+            f"CUDA already started in process {os.getpid()}, so its GPUs cannot be chosen any more "
+            f"({', '.join(f'{k}={v}' for k, v in environment.items())}); a worker must set them "
+            "before its first cell"
+        )
     os.environ.update(environment)

@@ -17,23 +17,32 @@ import logging
 from typing import Any
 
 from initmem_core.errors import ConfigError
-from initmem_core.sweep.executors.base import CellTask, Job, RetriedCellProgress, SweepCells, fit_to_request, replay_progress
+from initmem_core.sweep.executors.base import (
+    CellTask,
+    Executor,
+    Job,
+    RetriedCellProgress,
+    SweepCells,
+    fit_to_request,
+    replay_progress,
+)
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
-from initmem_core.tracking.store import credentials_env
+from initmem_core.tracking.login import credentials_env
 
 POLL_S = 0.2
 
 
-def _ray_cell(task: CellTask, events: Any, uses_gpus: bool = False,
-              login: dict[str, str] | None = None) -> tuple[str, str]:
+def _ray_cell(
+    task: CellTask, events: Any, uses_gpus: bool = False, login: dict[str, str] | None = None
+) -> tuple[str, str]:
     """The Ray task: the cell, with its progress sent to the sweep through ``events``. With
     GPUs it sees those Ray assigned it and no other, set before torch starts CUDA here.
     ``login``: the tracking server's login variables of the launching shell (a worker of a
     cluster started elsewhere lacks them), set while the cell runs. They come as an argument,
     not as the task's runtime environment, which Ray writes into its logs."""
     from initmem_core.tracking.cells import QueueProgress
-    from initmem_core.tracking.store import logged_in
+    from initmem_core.tracking.login import logged_in
 
     if uses_gpus:
         import ray
@@ -43,12 +52,13 @@ def _ray_cell(task: CellTask, events: Any, uses_gpus: bool = False,
         return run_remote_cell(task, QueueProgress(events, task.run_id))
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     name = "ray"
     remote = True
 
-    def __init__(self, address: str | None = None, cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0,
-                 max_retries: int = 3):
+    def __init__(
+        self, address: str | None = None, cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0, max_retries: int = 3
+    ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or max_retries < 0:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell and --max-retries 0 or more")
         self.address, self.cpus, self.gpus, self.max_retries = address, cpus_per_cell, gpus_per_cell, max_retries
@@ -79,13 +89,19 @@ class RayExecutor:
         from ``.options()``), so the request goes there."""
         import ray
 
-        options = {"num_cpus": self.cpus, "num_gpus": self.gpus, "max_retries": self.max_retries,
-                   "retry_exceptions": False}
+        options: dict[str, Any] = {
+            "num_cpus": self.cpus,
+            "num_gpus": self.gpus,
+            "max_retries": self.max_retries,
+            "retry_exceptions": False,
+        }
         try:
             ray.remote(_ray_cell).options(**options)  # Ray checks the request here
         except ValueError as error:  # e.g. a fractional GPU count above 1
             raise ConfigError(f"--cpus-per-cell/--gpus-per-cell: {error}") from None
-        return ray.remote(**options, **({"max_calls": 1} if self.gpus else {}))(_ray_cell)
+        if self.gpus:
+            options["max_calls"] = 1
+        return ray.remote(**options)(_ray_cell)
 
     def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
         import ray
@@ -98,8 +114,11 @@ class RayExecutor:
                 job = sweep.submit(cell, scheduled=True)
                 job.progress = job.progress and RetriedCellProgress(job.progress)
                 ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
-                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment), events, self.gpus > 0,
-                    credentials_env())
+                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment),
+                    events,
+                    self.gpus > 0,
+                    credentials_env(),
+                )
                 jobs[ref] = job
             while jobs:
                 ready, _ = ray.wait(list(jobs), num_returns=len(jobs), timeout=POLL_S)
@@ -128,9 +147,11 @@ class RayExecutor:
             ray.init(address=self.address, logging_level=logging.WARNING)
         except (ConnectionError, ValueError) as error:
             first_line = str(error).strip().splitlines()[0]
-            raise ConfigError(f"cannot join the Ray cluster at {self.address}: {first_line}; check --ray-address "
-                              "(a cluster with token authentication also needs RAY_AUTH_MODE=token and its "
-                              "token here, see docs/distributed.md)") from None
+            raise ConfigError(
+                f"cannot join the Ray cluster at {self.address}: {first_line}; check --ray-address "
+                "(a cluster with token authentication also needs RAY_AUTH_MODE=token and its "
+                "token here, see docs/distributed.md)"
+            ) from None
         return True
 
 

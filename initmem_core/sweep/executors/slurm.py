@@ -24,16 +24,27 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, cast
 
 import submitit
 
 from initmem_core.errors import ConfigError
-from initmem_core.sweep.executors.base import CellTask, Job, RetriedCellProgress, SweepCells, fit_to_request, replay_progress
+from initmem_core.sweep.executors.base import (
+    CellTask,
+    Executor,
+    Job,
+    RetriedCellProgress,
+    SweepCells,
+    fit_to_request,
+    replay_progress,
+)
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.vocabulary import FAILED
 
 POLL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0  # a shared disk takes a line per cell every few seconds with ease
@@ -61,7 +72,7 @@ class ProgressFile:
         with open(self.path, "rb") as handle:
             handle.seek(self.offset)
             data = handle.read()
-        complete = data[:data.rfind(b"\n") + 1]
+        complete = data[: data.rfind(b"\n") + 1]
         self.offset += len(complete)
         return [json.loads(line) for line in complete.splitlines()]
 
@@ -80,9 +91,11 @@ def cells_per_task(gpus_per_cell: float) -> int:
             return cells
     elif float(gpus_per_cell).is_integer():
         return 1
-    raise ConfigError(f"--gpus-per-cell {gpus_per_cell:g}: Slurm allocates whole GPUs, so a cell takes a whole "
-                      "number of them, or 1/k of one to share it with k-1 others in one task "
-                      "(0.5, 0.25, 0.125...)")
+    raise ConfigError(
+        f"--gpus-per-cell {gpus_per_cell:g}: Slurm allocates whole GPUs, so a cell takes a whole "
+        "number of them, or 1/k of one to share it with k-1 others in one task "
+        "(0.5, 0.25, 0.125...)"
+    )
 
 
 class SlurmTask(submitit.helpers.Checkpointable):
@@ -108,23 +121,26 @@ def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[t
     try:
         for index, (task, path) in enumerate(zip(tasks, progress_paths)):
             receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_side_by_side_cell, args=(task, path, os.getpid(), send),
-                                      name=f"initmem-cell-{index}")
+            process = context.Process(
+                target=_side_by_side_cell, args=(task, path, os.getpid(), send), name=f"initmem-cell-{index}"
+            )
             process.start()
             send.close()
             members.append((process, receive))
-        results: list[tuple[str, str]] = [("FAILED", "")] * len(members)
+        results: list[tuple[str, str]] = [(FAILED, "")] * len(members)
         waiting = {receive: index for index, (_, receive) in enumerate(members)}
         while waiting:
-            for ready in wait_for(list(waiting)):
+            for ready in cast(list[Connection], wait_for(list(waiting))):  # the ones it was given
                 index = waiting.pop(ready)
                 try:
                     results[index] = ready.recv()
                 except EOFError:  # the process died before it could answer
                     process = members[index][0]
                     process.join()
-                    results[index] = ("FAILED", f"the cell's process died (exit code {process.exitcode}), "
-                                                "e.g. out of memory")
+                    results[index] = (
+                        FAILED,
+                        f"the cell's process died (exit code {process.exitcode}), e.g. out of memory",
+                    )
         return results
     finally:
         for process, receive in members:
@@ -147,33 +163,45 @@ def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, resu
     try:
         result = run_slurm_cell(task, progress_path)
     except Exception as error:  # e.g. the tracking server was down: the cell failed, not the task
-        result = ("FAILED", f"{type(error).__name__}: {error}")
+        result = (FAILED, f"{type(error).__name__}: {error}")
     results.send(result)
     results.close()
 
 
-class SlurmExecutor:
+class SlurmExecutor(Executor):
     name = "slurm"
     remote = True
 
-    def __init__(self, folder: str | Path, partition: str | None = None, time_min: int = 60,
-                 cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0, local: bool = False,
-                 options: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        folder: str | Path,
+        partition: str | None = None,
+        time_min: int = 60,
+        cpus_per_cell: float = 1.0,
+        gpus_per_cell: float = 0.0,
+        local: bool = False,
+        options: Mapping[str, str] | None = None,
+    ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or time_min < 1:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell 0 or more, --slurm-time 1 or more")
         self.packed = cells_per_task(gpus_per_cell)  # cells per array task, sharing its GPU
         if not local and not (shutil.which("sbatch") and shutil.which("srun")):
-            raise ConfigError("--executor slurm: sbatch and srun are not on this machine's PATH; launch the sweep "
-                              "from a Slurm login node, or add --slurm-local to run the jobs here")
+            raise ConfigError(
+                "--executor slurm: sbatch and srun are not on this machine's PATH; launch the sweep "
+                "from a Slurm login node, or add --slurm-local to run the jobs here"
+            )
         self.folder, self.partition, self.time_min = Path(folder), partition, time_min
         self.cpus, self.gpus, self.local = cpus_per_cell, gpus_per_cell, local
         self.options = dict(options or {})  # any other sbatch option: account, qos, mem, constraint...
 
     def _submitit(self, sweep_name: str) -> submitit.AutoExecutor:
         executor = submitit.AutoExecutor(self.folder / "%j", cluster="local" if self.local else "slurm")
-        parameters: dict[str, Any] = {"name": re.sub(r"[^\w.-]", "_", sweep_name), "timeout_min": self.time_min,
-                                      "cpus_per_task": math.ceil(self.cpus) * self.packed,
-                                      "gpus_per_node": math.ceil(self.gpus)}
+        parameters: dict[str, Any] = {
+            "name": re.sub(r"[^\w.-]", "_", sweep_name),
+            "timeout_min": self.time_min,
+            "cpus_per_task": math.ceil(self.cpus) * self.packed,
+            "gpus_per_node": math.ceil(self.gpus),
+        }
         if self.partition:
             parameters["slurm_partition"] = self.partition
         if self.options:
@@ -194,13 +222,17 @@ class SlurmExecutor:
             job = sweep.submit(cell, scheduled=True)
             job.progress = job.progress and RetriedCellProgress(job.progress)
             waiting.append((job, ProgressFile(progress_folder / f"{cell.run_id}.jsonl")))
-        packs = [waiting[start:start + self.packed] for start in range(0, len(waiting), self.packed)]
+        packs = [waiting[start : start + self.packed] for start in range(0, len(waiting), self.packed)]
         try:
             with executor.batch():  # one array job for the whole sweep, one task per pack of cells
-                slurm_jobs = [executor.submit(SlurmTask(), [CellTask(job.cell.config, job.cell.run_id, sweep.uri,
-                                                                     sweep.experiment) for job, _ in pack],
-                                              [str(channel.path) for _, channel in pack])
-                              for pack in packs]
+                slurm_jobs = [
+                    executor.submit(
+                        SlurmTask(),
+                        [CellTask(job.cell.config, job.cell.run_id, sweep.uri, sweep.experiment) for job, _ in pack],
+                        [str(channel.path) for _, channel in pack],
+                    )
+                    for pack in packs
+                ]
         except Exception as error:  # sbatch refused the array: no cell runs
             reason = " ".join(str(error).split())[:300]
             for job, _ in waiting:
@@ -219,8 +251,8 @@ class SlurmExecutor:
                 for entry in done:
                     running.remove(entry)
                     pack, slurm_job = entry
-                    for (job, _), error in zip(pack, _errors_of(slurm_job, len(pack))):
-                        sweep.close(job, error)
+                    for (job, _), failure in zip(pack, _errors_of(slurm_job, len(pack))):
+                        sweep.close(job, failure)
         except BaseException:  # Ctrl-C, or this process failing: no job should run on unwatched
             for _, slurm_job in running:
                 slurm_job.cancel(check=False)
@@ -234,5 +266,6 @@ def _errors_of(slurm_job: Any, cells: int) -> list[str]:
     try:
         return [error for _, error in slurm_job.result()]
     except Exception:  # killed (out of memory, time limit), cancelled, or failed before the cells could start
-        return [f"Slurm job {slurm_job.job_id} ended without a result ({slurm_job.state}); "
-                f"see {slurm_job.paths.stderr}"] * cells
+        return [
+            f"Slurm job {slurm_job.job_id} ended without a result ({slurm_job.state}); see {slurm_job.paths.stderr}"
+        ] * cells

@@ -36,8 +36,11 @@ def effective_rank(matrix: torch.Tensor) -> torch.Tensor:
 
 def kernels(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(parameter name, kernel as a matrix) of every Conv/Linear layer, in module order."""
-    return [(f"{name}.weight" if name else "weight", module.weight.flatten(1))
-            for name, module in model.named_modules() if isinstance(module, KERNEL_LAYERS)]
+    return [
+        (f"{name}.weight" if name else "weight", module.weight.flatten(1))
+        for name, module in model.named_modules()
+        if isinstance(module, KERNEL_LAYERS)
+    ]
 
 
 class EffectiveRank:

@@ -10,5 +10,8 @@ INITMEM_API = ">=1.0,<2"
 
 @hookimpl
 def initmem_register_metrics(register):
-    register("effective-rank", "initmem_effective_rank.metric:EffectiveRank",
-             "Effective rank of each Conv/Linear kernel, of its change W - W0, and relative to W0")
+    register(
+        "effective-rank",
+        "initmem_effective_rank.metric:EffectiveRank",
+        "Effective rank of each Conv/Linear kernel, of its change W - W0, and relative to W0",
+    )

@@ -19,7 +19,7 @@ That is why it is interesting for initialization-memory experiments.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -60,8 +60,9 @@ class Fromage(torch.optim.Optimizer):
                     state["max_norm"] = p_bound * p_norm
                 # ||W|| / ||g|| where both are non-zero, else 1 (plain gradient step); no host sync.
                 ok = (p_norm > 0) & (g_norm > 0)
-                scale = torch.where(ok, p_norm / torch.where(ok, g_norm, torch.ones_like(g_norm)),
-                                    torch.ones_like(p_norm))
+                scale = torch.where(
+                    ok, p_norm / torch.where(ok, g_norm, torch.ones_like(g_norm)), torch.ones_like(p_norm)
+                )
                 p.sub_(grad * (lr * scale))
                 p.div_(math.sqrt(1.0 + lr * lr))
                 if p_bound is not None:

@@ -10,8 +10,11 @@ from initmem_core import hookimpl
 
 @hookimpl
 def initmem_register_optimizers(register):
-    register("fromage", "initmem_fromage.plugin:build_fromage",
-             "Fromage (Bernstein et al. 2020): per-layer step of relative size lr, norm-preserving")
+    register(
+        "fromage",
+        "initmem_fromage.plugin:build_fromage",
+        "Fromage (Bernstein et al. 2020): per-layer step of relative size lr, norm-preserving",
+    )
 
 
 def build_fromage(model, config):

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-from initmem_core.kernels import kernel_parameters
-
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
+from initmem_core.kernels import kernel_parameters
 from initmem_core.kinds import kind_named
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.vocabulary import FINISHED
 
 #: A small, fast run on the CPU; the data defaults to 8x8 grey synthetic images of 4 classes.
 SMOKE_DEFAULTS = {"arch": "resnet20", "epochs": 1, "batch_size": 16, "lr": 0.01, "device": "cpu"}
@@ -39,7 +40,7 @@ def smoke_train(kind: str, name: str, steps: int = 3, *, registry: Registry | No
     ResNet-20 on ``steps * batch_size`` synthetic 8x8 images, one epoch, on the CPU (a
     regularizer runs with ``l2=1e-3``). ``config`` overrides any ``RunConfig`` field.
     """
-    from initmem_core.training.runner import run
+    from initmem_core.training.runner import run  # lazy: the contract checks alone never load the tracking stack
 
     try:
         component = kind_named(kind)
@@ -53,16 +54,21 @@ def smoke_train(kind: str, name: str, steps: int = 3, *, registry: Registry | No
         values.setdefault("l2", 1e-3)
     values[component.field] = (name,) if component.many else name
     result = run(values, tracking=False, registry=registry)
-    assert result.status == "FINISHED", f"the smoke run with {kind} '{name}' ended {result.status}"
+    assert result.status == FINISHED, f"the smoke run with {kind} '{name}' ended {result.status}"
     return result
 
 
 # -- toy model and data for the direct checks ----------------------------------------------------
 
+
 def _toy_model(in_channels: int = 1, image_size: int = 8, num_classes: int = 4) -> nn.Module:
     """A conv kernel, a linear kernel and their biases: every kind of parameter a check needs."""
-    return nn.Sequential(nn.Conv2d(in_channels, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
-                         nn.Linear(4 * image_size * image_size, num_classes))
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * image_size * image_size, num_classes),
+    )
 
 
 def _toy_batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,18 +78,22 @@ def _toy_batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 # -- architectures ---------------------------------------------------------------------------
 
-def check_architecture(name: str, shapes: tuple[tuple[int, int, int], ...] = ((1, 8, 4), (3, 16, 10)),
-                       *, registry: Registry | None = None) -> None:
+
+def check_architecture(
+    name: str, shapes: tuple[tuple[int, int, int], ...] = ((1, 8, 4), (3, 16, 10)), *, registry: Registry | None = None
+) -> None:
     """For each ``(in_channels, image_size, num_classes)`` in ``shapes``: the factory returns a
     ``torch.nn.Module`` with trainable parameters and Conv/Linear kernels (what sigma scales),
     mapping ``(2, in_channels, image_size, image_size)`` images to finite ``(2, num_classes)`` logits."""
     registry = _registry(registry)
     for in_channels, image_size, num_classes in shapes:
         where = f"architecture '{name}' for {in_channels}x{image_size}x{image_size} images and {num_classes} classes"
-        model = registry.build("architecture", name, in_channels=in_channels, num_classes=num_classes,
-                               image_size=image_size)
+        model = registry.build(
+            "architecture", name, in_channels=in_channels, num_classes=num_classes, image_size=image_size
+        )
         assert isinstance(model, nn.Module), (
-            f"{where}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+            f"{where}: the factory returned {type(model).__name__}, not a torch.nn.Module"
+        )
         assert any(p.requires_grad for p in model.parameters()), f"{where}: no trainable parameters"
         assert kernel_parameters(model), f"{where}: no Conv/Linear kernels, so --sigma would change nothing"
         images = torch.rand(2, in_channels, image_size, image_size, generator=torch.Generator().manual_seed(0))
@@ -92,11 +102,13 @@ def check_architecture(name: str, shapes: tuple[tuple[int, int, int], ...] = ((1
         except RuntimeError as error:
             raise AssertionError(f"{where}: the forward pass failed: {error}") from error
         assert tuple(logits.shape) == (2, num_classes), (
-            f"{where}: logits have shape {tuple(logits.shape)}, expected (2, {num_classes})")
+            f"{where}: logits have shape {tuple(logits.shape)}, expected (2, {num_classes})"
+        )
         assert torch.isfinite(logits).all(), f"{where}: logits are not finite"
 
 
 # -- optimizers ------------------------------------------------------------------------------
+
 
 def check_optimizer(name: str, *, registry: Registry | None = None, **config: Any) -> None:
     """The factory returns a ``torch.optim.Optimizer`` holding every trainable parameter, and one
@@ -108,7 +120,8 @@ def check_optimizer(name: str, *, registry: Registry | None = None, **config: An
     optimizer = _registry(registry).build("optimizer", name, model=model, config=run_config)
     where = f"optimizer '{name}'"
     assert isinstance(optimizer, torch.optim.Optimizer), (
-        f"{where}: the factory returned {type(optimizer).__name__}, not a torch.optim.Optimizer")
+        f"{where}: the factory returned {type(optimizer).__name__}, not a torch.optim.Optimizer"
+    )
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     missing = [n for n, p in model.named_parameters() if id(p) not in held]
     assert not missing, f"{where} was not given these trainable parameters: {', '.join(missing)}"
@@ -125,8 +138,8 @@ def check_optimizer(name: str, *, registry: Registry | None = None, **config: An
 
 # -- initializers ----------------------------------------------------------------------------
 
-def check_initializer(name: str, sigmas: tuple[float, float] = (1.0, 2.0), *,
-                      registry: Registry | None = None) -> None:
+
+def check_initializer(name: str, sigmas: tuple[float, float] = (1.0, 2.0), *, registry: Registry | None = None) -> None:
     """Paired init: with the same ``generator`` seed the kernels at ``sigmas[1]`` are exactly
     ``sigmas[1] / sigmas[0]`` times those at ``sigmas[0]``, whatever state torch's global RNG is
     in (Z comes from ``generator``), and they are finite and not all zero."""
@@ -144,13 +157,16 @@ def check_initializer(name: str, sigmas: tuple[float, float] = (1.0, 2.0), *,
     ratio = sigmas[1] / sigmas[0]
     for layer, kernel in low.items():
         assert torch.isfinite(kernel).all() and kernel.abs().sum() > 0, (
-            f"initializer '{name}': kernel {layer} is zero or not finite at sigma={sigmas[0]:g}")
+            f"initializer '{name}': kernel {layer} is zero or not finite at sigma={sigmas[0]:g}"
+        )
         assert torch.allclose(high[layer], ratio * kernel, rtol=1e-5, atol=1e-8), (
             f"initializer '{name}' is not paired: kernel {layer} at sigma={sigmas[1]:g} is not {ratio:g} x "
-            f"its value at sigma={sigmas[0]:g}; draw Z from the `generator` argument and set the kernel to sigma * Z")
+            f"its value at sigma={sigmas[0]:g}; draw Z from the `generator` argument and set the kernel to sigma * Z"
+        )
 
 
 # -- regularizers ----------------------------------------------------------------------------
+
 
 def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry | None = None) -> None:
     """``penalty(params, initial_params)`` is a finite scalar tensor differentiable in ``params``,
@@ -163,8 +179,8 @@ def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry
 
     penalty = regularizer.penalty(params, initial)
     assert torch.is_tensor(penalty) and penalty.ndim == 0 and penalty.requires_grad, (
-        f"{where}: penalty() must return a scalar tensor computed from params with torch ops, "
-        f"got {penalty!r}")
+        f"{where}: penalty() must return a scalar tensor computed from params with torch ops, got {penalty!r}"
+    )
     assert torch.isfinite(penalty), f"{where}: penalty() is not finite"
     expected = torch.autograd.grad(penalty, params)
 
@@ -173,12 +189,15 @@ def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry
         param.grad = grad.clone()
     regularizer.add_gradient(params, initial)
     for i, (param, grad, want) in enumerate(zip(params, existing, expected)):
+        assert param.grad is not None, f"{where}: add_gradient() left params[{i}].grad None"
         assert torch.allclose(param.grad - grad, want, rtol=1e-5, atol=1e-6), (
             f"{where}: add_gradient() did not add the gradient of penalty() to params[{i}].grad "
-            "(it must add in place to the existing .grad)")
+            "(it must add in place to the existing .grad)"
+        )
 
 
 # -- metrics ---------------------------------------------------------------------------------
+
 
 class _RecordingMetric:
     """Passes every call through to a metric and checks what comes back as it happens."""
@@ -200,7 +219,8 @@ class _RecordingMetric:
         for key, value in values.items():
             assert isinstance(key, str), f"{where} returned the key {key!r}, not a string"
             assert isinstance(value, numbers.Real) and not isinstance(value, bool), (
-                f"{where} returned {key}={value!r} ({type(value).__name__}); return plain numbers (float(...))")
+                f"{where} returned {key}={value!r} ({type(value).__name__}); return plain numbers (float(...))"
+            )
             assert math.isfinite(value), f"{where} returned {key}={value}, not a finite number"
         self.returned.append(values)
         return values
@@ -213,13 +233,19 @@ def check_metric(name: str, epochs: int = 2, *, registry: Registry | None = None
     registry = _registry(registry)
     spec, variant = registry.lookup("metric", name)
     returned: list[dict] = []
-    recording = ComponentSpec("metric", name, lambda config: _RecordingMetric(spec.build(variant, config=config), name, returned),
-                              spec.description, spec.provider)
+    recording = ComponentSpec(
+        "metric",
+        name,
+        lambda config: _RecordingMetric(spec.build(variant, config=config), name, returned),
+        spec.description,
+        spec.provider,
+    )
     smoke_train("metric", name, steps=2, registry=registry.with_component(recording), epochs=epochs, **config)
     assert any(returned), f"metric '{name}' returned no numbers at any evaluation point"
 
 
 # -- datasets --------------------------------------------------------------------------------
+
 
 def check_dataset(name: str, *, registry: Registry | None = None, **config: Any) -> None:
     """The factory returns a ``DatasetBundle`` whose splits hold ``(N, C, S, S)`` images (``uint8``
@@ -234,27 +260,33 @@ def check_dataset(name: str, *, registry: Registry | None = None, **config: Any)
 
     bundle, where = build(), f"dataset '{name}'"
     assert isinstance(bundle, DatasetBundle), (
-        f"{where}: the factory returned {type(bundle).__name__}, not an initmem_core.contracts.DatasetBundle")
+        f"{where}: the factory returned {type(bundle).__name__}, not an initmem_core.contracts.DatasetBundle"
+    )
     assert bundle.num_classes >= 2, f"{where}: num_classes is {bundle.num_classes}; a classifier needs 2 or more"
     image_shape = tuple(bundle.train_x.shape[1:])
     for split in ("train", "val", "test"):
         images, labels = getattr(bundle, f"{split}_x"), getattr(bundle, f"{split}_y")
         at = f"{where}, {split} split"
         assert images.ndim == 4 and images.shape[-1] == images.shape[-2], (
-            f"{at}: images have shape {tuple(images.shape)}, expected N x C x S x S")
+            f"{at}: images have shape {tuple(images.shape)}, expected N x C x S x S"
+        )
         assert tuple(images.shape[1:]) == image_shape, (
-            f"{at}: images are {tuple(images.shape[1:])}, the train split's are {image_shape}")
+            f"{at}: images are {tuple(images.shape[1:])}, the train split's are {image_shape}"
+        )
         assert len(images) == len(labels) > 0, f"{at}: {len(images)} images but {len(labels)} labels"
         assert labels.dtype == torch.int64, f"{at}: labels are {labels.dtype}, expected torch.int64"
         assert 0 <= int(labels.min()) and int(labels.max()) < bundle.num_classes, (
-            f"{at}: labels span {int(labels.min())}..{int(labels.max())}, outside 0..{bundle.num_classes - 1}")
+            f"{at}: labels span {int(labels.min())}..{int(labels.max())}, outside 0..{bundle.num_classes - 1}"
+        )
         _check_pixels(images, bundle.pixel_scale, at)
     classes = set(bundle.train_y.tolist())
     assert len(classes) == bundle.num_classes, (
-        f"{where}: declares {bundle.num_classes} classes but the training split holds {len(classes)}")
+        f"{where}: declares {bundle.num_classes} classes but the training split holds {len(classes)}"
+    )
     channels = image_shape[0]
     assert len(bundle.mean) == len(bundle.std) == channels, (
-        f"{where}: mean and std need one entry per channel ({channels}), got {len(bundle.mean)} and {len(bundle.std)}")
+        f"{where}: mean and std need one entry per channel ({channels}), got {len(bundle.mean)} and {len(bundle.std)}"
+    )
     assert all(s > 0 for s in bundle.std), f"{where}: std must be positive, got {bundle.std}"
     _check_train_size(build, bundle, where)
 
@@ -275,8 +307,11 @@ def _check_train_size(build: Callable[..., DatasetBundle], full: DatasetBundle, 
         return
     cut = build(train_size=keep)
     assert len(cut.train_y) == keep, (
-        f"{where}: --train-size {keep} gave {len(cut.train_y)} training examples instead of {keep}")
+        f"{where}: --train-size {keep} gave {len(cut.train_y)} training examples instead of {keep}"
+    )
     assert torch.equal(cut.train_y, full.train_y[:keep]), (
-        f"{where}: --train-size {keep} must keep the first {keep} training examples, not others")
+        f"{where}: --train-size {keep} must keep the first {keep} training examples, not others"
+    )
     assert cut.sizes()["val"] == full.sizes()["val"] and cut.sizes()["test"] == full.sizes()["test"], (
-        f"{where}: --train-size must leave the validation and test splits alone")
+        f"{where}: --train-size must leave the validation and test splits alone"
+    )

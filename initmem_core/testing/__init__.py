@@ -15,14 +15,15 @@ In a plugin package's tests::
 
 pytest imports this module in every session of everyone who has initmem installed, so it must
 stay cheap: torch loads only when a check or ``smoke_train`` is first used (they live in
-``initmem_core.plugin_system.checks`` and are re-exported here lazily).
+``initmem_core.testing.checks`` and are re-exported here lazily).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -31,9 +32,16 @@ from initmem_core.plugin_system.registry import Registry
 
 #: Helpers that need torch, imported on first use.
 _LAZY = {
-    name: "initmem_core.plugin_system.checks"
-    for name in ("smoke_train", "check_architecture", "check_optimizer", "check_initializer",
-                 "check_regularizer", "check_metric", "check_dataset")
+    name: "initmem_core.testing.checks"
+    for name in (
+        "smoke_train",
+        "check_architecture",
+        "check_optimizer",
+        "check_initializer",
+        "check_regularizer",
+        "check_metric",
+        "check_dataset",
+    )
 }
 
 __all__ = ["initmem_registry", "registered_plugins", *_LAZY]
@@ -51,8 +59,7 @@ def registered_plugins(*plugins: Any) -> Iterator[Registry]:
     entry points are left out, so a test sees the same components on every machine, and loading
     is strict: a plugin that fails to load fails the test instead of warning.
     """
-    registry = load_registry(strict=True, entry_points=False,
-                             extra_plugins=[(_plugin_name(p), p) for p in plugins])
+    registry = load_registry(strict=True, entry_points=False, extra_plugins=[(_plugin_name(p), p) for p in plugins])
     previous = set_registry(registry)
     try:
         yield registry

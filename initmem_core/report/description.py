@@ -1,0 +1,115 @@
+"""The parent run's description: the Markdown a sweep's parent run shows in the MLflow UI (tag
+``mlflow.note.content``): the headline table of the report, links to the prepared view
+(``tracking.ui_view``) and to the report's plots."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from initmem_core.report.render import (
+    DASH,
+    debiased_cell,
+    half_life_text,
+    interval,
+    markdown_table,
+    number,
+    seeds_needed_cell,
+)
+from initmem_core.tracking.ui_view import artifact_url, view_url
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+
+#: The report's plots, as the parent run holds them under ``report/``.
+REPORT_PLOTS = (
+    "test_acc_vs_sigma.png",
+    "weight_norm_vs_epoch.png",
+    "spread_vs_clocks.png",
+    "tau_interp_vs_sigma.png",
+    "memory_vs_epoch.png",
+    "memory_vs_clock.png",
+)
+
+
+def radial_half_life_text(report: Any, group: str) -> str:
+    """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
+    reached without one (``Report.forgetting``, report/forgetting.py)."""
+    found = getattr(report, "forgetting", {}).get(group)
+    half = found.half_lives.get("radial") if found is not None else None
+    if half is None:
+        return DASH
+    if not half.reached:
+        return half_life_text(half)
+    clocks = [f"{CLOCK_SYMBOLS[c]} {getattr(half, c):.3g}" for c in CLOCKS if not math.isnan(getattr(half, c))]
+    return " · ".join([f"{half_life_text(half)} ep", *clocks])
+
+
+def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
+    """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
+    the prepared view (tracking/ui_view.py) and to the report's plots. Links are relative: they
+    work on any host."""
+    lines = [
+        f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
+        "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
+        "debiased = the cross-fitted spread with its 95% t interval, near 0 for a group that does not "
+        "remember (docs/STATISTICS.md); radial half-life = when the slope of log ‖W‖ on log σ first fell to "
+        "half its initial value, in epochs [95% interval] and in each clock (report.md has every memory).",
+        "",
+        *markdown_table(
+            [
+                "group",
+                "spread pp",
+                "95% interval",
+                "debiased pp [95% interval]",
+                "best σ",
+                "worst σ",
+                "failed cells",
+                "radial half-life",
+            ],
+            [
+                [
+                    g.group,
+                    number(g.spread, ".2f"),
+                    interval(getattr(g, "spread_lo", math.nan), getattr(g, "spread_hi", math.nan), ".2f"),
+                    debiased_cell(g),
+                    number(g.best_sigma, "g"),
+                    number(g.worst_sigma, "g"),
+                    str(g.failed),
+                    radial_half_life_text(report, g.group),
+                ]
+                for g in report.groups
+            ],
+        ),
+    ]
+    unresolved = [p for p in getattr(report, "pairs", []) if p.seeds_needed is not None or p.seeds_needed_note]
+    if unresolved:
+        lines += [
+            "",
+            "Not resolved at this scale (debiased spread difference a − b, 95% interval for "
+            f"{'the population' if all(p.interval_for == 'population' for p in unresolved) else 'this test set'}): "
+            "the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference were the "
+            "observed one.",
+            "",
+            *markdown_table(
+                ["a − b", "difference pp [95% interval]", "next step"],
+                [
+                    [
+                        f"{p.a} − {p.b}",
+                        f"{number(p.spread_diff, '+.2f')} {interval(p.spread_diff_lo, p.spread_diff_hi)}",
+                        seeds_needed_cell(p),
+                    ]
+                    for p in unresolved
+                ],
+            ),
+        ]
+    lines += [
+        "",
+        f"[Compare the cells (prepared view)]({view_url('', experiment_id, key)}) · "
+        f"[its chart of accuracy against sigma]({view_url('', experiment_id, key, charts=True)})",
+        "",
+        "Report: "
+        + " · ".join(
+            f"[{plot}]({artifact_url('', experiment_id, parent_run_id, 'report/' + plot)})" for plot in REPORT_PLOTS
+        )
+        + f" · [report.md]({artifact_url('', experiment_id, parent_run_id, 'report/report.md')})",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,365 @@
+"""How a report reads: the one place that turns the report's numbers into text.
+
+``report/memory.py`` and ``report/forgetting.py`` compute (dataclasses of numbers); this module
+writes them out: the report's Markdown, CSV and JSON, the half-lives' CSV (``forgetting.csv``),
+the cells the terminal tables show, and the parent run's description in the MLflow UI. Every
+table, interval and missing value goes through the few formatters at the top, so a missing
+value reads the same (``DASH``) everywhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from initmem_core.report.forgetting import MEMORIES, UNITS, GroupForgetting, HalfLife
+from initmem_core.report.memory import CHANCE_MARGIN_PP, GroupSummary, PairedDifference, Report
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+
+#: What a missing value (nan) reads as in every table and sentence.
+DASH = "–"
+
+
+def _missing(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+# -- the formatters -------------------------------------------------------------------------
+
+
+def number(value: Any, spec: str = "", unit: str = "") -> str:
+    """``value`` formatted by ``spec`` (a format spec, e.g. ``+.2f``) and followed by ``unit``, or
+    ``DASH`` alone when it is nan (an int or a string is never missing)."""
+    return DASH if _missing(value) else f"{format(value, spec)}{unit}"
+
+
+def interval(low: float, high: float, spec: str = "+.2f", open_ends: bool = False) -> str:
+    """``[low, high]``. A missing end makes it ``DASH`` as a whole, or with ``open_ends`` that end
+    alone reads ``DASH`` (an interval open on that side)."""
+    if not open_ends and (math.isnan(low) or math.isnan(high)):
+        return DASH
+    return f"[{number(low, spec)}, {number(high, spec)}]"
+
+
+def estimate(value: float, low: float, high: float, spec: str = ".3g") -> str:
+    """A figure and its interval, ``value [low, high]``: the value alone when it has no interval,
+    an open end as ``DASH``, and ``DASH`` when there is no value."""
+    if math.isnan(value):
+        return DASH
+    if math.isnan(low) and math.isnan(high):
+        return format(value, spec)
+    return f"{format(value, spec)} {interval(low, high, spec, open_ends=True)}"
+
+
+def markdown_table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule and one line per row of cells."""
+    headers = list(headers)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
+
+
+def csv_table(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """Rows as CSV under ``columns`` (a missing value is an empty cell)."""
+    columns = list(columns)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if _missing(row[c]) else row[c] for c in columns])
+    return out.getvalue()
+
+
+# -- the report (report/memory.py) ----------------------------------------------------------
+
+#: (column, header, format spec) of the full table, one row per (group, sigma).
+TABLE_COLUMNS = (
+    ("group", "group", ""),
+    ("sigma", "sigma", "g"),
+    ("runs", "runs", ""),
+    ("failed", "failed", ""),
+    ("test_acc", "test acc %", ".2f"),
+    ("test_acc_std", "± pp", ".2f"),
+    ("test_acc_lo", "95% CI low", ".2f"),
+    ("test_acc_hi", "95% CI high", ".2f"),
+    ("spread", "spread pp", ".2f"),
+    ("spread_lo", "spread CI low", ".2f"),
+    ("spread_hi", "spread CI high", ".2f"),
+    ("debiased_spread", "debiased pp", "+.2f"),
+    ("debiased_spread_lo", "debiased CI low", "+.2f"),
+    ("debiased_spread_hi", "debiased CI high", "+.2f"),
+    ("tau_interp", "tau_interp", ".1f"),
+    ("never_interp", "never interp", ""),
+    ("repair_gap", "repair gap pp", "+.2f"),
+    ("weight_norm", "‖W‖_F", ".4g"),
+    ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
+    *((clock, CLOCK_SYMBOLS[clock], ".4g") for clock in CLOCKS),
+)
+
+
+_FORMATS = {column: spec for column, _, spec in TABLE_COLUMNS}
+
+
+def table_rows(report: Report) -> list[dict[str, Any]]:
+    """The full table as plain rows: each (group, sigma) row carries its group's spread."""
+    by_group = {g.group: g for g in report.groups}
+    carried = ("spread", "spread_lo", "spread_hi", "debiased_spread", "debiased_spread_lo", "debiased_spread_hi")
+    return [{**asdict(row), **{key: getattr(by_group[row.group], key) for key in carried}} for row in report.rows]
+
+
+def formatted(column: str, value: Any) -> str:
+    """A value of the full table's ``column`` as the table shows it."""
+    return number(value, _FORMATS[column])
+
+
+def to_csv(report: Report) -> str:
+    return csv_table((c for c, _, _ in TABLE_COLUMNS), table_rows(report))
+
+
+def _spread_cell(g: GroupSummary) -> str:
+    return f"did not train (best {g.best_acc:.1f}%)" if g.did_not_train else number(g.spread, ".2f")
+
+
+def debiased_cell(g: GroupSummary) -> str:
+    """The cross-fitted spread with its interval, or why there is none (the report's tables, the
+    sweep's summary table and the parent run's description all show it so)."""
+    if math.isnan(g.debiased_spread):
+        return f"{DASH} ({g.debiased_note})" if g.debiased_note else DASH
+    shown = f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
+    return (
+        shown if not math.isnan(g.debiased_spread_lo) else f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
+    )
+
+
+SPREADS_EXPLAINED = (
+    "Spread: the paper's figure, max − min over sigma of the mean test accuracy at the best-validation "
+    "checkpoint, in percentage points, with a 95% interval that resamples each sigma's trained runs. It is "
+    "biased upward by noise (a group that remembers nothing still shows a spread); that interval is for this test "
+    "set. Debiased: the cross-fitted spread (best and worst sigma chosen on the other runs, their gap measured on runs "
+    "held out of that choice), with its 95% t interval for the population of examples (the test set's own sampling "
+    "error included, from the runs' per-example records; for this test set only where a note says they are missing); "
+    "it is near zero for a group that does not remember, and it is what groups are compared by "
+    "(docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread."
+)
+
+
+def seeds_needed_cell(p: PairedDifference) -> str:
+    """What a paired difference needs next: resolved (``DASH``), a seed count, or why no count would do."""
+    if p.seeds_needed is not None:
+        return f"{p.seeds_needed} seeds"
+    return p.seeds_needed_note or DASH
+
+
+def to_markdown(report: Report, title: str = "Initialization memory") -> str:
+    lines = [f"# {title}", "", SPREADS_EXPLAINED.format(margin=CHANCE_MARGIN_PP), ""]
+    lines += markdown_table(
+        [
+            "group",
+            "spread pp",
+            "95% CI",
+            "debiased pp [95% CI]",
+            "best sigma",
+            "worst sigma",
+            "sigmas never interpolated",
+            "failed cells",
+            *(CLOCK_SYMBOLS[c] for c in CLOCKS),
+        ],
+        [
+            [
+                g.group,
+                _spread_cell(g),
+                interval(g.spread_lo, g.spread_hi, ".2f"),
+                debiased_cell(g),
+                *(number(v, "g") for v in (g.best_sigma, g.worst_sigma)),
+                str(g.never_interp_sigmas),
+                str(g.failed),
+                *(number(v, ".4g") for v in (g.clock_sgd, g.clock_l2, g.clock_adapt)),
+            ]
+            for g in report.groups
+        ],
+    )
+    notes = [f"- `{g.group}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
+    if notes:
+        lines += ["", *notes]
+    if report.pairs:
+        lines += [
+            "",
+            "## Paired differences (a − b)",
+            "",
+            "Debiased spread difference over the sigmas both groups measured, with its 95% t interval (for "
+            "the population, or for this test set where the per-example records are missing) and, when it is not "
+            "resolved, the seeds per sigma a new sweep needs to resolve it with 80% power if the true difference "
+            "were the observed one; accuracy difference averaged over cells of equal sigma and seed, with its t "
+            "interval over those pairs (this test set).",
+            "",
+        ]
+        lines += markdown_table(
+            [
+                "a",
+                "b",
+                "spread diff pp",
+                "95% CI",
+                "interval for",
+                "seeds to resolve",
+                "sigmas",
+                "acc diff pp",
+                "95% CI",
+                "pairs",
+            ],
+            [
+                [
+                    p.a,
+                    p.b,
+                    number(p.spread_diff, "+.2f"),
+                    interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"{DASH} ({p.note})",
+                    DASH if p.note else p.interval_for,
+                    seeds_needed_cell(p),
+                    str(p.shared_sigmas),
+                    number(p.acc_diff, "+.2f"),
+                    interval(p.acc_diff_lo, p.acc_diff_hi),
+                    str(p.pairs),
+                ]
+                for p in report.pairs
+            ],
+        )
+        scoped = [f"- `{p.a}` − `{p.b}`: {p.scope_note}" for p in report.pairs if p.scope_note]
+        if scoped:
+            lines += ["", *scoped]
+    lines += ["", "## Per sigma", ""]
+    lines += markdown_table(
+        [h for _, h, _ in TABLE_COLUMNS],
+        [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)],
+    )
+    lines += forgetting_markdown(report.forgetting)
+    if report.failures:
+        lines += ["", "## Failed cells", ""]
+        lines += markdown_table(
+            ["group", "sigma", "seed", "status", "error", "run id"],
+            [
+                [
+                    f.group,
+                    f"{f.sigma:g}",
+                    str(f.seed),
+                    f.status,
+                    f.error.replace("|", "\\|").replace("\n", " "),
+                    f.run_id,
+                ]
+                for f in report.failures
+            ],
+        )
+    return "\n".join(lines) + "\n"
+
+
+def to_json(report: Report) -> str:
+    def clean(value: Any) -> Any:
+        if _missing(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    data = {
+        "group_fields": report.group_fields,
+        "groups": [asdict(g) for g in report.groups],
+        "rows": table_rows(report),
+        "pairs": [asdict(p) for p in report.pairs],
+        "failures": [asdict(f) for f in report.failures],
+        "forgetting": {group: asdict(found) for group, found in report.forgetting.items()},
+    }
+    return json.dumps(clean(data), indent=2)
+
+
+# -- forgetting times (report/forgetting.py) ------------------------------------------------
+
+
+def horizon_text(half: HalfLife) -> str:
+    """What was reached when a memory did not fall to half: the last epoch and its clocks."""
+    clocks = ", ".join(
+        f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}"
+        for c in CLOCKS
+        if not math.isnan(getattr(half, f"horizon_{c}"))
+    )
+    return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
+
+
+def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
+    """A half-life in ``unit`` with its interval, or what was reached when there is none."""
+    if not half.reached:
+        return horizon_text(half) if half.never or "horizon" in half.note else DASH
+    return estimate(*half.value(unit))
+
+
+FORGETTING_EXPLAINED = (
+    "Half-life: the first time a memory falls to half its initial value (radial and directional memory: its "
+    "value at epoch 0; accuracy memory, the debiased spread: its peak, as the spread forms while the nets "
+    "learn), counted from epoch 0 and interpolated linearly "
+    "between the two evaluation epochs that bracket it, each clock read at the same point. Radial: slope of "
+    "log ‖W‖ on log σ (1 = the norm still carries the initial scale); directional: mean cos(W, W0). Radial and "
+    "directional half-lives are the geometric mean over seeds with a 95% t interval in log units; accuracy's "
+    "interval is where the spread's 95% band crosses the same line. A clock that never moved reads –."
+)
+
+
+def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
+    """The report's "Forgetting times" section (no lines when no record had histories)."""
+    if not forgetting:
+        return []
+    header = [
+        "group",
+        "memory",
+        "initial",
+        "half-life epochs [95% CI]",
+        *(f"{CLOCK_SYMBOLS[c]} [95% CI]" for c in CLOCKS),
+        "seeds",
+        "note",
+    ]
+    rows = []
+    for group, found in forgetting.items():
+        for memory in MEMORIES:
+            half = found.half_lives.get(memory)
+            if half is None:
+                continue
+            initial = number(half.initial, ".3g", f" (epoch {half.reference_epoch})")
+            if half.reached:
+                cells = [half_life_text(half, unit) for unit in UNITS]
+            else:
+                cells = [half_life_text(half), "", "", ""]
+            seeds = f"{half.seeds}" + (f" ({half.never} never)" if half.never else "")
+            note = "" if half.note == "not within the horizon" else half.note.replace("|", "\\|")
+            rows.append([group, memory, initial, *cells, seeds, note])
+    return ["", "## Forgetting times", "", FORGETTING_EXPLAINED, "", *markdown_table(header, rows)]
+
+
+#: Columns of forgetting.csv, one row per (group, memory).
+FORGETTING_COLUMNS = (
+    "group",
+    "memory",
+    "reached",
+    "initial",
+    "reference_epoch",
+    *(f"{unit}{end}" for unit in UNITS for end in ("", "_lo", "_hi")),
+    "seeds",
+    "never",
+    "horizon_epoch",
+    *(f"horizon_{c}" for c in CLOCKS),
+    "note",
+)
+
+
+def forgetting_csv(forgetting: Mapping[str, GroupForgetting]) -> str:
+    """Every half-life as CSV, one row per group and memory (empty cells: no value)."""
+    return csv_table(
+        FORGETTING_COLUMNS,
+        (
+            {"group": group, **asdict(found.half_lives[memory])}
+            for group, found in forgetting.items()
+            for memory in MEMORIES
+            if memory in found.half_lives
+        ),
+    )
