@@ -1,6 +1,6 @@
-"""Shared fixtures: a fresh plugin registry per test, fake installed plugin packages, real
-plugin packages pip-installed into a private folder, and a pre-migrated MLflow store (creating
-the SQLite schema takes seconds; copying it takes none)."""
+"""Shared fixtures: a fresh plugin registry per test, the built-ins' registry per module, fake
+installed plugin packages, real plugin packages pip-installed into a private folder, and a
+pre-migrated MLflow store (creating the SQLite schema takes seconds; copying it takes none)."""
 
 from __future__ import annotations
 
@@ -140,3 +140,9 @@ def store_in(_empty_store):
 def tracking_uri(tmp_path, store_in) -> str:
     """A fresh SQLite MLflow store in this test's folder."""
     return store_in(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    """The built-in plugins' registry (no entry points), loaded once per test module."""
+    return plugins.load_registry(entry_points=False)

@@ -19,14 +19,8 @@ import torch
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.loader import load_registry
 
 DATASET_NAMES = {"digits", "cifar10", "cifar100", "synthetic", "synthetic:*"}
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry(entry_points=False)
 
 
 def build(registry, name: str, **config) -> DatasetBundle:

@@ -12,12 +12,6 @@ from torch import nn
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.loader import load_registry
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry(entry_points=False)
 
 
 class SmallNet(nn.Module):
