@@ -146,3 +146,32 @@ def tracking_uri(tmp_path, store_in) -> str:
 def registry():
     """The built-in plugins' registry (no entry points), loaded once per test module."""
     return plugins.load_registry(entry_points=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk("3m")``: a folder on a tmpfs of that size (root only; skips elsewhere), with
+    ``.resize(size)`` to free space; unmounted after the test."""
+    mounted = []
+
+    class Disk(type(tmp_path)):
+        def resize(self, size: str) -> None:
+            subprocess.run(["mount", "-o", f"remount,size={size}", str(self)], check=True)
+
+    def make(size: str) -> Path:
+        folder = Disk(tmp_path / f"disk{len(mounted)}")
+        folder.mkdir()
+        if (
+            os.geteuid() != 0
+            or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+            ).returncode
+            != 0
+        ):
+            pytest.skip("needs root and tmpfs to make a full disk")
+        mounted.append(folder)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
