@@ -23,8 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_reliability_edges import alive, descendants  # noqa: E402
-from test_unruly_surroundings import folder_state  # noqa: E402
+from cli_processes import alive, descendants, folder_state  # noqa: E402
 
 RUN = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
 

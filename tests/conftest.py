@@ -1,6 +1,6 @@
-"""Shared fixtures: a fresh plugin registry per test, fake installed plugin packages, real
-plugin packages pip-installed into a private folder, and a pre-migrated MLflow store (creating
-the SQLite schema takes seconds; copying it takes none)."""
+"""Shared fixtures: a fresh plugin registry per test, the built-ins' registry per module, fake
+installed plugin packages, real plugin packages pip-installed into a private folder, and a
+pre-migrated MLflow store (creating the SQLite schema takes seconds; copying it takes none)."""
 
 from __future__ import annotations
 
@@ -140,3 +140,38 @@ def store_in(_empty_store):
 def tracking_uri(tmp_path, store_in) -> str:
     """A fresh SQLite MLflow store in this test's folder."""
     return store_in(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    """The built-in plugins' registry (no entry points), loaded once per test module."""
+    return plugins.load_registry(entry_points=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk("3m")``: a folder on a tmpfs of that size (root only; skips elsewhere), with
+    ``.resize(size)`` to free space; unmounted after the test."""
+    mounted = []
+
+    class Disk(type(tmp_path)):
+        def resize(self, size: str) -> None:
+            subprocess.run(["mount", "-o", f"remount,size={size}", str(self)], check=True)
+
+    def make(size: str) -> Path:
+        folder = Disk(tmp_path / f"disk{len(mounted)}")
+        folder.mkdir()
+        if (
+            os.geteuid() != 0
+            or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+            ).returncode
+            != 0
+        ):
+            pytest.skip("needs root and tmpfs to make a full disk")
+        mounted.append(folder)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)

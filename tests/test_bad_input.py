@@ -342,3 +342,13 @@ def test_experiment_names_never_lead_artifacts_out_of_mlartifacts(tmp_path):
         location = Path(artifact_root_for(f"sqlite:///{tmp_path / 'mlflow.db'}", name).removeprefix("file://"))
         assert location.parent == root and location.name == safe_file_name(name), name
         assert path_under(root, name).resolve().is_relative_to(root)
+
+
+def test_a_too_long_experiment_name_is_reported_as_what_it_is(tracking_uri):
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+
+    result = CliRunner().invoke(app, ["run", "--experiment", "x" * 600, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "--experiment is 600 characters long; MLflow takes names of at most 500" in result.stderr

@@ -1,11 +1,15 @@
-"""Checkpoint files: tensors packed into a few flat buffers, written off the training thread."""
+"""Checkpoint files: tensors packed into a few flat buffers, written off the training thread; a
+disk that refuses one fails the run in one line, and --resume completes it."""
 
 from __future__ import annotations
 
 import math
+import subprocess
 
 import pytest
 import torch
+from cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from cli_processes import initmem_command, runs_in
 
 from initmem_core.training.checkpoint_format import (
     FORMAT,
@@ -204,3 +208,71 @@ def test_a_growing_history_is_extended_row_by_row_to_the_same_table():
     assert extended["integer"] == whole["integer"] == [True, False, False]
     assert history_rows(extended) == rows
     assert history_columns(rows[:1], extended)["rows"] == 1  # not a continuation: converted afresh
+
+
+# -- a full checkpoint disk -------------------------------------------------------------------
+
+
+def test_a_checkpoint_the_disk_refuses_names_its_path_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    from initmem_core.training import checkpoint_store
+    from initmem_core.training.checkpoint_format import FORMAT
+    from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
+
+    def payload(epoch):
+        return {
+            "format": FORMAT,
+            "config": {},
+            "config_hash": "abc",
+            "run_id": None,
+            "epoch": epoch,
+            "step": 0,
+            "model": {"w": torch.ones(2)},
+            "optimizer": {},
+            "scheduler": {},
+        }
+
+    store = CheckpointStore(tmp_path)
+    first = store.save(payload(1))
+    store.wait()
+
+    def full_disk(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_store.os, "fsync", full_disk)
+    store.save(payload(2))
+    with pytest.raises(CheckpointNotWritten) as refused:
+        store.wait()
+    assert (
+        str(refused.value)
+        == f"checkpoint {tmp_path / 'ckpt-e000002-s000000.pt'} could not be written: No space left on device"
+    )
+    assert refused.value.last_good == first and f"--resume continues from {first}" in refused.value.how_to_continue()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # no .tmp, the good one kept
+
+
+@pytest.mark.slow
+def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_it(tmp_path, tracking_uri, small_disk):
+    disk = small_disk("3m")  # two checkpoints of this model fit, not three
+    command = initmem_command(
+        "run", *TINY_ARGS, "--epochs", "4", "--tracking-uri", tracking_uri, "--checkpoint-dir", str(disk)
+    )
+    failed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and failed.stderr.count("\n") == 1, failed.stderr
+    assert "could not be written: No space left on device" in failed.stderr and str(disk) in failed.stderr
+    assert "the run is marked FAILED" in failed.stderr and "--resume continues from" in failed.stderr
+    assert not list(disk.rglob("*.tmp"))
+    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FAILED")]
+
+    disk.resize("8m")
+    resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    (run,) = client.search_runs(client.get_experiment_by_name("initmem").experiment_id)
+    assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == [0, 1, 2, 3, 4]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+from fresh_imports import assert_imports_none_of
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
@@ -43,13 +42,8 @@ def test_plugins_table_shows_third_party_and_failed_plugins(install_fake_plugin)
 
 def test_help_and_plugins_import_neither_torch_nor_mlflow():
     for args in (["--help"], ["plugins"], ["run", "--help"]):
-        code = (
-            "import sys; from initmem_cli.app import app\n"
-            f"try: app({args!r})\nexcept SystemExit: pass\n"
-            "assert 'torch' not in sys.modules, 'torch imported'\n"
-            "assert 'mlflow' not in sys.modules, 'mlflow imported'"
-        )
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        code = f"import sys; from initmem_cli.app import app\ntry: app({args!r})\nexcept SystemExit: pass\n"
+        assert_imports_none_of(code, "torch", "mlflow")
 
 
 def test_unknown_name_is_one_line_exit_2_and_tracks_nothing(tmp_path):

@@ -5,28 +5,20 @@ from __future__ import annotations
 import io
 import pickle
 import struct
-import subprocess
-import sys
 import tarfile
-import textwrap
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from fresh_imports import assert_imports_none_of
 
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.loader import load_registry
 
 DATASET_NAMES = {"digits", "cifar10", "cifar100", "synthetic", "synthetic:*"}
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry(entry_points=False)
 
 
 def build(registry, name: str, **config) -> DatasetBundle:
@@ -57,35 +49,26 @@ def test_registers_the_builtin_datasets(registry):
         assert spec.description
 
 
-def _run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
-
-
 def test_registering_datasets_imports_no_torch():
-    result = _run_python("""
-        import sys
+    code = """
         import initmem_plugins.datasets as datasets
         names = []
         datasets.initmem_register_datasets(register=lambda name, factory, description="": names.append(name))
-        heavy = [m for m in ("torch", "torchvision", "sklearn", "numpy") if m in sys.modules]
-        assert not heavy, heavy
         print(sorted(names))
-    """)
-    assert result.returncode == 0, result.stderr
+    """
+    result = assert_imports_none_of(code, "torch", "torchvision", "sklearn", "numpy", timeout=60)
     assert "digits" in result.stdout
 
 
 def test_loading_the_registry_imports_no_torch():
     # The whole built-in registry, as `initmem plugins` loads it: a module-level torch import
     # in any built-in plugin package fails this test (the factories are import strings).
-    result = _run_python("""
-        import sys
+    code = """
         from initmem_core.plugin_system.loader import load_registry
         registry = load_registry(entry_points=False)
         assert "digits" in registry.names("dataset")
-        assert "torch" not in sys.modules, "torch imported while registering"
-    """)
-    assert result.returncode == 0, result.stderr
+    """
+    assert_imports_none_of(code, "torch", timeout=60)
 
 
 # -- digits ---------------------------------------------------------------------------------------

@@ -1,11 +1,16 @@
-"""Same config, seed and thread count on CPU: the same bits, weights and metrics alike."""
+"""Same config, seed and thread count on CPU: the same bits, weights and metrics alike; a sweep's
+threads pinned and recorded, the same for one worker as for two."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
+from cli_processes import TINY, children, metric_histories, sweep_command
 
 import initmem_core
+from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
 
 # Momentum and augmentation, so optimizer state and every random stream take part.
@@ -52,3 +57,36 @@ def test_deterministic_mode_is_logged_switches_torch_and_keeps_cpu_bits(restore_
     plain = initmem_core.run(deterministic=False, tracking=False, **SMALL)
     assert not torch.are_deterministic_algorithms_enabled()  # follows each run's config
     assert strict.history == plain.history and same_bits(weights(strict), weights(plain))
+
+
+# -- threads do not depend on --workers -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_threads_are_pinned_recorded_and_never_mixed(tracking_uri, tmp_path):
+    grid = {"sigma": [0.5], **{k: v for k, v in TINY.items() if k != "threads"}}
+    launch = dict(name="pinned", tracking_uri=tracking_uri, out=tmp_path / "out")
+    initmem_core.run_sweep(grid, **launch)
+    [child] = children(tracking_uri, "pinned")
+    assert child.data.params["threads"] == "1"  # not a share of the machine: the same for any --workers
+    with pytest.raises(ConfigError, match=r"computed with --threads 1 in an earlier launch, this one would use 2"):
+        initmem_core.run_sweep({**grid, "threads": 2}, **launch)
+    from mlflow.tracking import MlflowClient
+
+    parent = MlflowClient(tracking_uri).get_run(child.data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "FINISHED" and len(children(tracking_uri, "pinned")) == 1
+
+
+@pytest.mark.slow
+def test_one_and_two_workers_give_the_same_bits(tracking_uri, tmp_path):
+    for workers in ("1", "2"):
+        done = subprocess.run(
+            sweep_command(tracking_uri, f"w{workers}", "--workers", workers, "--out", str(tmp_path / workers)),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    one, two = metric_histories(tracking_uri, "w1"), metric_histories(tracking_uri, "w2")
+    assert len(one) >= 4 * 14 and one == two

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from builders import clocks, record
+
 from initmem_core.report.findings import CANNOT_DECIDE, NOT_EVALUATED, evaluate_findings, forgetting_clock
-from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 2.5)
 # group -> (fixed config, test accuracy at each sigma, final ||W|| at each sigma, clocks)
@@ -27,18 +28,16 @@ def records(world, seeds=4):
             for seed in range(seeds):
                 acc_seed = acc + WOBBLE[sigma][seed]
                 out.append(
-                    CellRecord(
-                        config={**config, "sigma": sigma, "seed": seed},
+                    record(
+                        {**config, "sigma": sigma, "seed": seed},
+                        acc_seed,
                         metrics={
-                            "best_val_test_acc": acc_seed,
                             "final_test_acc": acc_seed,
                             "tau_interp": 5,
                             "repair_gap": 0.0,
                             "weight_norm": norm,
                             "weight_norm_ratio": norm / sigma,
-                            "clock_sgd": t_sgd,
-                            "clock_l2": t_l2,
-                            "clock_adapt": t_adapt,
+                            **clocks(t_sgd, t_l2, t_adapt),
                         },
                     )
                 )

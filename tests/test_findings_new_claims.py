@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from builders import clocks, record
 
 from initmem_core.report.findings import (
     CANNOT_DECIDE,
@@ -40,15 +41,10 @@ def cells(
     out = []
     for index, (sigma, acc) in enumerate(zip(SIGMAS, accuracy)):
         for seed in range(seeds):
-            metrics = {
-                "best_val_test_acc": acc + WOBBLE[seed],
-                "clock_sgd": clock_sgd,
-                "clock_l2": 0.0,
-                "clock_adapt": 1.0,
-            }
+            metrics = clocks(clock_sgd, 0.0, 1.0)
             if interpolates is None or seed < interpolates[index]:
                 metrics["tau_interp"] = 5.0
-            out.append(CellRecord(config={**config, "sigma": sigma, "seed": seed}, metrics=metrics))
+            out.append(record({**config, "sigma": sigma, "seed": seed}, acc + WOBBLE[seed], metrics=metrics))
     return out
 
 

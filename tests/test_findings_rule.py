@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from builders import clocks, record
 
 from initmem_core.report.findings import (
     CONTRADICTED,
@@ -17,7 +18,6 @@ from initmem_core.report.findings import (
     norm_forgetting,
     read_sweep,
 )
-from initmem_core.tracking.records import CellRecord
 
 
 def test_decide_by_hand():
@@ -36,15 +36,13 @@ def cells(opt, accs_by_seed, norms=(1.0, 25.0), sigmas=(0.1, 2.5), **config):
     for seed, accs in enumerate(accs_by_seed):
         for sigma, acc, norm in zip(sigmas, accs, norms):
             out.append(
-                CellRecord(
-                    config={"opt": opt, "sigma": sigma, "seed": seed, **config},
+                record(
+                    {"opt": opt, "sigma": sigma, "seed": seed, **config},
+                    acc,
                     metrics={
-                        "best_val_test_acc": acc,
                         "weight_norm": norm,
                         "weight_norm_ratio": norm / sigma,
-                        "clock_sgd": 0.01,
-                        "clock_l2": 0.0,
-                        "clock_adapt": 1.0 if opt == "sgd" else 50.0,
+                        **clocks(0.01, 0.0, 1.0 if opt == "sgd" else 50.0),
                     },
                 )
             )

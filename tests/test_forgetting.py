@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+from builders import record as cell_record
 
 from initmem_core.report.findings import (
     CANNOT_DECIDE,
@@ -75,8 +76,8 @@ def cells_from(
             "clock_adapt": [(e, 10 * e) for e in range(len(norms))],
         }
         out.append(
-            CellRecord(
-                config={"opt": "sgd", "l2": 0.01, "sigma": sigma, "seed": seed, **config},
+            cell_record(
+                {"opt": "sgd", "l2": 0.01, "sigma": sigma, "seed": seed, **config},
                 metrics={"weight_norm": norms[-1]},
                 histories=histories,
             )

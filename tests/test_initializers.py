@@ -10,14 +10,8 @@ from torch import nn
 
 import initmem_plugins.initializers as initializers
 from initmem_core.kernels import fan_in, kernel_parameters
-from initmem_core.plugin_system.loader import load_registry
 from initmem_plugins.architectures.cifar_resnet import build_cifar_resnet
 from initmem_plugins.initializers.fan_in import fan_in_init
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry(entry_points=False)
 
 
 def initialized(registry, init, sigma, seed, build_seed=0):

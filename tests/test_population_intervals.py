@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from builders import record
 from scipy import stats
 
 from initmem_core.config import RunConfig
@@ -25,7 +26,6 @@ from initmem_core.report.inference import (
 )
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import seeds_needed_cell, to_json, to_markdown
-from initmem_core.tracking.records import CellRecord
 
 SIGMAS = (0.1, 0.5, 1.4, 2.5)
 
@@ -160,12 +160,7 @@ def test_the_report_shows_seeds_needed_and_what_each_interval_is_for():
     for opt, truths in (("sgd", (97, 96, 95, 93)), ("adam", (97, 96.5, 96, 95))):
         for sigma, right in drawn(rng, truths, seeds=4, difficulty=difficulty).items():
             cells += [
-                CellRecord(
-                    RunConfig(opt=opt, sigma=sigma, seed=k),
-                    metrics={"best_val_test_acc": r.mean()},
-                    test_correct=r,
-                    num_classes=10,
-                )
+                record(RunConfig(opt=opt, sigma=sigma, seed=k), r.mean(), test_correct=r, num_classes=10)
                 for k, r in enumerate(right)
             ]
     report = build_report(cells)

@@ -7,12 +7,6 @@ import torch
 from torch import nn
 
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.loader import load_registry
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return load_registry(entry_points=False)
 
 
 def small_model() -> nn.Module:

@@ -9,29 +9,23 @@ import math
 import re
 
 import pytest
+from builders import clocks, record
 
 from initmem_core.config import RunConfig
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_csv, to_json, to_markdown
-from initmem_core.tracking.records import CellRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def cell(opt, sigma, seed, acc, tau=None, status="FINISHED", diverged=False, norm=10.0):
-    metrics = {
-        "best_val_test_acc": acc,
-        "weight_norm": norm,
-        "weight_norm_ratio": norm / 10,
-        "clock_sgd": 0.01,
-        "clock_l2": 0.0,
-        "clock_adapt": 2.0 if opt == "sgd" else 3.0,
-    }
+    metrics = {"weight_norm": norm, "weight_norm_ratio": norm / 10, **clocks(0.01, 0.0, 2.0 if opt == "sgd" else 3.0)}
     if tau is not None:
         metrics.update(tau_interp=tau, repair_gap=0.02)
-    return CellRecord(
+    return record(
         RunConfig(opt=opt, sigma=sigma, seed=seed),
+        acc,
         status=status,
         metrics=metrics,
         weight_norms=[(0, norm * 0.9), (1, norm)],

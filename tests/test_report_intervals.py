@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from builders import record
 
 from initmem_core import run
 from initmem_core.config import RunConfig
 from initmem_core.report.memory import build_report, mean_interval
 from initmem_core.report.render import to_markdown
 from initmem_core.tracking.correct_sets import ARTIFACT, decode, encode
-from initmem_core.tracking.records import CellRecord
 from initmem_core.tracking.tracker import MemoryTracker
 
 T_975_1DF = 12.706204736  # the t table: two-sided 95%, one degree of freedom
 
 
 def cell(sigma, seed, acc, opt="sgd", correct=None, classes=10):
-    return CellRecord(
+    return record(
         RunConfig(opt=opt, sigma=sigma, seed=seed),
-        metrics={"best_val_test_acc": acc},
+        acc,
         test_correct=None if correct is None else np.asarray(correct, dtype=bool),
         num_classes=classes,
     )

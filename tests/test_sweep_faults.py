@@ -1,6 +1,7 @@
 """What benchmarks/chaos.py found in a local sweep with workers (issue 30), each fixed and pinned here:
 a Ctrl-C while the workers import torch, the queue's process killed, and a SIGKILLed sweep's
-scratch folders in TMPDIR. The whole-process cases run the real CLI and are slow."""
+scratch folders in TMPDIR; and (issue 15) a diverged cell final unless retried, no worker
+outliving a killed sweep. The whole-process cases run the real CLI and are slow."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_reliability_edges import TINY_ARGS, alive, children, descendants
+from cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
+from cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 
+import initmem_core
+from initmem_core import hookimpl
+from initmem_core.plugin_system.loader import load_registry
 from initmem_core.sweep import scratch
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and parent-death signals")
@@ -254,3 +259,79 @@ def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_on
     time.sleep(0.01)
     log_report_metrics(client, parent, Report(27.86, [1.0, 0.8]))
     assert client.get_run(parent).data.metrics == {"spread_g": 27.86, "radial_memory_g": 0.8}
+
+
+# -- diverged cells are final -----------------------------------------------------------------
+
+
+class NanAfterFirstStep:
+    @hookimpl
+    def initmem_register_optimizers(self, register):
+        register("nan-sgd", build_nan_sgd, "SGD that writes a NaN into the weights after its first step")
+
+
+def build_nan_sgd(model, config):
+    import torch
+
+    class NanSgd(torch.optim.SGD):
+        def step(self, closure=None):
+            super().step(closure)
+            with torch.no_grad():
+                next(p for p in model.parameters() if p.ndim == 4).view(-1)[0] = float("nan")
+
+    return NanSgd(model.parameters(), lr=0.05)
+
+
+@pytest.mark.slow
+def test_a_diverged_cell_is_final_unless_retried(tracking_uri, tmp_path):
+    registry = load_registry(entry_points=False, extra_plugins=[("nan", NanAfterFirstStep())])
+    grid = {"opt": ["nan-sgd", "sgd"], **TINY}
+    launch = dict(name="diverging", tracking_uri=tracking_uri, out=tmp_path / "out", registry=registry)
+    first = initmem_core.run_sweep(grid, **launch)
+    assert sorted(c.status for c in first.cells) == ["FAILED", "FINISHED"]
+    assert len(children(tracking_uri, "diverging")) == 2
+
+    again = initmem_core.run_sweep(grid, **launch)
+    assert all(cell.skipped for cell in again.cells) and len(children(tracking_uri, "diverging")) == 2
+    [diverged] = [c for c in again.cells if c.status == "FAILED"]
+    assert "diverged" in diverged.error or "non-finite" in diverged.error
+
+    retried = initmem_core.run_sweep(grid, retry_failed=True, **launch)
+    assert [c.skipped for c in retried.cells if c.config.opt == "nan-sgd"] == [False]
+    assert len(children(tracking_uri, "diverging")) == 3  # the diverged cell once more, nothing else
+
+
+# -- a killed sweep's workers die with it -----------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
+def test_no_worker_outlives_a_killed_sweep_and_a_relaunch_runs_each_cell_once(tracking_uri, tmp_path):
+    command = sweep_command(tracking_uri, "orphans", "--workers", "2", "--out", str(tmp_path / "out"))
+    command[command.index("--epochs") + 1] = "30"  # long enough to be killed mid-cell
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(children(tracking_uri, "orphans")) < 2:  # both workers have a cell
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.5)
+    below = descendants(process.pid)
+    assert len(below) >= 3  # two workers and the queue's manager at least
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in below) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in below if alive(pid)]
+
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    runs = children(tracking_uri, "orphans")
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 4  # one child per cell, none left RUNNING
+
+    # Bit-exact with the same sweep never interrupted, in a store of its own.
+    (tmp_path / "reference").mkdir()
+    reference_uri = f"sqlite:///{tmp_path / 'reference' / 'mlflow.db'}"
+    reference = [reference_uri if part == tracking_uri else part for part in command]
+    done = subprocess.run(reference, cwd=tmp_path / "reference", capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert metric_histories(tracking_uri, "orphans") == metric_histories(reference_uri, "orphans")

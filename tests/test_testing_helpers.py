@@ -3,11 +3,9 @@ checks, which must pass for the built-ins and fail, naming the problem, for brok
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
+from fresh_imports import assert_imports_none_of
 
 import initmem_core.testing
 from initmem_core import hookimpl
@@ -27,8 +25,7 @@ from initmem_core.testing import (
 
 
 def test_importing_the_pytest_plugin_imports_no_torch():
-    code = "import sys, initmem_core.testing; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert_imports_none_of("import initmem_core.testing", "torch")
 
 
 def test_pytest_loads_it_through_the_pytest11_entry_point(pytestconfig):

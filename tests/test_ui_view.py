@@ -8,6 +8,7 @@ import math
 import re
 
 import pytest
+from builders import cell, record
 from rich.console import Console
 
 from initmem_cli.tables import fitted_tables
@@ -16,7 +17,6 @@ from initmem_core.groups import group_label
 from initmem_core.report.description import description
 from initmem_core.report.memory import build_report
 from initmem_core.sweep.grid import cell_names, plan_sweep
-from initmem_core.tracking.records import CellRecord
 from initmem_core.tracking.ui_view import view_key, view_state
 
 
@@ -72,17 +72,13 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
     assert re.fullmatch(r"[\w\-.]+", view_key("sweep with spaces/and:colons"))
 
 
-def _record(opt: str, sigma: float, seed: int, acc: float) -> CellRecord:
-    return CellRecord(RunConfig(opt=opt, sigma=sigma, seed=seed), metrics={"best_val_test_acc": acc})
-
-
 def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_plots():
     report = build_report(
         [
-            _record("sgd", 0.5, 0, 0.5),
-            _record("sgd", 2.0, 0, 0.75),
-            _record("adam", 0.5, 0, 0.6),
-            _record("adam", 2.0, 0, 0.6),
+            cell("sgd", 0.5, 0, 0.5),
+            cell("sgd", 2.0, 0, 0.75),
+            cell("adam", 0.5, 0, 0.6),
+            cell("adam", 2.0, 0, 0.6),
         ]
     )
     text = description(report, "demo", "7", "r" * 32, "initmem-k")
@@ -101,7 +97,7 @@ def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_pl
 
 def test_the_parent_description_shows_the_debiased_spread_with_its_interval():
     report = build_report(
-        [_record("sgd", s, seed, acc + 0.01 * seed) for seed in range(4) for s, acc in ((0.5, 0.5), (2.0, 0.75))]
+        [cell("sgd", s, seed, acc + 0.01 * seed) for seed in range(4) for s, acc in ((0.5, 0.5), (2.0, 0.75))]
     )
     g = report.groups[0]
     text = description(report, "demo", "7", "r" * 32, "initmem-k")
@@ -129,9 +125,10 @@ def test_the_report_keeps_every_number_of_long_labelled_groups_whole_at_80_colum
 
     base = dict(epochs=2, train_size=256, batch_size=32)  # constants of the sweep make labels long
     records = [
-        CellRecord(
+        record(
             RunConfig(opt=opt, lr=lr, sigma=sigma, seed=seed, **base),
-            metrics={"best_val_test_acc": acc, "weight_norm": 13.3, "clock_sgd": 3.125e-4},
+            acc,
+            metrics={"weight_norm": 13.3, "clock_sgd": 3.125e-4},
         )
         for opt, lr in (("sgd", 0.05), ("adam", 0.001))
         for sigma, seed, acc in ((0.5, 0, 0.80), (0.5, 1, 0.84), (2.0, 0, 0.60), (2.0, 1, 0.71))

@@ -1,0 +1,106 @@
+"""What the tests that start `initmem` in a process of its own share: tiny settings, the command
+line, the runs a store holds, the processes below a pid, a sweep's children and their metric
+histories, and the files a folder holds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+#: `initmem run` options for a run of seconds; the sweeps' (``sweep_command``), and ``initmem_core.run``'s
+TINY_RUN_ARGS = [
+    *("--epochs", "2", "--train-size", "128", "--batch-size", "32"),
+    *("--threads", "1", "--eval-batch-size", "512"),
+]
+TINY_SWEEP_ARGS = ["--epochs", "1", "--train-size", "64", "--batch-size", "32", "--eval-batch-size", "512"]
+TINY = dict(epochs=1, train_size=64, batch_size=32, threads=1, eval_batch_size=512)
+
+
+def initmem_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "initmem_cli", *args]
+
+
+def runs_in(uri: str) -> list[tuple[str, str]]:
+    """(name, status) of every run in a SQLite store, read without MLflow."""
+    import sqlite3
+
+    with sqlite3.connect(uri[len("sqlite:///") :]) as database:
+        return database.execute("select name, status from runs").fetchall()
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` with its size and modification time."""
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, from /proc (no psutil needed)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its entry waits for its parent
+
+
+def children(uri: str, sweep: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("initmem")
+    if experiment is None:  # the sweep has not opened the store yet
+        return []
+    return [
+        r
+        for r in client.search_runs([experiment.experiment_id], f"tags.`initmem.sweep` = '{sweep}'")
+        if "mlflow.parentRunId" in r.data.tags
+    ]
+
+
+SWEEP_CELLS = ["--sigma", "0.5,2", "--seed", "0,1"]
+
+
+def sweep_command(uri: str, name: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "initmem_cli",
+        "sweep",
+        *TINY_SWEEP_ARGS,
+        *SWEEP_CELLS,
+        "--name",
+        name,
+        "--tracking-uri",
+        uri,
+        *extra,
+    ]
+
+
+def metric_histories(uri: str, sweep: str) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    histories = {}
+    for run in children(uri, sweep):
+        for key in run.data.metrics:
+            history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+            histories[(run.data.tags["config_hash"], key)] = history
+    return histories

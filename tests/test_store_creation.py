@@ -1,0 +1,45 @@
+"""Creating the tracking store (tracking/client.py ``open_client``): on a full disk, or over one an
+older version's interrupted migration left half-made."""
+
+from __future__ import annotations
+
+import pytest
+
+from initmem_core.errors import ConfigError
+
+
+@pytest.mark.slow
+def test_a_store_that_cannot_be_created_leaves_nothing_and_is_created_once_there_is_space(small_disk, _empty_store):
+    from initmem_core.tracking.client import open_client
+
+    disk = small_disk(f"{_empty_store.stat().st_size // 2048}k")  # half what a migrated store takes
+    uri = f"sqlite:///{disk / 'mlflow.db'}"
+    with pytest.raises(ConfigError, match=r"cannot be reached: .*(full|space)") as refused:
+        open_client(uri)
+    assert "\n" not in str(refused.value)
+    assert sorted(p.name for p in disk.iterdir()) == ["mlflow.db.lock"]  # no half-migrated store, no temporary file
+    disk.resize("4m")
+    assert open_client(uri).search_experiments()[0].name == "Default"
+
+
+@pytest.mark.slow
+def test_a_store_an_interrupted_migration_left_is_made_afresh_when_it_holds_no_run(tmp_path, store_in):
+    import sqlite3
+
+    from initmem_core.tracking.client import open_client
+
+    uri = store_in(tmp_path)
+    with sqlite3.connect(tmp_path / "mlflow.db") as database:  # what alembic leaves when cut short
+        database.execute("create table _alembic_tmp_experiments (experiment_id integer)")
+    assert open_client(uri).search_experiments()[0].name == "Default"
+    with sqlite3.connect(tmp_path / "mlflow.db") as database:
+        tables = {row[0] for row in database.execute("select name from sqlite_master where type = 'table'")}
+    assert "_alembic_tmp_experiments" not in tables and "runs" in tables
+
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(uri).create_run("0")
+    with sqlite3.connect(tmp_path / "mlflow.db") as database:
+        database.execute("create table _alembic_tmp_experiments (experiment_id integer)")
+    with pytest.raises(ConfigError, match="left half-migrated by an interrupted command and holds 1 run"):
+        open_client(uri)
