@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from machine_info import cpu_model, memory_gib
 
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
@@ -550,25 +551,10 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
 
 
 def machine(args: argparse.Namespace) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory_gib = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
     info = {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "memory_gib": memory_gib,
+        "memory_gib": memory_gib(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

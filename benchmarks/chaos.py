@@ -73,6 +73,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from machine_info import cpu_model
+
 INITMEM = [sys.executable, "-m", "initmem_cli"]
 KINDS = ("kill_worker", "kill_helper", "kill_sweep", "sigint_sweep", "kill_server", "fill_disk", "hold_lock")
 EXPERIMENT = "initmem"
@@ -829,15 +831,7 @@ def files_left(folder: Path, tmp: Path) -> list[str]:
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, Python {platform.python_version()}"
+    return f"{os.cpu_count()} cores ({cpu_model()}), Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

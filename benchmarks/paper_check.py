@@ -12,12 +12,11 @@ interval of its difference excludes zero in the claimed direction (initmem_core/
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import re
 from datetime import date
 from pathlib import Path
 
+from machine_info import describe
 from rich.console import Console
 from rich.table import Table
 
@@ -35,19 +34,7 @@ PLOTS = (
 def machine() -> str:
     import torch
 
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else platform.processor()
-    )
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
+    return f"{describe()}, torch {torch.__version__}"
 
 
 def caveats(report) -> str:

@@ -41,22 +41,16 @@ import time
 import urllib.request
 from pathlib import Path
 
+from machine_info import cpu_model
+
 INITMEM_UI = [sys.executable, "-m", "initmem_cli", "ui"]
 SIDES = {"lean": [], "mlflow-default": ["--workers", "4", "--jobs"]}
-TIMEOUT_S = 180.0
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def make_sweep(folder: Path) -> str:

@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine_info import describe
 
 BARE = [sys.executable, str(Path(__file__).with_name("bare_run.py"))]
 INITMEM = [sys.executable, "-m", "initmem_cli"]
@@ -118,19 +119,7 @@ def compare(name: str, pairs: int, epochs: int, root: Path) -> dict:
 
 
 def machine() -> str:
-    model = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else ""
-    )
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return describe()
 
 
 def main() -> None:

@@ -15,6 +15,10 @@ import pytest
 
 from initmem_core.plugin_system import loader as plugins
 
+# Benchmarks import their shared helpers (benchmarks/machine_info.py) by name, as they do when run
+# as scripts; tests load some of them from their files.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
 
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):

@@ -9,7 +9,12 @@ import torch
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.training.schedules import build_scheduler, lr_multiplier, lr_multipliers, warmup_steps
+from initmem_core.training.schedules import build_scheduler, lr_multiplier, total_steps, warmup_steps
+
+
+def lr_multipliers(config, steps_per_epoch: int) -> list[float]:
+    """``lr_multiplier`` at every step of the run, in order."""
+    return [lr_multiplier(config, k, steps_per_epoch) for k in range(total_steps(config, steps_per_epoch))]
 
 
 def test_constant():

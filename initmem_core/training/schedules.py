@@ -74,11 +74,6 @@ def lr_multiplier(config: Any, step: int, steps_per_epoch: int) -> float:
     return value
 
 
-def lr_multipliers(config: Any, steps_per_epoch: int) -> list[float]:
-    """``lr_multiplier`` for every step of the run, in order (handy for the clocks and plots)."""
-    return [lr_multiplier(config, k, steps_per_epoch) for k in range(total_steps(config, steps_per_epoch))]
-
-
 def build_scheduler(optimizer: Any, config: Any, steps_per_epoch: int):
     """A ``LambdaLR`` applying ``lr_multiplier``; step it once after every ``optimizer.step()``.
 
