@@ -36,7 +36,7 @@ def warm_up() -> None:
 
 def _save(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")  # nothing cut at the edges
+    figure.savefig(path, dpi=120)  # constrained layout keeps legends and captions inside: one draw
     return path
 
 
