@@ -104,6 +104,7 @@ def test_unknown_timm_model_is_a_config_error_with_suggestions(registry):
     assert "\n" not in message
 
 
+@pytest.mark.slow  # starts a process
 def test_registering_imports_no_torch():
     code = (
         "import sys\n"

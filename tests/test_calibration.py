@@ -103,6 +103,7 @@ def test_the_benchmarks_settings_through_the_report_and_the_findings():
     assert ordering.get("reproduced", 0) + ordering.get("contradicted", 0) <= 0.08
 
 
+@pytest.mark.slow  # starts a process
 def test_a_calibration_row_rerun_alone_or_beside_others_draws_the_same():
     calibration = load_calibration()
     quiet = lambda line: None  # noqa: E731

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fresh_imports import assert_imports_none_of
 from typer.testing import CliRunner
 
@@ -40,6 +41,7 @@ def test_plugins_table_shows_third_party_and_failed_plugins(install_fake_plugin)
     assert "plugins that failed to load" in result.stdout and "no_such_dependency" in result.stdout
 
 
+@pytest.mark.slow  # starts a process
 def test_help_and_plugins_import_neither_torch_nor_mlflow():
     for args in (["--help"], ["plugins"], ["run", "--help"]):
         code = f"import sys; from initmem_cli.app import app\ntry: app({args!r})\nexcept SystemExit: pass\n"

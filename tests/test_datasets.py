@@ -49,6 +49,7 @@ def test_registers_the_builtin_datasets(registry):
         assert spec.description
 
 
+@pytest.mark.slow  # starts a process
 def test_registering_datasets_imports_no_torch():
     code = """
         import initmem_plugins.datasets as datasets
@@ -60,6 +61,7 @@ def test_registering_datasets_imports_no_torch():
     assert "digits" in result.stdout
 
 
+@pytest.mark.slow  # starts a process
 def test_loading_the_registry_imports_no_torch():
     # The whole built-in registry, as `initmem plugins` loads it: a module-level torch import
     # in any built-in plugin package fails this test (the factories are import strings).

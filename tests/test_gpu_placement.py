@@ -148,6 +148,7 @@ class FakeQueue:
 # --- local executor: a user's --device ------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a process
 def test_local_gpu_workers_leave_a_users_device_alone(clean_gpu_env):
     from initmem_core.sweep.executors.local import check_devices
 
@@ -207,6 +208,7 @@ class SlotWorkers:
         pass
 
 
+@pytest.mark.slow  # starts a process
 def test_local_cells_on_gpu_workers_keep_device_auto_and_go_to_their_slots_pool(clean_gpu_env):
     """Cells are handed to the pool of a free slot (whose worker keeps that slot's GPU), with
     their device left as it was: the worker's one visible GPU is cuda:0 there."""

@@ -102,6 +102,7 @@ def test_unknown_kind_lists_the_valid_ones_closest_first(tmp_path):
     assert result.stderr.strip().startswith("Error: unknown kind 'optimiser'; valid kinds: optimizer, ")
 
 
+@pytest.mark.slow  # starts a process
 def test_new_plugin_imports_no_torch(tmp_path):
     code = (
         "import sys; from initmem_cli.app import app\n"

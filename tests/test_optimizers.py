@@ -128,6 +128,7 @@ def test_unknown_timm_optimizer_is_a_config_error(registry):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow  # starts a process
 def test_registering_imports_no_torch():
     code = """
         import initmem_plugins.optimizers as optimizers

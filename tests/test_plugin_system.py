@@ -44,6 +44,7 @@ def test_builtins_register_every_kind():
     assert spec.provider.package == "initmem"
 
 
+@pytest.mark.slow  # starts a process
 def test_registering_imports_no_torch():
     code = (
         "from initmem_core.plugin_system.loader import load_registry; r = load_registry(); "

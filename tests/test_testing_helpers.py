@@ -24,6 +24,7 @@ from initmem_core.testing import (
 )
 
 
+@pytest.mark.slow  # starts a process
 def test_importing_the_pytest_plugin_imports_no_torch():
     assert_imports_none_of("import initmem_core.testing", "torch")
 

@@ -44,6 +44,7 @@ def stored(uri: str, run_id: str) -> dict:
     }
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_a_run_tracked_by_the_helper_is_the_run_tracked_in_process(tracking_uri):
     helper = initmem_core.run(tracking_uri=tracking_uri, helper_process=True, **SMALL)
     in_process = initmem_core.run(tracking_uri=tracking_uri, helper_process=False, **SMALL)
@@ -55,6 +56,7 @@ def test_a_run_tracked_by_the_helper_is_the_run_tracked_in_process(tracking_uri)
     assert ours["datasets"] == theirs["datasets"] != []
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_the_training_process_never_imports_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = textwrap.dedent(f"""
@@ -84,6 +86,7 @@ main()
 """
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_initmem_run_starts_the_helper_before_it_imports_torch(tmp_path):
     """So that MLflow's import and the store's set-up overlap torch's import, not only the build."""
     script = tmp_path / "helper_first.py"
@@ -135,6 +138,7 @@ def test_a_caller_that_froze_objects_keeps_its_own_scheme():
         gc.unfreeze()
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_a_store_that_cannot_be_opened_fails_in_one_line_before_training(tmp_path):
     database = tmp_path / "mlflow.db"
     database.write_bytes(b"not a database" * 100)
@@ -156,6 +160,7 @@ class KillHelperAfterEpoch(NoProgress):
             self.tracker._process.wait()
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_a_helper_that_dies_loses_nothing_initmem_sync_uploads_the_rest(tracking_uri, tmp_path):
     expected = initmem_core.run(tracking_uri=tracking_uri, helper_process=False, **SMALL)
     tracker = TrackerProcess(tracking_uri, flush_every_s=3600)  # nothing reaches the store before the kill
@@ -189,6 +194,7 @@ initmem_core.run(tracking_uri=sys.argv[1], progress=KillSelf(), **json.loads(sys
 """
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_resumes(tracking_uri, tmp_path):
     script = tmp_path / "killed.py"
     script.write_text(KILLED_MID_RUN)
@@ -235,6 +241,7 @@ class LockWhileTraining(NoProgress):
             self.connection.execute("ROLLBACK")
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_a_locked_store_never_holds_up_training(tracking_uri):
     """In process, the first write would wait up to MLflow's 20 s lock timeout."""
     lock = LockWhileTraining(tracking_uri[len("sqlite:///") :], release=3)
@@ -254,6 +261,7 @@ def test_the_helpers_warnings_reach_the_training_process_in_one_line(tracking_ur
     assert held["status"] == "FINISHED" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2, 3]
 
 
+@pytest.mark.slow  # starts the tracking helper or initmem itself as a process
 def test_the_cli_skips_the_teardown_after_training_but_keeps_its_output_and_exit_codes(tmp_path, initmem_subprocess):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     small = ["--epochs", "1", "--train-size", "128", "--batch-size", "32", "--threads", "1"]
