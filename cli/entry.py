@@ -33,7 +33,7 @@ def main() -> None:
         for name in EARLY:
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), _exit_at_once)
-    from .app import main as app_main
+    from .app import main as app_main  # lazy: only the standard library loads before the signal handlers are set
 
     app_main()
 

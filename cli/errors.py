@@ -15,6 +15,8 @@ except ImportError:
     from click.exceptions import NoArgsIsHelpError, UsageError
 
 from initmem_core.errors import InitmemError
+from initmem_core.tracking.login import refusal
+from initmem_core.tracking.uris import resolve_tracking_uri
 
 USER_ERROR = 2
 
@@ -51,8 +53,6 @@ def _refused_login(error: Exception, tracking_uri: str | None) -> str:
     ``store_must_answer`` wraps (``tracking.login.refusal``); empty otherwise."""
     if getattr(error, "error_code", None) is None:
         return ""
-    from initmem_core.tracking.login import refusal
-    from initmem_core.tracking.uris import resolve_tracking_uri
 
     return refusal(resolve_tracking_uri(tracking_uri), error)
 

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from initmem_core.kinds import KIND_NAMES
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.scaffold import create_plugin, run_options
 
 from .errors import user_errors
 
@@ -35,9 +37,6 @@ def new_plugin_command(
     ] = None,
 ) -> None:
     """Create a plugin package, e.g. `initmem new-plugin optimizer sign-sgd`."""
-    from initmem_core.plugin_system.loader import get_registry
-    from initmem_core.plugin_system.scaffold import create_plugin, run_options
-
     folder, written = create_plugin(kind, name, directory, get_registry())
     typer.echo(f"Created the {kind} plugin '{name}' in {folder}:")
     for path in written:

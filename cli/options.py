@@ -16,6 +16,7 @@ import typer
 
 from initmem_core.config import FIELDS, field_type
 from initmem_core.kinds import BY_FIELD, flag_for
+from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT  # noqa: F401  (the commands take it from here)
 
 TRACKING = "Tracking"
@@ -32,8 +33,6 @@ Experiment = Annotated[str, typer.Option(help="MLflow experiment", rich_help_pan
 
 def complete_component(kind: str) -> Callable[[str], list[str]]:
     def complete(incomplete: str) -> list[str]:
-        from initmem_core.plugin_system.loader import get_registry
-
         return [n for n in get_registry().names(kind) if n.startswith(incomplete)]
 
     return complete

@@ -25,8 +25,12 @@ def list_presets(ctx: typer.Context) -> None:
     """List every preset with its grid: cells, groups and what varies."""
     if ctx.invoked_subcommand:
         return
-    from initmem_core.sweep.grid import expand
-    from initmem_core.sweep.presets import preset_description, preset_names, preset_spec
+    from initmem_core.sweep.grid import expand  # lazy: keeps sweep.grid out of the CLI's start-up
+    from initmem_core.sweep.presets import (  # lazy: imports sweep.grid, kept out of the CLI's start-up
+        preset_description,
+        preset_names,
+        preset_spec,
+    )
 
     table = Table(title="initmem presets (run with `initmem sweep --preset NAME`)", show_lines=True, expand=True)
     for column in ("preset", "cells", "groups", "varies", "description"):
@@ -50,6 +54,6 @@ def list_presets(ctx: typer.Context) -> None:
 @user_errors
 def show_preset(name: Annotated[str, typer.Argument(help="Preset name, e.g. paper-mini")]) -> None:
     """Print a preset's sweep file: `initmem presets show paper-mini > sweep.toml`, edit, `--config sweep.toml`."""
-    from initmem_core.sweep.presets import preset_text
+    from initmem_core.sweep.presets import preset_text  # lazy: imports sweep.grid, kept out of the CLI's start-up
 
     typer.echo(preset_text(name), nl=False)

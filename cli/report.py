@@ -10,9 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.errors import ConfigError
+from initmem_core.tracking.uris import resolve_tracking_uri
+
 from .errors import user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 from .tables import fitted_tables
+from .ui import DEFAULT_UI, sweep_urls
 
 
 class ReportFormat(StrEnum):
@@ -25,7 +29,11 @@ class ReportFormat(StrEnum):
 def rich_tables(report, name: str, width: int) -> list[Table]:
     """The full table, one section per group (its label as the title: labels are long), each
     split into as many tables as ``width`` needs, sigma repeated in each: nothing is cut."""
-    from initmem_core.report.render import TABLE_COLUMNS, formatted, table_rows
+    from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
+        TABLE_COLUMNS,
+        formatted,
+        table_rows,
+    )
 
     keys = [c for c, _, _ in TABLE_COLUMNS if c != "group"]
     headers = [h for c, h, _ in TABLE_COLUMNS if c != "group"]
@@ -35,7 +43,12 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
         tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width, right=tuple(range(len(keys))))
     if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
-        from initmem_core.report.render import DASH, interval, number, seeds_needed_cell
+        from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
+            DASH,
+            interval,
+            number,
+            seeds_needed_cell,
+        )
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
@@ -82,15 +95,17 @@ def report_command(
     tracking_uri: TrackingUri = None,
 ) -> None:
     """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
-    from initmem_core.errors import ConfigError
-    from initmem_core.report.files import write_report_files
-    from initmem_core.report.memory import build_report
-    from initmem_core.report.render import to_csv, to_json, to_markdown
-    from initmem_core.sweep.grid import DEFAULT_OUTPUT
-    from initmem_core.tracking.records import load_sweep_records
-    from initmem_core.tracking.uris import resolve_tracking_uri
-
-    from .ui import DEFAULT_UI, sweep_urls
+    from initmem_core.report.files import write_report_files  # lazy: keeps the report code out of the CLI's start-up
+    from initmem_core.report.memory import build_report  # lazy: keeps the report code out of the CLI's start-up
+    from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
+        to_csv,
+        to_json,
+        to_markdown,
+    )
+    from initmem_core.sweep.grid import DEFAULT_OUTPUT  # lazy: keeps sweep.grid out of the CLI's start-up
+    from initmem_core.tracking.records import (  # lazy: keeps tracking.records out of the CLI's start-up
+        load_sweep_records,
+    )
 
     name, records = load_sweep_records(sweep, tracking_uri, experiment)
     if not records:

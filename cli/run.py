@@ -9,7 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import initmem_core
+from initmem_core import Diverged, Stopped
 from initmem_core.config import EXEC, from_mapping, load_toml
+from initmem_core.training.stop_signals import NOT_TRACKED
 from initmem_core.vocabulary import CLOCKS, FAILED, KILLED
 
 from .errors import fail, user_errors
@@ -66,12 +69,11 @@ def run_command(
     ] = False,
 ) -> None:
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
-    import initmem_core
-    from initmem_core import Diverged, Stopped
-    from initmem_core.training.checkpoint_store import CheckpointNotWritten
-    from initmem_core.training.stop_signals import NOT_TRACKED
+    from initmem_core.training.checkpoint_store import (  # lazy: keeps the checkpoint code out of the CLI's start-up
+        CheckpointNotWritten,
+    )
 
-    from .progress import RunProgress
+    from .progress import RunProgress  # lazy: keeps rich.progress out of the CLI's start-up
 
     run_config = resolve_config(config, config_values)
     console = Console()

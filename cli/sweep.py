@@ -10,10 +10,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.errors import ConfigError
 from initmem_core.groups import short_group_names
-from initmem_core.sweep.executors import EXECUTORS
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.sweep.executors import EXECUTORS, make_executor
+from initmem_core.tracking.uris import resolve_tracking_uri
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, FINISHED
 
+from .entry import handled_from_here
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
 
@@ -34,8 +38,6 @@ EXECUTOR_OPTIONS = {
 
 
 def sbatch_options(items: list[str]) -> dict[str, str]:
-    from initmem_core.errors import ConfigError
-
     options = {}
     for item in items:
         key, equals, value = item.partition("=")
@@ -47,9 +49,6 @@ def sbatch_options(items: list[str]) -> dict[str, str]:
 
 def build_executor(name: str, out: Path, given: dict[str, Any]):
     """The executor, from the executor options the user gave (``None``: not given)."""
-    from initmem_core.errors import ConfigError
-    from initmem_core.sweep.executors import make_executor
-
     given = {key: value for key, value in given.items() if value not in (None, False, [])}
     for key in given:
         flag, executors = EXECUTOR_OPTIONS[key]
@@ -104,7 +103,10 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
-    from initmem_core.report.render import debiased_cell, formatted
+    from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
+        debiased_cell,
+        formatted,
+    )
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
@@ -282,10 +284,17 @@ def sweep_command(
 
     Any run option takes a list (a,b,c) or, for numbers, a range start:stop:count.
     """
-    from initmem_core.plugin_system.loader import get_registry
-    from initmem_core.sweep.grid import SweepSpec, estimate_work, plan_sweep, spec_from_toml, spec_from_values
-    from initmem_core.sweep.launch import run_sweep
-    from initmem_core.sweep.presets import preset_spec
+    from initmem_core.sweep.grid import (  # lazy: keeps sweep.grid out of the CLI's start-up
+        SweepSpec,
+        estimate_work,
+        plan_sweep,
+        spec_from_toml,
+        spec_from_values,
+    )
+    from initmem_core.sweep.launch import (  # lazy: keeps the sweep, training and report code out of the CLI's start-up
+        run_sweep,
+    )
+    from initmem_core.sweep.presets import preset_spec  # lazy: imports sweep.grid, kept out of the CLI's start-up
 
     spec = preset_spec(preset) if preset else SweepSpec()
     if config:
@@ -311,7 +320,9 @@ def sweep_command(
     console = Console()
     console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
-        from initmem_core.training.horizons import plan_horizons
+        from initmem_core.training.horizons import (  # lazy: keeps the training code out of the CLI's start-up
+            plan_horizons,
+        )
 
         horizons = plan_horizons(plan.cells, registry, names=plan.names)  # reads each dataset once
         console.print(*dry_run_tables(plan, horizons))
@@ -321,11 +332,10 @@ def sweep_command(
         )
         return
 
-    from .sweep_progress import SweepDisplay
+    from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up
 
     where = f"{workers or 1} worker(s)" if executor.name == "local" else f"executor {executor.name}"
     console.print(f"{len(plan.cells)} cells, {where}")
-    from .entry import handled_from_here
 
     handled_from_here()  # a Ctrl-C from here on stops the cells and marks them KILLED
     try:
@@ -352,8 +362,6 @@ def sweep_command(
         f"   (`initmem report {plan.name}`, `initmem ui`)"
     )
     if result.unsynced:  # the report lacks what the store did not take
-        from initmem_core.tracking.uris import resolve_tracking_uri
-
         uri = resolve_tracking_uri(tracking_uri)
         labels = ", ".join(cell.label for cell in result.unsynced[:3]) + (", ..." if len(result.unsynced) > 3 else "")
         console.print(

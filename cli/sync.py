@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from initmem_core.tracking.sync import sync_folder
+
 from .errors import user_errors
 from .options import TrackingUri
 
@@ -28,8 +30,6 @@ def sync_command(
 
     Safe to repeat: a metric step the store already holds is not written again.
     """
-    from initmem_core.tracking.sync import sync_folder
-
     result = sync_folder(tracking_uri, folder)
     for path in result.other_stores:
         typer.echo(f"left {path}: it is for another tracking store (see its first line)")

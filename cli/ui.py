@@ -23,6 +23,10 @@ from typing import Annotated
 
 import typer
 
+from initmem_core.errors import ConfigError
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.ui_view import home_url, runs_url, view_url, write_view
+from initmem_core.tracking.uris import resolve_tracking_uri, sqlite_path
 from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 
 from .errors import fail, user_errors
@@ -92,10 +96,7 @@ def last_line(log) -> str:
 
 def sweep_urls(uri: str, base: str, experiment: str, sweep: str | None) -> list[tuple[str, str]]:
     """(what, URL) to print: the experiment's runs page and the prepared view of a sweep."""
-    from initmem_core.errors import ConfigError
-    from initmem_core.tracking.client import open_client
-    from initmem_core.tracking.records import resolve_parent
-    from initmem_core.tracking.ui_view import home_url, runs_url, view_url, write_view
+    from initmem_core.tracking.records import resolve_parent  # lazy: keeps tracking.records out of the CLI's start-up
 
     client = open_client(uri)
     found = client.get_experiment_by_name(experiment)
@@ -160,9 +161,6 @@ def ui_command(
     tracking_uri: TrackingUri = None,
 ) -> None:
     """Start the MLflow UI on the tracking store and print where a sweep's comparison is (Ctrl-C stops it)."""
-    from initmem_core.tracking.client import open_client
-    from initmem_core.tracking.uris import resolve_tracking_uri, sqlite_path
-
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):  # `mlflow ui` cannot open a server's store: the server is the UI
         open_client(uri)  # says so in one line if it does not answer

@@ -24,7 +24,7 @@ def device_text() -> str:
     """The device ``--device auto`` picks here, named when it is a GPU."""
     import torch
 
-    from initmem_core.training.setup import resolve_device
+    from initmem_core.training.setup import resolve_device  # lazy: imports torch
 
     device = resolve_device("auto")
     return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type

@@ -120,6 +120,42 @@ def test_every_import_points_down_the_layers():
     assert not wrong, "\n".join(wrong)
 
 
+#: This checkout's own sources (the installed ``initmem_cli`` may be another clone's).
+SOURCES = Path(__file__).resolve().parents[1]
+FIRST_PARTY = ("initmem_core", "initmem_plugins", "initmem_cli")
+
+
+def _imports_inside_functions(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement inside a function (at any depth, a class in it included)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found += [n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    unique = {id(n): n for n in found}.values()  # a nested function's imports are walked twice
+    return sorted(unique, key=lambda n: n.lineno)
+
+
+def _imports_initmem(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return node.level > 0 or (node.module or "").split(".")[0] in FIRST_PARTY
+    return any(alias.name.split(".")[0] in FIRST_PARTY for alias in node.names)
+
+
+def test_every_lazy_import_of_initmem_says_why():
+    """An import of initmem's own modules inside a function (in the core or the CLI) is there for
+    start-up speed only, and says so: ``# lazy: <why>`` on its (first) line. An import cycle is no
+    reason: the layers above forbid one. Third-party imports inside functions are lazy by nature."""
+    silent = []
+    for folder in ("initmem_core", "cli"):
+        for path in sorted((SOURCES / folder).rglob("*.py")):
+            source = path.read_text()
+            lines = source.splitlines()
+            for node in _imports_inside_functions(ast.parse(source)):
+                if _imports_initmem(node) and "# lazy:" not in lines[node.lineno - 1]:
+                    silent.append(f"{path.relative_to(SOURCES)}:{node.lineno} {lines[node.lineno - 1].strip()}")
+    assert not silent, "import at the top, or say why it stays lazy (# lazy: ...):\n" + "\n".join(silent)
+
+
 def test_the_core_never_imports_the_builtin_plugins():
     for path in CORE.rglob("*.py"):
         name = _module_name(path)

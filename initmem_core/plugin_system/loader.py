@@ -22,7 +22,7 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.errors import PluginLoadError
+from initmem_core.errors import PluginLoadError, RunWarning
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
 from initmem_core.plugin_system.registry import ComponentSpec, PluginFailure, Provider, Registry
@@ -49,8 +49,6 @@ class PluginLoadWarning(UserWarning):
 def one_line_warnings() -> None:
     """Show plugin and run warnings as one line each on stderr (Python's default adds the source
     line). The CLI installs it, and so does every sweep worker process, which starts bare."""
-    from initmem_core.errors import RunWarning
-
     default = warnings.showwarning
     if getattr(default, "one_line", False):
         return  # installed already

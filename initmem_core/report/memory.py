@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initmem_core.groups import group_fields, group_keys, metric_suffix
+from initmem_core.report.forgetting import build_forgetting, half_life_metrics, step_metrics
 from initmem_core.report.inference import (
     MIN_SEEDS_PER_SIGMA,
     THIS_TEST_SET,
@@ -169,7 +170,6 @@ class Report:
             metrics.update(
                 {f"{name}_{suffix}": float(value) for name, value in figures.items() if not math.isnan(value)}
             )
-        from initmem_core.report.forgetting import half_life_metrics
 
         metrics.update(half_life_metrics(self.forgetting))
         return metrics
@@ -177,8 +177,6 @@ class Report:
     def parent_step_metrics(self) -> list[tuple[str, float, int]]:
         """Each group's memories by epoch, ``(name, value, epoch)``, e.g. ``radial_memory_opt-sgd``:
         logged with step = epoch, MLflow's own charts draw them as curves."""
-        from initmem_core.report.forgetting import step_metrics
-
         return step_metrics(self.forgetting)
 
 
@@ -377,6 +375,5 @@ def build_report(records: Iterable[CellRecord]) -> Report:
         for i, a in enumerate(trained)
         for b in trained[i + 1 :]
     ]
-    from initmem_core.report.forgetting import build_forgetting
 
     return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))

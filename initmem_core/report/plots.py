@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from initmem_core.groups import short_group_names
+from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
 from initmem_core.report.memory import Report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
 
@@ -269,8 +270,6 @@ def _say_if_empty(figure, groups: list[str]) -> None:
 def memory_vs_epoch(report: Report, path: Path) -> Path:
     """Every memory against the epoch: a panel per memory, a line per group with its 95% band,
     each half-life a dotted line (its interval a bar at half the initial value)."""
-    from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
-
     groups, names, shared, colours = _memory_groups(report)
     figure = _figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
     axes = figure.subplots(1, len(MEMORIES))
@@ -301,8 +300,6 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
     """Every memory against every clock: a row per memory, a panel per clock, a line per group
     with its 95% band and its half-life marked. A group whose clock never moves has no line in
     that clock's panels."""
-    from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
-
     groups, names, shared, colours = _memory_groups(report)
     memories = [m for m in MEMORIES if any(m in report.forgetting[g].curves for g in groups)] or ["radial"]
     figure = _figure(14.0, 3.4 * len(memories) + 0.8 + 0.22 * math.ceil(len(groups) / 2))

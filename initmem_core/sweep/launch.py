@@ -31,13 +31,16 @@ from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params, quiet_run_links
 from initmem_core.tracking.client import ensure_experiment, open_client
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.records import child_runs, find_parent, latest_per_cell, record_from_run
 from initmem_core.tracking.ui_view import write_view
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.tracking.writing import log_in_batches, to_json
+from initmem_core.training.horizons import plan_horizons
+from initmem_core.training.resume import find_resumable
+from initmem_core.training.runner import checkpoint_root
 from initmem_core.vocabulary import (
     CELLS_FAILED_TAG,
     CELLS_TAG,
@@ -110,8 +113,6 @@ class _Sweep:
     an executor works with (``executors.base``)."""
 
     def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Any):
-        from initmem_core.tracking.cells import quiet_run_links
-
         self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
         quiet_run_links()
         self.client = open_client(uri)
@@ -155,9 +156,6 @@ class _Sweep:
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
         whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
-        from initmem_core.training.resume import find_resumable
-        from initmem_core.training.runner import checkpoint_root
-
         by_hash = {config.config_hash(): config for config in configs}
         finished: dict[str, Any] = {}
         resumable: dict[str, str] = {}
@@ -194,8 +192,6 @@ class _Sweep:
             )
 
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
-        from initmem_core.tracking.cells import ChildRunWriter, config_params
-
         config = cell.config
         restart = cell.run_id in self.restarted  # its earlier launch died before a checkpoint
         if restart:
@@ -294,8 +290,6 @@ def _warm_up_drawing() -> None:
 def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> None:
     """Every folder the sweep will write to, before its first cell: a bad one fails in one
     line, not once every cell has trained."""
-    from initmem_core.training.runner import checkpoint_root
-
     check_writable_folder(plan.out, "--out")
     if not executor.remote:  # remote cells write their checkpoints on their own machines
         for root in {root for config in plan.cells if (root := checkpoint_root(config, uri)) is not None}:
@@ -344,8 +338,6 @@ def run_sweep(
     if not executor.remote and any(config.until for config in plan.cells):
         # --until: every cell's epochs are reachable within its cap, before anything is tracked
         # (the data is read here; remote workers may read it from elsewhere, so they check it).
-        from initmem_core.training.horizons import plan_horizons
-
         plan_horizons(plan.cells, registry, required_only=True, names=plan.names)
     uri = resolve_tracking_uri(tracking_uri)
     check_store(executor, uri)

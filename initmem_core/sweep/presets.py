@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.sweep.grid import spec_from_toml
 
 _FOLDER = resources.files(__package__) / "presets"
 
@@ -66,8 +67,6 @@ def preset_power(name: str) -> str:
 
 def preset_spec(name: str):
     """The preset as a ``SweepSpec``, parsed exactly as ``--config`` would parse the file."""
-    from initmem_core.sweep.grid import spec_from_toml
-
     with resources.as_file(_FOLDER / f"{name}.toml") as path:
         preset_text(name)  # a clear error for an unknown name
         return spec_from_toml(Path(path))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.errors import ConfigError
+from initmem_core.tracking.writing import log_in_batches
 
 UNSYNCED_FOLDER = "initmem-unsynced"
 #: What a run id may look like where it names a file (MLflow's are 32 hex digits): a crafted one
@@ -51,8 +52,6 @@ class PendingWrites:
         """Write everything, dropping each part as soon as the store has taken it, so a failure
         half-way never sends a part twice. The status goes last: a run ends after its data."""
         from mlflow.entities import Metric, RunTag
-
-        from initmem_core.tracking.writing import log_in_batches
 
         def drop_metrics(count: int) -> None:
             del self.metrics[:count]

@@ -15,6 +15,7 @@ from typing import Any
 from initmem_core.config import FIELDS, RunConfig, from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
+from initmem_core.tracking.correct_sets import ARTIFACT, decode
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
 from initmem_core.vocabulary import (
     CLOCKS,
@@ -182,8 +183,6 @@ def _test_correct(client, run):
     import os
     import tempfile
     from pathlib import Path
-
-    from initmem_core.tracking.correct_sets import ARTIFACT, decode
 
     previous = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no bar per cell on stderr

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.locks import LOCK_PATIENCE_S, lock_holder
 
 
@@ -88,8 +88,6 @@ def creating_store(database: Path, uri: str) -> Iterator[None]:
 
     from filelock import FileLock, Timeout
 
-    from initmem_core.errors import RunWarning
-
     lock = FileLock(f"{database}.lock")
     try:
         lock.acquire(timeout=LOCK_PATIENCE_S)
@@ -118,8 +116,6 @@ def wait_while_database_locked(database: Path, uri: str) -> None:
     import sqlite3
     import time
     import warnings
-
-    from initmem_core.errors import RunWarning
 
     if not database.is_file():
         return

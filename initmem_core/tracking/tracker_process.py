@@ -47,7 +47,8 @@ from typing import Any
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.client import error_line
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
-from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls
+from initmem_core.tracking.sqlite_store import discard_store_being_created
+from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls, MlflowTracker
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.vocabulary import FINISHED, KILLED, STOPPED_BY_TAG
 
@@ -325,7 +326,6 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
     """Serve one run's tracker calls read from file descriptor ``requests`` until the run ends or
     the input does. Between requests the tracker's own batching schedule is kept: what waits is
     written once its interval is up, even if no call comes."""
-    from initmem_core.tracking.tracker import MlflowTracker
 
     def send(message: dict) -> None:
         try:
@@ -438,7 +438,6 @@ def _end_at_once(signum: int, frame: Any) -> None:
     if _OPENING["now"]:
         _OPENING["ended_by"] = signum
         return
-    from initmem_core.tracking.sqlite_store import discard_store_being_created
 
     discard_store_being_created()
     os._exit(128 + signum)

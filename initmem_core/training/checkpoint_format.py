@@ -41,7 +41,7 @@ def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     initmem checkpoint. ``mmap``: leave tensor data on disk (to read the header cheaply)."""
     import torch
 
-    from initmem_core.training.tensor_packing import unpack
+    from initmem_core.training.tensor_packing import unpack  # lazy: imports torch
 
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
@@ -65,7 +65,7 @@ def capture(payload: dict[str, Any]) -> dict[str, Any]:
     """What goes into the file: the header as it is, the training state packed (the history as
     rows, or already as ``history_columns``). Packing copies every tensor, so the result no longer
     changes with training and can be written at leisure."""
-    from initmem_core.training.tensor_packing import pack
+    from initmem_core.training.tensor_packing import pack  # lazy: imports torch
 
     header_part = {key: payload[key] for key in HEADER if key in payload}
     state = {key: value for key, value in payload.items() if key not in header_part}

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
+from initmem_core.tracking.uris import store_folder
 from initmem_core.training.checkpoint_format import (
     NAME,
     PATTERN,
@@ -43,8 +44,6 @@ PARKED = "run-"  # <config hash>/run-<run id>/: an unfinished run's checkpoint, 
 
 
 def default_root(tracking_uri: str | None) -> Path:
-    from initmem_core.tracking.uris import store_folder
-
     return store_folder(tracking_uri) / CHECKPOINTS_FOLDER
 
 

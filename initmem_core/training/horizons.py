@@ -34,6 +34,7 @@ from typing import Any
 
 from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, parse_until
 from initmem_core.errors import ConfigError
+from initmem_core.plugin_system import optimizer_options
 from initmem_core.training.clocks import DEFAULT_CONVENTION, ForgettingClocks, check_convention, effective_step
 from initmem_core.training.schedules import lr_multiplier, warmup_steps
 from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
@@ -79,8 +80,6 @@ def declared_rule(config: Any, registry: Any) -> StepRule:
     """The ``StepRule`` a run of ``config`` will follow, from its optimizer's declared clock
     convention and settings, before the optimizer is built (``check_built_rule`` confirms it
     against the built one). ``config``: validated (``lr`` resolved)."""
-    from initmem_core.plugin_system import optimizer_options
-
     spec = registry.lookup("optimizer", config.opt)[0]
     convention = check_convention(spec.clock or DEFAULT_CONVENTION, config.opt)
     momentum = float(config.momentum)

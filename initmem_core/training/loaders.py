@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from initmem_core.errors import ConfigError
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 LOADER_KINDS = ("device", "torchvision")
@@ -407,8 +409,6 @@ def make_loaders(
     training images with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset fixed
     by ``config.data_seed``.
     """
-    from initmem_core.errors import ConfigError
-
     kind = kind or getattr(config, "loader", "device") or "device"
     if kind not in LOADER_KINDS:
         raise ConfigError(f"--loader: unknown value '{kind}'; valid values: {', '.join(LOADER_KINDS)}")

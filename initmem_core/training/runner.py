@@ -28,14 +28,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from initmem_core.config import RunConfig, from_mapping
-from initmem_core.errors import ConfigError, InitmemError, RunWarning
+from initmem_core.errors import ConfigError, Diverged, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.plugin_system.registry import Registry
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
 from initmem_core.tracking.locks import lock_holder
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
-from initmem_core.tracking.tracker_process import OpeningAbandoned
+from initmem_core.tracking.tracker_process import OpeningAbandoned, TrackerProcess
 from initmem_core.tracking.uris import (
     DEFAULT_EXPERIMENT,
     check_experiment_name,
@@ -244,7 +245,7 @@ def run(
         freeze = gc.get_freeze_count() == 0  # a caller that froze objects itself keeps its own scheme
         try:
             with _setup_out_of_the_collectors_way(freeze):
-                from initmem_core.training.setup import build_setup  # torch: imported while the helper starts
+                from initmem_core.training.setup import build_setup  # lazy: imports torch, while the helper starts
 
                 setup = build_setup(config, registry)
             return _train_tracked(config, setup, tracker, tags, progress, resume)
@@ -263,8 +264,6 @@ def _take_lease(config: RunConfig, uri: str, resume: bool):
     until the run ends and dropped by the kernel if its process dies. Held by another live
     process, a second run of the config, or a resume of the one still running, is refused in
     one line naming that process; once its owner is dead, a run can always be resumed."""
-    from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
-
     folder = store_folder(uri) / LEASES_FOLDER
     if not folder.parent.is_dir():  # opening the store says what is wrong: nothing is made here first
         return None
@@ -309,8 +308,6 @@ def _new_tracker(
     if not tracking:
         return MemoryTracker()
     if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
-        from initmem_core.tracking.tracker_process import TrackerProcess
-
         return TrackerProcess(uri, experiment, parent_run_id=parent_run_id)
     return MlflowTracker(uri, experiment, parent_run_id=parent_run_id)
 
@@ -323,7 +320,7 @@ def _train_tracked(
     progress: Any,
     resume: bool,
 ) -> RunResult:
-    from initmem_core.training.loop import train
+    from initmem_core.training.loop import train  # lazy: imports torch
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
@@ -391,8 +388,6 @@ def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str)
 
 def _record_failure(tracker: Tracker, error: BaseException) -> str:
     """Tag why the run ends; returns the status it ends with."""
-    from initmem_core.training.divergence import Diverged
-
     if isinstance(error, Stopped):
         tracker.set_tags({STOPPED_BY_TAG: error.signal_name})
         return KILLED

@@ -17,6 +17,7 @@ from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
 from initmem_core.kinds import KINDS
+from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
@@ -175,8 +176,6 @@ def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBund
 def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     """Build data, model, initialization, optimizer, schedule, regularizer and metrics. With
     ``--until``, the setup's config holds the epochs the target set (``training.horizons``)."""
-    from initmem_core.plugin_system import optimizer_options
-
     prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
     config = optimizer_options.resolve(config, registry)  # a caller that skipped resolve_config gets the declared lr
     if config.threads:

@@ -27,13 +27,17 @@ def make_executor(name: str, **options: Any) -> Executor:
             f"--executor {name} needs {package}, which is not installed: pip install 'initmem[distributed]'"
         )
     if name == "ray":
-        from initmem_core.sweep.executors.ray_executor import RayExecutor
+        from initmem_core.sweep.executors.ray_executor import (  # lazy: kept out of the CLI's start-up
+            RayExecutor,
+        )
 
         return RayExecutor(**options)
     if name == "slurm":
-        from initmem_core.sweep.executors.slurm import SlurmExecutor
+        from initmem_core.sweep.executors.slurm import SlurmExecutor  # lazy: imports submitit
 
         return SlurmExecutor(**options)
-    from initmem_core.sweep.executors.local import LocalExecutor
+    from initmem_core.sweep.executors.local import (  # lazy: kept out of the CLI's start-up
+        LocalExecutor,
+    )
 
     return LocalExecutor(**options)

@@ -57,7 +57,7 @@ def run_cell(config: RunConfig, **run_options: Any) -> tuple[str, str]:
     and the error comes back as text, since an exception object may not survive pickling back
     from a worker process or node. Ctrl-C and SIGTERM (``KeyboardInterrupt``) still propagate.
     """
-    from initmem_core.training.runner import run
+    from initmem_core.training.runner import run  # lazy: keeps the training code out of the CLI's start-up
 
     try:
         return run(config, **run_options).status, ""

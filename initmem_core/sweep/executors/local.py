@@ -26,9 +26,11 @@ from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, InitmemError
+from initmem_core.plugin_system.loader import one_line_warnings
 from initmem_core.sweep.executors.base import Executor, Job, SweepCells, replay_progress, run_cell
 from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_core.sweep.scratch import ScratchFolder
+from initmem_core.tracking.cells import TRACKER_CALLS, QueueProgress, QueueTracker
 from initmem_core.vocabulary import FAILED
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
@@ -86,13 +88,12 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
     # stops on it, with StopSignals); a worker still importing torch would print a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_process(environment)
-    from initmem_core.plugin_system.loader import one_line_warnings
 
     one_line_warnings()
     import torch  # noqa: F401  (the bulk of a cell's start-up)
 
-    import initmem_core.training.loop  # noqa: F401
-    import initmem_core.training.setup  # noqa: F401
+    import initmem_core.training.loop  # noqa: F401  # lazy: imports torch (a worker loads it before its first cell)
+    import initmem_core.training.setup  # noqa: F401  # lazy: imports torch
 
 
 def run_cell_in_worker(
@@ -101,8 +102,6 @@ def run_cell_in_worker(
     """A worker's task: run one cell, tracking through the queue. Returns (status, error).
     ``queue`` may come pickled (bytes): rebuilt here, a queue whose manager died is said so, where
     rebuilding it as the task's arguments are read would end the worker with a traceback."""
-    from initmem_core.tracking.cells import QueueProgress, QueueTracker
-
     if isinstance(queue, bytes):
         try:
             queue = pickle.loads(queue)  # connects to the queue's manager process
@@ -313,8 +312,6 @@ def _next_event(events, wait: bool) -> Any:
 
 def _drain(events, jobs: dict[str, Job], wait: bool) -> None:
     """Replay every queued event into its child's writer (or its progress bar)."""
-    from initmem_core.tracking.cells import TRACKER_CALLS
-
     try:
         event = _next_event(events, wait)
         while True:

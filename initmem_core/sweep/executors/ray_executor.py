@@ -28,7 +28,8 @@ from initmem_core.sweep.executors.base import (
 )
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
-from initmem_core.tracking.login import credentials_env
+from initmem_core.tracking.cells import QueueProgress
+from initmem_core.tracking.login import credentials_env, logged_in
 
 POLL_S = 0.2
 
@@ -41,9 +42,6 @@ def _ray_cell(
     ``login``: the tracking server's login variables of the launching shell (a worker of a
     cluster started elsewhere lacks them), set while the cell runs. They come as an argument,
     not as the task's runtime environment, which Ray writes into its logs."""
-    from initmem_core.tracking.cells import QueueProgress
-    from initmem_core.tracking.login import logged_in
-
     if uses_gpus:
         import ray
 

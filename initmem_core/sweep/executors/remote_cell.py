@@ -13,16 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from initmem_core.sweep.executors.base import CellTask, run_cell
+from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
+from initmem_core.training.resume import find_resumable
+from initmem_core.training.runner import checkpoint_root
 from initmem_core.vocabulary import FINISHED
 
 
 def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     """Run one cell; returns (status, error). The run's status is in the store either way: a
     cell that raises is FAILED there, with its reason, as with the local executor."""
-    from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
-    from initmem_core.training.resume import find_resumable
-    from initmem_core.training.runner import checkpoint_root
-
     quiet_run_links()
     writer = ServerCellWriter(task.uri, task.experiment, task.run_id)
     if writer.finished:  # an earlier attempt finished, and its worker died before it could say so

@@ -42,8 +42,10 @@ from initmem_core.sweep.executors.base import (
     fit_to_request,
     replay_progress,
 )
+from initmem_core.sweep.executors.local import die_with_parent
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.tracking.cells import QueueProgress
 from initmem_core.vocabulary import FAILED
 
 POLL_S = 1.0
@@ -78,8 +80,6 @@ class ProgressFile:
 
 
 def run_slurm_cell(task: CellTask, progress_path: str) -> tuple[str, str]:
-    from initmem_core.tracking.cells import QueueProgress
-
     return run_remote_cell(task, QueueProgress(ProgressFile(progress_path), task.run_id, PROGRESS_INTERVAL_S))
 
 
@@ -154,8 +154,6 @@ def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, resu
     """One of a task's k cells, in its own process: it dies with the task's process, leaves
     Slurm's warning signals to it (Slurm signals every process of the job), and sends back its
     (status, error)."""
-    from initmem_core.sweep.executors.local import die_with_parent
-
     die_with_parent(parent_pid)
     pin_process(process_environment(None))  # the task's GPUs, as Slurm set them; cuBLAS before torch
     for number in (signal.SIGTERM, submitit.JobEnvironment._usr_sig()):
