@@ -15,9 +15,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
 
 from initmem_plugins.architectures.cifar_resnet import build_resnet20
+from initmem_plugins.datasets.digits import read_digits  # scikit-learn's file, without importing scikit-learn
 
 
 def main() -> None:
@@ -37,9 +37,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    digits = load_digits()
-    x = torch.as_tensor(digits.images, dtype=torch.float32).div_(16.0).unsqueeze(1)
-    y = torch.as_tensor(digits.target, dtype=torch.int64)
+    pixels, target = read_digits()
+    x = torch.as_tensor(pixels, dtype=torch.float32).div_(16.0).reshape(-1, 1, 8, 8)
+    y = torch.as_tensor(target, dtype=torch.int64)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     n_hold = int(0.2 * len(y))
     splits = {
