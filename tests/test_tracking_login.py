@@ -5,8 +5,8 @@ the sweep, Ray tasks started by a head that never saw them, Slurm jobs through s
 executor); a refused login is one line and exit code 2 with nothing written; a login that
 expires while a run trains leaves its figures for ``initmem sync``.
 
-Ray reaches for outside addresses: its test runs in a network namespace with only loopback
-(``test_ray_tasks_in_a_private_network_namespace``), as the executor suite does.
+Ray reaches for outside addresses: its test runs in a network namespace with only loopback, in the
+same pytest as the executor suite (``tests/test_executors_isolated.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from local_services import auth_request, login_server, ray_head
-from network_isolation import loopback_only, run_isolated
+from network_isolation import loopback_only
 from typer.testing import CliRunner
 
 pytestmark = pytest.mark.slow
@@ -223,7 +223,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     """The admin changes the user's password while ``initmem run`` trains: the run goes on, what
     the server refuses waits in initmem-unsynced/, and ``initmem sync`` with the new password
     uploads it."""
-    epochs = 60
+    epochs = 30
     env = dict(os.environ)
     process = subprocess.Popen(
         [
@@ -299,7 +299,9 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     assert not list((tmp_path / "initmem-unsynced").glob("*.jsonl"))  # uploaded, then deleted
 
 
-@pytest.mark.skipif(not loopback_only(), reason="Ray needs a loopback-only network namespace (see below)")
+@pytest.mark.skipif(
+    not loopback_only(), reason="Ray needs a loopback-only network namespace (test_executors_isolated.py)"
+)
 def test_ray_tasks_get_the_login_though_their_head_never_saw_it(server, as_user, tmp_path, monkeypatch):
     """A cluster is started by someone, somewhere, without this user's login: the sweep hands its
     tasks the login variables (with their arguments), and no log of Ray's holds them (a runtime
@@ -333,11 +335,3 @@ def test_ray_tasks_get_the_login_though_their_head_never_saw_it(server, as_user,
     assert len(runs) == 2 and {run.info.status for run in runs} == {"FINISHED"}
     assert all(run.data.tags["initmem.attempts"] == "1" for run in runs)  # written by the Ray task itself
     assert PASSWORD not in result.output and logs and not leaked
-
-
-@pytest.mark.skipif(loopback_only(), reason="already isolated: the Ray test runs directly")
-def test_ray_tasks_in_a_private_network_namespace():
-    result = run_isolated(["-q", __file__, "-k", "ray_tasks_get_the_login"], timeout_s=900)
-    tail = (result.stdout + result.stderr)[-4000:]
-    assert result.returncode == 0, tail
-    assert "1 passed" in result.stdout, tail
