@@ -800,17 +800,21 @@ def first_difference(got: list, want: list) -> Any:
 
 def files_left(folder: Path, tmp: Path) -> list[str]:
     """Held leases, temporary files and spooled writes left in the round's folder or TMPDIR."""
+    from initmem_core.tracking.sync import SYNC_LOCK
+
     problems = []
-    for lease in sorted((folder / "initmem-leases").glob("*.lock")):
-        with open(lease, "a") as handle:
+    spool = folder / "initmem-unsynced"
+    # A lock file stays where it was taken (leases, sync's own lock in the spool): only a held one is left over.
+    for lock in sorted((folder / "initmem-leases").glob("*.lock")) + sorted(spool.glob(SYNC_LOCK)):
+        with open(lock, "a") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.flock(handle, fcntl.LOCK_UN)
             except OSError:
-                problems.append(f"lease {lease.name} still held")
-    spool = folder / "initmem-unsynced"
-    if spool.is_dir() and any(spool.iterdir()):
-        problems.append(f"initmem-unsynced holds {sorted(p.name for p in spool.iterdir())} after initmem sync")
+                problems.append(f"{'lease' if lock.parent != spool else 'sync lock'} {lock.name} still held")
+    waiting = sorted(p.name for p in spool.iterdir() if p.name != SYNC_LOCK) if spool.is_dir() else []
+    if waiting:
+        problems.append(f"initmem-unsynced holds {waiting} after initmem sync")
     for path in folder.rglob("*"):
         relative = path.relative_to(folder)
         name = path.name

@@ -122,19 +122,22 @@ def test_files_a_killed_sweep_may_leave_are_found(tmp_path):
     (folder / "initmem-checkpoints" / "abc" / "ckpt-e000001-s000000.pt").write_bytes(b"x")
     tmp.mkdir()
     (tmp / "torchinductor_root").mkdir()
+    (folder / "initmem-unsynced").mkdir()
+    (folder / "initmem-unsynced" / ".sync.lock").write_text("")  # initmem sync's lock, free: not a write
     assert chaos.files_left(folder, tmp) == []
 
     (folder / "initmem-checkpoints" / "abc" / "ckpt-e000002-s000000.pt.tmp").write_bytes(b"x")
     (tmp / "initmem-sweep-abc").mkdir()
-    (folder / "initmem-unsynced").mkdir()
     (folder / "initmem-unsynced" / "run.jsonl").write_text("{}\n")
     lease = folder / "initmem-leases" / "abc.lock"
-    with open(lease, "w") as held:
+    with open(lease, "w") as held, open(folder / "initmem-unsynced" / ".sync.lock", "w") as syncing:
         fcntl.flock(held, fcntl.LOCK_EX)
+        fcntl.flock(syncing, fcntl.LOCK_EX)
         said = chaos.files_left(folder, tmp)
     assert sorted(said) == sorted(
         [
             "lease abc.lock still held",
+            "sync lock .sync.lock still held",
             "initmem-unsynced holds ['run.jsonl'] after initmem sync",
             "file left: initmem-checkpoints/abc/ckpt-e000002-s000000.pt.tmp",
             "temporary file left in TMPDIR: initmem-sweep-abc",
