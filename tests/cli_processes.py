@@ -14,6 +14,12 @@ TINY_RUN_ARGS = [
 ]
 TINY_SWEEP_ARGS = ["--epochs", "1", "--train-size", "64", "--batch-size", "32", "--eval-batch-size", "512"]
 TINY = dict(epochs=1, train_size=64, batch_size=32, threads=1, eval_batch_size=512)
+#: A small cell, data and architecture named: what the executor and login suites send through
+#: real servers and workers (positions matter: those suites slice it to swap --epochs).
+SMALL_CELL_ARGS = [
+    *("--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128"),
+    *("--batch-size", "32", "--eval-batch-size", "512", "--threads", "1"),
+]
 
 
 def initmem_command(*args: str) -> list[str]:

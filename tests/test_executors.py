@@ -30,6 +30,7 @@ pytestmark = [
 ]
 
 import pausing_plugin  # noqa: E402  (tests/ is on sys.path; the workers get it from plugin_site)
+from cli_processes import SMALL_CELL_ARGS  # noqa: E402
 from local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 from initmem_cli.app import app  # noqa: E402
@@ -40,22 +41,7 @@ from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E4
 from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
-SMALL = [
-    "--data",
-    "digits",
-    "--arch",
-    "resnet20",
-    "--epochs",
-    "2",
-    "--train-size",
-    "128",
-    "--batch-size",
-    "32",
-    "--eval-batch-size",
-    "512",
-    "--threads",
-    "1",
-]
+SMALL = SMALL_CELL_ARGS
 GRID = ["--opt", "sgd,pausing-sgd", "--sigma", "0.5,2", "--seed", "0"]
 PER_EPOCH = ("train_loss", "train_acc", "val_acc", "test_acc", "weight_norm", "clock_sgd", "lr")
 PAUSE_S = 150  # how long a test waits for a cell to pause

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_processes import SMALL_CELL_ARGS
 from local_services import auth_request, login_server, ray_head
 from network_isolation import loopback_only
 from typer.testing import CliRunner
@@ -28,22 +29,7 @@ pytestmark = pytest.mark.slow
 ADMIN_PASSWORD = "admin-" + os.urandom(6).hex()
 USER, PASSWORD = "alice", "alice-" + os.urandom(6).hex()
 LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
-SMALL = [
-    "--data",
-    "digits",
-    "--arch",
-    "resnet20",
-    "--epochs",
-    "2",
-    "--train-size",
-    "128",
-    "--batch-size",
-    "32",
-    "--eval-batch-size",
-    "512",
-    "--threads",
-    "1",
-]
+SMALL = SMALL_CELL_ARGS
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
