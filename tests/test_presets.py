@@ -31,7 +31,9 @@ def test_every_preset_is_listed_and_valid():
         "paper-l2",
         "paper-l2-horizon",
         "paper-long",
+        "paper-long-fmnist",
         "paper-long-mini",
+        "paper-lr-fmnist",
         "paper-lr-mini",
         "paper-mini",
         "paper-resnet9",
@@ -183,6 +185,19 @@ def test_the_new_claims_digits_presets_vary_one_setting_each():
     for grid in (lr, long, depth):
         assert {c.opt for c in grid} == {"sgd"} and {c.momentum for c in grid} == {0.0}
         assert {c.sigma for c in grid} == {0.1, 2.5} and {c.data for c in grid} == {"digits"}
+
+
+def test_the_new_claims_fashion_mnist_presets_vary_one_setting_each():
+    """paper-lr-fmnist's low rate is paper-fmnist's SGD group; paper-long-fmnist is 10x at one rate."""
+    lr, long = cells("paper-lr-fmnist"), cells("paper-long-fmnist")
+    assert {c.lr for c in lr} == {0.01, 0.1} and {c.epochs for c in lr} == {40}
+    assert {c.epochs for c in long} == {20, 200} and {c.lr for c in long} == {0.01}
+    assert {c.schedule for c in lr} == {"cosine"} and {c.schedule for c in long} == {"constant"}
+    fmnist_sgd = {(c.train_size, c.eval_size, c.batch_size) for c in cells("paper-fmnist") if c.opt == "sgd"}
+    for grid in (lr, long):
+        assert {c.opt for c in grid} == {"sgd"} and {c.momentum for c in grid} == {0.0}
+        assert {c.sigma for c in grid} == {0.1, 2.5} and {c.data for c in grid} == {"fashion-mnist"}
+        assert {(c.train_size, c.eval_size, c.batch_size) for c in grid} <= fmnist_sgd
 
 
 @pytest.mark.parametrize("name", ["paper-mini", "paper-depth"])
