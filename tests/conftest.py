@@ -19,6 +19,9 @@ from initmem_core.plugin_system import loader as plugins
 # as scripts; tests load some of them from their files.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+# The suite's few long, self-contained tests run their command beside the others (second_lane.py).
+pytest_plugins = ["second_lane"]
+
 
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
 import sys
 
 
@@ -18,9 +17,9 @@ def loopback_only() -> bool:
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
-def run_isolated(pytest_args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
-    """``python -m pytest ARGS`` in a new network namespace with loopback up."""
+def isolated_pytest(pytest_args: list[str]) -> list[str]:
+    """The argv of ``python -m pytest ARGS`` in a new network namespace with loopback up."""
     if shutil.which("unshare") is None:
         raise RuntimeError("unshare (util-linux) is needed to run these tests without network")
     command = f"ip link set lo up && exec {sys.executable} -m pytest -p no:cacheprovider " + " ".join(pytest_args)
-    return subprocess.run(["unshare", "--net", "sh", "-c", command], capture_output=True, text=True, timeout=timeout_s)
+    return ["unshare", "--net", "sh", "-c", command]

@@ -7,7 +7,6 @@ two figures or checks a target.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,13 +21,16 @@ def positive(stats: dict) -> bool:
     return all(stats[key] > 0 for key in ("median", "min", "max")) and all(v > 0 for v in stats["samples"])
 
 
-def test_quick_benchmark_reports_every_section(tmp_path):
-    out = tmp_path / "bench.json"
+def quick_benchmark(folder: Path) -> list[str]:
     # One torch thread: with two OpenMP threads on a machine busy with other tests, each parallel
     # region waits for a descheduled thread and the run slows several-fold.
-    command = [sys.executable, str(BENCH), "--quick", "--threads", "1", "--json", str(out)]
-    # --quick takes well under a minute; the cap only stops a hang.
-    subprocess.run(command, check=True, capture_output=True, timeout=300, cwd=tmp_path)
+    return [sys.executable, str(BENCH), "--quick", "--threads", "1", "--json", "bench.json"]
+
+
+@pytest.mark.second_lane(command=quick_benchmark, timeout_s=300)  # --quick takes well under a minute
+def test_quick_benchmark_reports_every_section(second_lane_result):
+    done, out = second_lane_result.done, second_lane_result.folder / "bench.json"
+    assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
 
     assert {"machine", "plan", "train", "pipeline", "tracking", "cli"} <= set(results)

@@ -33,6 +33,7 @@ def table(rng, truth, seeds, run_sd=0.0, fail=0.0, n_test=360):
     return out
 
 
+@pytest.mark.slow  # simulates hundreds of sweeps through the report
 @pytest.mark.parametrize("seeds, run_sd", [(4, 0.0), (4, 2.5), (6, 2.5)])
 def test_identical_groups_get_a_verdict_in_about_5_percent_of_sweeps(seeds, run_sd):
     rng = np.random.default_rng(seeds * 10 + int(run_sd))
@@ -43,6 +44,7 @@ def test_identical_groups_get_a_verdict_in_about_5_percent_of_sweeps(seeds, run_
     assert verdicts / SWEEPS <= 0.08  # 5% nominal; 150 sweeps have a standard error of 1.8 points
 
 
+@pytest.mark.slow  # simulates hundreds of sweeps through the report
 @pytest.mark.parametrize("run_sd", [0.0, 2.5])
 def test_a_flat_groups_interval_holds_zero(run_sd):
     rng = np.random.default_rng(1 + int(run_sd))
@@ -52,6 +54,7 @@ def test_a_flat_groups_interval_holds_zero(run_sd):
     assert abs(np.mean([e.estimate for e in estimates])) < 0.3  # centred on the truth, 0
 
 
+@pytest.mark.slow  # simulates hundreds of sweeps through the report
 def test_a_5pp_spread_with_failed_cells_is_covered():
     rng = np.random.default_rng(2)
     held = decided = 0
@@ -63,6 +66,7 @@ def test_a_5pp_spread_with_failed_cells_is_covered():
     assert decided >= 0.9 * SWEEPS and held / decided >= 0.9
 
 
+@pytest.mark.slow  # simulates hundreds of sweeps through the report
 def test_the_debiased_spread_has_the_power_the_noise_allows():
     rng = np.random.default_rng(3)
     found = np.mean(
@@ -89,17 +93,17 @@ def test_the_benchmarks_settings_through_the_report_and_the_findings():
     calibration = load_calibration()
     rng = np.random.default_rng(4)
     identical = {"sgd": calibration.on(SIGMAS, FOUR_PP), "adam": calibration.on(SIGMAS, FOUR_PP)}
-    rates = calibration.verdict_rate(rng, 100, identical, 4, calibration.RUN_LEVEL)
+    rates = calibration.verdict_rate(rng, 60, identical, 4, calibration.RUN_LEVEL)
     assert rates.get("reproduced", 0) + rates.get("contradicted", 0) <= 0.08
-    below = calibration.verdict_rate(rng, 20, identical, 2, calibration.RUN_LEVEL)
+    below = calibration.verdict_rate(rng, 10, identical, 2, calibration.RUN_LEVEL)
     assert below == {"cannot be decided: too few seeds": 1.0}
-    c = calibration.coverage(rng, 100, calibration.on(SIGMAS, FIVE_PP), 6, calibration.RUN_LEVEL, keep_at={2.5: 1})
+    c = calibration.coverage(rng, 60, calibration.on(SIGMAS, FIVE_PP), 6, calibration.RUN_LEVEL, keep_at={2.5: 1})
     assert c["named"] == 1.0  # a sigma with one trained seed is named as left out, never dropped silently
     assert c["coverage"] >= 0.88
     # the clock ordering over four groups that remember alike: no verdict beyond the error rate
     alike = {group: calibration.on(SIGMAS, FOUR_PP) for group in ("sgd", "adam", "adamw", "muon")}
     clocks = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}
-    ordering = calibration.verdict_rate(rng, 60, alike, 4, calibration.RUN_LEVEL, claim=4, clocks=clocks)
+    ordering = calibration.verdict_rate(rng, 40, alike, 4, calibration.RUN_LEVEL, claim=4, clocks=clocks)
     assert ordering.get("reproduced", 0) + ordering.get("contradicted", 0) <= 0.08
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -145,40 +144,22 @@ def test_files_a_killed_sweep_may_leave_are_found(tmp_path):
     )
 
 
+def short_chaos_run(folder: Path) -> list[str]:
+    """Seven faults (one of each kind, in the seed's order) around a two-cell sweep."""
+    faults = ["--seed", "3", "--faults", "7", "--gap", "3", "--minutes", "3"]
+    grid = ["--sigma", "0.5,2", "--seeds", "0", "--epochs", "2"]
+    return [sys.executable, str(CHAOS), *faults, *grid, "--json", str(folder / "chaos.json")]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0,
     reason="chaos.py mounts a tmpfs (root) and reads /proc (Linux)",
 )
-def test_a_short_seeded_chaos_run_matches_its_twin(tmp_path):
-    """Seven faults (one of each kind, in the seed's order) around a two-cell sweep; then the
-    end state is checked against the twin. About a minute and a half on a 2-core machine."""
-    out = tmp_path / "chaos.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(CHAOS),
-            "--seed",
-            "3",
-            "--faults",
-            "7",
-            "--gap",
-            "3",
-            "--minutes",
-            "3",
-            "--sigma",
-            "0.5,2",
-            "--seeds",
-            "0",
-            "--epochs",
-            "2",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+@pytest.mark.second_lane(command=short_chaos_run)
+def test_a_short_seeded_chaos_run_matches_its_twin(second_lane_result):
+    """The short run's end state is checked against the twin. About a minute and a half on a 2-core machine."""
+    done, out = second_lane_result.done, second_lane_result.folder / "chaos.json"
     figures = json.loads(out.read_text())
     assert done.returncode == 0 and figures["passed"], done.stdout[-6000:] + done.stderr[-3000:]
     assert sum(figures["injected"].values()) == 7 and figures["rounds"]

@@ -151,6 +151,7 @@ def test_accuracy_memory_counts_from_its_peak_and_its_band_gives_the_interval():
 # -- synthetic sweeps with a known half-life ------------------------------------------------
 
 
+@pytest.mark.slow  # simulates sweeps with a known half-life
 def test_a_known_half_life_in_t_l2_is_recovered_and_covered():
     report = build_report(bench.synthetic_sweep(3))
     assert len(report.forgetting) == len(bench.GROUPS)
@@ -226,6 +227,7 @@ def test_the_parent_description_names_each_groups_radial_half_life(report):
     assert f"{half.epoch:.3g} [{half.epoch_lo:.3g}, {half.epoch_hi:.3g}] ep · T_SGD" in note
 
 
+@pytest.mark.slow  # draws every memory figure
 def test_memory_plots_are_valid_pngs(tmp_path):
     from matplotlib import image
 
@@ -251,12 +253,14 @@ def test_mechanism_clocks():
     assert mechanism_clock(RunConfig(opt="adamw", weight_decay=0.01)) == "clock_adapt"
 
 
+@pytest.mark.slow  # simulates sweeps with a known half-life
 def test_forgetting_follows_the_clocks_when_half_lives_agree_in_t_l2():
     finding = next(f for f in evaluate_findings(bench.synthetic_sweep(1)) if f.claim.startswith("Forgetting follows"))
     assert finding.verdict == REPRODUCED, finding.measured
     assert "T_L2 family [opt=sgd,lr=0.05,l2=0.01, opt=sgd,lr=0.05,l2=0.02, opt=sgd,lr=0.1,l2=0.01]" in finding.measured
 
 
+@pytest.mark.slow  # simulates sweeps with a known half-life
 def test_forgetting_that_follows_the_epochs_contradicts_it():
     # the same groups, each forgetting with a half-life of 12 epochs whatever its lambda and lr
     finding = forgetting_follows_the_clocks(read_sweep(bench.synthetic_sweep(1, in_epochs=12.0)))

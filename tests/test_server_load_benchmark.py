@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,12 +25,16 @@ def has_postgres() -> bool:
     return bool(shutil.which("pg_ctl") or glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
 
 
-def test_two_cells_into_each_backend_land_whole(tmp_path):
-    if not has_postgres() and not os.environ.get("CI"):
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
-    out = tmp_path / "load.json"
-    command = [sys.executable, str(BENCHMARK), "--cells", "2", "--epochs", "2", "--processes", "2", "--json", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+def two_cells_each(folder: Path) -> list[str]:
+    return [sys.executable, str(BENCHMARK), "--cells", "2", "--epochs", "2", "--processes", "2", "--json", "load.json"]
+
+
+@pytest.mark.skipif(
+    not has_postgres() and not os.environ.get("CI"), reason="PostgreSQL is not installed (apt-get install postgresql)"
+)
+@pytest.mark.second_lane(command=two_cells_each)
+def test_two_cells_into_each_backend_land_whole(second_lane_result):
+    done, out = second_lane_result.done, second_lane_result.folder / "load.json"
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["machine"]["cores"] > 0

@@ -308,7 +308,7 @@ def test_a_diverged_cell_is_final_unless_retried(tracking_uri, tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
 def test_no_worker_outlives_a_killed_sweep_and_a_relaunch_runs_each_cell_once(tracking_uri, tmp_path):
     command = sweep_command(tracking_uri, "orphans", "--workers", "2", "--out", str(tmp_path / "out"))
-    command[command.index("--epochs") + 1] = "30"  # long enough to be killed mid-cell
+    command[command.index("--epochs") + 1] = "15"  # long enough to be killed mid-cell
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while len(children(tracking_uri, "orphans")) < 2:  # both workers have a cell

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from cli_processes import SMALL_CELL_ARGS
-from local_services import auth_request, login_server, ray_head
+from local_services import add_user, auth_request, login_server, ray_head
 from network_isolation import loopback_only
 from typer.testing import CliRunner
 
@@ -38,7 +38,7 @@ def server(tmp_path_factory, _empty_store):
     """The login server, with one user who may write (the experiment is hers once she makes it)."""
     folder = tmp_path_factory.mktemp("login-server")
     with login_server(folder, ADMIN_PASSWORD, database=_empty_store) as url:
-        auth_request(url, "create", {"username": USER, "password": PASSWORD}, "admin", ADMIN_PASSWORD)
+        add_user(url, folder, USER, PASSWORD, ADMIN_PASSWORD)
         yield url
 
 

@@ -1,0 +1,154 @@
+"""A second lane for the suite's few long, self-contained tests: a pytest plugin (conftest.py loads it).
+
+A test marked ``@pytest.mark.second_lane(command=..., timeout_s=...)`` runs one command, a benchmark or a
+pytest of its own, and then only reads what it wrote. The command needs nothing from the test, so
+it is started as soon as the session's tests are collected, one such command at a time, in a thread
+beside the session; the test itself is moved to the end of the session and reads the result there
+(``second_lane_result``). Most of what those commands do is waiting on servers, subprocesses and
+the faults they inject, so the suite's other tests use the CPU meanwhile.
+
+``command`` is a callable that takes the test's own empty folder and returns the argv to run there.
+A test that is deselected or skipped (by a ``skipif`` with a plain boolean) starts nothing; one whose
+command was not started ahead (run alone with ``-p no:second_lane``, say) runs it when it is reached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+MARKER = "second_lane"
+
+
+@dataclass
+class LaneResult:
+    """What a second-lane command left: its exit, output and folder, and how long it ran."""
+
+    done: subprocess.CompletedProcess
+    folder: Path
+    seconds: float
+
+
+@dataclass
+class _Job:
+    nodeid: str
+    command: Callable[[Path], list[str]]
+    timeout_s: float
+    folder: Path
+    future: Future
+    process: subprocess.Popen | None = None
+
+
+class _Lane:
+    """The jobs of one session, run in order by one thread."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, _Job] = {}
+        self.root = Path(tempfile.mkdtemp(prefix="initmem-second-lane-"))
+        self.stopping = threading.Event()
+
+    def add(self, item: pytest.Item) -> None:
+        marker = item.get_closest_marker(MARKER)
+        folder = self.root / f"job{len(self.jobs)}"
+        folder.mkdir()
+        command, timeout_s = marker.kwargs["command"], marker.kwargs.get("timeout_s", 900)
+        self.jobs[item.nodeid] = _Job(item.nodeid, command, timeout_s, folder, Future())
+
+    def start(self) -> None:
+        threading.Thread(target=self._run_all, name="second-lane", daemon=True).start()
+
+    def _run_all(self) -> None:
+        for job in self.jobs.values():
+            if self.stopping.is_set():
+                job.future.cancel()
+                continue
+            try:
+                job.future.set_result(run_job(job))
+            except BaseException as error:  # handed to the test that waits on it
+                job.future.set_exception(error)
+
+    def stop(self) -> None:
+        """Ends what still runs (a session cut short), and removes the folders."""
+        self.stopping.set()
+        for job in self.jobs.values():
+            if job.process is not None and job.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(job.process.pid, signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def run_job(job: _Job) -> LaneResult:
+    """The job's command in its folder, in a session of its own (killed whole if it runs over)."""
+    start = time.monotonic()
+    argv = job.command(job.folder)
+    job.process = subprocess.Popen(
+        argv, cwd=job.folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = job.process.communicate(timeout=job.timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.process.pid, signal.SIGKILL)
+        out, err = job.process.communicate()
+        err += f"\n(second lane: killed after {job.timeout_s:g} s)"
+    done = subprocess.CompletedProcess(argv, job.process.returncode, out, err)
+    return LaneResult(done, job.folder, time.monotonic() - start)
+
+
+def _skipped_outright(item: pytest.Item) -> bool:
+    """A ``skip`` marker, or a ``skipif`` whose condition is a plain true value."""
+    if item.get_closest_marker("skip") is not None:
+        return True
+    return any(
+        marker.args and all(isinstance(c, bool) for c in marker.args) and any(marker.args)
+        for marker in item.iter_markers("skipif")
+    )
+
+
+_lane = _Lane()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(command=..., timeout_s=900): the test's command starts once tests are collected and runs beside "
+        "the session (tests/second_lane.py); the test runs last and reads its result",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after -m, -k and deselection have chosen the session's tests
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.option.collectonly:
+        return
+    lane = [item for item in items if item.get_closest_marker(MARKER) and not _skipped_outright(item)]
+    for item in lane:
+        _lane.add(item)
+    items[:] = [item for item in items if item not in lane] + lane
+    if lane:
+        _lane.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _lane.stop()
+
+
+@pytest.fixture
+def second_lane_result(request: pytest.FixtureRequest, tmp_path: Path) -> LaneResult:
+    """The test's second-lane command, once it has ended (run here if it was not started ahead)."""
+    job = _lane.jobs.get(request.node.nodeid)
+    if job is None:
+        marker = request.node.get_closest_marker(MARKER)
+        command, timeout_s = marker.kwargs["command"], marker.kwargs.get("timeout_s", 900)
+        return run_job(_Job(request.node.nodeid, command, timeout_s, tmp_path, Future()))
+    return job.future.result()
