@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 # The suite's few long, self-contained tests run their command beside the others (second_lane.py).
 pytest_plugins = ["second_lane"]
+
+# A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored,
+# and every process it starts would too: the tests that send Ctrl-C need Python's own handler here,
+# so that their processes start with the default one.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,9 @@ the faults they inject, so the suite's other tests use the CPU meanwhile.
 ``command`` is a callable that takes the test's own empty folder and returns the argv to run there.
 A test that is deselected or skipped (by a ``skipif`` with a plain boolean) starts nothing; one whose
 command was not started ahead (run alone with ``-p no:second_lane``, say) runs it when it is reached.
+
+``takes_over=("test_x.py", ...)``: the command is a pytest of those files' ``slow`` tests, so this
+session leaves them out (they are reported as deselected) while the lane runs them.
 """
 
 from __future__ import annotations
@@ -56,12 +59,12 @@ class _Lane:
 
     def __init__(self) -> None:
         self.jobs: dict[str, _Job] = {}
-        self.root = Path(tempfile.mkdtemp(prefix="initmem-second-lane-"))
+        self.root = Path(tempfile.mkdtemp(prefix="lane-"))  # short: AF_UNIX socket paths under it must fit 107 bytes
         self.stopping = threading.Event()
 
     def add(self, item: pytest.Item) -> None:
         marker = item.get_closest_marker(MARKER)
-        folder = self.root / f"job{len(self.jobs)}"
+        folder = self.root / str(len(self.jobs))
         folder.mkdir()
         command, timeout_s = marker.kwargs["command"], marker.kwargs.get("timeout_s", 900)
         self.jobs[item.nodeid] = _Job(item.nodeid, command, timeout_s, folder, Future())
@@ -122,8 +125,8 @@ _lane = _Lane()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(command=..., timeout_s=900): the test's command starts once tests are collected and runs beside "
-        "the session (tests/second_lane.py); the test runs last and reads its result",
+        f"{MARKER}(command=..., timeout_s=900, takes_over=()): the test's command starts once tests are collected "
+        "and runs beside the session (tests/second_lane.py); the test runs last and reads its result",
     )
 
 
@@ -134,13 +137,35 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     lane = [item for item in items if item.get_closest_marker(MARKER) and not _skipped_outright(item)]
     for item in lane:
         _lane.add(item)
-    items[:] = [item for item in items if item not in lane] + lane
+    taken = _taken_over(lane, items)
+    if taken:
+        config.hook.pytest_deselected(items=taken)
+    items[:] = [item for item in items if item not in lane and item not in taken] + lane
     if lane:
         _lane.start()
 
 
+def _taken_over(lane: list[pytest.Item], items: list[pytest.Item]) -> list[pytest.Item]:
+    """The slow tests of the files a lane job runs in a pytest of its own."""
+    files = {name for item in lane for name in item.get_closest_marker(MARKER).kwargs.get("takes_over", ())}
+    return [
+        item
+        for item in items
+        if item.path.name in files and item.get_closest_marker("slow") and not item.get_closest_marker(MARKER)
+    ]
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _lane.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    finished = [job for job in _lane.jobs.values() if job.future.done() and not job.future.cancelled()]
+    if finished:
+        terminalreporter.section("second lane")
+        for job in finished:
+            seconds = job.future.result().seconds if job.future.exception() is None else float("nan")
+            terminalreporter.write_line(f"{seconds:7.1f}s  {job.nodeid}")
 
 
 @pytest.fixture

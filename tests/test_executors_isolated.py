@@ -14,7 +14,7 @@ RAY_LOGIN = f"{TESTS / 'test_tracking_login.py'}::test_ray_tasks_get_the_login_t
 
 
 def isolated_suite(folder: Path) -> list[str]:
-    return isolated_pytest(["-q", f"--basetemp={folder / 'pytest'}", str(TESTS / "test_executors.py"), RAY_LOGIN])
+    return isolated_pytest(["-q", f"--basetemp={folder / 't'}", str(TESTS / "test_executors.py"), RAY_LOGIN])
 
 
 @pytest.mark.slow  # the Ray and Slurm suite in a network namespace
