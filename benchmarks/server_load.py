@@ -290,8 +290,9 @@ def stop_group(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def mlflow_server(backend_uri: str, folder: Path, env: dict[str, str]) -> Iterator[str]:
-    """``mlflow server`` as docs/distributed.md starts it, on 127.0.0.1; yields its URL."""
+def mlflow_server(backend_uri: str, folder: Path, env: dict[str, str], app: tuple[str, ...] = ()) -> Iterator[str]:
+    """``mlflow server`` as docs/distributed.md starts it, on 127.0.0.1; yields its URL. ``app``:
+    ``("--app-name", "basic-auth")`` for the server with a login."""
     port = free_port()
     log = open(folder / "mlflow-server.log", "wb")
     server = subprocess.Popen(
@@ -300,6 +301,7 @@ def mlflow_server(backend_uri: str, folder: Path, env: dict[str, str]) -> Iterat
             "-m",
             "mlflow",
             "server",
+            *app,
             "--backend-store-uri",
             backend_uri,
             "--artifacts-destination",
