@@ -9,7 +9,8 @@ the faults they inject, so the suite's other tests use the CPU meanwhile.
 
 ``command`` is a callable that takes the test's own empty folder and returns the argv to run there.
 A test that is deselected or skipped (by a ``skipif`` with a plain boolean) starts nothing; one whose
-command was not started ahead (run alone with ``-p no:second_lane``, say) runs it when it is reached.
+command was not started ahead (a ``skipif`` given as a string, which only its own run evaluates)
+runs it when it is reached.
 
 ``takes_over=("test_x.py", ...)``: the command is a pytest of those files' ``slow`` tests, so this
 session leaves them out (they are reported as deselected) while the lane runs them.
