@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,20 +34,23 @@ def calls(tree: ast.AST, name: str) -> list[ast.Call]:
     ]
 
 
-def test_the_readme_snippet_makes_each_run_it_asks_for_once(tmp_path, store_in):
+def readme_snippet_as_a_script(folder: Path) -> list[str]:
+    """The block as ``snippet.py``, run in an empty folder (its store, ./mlflow.db, is made there)
+    without this shell's MLflow and initmem settings, as a reader would run it."""
+    (folder / "snippet.py").write_text(readme_snippet())
+    unset = [part for key in os.environ if key.startswith(("MLFLOW_", "INITMEM_")) for part in ("-u", key)]
+    return ["env", *unset, sys.executable, "snippet.py"]
+
+
+@pytest.mark.second_lane(command=readme_snippet_as_a_script, timeout_s=600)
+def test_the_readme_snippet_makes_each_run_it_asks_for_once(second_lane_result):
     code = readme_snippet()
     tree = ast.parse(code)
     [sweep_call] = calls(tree, "run_sweep")
     assert {k.arg: ast.literal_eval(k.value) for k in sweep_call.keywords}.get("workers") == 2
     cells = len(plan_sweep(ast.literal_eval(sweep_call.args[0])).cells)
     single_runs = len(calls(tree, "run"))
-    script = tmp_path / "snippet.py"
-    script.write_text(code)
-    uri = store_in(tmp_path)  # the snippet's default store, ./mlflow.db, already migrated
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "INITMEM_"))}
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    done, uri = second_lane_result.done, f"sqlite:///{second_lane_result.folder / 'mlflow.db'}"
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.strip().splitlines()
     assert len(printed) == 2 and printed[1].startswith("[("), done.stdout  # each print once

@@ -1,7 +1,7 @@
-"""The slow tests of the suite's long files that start and kill `initmem` sweeps or log in to a
-tracking server, run in one pytest of their own in the second lane (tests/second_lane.py), beside
-the rest of the suite: their processes mostly wait on one another, so the two lanes share the CPU.
-Run alone, each file's tests run as usual (`python -m pytest tests/test_sweep_faults.py`)."""
+"""The slow tests of the suite's long files that start and kill `initmem` sweeps, run in one pytest
+of their own in the second lane (tests/second_lane.py), beside the rest of the suite: their
+processes mostly wait on one another, so the two lanes share the CPU. Run alone, each file's tests
+run as usual (`python -m pytest tests/test_sweep_faults.py`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-FILES = ("test_sweep_faults.py", "test_tracking_login.py")
+FILES = ("test_sweep_faults.py",)
 
 
 def slow_tests_of_the_files(folder: Path) -> list[str]:
