@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -349,6 +350,10 @@ def sweep_command(
                 retry_failed=retry_failed,
             )
     except KeyboardInterrupt:
+        # The first Ctrl-C ends the sweep, whose cells are stopped by now; another one during the
+        # exit (a second key press, or the terminal's signal arriving late, after a worker's death
+        # had already interrupted the sweep) would end it killed by SIGINT instead of with code 130.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130) from None
     console.print(groups_table(result.report))
     skipped = sum(cell.skipped for cell in result.cells)
