@@ -157,34 +157,6 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
             assert height > 200 and width > 200
 
 
-def test_figures_drawn_by_a_forked_drawer_are_those_drawn_alone(records, tmp_path):
-    from initmem_core.report import plots
-
-    report = build_report(records)
-    alone = {p.name: p.read_bytes() for p in plots.write_plots(report, tmp_path / "alone", fork=False)}
-    forked = {p.name: p.read_bytes() for p in plots.write_plots(report, tmp_path / "forked")}
-    assert forked == alone and len(alone) == len(plots.PLOTS)
-
-
-def test_figures_a_failed_drawer_left_are_drawn_by_the_sweep_itself(records, tmp_path, monkeypatch):
-    """The drawer draws the first figure; here it fails there, so the figure comes from this process."""
-    import os
-
-    from initmem_core.report import plots
-
-    me, first = os.getpid(), next(iter(plots.PLOTS))
-    draw_first = plots.PLOTS[first]
-
-    def only_here(report, path):
-        if os.getpid() != me:
-            raise RuntimeError("the drawer fails")
-        return draw_first(report, path)
-
-    monkeypatch.setitem(plots.PLOTS, first, only_here)
-    written = plots.write_plots(build_report(records), tmp_path)
-    assert all(path.read_bytes()[:8] == PNG_SIGNATURE for path in written) and len(written) == len(plots.PLOTS)
-
-
 def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
     from initmem_core.groups import short_group_names
 

@@ -7,9 +7,6 @@ global backend is switched and nothing opens a window, in a terminal, a notebook
 from __future__ import annotations
 
 import math
-import os
-import signal
-import time
 from pathlib import Path
 
 from initmem_core.groups import short_group_names
@@ -217,59 +214,10 @@ PLOTS = {
 }
 
 
-#: How long a forked drawer may take before this process draws its figures itself.
-DRAWER_TIMEOUT_S = 120.0
-
-
-def write_plots(report: Report, folder: str | Path, fork: bool = True) -> list[Path]:
-    """Every report figure into ``folder``; returns the paths written.
-
-    The figures are independent and each costs a fraction of a second of one core, the last thing
-    a sweep does: with ``fork`` (POSIX), a forked copy of this process draws every other one while
-    this one draws the rest. The copy shares the report without pickling and leaves through
-    ``os._exit``, touching nothing else this process holds; if it fails or hangs, its figures are
-    drawn here."""
+def write_plots(report: Report, folder: str | Path) -> list[Path]:
+    """Every report figure into ``folder``; returns the paths written."""
     folder = Path(folder)
-    drawings = [(draw, folder / name) for name, draw in PLOTS.items()]
-    theirs, ours = drawings[::2], drawings[1::2]
-    drawer = _fork_drawer(report, theirs) if fork and hasattr(os, "fork") and os.cpu_count() != 1 else None
-    for draw, path in ours if drawer is not None else drawings:
-        draw(report, path)
-    if drawer is not None and not _drew(drawer):
-        for draw, path in theirs:
-            draw(report, path)
-    return [path for _, path in drawings]
-
-
-def _fork_drawer(report: Report, drawings: list) -> int | None:
-    """The process id of a forked copy that draws ``drawings`` and exits 0 (None if none started)."""
-    try:
-        pid = os.fork()
-    except OSError:
-        return None
-    if pid == 0:
-        code = 1
-        try:
-            for draw, path in drawings:
-                draw(report, path)
-            code = 0
-        finally:
-            os._exit(code)  # no exit handlers, no flushing of what the parent holds open
-    return pid
-
-
-def _drew(pid: int) -> bool:
-    """Waits for the drawer (killing it past ``DRAWER_TIMEOUT_S``); True when it drew everything."""
-    deadline = time.monotonic() + DRAWER_TIMEOUT_S
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status) == 0
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return False
-        time.sleep(0.005)
+    return [draw(report, folder / name) for name, draw in PLOTS.items()]
 
 
 # -- memory over training (report/forgetting.py) --------------------------------------------
