@@ -17,22 +17,104 @@ from initmem_core.tracking.locks import LOCK_PATIENCE_S, lock_holder
 
 def create_sqlite_store(database: Path) -> None:
     """Create and migrate a new SQLite store under a temporary name, then rename it into place:
-    a creation cut short (a full disk, a kill) leaves no store rather than a half-migrated one."""
-    from mlflow.tracking import MlflowClient
+    a creation cut short (a full disk, a kill) leaves no store rather than a half-migrated one.
 
+    MLflow builds a new database by running its whole migration history (about 2 s of CPU); the
+    first store this MLflow version creates is kept as a template (``store_template``), and later
+    ones are a copy of it with the one row that depends on where they are created written as MLflow
+    writes it (the Default experiment's artifact location and time)."""
     global _being_created
     # A new name each time: MLflow keeps a store per URI, whose connections would outlive a failed try.
     temporary = _being_created = database.with_name(f".{database.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.creating")
+    try:
+        if not _copy_template(temporary):
+            _migrate_new(temporary)
+            _keep_as_template(temporary)
+        os.replace(temporary, database)
+    finally:
+        discard_store_being_created()
+
+
+def store_template() -> Path:
+    """Where this MLflow version's empty, migrated SQLite store is kept (in the user's cache)."""
+    import sqlite3
+
+    from mlflow.version import VERSION
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path(os.path.expanduser("~")) / ".cache")
+    return cache / "initmem" / "store-templates" / f"mlflow-{VERSION}-sqlite-{sqlite3.sqlite_version}.db"
+
+
+def _migrate_new(temporary: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
     client = None
     try:
         client = MlflowClient(tracking_uri=f"sqlite:///{temporary}")
         client.search_experiments(max_results=1)
-        _let_go(client)  # its connections would otherwise keep the renamed file open
-        os.replace(temporary, database)
     finally:
         if client is not None:
-            _let_go(client)
-        discard_store_being_created()
+            _let_go(client)  # its connections would otherwise keep the renamed file open
+
+
+def _default_experiment_location() -> str:
+    """The Default experiment's artifact location as MLflow writes it into a new store created here
+    (``_get_sqlalchemy_store`` and ``SqlAlchemyStore._get_artifact_location``): it depends on the
+    working folder."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _SERVER_ARTIFACT_ROOT_ENV_VAR
+    from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
+
+    root = os.environ.get(_SERVER_ARTIFACT_ROOT_ENV_VAR, DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+    return str(append_to_uri_path(resolve_uri_if_local(root), SqlAlchemyStore.DEFAULT_EXPERIMENT_ID))
+
+
+def _copy_template(temporary: Path) -> bool:
+    """A new store at ``temporary`` copied from the template; False (nothing left) if there is none
+    or it cannot be used, and the store is then migrated as MLflow does it."""
+    import shutil
+    import sqlite3
+    import time
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    template = store_template()
+    if not template.is_file():
+        return False
+    try:
+        shutil.copyfile(template, temporary)
+        now = int(time.time() * 1000)
+        with contextlib.closing(sqlite3.connect(temporary)) as connection, connection:
+            changed = connection.execute(
+                "update experiments set artifact_location = ?, creation_time = ?, last_update_time = ? "
+                "where experiment_id = ?",
+                (_default_experiment_location(), now, now, int(SqlAlchemyStore.DEFAULT_EXPERIMENT_ID)),
+            ).rowcount
+        if changed != 1:
+            raise sqlite3.DatabaseError("the template has no Default experiment")
+        return True
+    except (OSError, sqlite3.Error):  # an unreadable or damaged template: create the store as MLflow does
+        for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
+        return False
+
+
+def _keep_as_template(store: Path) -> None:
+    """Copy a just-migrated, still empty store into the cache; a cache that cannot be written only
+    means the next store is migrated again."""
+    import shutil
+
+    template = store_template()
+    partial = template.with_name(f".{template.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(store, partial)
+        os.replace(partial, template)  # whole or not at all, whoever else is creating one
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def _let_go(client: Any) -> None:
