@@ -20,6 +20,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from basic_auth_setup import ADMIN, cheapen_password_hash, login_environment, users_database
+
 STARTUP_S = 120  # a loaded 2-core machine starts an MLflow server in 20 s; leave room
 
 
@@ -147,40 +149,15 @@ def login_server(folder: Path, admin_password: str, database: Path | None = None
     store = folder / "server.db"
     if database is not None:
         shutil.copy(database, store)
-    config = folder / "basic_auth.ini"
-    config.write_text(
-        "[mlflow]\ndefault_permission = READ\n"
-        f"database_uri = sqlite:///{folder / 'basic_auth.db'}\nadmin_username = admin\n"
-        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-    )
-    login = {
-        "MLFLOW_AUTH_CONFIG_PATH": str(config),
-        "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex(),
-    }
-    with mlflow_server(store, folder / "artifacts", login=login) as url:
-        cheapen_password_hash(folder, "admin", admin_password)
+    with mlflow_server(store, folder / "artifacts", login=login_environment(folder, admin_password)) as url:
+        cheapen_password_hash(users_database(folder), ADMIN, admin_password)
         yield url
 
 
 def add_user(url: str, folder: Path, user: str, password: str, admin_password: str) -> None:
     """Create ``user`` through the login server in ``folder`` (``login_server``), as an admin would."""
-    auth_request(url, "create", {"username": user, "password": password}, "admin", admin_password)
-    cheapen_password_hash(folder, user, password)
-
-
-def cheapen_password_hash(folder: Path, user: str, password: str) -> None:
-    """Store ``user``'s password hash with one round of PBKDF2 in place of MLflow's scrypt. The
-    server checks the hash on every request, and scrypt costs about half a second of server CPU
-    each time on a 2-core machine: a tracked run's hundreds of requests would take minutes. What
-    the tests check (which login is accepted) does not depend on the hash's cost."""
-    import sqlite3
-
-    from werkzeug.security import generate_password_hash
-
-    cheap = generate_password_hash(password, method="pbkdf2:sha256:1")
-    with contextlib.closing(sqlite3.connect(folder / "basic_auth.db")) as users, users:
-        users.execute("UPDATE users SET password_hash = ? WHERE username = ?", (cheap, user))
+    auth_request(url, "create", {"username": user, "password": password}, ADMIN, admin_password)
+    cheapen_password_hash(users_database(folder), user, password)
 
 
 def auth_request(url: str, path: str, body: dict, user: str, password: str, method: str = "POST") -> dict:

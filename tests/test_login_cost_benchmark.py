@@ -1,0 +1,32 @@
+"""benchmarks/login_cost.py runs end to end at a tiny size: a login server starts, the user's
+requests are timed against werkzeug's scrypt hash and then against the one-round hash the tests
+give their users, and the figures are written. Only the plumbing is tested, not the timings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # starts a tracking server with MLflow's login
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "login_cost.py"
+
+
+def two_requests_each(folder: Path) -> list[str]:
+    return [sys.executable, str(BENCHMARK), "--requests", "2", "--json", "cost.json"]
+
+
+@pytest.mark.second_lane(command=two_requests_each)
+def test_both_hashes_are_timed_against_the_hash_they_name(second_lane_result):
+    done = second_lane_result.done
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    figures = json.loads((second_lane_result.folder / "cost.json").read_text())
+    assert figures["requests"] == 2 and figures["machine"]
+    scrypt, pbkdf2 = figures["results"]["scrypt (werkzeug's default)"], figures["results"]["one round of PBKDF2"]
+    assert scrypt["hash_method"].startswith("scrypt:") and pbkdf2["hash_method"] == "pbkdf2:sha256:1"
+    for side in (scrypt, pbkdf2):
+        assert 0 < side["min_s"] <= side["median_s"] <= side["max_s"]
+    assert "| one round of PBKDF2 |" in done.stdout
