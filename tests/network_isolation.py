@@ -7,9 +7,9 @@ the machine.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import socket
-import sys
 
 
 def loopback_only() -> bool:
@@ -17,9 +17,8 @@ def loopback_only() -> bool:
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
-def isolated_pytest(pytest_args: list[str]) -> list[str]:
-    """The argv of ``python -m pytest ARGS`` in a new network namespace with loopback up."""
+def isolated(argv: list[str]) -> list[str]:
+    """``argv`` run in a new network namespace with loopback up."""
     if shutil.which("unshare") is None:
         raise RuntimeError("unshare (util-linux) is needed to run these tests without network")
-    command = f"ip link set lo up && exec {sys.executable} -m pytest -p no:cacheprovider " + " ".join(pytest_args)
-    return ["unshare", "--net", "sh", "-c", command]
+    return ["unshare", "--net", "sh", "-c", f"ip link set lo up && exec {shlex.join(argv)}"]

@@ -14,6 +14,8 @@ runs it when it is reached.
 
 ``takes_over=("test_x.py", ...)``: the command is a pytest of those files' ``slow`` tests, so this
 session leaves them out (they are reported as deselected) while the lane runs them.
+
+``nested_pytest(folder, *args)`` is the argv of such a pytest, its temporary files in the job's folder.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -34,6 +37,12 @@ from pathlib import Path
 import pytest
 
 MARKER = "second_lane"
+
+
+def nested_pytest(folder: Path, *args: str) -> list[str]:
+    """``python -m pytest -q ARGS`` for a lane job: its temporary files under ``folder`` (short, for
+    the sockets of the servers it starts) and no cache written into the checkout."""
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={folder / 't'}", *args]
 
 
 @dataclass

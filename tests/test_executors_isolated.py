@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from network_isolation import isolated_pytest, loopback_only
+from network_isolation import isolated, loopback_only
+from second_lane import nested_pytest
 
 TESTS = Path(__file__).resolve().parent
 RAY_LOGIN = f"{TESTS / 'test_tracking_login.py'}::test_ray_tasks_get_the_login_though_their_head_never_saw_it"
 
 
 def isolated_suite(folder: Path) -> list[str]:
-    return isolated_pytest(["-q", f"--basetemp={folder / 't'}", str(TESTS / "test_executors.py"), RAY_LOGIN])
+    return isolated(nested_pytest(folder, str(TESTS / "test_executors.py"), RAY_LOGIN))
 
 
 @pytest.mark.slow  # the Ray and Slurm suite in a network namespace

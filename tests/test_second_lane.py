@@ -5,18 +5,17 @@ run as usual (`python -m pytest tests/test_sweep_faults.py`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from second_lane import nested_pytest
 
 TESTS = Path(__file__).resolve().parent
 FILES = ("test_sweep_faults.py",)
 
 
 def slow_tests_of_the_files(folder: Path) -> list[str]:
-    options = ["-q", "-m", "slow", "-p", "no:cacheprovider", f"--basetemp={folder / 't'}"]
-    return [sys.executable, "-m", "pytest", *options, *(str(TESTS / name) for name in FILES)]
+    return nested_pytest(folder, "-m", "slow", *(str(TESTS / name) for name in FILES))
 
 
 @pytest.mark.slow  # a pytest of sweeps and servers
