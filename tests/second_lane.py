@@ -21,6 +21,7 @@ session leaves them out (they are reported as deselected) while the lane runs th
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -102,12 +103,35 @@ class _Lane:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the forked child only calls it
+
+
+def _interrupted_when_orphaned(session_pid: int) -> Callable[[], None]:
+    """Run in a job's process before its command: SIGINT when the thread that started it ends, as
+    when pytest is killed outright (SIGKILL), so that the job (a pytest, a benchmark) ends and
+    stops what it started rather than running on alone."""
+
+    def arm() -> None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+        if os.getppid() != session_pid:  # killed before the line above
+            os._exit(1)
+
+    return arm
+
+
 def run_job(job: _Job) -> LaneResult:
     """The job's command in its folder, in a session of its own (killed whole if it runs over)."""
     start = time.monotonic()
     argv = job.command(job.folder)
     job.process = subprocess.Popen(
-        argv, cwd=job.folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv,
+        cwd=job.folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_interrupted_when_orphaned(os.getpid()),
     )
     try:
         out, err = job.process.communicate(timeout=job.timeout_s)
