@@ -68,7 +68,10 @@ def _caption(figure, shared: str) -> None:
 
 def _legend_below(figure, shared: str, columns: int = 1) -> None:
     """The legend under the axes (group labels are long: not over the lines), titled with what
-    every group shares."""
+    every group shares; only the caption when nothing was drawn (every cell failed)."""
+    if not any(ax.get_legend_handles_labels()[0] for ax in figure.axes):
+        _caption(figure, shared)
+        return
     figure.legend(
         loc="outside lower center", fontsize="small", title=_shared_text(shared), title_fontsize="small", ncols=columns
     )
