@@ -241,6 +241,24 @@ def test_memory_plots_are_valid_pngs(tmp_path):
         assert height > 300 and width > 600
 
 
+def test_memory_curves_with_nothing_to_draw_get_the_caption_not_an_empty_legend(monkeypatch, tmp_path):
+    import dataclasses
+    import warnings
+
+    from initmem_core.report import plots
+
+    report = build_report(bench.synthetic_sweep(0, groups=bench.GROUPS[:1], epochs=3))
+    for found in report.forgetting.values():  # as when every run of a group failed before its first epoch
+        for memory, points in found.curves.items():
+            found.curves[memory] = [dataclasses.replace(p, value=math.nan) for p in points]
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: drawn.append(figure) or path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns of a legend with no entries
+        plots.memory_vs_epoch(report, tmp_path / "memory.png")
+    assert not drawn[0].legends
+
+
 # -- the finding ----------------------------------------------------------------------------
 
 

@@ -204,15 +204,3 @@ def test_the_sweep_summary_table_names_groups_by_what_tells_them_apart(records):
     rows = [line for line in text.splitlines() if "opt=" in line]
     assert [row.split("│")[1].strip() for row in rows] == ["opt=adam", "opt=sgd"]
     assert "every group: epochs=40" in text
-
-
-def test_a_sweep_whose_every_cell_failed_draws_each_figure_without_an_empty_legend(tmp_path):
-    import warnings
-
-    from initmem_core.report import plots
-
-    failed = build_report([cell("sgd", sigma, 0, math.nan, status="FAILED") for sigma in (0.5, 2.0)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # matplotlib warns of a legend with no entries
-        paths = plots.write_plots(failed, tmp_path)
-    assert sorted(path.name for path in paths) == sorted(plots.PLOTS) and all(path.stat().st_size for path in paths)
