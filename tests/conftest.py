@@ -189,3 +189,13 @@ def small_disk(tmp_path):
     yield make
     for folder in mounted:
         subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def short_tmp():
+    """A new empty folder with a short path (for AF_UNIX sockets under it), removed afterwards."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -166,8 +166,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)  # after -m, -k and deselection have chosen the session's tests
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.option.collectonly:
-        return
+    if config.option.collectonly or hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker (the quick loop's -n 2): lane tests run their command where they stand
     lane = [item for item in items if item.get_closest_marker(MARKER) and not _skipped_outright(item)]
     for item in lane:
         _lane.add(item)

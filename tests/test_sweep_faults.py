@@ -26,8 +26,9 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/p
 
 
 def test_a_scratch_folder_is_locked_while_it_lives_and_removed_by_the_next_once_its_owner_is_dead(
-    tmp_path, monkeypatch
+    short_tmp, monkeypatch
 ):
+    tmp_path = short_tmp  # the queue's socket path must fit AF_UNIX's 107 bytes (pytest-xdist's folders are longer)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(scratch.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
     live = scratch.ScratchFolder()
