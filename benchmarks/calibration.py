@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from initmem_core.config import RunConfig
-from initmem_core.report.findings import CANNOT_DECIDE, CONTRADICTED, REPRODUCED, evaluate_findings
+from initmem_core.report.findings import CLAIMS_BY_NAME, read_sweep
 from initmem_core.report.inference import MIN_SEEDS
 from initmem_core.report.memory import build_report
+from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,21 @@ GROUPS = {
     "adam": {"opt": "adam", "lr": 0.001},
     "adamw": {"opt": "adamw", "lr": 0.001},
     "muon": {"opt": "muon", "lr": 0.01},
+    # plain SGD at two more batch sizes (one family: the clock ordering within it)
+    "sgd8": {"opt": "sgd", "lr": 0.01, "batch_size": 8},
+    "sgd128": {"opt": "sgd", "lr": 0.01, "batch_size": 128},
+    # the same with L2 (the near-zero claim), and SGD and Adam on a second architecture (strata)
+    "sgd-l2": {"opt": "sgd", "lr": 0.01, "l2": 0.01},
+    "sgd-r56": {"opt": "sgd", "lr": 0.01, "arch": "resnet56"},
+    "adam-r56": {"opt": "adam", "lr": 0.001, "arch": "resnet56"},
 }
+#: The claim most rows read: the first ordering of the paper.
+FIRST_CLAIM = "sgd_remembers_more_than_adaptive"
+
+
+def claim_verdict(records: list[CellRecord], claim: str = FIRST_CLAIM) -> str:
+    """One claim's verdict on a synthetic sweep, read as a real one is (``read_sweep``, then the claim)."""
+    return CLAIMS_BY_NAME[claim](read_sweep(records)).verdict
 
 
 def synthetic_sweep(
@@ -125,12 +140,14 @@ class Row:
     sweeps: int = 0
 
 
-def verdict_rate(rng, sweeps: int, truths, seeds: int, noise: Noise, claim: int = 0, **design) -> dict[str, float]:
-    """Share of sweeps with each verdict on claim ``claim`` (0: SGD remembers more than the adaptive
-    groups; 4: the clocks order the spreads). ``design``: more of ``synthetic_sweep``'s arguments."""
+def verdict_rate(
+    rng, sweeps: int, truths, seeds: int, noise: Noise, claim: str = FIRST_CLAIM, **design
+) -> dict[str, float]:
+    """Share of sweeps with each verdict on the claim named ``claim`` (findings.CLAIMS_BY_NAME).
+    ``design``: more of ``synthetic_sweep``'s arguments."""
     counts: dict[str, int] = {}
     for _ in range(sweeps):
-        verdict = evaluate_findings(synthetic_sweep(rng, truths, seeds, noise, **design))[claim].verdict
+        verdict = claim_verdict(synthetic_sweep(rng, truths, seeds, noise, **design), claim)
         counts[verdict] = counts.get(verdict, 0) + 1
     return {k: v / sweeps for k, v in counts.items()}
 
@@ -163,8 +180,9 @@ def coverage(rng, sweeps: int, truth: dict[float, float], seeds: int, noise: Noi
 
 
 IDENTICAL = {"sgd": on(SIGMAS, FOUR_PP), "adam": on(SIGMAS, FOUR_PP)}
-ALIKE = {group: on(SIGMAS, FOUR_PP) for group in GROUPS}  # SGD and three adaptive groups, no difference
-CLOCKS = {"sgd": 0.01, "adam": 10.0, "adamw": 20.0, "muon": 40.0}
+ALIKE = {group: on(SIGMAS, FOUR_PP) for group in ("sgd", "adam", "adamw", "muon")}  # SGD, three adaptive, alike
+#: T_SGD of plain SGD at b = 8, 32, 128 (one family: the clock falls as the batch grows).
+CLOCKS = {"sgd8": 0.04, "sgd": 0.01, "sgd128": 0.0025}
 
 
 def identical_groups(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
@@ -248,7 +266,7 @@ def unequal_sigma_sets(rng, sweeps: int) -> Row:
         records = synthetic_sweep(rng, unequal, 6, PER_EXAMPLE)
         pair = build_report(records).pairs[0]  # adam - sgd (groups sorted)
         bias.append(-pair.spread_diff)
-        reproduced += evaluate_findings(records)[0].verdict == REPRODUCED
+        reproduced += claim_verdict(records) == REPRODUCED
     return Row(
         "SGD at 7 sigmas vs Adam at the 2 ends, flat truth: 'reproduced'",
         PER_EXAMPLE.name,
@@ -270,10 +288,15 @@ def power(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
     )
 
 
+FAMILY_ALIKE = {group: on(SIGMAS, FOUR_PP) for group in CLOCKS}
+CLOCK_CLAIM = "spread_orders_by_clock_within_family"
+
+
 def clock_ordering_alike(rng, sweeps: int, seeds: int) -> Row:
-    rates = verdict_rate(rng, sweeps, ALIKE, seeds, RUN_LEVEL, claim=4, clocks=CLOCKS)
+    """Plain SGD at three batch sizes (one family, three T_SGD) that remember alike."""
+    rates = verdict_rate(rng, sweeps, FAMILY_ALIKE, seeds, RUN_LEVEL, claim=CLOCK_CLAIM, clocks=CLOCKS)
     return Row(
-        "clock ordering over four identical groups: a verdict",
+        "clock ordering within one family, three identical groups: a verdict",
         RUN_LEVEL.name,
         seeds,
         "<= 6%",
@@ -283,15 +306,10 @@ def clock_ordering_alike(rng, sweeps: int, seeds: int) -> Row:
 
 
 def clock_ordering_power(rng, sweeps: int) -> Row:
-    ordered = {
-        "sgd": on(SIGMAS, (97, 95.5, 94, 91)),
-        "adam": on(SIGMAS, FOUR_PP),
-        "adamw": on(SIGMAS, TWO_PP),
-        "muon": on(SIGMAS, FLAT),
-    }  # spreads 6, 4, 2, 0 pp as the clocks grow
-    rates = verdict_rate(rng, sweeps, ordered, 6, PER_EXAMPLE, claim=4, clocks=CLOCKS)
+    ordered = {"sgd8": on(SIGMAS, TWO_PP), "sgd": on(SIGMAS, FOUR_PP), "sgd128": on(SIGMAS, (97, 95.5, 94, 91))}
+    rates = verdict_rate(rng, sweeps, ordered, 6, PER_EXAMPLE, claim=CLOCK_CLAIM, clocks=CLOCKS)  # 2/4/6 pp
     return Row(
-        "power: clock ordering of spreads 6/4/2/0 pp, 'reproduced'",
+        "power: clock ordering within one family, spreads 2/4/6 pp as T_SGD falls, 'reproduced'",
         PER_EXAMPLE.name,
         6,
         "(as high as the noise allows)",
@@ -307,7 +325,13 @@ LOW_LR, HIGH_LR = {"opt": "sgd", "lr": 0.01, "epochs": 15}, {"opt": "sgd", "lr":
 #: T_SGD at the end of the short and long horizons (digits, b = 32: 34 steps an epoch).
 HORIZON_CLOCKS = {"sgd": 0.0011, "adam": 0.011}
 HALF_OF_FOUR, KEEPS_80, NO_MEMORY = TWO_PP, (97, 95.4, 94.6, 93.0), FLAT  # 2 pp, 4 pp (of 5), 0 pp
-CLAIM_INDEX = {"longer": 6, "lr": 7, "depth": 8}
+CLAIM_NAMES = {
+    "longer": "longer_training_keeps_sgd_memory",
+    "lr": "larger_lr_makes_sgd_forget",
+    "depth": "deep_nets_fail_to_interpolate",
+}
+#: The long horizon keeping exactly the share the claim requires of the short one's 4 pp (3 pp).
+KEEPS_MARGIN = (97, 96, 95, 94)
 #: The digits presets for these claims (paper-long-mini, paper-lr-mini) train at the paper's two ends of
 #: sigma only (the claims read the gap between the best and worst sigma, and SGD's accuracy falls
 #: with sigma monotonically in paper-mini), so their rows draw the same two sigmas.
@@ -338,12 +362,10 @@ def claim_rates(
     clocks: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Share of sweeps with each verdict on one of the new claims (read alone: ``read_sweep`` and the claim)."""
-    from initmem_core.report.findings import CLAIMS, read_sweep
-
     counts: dict[str, int] = {}
     for _ in range(sweeps):
         records = as_groups(synthetic_sweep(rng, truths, seeds, noise, clocks=clocks), configs)
-        verdict = CLAIMS[CLAIM_INDEX[claim]](read_sweep(records)).verdict
+        verdict = claim_verdict(records, CLAIM_NAMES[claim])
         counts[verdict] = counts.get(verdict, 0) + 1
     return {k: v / sweeps for k, v in counts.items()}
 
@@ -361,11 +383,11 @@ def _verdict_row(check: str, noise: Noise, seeds: int, target: str, rates: dict[
 
 
 def longer_at_margin(rng, sweeps: int, noise: Noise, seeds: int) -> Row:
-    """The long horizon kept exactly half the short one's 4 pp: neither verdict is true."""
-    truths = {"sgd": ends(FOUR_PP), "adam": ends(HALF_OF_FOUR)}
+    """The long horizon kept exactly the claim's share (75%) of the short one's 4 pp: neither verdict is true."""
+    truths = {"sgd": ends(FOUR_PP), "adam": ends(KEEPS_MARGIN)}
     rates = claim_rates(rng, sweeps, truths, seeds, noise, "longer", {"sgd": SHORT, "adam": LONG}, HORIZON_CLOCKS)
     return _verdict_row(
-        "training longer, long keeps exactly half of 4 pp: a verdict", noise, seeds, "<= 6%", rates, True
+        "training longer, long keeps exactly 75% of 4 pp (the margin): a verdict", noise, seeds, "<= 6%", rates, True
     )
 
 
@@ -444,11 +466,9 @@ def depth_sweep(rng, rates: dict[str, tuple[float, float]], seeds: int, seed_sd:
 
 
 def depth_rates(rng, sweeps: int, rates, seeds: int, noise: str) -> dict[str, float]:
-    from initmem_core.report.findings import CLAIMS, read_sweep
-
     counts: dict[str, int] = {}
     for _ in range(sweeps):
-        verdict = CLAIMS[CLAIM_INDEX["depth"]](read_sweep(depth_sweep(rng, rates, seeds, DEPTH_NOISES[noise]))).verdict
+        verdict = claim_verdict(depth_sweep(rng, rates, seeds, DEPTH_NOISES[noise]), CLAIM_NAMES["depth"])
         counts[verdict] = counts.get(verdict, 0) + 1
     return {k: v / sweeps for k, v in counts.items()}
 
@@ -631,7 +651,7 @@ def population_coverage(rng, sweeps: int, model: SharedTestSet, seeds: int, labe
 def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
     counts: dict[str, int] = {}
     for _ in range(sweeps):
-        verdict = evaluate_findings(shared_test_sweep(rng, IDENTICAL, seeds, model))[0].verdict
+        verdict = claim_verdict(shared_test_sweep(rng, IDENTICAL, seeds, model))
         counts[verdict] = counts.get(verdict, 0) + 1
     r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
     return Row(
@@ -712,6 +732,79 @@ def three_seed_checks() -> list[tuple]:
     return rows
 
 
+# -- Equivalence claims (issue 36): "forgets" and "near zero" as a debiased spread below a quarter of
+# low-rate SGD's, on one shared test set (a fresh draw each sweep, every run scoring it, seeds shared
+# across sigma and group), at digits' 360 examples and at a CIFAR-size 10,000.
+EIGHT_PP = (97, 94, 92, 89)
+#: 2 pp: exactly the margin, a quarter of 8 pp; 4 pp: half of it (must never read "forgets").
+AT_THE_MARGIN, HALF_OF_EIGHT = (97, 96.5, 95.5, 95), FOUR_PP
+CIFAR_SIZE = SharedTestSet("shared test set, 10,000 examples", n_test=10_000)
+#: claim -> (its baseline group, the group claimed to forget), of GROUPS.
+FORGET_CLAIMS = {"adaptive_optimizers_forget": ("sgd", "adam"), "l2_brings_spread_near_zero": ("sgd", "sgd-l2")}
+FORGET_TRUTHS = {
+    "at the margin (2 pp of 8)": (AT_THE_MARGIN, "a verdict", "<= 5%"),
+    "flat (0 pp of 8)": (FLAT, "power, 'reproduced'", "(stated)"),
+    "half (4 pp of 8)": (HALF_OF_EIGHT, "'reproduced'", "<= 2.5%"),
+}
+
+
+def forget_check(rng, sweeps: int, claim: str, model: SharedTestSet, seeds: int, truth: str) -> Row:
+    base, other = FORGET_CLAIMS[claim]
+    values, what, target = FORGET_TRUTHS[truth]
+    truths = {base: on(SIGMAS, EIGHT_PP), other: on(SIGMAS, values)}
+    counts: dict[str, int] = {}
+    for _ in range(sweeps):
+        verdict = claim_verdict(shared_test_sweep(rng, truths, seeds, model), claim)
+        counts[verdict] = counts.get(verdict, 0) + 1
+    r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    measured = r + c if what == "a verdict" else r
+    return Row(
+        f"{claim}, {truth}: {what}",
+        model.name,
+        seeds,
+        target,
+        f"{measured:.1%}",
+        f"reproduced {r:.1%}, contradicted {c:.1%}",
+    )
+
+
+def two_architectures_null(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
+    """SGD and Adam alike within each architecture (ResNet-20: both 8 pp; ResNet-56: both flat): the
+    first claim must compare within an architecture, never ResNet-56 SGD with ResNet-20 Adam."""
+    truths = {
+        "sgd": on(SIGMAS, EIGHT_PP),
+        "adam": on(SIGMAS, EIGHT_PP),
+        "sgd-r56": on(SIGMAS, FLAT),
+        "adam-r56": on(SIGMAS, FLAT),
+    }
+    counts: dict[str, int] = {}
+    for _ in range(sweeps):
+        verdict = claim_verdict(shared_test_sweep(rng, truths, seeds, model))
+        counts[verdict] = counts.get(verdict, 0) + 1
+    r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    return Row(
+        "two architectures, SGD and Adam alike within each: a verdict on the first claim",
+        model.name,
+        seeds,
+        "<= 15%",
+        f"{r + c:.1%}",
+        f"reproduced {r:.1%}, contradicted {c:.1%}",
+    )
+
+
+def equivalence_checks() -> list[tuple]:
+    """After every earlier row, so that adding them renumbered none."""
+    rows: list[tuple] = [(two_architectures_null, (SHARED_TEST_SETS[0], seeds)) for seeds in (4, 6)]
+    rows += [
+        (forget_check, (claim, model, seeds, truth))
+        for claim in FORGET_CLAIMS
+        for model in (SHARED_TEST_SETS[0], CIFAR_SIZE)
+        for seeds in (4, 6)
+        for truth in FORGET_TRUTHS
+    ]
+    return rows
+
+
 def checks() -> list[tuple]:
     """Every row of the table, in order, as (function, its arguments after rng and sweeps)."""
     rows: list[tuple] = [(identical_groups, (noise, seeds)) for noise in NOISES for seeds in (4, 6)]
@@ -735,6 +828,7 @@ def checks() -> list[tuple]:
     rows += new_claim_checks()
     rows += shared_test_set_checks()
     rows += three_seed_checks()
+    rows += equivalence_checks()
     return rows
 
 

@@ -24,6 +24,14 @@ CLOCK_SYMBOLS = {CLOCK_SGD: "T_SGD", CLOCK_L2: "T_L2", CLOCK_ADAPT: "T_adapt"}
 CLOCK_FORMULAS = {CLOCK_SGD: "T_SGD = Σ η² / b", CLOCK_L2: "T_L2 = λ Σ η", CLOCK_ADAPT: "T_adapt = Σ η"}
 
 
+#: The two families of optimizers, by how they forget: a step proportional to the gradient (SGD
+#: and its momentum variants) forgets through T_SGD and T_L2; a step of size about lr whatever
+#: the gradient's scale (adaptive and normalised methods: Adam, AdamW, Muon, Lion) through
+#: T_adapt. An optimizer's family follows from the clock convention it declares
+#: (``initmem_core.training.clocks.CONVENTION_FAMILIES``).
+SGD_FAMILY, ADAPTIVE_FAMILY = "sgd-like", "adaptive"
+
+
 def clock_metric(short: str) -> str:
     """``"sgd"`` -> ``"clock_sgd"``: the metric of a ``ForgettingClocks`` field."""
     name = f"clock_{short}"

@@ -8,16 +8,15 @@ import math
 import pytest
 from builders import clocks, record
 
+from initmem_core.report.claim_groups import baseline_sgd
 from initmem_core.report.findings import (
-    CONTRADICTED,
-    NOT_RESOLVED,
-    REPRODUCED,
-    bonferroni_level,
-    decide,
     evaluate_findings,
     norm_forgetting,
+    norms_coupled_for_sgd_not_adaptive,
     read_sweep,
+    spread_orders_by_clock_within_family,
 )
+from initmem_core.report.verdicts import CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide
 
 
 def test_decide_by_hand():
@@ -65,23 +64,29 @@ def test_norm_claim_fails_when_adams_norm_ratio_stays_at_its_initial_value():
     sgd = cells("sgd", [(0.9, 0.6), (0.9, 0.62), (0.9, 0.61)], norms=(2.0, 26.0))
     adam = cells("adam", [(0.9, 0.88), (0.9, 0.89), (0.9, 0.88)], norms=(0.1005, 2.5125), lr=1e-3)
     sweep = read_sweep(sgd + adam)
-    moved = norm_forgetting(sweep.adaptive[0])
+    base = baseline_sgd(sweep.groups)
+    moved = norm_forgetting(next(g for g in sweep.groups if g.config.opt == "adam"))
     assert moved == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0}, abs=1e-9)  # log(25)/log(25)
     expected_sgd = 1 - math.log(13) / math.log(25)
-    assert norm_forgetting(sweep.baseline) == pytest.approx(dict.fromkeys(range(3), expected_sgd))
-    finding = evaluate_findings(sgd + adam)[3]
-    assert finding.verdict == CONTRADICTED  # adaptive moved less than SGD, in every seed
+    assert base is not None and norm_forgetting(base) == pytest.approx(dict.fromkeys(range(3), expected_sgd))
+    finding = norms_coupled_for_sgd_not_adaptive(sweep)
+    assert finding.verdict == CONTRADICTED  # Adam's norms did not converge at all
+    assert [q.verdict for q in finding.quantities] == [REPRODUCED, CONTRADICTED]  # one line per optimizer
+    assert "(contradicted)" in finding.measured
 
 
-def test_spearman_handles_tied_spreads():
+def test_spearman_within_a_family_handles_tied_spreads():
     from scipy import stats
 
     records = (
-        cells("sgd", [(0.9, 0.6)] * 3)
-        + cells("sgd", [(0.9, 0.6)] * 3, batch_size=128)
-        + cells("adam", [(0.9, 0.88)] * 3, lr=1e-3)
+        cells("sgd", [(0.9, 0.6)] * 3, batch_size=8)
+        + cells("sgd", [(0.9, 0.6)] * 3, batch_size=32)
+        + cells("sgd", [(0.9, 0.88)] * 3, batch_size=128)
     )
-    finding = evaluate_findings(records)[4]
-    # clocks: sgd 0.01, sgd b=128 0.01, adam 50; spreads 30, 30, 2: average ranks
-    rho = stats.spearmanr([0.01, 0.01, 50.0], [30.0, 30.0, 2.0]).statistic
-    assert f"{rho:.2f}" in finding.measured and rho == pytest.approx(-1.0)
+    for cell in records:  # T_SGD falls with the batch
+        cell.metrics["clock_sgd"] = 0.32 / cell.config.batch_size
+    finding = spread_orders_by_clock_within_family(read_sweep(records))
+    # clocks 0.04, 0.01, 0.0025; spreads 30, 30, 2: average ranks; here the larger clock has the larger spread
+    rho = stats.spearmanr([0.04, 0.01, 0.0025], [30.0, 30.0, 2.0]).statistic
+    assert f"{-rho:+.2f}" in finding.measured and rho == pytest.approx(0.866, abs=1e-3)
+    assert finding.quantities[0].estimate == pytest.approx(-rho)

@@ -14,19 +14,18 @@ from pathlib import Path
 import pytest
 from builders import record as cell_record
 
+from initmem_core.report.claim_groups import mechanism_clock
 from initmem_core.report.findings import (
-    CANNOT_DECIDE,
-    CONTRADICTED,
-    REPRODUCED,
     evaluate_findings,
     forgetting_follows_the_clocks,
-    mechanism_clock,
     read_sweep,
 )
 from initmem_core.report.forgetting import at_epoch, first_crossing, group_forgetting, radial_by_seed
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import forgetting_csv, to_json, to_markdown
+from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -265,10 +264,10 @@ def test_memory_curves_with_nothing_to_draw_get_the_caption_not_an_empty_legend(
 def test_mechanism_clocks():
     from initmem_core.config import RunConfig
 
-    assert mechanism_clock(RunConfig(opt="sgd")) == "clock_sgd"
-    assert mechanism_clock(RunConfig(opt="sgd", l2=0.01)) == "clock_l2"
-    assert mechanism_clock(RunConfig(opt="sgd", weight_decay=0.01)) == "clock_l2"
-    assert mechanism_clock(RunConfig(opt="adamw", weight_decay=0.01)) == "clock_adapt"
+    assert mechanism_clock(RunConfig(opt="sgd"), SGD_FAMILY) == "clock_sgd"
+    assert mechanism_clock(RunConfig(opt="sgd", l2=0.01), SGD_FAMILY) == "clock_l2"
+    assert mechanism_clock(RunConfig(opt="sgd", weight_decay=0.01), SGD_FAMILY) == "clock_l2"
+    assert mechanism_clock(RunConfig(opt="adamw", weight_decay=0.01), ADAPTIVE_FAMILY) == "clock_adapt"
 
 
 @pytest.mark.slow  # simulates sweeps with a known half-life

@@ -41,7 +41,8 @@ class ComponentSpec:
     #: or an import string of ``f(variant) -> mapping`` (a family such as ``timm:*``: read lazily).
     defaults: Mapping[str, Any] | str | None = None
     #: Optimizers: how a step maps to the forgetting clocks (``initmem_core.training.clocks``);
-    #: empty means the default convention.
+    #: empty means the default convention. A family (``timm:*``) may give an import string of
+    #: ``f(variant) -> convention`` instead, read lazily like its defaults.
     clock: str = ""
 
     @property
@@ -63,6 +64,13 @@ class ComponentSpec:
             module_name, _, attribute = self.defaults.partition(":")
             return dict(getattr(importlib.import_module(module_name), attribute)(variant))
         return dict(self.defaults)
+
+    def declared_clock(self, variant: str | None = None) -> str:
+        """The clock convention the component declared ("" when none), an import string resolved here."""
+        if ":" not in self.clock:
+            return self.clock
+        module_name, _, attribute = self.clock.partition(":")
+        return str(getattr(importlib.import_module(module_name), attribute)(variant))
 
     def build(self, variant: str | None = None, **kwargs: Any) -> Any:
         """Call the factory with the keyword arguments of its kind's contract that it accepts

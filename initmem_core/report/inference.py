@@ -93,15 +93,29 @@ class AccuracyTable(dict):
     which test set those are (``test_set``: any hashable, equal for two groups scored on the same
     examples). A plain mapping has neither: its intervals are for this test set."""
 
+    def scaled(self, factor: float) -> AccuracyTable:
+        """Every accuracy times ``factor``, with the records kept (each run's per-example record
+        then enters the population interval ``factor`` times): what a derived difference such as
+        long − 0.5 × short needs to stay an interval for the population."""
+        return AccuracyTable(
+            {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in self.items()},
+            self.correct,
+            self.test_set,
+            self.scale * factor,
+        )
+
     def __init__(
         self,
         accuracy: Matrix | None = None,
         correct: Mapping[float, Mapping[int, Any]] | None = None,
         test_set: Any = None,
+        scale: float = 1.0,
     ):
         super().__init__({sigma: dict(runs) for sigma, runs in dict(accuracy or {}).items()})
         self.correct = {sigma: dict(runs) for sigma, runs in (correct or {}).items()}
         self.test_set = test_set
+        #: what each run's accuracy was multiplied by (``scaled``): its per-example record counts that much
+        self.scale = scale
         #: cross_fit_spread's answers, by table, sigmas, level and number of records (a report and
         #: its findings ask for one group's spread several times); records changed in place are not seen
         self.memo: dict = {}
@@ -283,7 +297,13 @@ def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None, 
     if not found.decided:
         return found
     memo = getattr(accuracy, "memo", None)  # an AccuracyTable keeps its population intervals
-    key = (table.tobytes(), kept, level, sum(len(runs) for runs in getattr(accuracy, "correct", {}).values()))
+    key = (
+        table.tobytes(),
+        kept,
+        level,
+        sum(len(runs) for runs in getattr(accuracy, "correct", {}).values()),
+        getattr(accuracy, "scale", 1.0),
+    )
     if memo is not None and key in memo:
         return memo[key]
     found = _population(accuracy, found, level)
@@ -325,7 +345,8 @@ def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple
     import numpy as np
 
     correct = getattr(accuracy, "correct", None) or {}
-    weighted = [(s, w) for s, w in zip(sigmas, weights) if w != 0]
+    scale = getattr(accuracy, "scale", 1.0)  # a scaled table's records count that many times
+    weighted = [(s, scale * w) for s, w in zip(sigmas, weights) if w != 0]
     runs = sum(len(accuracy[s]) for s, _ in weighted)
     missing = sum(1 for s, _ in weighted for seed in accuracy[s] if correct.get(s, {}).get(seed) is None)
     if missing:

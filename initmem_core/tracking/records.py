@@ -54,6 +54,9 @@ class CellRecord:
     #: which test examples were right at the selected checkpoint (a bool numpy array), when logged
     test_correct: Any = None
     num_classes: int = 0  # the dataset's, for the report's chance level (0: unknown)
+    #: the clock convention the run's optimizer followed (its ``clock_convention`` param; "":
+    #: not logged, then the report asks the optimizer plugin): what its family is read from
+    clock_convention: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.config, Mapping):
@@ -175,6 +178,7 @@ def record_from_run(client, run) -> CellRecord:
         run_id=run.info.run_id,
         test_correct=_test_correct(client, run) if run.info.status == FINISHED else None,
         num_classes=int(run.data.params.get("data_num_classes", 0) or 0),
+        clock_convention=run.data.params.get("clock_convention", "").partition(":")[0].strip(),
     )
 
 

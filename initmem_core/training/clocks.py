@@ -32,13 +32,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from initmem_core.errors import ConfigError
-from initmem_core.vocabulary import clock_metric
+from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY, clock_metric
 
 CONVENTIONS = {
     "heavy-ball": "eta = lr*(1-dampening)/(1-momentum); lambda = l2 + weight_decay",
     "lr": "eta = lr; lambda = l2 + weight_decay",
 }
 DEFAULT_CONVENTION = "heavy-ball"
+#: The family each convention declares: heavy-ball's step is the gradient's (SGD-like); "lr"'s
+#: moves each weight by about lr whatever the gradient's scale (adaptive).
+CONVENTION_FAMILIES = {"heavy-ball": SGD_FAMILY, "lr": ADAPTIVE_FAMILY}
 
 
 def check_convention(name: str, optimizer: str) -> str:

@@ -80,8 +80,8 @@ def declared_rule(config: Any, registry: Any) -> StepRule:
     """The ``StepRule`` a run of ``config`` will follow, from its optimizer's declared clock
     convention and settings, before the optimizer is built (``check_built_rule`` confirms it
     against the built one). ``config``: validated (``lr`` resolved)."""
-    spec = registry.lookup("optimizer", config.opt)[0]
-    convention = check_convention(spec.clock or DEFAULT_CONVENTION, config.opt)
+    spec, variant = registry.lookup("optimizer", config.opt)
+    convention = check_convention(spec.declared_clock(variant) or DEFAULT_CONVENTION, config.opt)
     momentum = float(config.momentum)
     dampening = float(optimizer_options.options(config, registry).get("dampening", 0.0) or 0.0) if momentum else 0.0
     shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay

@@ -220,9 +220,12 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     optimizer = registry.build(
         "optimizer", config.opt, model=model, config=config, options=optimizer_options.options(config, registry)
     )
-    optimizer_spec = registry.lookup("optimizer", config.opt)[0]
+    optimizer_spec, optimizer_variant = registry.lookup("optimizer", config.opt)
     clock = check_convention(
-        getattr(optimizer, "initmem_clock", None) or optimizer_spec.clock or DEFAULT_CONVENTION, config.opt
+        getattr(optimizer, "initmem_clock", None)
+        or optimizer_spec.declared_clock(optimizer_variant)
+        or DEFAULT_CONVENTION,
+        config.opt,
     )
     if planned is not None:
         horizons.check_built_rule(

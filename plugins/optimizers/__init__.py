@@ -69,4 +69,5 @@ def initmem_register_optimizers(register):
         f"{_BUILTIN}:build_timm",
         "Any timm optimizer by name, e.g. timm:lion (timm.optim.create_optimizer_v2), with timm's defaults",
         defaults=f"{_BUILTIN}:timm_defaults",
+        clock=f"{_BUILTIN}:timm_clock",
     )

@@ -196,6 +196,15 @@ def timm_defaults(variant: str | None) -> dict:
     return defaults
 
 
+def timm_clock(variant: str | None) -> str:
+    """The clock convention of a timm optimizer: torch SGD's buffer sums gradients (heavy ball);
+    timm's other optimizers average them or normalise the step (``"lr"``)."""
+    from timm.optim._optim_factory import default_registry
+
+    info = default_registry.get_optimizer_info(_timm_name(variant).split("_")[-1])
+    return "heavy-ball" if issubclass(info.opt_class, torch.optim.SGD) else "lr"
+
+
 def build_timm(
     model: nn.Module, config, variant: str | None = None, options: dict | None = None
 ) -> torch.optim.Optimizer:
@@ -231,5 +240,5 @@ def build_timm(
         recorded.setdefault(key, []).extend(names.get(id(p), "?") for p in group["params"])
     optimizer.initmem_param_groups = recorded
     # torch SGD's buffer sums gradients (heavy ball); timm's other optimizers average them.
-    optimizer.initmem_clock = "heavy-ball" if isinstance(optimizer, torch.optim.SGD) else "lr"
+    optimizer.initmem_clock = timm_clock(variant)
     return optimizer

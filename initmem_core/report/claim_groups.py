@@ -1,0 +1,177 @@
+"""What the claims read: a sweep's groups, each with its optimizer family and forgetting clock, and
+the strata that keep every comparison like with like.
+
+**Like with like.** A claim has an *axis*: the settings its comparison is about (the optimizer for
+"SGD remembers more than Adam", the batch size for "a larger batch remembers more"). It compares
+only groups that agree on every other setting that tells groups apart: the architecture, the
+dataset and its size, the horizon, the schedule, the initializer, everything but sigma, seed and
+the axis. Those sets of groups are the claim's *strata*; a sweep over three depths has three, and
+the claim is evaluated in each (``findings.per_stratum``).
+
+**Families from the plugins.** Whether an optimizer is SGD-like or adaptive, and so which clock it
+forgets by, comes from the clock convention its plugin declares (``training.clocks``): the one each
+run logged as its ``clock_convention`` param, or, for a record without it, the one the installed
+plugin declares. A third-party optimizer is classed by its own declaration, never by its name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from initmem_core.config import FIELDS, RunConfig
+from initmem_core.errors import InitmemError
+from initmem_core.groups import group_keys
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.report.inference import Matrix
+from initmem_core.report.memory import GroupSummary, Report, build_report
+from initmem_core.report.render import interval
+from initmem_core.tracking.records import CellRecord
+from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
+from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, SGD_FAMILY
+
+#: The settings a comparison of optimizers lets differ: the optimizer and its own settings.
+OPTIMIZER_AXIS = ("opt", "lr", "momentum", "weight_decay", "opt_arg")
+#: What a family of groups sharing a mechanism may differ in: the settings the clocks account for.
+FAMILY_FREE = ("lr", "batch_size", "momentum", "l2", "weight_decay", "epochs", "until")
+#: A family whose clock convention no record logged and no installed plugin declares.
+UNKNOWN_FAMILY = "unknown"
+
+
+def declared_convention(opt: str) -> str:
+    """The clock convention the installed plugin of optimizer ``opt`` declares ("" if none is installed)."""
+    try:
+        spec, variant = get_registry().lookup("optimizer", opt)
+        return spec.declared_clock(variant) or DEFAULT_CONVENTION
+    except (InitmemError, ImportError, KeyError, AttributeError):
+        return ""
+
+
+def optimizer_family(record: CellRecord) -> str:
+    """``vocabulary.SGD_FAMILY`` or ``ADAPTIVE_FAMILY``: from the convention the run logged, else the
+    one its plugin declares; ``UNKNOWN_FAMILY`` when neither says."""
+    convention = record.clock_convention or declared_convention(record.config.opt)
+    return CONVENTION_FAMILIES.get(convention, UNKNOWN_FAMILY)
+
+
+def forgetting_clock(family: str, clock_sgd: float, clock_l2: float, clock_adapt: float) -> float:
+    """Adaptive methods run on T_adapt; SGD forgets through its noise and its explicit decay, T_SGD + T_L2."""
+    return clock_adapt if family == ADAPTIVE_FAMILY else clock_sgd + clock_l2
+
+
+def mechanism_clock(config: RunConfig, family: str) -> str:
+    """The clock of the mechanism by which a group forgets: adaptive methods T_adapt; SGD-like ones
+    with L2 or weight decay T_L2; without, T_SGD."""
+    if family == ADAPTIVE_FAMILY:
+        return CLOCK_ADAPT
+    return CLOCK_L2 if config.l2 + config.weight_decay > 0 else CLOCK_SGD
+
+
+def settings(config: RunConfig, free: Iterable[str]) -> tuple:
+    """Every setting of ``config`` that tells groups apart (not execution knobs) but sigma, seed and ``free``."""
+    left_out = {"sigma", "seed", *free}
+    return tuple(
+        (name, repr(getattr(config, name)))
+        for name, f in FIELDS.items()
+        if f.metadata["hashed"] and name not in left_out
+    )
+
+
+@dataclass
+class Group:
+    """One group of a sweep as the claims read it: its summary, first config, family, cells and
+    accuracy table (pp by sigma and seed, trained cells, with their per-example records)."""
+
+    summary: GroupSummary
+    config: RunConfig
+    family: str
+    cells: list[CellRecord]
+    accuracy: Matrix
+    clock: float  # the clock that drives this group's forgetting (forgetting_clock)
+
+    @property
+    def shrink(self) -> float:
+        """lambda: every force that shrinks the weights (the L2 coefficient and weight decay)."""
+        return self.config.l2 + self.config.weight_decay
+
+    @property
+    def plain_sgd(self) -> bool:
+        """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
+        return self.family == SGD_FAMILY and self.config.momentum == 0 and self.shrink == 0
+
+    def label(self) -> str:
+        config = self.config
+        extra = f" b={config.batch_size}" if self.family == SGD_FAMILY else ""
+        return f"{config.opt}{extra}{f' l2={config.l2:g}' if config.l2 else ''}"
+
+    def spread_text(self) -> str:
+        s = self.summary
+        return (
+            f"{self.label()} {s.spread:.2f} pp (debiased {s.debiased_spread:+.2f} "
+            f"{interval(s.debiased_spread_lo, s.debiased_spread_hi)})"
+        )
+
+
+@dataclass
+class Sweep:
+    """What every claim reads: the report and the groups it can name."""
+
+    report: Report
+    groups: list[Group]
+    #: every group's cells, trained or not, by group key (the depth claim counts runs that never trained)
+    cells: dict[str, list[CellRecord]] = field(default_factory=dict)
+
+    def strata(self, axis: Iterable[str]) -> list[tuple[str, list[Group]]]:
+        """The groups in sets that agree on every setting but ``axis`` (and sigma and seed), each
+        named by the settings that tell it from the others ("" when there is one)."""
+        axis = tuple(axis)
+        by_key: dict[tuple, list[Group]] = {}
+        for group in self.groups:
+            by_key.setdefault(settings(group.config, axis), []).append(group)
+        varying = [
+            name
+            for position, (name, _) in enumerate(next(iter(by_key)) if by_key else ())
+            if len({key[position][1] for key in by_key}) > 1
+        ]
+        named = []
+        for key, groups in by_key.items():
+            values = dict(key)
+            named.append((", ".join(f"{name}={values[name].strip(chr(39))}" for name in varying), groups))
+        return sorted(named, key=lambda pair: pair[0])
+
+
+def read_sweep(records: Iterable[CellRecord]) -> Sweep:
+    records = list(records)
+    report = build_report(records)
+    keys = group_keys(r.config for r in records)
+    cells: dict[str, list[CellRecord]] = {}
+    for record, key in zip(records, keys):
+        cells.setdefault(key, []).append(record)
+    groups = []
+    for summary in report.groups:
+        if math.isnan(summary.spread):  # did not train, or one sigma: nothing to compare
+            continue
+        first = cells[summary.group][0]
+        family = optimizer_family(first)
+        groups.append(
+            Group(
+                summary,
+                first.config,
+                family,
+                cells[summary.group],
+                report.accuracy[summary.group],
+                forgetting_clock(family, summary.clock_sgd, summary.clock_l2, summary.clock_adapt),
+            )
+        )
+    return Sweep(report, groups, cells)
+
+
+def baseline_sgd(groups: list[Group]) -> Group | None:
+    """Of a stratum's plain-SGD groups, the paper's remembering baseline: torch's SGD before any
+    other SGD-like plugin, then the lowest rate, then the shortest horizon (T_SGD)."""
+    return min(
+        (g for g in groups if g.plain_sgd),
+        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
+        default=None,
+    )
