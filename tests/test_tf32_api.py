@@ -17,7 +17,9 @@ from initmem_core.training.precision import LEGACY, PRECISION, tf32_api, use_pre
 
 def legacy_only():
     """torch < 2.9: ``allow_tf32`` flags, no ``fp32_precision``."""
-    return SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=False)), cudnn=SimpleNamespace(allow_tf32=True))
+    return SimpleNamespace(
+        cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=False)), cudnn=SimpleNamespace(allow_tf32=True)
+    )
 
 
 class _Context:
@@ -95,7 +97,7 @@ def test_the_stand_in_for_torch_2_9_refuses_a_legacy_read_after_the_new_api_set_
     backends = both_apis()
     backends.cuda.matmul.fp32_precision = "tf32"
     with pytest.raises(RuntimeError, match="mix of the legacy and new"):
-        backends.cuda.matmul.allow_tf32  # what Inductor reads on 2.9-2.11
+        _ = backends.cuda.matmul.allow_tf32  # what Inductor reads on 2.9-2.11
 
 
 @pytest.mark.parametrize("tf32, legacy, new", [("on", True, "tf32"), ("off", False, "ieee")])
@@ -114,7 +116,11 @@ def test_a_torch_without_the_legacy_flags_gets_fp32_precision():
     use_precision("on", backends)
     assert [backends.cuda.matmul.fp32_precision, backends.cudnn.conv.fp32_precision] == ["tf32", "tf32"]
     use_precision("off", backends)
-    assert {backends.cuda.matmul.fp32_precision, backends.cudnn.conv.fp32_precision, backends.cudnn.rnn.fp32_precision} == {"ieee"}
+    assert {
+        backends.cuda.matmul.fp32_precision,
+        backends.cudnn.conv.fp32_precision,
+        backends.cudnn.rnn.fp32_precision,
+    } == {"ieee"}
 
 
 def test_a_torch_with_neither_api_is_one_clear_error():
