@@ -364,7 +364,7 @@ def sweep_command(
         from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
 
         for line in cost_lines(estimate_cost(plan.cells, registry, workers=workers or 1, horizons=horizons)):
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, soft_wrap=True)
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up

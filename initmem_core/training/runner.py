@@ -322,7 +322,7 @@ def _train_tracked(
     resume: bool,
 ) -> RunResult:
     from initmem_core.training import compiling  # lazy: imports torch
-    from initmem_core.training.loop import train
+    from initmem_core.training.loop import train  # lazy: imports torch
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
