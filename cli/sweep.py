@@ -102,6 +102,36 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
     return [legend, table]
 
 
+def duration(seconds: float) -> str:
+    """``3725`` -> ``"1 h 2 min"``; under a minute in seconds."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def cost_lines(cost) -> list[str]:
+    """What ``initmem_core.sweep.cost.estimate_cost`` found, as the dry run prints it."""
+    if cost.cpu_seconds is None:
+        return [f"estimated time: unknown here ({'; '.join(cost.unknown)})"]
+    steps = ", ".join(
+        f"{t.arch} {t.seconds * 1e3:.0f} ms/step at batch {t.batch_size}"
+        + (f" (scaled from {t.measured_batch})" if t.measured_batch != t.batch_size else "")
+        for t in cost.step_times
+    )
+    lines = [
+        f"estimated training time here: {duration(cost.cpu_seconds)} with {cost.workers} worker(s) "
+        f"({steps}; measured on 1 thread; training steps only, evaluation not counted)"
+    ]
+    if cost.unknown:
+        lines.append(f"  not counted: {'; '.join(cost.unknown)}")
+    if cost.gpu_seconds is not None:
+        lines.append(f"estimated on a GPU: {duration(cost.gpu_seconds)}, one cell at a time ({cost.gpu_source})")
+    else:
+        lines.append(f"estimated on a GPU: none ({cost.gpu_source})")
+    return lines
+
+
 def groups_table(report) -> Table:
     """Groups by what tells them apart; what they all share goes once, under the table."""
     from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
@@ -331,6 +361,10 @@ def sweep_command(
         console.print(
             f"{len(plan.cells)} cells in {groups} group(s); estimated work: {estimate_work(plan.cells, horizons)}"
         )
+        from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
+
+        for line in cost_lines(estimate_cost(plan.cells, registry, workers=workers or 1, horizons=horizons)):
+            console.print(line, highlight=False, soft_wrap=True)
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up

@@ -66,6 +66,9 @@ CONFIG_HASH_TAG = "config_hash"
 DIVERGED_TAG, DIVERGED_EPOCH_TAG = "diverged", "diverged_epoch"
 FAILURE_REASON_TAG = "failure_reason"
 STOPPED_BY_TAG = "stopped_by"
+#: On a run with ``--compile``: how many times TorchDynamo gave up compiling and ran eagerly
+#: while it trained (``training.compiling.fallbacks``); ``"0"`` when compilation held.
+COMPILE_FALLBACKS_TAG = "initmem.compile_fallbacks"
 
 #: A sweep's runs: the sweep's name (on the parent and every child), the parent's role, a
 #: child's group label (``initmem_core.groups.group_label``).
@@ -97,6 +100,7 @@ TAG_KEYS = (
     DIVERGED_EPOCH_TAG,
     FAILURE_REASON_TAG,
     STOPPED_BY_TAG,
+    COMPILE_FALLBACKS_TAG,
     SWEEP_TAG,
     ROLE_TAG,
     GROUP_TAG,

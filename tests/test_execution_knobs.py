@@ -71,21 +71,19 @@ def fp32_flags():
 
 def test_tf32_on_sets_both_gpu_fp32_flags_and_off_sets_ieee_fp32(fp32_flags):
     setup.use_precision("on")
-    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     setup.use_precision("off")  # PyTorch's own default leaves cuDNN convolutions on TF32
-    assert torch.backends.cuda.matmul.fp32_precision == "ieee"
-    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
 
 
 def test_a_run_logs_its_tf32_setting_and_applies_it_for_gpu_kernels(fp32_flags):
     tracker = MemoryTracker()
     run_tiny(epochs=1, tracking=True, tf32="on", tracker=tracker)
     assert tracker.params["tf32"] == "on"
-    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    assert torch.backends.cudnn.allow_tf32
     tracker = MemoryTracker()
     run_tiny(epochs=1, tracking=True, tracker=tracker)
-    assert tracker.params["tf32"] == "off" and torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert tracker.params["tf32"] == "off" and not torch.backends.cudnn.allow_tf32
 
 
 # -- evaluation under the training's precision, memory format and compiled model -------------------

@@ -51,6 +51,7 @@ from initmem_core.training.clocks import CONVENTIONS
 from initmem_core.training.resume import resume_candidates
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
+    COMPILE_FALLBACKS_TAG,
     CONFIG_HASH_TAG,
     DIVERGED_EPOCH_TAG,
     DIVERGED_TAG,
@@ -320,6 +321,7 @@ def _train_tracked(
     progress: Any,
     resume: bool,
 ) -> RunResult:
+    from initmem_core.training import compiling  # lazy: imports torch
     from initmem_core.training.loop import train  # lazy: imports torch
 
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
@@ -342,9 +344,12 @@ def _train_tracked(
             groups = getattr(setup.optimizer, "initmem_param_groups", None)
             if groups:
                 tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+            fallbacks_before = compiling.fallbacks()
             history, summary = train(
                 setup, tracker.log_metrics, progress, save_checkpoint=save, resume_from=resume_from, stop=stop
             )
+            if config.compile:
+                _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
             tracker.log_metrics(summary, step=setup.config.epochs)  # --until may have set them
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
@@ -376,6 +381,20 @@ def _train_tracked(
         stopped.unsynced = unsynced
         raise stopped
     return result
+
+
+def _record_fallbacks(tracker: Tracker, config: RunConfig, count: int) -> None:
+    """``--compile``: the run's tag says how often TorchDynamo fell back to eager while it trained
+    (``training.compiling``), and a fallback is warned about, never silent."""
+    tracker.set_tags({COMPILE_FALLBACKS_TAG: str(count)})
+    if count:
+        warnings.warn(
+            f"--compile: TorchDynamo gave up compiling {count} time(s) while {config.run_name()} trained and "
+            "ran those frames eagerly (its recompile limit was reached); the run is correct but slower. "
+            'TORCH_LOGS="recompiles" says why it recompiled',
+            RunWarning,
+            stacklevel=4,
+        )
 
 
 def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str) -> str:

@@ -21,7 +21,9 @@ from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
+from initmem_core.training.compiling import compiled
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
+from initmem_core.training.precision import use_precision
 from initmem_core.training.schedules import build_scheduler
 
 
@@ -129,17 +131,6 @@ def use_determinism(deterministic: bool, device: torch.device) -> None:
     torch.backends.cudnn.benchmark = not deterministic
 
 
-def use_precision(tf32: str) -> None:
-    """``--tf32``: both of PyTorch's fp32 flags set explicitly, since its defaults differ (cuDNN
-    convolutions default to TF32 on Ampere and newer, matmuls to IEEE fp32): off means fp32
-    everywhere. The new ``fp32_precision`` API alone, as PyTorch refuses a mix with the old one."""
-    precision = "tf32" if tf32 == "on" else "ieee"
-    torch.backends.cuda.matmul.fp32_precision = precision
-    # cudnn's conv and rnn flag holders are attached at run time, so type stubs do not list them.
-    torch.backends.cudnn.conv.fp32_precision = precision  # type: ignore[attr-defined]
-    torch.backends.cudnn.rnn.fp32_precision = precision  # type: ignore[attr-defined]
-
-
 def use_device(device: torch.device) -> torch.device:
     """Make a GPU the run's own: the current device of this process, so streams, events, pinned
     memory and the CUDA RNG it reaches without naming a device are on it, not on GPU 0."""
@@ -148,16 +139,6 @@ def use_device(device: torch.device) -> torch.device:
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return device
-
-
-def compiled(model: torch.nn.Module, config: RunConfig) -> Callable[..., torch.Tensor]:
-    """``--compile``: the model wrapped once per run. TorchDynamo keeps what it compiled per
-    process, keyed by the code of the architecture's forward, so a later cell of the same
-    architecture (another instance, other weights) reuses it: compiled once per process and
-    architecture, for training and for evaluation (one graph each)."""
-    if not config.compile:
-        return model
-    return torch.compile(model, mode=config.compile_mode)
 
 
 def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBundle:

@@ -20,12 +20,14 @@ def initmem_register_datasets(register):
         "scikit-learn handwritten digits, 1x8x8, 10 classes, 60/20/20 split (no download)",
     )
     register(
-        "cifar10", f"{_HERE}.cifar:load_cifar10", "CIFAR-10 from --data-dir, 45k/5k train/val split + official test set"
+        "cifar10",
+        f"{_HERE}.cifar:load_cifar10",
+        "CIFAR-10 from --data-dir, 3x32x32, 10 classes, 45k/5k train/val split + official test set",
     )
     register(
         "cifar100",
         f"{_HERE}.cifar:load_cifar100",
-        "CIFAR-100 (fine labels) from --data-dir, 45k/5k train/val split + official test set",
+        "CIFAR-100 (fine labels) from --data-dir, 3x32x32, 100 classes, 45k/5k train/val split + official test set",
     )
     register(
         "fashion-mnist",
@@ -36,7 +38,8 @@ def initmem_register_datasets(register):
     register(
         "mnist",
         f"{_HERE}.mnist:load_mnist",
-        "MNIST from IDX files (--data-dir or ~/.cache/initmem/mnist), 1x28x28, 54k/6k split + official test set",
+        "MNIST from IDX files (--data-dir or ~/.cache/initmem/mnist), 1x28x28, "
+        "54k/6k train/val split + official test set",
     )
     register(
         "synthetic",

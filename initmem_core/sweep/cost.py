@@ -1,0 +1,221 @@
+"""What a sweep costs before it runs (``initmem sweep --dry-run``): its training time estimated
+on this machine from a measured step, and on a GPU from ``benchmarks/gpu_check.py``'s figures.
+
+On this machine: a few training steps of each architecture of the sweep, at its batch size and
+input shape, on one thread as a local worker's cell uses (``--threads``); the time per step,
+times the cells' optimizer steps, divided by the workers. A step that would take longer than
+the measurement's budget is measured at a smaller batch and scaled linearly to the sweep's (CPU
+convolutions cost about linearly in the batch; the fixed cost per step makes it an upper bound),
+so a dry run stays within a couple of seconds whatever the depth.
+
+On a GPU: the ms per training step that gpu_check measured for the architecture (``GPU_FIGURES``,
+the JSON a complete gpu_check run leaves in ``docs/``), times the steps, one cell at a time. No
+such file: the estimate says that none exist.
+
+Training steps only: evaluation (about a third of an epoch's time, more with large evaluation
+sets) and start-up are not counted. The input shape and training-set size come from the built
+dataset when it can be read here, else from the dataset's description ("3x32x32", "45k/5k").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: gpu_check's JSON of every sample, kept in the docs by a complete run on a GPU.
+GPU_FIGURES = Path(__file__).resolve().parents[2] / "docs" / "gpu_check.json"
+#: Time one architecture's measurement may take, and the smallest batch it scales from.
+MEASURE_BUDGET_S, SMALL_BATCH = 0.5, 4
+
+_SHAPE = re.compile(r"\b(\d+)x(\d+)x(\d+)\b")
+_CLASSES = re.compile(r"\b(\d+) classes\b")
+_TRAIN = re.compile(r"\b(\d+)k/\d+k\b")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One architecture's measured training step on this machine."""
+
+    arch: str
+    batch_size: int  # the sweep's
+    shape: tuple[int, int, int]  # C, H, W
+    seconds: float  # per step at batch_size (scaled when measured_batch is smaller)
+    measured_batch: int
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """A sweep's estimated training time. ``None``: not known here (``unknown`` says why)."""
+
+    cells: int
+    workers: int
+    steps: int | None  # optimizer steps of every cell counted
+    cpu_seconds: float | None
+    step_times: list[StepTime] = field(default_factory=list)
+    gpu_seconds: float | None = None
+    gpu_source: str = ""  # where the GPU figures come from, or that none exist
+    unknown: list[str] = field(default_factory=list)
+
+
+def _declared(registry: Any, data: str) -> str:
+    try:
+        return registry.lookup("dataset", data)[0].description
+    except Exception:
+        return ""
+
+
+def dataset_facts(config: Any, registry: Any) -> tuple[tuple[int, int, int], int, int] | None:
+    """(C x H x W, classes, training examples) of a cell's dataset: declared in its description,
+    else read from the built dataset; ``None`` when neither says."""
+    text = _declared(registry, config.data)
+    shape, classes, train = _SHAPE.search(text), _CLASSES.search(text), _TRAIN.search(text)
+    if shape and train:
+        examples = int(train.group(1)) * 1000
+        return (
+            tuple(int(v) for v in shape.groups()),  # type: ignore[return-value]
+            int(classes.group(1)) if classes else 10,
+            min(examples, config.train_size) if config.train_size else examples,
+        )
+    try:
+        bundle = registry.build("dataset", config.data, config=config)
+    except Exception:
+        return None
+    return (bundle.in_channels, *bundle.train_x.shape[2:]), bundle.num_classes, len(bundle.train_y)
+
+
+def measure_step(
+    arch: str,
+    shape: tuple[int, int, int],
+    classes: int,
+    batch_size: int,
+    registry: Any,
+    budget_s: float = MEASURE_BUDGET_S,
+) -> StepTime:
+    """The median time of a few SGD training steps of ``arch`` on random inputs, on one thread;
+    at a smaller batch, scaled linearly, when a full step would not fit ``budget_s``."""
+    import torch
+    import torch.nn.functional as F
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = registry.build("architecture", arch, in_channels=shape[0], num_classes=classes, image_size=shape[1])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+        def step(batch: int) -> float:
+            x, y = torch.randn(batch, *shape), torch.randint(0, classes, (batch,))
+            began = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            return time.perf_counter() - began
+
+        small = min(batch_size, SMALL_BATCH)
+        step(small)  # warm-up: allocations, kernel choice
+        per_example = step(small) / small
+        # The largest batch (up to the sweep's) of which three steps fit the budget.
+        batch = max(small, min(batch_size, int(budget_s / 3 / per_example)))
+        seconds = sorted(step(batch) for _ in range(3))[1] * batch_size / batch
+        return StepTime(arch, batch_size, shape, seconds, batch)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def gpu_step_ms(arch: str, path: Path = GPU_FIGURES) -> tuple[float, str] | None:
+    """gpu_check's ms per training step for ``arch`` (fp32, eager, contiguous where measured, else
+    its fastest configuration) and a note of what it is; ``None`` without a figure for it."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    rows: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("arch") == arch and isinstance(node.get("step_ms"), (int, float)) and node["step_ms"] > 0:
+                rows.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(results)
+    if not rows:
+        return None
+    plain = [
+        r for r in rows if r.get("precision") == "fp32" and not r.get("compile_mode") and not r.get("channels_last")
+    ]
+    row = plain[0] if plain else min(rows, key=lambda r: r["step_ms"])
+    device = results.get("device") if isinstance(results, dict) else None
+    what = "fp32 eager" if plain else f"{row.get('precision', '?')}, compile {row.get('compile_mode') or 'off'}"
+    return float(row["step_ms"]), f"{device or 'GPU'}, {what}, gpu_check batch {row.get('batch', 128)}"
+
+
+def estimate_cost(
+    cells: Sequence[Any],
+    registry: Any,
+    *,
+    workers: int = 1,
+    horizons: Sequence[Any] | None = None,
+    gpu_figures: Path = GPU_FIGURES,
+    budget_s: float = MEASURE_BUDGET_S,
+) -> CostEstimate:
+    """The training time of ``cells`` (a sweep plan's) with ``workers`` local workers, each
+    cell's steps from ``horizons`` (``training.horizons.plan_horizons``) where known, else from
+    its dataset's size; one step measurement per architecture, batch size and input shape."""
+    workers = max(1, int(workers))
+    facts: dict[tuple[Any, ...], Any] = {}
+    measured: dict[tuple[Any, ...], StepTime] = {}
+    gpu: dict[str, tuple[float, str] | None] = {}
+    steps_total, cpu_total, gpu_total = 0, 0.0, 0.0
+    unknown: list[str] = []
+    for index, cell in enumerate(cells):
+        data = (cell.data, cell.data_dir, cell.train_size)
+        if data not in facts:
+            facts[data] = dataset_facts(cell, registry)
+        known = facts[data]
+        if known is None:
+            unknown.append(f"{cell.data}: neither readable here nor described (shape, size)")
+            continue
+        shape, classes, examples = known
+        horizon = horizons[index] if horizons else None
+        steps = (
+            horizon.epochs * horizon.steps_per_epoch if horizon else cell.epochs * math.ceil(examples / cell.batch_size)
+        )
+        key = (cell.arch, shape, classes, cell.batch_size)
+        if key not in measured:
+            measured[key] = measure_step(cell.arch, shape, classes, cell.batch_size, registry, budget_s)
+        steps_total += steps
+        cpu_total += steps * measured[key].seconds
+        if cell.arch not in gpu:
+            gpu[cell.arch] = gpu_step_ms(cell.arch, gpu_figures)
+        figure = gpu[cell.arch]
+        gpu_total += steps * figure[0] / 1e3 if figure else math.nan
+    counted = len(cells) - len(unknown)
+    notes = sorted({figure[1] for figure in gpu.values() if figure})
+    if not gpu_figures.is_file():
+        source = (
+            f"no gpu_check figures exist yet ({gpu_figures.name} is written by a complete benchmarks/gpu_check.py run)"
+        )
+    elif not gpu or any(figure is None for figure in gpu.values()):
+        missing = sorted(arch for arch, figure in gpu.items() if figure is None)
+        source = f"gpu_check measured no step of {', '.join(missing) or 'these architectures'}"
+    else:
+        source = f"gpu_check: {'; '.join(notes)}"
+    return CostEstimate(
+        cells=len(cells),
+        workers=workers,
+        steps=steps_total if counted else None,
+        cpu_seconds=cpu_total / workers if counted else None,
+        step_times=list(measured.values()),
+        gpu_seconds=gpu_total if counted and not math.isnan(gpu_total) and gpu else None,
+        gpu_source=source,
+        unknown=sorted(set(unknown)),
+    )
