@@ -232,13 +232,20 @@ def _with_l2(groups: list[Group]) -> list[Group]:
 
 
 def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
+    """Plain SGD's debiased spread above that of the same with its strongest L2 coefficient. The
+    weaker coefficients are notes (a dose-response), not part of the verdict: a coefficient whose
+    T_L2 stays far below 1 within the horizon (1e-4 for 100 CIFAR epochs: T_L2 = 0.035) cannot
+    have forgotten much, and requiring it to would set the claim up to fail."""
+
     def evaluate(groups: list[Group]) -> Evaluated | None:
         base, l2 = baseline_sgd(groups), _with_l2(groups)
         if base is None or not l2:
             return None
-        quantities = [difference(f"{base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in l2]
+        strongest = l2[-1]
+        quantities = [difference(f"{base.label()} − {strongest.label()}", base.accuracy, strongest.accuracy)]
+        notes = [difference(f"dose-response: {base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in l2[:-1]]
         shown = "; ".join(g.spread_text() for g in [base, *l2])
-        return f"{shown} | debiased {_texts(quantities)}", quantities, []
+        return f"{shown} | debiased {_texts(quantities + notes)}", quantities, notes
 
     return per_stratum(sweep, "l2_shrinks_sgd_spread", "L2 shrinks SGD's spread", L2_AXIS, evaluate, L2_NEEDS)
 
@@ -253,9 +260,11 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
             return None
         strongest = l2[-1]
         quantities = [_forgets(base, strongest, strongest.label())]
-        notes = [difference(f"dose-response: {base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in l2]
+        notes = [
+            _forgets(base, g, f"dose-response: {g.label()}") for g in l2[:-1]
+        ]  # each weaker coefficient against the same margin
         shown = "; ".join(g.spread_text() for g in [base, *l2])
-        return f"{shown} | {_texts(quantities)} | {_texts(notes)}", quantities, notes
+        return f"{shown} | {_texts(quantities + notes)}", quantities, notes
 
     return per_stratum(
         sweep,
