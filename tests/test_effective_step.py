@@ -193,3 +193,28 @@ def test_a_ref_that_would_make_the_rate_unbounded_is_refused():
         resolve_config(RunConfig(lr=0.1, sigma=100.0, lr_match_sigma=0.1))
     with pytest.raises(ConfigError, match="would exceed"):
         resolve_config(RunConfig(sigma=1.0, lr_match_sigma=1e-300))
+
+
+@pytest.mark.slow  # a run stopped and resumed, and the run left alone
+def test_a_stopped_matched_run_resumes_to_the_bits_of_the_run_left_alone(tracking_uri, tmp_path):
+    import signal
+
+    from signal_progress import SignalAtStep  # tests/ is on sys.path
+
+    from initmem_core.training.stop_signals import Stopped
+
+    config = {**TINY, "sigma": 2.0, "lr_match_sigma": 1.0, "momentum": 0.9, "schedule": "cosine", "epochs": 3}
+    config["checkpoint_every"] = 1
+    alone = initmem_core.run(**config, tracking=False)
+    with pytest.raises(Stopped):
+        initmem_core.run(
+            **config, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path), progress=SignalAtStep(3, signal.SIGTERM)
+        )
+    resumed = initmem_core.run(**config, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path), resume=True)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    [run] = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert run.info.run_id == resumed.run_id  # continued in the stopped run, from its checkpoint
+    for (name, a), (_, b) in zip(alone.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), name
