@@ -117,6 +117,17 @@ class RunConfig:
         shown="off: --epochs sets the epochs",
         hashed_when_set=True,
     )
+    lr_match_sigma: float = knob(
+        0.0,
+        "The effective-step control, REF: the scale-invariant kernels (those feeding a normalisation "
+        "layer) train at lr * (sigma / REF)^2, everything else (norm affine, biases, the head) at lr; "
+        "SGD-family optimizers only. The clocks keep counting the plain lr",
+        OPTIM,
+        check="non-negative",
+        maximum=MAX_SIGMA,
+        shown="off (0): one rate for every parameter",
+        hashed_when_set=True,
+    )
     schedule: str = knob("constant", "Learning-rate schedule", OPTIM, choices=("constant", "step", "cosine"))
     warmup_epochs: float = knob(0.0, "Linear warm-up length in epochs", OPTIM, check="non-negative")
     lr_step_epochs: int = knob(30, "Step schedule: decay every this many epochs", OPTIM, check="at-least-1")
@@ -402,6 +413,14 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             raise ConfigError(f"{flag}: unknown value '{value}'; valid values: {', '.join(choices)}")
     if config.momentum >= 1:
         raise ConfigError(f"--momentum must be below 1, got {config.momentum}")
+    if config.lr_match_sigma:  # the kernels' rate, lr * (sigma / REF)^2, must be a rate too
+        ratio = config.sigma / config.lr_match_sigma
+        factor = ratio * ratio  # inf, not OverflowError, for a REF far below sigma
+        if not (math.isfinite(factor) and config.lr * factor <= MAX_LR):
+            raise ConfigError(
+                f"--lr-match-sigma {config.lr_match_sigma:g}: the scale-invariant kernels' rate, "
+                f"lr * (sigma / REF)^2 at sigma {config.sigma:g}, would exceed {MAX_LR:g}; use a REF nearer sigma"
+            )
     if config.until != _canonical_until(config.until):
         config = dataclasses.replace(config, until=_canonical_until(config.until))
     if registry is not None:

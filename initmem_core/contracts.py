@@ -96,6 +96,17 @@ class ArchitectureFactory(Protocol):
     ) -> torch.nn.Module: ...
 
 
+@runtime_checkable
+class DeclaresScaleInvariance(Protocol):
+    """A model that says which of its weights are scale-invariant (optional; see
+    ``initmem_core.training.effective_step``): multiplying one of them by a positive constant leaves
+    the network's function unchanged, because it feeds a normalisation layer. Without this method
+    they are found by tracing the model (a conv or linear kernel whose output only a norm reads)."""
+
+    def scale_invariant_parameters(self) -> list[str]:
+        """Names (as in ``named_parameters()``) of the scale-invariant weights."""
+
+
 class OptimizerFactory(Protocol):
     """Returns an optimizer over every trainable parameter, set from ``config`` (``lr``,
     ``momentum``, ``weight_decay``...) and ``options`` (its declared options with the run's

@@ -53,6 +53,9 @@ def assert_one_line_error(result, message: str) -> None:
         (["--epochs", "0"], "--epochs must be 1 or greater, got 0"),
         (["--sigma", "big"], "--sigma: expected a number, got 'big'"),
         (["--epochs", "2.5"], "--epochs: expected a whole number, got '2.5'"),
+        (["--lr-match-sigma", "-1"], "--lr-match-sigma must be 0 or greater, got -1.0"),
+        (["--lr-match-sigma", "1", "--opt", "adam"], "--lr-match-sigma is for SGD-family optimizers"),
+        (["--lr-match-sigma", "1", "--opt", "timm:lion"], "and timm:lion builds Lion; use --opt sgd"),
     ],
 )
 def test_bad_value(tracking_uri, args, message):

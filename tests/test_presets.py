@@ -27,6 +27,7 @@ def test_every_preset_is_listed_and_valid():
         "paper-clocks",
         "paper-depth",
         "paper-depth-mini",
+        "paper-effstep-mini",
         "paper-fmnist",
         "paper-l2",
         "paper-l2-horizon",
@@ -161,15 +162,23 @@ def seeds_of(name):
     return len({c.seed for c in cells(name)})
 
 
+#: Drafts whose `# power:` line still waits for the calibration that sizes them (a TODO the lead fills;
+#: once filled, the test below fails until the name leaves this set).
+DRAFTS = {"paper-effstep-mini"}
+
+
 @pytest.mark.parametrize("name", preset_names())
 def test_every_preset_states_the_power_of_its_seeds(name):
     """`presets show` prints a `# power:` statement naming the seeds the preset has, at least the
     calibrated rule's three, and where the calibration measured it."""
     import re
 
-    from initmem_core.sweep.presets import preset_power
+    from initmem_core.sweep.presets import preset_power, preset_text
 
     power = preset_power(name)
+    if name in DRAFTS:
+        assert power.startswith("TODO") and "DRAFT" in preset_text(name), power
+        return
     assert "%" in power and ("docs/STATISTICS.md" in power or "calibration rows" in power), power
     stated = int(re.match(r"(\d+) seeds give", power).group(1))
     assert stated == seeds_of(name) >= 3
@@ -185,6 +194,15 @@ def test_the_new_claims_digits_presets_vary_one_setting_each():
     for grid in (lr, long, depth):
         assert {c.opt for c in grid} == {"sgd"} and {c.momentum for c in grid} == {0.0}
         assert {c.sigma for c in grid} == {0.1, 2.5} and {c.data for c in grid} == {"digits"}
+
+
+def test_paper_effstep_mini_is_paper_mini_s_low_rate_sgd_with_and_without_the_matched_step():
+    grid = cells("paper-effstep-mini")
+    assert len(grid) == 2 * 4 * 6 and len(set(group_keys(grid))) == 2
+    assert {c.lr_match_sigma for c in grid} == {0.0, 1.0}
+    assert sorted({c.sigma for c in grid}) == [0.1, 0.5, 1.4, 2.5] and {c.seed for c in grid} == set(range(6))
+    plain_sgd = {c.config_hash() for c in cells("paper-mini") if c.opt == "sgd" and c.momentum == 0 and c.l2 == 0}
+    assert {c.config_hash() for c in grid if not c.lr_match_sigma} <= plain_sgd  # the same cells as paper-mini's
 
 
 def test_the_new_claims_fashion_mnist_presets_vary_one_setting_each():

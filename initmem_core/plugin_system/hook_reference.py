@@ -29,7 +29,12 @@ END = "<!-- hook-reference:end -->"
 #: The records factories receive or return, documented next to the hooks.
 RECORDS = (contracts.EvalState, contracts.DatasetBundle)
 #: The protocols an object a factory returns follows.
-RETURNED = (contracts.Regularizer, contracts.EpochMetric, contracts.SummaryMetric)
+RETURNED = (
+    contracts.Regularizer,
+    contracts.EpochMetric,
+    contracts.SummaryMetric,
+    contracts.DeclaresScaleInvariance,
+)
 
 
 def hook_specs() -> dict[str, Callable]:

@@ -112,10 +112,21 @@ def _check_keys(opt: str, given: dict[str, str], defaults: dict[str, Any]) -> No
             raise ConfigError(f"--opt-arg {key}: optimizer {opt} has no option '{key}'; valid keys: {listing}")
 
 
+def not_sgd_family(opt: str, built: str) -> ConfigError:
+    """``--lr-match-sigma`` with an optimizer whose step does not scale like the gradient."""
+    return ConfigError(
+        f"--lr-match-sigma is for SGD-family optimizers (their step turns a scale-invariant kernel by "
+        f"lr/||W||^2), and {opt} {built}; use --opt sgd or leave --lr-match-sigma at 0"
+    )
+
+
 def resolve(config: Any, registry: Any) -> Any:
     """``config`` with ``lr`` = the optimizer's declared default when unset (0) and the
     ``--opt-arg``s checked, typed and spelled canonically (sorted ``key=value``, without those
     equal to the declared default)."""
+    spec = registry.lookup("optimizer", config.opt)[0]
+    if config.lr_match_sigma and spec.clock == "lr":  # a step normalised, or averaged: not SGD's (a family: when built)
+        raise not_sgd_family(config.opt, "normalises or averages its step")
     defaults = declared(config, registry)
     typed = given_options(config, registry)
     # A value equal to the declared default changes nothing, so it leaves the hash alone too.

@@ -74,6 +74,14 @@ def lr_multiplier(config: Any, step: int, steps_per_epoch: int) -> float:
     return value
 
 
+def lr_match_factor(config: Any) -> float:
+    """``--lr-match-sigma REF``: the factor ``(sigma / REF)**2`` on the scale-invariant kernels'
+    rate (1 when off). See ``initmem_core.training.effective_step``."""
+    ref = float(config.lr_match_sigma)
+    ratio = float(config.sigma) / ref if ref else 1.0
+    return ratio * ratio
+
+
 def build_scheduler(optimizer: Any, config: Any, steps_per_epoch: int):
     """A ``LambdaLR`` applying ``lr_multiplier``; step it once after every ``optimizer.step()``.
 

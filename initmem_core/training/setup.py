@@ -22,6 +22,7 @@ from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
 from initmem_core.training.compiling import compiled
+from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
 from initmem_core.training.precision import use_precision
 from initmem_core.training.schedules import build_scheduler
@@ -201,6 +202,9 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
     optimizer = registry.build(
         "optimizer", config.opt, model=model, config=config, options=optimizer_options.options(config, registry)
     )
+    if config.lr_match_sigma:  # before the scheduler, which takes each group's rate as its base
+        groups = match_effective_step(optimizer, model, config)
+        optimizer.initmem_param_groups = {**getattr(optimizer, "initmem_param_groups", {}), **groups}
     optimizer_spec, optimizer_variant = registry.lookup("optimizer", config.opt)
     clock = check_convention(
         getattr(optimizer, "initmem_clock", None)
