@@ -75,6 +75,7 @@ GROUPS = {
     "sgd-l2": {"opt": "sgd", "lr": 0.01, "l2": 0.01},
     "sgd-r56": {"opt": "sgd", "lr": 0.01, "arch": "resnet56"},
     "adam-r56": {"opt": "adam", "lr": 0.001, "arch": "resnet56"},
+    "sgd-matched": {"opt": "sgd", "lr": 0.01, "lr_match_sigma": 1.0},  # the effective-step control
 }
 #: The claim most rows read: the first ordering of the paper.
 FIRST_CLAIM = "sgd_remembers_more_than_adaptive"
@@ -740,7 +741,11 @@ EIGHT_PP = (97, 94, 92, 89)
 AT_THE_MARGIN, HALF_OF_EIGHT = (97, 96.5, 95.5, 95), FOUR_PP
 CIFAR_SIZE = SharedTestSet("shared test set, 10,000 examples", n_test=10_000)
 #: claim -> (its baseline group, the group claimed to forget), of GROUPS.
-FORGET_CLAIMS = {"adaptive_optimizers_forget": ("sgd", "adam"), "l2_brings_spread_near_zero": ("sgd", "sgd-l2")}
+FORGET_CLAIMS = {
+    "adaptive_optimizers_forget": ("sgd", "adam"),
+    "l2_brings_spread_near_zero": ("sgd", "sgd-l2"),
+    "effective_step_explains_memory": ("sgd", "sgd-matched"),
+}
 FORGET_TRUTHS = {
     "at the margin (2 pp of 8)": (AT_THE_MARGIN, "a verdict", "<= 5%"),
     "flat (0 pp of 8)": (FLAT, "power, 'reproduced'", "(stated)"),

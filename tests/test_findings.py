@@ -238,3 +238,16 @@ def test_every_interval_is_for_the_population_when_records_are_present():
     longer = longer_training_keeps_sgd_memory(read_sweep(cells))
     assert longer.verdict != NOT_EVALUATED
     assert [q.interval_for for q in longer.quantities + longer.notes] == [POPULATION] * 4
+
+
+def test_the_effective_step_claim_compares_plain_and_matched_sgd_only():
+    matched_flat = ({"opt": "sgd", "lr_match_sigma": 1.0}, (0.86, 0.86))
+    matched_same = ({"opt": "sgd", "lr_match_sigma": 1.0}, (0.90, 0.82))
+    claim = CLAIMS_BY_NAME["effective_step_explains_memory"]
+    assert claim(read_sweep(records(world(sgd=SGD_FOUR, matched=matched_flat), seeds=6))).verdict == REPRODUCED
+    kept = claim(read_sweep(records(world(sgd=SGD_FOUR, matched=matched_same), seeds=6)))
+    assert kept.verdict == CONTRADICTED and "matched to sigma 1" in kept.measured
+    # the matched group is in no other claim's stratum: it is not a second baseline
+    assert sgd_remembers_more_than_adaptive(
+        read_sweep(records(world(matched=matched_flat, adam=FLAT_ADAM)))
+    ).verdict == (NOT_EVALUATED)
