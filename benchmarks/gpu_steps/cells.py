@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from initmem_core import hookimpl
-
 from gpu_steps.common import (
     Context,
     Plan,
@@ -34,6 +32,7 @@ from gpu_steps.common import (
     same_value,
     weight_differences,
 )
+from initmem_core import hookimpl
 
 POISON_AFTER_STEP = 6  # (c): NaN written into a weight after this step; the next step's loss is NaN
 POISON_BATCH, POISON_TRAIN = 16, 64  # 4 steps an epoch: step 7 is the 3rd step of epoch 2

@@ -45,6 +45,7 @@ class Plan:
     lockstep_models: tuple[int, ...]  # (g): K
     lockstep_batch: int
     lockstep_warmup: int  # (g): untimed steps before each window (cuDNN's algorithm search)
+    lockstep_fp32: bool  # (g): fp32 too, after bf16 with channels-last, if time is left
     budget_s: float  # the whole check's wall time, by its own clock
     step_s: dict[str, float]  # each step's hard deadline (its process is killed there)
 
@@ -65,7 +66,7 @@ FULL = Plan(
     cell_batch=128,
     cell_train=2048,
     cell_eval_size=2000,
-    resume_epochs=8,
+    resume_epochs=12,  # (d) is killed after epoch 2: 10 epochs (seconds on a GPU) to kill it in
     speed_batch=128,
     speed_steps=50,
     speed_epochs=3,
@@ -75,6 +76,7 @@ FULL = Plan(
     lockstep_models=(1, 4, 8),
     lockstep_batch=128,
     lockstep_warmup=15,
+    lockstep_fp32=True,
     budget_s=420.0,  # 7 minutes: a 10-minute command with room for starting and copying back
     # The four checks run side by side (150 s at most together), then (e), (f), (g) one at a time.
     step_s={
@@ -105,15 +107,16 @@ DRY = Plan(
     lockstep_models=(1, 2),
     lockstep_batch=8,
     lockstep_warmup=1,
-    budget_s=540.0,  # a shared 2-core machine: generous, the dry run proves plumbing, not speed
+    lockstep_fp32=False,
+    budget_s=720.0,  # a shared 2-core machine: generous, the dry run proves plumbing, not speed
     step_s={
         "tests": 240.0,
         "determinism": 240.0,
         "divergence": 240.0,
         "resume": 240.0,
         "speed": 150.0,
-        "concurrency": 120.0,
-        "lockstep": 120.0,
+        "concurrency": 150.0,
+        "lockstep": 150.0,
     },
 )
 
@@ -374,4 +377,3 @@ def weight_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     if a.keys() != b.keys():
         return ["different parameter names"]
     return [key for key in a if not torch.equal(a[key], b[key])]
-

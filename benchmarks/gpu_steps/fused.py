@@ -72,9 +72,7 @@ class FusedBasicBlock(nn.Module):
         self.conv2 = grouped_conv3x3(models, out_channels, out_channels)
         self.bn2 = nn.BatchNorm2d(models * out_channels)
         needs_projection = stride != 1 or in_channels != out_channels
-        self.shortcut = (
-            FusedShortcutA(models, in_channels, out_channels, stride) if needs_projection else nn.Identity()
-        )
+        self.shortcut = FusedShortcutA(models, in_channels, out_channels, stride) if needs_projection else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))

@@ -96,10 +96,16 @@ def run(ctx: Context) -> dict[str, Any]:
         problems.append("no gpu-marked test was selected")
     if not ctx.dry and gpu_skipped:
         problems.append(f"gpu-marked tests skipped on a GPU machine: {', '.join(gpu_skipped)}")
-    ran = len(gpu_marked) - len(gpu_skipped)
+    ran = len([t for t in gpu_marked if t in outcome["passed"] or t in outcome["failed"]])
     detail = (
         f"`pytest -m gpu tests`: {len(gpu_marked)} gpu-marked tests, {ran} ran "
         f"({len(outcome['passed'])} passed, {len(outcome['failed'])} failed), {len(gpu_skipped)} skipped"
         + (": no CUDA in a dry run" if ctx.dry and gpu_skipped else "")
     )
-    return {"passed": not problems, "detail": detail, "problems": problems, "outcomes": outcome, "gpu_marked": gpu_marked}
+    return {
+        "passed": not problems,
+        "detail": detail,
+        "problems": problems,
+        "outcomes": outcome,
+        "gpu_marked": gpu_marked,
+    }
