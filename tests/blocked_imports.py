@@ -1,0 +1,35 @@
+"""An environment in which some modules cannot be imported, as on a machine that lacks them:
+``env = environment_without(folder, "mlflow")`` writes a ``sitecustomize`` into ``folder`` whose
+import hook raises ModuleNotFoundError for those modules and their submodules, and returns
+``os.environ`` with ``folder`` first on ``PYTHONPATH``. Every Python process started with it (and
+every process those start, which inherit it) sees the modules as missing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SITECUSTOMIZE = """\\
+import sys
+
+BLOCKED = {blocked!r}
+
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by tests/blocked_imports.py)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def environment_without(folder: Path, *modules: str) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(blocked=sorted(modules)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    env.pop("INITMEM_LOAD_PLUGINS", None)
+    return env
