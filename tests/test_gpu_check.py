@@ -10,6 +10,7 @@ compares them.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -248,3 +249,17 @@ def test_gpu_check_dry_run_passes_every_step_without_mlflow(second_lane_result):
     assert (out / "gpu_check.md").read_text().strip() == inside.strip()
     assert "===== lockstep =====" in (out / "gpu_check.log").read_text()
     assert docs.read_bytes() == real_docs and DOCS.read_bytes() == real_docs  # --out: the pages it read untouched
+
+
+def test_a_tree_that_is_not_installed_gets_its_plugins_and_cli_through_links(tmp_path, monkeypatch):
+    """As on the GPU machine, where the tree is not pip-installed: the steps' processes import
+    this tree's initmem_plugins and initmem_cli from links made for them."""
+    monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name: None)
+    paths = gpu_check.pythonpath(tmp_path)
+    assert paths[0] == str(tmp_path / "shim") and str(ROOT) in paths
+    show = "import initmem_core, initmem_plugins, initmem_cli as c; print(initmem_plugins.__file__); print(c.__file__)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    done = subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plugins, cli = (Path(line).resolve() for line in done.stdout.split())
+    assert plugins.is_relative_to(ROOT / "plugins") and cli.is_relative_to(ROOT / "cli")
