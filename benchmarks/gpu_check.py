@@ -149,7 +149,9 @@ class Steps:
 
     def start(self, step: str) -> None:
         reserve = sum(self.plan.step_s[s] for s in self.later if s != step and NAMES.index(s) > NAMES.index(step))
-        deadline = min(time.time() + self.plan.step_s[step], self.whole - reserve)
+        # A check gets its own share; a timed step also what the checks left (speed, first, uses it).
+        share = self.plan.step_s[step] if step in CHECKS else float("inf")
+        deadline = min(time.time() + share, self.whole - reserve)
         ctx = Context(
             self.plan,
             self.folder,
@@ -337,7 +339,6 @@ class Tee:
 
     def getvalue(self) -> str:
         return "".join(self.kept)
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,3 +33,10 @@ def environment_without(folder: Path, *modules: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
     env.pop("INITMEM_LOAD_PLUGINS", None)
     return env
+
+
+def command_without(folder: Path, modules: tuple[str, ...], argv: list[str]) -> list[str]:
+    """``argv`` run through ``env`` with ``environment_without(folder, *modules)``'s PYTHONPATH: for
+    commands started by others (the second lane) with the session's own environment."""
+    env = environment_without(folder, *modules)
+    return ["env", f"PYTHONPATH={env['PYTHONPATH']}", *argv]
