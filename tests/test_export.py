@@ -164,3 +164,38 @@ def test_report_from_a_file_prints_the_report_and_writes_its_files(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout == to_markdown(build_report(records), "Initialization memory: sweep mine")
     assert (tmp_path / "o" / "report.md").exists() and "MLflow UI" not in result.stderr
+
+
+SMALL_SWEEP = [
+    *("--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128"),
+    *("--batch-size", "32", "--eval-batch-size", "512", "--threads", "1"),
+    *("--sigma", "0.5,2", "--opt", "sgd", "--seed", "0,1"),
+]
+
+
+@pytest.mark.slow  # a real sweep
+def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_path, store_in):
+    import shutil
+
+    store = tmp_path / "store"
+    store.mkdir()
+    uri = store_in(store)
+    swept = runner.invoke(app, ["sweep", *SMALL_SWEEP, "--name", "tiny", "--tracking-uri", uri, "--out", str(store / "out")])
+    assert swept.exit_code == 0, swept.output
+    from_store = {}
+    for form in ("markdown", "json"):
+        done = runner.invoke(app, ["report", "tiny", "-f", form, "--tracking-uri", uri, "--out", str(store / "r")])
+        assert done.exit_code == 0, done.output
+        from_store[form] = done.stdout
+    path = tmp_path / "tiny.json.gz"
+    exported = runner.invoke(app, ["export", "tiny", "--out", str(path), "--tracking-uri", uri])
+    assert exported.exit_code == 0 and "4 cells" in exported.stdout, exported.output
+    export = read_export(path)
+    assert export.name == "tiny" and export.parent_run_id and export.wall_seconds and export.wall_seconds > 0
+    assert all(r.trained and r.histories and r.test_correct is not None for r in export.records)
+    shutil.rmtree(store)  # the database, its artifacts, the report's folders: no store left
+    for form in ("markdown", "json"):
+        done = runner.invoke(app, ["report", "--from", str(path), "-f", form, "--out", str(tmp_path / "again")])
+        assert done.exit_code == 0, done.output
+        assert done.stdout == from_store[form], form
+    assert not store.exists()
