@@ -76,10 +76,18 @@ def _escape(text: str) -> str:
 def table_rows(table: dict[str, dict[str, list[Decided]]], datasets: list[str]) -> list[str]:
     """The table's header, rule and one line per claim."""
     claims = {f.name: f.claim for f in evaluate_findings([])}  # every claim's wording, evaluated on nothing
-    header = ["#", "claim (`findings.CLAIMS`)", *(f"{DATASET_TITLES.get(d, d)}: verdict, key interval (export)" for d in datasets)]
+    header = [
+        "#",
+        "claim (`findings.CLAIMS`)",
+        *(f"{DATASET_TITLES.get(d, d)}: verdict, key interval (export)" for d in datasets),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for number, (name, row) in enumerate(table.items(), 1):
-        cells = [str(number), f"{_escape(claims[name])} (`{name}`)", *(_escape(_cell(row.get(d, []))) for d in datasets)]
+        cells = [
+            str(number),
+            f"{_escape(claims[name])} (`{name}`)",
+            *(_escape(_cell(row.get(d, []))) for d in datasets),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -131,7 +139,9 @@ def table_problems(page: str, table: dict[str, dict[str, list[Decided]]], export
     if found == expected:
         return []
     wanted, shown = expected.splitlines(), found.splitlines()
-    problems = [f"line {i + 1}: {s!r} where the exports give {w!r}" for i, (w, s) in enumerate(zip(wanted, shown)) if w != s]
+    problems = [
+        f"line {i + 1}: {s!r} where the exports give {w!r}" for i, (w, s) in enumerate(zip(wanted, shown)) if w != s
+    ]
     if len(wanted) != len(shown):
         problems.append(f"{len(shown)} lines where the exports give {len(wanted)}")
     return problems

@@ -269,7 +269,9 @@ def findings_opening(given: list[tuple[Path, object, list]], docs: Path) -> str:
     evaluated, files = {}, {}
     for path, export, findings in everything:
         if export.name in files:
-            raise SystemExit(f"paper_check.py: two exports of sweep {export.name}: {files[export.name]} and {display_path(path)}")
+            raise SystemExit(
+                f"paper_check.py: two exports of sweep {export.name}: {files[export.name]} and {display_path(path)}"
+            )
         files[export.name] = display_path(path)
         evaluated[export.name] = findings_table.findings_by_dataset(export, findings)
     if not evaluated:

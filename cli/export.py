@@ -17,7 +17,8 @@ from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 def export_command(
     sweep: Annotated[str, typer.Argument(help="Sweep name or parent run id")],
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="The file to write (gzip JSON; by convention docs/results/<name>.json.gz)")
+        Path,
+        typer.Option("--out", "-o", help="The file to write (gzip JSON; by convention docs/results/<name>.json.gz)"),
     ],
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,

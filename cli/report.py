@@ -86,7 +86,7 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
 @user_errors
 def report_command(
-    sweep: Annotated[str | None, typer.Argument(help="Sweep name or parent run id")] = None,
+    sweep: Annotated[str | None, typer.Argument(help="Sweep name or parent run id (or --from FILE)")] = None,
     format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format")] = ReportFormat.table,
     out: Annotated[
         Path | None, typer.Option(help="Folder for the table and plots (default: initmem-output/<name>)")

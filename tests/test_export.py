@@ -31,7 +31,12 @@ def full_record(seed: int) -> CellRecord:
     values = {
         "config": RunConfig(opt="adam", sigma=0.5 * (seed + 1), seed=seed, opt_arg=("betas=0.9,0.99",), data="digits"),
         "status": "FINISHED",
-        "metrics": {"best_val_test_acc": 0.8 + 0.01 * seed, "weight_norm": 12.5, "nan_metric": float("nan"), **clocks(0.1, 0.0, 2.0)},
+        "metrics": {
+            "best_val_test_acc": 0.8 + 0.01 * seed,
+            "weight_norm": 12.5,
+            "nan_metric": float("nan"),
+            **clocks(0.1, 0.0, 2.0),
+        },
         "weight_norms": [(0, 10.0), (1, 12.5)],
         "histories": {"test_acc": [(0, 0.1), (1, 0.8 + 0.01 * seed)], "weight_norm": [(0, 10.0), (1, 12.5)]},
         "error": "a note",
@@ -160,7 +165,9 @@ def test_report_takes_a_sweep_or_a_file_not_both(tmp_path):
 def test_report_from_a_file_prints_the_report_and_writes_its_files(tmp_path):
     records = [full_record(seed) for seed in range(3)]
     write_export(SweepExport("mine", records), tmp_path / "s.json.gz")
-    result = runner.invoke(app, ["report", "--from", str(tmp_path / "s.json.gz"), "-f", "markdown", "--out", str(tmp_path / "o")])
+    result = runner.invoke(
+        app, ["report", "--from", str(tmp_path / "s.json.gz"), "-f", "markdown", "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == to_markdown(build_report(records), "Initialization memory: sweep mine")
     assert (tmp_path / "o" / "report.md").exists() and "MLflow UI" not in result.stderr
@@ -180,7 +187,9 @@ def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_p
     store = tmp_path / "store"
     store.mkdir()
     uri = store_in(store)
-    swept = runner.invoke(app, ["sweep", *SMALL_SWEEP, "--name", "tiny", "--tracking-uri", uri, "--out", str(store / "out")])
+    swept = runner.invoke(
+        app, ["sweep", *SMALL_SWEEP, "--name", "tiny", "--tracking-uri", uri, "--out", str(store / "out")]
+    )
     assert swept.exit_code == 0, swept.output
     from_store = {}
     for form in ("markdown", "json"):

@@ -7,11 +7,11 @@ import re
 import sys
 from pathlib import Path
 
+import findings_table
 import pytest
 from test_findings import REMEMBERING_WORLD, records
 from test_paper_check_page import paper_check
 
-import findings_table
 from initmem_core.report.findings import CLAIMS, evaluate_findings
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
@@ -97,12 +97,18 @@ def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path, monkeypatch)
     paths = fixture_exports(docs / "results")
     (docs / "RESULTS.md").write_text(OLD_PAGE)
     # Two given on the command line, the third found in docs/results/.
-    monkeypatch.setattr(sys, "argv", ["paper_check.py", "--docs", str(docs), "--from", str(paths[0]), "--from", str(paths[2])])
+    monkeypatch.setattr(
+        sys, "argv", ["paper_check.py", "--docs", str(docs), "--from", str(paths[0]), "--from", str(paths[2])]
+    )
     check.main()
     page = (docs / "RESULTS.md").read_text()
     assert "+9.99" not in page and "written by hand; paper_check.py keeps it" not in page
     assert page.endswith("## Notes\n\nby hand, 1.23 stays\n")
-    assert "## Sweep `world-digits`" in page and "## Sweep `world-fmnist`" in page and "## Sweep `batch-digits`" not in page
+    assert (
+        "## Sweep `world-digits`" in page
+        and "## Sweep `world-fmnist`" in page
+        and "## Sweep `batch-digits`" not in page
+    )
     assert f"Regenerate this section with `python benchmarks/paper_check.py --from {paths[0]}`" in page
     assert number_problems(page, paths) == []
     rows = table_cells(page)

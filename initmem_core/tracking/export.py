@@ -185,7 +185,7 @@ def from_json_text(text: str, source: str = "the export") -> SweepExport:
     except json.JSONDecodeError as error:
         raise ConfigError(f"{source} is not an initmem export (not JSON: {error.msg})") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise ConfigError(f"{source} is not an initmem export (no \"format\": \"{FORMAT}\" in it)")
+        raise ConfigError(f'{source} is not an initmem export (no "format": "{FORMAT}" in it)')
     version = body.get("version")
     if not isinstance(version, int) or version > VERSION or version < 1:
         raise ConfigError(
