@@ -36,8 +36,17 @@ from typing import Any
 
 from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError
+from initmem_core.tracking.client import open_client
 from initmem_core.tracking.correct_sets import packed, unpacked
-from initmem_core.tracking.records import CellRecord
+from initmem_core.tracking.records import (
+    CellRecord,
+    child_runs,
+    latest_per_cell,
+    record_from_run,
+    resolve_parent,
+    sweep_name_of,
+)
+from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
 
 FORMAT = "initmem-sweep-export"
 #: Bumped when a reader of the previous version would misread the file; an added field of
@@ -80,17 +89,7 @@ class SweepExport:
 
 
 def export_sweep(name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = "") -> SweepExport:
-    """Read sweep ``name_or_parent_run_id`` from the store (MLflow is imported here only)."""
-    from initmem_core.tracking.client import open_client  # lazy: the reader never needs MLflow
-    from initmem_core.tracking.records import (  # lazy: the reader never needs MLflow
-        child_runs,
-        latest_per_cell,
-        record_from_run,
-        resolve_parent,
-        sweep_name_of,
-    )
-    from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
-
+    """Read sweep ``name_or_parent_run_id`` from the store (MLflow is imported when the client opens)."""
     experiment = experiment or DEFAULT_EXPERIMENT
     client = open_client(resolve_tracking_uri(tracking_uri))
     parent = resolve_parent(client, experiment, name_or_parent_run_id)
@@ -216,6 +215,9 @@ def write_export(export: SweepExport, path: str | Path) -> int:
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's file is the owner's alone; an export is to share
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
