@@ -208,3 +208,14 @@ def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_p
         assert done.exit_code == 0, done.output
         assert done.stdout == from_store[form], form
     assert not store.exists()
+
+
+def test_exporting_a_sweep_the_store_lacks_is_one_line_and_writes_nothing(tracking_uri, tmp_path):
+    out = tmp_path / "nosuch.json.gz"
+    result = runner.invoke(app, ["export", "nosuch", "--out", str(out), "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "no sweep 'nosuch'" in line or "experiment 'initmem' does not exist" in line
+    assert list(tmp_path.glob("*.json.gz*")) == []
+    folder = runner.invoke(app, ["export", "nosuch", "--out", str(tmp_path), "--tracking-uri", tracking_uri])
+    assert folder.exit_code == 2 and "is a folder" in folder.stderr
