@@ -13,7 +13,7 @@ from rich.table import Table
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.uris import resolve_tracking_uri
 
-from .errors import user_errors
+from .errors import UsageError, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 from .tables import fitted_tables
 from .ui import DEFAULT_UI, sweep_urls
@@ -86,6 +86,7 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
 @user_errors
 def report_command(
+    ctx: typer.Context,
     sweep: Annotated[str | None, typer.Argument(help="Sweep name or parent run id (or --from FILE)")] = None,
     format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format")] = ReportFormat.table,
     out: Annotated[
@@ -112,7 +113,7 @@ def report_command(
     )
 
     if (sweep is None) == (from_file is None):
-        raise ConfigError("give a sweep name (read from the tracking store) or --from FILE (an export), not both")
+        raise UsageError("give a sweep name (read from the tracking store) or --from FILE (an export), not both", ctx)
     if from_file is not None:
         from initmem_core.tracking.export import read_export  # lazy: keeps tracking.export out of the CLI's start-up
 
