@@ -1,5 +1,5 @@
 """Check the paper's findings on a sweep:
-`python benchmarks/paper_check.py [--preset NAME | --sweep NAME] [--workers 2]`.
+`python benchmarks/paper_check.py [--preset NAME | --sweep NAME | --from FILE] [--workers 2]`.
 
 Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist
 [--data-dir DIR]`; relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
@@ -7,6 +7,11 @@ each claim as reproduced / contradicted / not resolved at this scale with its nu
 intervals, and writes its section of docs/RESULTS.md with the main plots (the other sweeps'
 sections and the part written by hand below the marker stay as they are). A claim is reproduced only when the
 interval of its difference excludes zero in the claimed direction (initmem_core/report/findings.py).
+
+With `--from docs/results/NAME.json.gz` (repeatable; `initmem export NAME --out FILE` writes one) it
+reads a sweep's export instead of a tracking store, and needs no store. The page's opening table of
+every claim is rebuilt from every export given and every one in docs/results/ (benchmarks/findings_table.py);
+a page with no exports to read keeps the table it has.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import re
 from datetime import date
 from pathlib import Path
 
+import findings_table
 from machine_info import describe
 from rich.console import Console
 from rich.table import Table
@@ -79,39 +85,48 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
 
 #: Everything below this line in RESULTS.md is written by hand and kept when the page is regenerated.
 KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
-#: The page's opening table of every finding (written by hand: it draws on sweeps whose stores are
-#: gone as well as on those evaluated now) sits between these lines and is kept as it is.
-OPENING_BEGIN, OPENING_END = (
-    "<!-- findings table: begin (written by hand; paper_check.py keeps it) -->",
-    "<!-- findings table: end -->",
-)
+#: The page's opening table of every claim sits between these lines: rebuilt from the exports
+#: (findings_table.py), or kept as it is when there are none to read.
+OPENING_BEGIN, OPENING_END = findings_table.BEGIN, findings_table.END
+#: Where a sweep's export is kept, under --docs: results/<sweep>.json.gz.
+RESULTS_FOLDER = "results"
 
 
 def opening_table(page: str) -> str:
     """The page's opening table with its two marker lines, or "" when it has none."""
-    start, stop = page.find(OPENING_BEGIN), page.find(OPENING_END)
-    return page[start : stop + len(OPENING_END)] if 0 <= start < stop else ""
+    return findings_table.page_table(page)
 
 
 def sweep_section(
-    name: str, preset: str, findings, report, report_md: str, seconds: float | None, data_dir: str = ""
+    name: str,
+    preset: str,
+    findings,
+    report,
+    report_md: str,
+    seconds: float | None,
+    data_dir: str = "",
+    ran: str = "",
+    again: str = "",
 ) -> str:
     """One sweep's part of RESULTS.md: its claims, caveats, plots (``images/<name>/``) and full report.
-    ``data_dir``: where the sweep read its dataset from, if it was told (the command to rerun it says so)."""
+    ``data_dir``: where the sweep read its dataset from, if it was told (the command to rerun it says so).
+    ``ran`` and ``again``, when given, say where and when it ran and how to regenerate the section
+    (default: this machine, today, and the preset or sweep)."""
     rows = "\n".join(f"| {f.claim} | {f.measured.replace('|', '/')} | {f.verdict} |" for f in findings)
     took = f" in {seconds / 60:.1f} minutes" if seconds else ""
     plots = "\n\n".join(f"![{name}: {p[:-4]}](images/{name}/{p})" for p in PLOTS)
     report_md = report_md.replace("\n# ", "\n### ").replace("\n## ", "\n#### ")
     report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
     data = " --data-dir DIR" if data_dir else ""
-    again = (
+    again = again or (
         f"`python benchmarks/paper_check.py --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
         if preset
         else f"`python benchmarks/paper_check.py --sweep {name}`"
     )
+    ran = ran or f"Run{took} on {machine()}, {date.today()}"
     return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
 
-Run{took} on {machine()}, {date.today()}. Regenerate this section with {again}.
+{ran}. Regenerate this section with {again}.
 
 | claim (../shared/PAPER.md) | measured (95% intervals) | verdict |
 |---|---|---|
@@ -132,7 +147,7 @@ def results_markdown(sections: list[str], kept: str, opening: str = "") -> str:
     return f"""# Results: the paper's findings at small scale
 
 {opening + chr(10) + chr(10) if opening else ""}One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
-tracking store. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
+tracking store or from its export in docs/results/. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
 the paper's figure, max - min over sigma of the mean over seeds, in percentage points (biased upward
 by noise); *debiased* is the cross-fitted spread with its 95% t interval, near zero for a group that
 does not remember, and what groups are compared by (docs/STATISTICS.md). A claim is *reproduced*
@@ -150,16 +165,60 @@ def evaluate(
     name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None, console: Console
 ) -> str:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
-    from initmem_core.report.findings import CLAIMS, read_sweep
-    from initmem_core.report.plots import write_plots
-    from initmem_core.report.render import to_markdown
     from initmem_core.tracking.records import load_sweep_records
 
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)
     if seconds is None:
         seconds = cells_wall_seconds(name, tracking_uri)
+    return evaluate_records(name, records, preset, docs, seconds, console)[0]
+
+
+def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[str, list]:
+    """``evaluate_records`` on a sweep's export (``tracking.export.read_export``): its section says
+    when the cells ran, as the store recorded them, and how to regenerate it from the file."""
+    from datetime import UTC, datetime
+
+    from initmem_core.sweep.presets import preset_names
+
+    def day(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).date().isoformat()
+
+    seconds = export.wall_seconds
+    took = f" in {seconds / 60:.1f} minutes" if seconds else ""
+    when = f", {day(export.started_ms)} to {day(export.ended_ms)}" if export.started_ms and export.ended_ms else ""
+    shown = display_path(path)
+    ran = f"Cells ran{took}{when} (as the tracking store recorded them), read from its export `{shown}`"
+    again = f"`python benchmarks/paper_check.py --from {shown}`"
+    preset = export.name if export.name in preset_names() else ""
+    return evaluate_records(export.name, export.records, preset, docs, seconds, console, ran, again)
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (what a reader can rerun)."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def evaluate_records(
+    name: str,
+    records,
+    preset: str,
+    docs: Path,
+    seconds: float | None,
+    console: Console,
+    ran: str = "",
+    again: str = "",
+) -> tuple[str, list]:
+    """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its
+    section and its findings."""
+    from initmem_core.report.findings import evaluate_sweep, read_sweep
+    from initmem_core.report.plots import write_plots
+    from initmem_core.report.render import to_markdown
+
     sweep = read_sweep(records)  # the report, built once: the claims read it and the page shows it
-    findings = [claim(sweep) for claim in CLAIMS]
+    findings = evaluate_sweep(sweep)
     table = Table(title=f"paper findings on sweep {name}")
     for column in ("claim", "measured (95% intervals)", "verdict"):
         table.add_column(column, overflow="fold")
@@ -171,9 +230,53 @@ def evaluate(
     written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
-    return sweep_section(
-        name, preset, findings, report, to_markdown(report, f"Full report: sweep {name}"), seconds, told_data_dir
+    section = sweep_section(
+        name,
+        preset,
+        findings,
+        report,
+        to_markdown(report, f"Full report: sweep {name}"),
+        seconds,
+        told_data_dir,
+        ran,
+        again,
     )
+    return section, findings
+
+
+def read_exports(paths: list[Path]) -> list[tuple[Path, object]]:
+    """Each export read (``tracking.export.read_export``); a bad file stops the script in one line."""
+    from initmem_core.errors import InitmemError
+    from initmem_core.tracking.export import read_export
+
+    read = []
+    for path in paths:
+        try:
+            read.append((path, read_export(path)))
+        except InitmemError as error:
+            raise SystemExit(f"paper_check.py: {error}") from None
+    return read
+
+
+def findings_opening(given: list[tuple[Path, object, list]], docs: Path) -> str:
+    """The opening table from the exports ``given`` (path, export, findings) and every other
+    export under ``docs/results/``; "" when there are none. Two exports of one sweep stop the script."""
+    from initmem_core.tracking.export import SUFFIX
+
+    seen = {path.resolve() for path, _, _ in given}
+    others = [p for p in sorted((docs / RESULTS_FOLDER).glob(f"*{SUFFIX}")) if p.resolve() not in seen]
+    everything = [*given, *((path, export, None) for path, export in read_exports(others))]
+    evaluated, files = {}, {}
+    for path, export, findings in everything:
+        if export.name in files:
+            raise SystemExit(
+                f"paper_check.py: two exports of sweep {export.name}: {files[export.name]} and {display_path(path)}"
+            )
+        files[export.name] = display_path(path)
+        evaluated[export.name] = findings_table.findings_by_dataset(export, findings)
+    if not evaluated:
+        return ""
+    return findings_table.table_markdown(findings_table.decided_by(evaluated), files)
 
 
 def main() -> None:
@@ -184,6 +287,15 @@ def main() -> None:
         default=[],
         help="evaluate an existing sweep (name or parent run id) instead of running a preset; "
         "repeat for one section each",
+    )
+    parser.add_argument(
+        "--from",
+        dest="exports",
+        action="append",
+        type=Path,
+        default=[],
+        help="evaluate a sweep's export (`initmem export NAME --out FILE`, e.g. docs/results/NAME.json.gz) "
+        "instead of a store; repeat for one section each",
     )
     parser.add_argument("--preset", default="paper-mini", help="the preset to run (paper-mini, paper-fmnist, ...)")
     parser.add_argument(
@@ -212,18 +324,24 @@ def main() -> None:
     if len(uris) not in (1, max(1, len(args.sweep))):
         parser.error("give one --tracking-uri, or one per --sweep")
     sections = []
-    if not args.sweep:
+    given = [(path, export, None) for path, export in read_exports(args.exports)]
+    if not args.sweep and not args.exports:
         started = time.perf_counter()
         result = run_sweep(preset_to_run(args.preset, args.data_dir), workers=args.workers, tracking_uri=uris[0])
         sections.append(evaluate(result.name, uris[0], args.preset, args.docs, time.perf_counter() - started, console))
     for index, name in enumerate(args.sweep):
         uri = uris[index] if len(uris) > 1 else uris[0]
         sections.append(evaluate(name, uri, name if name in preset_names() else "", args.docs, None, console))
+    for index, (path, export, _) in enumerate(given):
+        section, findings = evaluate_export(path, export, args.docs, console)
+        sections.append(section)
+        given[index] = (path, export, findings)
     page = args.docs / "RESULTS.md"
     old = page.read_text() if page.exists() else ""
     generated, _, kept = old.partition(KEPT_BELOW)
     merged = merge_sections(generated, sections)
-    page.write_text(results_markdown(merged, kept.lstrip("\n"), opening_table(generated)))
+    opening = findings_opening(given, args.docs) or opening_table(generated)
+    page.write_text(results_markdown(merged, kept.lstrip("\n"), opening))
     console.print(
         f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
         "kept from the page, and the part written by hand)"

@@ -15,6 +15,7 @@ import typer
 from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set_registry
 
 from .errors import OneLineUsageErrors
+from .export import export_command
 from .new_plugin import new_plugin_command
 from .output import BROKEN_PIPE_EXIT, flush_standard_streams, guard_standard_streams
 from .plugins import plugins_command
@@ -62,6 +63,7 @@ app.command("plugins")(plugins_command)
 app.command("new-plugin")(new_plugin_command)
 app.command("sweep", no_args_is_help=False)(sweep_command)
 app.command("report")(report_command)
+app.command("export")(export_command)
 app.command("ui")(ui_command)
 app.command("sync")(sync_command)
 app.add_typer(presets_app, name="presets")

@@ -13,7 +13,7 @@ from rich.table import Table
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.uris import resolve_tracking_uri
 
-from .errors import user_errors
+from .errors import UsageError, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 from .tables import fitted_tables
 from .ui import DEFAULT_UI, sweep_urls
@@ -86,13 +86,18 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
 @user_errors
 def report_command(
-    sweep: Annotated[str, typer.Argument(help="Sweep name or parent run id")],
+    ctx: typer.Context,
+    sweep: Annotated[str | None, typer.Argument(help="Sweep name or parent run id (or --from FILE)")] = None,
     format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format")] = ReportFormat.table,
     out: Annotated[
         Path | None, typer.Option(help="Folder for the table and plots (default: initmem-output/<name>)")
     ] = None,
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option("--from", help="Read the sweep from an `initmem export` file instead of a tracking store"),
+    ] = None,
 ) -> None:
     """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
     from initmem_core.report.files import write_report_files  # lazy: keeps the report code out of the CLI's start-up
@@ -107,7 +112,16 @@ def report_command(
         load_sweep_records,
     )
 
-    name, records = load_sweep_records(sweep, tracking_uri, experiment)
+    if (sweep is None) == (from_file is None):
+        raise UsageError("give a sweep name (read from the tracking store) or --from FILE (an export), not both", ctx)
+    if from_file is not None:
+        from initmem_core.tracking.export import read_export  # lazy: keeps tracking.export out of the CLI's start-up
+
+        exported = read_export(from_file)
+        name, records = exported.name, exported.records
+    else:
+        assert sweep is not None
+        name, records = load_sweep_records(sweep, tracking_uri, experiment)
     if not records:
         raise ConfigError(f"sweep '{name}' has no cells yet; launch it with `initmem sweep --name {name} ...`")
     report = build_report(records)
@@ -125,6 +139,8 @@ def report_command(
         console.print(*rich_tables(report, name, console.width))
     errors = Console(stderr=True, soft_wrap=True)  # a URL must not be cut or broken across lines
     errors.print(f"table and plots written to {files[0].parent}")
+    if from_file is not None:
+        return
     uri = resolve_tracking_uri(tracking_uri)
     server = uri.startswith(("http://", "https://"))
     what, url = sweep_urls(uri, uri if server else DEFAULT_UI, experiment, name)[-1]

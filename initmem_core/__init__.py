@@ -7,6 +7,8 @@ lazily).
 >>> import initmem_core
 >>> result = initmem_core.run(arch="resnet20", sigma=2.0, epochs=5, tracking=False)
 >>> sweep = initmem_core.run_sweep({"sigma": "0.5:2:4", "opt": ["sgd", "adam"], "epochs": 5})
+>>> initmem_core.write_export(initmem_core.export_sweep(sweep.name), "sweep.json.gz")
+>>> report = initmem_core.build_report(initmem_core.read_export("sweep.json.gz").records)
 
 The subpackages follow a run: ``plugin_system`` (finding components), ``training`` (one run),
 ``tracking`` (where its numbers go), ``sweep`` (a grid of runs), ``report`` (what the grid shows).
@@ -37,6 +39,11 @@ _LAZY = {
     "SweepResult": "initmem_core.sweep.launch",
     "build_report": "initmem_core.report.memory",
     "load_sweep_records": "initmem_core.tracking.records",
+    # a sweep as one file and back (initmem export, initmem report --from)
+    "SweepExport": "initmem_core.tracking.export",
+    "export_sweep": "initmem_core.tracking.export",
+    "write_export": "initmem_core.tracking.export",
+    "read_export": "initmem_core.tracking.export",
 }
 
 __all__ = [

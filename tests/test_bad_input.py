@@ -175,7 +175,7 @@ def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
     [
         (["report", "some-sweep", "--format", "xml"], "'xml' is not one of 'table', 'markdown', 'csv', 'json'"),
         (["sweep", "--executor", "dask", "--dry-run"], "'dask' is not one of 'local', 'ray', 'slurm'"),
-        (["report"], "Missing argument 'sweep'"),
+        (["report"], "give a sweep name (read from the tracking store) or --from FILE (an export), not both"),
         (["runn"], "No such command 'runn'"),
     ],
 )

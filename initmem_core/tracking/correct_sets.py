@@ -13,28 +13,35 @@ import zlib
 from typing import Any
 
 ARTIFACT = "test_correct.json"
+FORMAT = "packbits+zlib+base64"
+
+
+def packed(correct: Any) -> dict[str, Any]:
+    """``correct`` (a sequence of booleans, one per test example) as a small JSON-ready mapping:
+    what both the run's artifact and a sweep's export (tracking/export.py) hold."""
+    import numpy as np
+
+    bits = np.asarray(correct, dtype=bool)
+    data = zlib.compress(np.packbits(bits).tobytes(), 9)
+    return {"format": FORMAT, "n": int(bits.size), "data": base64.b64encode(data).decode("ascii")}
+
+
+def unpacked(data: dict[str, Any]):
+    """The boolean numpy array ``packed`` wrote."""
+    import numpy as np
+
+    if data.get("format") != FORMAT:
+        raise ValueError(f"per-example records in format {data.get('format')!r}, not {FORMAT!r}")
+    bits = np.frombuffer(zlib.decompress(base64.b64decode(data["data"])), dtype=np.uint8)
+    return np.unpackbits(bits, count=int(data["n"])).astype(bool)
 
 
 def encode(correct: Any, epoch: int) -> str:
     """``correct``: a sequence of booleans (a bool tensor or array), one per test example."""
-    import numpy as np
-
-    bits = np.asarray(correct, dtype=bool)
-    packed = zlib.compress(np.packbits(bits).tobytes(), 9)
-    return json.dumps(
-        {
-            "format": "packbits+zlib+base64",
-            "n": int(bits.size),
-            "epoch": int(epoch),
-            "data": base64.b64encode(packed).decode("ascii"),
-        }
-    )
+    found = packed(correct)
+    return json.dumps({"format": found["format"], "n": found["n"], "epoch": int(epoch), "data": found["data"]})
 
 
 def decode(text: str):
     """The boolean numpy array ``encode`` wrote."""
-    import numpy as np
-
-    data = json.loads(text)
-    packed = np.frombuffer(zlib.decompress(base64.b64decode(data["data"])), dtype=np.uint8)
-    return np.unpackbits(packed, count=int(data["n"])).astype(bool)
+    return unpacked(json.loads(text))

@@ -1,0 +1,158 @@
+"""RESULTS.md's opening table is rebuilt from the sweeps' exports (benchmarks/findings_table.py):
+every number in it is what the exports give, so a number edited by hand is found."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import findings_table
+import pytest
+from test_findings import REMEMBERING_WORLD, records
+from test_paper_check_page import paper_check
+
+from initmem_core.report.findings import CLAIMS, evaluate_findings
+from initmem_core.report.verdicts import NOT_EVALUATED
+from initmem_core.tracking.export import SweepExport, read_export, write_export
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+OLD_PAGE = f"""# Results
+
+<!-- findings table: begin (written by hand; paper_check.py keeps it) -->
+| finding | digits |
+|---|---|
+| one | **reproduced** +9.99 [+1.00, +2.00] |
+<!-- findings table: end -->
+
+One section per sweep.
+
+{paper_check().KEPT_BELOW}
+## Notes
+
+by hand, 1.23 stays
+"""
+
+
+def fixture_exports(results: Path) -> list[Path]:
+    """Three small exports: two on digits (the second with SGD's batch groups alone, so the batch
+    claim is decided by both), one on Fashion-MNIST."""
+    batches = {k: v for k, v in REMEMBERING_WORLD.items() if k in ("sgd", "sgd-big-batch", "sgd-small-batch")}
+    made = {
+        "world-digits": records(REMEMBERING_WORLD, seeds=4, data="digits"),
+        "batch-digits": records(batches, seeds=5, data="digits"),
+        "world-fmnist": records(REMEMBERING_WORLD, seeds=3, data="fashion-mnist"),
+    }
+    paths = []
+    for name, cells in made.items():
+        write_export(SweepExport(name, cells), results / f"{name}.json.gz")
+        paths.append(results / f"{name}.json.gz")
+    return paths
+
+
+def table_cells(page: str) -> dict[str, list[str]]:
+    """claim name -> its row's cells after the claim (one per dataset), from the page's opening table."""
+    rows = {}
+    for line in findings_table.page_table(page).splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) > 2 and cells[0].isdigit():
+            rows[re.findall(r"`(\w+)`\)$", cells[1])[0]] = cells[2:]
+    return rows
+
+
+def expected_numbers(paths: list[Path]) -> dict[tuple[str, str], list[str]]:
+    """(claim, dataset) -> the numbers its cell must show: for each export that evaluates the claim
+    on that dataset, in name order, its key quantity's label numbers, estimate and interval."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for export in sorted((read_export(p) for p in paths), key=lambda e: e.name):
+        (data,) = export.datasets
+        for f in evaluate_findings(export.records):
+            if f.verdict == NOT_EVALUATED:
+                continue
+            q = f.key
+            shown = [f"{v:+.2f}" for v in (q.estimate, q.lo, q.hi)] if q.decided else [f"{q.estimate:+.2f}"]
+            extra = [] if q.decided else findings_table.numbers(q.reason)
+            found.setdefault((f.name, data), []).extend([*findings_table.numbers(q.label), *shown, *extra])
+    return found
+
+
+def number_problems(page: str, paths: list[Path]) -> list[str]:
+    """Where the page's table shows numbers other than the exports give (export names left out)."""
+    wanted = expected_numbers(paths)
+    rows = table_cells(page)
+    problems = [] if list(rows) == [c.__name__ for c in CLAIMS] else [f"rows {list(rows)}"]
+    for claim, cells in rows.items():
+        for data, cell in zip(("digits", "fashion-mnist"), cells):
+            shown = findings_table.numbers(re.sub(r"`[^`]*`", "", cell).replace("−", "-"))
+            want = [n.replace("−", "-") for n in wanted.get((claim, data), [])]
+            if shown != want or (not want and cell != findings_table.NOT_RUN):
+                problems.append(f"{claim} on {data}: {cell!r} shows {shown}, the exports give {want}")
+    return problems
+
+
+@pytest.mark.slow  # draws three sweeps' plots
+def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path, monkeypatch):
+    check = paper_check()
+    docs = tmp_path / "docs"
+    paths = fixture_exports(docs / "results")
+    (docs / "RESULTS.md").write_text(OLD_PAGE)
+    # Two given on the command line, the third found in docs/results/.
+    monkeypatch.setattr(
+        sys, "argv", ["paper_check.py", "--docs", str(docs), "--from", str(paths[0]), "--from", str(paths[2])]
+    )
+    check.main()
+    page = (docs / "RESULTS.md").read_text()
+    assert "+9.99" not in page and "written by hand; paper_check.py keeps it" not in page
+    assert page.endswith("## Notes\n\nby hand, 1.23 stays\n")
+    assert (
+        "## Sweep `world-digits`" in page
+        and "## Sweep `world-fmnist`" in page
+        and "## Sweep `batch-digits`" not in page
+    )
+    assert f"Regenerate this section with `python benchmarks/paper_check.py --from {paths[0]}`" in page
+    assert number_problems(page, paths) == []
+    rows = table_cells(page)
+    batch = rows["larger_batch_increases_spread"][0]
+    assert batch.index("`batch-digits`") < batch.index("`world-digits`")  # decided by both, each named
+    assert rows["forgetting_follows_the_clocks"] == [findings_table.NOT_RUN] * 2  # no histories anywhere
+    assert all(rows[name][1] != findings_table.NOT_RUN for name in ("sgd_remembers_more_than_adaptive",))
+    evaluated = {read_export(p).name: findings_table.findings_by_dataset(read_export(p)) for p in paths}
+    table, files = findings_table.decided_by(evaluated), {read_export(p).name: str(p) for p in paths}
+    assert findings_table.table_problems(page, table, files) == []
+
+    # A number edited by hand, anywhere in the table, is found by both checks.
+    cell = rows["sgd_remembers_more_than_adaptive"][0]
+    first = re.search(r"[+\-]\d+\.\d\d", cell).group()
+    edited = page.replace(cell, cell.replace(first, f"{float(first) + 0.01:+.2f}", 1), 1)
+    assert edited != page
+    assert number_problems(edited, paths) and findings_table.table_problems(edited, table, files)
+
+    # Regenerating again from the same exports gives the same page.
+    monkeypatch.setattr(sys, "argv", ["paper_check.py", "--docs", str(docs), "--from", str(paths[1])])
+    check.main()
+    again = (docs / "RESULTS.md").read_text()
+    assert findings_table.page_table(again) == findings_table.page_table(page) and "## Sweep `batch-digits`" in again
+
+
+def test_a_bad_export_stops_paper_check_in_one_line(tmp_path, monkeypatch, capsys):
+    check = paper_check()
+    (tmp_path / "bad.json.gz").write_text("not an export")
+    for path in (tmp_path / "bad.json.gz", tmp_path / "missing.json.gz"):
+        monkeypatch.setattr(sys, "argv", ["paper_check.py", "--docs", str(tmp_path), "--from", str(path)])
+        with pytest.raises(SystemExit) as stopped:
+            check.main()
+        message = str(stopped.value.code)
+        assert message.startswith("paper_check.py: ") and str(path) in message and "\n" not in message
+    assert not (tmp_path / "RESULTS.md").exists()
+
+
+@pytest.mark.slow  # evaluates every committed export
+def test_the_results_page_table_is_what_the_committed_exports_give():
+    paths = sorted((DOCS / "results").glob("*.json.gz"))
+    if not paths:
+        pytest.skip("no exports in docs/results/ yet: the page's table is checked once there are")
+    page = (DOCS / "RESULTS.md").read_text()
+    exports = [read_export(p) for p in paths]
+    evaluated = {e.name: findings_table.findings_by_dataset(e) for e in exports}
+    files = {e.name: p.relative_to(DOCS.parent).as_posix() for e, p in zip(exports, paths)}
+    assert findings_table.table_problems(page, findings_table.decided_by(evaluated), files) == []
