@@ -150,7 +150,7 @@ def evaluate(
     name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None, console: Console
 ) -> str:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
-    from initmem_core.report.findings import CLAIMS, read_sweep
+    from initmem_core.report.assessment import build_assessed_report
     from initmem_core.report.plots import write_plots
     from initmem_core.report.render import to_markdown
     from initmem_core.tracking.records import load_sweep_records
@@ -158,8 +158,9 @@ def evaluate(
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)
     if seconds is None:
         seconds = cells_wall_seconds(name, tracking_uri)
-    sweep = read_sweep(records)  # the report, built once: the claims read it and the page shows it
-    findings = [claim(sweep) for claim in CLAIMS]
+    # the report with the claims evaluated on it, as `initmem report` builds it: the page shows it
+    report = build_assessed_report(records)
+    findings = report.findings
     table = Table(title=f"paper findings on sweep {name}")
     for column in ("claim", "measured (95% intervals)", "verdict"):
         table.add_column(column, overflow="fold")
@@ -167,7 +168,6 @@ def evaluate(
     for f in findings:
         table.add_row(f.claim, f.measured, colour[f.reproduced] + f.verdict)
     console.print(table)
-    report = sweep.report
     written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
