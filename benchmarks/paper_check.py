@@ -20,15 +20,11 @@ from machine_info import describe
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.report.description import REPORT_PLOTS
+
 ROOT = Path(__file__).resolve().parents[1]
-PLOTS = (
-    "test_acc_vs_sigma.png",
-    "weight_norm_vs_epoch.png",
-    "spread_vs_clocks.png",
-    "tau_interp_vs_sigma.png",
-    "memory_vs_epoch.png",
-    "memory_vs_clock.png",
-)
+#: The report's figures, as RESULTS.md shows them (the claims' forest plot, verdicts.png, last).
+PLOTS = REPORT_PLOTS
 
 
 def machine() -> str:

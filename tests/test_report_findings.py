@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from builders import clocks, record
 
 from initmem_core.report.assessment import build_assessed_report, evaluated, not_evaluated, verdict_tags
@@ -116,3 +117,62 @@ def test_the_terminal_report_has_a_table_of_the_claims():
     shown = console.export_text()
     assert "the paper's claims on this sweep" in shown
     assert "sgd_remembers_more_than_adaptive" in shown and REPRODUCED in shown
+
+
+# -- verdicts.png --------------------------------------------------------------------------------
+
+
+def drawn_rows(figure):
+    """Per gid: (estimate, lo, hi) of each row's error bar, the verdict written beside it, and the y tick label."""
+    rows = {}
+    for ax in figure.axes:
+        labels = {tick.get_position()[1]: tick.get_text() for tick in ax.get_yticklabels()}
+        texts = {t.get_gid(): t.get_text() for t in ax.texts}
+        for container in ax.containers:
+            line = container.lines[0]
+            (x,), (y,) = line.get_xdata(), line.get_ydata()
+            (start, end), *_ = container.lines[2][0].get_segments()
+            rows[line.get_gid()] = (x, start[0], end[0], texts[line.get_gid()], labels[y], ax)
+    return rows
+
+
+def test_the_forest_plot_draws_each_claims_key_interval_and_verdict(tmp_path, monkeypatch):
+    from initmem_core.report import verdict_plot as module
+    from initmem_core.report.verdict_plot import VERDICTS_PLOT, verdict_plot
+
+    cells = sum((two_optimizers(arch=arch) for arch in ("resnet20", "resnet32")), [])
+    report = build_assessed_report(cells)
+    path = verdict_plot(report, tmp_path / VERDICTS_PLOT)
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    drawn = []
+    monkeypatch.setattr(module, "save_figure", lambda figure, path: drawn.append(figure) or path)
+    verdict_plot(report, tmp_path / "again.png")
+    rows = drawn_rows(drawn[0])
+    expected = {}
+    for f in evaluated(report.findings):
+        if f.key is not None and f.key.decided:
+            expected[f.name] = (f.key, f.verdict, f)
+        for part in f.parts:
+            if part.key is not None and part.key.decided:
+                expected[f"{f.name} [{part.stratum}]"] = (part.key, part.verdict, part)
+    assert set(rows) == set(expected) and len(rows) >= 6  # every claim and every stratum that has an interval
+    for gid, (key, verdict, finding) in expected.items():
+        x, lo, hi, text, label, ax = rows[gid]
+        assert (x, lo, hi) == (
+            pytest.approx(key.estimate),
+            pytest.approx(key.lo),
+            pytest.approx(key.hi),
+        )
+        assert text == verdict
+        assert key.label[:30] in label
+        if finding.margin and not finding.stratum:
+            assert "margin:" in label  # the margin is named in the row's label
+        assert any(line.get_xdata()[0] == 0 for line in ax.lines if line.get_linestyle() == "-")  # zero line
+
+
+def test_the_report_folder_and_plot_list_hold_verdicts_png(tmp_path):
+    from initmem_core.report.description import REPORT_PLOTS
+    from initmem_core.report.files import write_report_files
+
+    written = {p.name for p in write_report_files(build_assessed_report(two_optimizers()), tmp_path)}
+    assert "verdicts.png" in written and set(REPORT_PLOTS) <= written

@@ -44,6 +44,7 @@ PLOTS = (
     "tau_interp_vs_sigma.png",
     "memory_vs_epoch.png",
     "memory_vs_clock.png",
+    "verdicts.png",
 )
 
 

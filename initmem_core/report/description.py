@@ -17,6 +17,7 @@ from initmem_core.report.render import (
     quantity_cell,
     seeds_needed_cell,
 )
+from initmem_core.report.verdict_plot import VERDICTS_PLOT
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.ui_view import artifact_url, view_url
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
@@ -29,6 +30,7 @@ REPORT_PLOTS = (
     "tau_interp_vs_sigma.png",
     "memory_vs_epoch.png",
     "memory_vs_clock.png",
+    VERDICTS_PLOT,
 )
 
 

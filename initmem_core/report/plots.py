@@ -1,8 +1,5 @@
-"""The report's figures as PNG files, drawn with matplotlib's Agg canvas.
-
-Figures are built with the object API (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no
-global backend is switched and nothing opens a window, in a terminal, a notebook or a worker.
-"""
+"""The report's figures as PNG files, drawn with matplotlib's Agg canvas (``report/figures.py``);
+the claims' forest plot is ``report/verdict_plot.py``."""
 
 from __future__ import annotations
 
@@ -10,35 +7,22 @@ import math
 from pathlib import Path
 
 from initmem_core.groups import short_group_names
+from initmem_core.report.figures import new_figure, save_figure
 from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
 from initmem_core.report.memory import Report
+from initmem_core.report.verdict_plot import VERDICTS_PLOT, verdict_plot
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
-
-
-def _figure(width: float = 6.4, height: float = 4.2):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
 
 
 def warm_up() -> None:
     """Import matplotlib and draw a throw-away figure with the report's symbols, so that fonts and
     text layout are loaded before the report is due (a sweep calls this while its cells run)."""
-    figure = _figure(2.0, 2.0)
+    figure = new_figure(2.0, 2.0)
     ax = figure.add_subplot()
     ax.errorbar([0.0, 1.0], [0.0, 1.0], yerr=[[0.1, 0.1], [0.1, 0.1]], marker="o", label="σ_w")
     ax.set(xlabel=CLOCK_FORMULAS[CLOCK_SGD], title=CLOCK_FORMULAS[CLOCK_L2])
     figure.legend(loc="outside lower center", fontsize="small")
     figure.canvas.draw()
-
-
-def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)  # constrained layout keeps legends and captions inside: one draw
-    return path
 
 
 def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> list[list[float]]:
@@ -88,7 +72,7 @@ def _spread_label(group, name: str) -> str:
 def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     """The paper's main figure: test accuracy of the selected predictor against sigma, per group,
     with the 95% interval of the mean over seeds as error bars."""
-    figure = _figure(7.0, 6.4)  # room for the legend below
+    figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
     names, shared = short_group_names([g.group for g in report.groups])
     for group in report.groups:
@@ -109,7 +93,7 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     )
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def weight_norm_curves(report: Report, path: Path) -> Path:
@@ -122,7 +106,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
     names, shared = short_group_names(groups)
     columns = min(3, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) or 1
-    figure = _figure(4.2 * columns + 1.0, 3.4 * rows)
+    figure = new_figure(4.2 * columns + 1.0, 3.4 * rows)
     axes = figure.subplots(rows, columns, squeeze=False, sharey=True)
     sigmas = [r.sigma for r in report.rows] or [1.0]
     norm = Normalize(min(sigmas), max(sigmas) if max(sigmas) > min(sigmas) else min(sigmas) + 1)
@@ -140,7 +124,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
         ax.set_visible(False)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="σ_w")
     _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def spread_vs_clocks(report: Report, path: Path) -> Path:
@@ -149,7 +133,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
     groups = [g for g in report.groups if not math.isnan(g.spread)]
     names, shared = short_group_names([g.group for g in report.groups])
     columns = 2 if len(groups) > 3 else 1
-    figure = _figure(13.0, 4.6 + 0.22 * math.ceil(len(groups) / columns))  # room for the legend below
+    figure = new_figure(13.0, 4.6 + 0.22 * math.ceil(len(groups) / columns))  # room for the legend below
     axes = figure.subplots(1, len(CLOCKS), sharey=True)
     colours = [f"C{index % 10}" for index in range(len(groups))]
     for ax, clock in zip(axes, CLOCKS):
@@ -177,12 +161,12 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
         _legend_below(figure, shared, columns)
     else:
         _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
-    figure = _figure(7.0, 6.4)  # room for the legend below
+    figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
     names, shared = short_group_names([g.group for g in report.groups])
     sigmas = [r.sigma for r in report.rows] or [0.0]
@@ -206,7 +190,7 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 PLOTS = {
@@ -220,7 +204,10 @@ PLOTS = {
 def write_plots(report: Report, folder: str | Path) -> list[Path]:
     """Every report figure into ``folder``; returns the paths written."""
     folder = Path(folder)
-    return [draw(report, folder / name) for name, draw in PLOTS.items()]
+    written = [draw(report, folder / name) for name, draw in PLOTS.items()]
+    if report.findings:  # the claims were evaluated on this report (report/assessment.py)
+        written.append(verdict_plot(report, folder / VERDICTS_PLOT))
+    return written
 
 
 # -- memory over training (report/forgetting.py) --------------------------------------------
@@ -274,7 +261,7 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
     """Every memory against the epoch: a panel per memory, a line per group with its 95% band,
     each half-life a dotted line (its interval a bar at half the initial value)."""
     groups, names, shared, colours = _memory_groups(report)
-    figure = _figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
+    figure = new_figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
     axes = figure.subplots(1, len(MEMORIES))
     for ax, memory in zip(axes, MEMORIES):
         for group in groups:
@@ -296,7 +283,7 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
         _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     else:
         _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def memory_vs_clock(report: Report, path: Path) -> Path:
@@ -305,7 +292,7 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
     that clock's panels."""
     groups, names, shared, colours = _memory_groups(report)
     memories = [m for m in MEMORIES if any(m in report.forgetting[g].curves for g in groups)] or ["radial"]
-    figure = _figure(14.0, 3.4 * len(memories) + 0.8 + 0.22 * math.ceil(len(groups) / 2))
+    figure = new_figure(14.0, 3.4 * len(memories) + 0.8 + 0.22 * math.ceil(len(groups) / 2))
     axes = figure.subplots(len(memories), len(CLOCKS), squeeze=False)
     for row, memory in zip(axes, memories):
         for ax, clock in zip(row, CLOCKS):
@@ -338,7 +325,7 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
         _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     else:
         _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 PLOTS["memory_vs_epoch.png"] = memory_vs_epoch
