@@ -14,6 +14,7 @@ import typer
 
 from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set_registry
 
+from .clean import clean_command
 from .errors import OneLineUsageErrors
 from .new_plugin import new_plugin_command
 from .output import BROKEN_PIPE_EXIT, flush_standard_streams, guard_standard_streams
@@ -64,6 +65,7 @@ app.command("sweep", no_args_is_help=False)(sweep_command)
 app.command("report")(report_command)
 app.command("ui")(ui_command)
 app.command("sync")(sync_command)
+app.command("clean")(clean_command)
 app.add_typer(presets_app, name="presets")
 
 

@@ -37,6 +37,10 @@ MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
 )
 
 
+#: What a finished run keeps of its checkpoints (``keep_checkpoints``, ``CheckpointStore.finish``).
+KEEP_CHECKPOINTS = ("last", "all", "none")
+
+
 def knob(
     default: Any,
     help: str,
@@ -220,6 +224,14 @@ class RunConfig:
         "Checkpoint folder, one subfolder per config hash (default: initmem-checkpoints "
         "beside the SQLite tracking database, else in the current folder)",
         EXEC,
+        hashed=False,
+    )
+    keep_checkpoints: str = knob(
+        "last",
+        "What a finished run keeps of its checkpoints: last (what --resume of a longer horizon needs), "
+        "all (every one written), none",
+        EXEC,
+        choices=KEEP_CHECKPOINTS,
         hashed=False,
     )
 
