@@ -133,6 +133,13 @@ class RunConfig:
     data_dir: str = knob(
         "", "Folder holding the dataset files (default: ~/.cache/initmem/<dataset>)", DATA, hashed=False
     )
+    download: bool = knob(
+        False,
+        "Download the dataset when its files are missing (cifar10, cifar100, fashion-mnist, mnist) into "
+        "--data-dir or ~/.cache/initmem/<dataset>, with torchvision's downloader and checksums",
+        DATA,
+        hashed=False,
+    )
     augment: str = knob(
         "auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off")
     )
