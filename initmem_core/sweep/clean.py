@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from initmem_core.errors import ConfigError
+from initmem_core.sweep.grid import DEFAULT_OUTPUT
 from initmem_core.tracking.cells import LEASES_FOLDER
 from initmem_core.tracking.client import open_client
 from initmem_core.tracking.records import child_runs, resolve_parent, sweep_name_of
@@ -56,8 +57,6 @@ def sweep_leftovers(
 ) -> tuple[str, list[Leftover]]:
     """The sweep's name and what it left on disk: each cell's checkpoint folder, each cell's lease
     file, and the report's output folder (``out``, default ``initmem-output/<name>``)."""
-    from initmem_core.sweep.grid import DEFAULT_OUTPUT
-
     uri = resolve_tracking_uri(tracking_uri)
     client = open_client(uri)
     parent = resolve_parent(client, experiment, name_or_parent_run_id)
