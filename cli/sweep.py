@@ -331,6 +331,12 @@ def sweep_command(
         console.print(
             f"{len(plan.cells)} cells in {groups} group(s); estimated work: {estimate_work(plan.cells, horizons)}"
         )
+        from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
+            disk_text,
+            estimate_disk,
+        )
+
+        console.print(disk_text(estimate_disk(plan.cells, registry, workers or 1)))
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up
