@@ -26,15 +26,11 @@ from machine_info import describe
 from rich.console import Console
 from rich.table import Table
 
+from initmem_core.report.description import REPORT_PLOTS
+
 ROOT = Path(__file__).resolve().parents[1]
-PLOTS = (
-    "test_acc_vs_sigma.png",
-    "weight_norm_vs_epoch.png",
-    "spread_vs_clocks.png",
-    "tau_interp_vs_sigma.png",
-    "memory_vs_epoch.png",
-    "memory_vs_clock.png",
-)
+#: The report's figures, as RESULTS.md shows them (the claims' forest plot, verdicts.png, last).
+PLOTS = REPORT_PLOTS
 
 
 def machine() -> str:
@@ -213,12 +209,13 @@ def evaluate_records(
 ) -> tuple[str, list]:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its
     section and its findings."""
-    from initmem_core.report.findings import evaluate_sweep, read_sweep
+    from initmem_core.report.assessment import build_assessed_report
     from initmem_core.report.plots import write_plots
     from initmem_core.report.render import to_markdown
 
-    sweep = read_sweep(records)  # the report, built once: the claims read it and the page shows it
-    findings = evaluate_sweep(sweep)
+    # the report with the claims evaluated on it, as `initmem report` builds it: the page shows it
+    report = build_assessed_report(records)
+    findings = report.findings
     table = Table(title=f"paper findings on sweep {name}")
     for column in ("claim", "measured (95% intervals)", "verdict"):
         table.add_column(column, overflow="fold")
@@ -226,7 +223,6 @@ def evaluate_records(
     for f in findings:
         table.add_row(f.claim, f.measured, colour[f.reproduced] + f.verdict)
     console.print(table)
-    report = sweep.report
     written = {path.name for path in write_plots(report, docs / "images" / name)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")

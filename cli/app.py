@@ -14,6 +14,7 @@ import typer
 
 from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set_registry
 
+from .clean import clean_command
 from .errors import OneLineUsageErrors
 from .export import export_command
 from .new_plugin import new_plugin_command
@@ -66,6 +67,7 @@ app.command("report")(report_command)
 app.command("export")(export_command)
 app.command("ui")(ui_command)
 app.command("sync")(sync_command)
+app.command("clean")(clean_command)
 app.add_typer(presets_app, name="presets")
 
 

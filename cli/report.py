@@ -81,6 +81,13 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
                 keys=0,
                 right=(0, 1, 4, 5, 6, 7),
             )
+    if report.findings:
+        from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
+            findings_rows,
+        )
+
+        headers, cells = findings_rows(report.findings)
+        tables += fitted_tables(f"sweep {name}, the paper's claims on this sweep", headers, cells, width, keys=0)
     return tables
 
 
@@ -100,8 +107,10 @@ def report_command(
     ] = None,
 ) -> None:
     """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
+    from initmem_core.report.assessment import (  # lazy: keeps the report code out of the CLI's start-up
+        build_assessed_report,
+    )
     from initmem_core.report.files import write_report_files  # lazy: keeps the report code out of the CLI's start-up
-    from initmem_core.report.memory import build_report  # lazy: keeps the report code out of the CLI's start-up
     from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
         to_csv,
         to_json,
@@ -124,7 +133,7 @@ def report_command(
         name, records = load_sweep_records(sweep, tracking_uri, experiment)
     if not records:
         raise ConfigError(f"sweep '{name}' has no cells yet; launch it with `initmem sweep --name {name} ...`")
-    report = build_report(records)
+    report = build_assessed_report(records)  # the claims evaluated with it (report/assessment.py)
     files = write_report_files(report, out or DEFAULT_OUTPUT / name, title=f"Initialization memory: sweep {name}")
     # Machine-readable formats own stdout; where the files went is said on stderr.
     text = {

@@ -365,6 +365,12 @@ def sweep_command(
 
         for line in cost_lines(estimate_cost(plan.cells, registry, workers=workers or 1, horizons=horizons)):
             console.print(line, highlight=False, soft_wrap=True)
+        from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
+            disk_text,
+            estimate_disk,
+        )
+
+        console.print(disk_text(estimate_disk(plan.cells, registry, workers or 1)))
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up

@@ -37,6 +37,10 @@ MODEL, OPTIM, REG, DATA, EVAL, REPRO, EXEC = (
 )
 
 
+#: What a finished run keeps of its checkpoints (``keep_checkpoints``, ``CheckpointStore.finish``).
+KEEP_CHECKPOINTS = ("last", "all", "none")
+
+
 def knob(
     default: Any,
     help: str,
@@ -140,6 +144,13 @@ class RunConfig:
     data_dir: str = knob(
         "", "Folder holding the dataset files (default: ~/.cache/initmem/<dataset>)", DATA, hashed=False
     )
+    download: bool = knob(
+        False,
+        "Download the dataset when its files are missing (cifar10, cifar100, fashion-mnist, mnist) into "
+        "--data-dir or ~/.cache/initmem/<dataset>, with torchvision's downloader and checksums",
+        DATA,
+        hashed=False,
+    )
     augment: str = knob(
         "auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off")
     )
@@ -231,6 +242,14 @@ class RunConfig:
         "Checkpoint folder, one subfolder per config hash (default: initmem-checkpoints "
         "beside the SQLite tracking database, else in the current folder)",
         EXEC,
+        hashed=False,
+    )
+    keep_checkpoints: str = knob(
+        "last",
+        "What a finished run keeps of its checkpoints: last (what --resume of a longer horizon needs), "
+        "all (every one written), none",
+        EXEC,
+        choices=KEEP_CHECKPOINTS,
         hashed=False,
     )
 

@@ -95,6 +95,20 @@ def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
     return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
 
 
+def legend_names(labels: list[str]) -> tuple[dict[str, str], str]:
+    """Names for a figure's legend: only the parts of each label that not every group shares (the
+    optimizer too, when every group has the same), and what every group shares, for the legend's
+    title. One group alone is named by its first part (its optimizer), the rest shared."""
+    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
+    split = {label: boundary.split(label) for label in labels}
+    if len(split) == 1:
+        (label, parts), *_ = split.items()
+        return {label: parts[0]}, ", ".join(parts[1:])
+    shared = set.intersection(*(set(parts) for parts in split.values())) if split else set()
+    names = {label: ",".join(part for part in parts if part not in shared) or label for label, parts in split.items()}
+    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
+
+
 def metric_suffix(key: str) -> str:
     """A group key as MLflow accepts in a metric name: ``opt=sgd,batch_size=64`` -> ``opt-sgd.batch_size-64``."""
     return re.sub(r"[^A-Za-z0-9_\-. /]", "_", key.replace("=", "-").replace(",", "."))

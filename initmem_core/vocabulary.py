@@ -86,6 +86,15 @@ CELLS_TAG = "initmem.cells"
 CELLS_FAILED_TAG = "initmem.cells_failed"
 CELLS_UNSYNCED_TAG = "initmem.cells_unsynced"
 VARYING_TAG = "initmem.varying"
+#: On a sweep's parent run, one tag per claim of ``report/findings.py``: ``initmem.verdict.<claim
+#: name>`` = its verdict, so the MLflow UI can filter sweeps by what they decided.
+VERDICT_TAG_PREFIX = "initmem.verdict."
+
+
+def verdict_tag(claim: str) -> str:
+    """The parent run's tag key holding claim ``claim``'s verdict."""
+    return VERDICT_TAG_PREFIX + claim
+
 
 #: Every run status, and every tag key, this module spells.
 STATUSES = (*ENDED, RUNNING, SCHEDULED, PENDING)
@@ -110,4 +119,5 @@ TAG_KEYS = (
     CELLS_FAILED_TAG,
     CELLS_UNSYNCED_TAG,
     VARYING_TAG,
+    VERDICT_TAG_PREFIX,
 )

@@ -251,7 +251,7 @@ def test_memory_curves_with_nothing_to_draw_get_the_caption_not_an_empty_legend(
         for memory, points in found.curves.items():
             found.curves[memory] = [dataclasses.replace(p, value=math.nan) for p in points]
     drawn = []
-    monkeypatch.setattr(plots, "_save", lambda figure, path: drawn.append(figure) or path)
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.append(figure) or path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib warns of a legend with no entries
         plots.memory_vs_epoch(report, tmp_path / "memory.png")

@@ -181,7 +181,7 @@ def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_
 
     long = [dataclasses.replace(r, config=dataclasses.replace(r.config, epochs=40, schedule="cosine")) for r in records]
     drawn = []
-    monkeypatch.setattr(plots, "_save", lambda figure, path: drawn.append(figure) or path)
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.append(figure) or path)
     plots.accuracy_vs_sigma(build_report(long), tmp_path / "acc.png")
     legend = [text.get_text() for text in drawn[0].legends[0].get_texts()]
     assert [label.split(" (")[0] for label in legend] == ["opt=adam", "opt=sgd"]

@@ -44,6 +44,7 @@ PLOTS = (
     "tau_interp_vs_sigma.png",
     "memory_vs_epoch.png",
     "memory_vs_clock.png",
+    "verdicts.png",
 )
 
 
@@ -110,6 +111,14 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
         "2",
     )
     assert "| spread pp |" in parent.data.tags["mlflow.note.content"]
+    # the paper's claims on the parent: one verdict tag each (one seed: SGD against Adam cannot be decided)
+    from initmem_core.report.findings import CLAIMS_BY_NAME
+    from initmem_core.report.verdicts import CANNOT_DECIDE
+    from initmem_core.vocabulary import verdict_tag
+
+    assert all(verdict_tag(name) in parent.data.tags for name in CLAIMS_BY_NAME)
+    assert parent.data.tags[verdict_tag("sgd_remembers_more_than_adaptive")] == CANNOT_DECIDE
+    assert "The paper's claims on this sweep" in parent.data.tags["mlflow.note.content"]
     assert {i.dataset.name for c in children for i in c.inputs.dataset_inputs} == {"digits"}
     assert len({c.data.tags["config_hash"] for c in children}) == 4
 

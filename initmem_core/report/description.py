@@ -14,8 +14,11 @@ from initmem_core.report.render import (
     interval,
     markdown_table,
     number,
+    quantity_cell,
     seeds_needed_cell,
 )
+from initmem_core.report.verdict_plot import VERDICTS_PLOT
+from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.ui_view import artifact_url, view_url
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 
@@ -27,7 +30,28 @@ REPORT_PLOTS = (
     "tau_interp_vs_sigma.png",
     "memory_vs_epoch.png",
     "memory_vs_clock.png",
+    VERDICTS_PLOT,
 )
+
+
+def claims_lines(findings: list[Any]) -> list[str]:
+    """The paper's claims this sweep decided (each its verdict and key interval; the parent run's
+    ``initmem.verdict.<name>`` tags hold the same verdicts) and those it could not evaluate."""
+    if not findings:
+        return []
+    done = [f for f in findings if f.verdict != NOT_EVALUATED]
+    lines = ["", "**The paper's claims on this sweep** (key quantity claimed above zero, 95% interval):", ""]
+    if done:
+        lines += markdown_table(
+            ["claim", "verdict", "key quantity", "margin"],
+            [[f"`{f.name}`", f.verdict, quantity_cell(f.key).replace("|", "\\|"), f.margin or DASH] for f in done],
+        )
+    else:
+        lines += ["None could be evaluated on this sweep's groups."]
+    left = [f for f in findings if f.verdict == NOT_EVALUATED]
+    if left:
+        lines += ["", "Not evaluated (each would need): " + "; ".join(f"`{f.name}`: {f.needs}" for f in left)]
+    return lines
 
 
 def radial_half_life_text(report: Any, group: str) -> str:
@@ -80,6 +104,7 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
             ],
         ),
     ]
+    lines += claims_lines(getattr(report, "findings", []))
     unresolved = [p for p in getattr(report, "pairs", []) if p.seeds_needed is not None or p.seeds_needed_note]
     if unresolved:
         lines += [

@@ -27,7 +27,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from initmem_core.groups import group_fields, group_keys, metric_suffix
 from initmem_core.report.forgetting import build_forgetting, half_life_metrics, step_metrics
@@ -43,6 +43,9 @@ from initmem_core.report.inference import (
 )
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCKS
+
+if TYPE_CHECKING:
+    from initmem_core.report.verdicts import Finding
 
 NAN = float("nan")
 #: Bootstrap replicates, and the fixed seed that makes a report reproducible.
@@ -149,6 +152,9 @@ class Report:
     accuracy: dict[str, Matrix] = field(default_factory=dict)
     #: group -> its memories over training and their half-lives (report/forgetting.py)
     forgetting: dict[str, Any] = field(default_factory=dict)
+    #: the paper's claims evaluated on these groups, in ``findings.CLAIMS``' order (empty: not
+    #: evaluated; ``report/assessment.py`` fills it)
+    findings: list[Finding] = field(default_factory=list)
 
     def parent_metrics(self) -> dict[str, float]:
         """Per-group figures as metric names the MLflow UI can chart, e.g. ``spread_opt-sgd``."""

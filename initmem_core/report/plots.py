@@ -1,44 +1,28 @@
-"""The report's figures as PNG files, drawn with matplotlib's Agg canvas.
-
-Figures are built with the object API (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no
-global backend is switched and nothing opens a window, in a terminal, a notebook or a worker.
-"""
+"""The report's figures as PNG files, drawn with matplotlib's Agg canvas (``report/figures.py``);
+the claims' forest plot is ``report/verdict_plot.py``."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from initmem_core.groups import short_group_names
+from initmem_core.groups import legend_names
+from initmem_core.report.figures import new_figure, save_figure
 from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
 from initmem_core.report.memory import Report
+from initmem_core.report.verdict_plot import VERDICTS_PLOT, verdict_plot
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
-
-
-def _figure(width: float = 6.4, height: float = 4.2):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
 
 
 def warm_up() -> None:
     """Import matplotlib and draw a throw-away figure with the report's symbols, so that fonts and
     text layout are loaded before the report is due (a sweep calls this while its cells run)."""
-    figure = _figure(2.0, 2.0)
+    figure = new_figure(2.0, 2.0)
     ax = figure.add_subplot()
     ax.errorbar([0.0, 1.0], [0.0, 1.0], yerr=[[0.1, 0.1], [0.1, 0.1]], marker="o", label="σ_w")
     ax.set(xlabel=CLOCK_FORMULAS[CLOCK_SGD], title=CLOCK_FORMULAS[CLOCK_L2])
     figure.legend(loc="outside lower center", fontsize="small")
     figure.canvas.draw()
-
-
-def _save(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)  # constrained layout keeps legends and captions inside: one draw
-    return path
 
 
 def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> list[list[float]]:
@@ -47,6 +31,38 @@ def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> l
         [0.0 if math.isnan(lo) else v - lo for v, lo in zip(values, lows)],
         [0.0 if math.isnan(hi) else hi - v for v, hi in zip(values, highs)],
     ]
+
+
+#: A clock axis goes logarithmic when its positive values span more than this factor.
+LOG_SPAN = 20.0
+#: Where a log clock axis shows each group's epoch-0 value (clock 0 has no place on it): a marker
+#: at the left edge, in axes fraction, apart from the curve.
+EPOCH_ZERO_MARKER = ">"
+
+
+def group_colours(report: Report) -> dict[str, str]:
+    """One colour per group, the same in every figure: by the group's place in the report."""
+    groups = [g.group for g in report.groups] + [
+        g for g in report.forgetting if g not in {x.group for x in report.groups}
+    ]
+    return {group: f"C{index % 10}" for index, group in enumerate(groups)}
+
+
+def moved_clocks(values: dict[str, list[float]]) -> list[str]:
+    """The clocks (of ``CLOCKS``, in order) any of whose ``values`` is above zero: a panel for a
+    clock that never moved (T_L2 without L2) would be empty. T_SGD alone when none moved."""
+    return [c for c in CLOCKS if any(v > 0 for v in values.get(c, []))] or [CLOCK_SGD]
+
+
+def clock_axis(ax, positive: list[float]) -> bool:
+    """A clock's x axis: logarithmic when its positive values span decades (then True), else
+    linear with short scientific tick labels (clocks are often tiny: T_SGD ~ 1e-4)."""
+    if positive and max(positive) / min(positive) > LOG_SPAN:
+        ax.set_xscale("log")
+        return True
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
+    ax.locator_params(axis="x", nbins=4)
+    return False
 
 
 def _wrapped(label: str, width: int) -> str:
@@ -78,19 +94,27 @@ def _legend_below(figure, shared: str, columns: int = 1) -> None:
 
 
 def _spread_label(group, name: str) -> str:
+    """A group's legend entry: its name and its debiased spread with the 95% interval (what the
+    report compares groups by), not the paper's max − min, which noise biases upward."""
     if group.did_not_train:
         return f"{name} (did not train)"
-    if math.isnan(group.spread_lo):
-        return f"{name} (spread {group.spread:.1f} pp)"
-    return f"{name} (spread {group.spread:.1f} pp [{group.spread_lo:.1f}, {group.spread_hi:.1f}])"
+    if math.isnan(group.debiased_spread):
+        return f"{name} (debiased spread: –)"
+    if math.isnan(group.debiased_spread_lo):
+        return f"{name} (debiased spread {group.debiased_spread:+.1f} pp, no interval)"
+    return (
+        f"{name} (debiased spread {group.debiased_spread:+.1f} pp "
+        f"[{group.debiased_spread_lo:+.1f}, {group.debiased_spread_hi:+.1f}])"
+    )
 
 
 def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     """The paper's main figure: test accuracy of the selected predictor against sigma, per group,
     with the 95% interval of the mean over seeds as error bars."""
-    figure = _figure(7.0, 6.4)  # room for the legend below
+    figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    names, shared = short_group_names([g.group for g in report.groups])
+    names, shared = legend_names([g.group for g in report.groups])
+    colours = group_colours(report)
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
         values = [r.test_acc for r in rows]
@@ -100,7 +124,9 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
             yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
             marker="o",
             capsize=3,
+            color=colours[group.group],
             label=_spread_label(group, names[group.group]),
+            gid=group.group,
         )
     ax.set(
         xlabel="σ_w",
@@ -109,7 +135,7 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     )
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def weight_norm_curves(report: Report, path: Path) -> Path:
@@ -119,18 +145,18 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
     from matplotlib.colors import Normalize
 
     groups = [g.group for g in report.groups]
-    names, shared = short_group_names(groups)
+    names, shared = legend_names(groups)
     columns = min(3, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) or 1
-    figure = _figure(4.2 * columns + 1.0, 3.4 * rows)
+    figure = new_figure(4.2 * columns + 1.0, 3.4 * rows)
     axes = figure.subplots(rows, columns, squeeze=False, sharey=True)
     sigmas = [r.sigma for r in report.rows] or [1.0]
     norm = Normalize(min(sigmas), max(sigmas) if max(sigmas) > min(sigmas) else min(sigmas) + 1)
     cmap = colormaps["viridis"]
     for ax, group in zip(axes.flat, groups):
-        for sigma, _seed, curve in report.norm_curves.get(group, []):
+        for sigma, seed, curve in report.norm_curves.get(group, []):
             epochs, values = zip(*curve)
-            ax.plot(epochs, values, color=cmap(norm(sigma)), alpha=0.85)
+            ax.plot(epochs, values, color=cmap(norm(sigma)), alpha=0.85, gid=f"{group}|{sigma:g}|{seed}")
         ax.set_title(_wrapped(names[group], 38), fontsize="small")  # long labels would run into the next panel
         ax.set(xlabel="epoch")
         ax.grid(alpha=0.3)
@@ -140,58 +166,64 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
         ax.set_visible(False)
     figure.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, label="σ_w")
     _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def spread_vs_clocks(report: Report, path: Path) -> Path:
-    """Does forgetting follow the clocks? One point per group in each clock's panel, one colour
-    per group across the panels (named in the legend: labels beside points would overlap)."""
+    """Does forgetting follow the clocks? One point per group (its debiased spread and 95% interval,
+    what groups are compared by) in the panel of each clock that moved, one colour per group across
+    the panels (named in the legend: labels beside points would overlap)."""
     groups = [g for g in report.groups if not math.isnan(g.spread)]
-    names, shared = short_group_names([g.group for g in report.groups])
+    names, shared = legend_names([g.group for g in report.groups])
+    colours = group_colours(report)
+    clocks = moved_clocks({c: [getattr(g, c) for g in groups] for c in CLOCKS})
     columns = 2 if len(groups) > 3 else 1
-    figure = _figure(13.0, 4.6 + 0.22 * math.ceil(len(groups) / columns))  # room for the legend below
-    axes = figure.subplots(1, len(CLOCKS), sharey=True)
-    colours = [f"C{index % 10}" for index in range(len(groups))]
-    for ax, clock in zip(axes, CLOCKS):
+    figure = new_figure(4.4 * len(clocks) + 1.0, 4.6 + 0.22 * math.ceil(len(groups) / columns))
+    axes = figure.subplots(1, len(clocks), sharey=True, squeeze=False)[0]
+    for ax, clock in zip(axes, clocks):
         x = [getattr(g, clock) for g in groups]
-        for g, value, colour in zip(groups, x, colours):
+        for g, value in zip(groups, x):
             ax.errorbar(
                 [value],
-                [g.spread],
-                yerr=_error_bars([g.spread], [g.spread_lo], [g.spread_hi]),
+                [g.debiased_spread],
+                yerr=_error_bars([g.debiased_spread], [g.debiased_spread_lo], [g.debiased_spread_hi]),
                 fmt="o",
                 capsize=3,
-                color=colour,
+                color=colours[g.group],
                 label=names[g.group] if ax is axes[0] else None,
+                gid=g.group,
             )
-        if x and min(x) > 0 and max(x) / min(x) > 20:
-            ax.set_xscale("log")
-        else:  # clocks are often tiny (T_SGD ~ 1e-4): short scientific tick labels
-            ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
-            ax.locator_params(axis="x", nbins=4)
+        clock_axis(ax, [v for v in x if v > 0] if min(x, default=0) > 0 else [])
         ax.set(xlabel=CLOCK_FORMULAS[clock])
+        ax.axhline(0.0, color="0.5", linewidth=0.8)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("spread over σ_w (pp, 95% bootstrap CI)")
-    figure.suptitle("Spread vs forgetting clocks at the end of training")
+    axes[0].set_ylabel("debiased spread over σ_w (pp, 95% CI)")
+    figure.suptitle("Debiased spread vs the forgetting clocks that moved, at the end of training")
     if groups:
         _legend_below(figure, shared, columns)
     else:
         _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
-    figure = _figure(7.0, 6.4)  # room for the legend below
+    figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    names, shared = short_group_names([g.group for g in report.groups])
+    names, shared = legend_names([g.group for g in report.groups])
+    colours = group_colours(report)
     sigmas = [r.sigma for r in report.rows] or [0.0]
     dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # x markers of different groups side by side
     for index, group in enumerate(report.groups):
         rows = [r for r in report.rows if r.group == group.group]
         reached = [r for r in rows if not math.isnan(r.tau_interp)]
         (line,) = ax.plot(
-            [r.sigma for r in reached], [r.tau_interp for r in reached], marker="o", label=names[group.group]
+            [r.sigma for r in reached],
+            [r.tau_interp for r in reached],
+            marker="o",
+            color=colours[group.group],
+            label=names[group.group],
+            gid=group.group,
         )
         never = [r.sigma for r in rows if math.isnan(r.tau_interp) and r.runs > r.failed]
         if never:
@@ -206,7 +238,7 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 PLOTS = {
@@ -220,19 +252,40 @@ PLOTS = {
 def write_plots(report: Report, folder: str | Path) -> list[Path]:
     """Every report figure into ``folder``; returns the paths written."""
     folder = Path(folder)
-    return [draw(report, folder / name) for name, draw in PLOTS.items()]
+    written = [draw(report, folder / name) for name, draw in PLOTS.items()]
+    if report.findings:  # the claims were evaluated on this report (report/assessment.py)
+        written.append(verdict_plot(report, folder / VERDICTS_PLOT))
+    return written
 
 
 # -- memory over training (report/forgetting.py) --------------------------------------------
 
 
-def _memory_curve(ax, points, x_of, colour: str, label: str | None) -> None:
-    """One group's memory against ``x_of(point)``, with its 95% band where it has one."""
+def _memory_curve(ax, points, x_of, colour: str, label: str | None, gid: str = "", log: bool = False) -> None:
+    """One group's memory against ``x_of(point)``, with its 95% band where it has one. On a log
+    axis (``log``) the points at clock 0 (epoch 0, before the clock moved) have no place: each is a
+    marker at the axis' left edge, apart from the curve, not a line drawn across decades to it."""
     shown = [p for p in points if not math.isnan(p.value) and not math.isnan(x_of(p))]
+    if log:
+        start = [p for p in shown if x_of(p) <= 0]
+        shown = [p for p in shown if x_of(p) > 0]
+        if start:
+            from matplotlib.transforms import blended_transform_factory
+
+            edge = blended_transform_factory(ax.transAxes, ax.transData)
+            ax.plot(
+                [0.0] * len(start),
+                [p.value for p in start],
+                EPOCH_ZERO_MARKER,
+                color=colour,
+                transform=edge,
+                clip_on=False,
+                gid=f"{gid}|epoch0",
+            )
     if not shown:
         return
     xs = [x_of(p) for p in shown]
-    ax.plot(xs, [p.value for p in shown], color=colour, label=label, marker="." if len(shown) < 30 else None)
+    ax.plot(xs, [p.value for p in shown], color=colour, label=label, marker="." if len(shown) < 30 else None, gid=gid)
     banded = [(x, p) for x, p in zip(xs, shown) if not math.isnan(p.lo) and not math.isnan(p.hi)]
     if banded:
         ax.fill_between(
@@ -260,9 +313,8 @@ def _mark_half_life(ax, half, unit: str, colour: str) -> None:
 
 def _memory_groups(report: Report) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
     groups = list(report.forgetting)
-    names, shared = short_group_names([g.group for g in report.groups] or groups)
-    colours = {group: f"C{index % 10}" for index, group in enumerate(groups)}
-    return groups, {g: names.get(g, g) for g in groups}, shared, colours
+    names, shared = legend_names([g.group for g in report.groups] or groups)
+    return groups, {g: names.get(g, g) for g in groups}, shared, group_colours(report)
 
 
 def _say_if_empty(figure, groups: list[str]) -> None:
@@ -274,7 +326,7 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
     """Every memory against the epoch: a panel per memory, a line per group with its 95% band,
     each half-life a dotted line (its interval a bar at half the initial value)."""
     groups, names, shared, colours = _memory_groups(report)
-    figure = _figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
+    figure = new_figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
     axes = figure.subplots(1, len(MEMORIES))
     for ax, memory in zip(axes, MEMORIES):
         for group in groups:
@@ -285,6 +337,7 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
                 lambda p: p.epoch,
                 colours[group],
                 names[group] if ax is axes[0] else None,
+                f"{group}|{memory}",
             )
             _mark_half_life(ax, found.half_lives.get(memory), "epoch", colours[group])
         ax.set(xlabel="epoch", title=MEMORY_LABELS[memory])
@@ -296,49 +349,52 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
         _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     else:
         _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def memory_vs_clock(report: Report, path: Path) -> Path:
-    """Every memory against every clock: a row per memory, a panel per clock, a line per group
-    with its 95% band and its half-life marked. A group whose clock never moves has no line in
-    that clock's panels."""
+    """Every memory against every clock that moved: a row per memory, a panel per clock, a line per
+    group with its 95% band and its half-life marked. A group whose clock never moves has no line in
+    that clock's panels; a clock no group moved (T_L2 without L2) has no panel."""
     groups, names, shared, colours = _memory_groups(report)
     memories = [m for m in MEMORIES if any(m in report.forgetting[g].curves for g in groups)] or ["radial"]
-    figure = _figure(14.0, 3.4 * len(memories) + 0.8 + 0.22 * math.ceil(len(groups) / 2))
-    axes = figure.subplots(len(memories), len(CLOCKS), squeeze=False)
+    points = [p for g in groups for curve in report.forgetting[g].curves.values() for p in curve]
+    clocks = moved_clocks({c: [getattr(p, c) for p in points] for c in CLOCKS})
+    figure = new_figure(4.4 * len(clocks) + 1.6, 3.4 * len(memories) + 0.8 + 0.22 * math.ceil(len(groups) / 2))
+    axes = figure.subplots(len(memories), len(clocks), squeeze=False)
     for row, memory in zip(axes, memories):
-        for ax, clock in zip(row, CLOCKS):
-            positive = []
-            for group in groups:
+        for ax, clock in zip(row, clocks):
+            moving = [
+                g for g in groups if any(getattr(p, clock) > 0 for p in report.forgetting[g].curves.get(memory, []))
+            ]
+            positive = [
+                getattr(p, clock) for g in moving for p in report.forgetting[g].curves[memory] if getattr(p, clock) > 0
+            ]
+            log = clock_axis(ax, positive)
+            for group in moving:
                 found = report.forgetting[group]
-                curve = found.curves.get(memory, [])
-                if not any(getattr(p, clock) > 0 for p in curve):
-                    continue
-                positive += [getattr(p, clock) for p in curve if getattr(p, clock) > 0]
                 _memory_curve(
                     ax,
-                    curve,
+                    found.curves[memory],
                     lambda p, c=clock: getattr(p, c),
                     colours[group],
-                    names[group] if memory == memories[0] and clock == CLOCKS[0] else None,
+                    names[group] if memory == memories[0] and clock == clocks[0] else None,
+                    f"{group}|{memory}|{clock}",
+                    log,
                 )
                 _mark_half_life(ax, found.half_lives.get(memory), clock, colours[group])
-            if positive and max(positive) / min(positive) > 50:
-                ax.set_xscale("symlog", linthresh=min(positive))  # groups' clocks differ by decades; 0 stays on it
-            else:
-                ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 3), useOffset=False)
-            ax.set(xlabel=CLOCK_FORMULAS[clock])
+            edge = f" (log; {EPOCH_ZERO_MARKER} at the left edge: epoch 0)" if log and moving else ""
+            ax.set_xlabel(CLOCK_FORMULAS[clock] + edge, fontsize="small" if edge else None)
             ax.grid(alpha=0.3)
         row[0].set_ylabel(MEMORY_LABELS[memory], fontsize="small")
-    figure.suptitle("Memory against the forgetting clocks (bands: 95% CI; dotted: half-life)")
+    figure.suptitle("Memory against the forgetting clocks that moved (bands: 95% CI; dotted: half-life)")
     _say_if_empty(figure, groups)
     handles = [h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]]
     if handles:
         _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     else:
         _caption(figure, shared)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 PLOTS["memory_vs_epoch.png"] = memory_vs_epoch

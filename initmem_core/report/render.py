@@ -19,6 +19,7 @@ from typing import Any
 
 from initmem_core.report.forgetting import MEMORIES, UNITS, GroupForgetting, HalfLife
 from initmem_core.report.memory import CHANCE_MARGIN_PP, GroupSummary, PairedDifference, Report
+from initmem_core.report.verdicts import NOT_EVALUATED, Finding, Quantity
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 
 #: What a missing value (nan) reads as in every table and sentence.
@@ -185,6 +186,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
     notes = [f"- `{g.group}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
     if notes:
         lines += ["", *notes]
+    lines += findings_markdown(report.findings)
     if report.pairs:
         lines += [
             "",
@@ -271,8 +273,91 @@ def to_json(report: Report) -> str:
         "pairs": [asdict(p) for p in report.pairs],
         "failures": [asdict(f) for f in report.failures],
         "forgetting": {group: asdict(found) for group, found in report.forgetting.items()},
+        "findings": [finding_data(f) for f in report.findings],
     }
     return json.dumps(clean(data), indent=2)
+
+
+# -- the paper's claims (report/findings.py, report/assessment.py) --------------------------
+
+CLAIMS_EXPLAINED = (
+    "Each claim of the paper (`initmem_core/report/findings.py`) that this sweep's groups let it evaluate, "
+    "comparing only groups that differ in nothing but the claim's own axis (a stratum each, when the sweep varies "
+    "more). Every number a claim decides on is claimed above zero; the key is the one whose 95% interval is least "
+    "clear of zero. Reproduced: every interval above zero; contradicted: one below zero at the Bonferroni level; "
+    "not resolved at this scale otherwise; cannot be decided with too few seeds. The margin is the one the claim "
+    "was fixed with before any run."
+)
+
+
+def quantity_cell(q: Quantity | None) -> str:
+    """A claim's quantity as ``label: estimate [lo, hi] unit``, or why it has no interval."""
+    if q is None:
+        return DASH
+    unit = f" {q.unit}" if q.unit else ""
+    shown = interval(q.lo, q.hi) if q.decided else f"(no interval: {q.reason or 'not measured'})"
+    return f"{q.label}: {number(q.estimate, '+.2f')}{unit} {shown}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or DASH
+
+
+FINDINGS_HEADERS = ["claim", "verdict", "key quantity [95% CI]", "interval for", "margin"]
+
+
+def findings_rows(findings: list[Finding], markdown: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The evaluated claims as table rows (``FINDINGS_HEADERS``), each followed by a row per stratum
+    when it was decided in more than one; ``markdown``: cells escaped, the claim's name as code."""
+    cell = _cell if markdown else (lambda text: text or DASH)
+    rows = []
+    for f in (f for f in findings if f.verdict != NOT_EVALUATED):
+        name = f"`{f.name}`" if markdown else f.name
+        for finding, label in [(f, f"{name}: {cell(f.claim)}"), *((p, f"↳ [{cell(p.stratum)}]") for p in f.parts)]:
+            key = finding.key
+            interval_for = key.interval_for if key else DASH
+            rows.append([label, finding.verdict, cell(quantity_cell(key)), interval_for, cell(finding.margin)])
+    return FINDINGS_HEADERS, rows
+
+
+def findings_markdown(findings: list[Finding]) -> list[str]:
+    """The report's section "The paper's claims on this sweep" (no lines when none were evaluated
+    on it): a row per evaluated claim and per stratum, then what each claim left out would need."""
+    if not findings:
+        return []
+    headers, rows = findings_rows(findings, markdown=True)
+    lines = ["", "## The paper's claims on this sweep", "", CLAIMS_EXPLAINED, ""]
+    lines += markdown_table(headers, rows) if rows else ["No claim could be evaluated on this sweep's groups."]
+    left = [f for f in findings if f.verdict == NOT_EVALUATED]
+    if left:
+        lines += ["", "Not evaluated on this sweep, and the groups each would need:", ""]
+        lines += [f"- `{f.name}` ({f.claim}): {f.needs or f.measured}" for f in left]
+    return lines
+
+
+def quantity_data(q: Quantity | None) -> dict[str, Any] | None:
+    if q is None:
+        return None
+    fields = ("label", "estimate", "lo", "hi", "unit", "interval_for", "reason", "too_few_seeds")
+    return {name: getattr(q, name) for name in fields}
+
+
+def finding_data(f: Finding) -> dict[str, Any]:
+    """One finding as JSON data: its verdict, its key quantity's fields, every quantity, its margin,
+    its per-stratum parts and, when not evaluated, what it would need."""
+    return {
+        "name": f.name,
+        "claim": f.claim,
+        "verdict": f.verdict,
+        "measured": f.measured,
+        "key": quantity_data(f.key),
+        "margin": f.margin,
+        "stratum": f.stratum,
+        "needs": f.needs,
+        "quantities": [quantity_data(q) for q in f.quantities],
+        "notes": [quantity_data(q) for q in f.notes],
+        "parts": [finding_data(part) for part in f.parts],
+    }
 
 
 # -- forgetting times (report/forgetting.py) ------------------------------------------------

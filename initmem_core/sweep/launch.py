@@ -24,9 +24,10 @@ from typing import Any, Protocol
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.report.assessment import build_assessed_report, verdict_tags
 from initmem_core.report.description import description
 from initmem_core.report.files import write_report_files
-from initmem_core.report.memory import Report, build_report
+from initmem_core.report.memory import Report
 from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
@@ -237,7 +238,7 @@ class _Sweep:
         from mlflow.entities import RunTag
 
         runs = latest_per_cell(child_runs(self.client, self.parent))
-        report = build_report(record_from_run(self.client, run) for run in runs)
+        report = build_assessed_report(record_from_run(self.client, run) for run in runs)
         files = write_report_files(report, out, title=f"Initialization memory: sweep {self.name}")
         for path in files:
             self.client.log_artifact(self.parent_id, str(path), "report")
@@ -255,6 +256,7 @@ class _Sweep:
                 RunTag(CELLS_UNSYNCED_TAG, str(sum(bool(cell.unsynced) for cell in cells))),
                 RunTag(VARYING_TAG, ",".join(spec.varying)),
                 RunTag(NOTE_TAG, note),
+                *(RunTag(key, verdict) for key, verdict in verdict_tags(report.findings).items()),
             ],
         )
         return report, files

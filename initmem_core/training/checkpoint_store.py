@@ -1,5 +1,6 @@
-"""Writing checkpoints: a run's checkpoint folder, written atomically and kept two deep, with
-training waiting only for what must happen before the state moves on.
+"""Writing checkpoints: a run's checkpoint folder, written atomically and kept two deep while it
+trains (every file with ``keep="all"``), with training waiting only for what must happen before
+the state moves on. A finished run keeps its last checkpoint, every one, or none (``finish``).
 
 Saving is split: the state is captured (packed, which copies it) on the caller's thread, and the
 file is encoded, written, synced and renamed on a background thread while training continues.
@@ -67,8 +68,9 @@ class CheckpointNotWritten(InitmemError):
 class CheckpointStore:
     """The checkpoint files of one run (one config hash)."""
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, keep: str = "last"):
         self.folder = Path(folder)
+        self.keep = keep  # config.KEEP_CHECKPOINTS: what a finished run leaves here
         self.previous: Path | None = None  # the last good file; kept when the next one is written
         self._before_previous: Path | None = None  # deleted when the next one is written
         self._swept = False  # whether a write has cleared out the folder yet
@@ -143,9 +145,25 @@ class CheckpointStore:
             stale = [*earlier, *self.folder.glob(".ckpt-*.tmp")]
             self._swept = True
         for old in stale:
-            if old not in (path, self.previous):
+            if old not in (path, self.previous) and (self.keep != "all" or old.name.startswith(".")):
                 old.unlink(missing_ok=True)
         self._before_previous, self.previous = self.previous, path
+
+    def finish(self) -> None:
+        """The run finished: keep what ``keep`` says, the newest file (what ``--resume`` of a longer
+        horizon starts from), every file, or none (and the folder, when nothing else is in it).
+        Parked files of other runs (``run-<id>/``) stay."""
+        self.wait()
+        if self.keep == "all":
+            return
+        kept = self.previous if self.keep == "last" else None
+        for path in self.files():
+            if path != kept:
+                path.unlink(missing_ok=True)
+        if kept is None:
+            self.previous = None
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()  # only when empty
 
     def start_fresh(self, epochs: int) -> None:
         """A new run of this config: its first save replaces the files here (not before, so that

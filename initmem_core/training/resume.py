@@ -29,7 +29,7 @@ def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
 def load_for_resume(root: Path, config: RunConfig) -> tuple[CheckpointStore, dict[str, Any]]:
     """The store of ``config``'s run and its newest usable checkpoint; ``ConfigError`` naming the
     differing keys if the checkpoint is of another config, or saying there is nothing to resume."""
-    store = CheckpointStore(root / config.config_hash())
+    store = CheckpointStore(root / config.config_hash(), config.keep_checkpoints)
     found = store.latest()
     if found is None:
         raise ConfigError(
@@ -53,7 +53,7 @@ def resume_candidates(root: Path, config: RunConfig):
     yield load_for_resume(root, config)
     folder = root / config.config_hash()
     for parked in sorted(folder.glob(f"{PARKED}*/"), key=lambda p: p.stat().st_mtime, reverse=True):
-        store = CheckpointStore(parked)
+        store = CheckpointStore(parked, config.keep_checkpoints)
         try:
             found = store.latest()
         except ConfigError:

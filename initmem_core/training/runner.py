@@ -174,7 +174,7 @@ def _open_run(
     }
     run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
     tracker.log_dataset(*dataset_input(config, setup.dataset))
-    checkpoints = CheckpointStore(root / config.config_hash()) if root else None
+    checkpoints = CheckpointStore(root / config.config_hash(), config.keep_checkpoints) if root else None
     if checkpoints:
         checkpoints.start_fresh(setup.config.epochs)
     return run_id, checkpoints, None
@@ -355,6 +355,7 @@ def _train_tracked(
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
+                checkpoints.finish()  # then it keeps what --keep-checkpoints says
             status = FINISHED
             result = RunResult(
                 config,

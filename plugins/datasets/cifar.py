@@ -1,4 +1,4 @@
-"""CIFAR-10 and CIFAR-100 through torchvision's own readers, never downloaded.
+"""CIFAR-10 and CIFAR-100 through torchvision's own readers, downloaded only on request (``--download``).
 
 The files are read with ``torchvision.datasets.CIFAR10``/``CIFAR100`` and ``download=False``.
 torchvision then verifies the md5 checksum of every batch file and of the meta file, so only
@@ -21,6 +21,7 @@ from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
 from .common import apply_train_size, official_split
+from .download import fetch
 
 HOMEPAGE = "https://www.cs.toronto.edu/~kriz/cifar.html"
 VAL_FRACTION = 0.1
@@ -48,10 +49,13 @@ def _required_files(dataset_class: Any) -> list[str]:
     return [f for f, _ in dataset_class.train_list + dataset_class.test_list] + [dataset_class.meta["filename"]]
 
 
-def _read(dataset_class: Any, name: str, root: Path) -> tuple[Any, Any]:
+def _read(dataset_class: Any, name: str, root: Path, download: bool = False) -> tuple[Any, Any]:
     folder = root / dataset_class.base_folder
     archive = root / dataset_class.filename
     missing = [f for f in _required_files(dataset_class) if not (folder / f).is_file()]
+    if missing and download and not archive.is_file():
+        fetch(dataset_class, root, name, HOMEPAGE)
+        missing = [f for f in _required_files(dataset_class) if not (folder / f).is_file()]
     if missing and archive.is_file():  # the official .tar.gz lies there, not yet extracted
         from torchvision.datasets.utils import extract_archive
 
@@ -66,7 +70,7 @@ def _read(dataset_class: Any, name: str, root: Path) -> tuple[Any, Any]:
     if missing:
         raise ConfigError(
             f"{name} not found in {root}: put {dataset_class.base_folder} there (or pass --data-dir), "
-            f"e.g. extracted from {dataset_class.filename} at {HOMEPAGE}"
+            f"e.g. extracted from {dataset_class.filename} at {HOMEPAGE}, or pass --download"
         )
     try:
         train = dataset_class(str(root), train=True, download=False)
@@ -94,7 +98,7 @@ def load_cifar(config: Any, name: str) -> DatasetBundle:
         "cifar100": (CIFAR100, CIFAR100_MEAN, CIFAR100_STD, 100),
     }[name]
     root = resolve_root(config, name, dataset_class.base_folder)
-    train, test = _read(dataset_class, name, root)
+    train, test = _read(dataset_class, name, root, bool(getattr(config, "download", False)))
     images, labels = _to_tensors(train)
     test_x, test_y = _to_tensors(test)
     # 5,000 of CIFAR's 50,000 for validation

@@ -1,4 +1,5 @@
-"""Fashion-MNIST and MNIST from their IDX files, read by torchvision's own classes, never downloaded.
+"""Fashion-MNIST and MNIST from their IDX files, read by torchvision's own classes, downloaded only
+on request (``--download``: into ``--data-dir`` or ``~/.cache/initmem/<dataset>``, torchvision's layout).
 
 The four standard files (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
 ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each plain or ``.gz``) are looked for in
@@ -31,6 +32,7 @@ from initmem_core.errors import ConfigError
 
 from .cifar import default_root
 from .common import apply_train_size, official_split
+from .download import fetch
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 VAL_FRACTION = 0.1
@@ -81,10 +83,17 @@ def find_files(config: Any, name: str) -> dict[str, Path]:
             located = _located(folder)
             if located:
                 return located
+    if getattr(config, "download", False):
+        from torchvision import datasets
+
+        fetch(getattr(datasets, class_name), bases[0], name, homepage)
+        located = _located(bases[0] / class_name / "raw")
+        if located:
+            return located
     where = " or ".join(str(b) for b in bases)
     raise ConfigError(
         f"{name} not found in {where}: put {', '.join(FILES)} (each plain or .gz) there "
-        f"(or pass --data-dir), e.g. downloaded from {homepage}"
+        f"(or pass --data-dir), e.g. downloaded from {homepage}, or pass --download"
     )
 
 

@@ -1,0 +1,38 @@
+"""The report with the paper's claims evaluated on it: what ``initmem report`` and a sweep's parent
+run show. One reading of the records: ``read_sweep`` builds the report, the claims read the same
+groups (``report/findings.py``), and the report carries their findings (``Report.findings``);
+``report/render_findings.py`` writes them out, ``report/verdict_plot.py`` draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from initmem_core.report.claim_groups import read_sweep
+from initmem_core.report.findings import evaluate_sweep
+from initmem_core.report.memory import Report
+from initmem_core.report.verdicts import NOT_EVALUATED, Finding
+from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import verdict_tag
+
+
+def build_assessed_report(records: Iterable[CellRecord]) -> Report:
+    """``memory.build_report`` of ``records`` with every claim of ``findings.CLAIMS`` evaluated on it."""
+    sweep = read_sweep(records)
+    sweep.report.findings = evaluate_sweep(sweep)
+    return sweep.report
+
+
+def evaluated(findings: Iterable[Finding]) -> list[Finding]:
+    """The findings a sweep's groups let the claims evaluate (any verdict but "not evaluated")."""
+    return [f for f in findings if f.verdict != NOT_EVALUATED]
+
+
+def not_evaluated(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.verdict == NOT_EVALUATED]
+
+
+def verdict_tags(findings: Iterable[Finding]) -> dict[str, str]:
+    """The parent run's tags: one per claim, ``initmem.verdict.<name>`` = its verdict (every claim,
+    "not evaluated" too, so a relaunch that decides less replaces an older verdict)."""
+    return {verdict_tag(f.name): f.verdict for f in findings}

@@ -1,0 +1,93 @@
+"""How much disk a sweep's checkpoints take: what ``initmem sweep --dry-run`` states before it runs.
+
+A checkpoint holds the model's fp32 parameters and the optimizer's state: none for plain SGD, one
+buffer per parameter with momentum, two for an adaptive optimizer (Adam's moments; an upper bound
+for those that keep one). Parameters are counted on a model built on torch's meta device (no
+memory, no data read) for a 3-channel 32x32 input with 10 classes: the convolutional trunk, which
+holds nearly all of them, does not depend on the dataset. A running cell keeps two checkpoints
+(the last two, so a crash while writing leaves one); a finished one what ``--keep-checkpoints``
+says. Each finished cell also logs its final weights (one model's parameters) to MLflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from initmem_core.config import RunConfig
+from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
+from initmem_core.vocabulary import ADAPTIVE_FAMILY
+
+BYTES_PER_VALUE = 4  # fp32 weights and optimizer state, as checkpoints store them
+#: The nominal input the parameters are counted for (module docstring).
+NOMINAL = {"in_channels": 3, "num_classes": 10, "image_size": 32}
+
+
+@dataclass(frozen=True)
+class DiskEstimate:
+    """Bytes: the checkpoints of every cell running at once (``peak``, two each), those left once
+    the sweep is done (``kept``) and the final weights logged to the tracking store (``artifacts``)."""
+
+    peak: int
+    kept: int
+    artifacts: int
+    workers: int
+
+
+def parameter_count(arch: str, registry: Any) -> int:
+    """The architecture's parameters, counted on the meta device."""
+    import torch
+
+    with torch.device("meta"):
+        model = registry.build("architecture", arch, **NOMINAL)
+    return sum(p.numel() for p in model.parameters())
+
+
+def state_factor(config: RunConfig, registry: Any) -> int:
+    """Optimizer state per parameter: 2 for an adaptive optimizer, 1 for SGD with momentum, else 0."""
+    try:
+        spec, variant = registry.lookup("optimizer", config.opt)
+        convention = spec.declared_clock(variant) or DEFAULT_CONVENTION
+    except Exception:  # an optimizer this registry does not know: count the most it could keep
+        return 2
+    if CONVENTION_FAMILIES.get(convention) == ADAPTIVE_FAMILY:
+        return 2
+    return 1 if config.momentum > 0 else 0
+
+
+def checkpoint_bytes(config: RunConfig, registry: Any, counts: dict[str, int] | None = None) -> int:
+    counts = {} if counts is None else counts
+    if config.arch not in counts:
+        counts[config.arch] = parameter_count(config.arch, registry)
+    return counts[config.arch] * BYTES_PER_VALUE * (1 + state_factor(config, registry))
+
+
+def kept_per_cell(config: RunConfig, epochs: int) -> int:
+    """Checkpoints a finished cell keeps (``--keep-checkpoints``; none with ``--checkpoint-every 0``)."""
+    if config.checkpoint_every == 0 or config.keep_checkpoints == "none":
+        return 0
+    if config.keep_checkpoints == "all":
+        return max(1, -(-epochs // config.checkpoint_every))
+    return 1
+
+
+def estimate_disk(cells: Sequence[RunConfig], registry: Any, workers: int = 1) -> DiskEstimate:
+    """The disk ``cells`` take (``DiskEstimate``), ``workers`` of them running at once."""
+    counts: dict[str, int] = {}
+    sizes = [checkpoint_bytes(config, registry, counts) for config in cells]
+    running = sorted(sizes, reverse=True)[: max(1, workers)]
+    kept = sum(size * kept_per_cell(config, config.epochs) for size, config in zip(sizes, cells))
+    artifacts = sum(counts[config.arch] * BYTES_PER_VALUE for config in cells)
+    return DiskEstimate(2 * sum(running) + kept, kept, artifacts, workers)
+
+
+def disk_text(estimate: DiskEstimate) -> str:
+    """One line for ``--dry-run``."""
+    from initmem_core.sweep.clean import human_size
+
+    return (
+        f"disk: checkpoints about {human_size(estimate.kept)} kept once done, at most "
+        f"{human_size(estimate.peak)} while {estimate.workers} cell(s) run; final weights in the "
+        f"tracking store {human_size(estimate.artifacts)} (`initmem clean NAME` removes the checkpoints)"
+    )

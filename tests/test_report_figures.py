@@ -1,0 +1,181 @@
+"""The report's figures read at a glance (issue 39), and draw what the report says: a panel only for
+each clock that moved, tick labels that never overlap, the epoch-0 point apart from a log clock
+axis, legends naming only what varies with the debiased spread and its interval, one colour per
+group in every figure. Each figure's drawn data is read back from its artists."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+
+from initmem_core.report import plots
+from initmem_core.report.memory import build_report
+from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCKS
+
+pytestmark = pytest.mark.slow  # each test draws and renders whole figures (1-5 s each)
+
+
+def _benchmark():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "forgetting_times.py"
+    spec = importlib.util.spec_from_file_location("forgetting_times", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def no_l2():
+    """Two plain-SGD groups a decade of learning rate apart, no L2: T_L2 never moves, T_SGD spans
+    two decades (a log axis)."""
+    return build_report(_benchmark().synthetic_sweep(0, groups=((0.0, 0.01), (0.0, 0.1)), epochs=6))
+
+
+@pytest.fixture(scope="module")
+def with_l2():
+    return build_report(_benchmark().synthetic_sweep(0, groups=((0.01, 0.05), (0.02, 0.05)), epochs=6))
+
+
+def drawn(report, draw, tmp_path, monkeypatch):
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: figures.append(figure) or path)
+    draw(report, tmp_path / "figure.png")
+    figure = figures[0]
+    figure.canvas.draw()
+    return figure
+
+
+def lines_by_gid(figure):
+    """Each gid's first line (an error bar's data line comes before its caps, which share its gid)."""
+    found = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            if line.get_gid():
+                found.setdefault(line.get_gid(), line)
+    return found
+
+
+ALL = [
+    plots.accuracy_vs_sigma,
+    plots.weight_norm_curves,
+    plots.spread_vs_clocks,
+    plots.tau_interp_vs_sigma,
+    plots.memory_vs_epoch,
+    plots.memory_vs_clock,
+]
+
+
+@pytest.mark.parametrize("draw", ALL, ids=lambda d: d.__name__)
+def test_no_tick_labels_overlap(no_l2, draw, tmp_path, monkeypatch):
+    figure = drawn(no_l2, draw, tmp_path, monkeypatch)
+    renderer = figure.canvas.get_renderer()
+    for ax in figure.axes:
+        if not ax.get_visible():
+            continue
+        for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+            boxes = [t.get_window_extent(renderer) for t in labels if t.get_visible() and t.get_text()]
+            for a, b in itertools.combinations(boxes, 2):
+                assert not a.overlaps(b), (draw.__name__, [t.get_text() for t in labels])
+
+
+@pytest.mark.parametrize("draw", [plots.spread_vs_clocks, plots.memory_vs_clock], ids=lambda d: d.__name__)
+def test_clock_panels_only_for_clocks_that_moved(no_l2, with_l2, draw, tmp_path, monkeypatch):
+    figure = drawn(no_l2, draw, tmp_path, monkeypatch)
+    labels = [ax.get_xlabel() for ax in figure.axes]
+    assert not any(CLOCK_FORMULAS[CLOCK_L2] in label for label in labels)  # no group has L2
+    assert all(ax.get_lines() for ax in figure.axes)  # no empty panel
+    figure = drawn(with_l2, draw, tmp_path, monkeypatch)
+    assert any(CLOCK_FORMULAS[CLOCK_L2] in ax.get_xlabel() for ax in figure.axes)
+
+
+def test_the_epoch_zero_point_stands_apart_from_a_log_clock_axis(no_l2, tmp_path, monkeypatch):
+    figure = drawn(no_l2, plots.memory_vs_clock, tmp_path, monkeypatch)
+    logs = [ax for ax in figure.axes if ax.get_xscale() == "log"]
+    assert logs and all(ax.get_xscale() in ("log", "linear") for ax in figure.axes)  # no symlog
+    for ax in logs:
+        curves = [line for line in ax.get_lines() if line.get_gid() and not line.get_gid().endswith("epoch0")]
+        starts = [line for line in ax.get_lines() if (line.get_gid() or "").endswith("epoch0")]
+        assert curves and starts
+        assert all(min(line.get_xdata()) > 0 for line in curves)  # no segment from clock 0 across decades
+        for start in starts:
+            group, memory, _ = start.get_gid().split("|")[:3]
+            first = next(p for p in no_l2.forgetting[group].curves[memory] if p.epoch == 0)
+            assert list(start.get_ydata()) == [pytest.approx(first.value)] and list(start.get_xdata()) == [0.0]
+
+
+def test_the_accuracy_figure_draws_the_report_and_its_legend_names_what_varies_with_the_debiased_spread(
+    no_l2, tmp_path, monkeypatch
+):
+    figure = drawn(no_l2, plots.accuracy_vs_sigma, tmp_path, monkeypatch)
+    lines = lines_by_gid(figure)
+    for group in no_l2.groups:
+        rows = [r for r in no_l2.rows if r.group == group.group]
+        assert list(lines[group.group].get_xdata()) == [r.sigma for r in rows]
+        assert list(lines[group.group].get_ydata()) == pytest.approx([r.test_acc for r in rows])
+    legend = figure.legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert [t.split(" (")[0] for t in texts] == ["lr=0.01", "lr=0.1"]  # only the field that varies
+    assert legend.get_title().get_text() == "every group: opt=sgd, epochs=6"
+    for group, text in zip(no_l2.groups, texts):
+        shown = f"debiased spread {group.debiased_spread:+.1f} pp [{group.debiased_spread_lo:+.1f}, "
+        assert shown in text and "(spread " not in text  # not the biased max − min
+
+
+def test_the_norm_figure_draws_every_trained_cells_curve(no_l2, tmp_path, monkeypatch):
+    lines = lines_by_gid(drawn(no_l2, plots.weight_norm_curves, tmp_path, monkeypatch))
+    expected = {
+        f"{group}|{sigma:g}|{seed}": curve
+        for group, curves in no_l2.norm_curves.items()
+        for sigma, seed, curve in curves
+    }
+    assert set(lines) == set(expected)
+    for gid, curve in expected.items():
+        assert list(lines[gid].get_ydata()) == pytest.approx([value for _, value in curve])
+
+
+def test_the_clock_figure_draws_each_groups_clocks_and_debiased_spread(with_l2, tmp_path, monkeypatch):
+    figure = drawn(with_l2, plots.spread_vs_clocks, tmp_path, monkeypatch)
+    for ax in figure.axes:
+        clock = next(c for c in CLOCKS if CLOCK_FORMULAS[c] == ax.get_xlabel())
+        points = {}
+        for line in ax.get_lines():
+            points.setdefault(line.get_gid(), line)
+        for group in with_l2.groups:
+            assert list(points[group.group].get_xdata()) == [pytest.approx(getattr(group, clock))]
+            assert list(points[group.group].get_ydata()) == [pytest.approx(group.debiased_spread)]
+
+
+def test_the_interpolation_figure_draws_tau_interp(no_l2, tmp_path, monkeypatch):
+    lines = lines_by_gid(drawn(no_l2, plots.tau_interp_vs_sigma, tmp_path, monkeypatch))
+    for group in no_l2.groups:
+        rows = [r for r in no_l2.rows if r.group == group.group and not math.isnan(r.tau_interp)]
+        assert list(lines[group.group].get_ydata()) == pytest.approx([r.tau_interp for r in rows])
+
+
+@pytest.mark.parametrize("draw", [plots.memory_vs_epoch, plots.memory_vs_clock], ids=lambda d: d.__name__)
+def test_the_memory_figures_draw_the_report_s_curves(with_l2, draw, tmp_path, monkeypatch):
+    lines = lines_by_gid(drawn(with_l2, draw, tmp_path, monkeypatch))
+    curves = [line for gid, line in lines.items() if not gid.endswith("epoch0")]
+    assert curves
+    for line in curves:
+        group, memory, *clock = line.get_gid().split("|")
+        points = [p for p in with_l2.forgetting[group].curves[memory] if not math.isnan(p.value)]
+        xs = [getattr(p, clock[0]) if clock else p.epoch for p in points]
+        if clock and min(line.get_xdata()) > 0:  # a log clock axis: clock 0 is drawn apart
+            points, xs = [p for p, x in zip(points, xs) if x > 0], [x for x in xs if x > 0]
+        shown = points
+        assert list(line.get_xdata()) == pytest.approx(xs)
+        assert list(line.get_ydata()) == pytest.approx([p.value for p in shown])
+
+
+def test_every_figure_gives_a_group_the_same_colour(no_l2, tmp_path, monkeypatch):
+    colours = plots.group_colours(no_l2)
+    for draw in (plots.accuracy_vs_sigma, plots.spread_vs_clocks, plots.tau_interp_vs_sigma):
+        lines = lines_by_gid(drawn(no_l2, draw, tmp_path, monkeypatch))
+        for group in no_l2.groups:
+            from matplotlib.colors import to_rgba
+
+            assert to_rgba(lines[group.group].get_color()) == to_rgba(colours[group.group])
