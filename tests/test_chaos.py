@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from long_commands import run_command
 
 CHAOS = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
 
@@ -151,15 +152,14 @@ def short_chaos_run(folder: Path) -> list[str]:
     return [sys.executable, str(CHAOS), *faults, *grid, "--json", str(folder / "chaos.json")]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=120)
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0,
     reason="chaos.py mounts a tmpfs (root) and reads /proc (Linux)",
 )
-@pytest.mark.second_lane(command=short_chaos_run)
-def test_a_short_seeded_chaos_run_matches_its_twin(second_lane_result):
+def test_a_short_seeded_chaos_run_matches_its_twin(short_tmp):
     """The short run's end state is checked against the twin. About a minute and a half on a 2-core machine."""
-    done, out = second_lane_result.done, second_lane_result.folder / "chaos.json"
+    done, out = run_command(short_chaos_run(short_tmp), short_tmp), short_tmp / "chaos.json"
     figures = json.loads(out.read_text())
     assert done.returncode == 0 and figures["passed"], done.stdout[-6000:] + done.stderr[-3000:]
     assert sum(figures["injected"].values()) == 7 and figures["rounds"]

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from long_commands import run_command
 
-pytestmark = pytest.mark.slow  # starts two tracking servers and a PostgreSQL cluster
+pytestmark = pytest.mark.slow(seconds=90)  # starts two tracking servers and a PostgreSQL cluster
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "server_load.py"
 
@@ -32,9 +33,8 @@ def two_cells_each(folder: Path) -> list[str]:
 @pytest.mark.skipif(
     not has_postgres() and not os.environ.get("CI"), reason="PostgreSQL is not installed (apt-get install postgresql)"
 )
-@pytest.mark.second_lane(command=two_cells_each)
-def test_two_cells_into_each_backend_land_whole(second_lane_result):
-    done, out = second_lane_result.done, second_lane_result.folder / "load.json"
+def test_two_cells_into_each_backend_land_whole(short_tmp):
+    done, out = run_command(two_cells_each(short_tmp), short_tmp), short_tmp / "load.json"
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["machine"]["cores"] > 0
