@@ -1,6 +1,6 @@
 """What a checkpoint costs the training thread, early in a run and late in a long one.
 
-    python benchmarks/checkpoint_costs.py [--arch resnet20] [--momentum 0.9] [--late-epoch 5000]
+    python -m benchmarks.checkpoint_costs [--arch resnet20] [--momentum 0.9] [--late-epoch 5000]
 
 Times, on the state ``build_setup`` makes (best of several rounds, so noise from other
 processes inflates nothing):

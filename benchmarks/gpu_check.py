@@ -1,8 +1,8 @@
 """One prepared GPU check: correctness on CUDA and speed against a bare loop, in at most 8 minutes.
 
-    python benchmarks/gpu_check.py                  # on a CUDA machine: every step, then the docs section
-    python benchmarks/gpu_check.py --dry-run        # every step at toy size on the CPU (well under 2 min)
-    python benchmarks/gpu_check.py --dry-run --docs /tmp/PERFORMANCE.md --json /tmp/gpu.json
+    python -m benchmarks.gpu_check                  # on a CUDA machine: every step, then the docs section
+    python -m benchmarks.gpu_check --dry-run        # every step at toy size on the CPU (well under 2 min)
+    python -m benchmarks.gpu_check --dry-run --docs /tmp/PERFORMANCE.md --json /tmp/gpu.json
 
 Six steps, each reported passed or failed (the script exits 1 if any failed):
 
@@ -161,11 +161,8 @@ def log(message: str) -> None:
 def write_cifar(root: Path, plan: Plan) -> Path:
     """Synthetic uint8 images in the exact ``cifar-10-batches-py`` layout (Python 2 pickles), with
     the writer the dataset tests use."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:
-        from test_datasets import write_cifar10
-    finally:
-        sys.path.remove(str(ROOT / "tests"))
+    from tests.test_datasets import write_cifar10
+
     write_cifar10(root, per_batch=plan.per_batch, n_test=plan.test_images)
     return root
 
@@ -400,9 +397,9 @@ def speed_knobs(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
 
 def measure_speed(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from bench import BareLoop, synchronizer
 
     import initmem_core
+    from benchmarks.bench import BareLoop, synchronizer
     from initmem_core.config import RunConfig
     from initmem_core.training import setup as setup_module
 
@@ -562,9 +559,9 @@ class Window:
 
 def worker_throughput(spec: dict[str, Any]) -> None:
     import torch
-    from bench import synchronizer
 
     import initmem_core
+    from benchmarks.bench import synchronizer
 
     window = Window(spec, synchronizer(torch.device(spec["knobs"]["device"])))
     try:
@@ -601,7 +598,7 @@ class Context:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # for its imports
         env.pop("INITMEM_LOAD_PLUGINS", None)
         return env
 
@@ -1106,7 +1103,7 @@ def section(results: dict[str, Any]) -> str:
         )
     else:
         lines.append(
-            f"Measured by `python benchmarks/gpu_check.py` on **{m.get('gpu')}** (CUDA {m.get('cuda')}, "
+            f"Measured by `python -m benchmarks.gpu_check` on **{m.get('gpu')}** (CUDA {m.get('cuda')}, "
             f"cuDNN {m.get('cudnn')}; host {m['cpu']}, {m['cores']} cores), torch {m['torch']}, "
             f"{results['date']}, commit {results['code'].get('commit')}; the whole check took "
             f"{results['seconds']:.0f} s."
@@ -1187,7 +1184,8 @@ def write_section(path: Path, text: str) -> None:
 
 def gpu_machine(plan: Plan) -> dict[str, Any]:
     import torch
-    from bench import machine
+
+    from benchmarks.bench import machine
 
     info = machine(argparse.Namespace(device=plan.device))
     if plan.device.startswith("cuda"):
@@ -1248,8 +1246,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and not torch.cuda.is_available():
         fail("no CUDA GPU here: run this on a GPU machine, or pass --dry-run to run every step at toy size on the CPU")
     docs = args.docs or (None if args.dry_run else DOCS)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench import code_version
+    from benchmarks.bench import code_version
 
     began = time.time()
     results: dict[str, Any] = {

@@ -1,5 +1,5 @@
 """Check the paper's findings on a sweep:
-`python benchmarks/paper_check.py [--preset NAME | --sweep NAME] [--workers 2]`.
+`python -m benchmarks.paper_check [--preset NAME | --sweep NAME] [--workers 2]`.
 
 Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist
 [--data-dir DIR]`; relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
@@ -16,9 +16,10 @@ import re
 from datetime import date
 from pathlib import Path
 
-from machine_info import describe
 from rich.console import Console
 from rich.table import Table
+
+from benchmarks.machine_info import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 PLOTS = (
@@ -105,9 +106,9 @@ def sweep_section(
     report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
     data = " --data-dir DIR" if data_dir else ""
     again = (
-        f"`python benchmarks/paper_check.py --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
+        f"`python -m benchmarks.paper_check --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
         if preset
-        else f"`python benchmarks/paper_check.py --sweep {name}`"
+        else f"`python -m benchmarks.paper_check --sweep {name}`"
     )
     return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
 

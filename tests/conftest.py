@@ -16,10 +16,6 @@ import pytest
 
 from initmem_core.plugin_system import loader as plugins
 
-# Benchmarks import their shared helpers (benchmarks/machine_info.py) by name, as they do when run
-# as scripts; tests load some of them from their files.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
 # A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored,
 # and every process it starts would too: the tests that send Ctrl-C need Python's own handler here,
 # so that their processes start with the default one.
@@ -109,6 +105,24 @@ def pip_install_isolated(tmp_path_factory):
         return env
 
     return install
+
+
+@pytest.fixture(scope="module")
+def installed_example(request, pip_install_isolated) -> dict[str, str]:
+    """The test module's ``EXAMPLE`` plugin package (a folder of examples/), pip-installed for
+    subprocesses: their environment."""
+    return pip_install_isolated(request.module.EXAMPLE)
+
+
+@pytest.fixture
+def restore_determinism():
+    """Torch's deterministic mode back off after the test (it is process-wide)."""
+    yield
+    import torch
+
+    from initmem_core.training import setup
+
+    setup.use_determinism(False, torch.device("cpu"))
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def nested_pytest(folder: Path, *args: str) -> list[str]:
     """``python -m pytest -q ARGS``, its temporary files under ``folder`` (short, for the sockets of
@@ -21,11 +23,18 @@ def nested_pytest(folder: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={folder / 't'}", *args]
 
 
+def benchmark(name: str, *args: str) -> list[str]:
+    """``python -m benchmarks.NAME ARGS`` (``run_command`` puts the repository root on its path)."""
+    return [sys.executable, "-m", f"benchmarks.{name}", *args]
+
+
 def run_command(argv: list[str], folder: Path, timeout_s: float = 900) -> subprocess.CompletedProcess:
-    """``argv`` run in ``folder`` in a session of its own; killed whole after ``timeout_s`` (its
-    stderr then says so) or when the test is interrupted."""
+    """``argv`` run in ``folder`` in a session of its own, the repository root on its
+    ``PYTHONPATH`` (for ``benchmark``); killed whole after ``timeout_s`` (its stderr then says so)
+    or when the test is interrupted."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     process = subprocess.Popen(
-        argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         out, err = process.communicate(timeout=timeout_s)

@@ -7,15 +7,13 @@ two figures or checks a target.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from long_commands import run_command
+
+from tests.long_commands import benchmark, run_command
 
 pytestmark = pytest.mark.slow(seconds=60)  # runs the benchmark script
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 
 def positive(stats: dict) -> bool:
@@ -25,7 +23,7 @@ def positive(stats: dict) -> bool:
 def quick_benchmark(folder: Path) -> list[str]:
     # One torch thread: with two OpenMP threads on a machine busy with other tests, each parallel
     # region waits for a descheduled thread and the run slows several-fold.
-    return [sys.executable, str(BENCH), "--quick", "--threads", "1", "--json", "bench.json"]
+    return benchmark("bench", "--quick", "--threads", "1", "--json", "bench.json")
 
 
 def test_quick_benchmark_reports_every_section(short_tmp):

@@ -3,24 +3,19 @@ a short seeded run around a real sweep and server ends matching its twin (slow).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from long_commands import run_command
 
-CHAOS = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
+from tests.long_commands import benchmark, run_command
 
 
 def load_chaos():
-    """benchmarks/chaos.py, which is not a package's module."""
-    spec = importlib.util.spec_from_file_location("chaos", CHAOS)
-    chaos = importlib.util.module_from_spec(spec)
-    sys.modules["chaos"] = chaos  # its dataclasses look their module up
-    spec.loader.exec_module(chaos)
+    from benchmarks import chaos
+
     return chaos
 
 
@@ -149,7 +144,7 @@ def short_chaos_run(folder: Path) -> list[str]:
     """Seven faults (one of each kind, in the seed's order) around a two-cell sweep."""
     faults = ["--seed", "3", "--faults", "7", "--gap", "3", "--minutes", "3"]
     grid = ["--sigma", "0.5,2", "--seeds", "0", "--epochs", "2"]
-    return [sys.executable, str(CHAOS), *faults, *grid, "--json", str(folder / "chaos.json")]
+    return benchmark("chaos", *faults, *grid, "--json", str(folder / "chaos.json"))
 
 
 @pytest.mark.slow(seconds=120)

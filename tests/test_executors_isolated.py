@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from long_commands import nested_pytest, run_command
-from network_isolation import isolated, loopback_only
+
+from tests.long_commands import nested_pytest, run_command
+from tests.network_isolation import isolated, loopback_only
 
 TESTS = Path(__file__).resolve().parent
 RAY_LOGIN = f"{TESTS / 'test_tracking_login.py'}::test_ray_tasks_get_the_login_though_their_head_never_saw_it"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from builders import clocks, record
-
 from initmem_core.report.findings import CANNOT_DECIDE, NOT_EVALUATED, evaluate_findings, forgetting_clock
+from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)
 # group -> (fixed config, test accuracy at each sigma, final ||W|| at each sigma, clocks)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import clocks, record
 
 from initmem_core.report.findings import (
     CONTRADICTED,
@@ -18,6 +17,7 @@ from initmem_core.report.findings import (
     norm_forgetting,
     read_sweep,
 )
+from tests.builders import clocks, record
 
 
 def test_decide_by_hand():

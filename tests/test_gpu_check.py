@@ -7,30 +7,18 @@ compares them. The module's own name keeps these tests out of the script's ``-k 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from long_commands import run_command
+
+from benchmarks import gpu_check
+from tests.long_commands import benchmark, run_command
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 DOCS = ROOT / "docs" / "PERFORMANCE.md"
-
-
-def load_gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_check = load_gpu_check()
 
 
 def between_markers(text: str) -> str:
@@ -63,8 +51,8 @@ def test_gpu_section_of_the_docs_holds_the_markers_once_and_says_what_was_measur
     assert text.count(gpu_check.BEGIN) == 1 and text.count(gpu_check.END) == 1
     assert text.index("\n## GPU\n") < text.index(gpu_check.BEGIN)
     inside = between_markers(text)
-    assert "Not yet measured on a GPU" in inside or "Measured by `python benchmarks/gpu_check.py` on" in inside
-    assert "python benchmarks/gpu_check.py --dry-run" in text
+    assert "Not yet measured on a GPU" in inside or "Measured by `python -m benchmarks.gpu_check` on" in inside
+    assert "python -m benchmarks.gpu_check --dry-run" in text
 
 
 def test_gpu_check_refuses_unknown_steps_in_one_line(capsys):
@@ -87,7 +75,7 @@ def test_gpu_check_without_a_gpu_points_to_the_dry_run(capsys):
 def gpu_check_dry_run(folder: Path) -> list[str]:
     """The script at toy size on the CPU, writing into a copy of docs/PERFORMANCE.md."""
     shutil.copy(DOCS, folder / "PERFORMANCE.md")
-    return [sys.executable, str(SCRIPT), "--dry-run", "--docs", str(folder / "PERFORMANCE.md"), "--json", "gpu.json"]
+    return benchmark("gpu_check", "--dry-run", "--docs", str(folder / "PERFORMANCE.md"), "--json", "gpu.json")
 
 
 @pytest.mark.slow(seconds=120)  # starts the script, which starts a dozen processes

@@ -5,19 +5,17 @@ give their users, and the figures are written. Only the plumbing is tested, not 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from long_commands import run_command
+
+from tests.long_commands import benchmark, run_command
 
 pytestmark = pytest.mark.slow(seconds=45)  # starts a tracking server with MLflow's login
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "login_cost.py"
-
 
 def two_requests_each(folder: Path) -> list[str]:
-    return [sys.executable, str(BENCHMARK), "--requests", "2", "--json", "cost.json"]
+    return benchmark("login_cost", "--requests", "2", "--json", "cost.json")
 
 
 def test_both_hashes_are_timed_against_the_hash_they_name(short_tmp):

@@ -15,8 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from local_services import STARTUP_S, _alive, _children, free_port, stop_session
 from mlflow import MlflowClient
+
+from tests.local_services import STARTUP_S, _alive, _children, free_port, stop_session
 
 pytestmark = pytest.mark.slow  # a sweep, an MLflow server and a browser
 

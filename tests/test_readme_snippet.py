@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from long_commands import run_command
 from mlflow import MlflowClient
 
 from initmem_core.sweep.grid import plan_sweep
 from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG
+from tests.long_commands import run_command
 
 pytestmark = pytest.mark.slow(seconds=90)  # a tracked run and a 4-cell sweep with 2 worker processes
 

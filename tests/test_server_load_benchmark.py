@@ -11,15 +11,13 @@ import glob
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-from long_commands import run_command
+
+from tests.long_commands import benchmark, run_command
 
 pytestmark = pytest.mark.slow(seconds=90)  # starts two tracking servers and a PostgreSQL cluster
-
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "server_load.py"
 
 
 def has_postgres() -> bool:
@@ -27,7 +25,7 @@ def has_postgres() -> bool:
 
 
 def two_cells_each(folder: Path) -> list[str]:
-    return [sys.executable, str(BENCHMARK), "--cells", "2", "--epochs", "2", "--processes", "2", "--json", "load.json"]
+    return benchmark("server_load", "--cells", "2", "--epochs", "2", "--processes", "2", "--json", "load.json")
 
 
 @pytest.mark.skipif(

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
-from cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 
 import initmem_core
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry
 from initmem_core.sweep import scratch
+from tests.cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
+from tests.cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and parent-death signals")
 
