@@ -5,7 +5,7 @@ plugin so both sides train the very same network): digits, a 60/20/20 split, SGD
 rate, batch 32, and before training and after every epoch the evaluations an initmem run makes
 (clean training set, validation and test, in eval mode, large batches). No tracking, no checkpoints, no progress bar.
 
-    python benchmarks/bare_run.py --epochs 10 --sigma 1.0 --seed 0
+    python -m benchmarks.bare_run --epochs 10 --sigma 1.0 --seed 0
 """
 
 from __future__ import annotations

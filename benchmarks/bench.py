@@ -1,8 +1,8 @@
 """initmem against the bare alternatives, side by side in one process: is the framework free?
 
-    python benchmarks/bench.py                       # the full benchmark (~7-10 min on 2 CPU cores)
-    python benchmarks/bench.py --quick --json q.json  # every section, tiny sizes (< 1 min): a smoke test
-    python benchmarks/bench.py --device cuda --channels-last --amp bf16 --compile
+    python -m benchmarks.bench                       # the full benchmark (~7-10 min on 2 CPU cores)
+    python -m benchmarks.bench --quick --json q.json  # every section, tiny sizes (< 1 min): a smoke test
+    python -m benchmarks.bench --device cuda --channels-last --amp bf16 --compile
 
 Four comparisons, each measured by interleaving repetitions of its sides in this process, after
 warm-up repetitions that are not counted:
@@ -46,8 +46,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from machine_info import cpu_model, memory_gib
 
+from benchmarks.machine_info import cpu_model, memory_gib
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.loaders import DeviceLoader, EvalLoader, TorchvisionLoader

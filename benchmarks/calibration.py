@@ -3,11 +3,11 @@ through ``build_report`` and ``evaluate_findings`` exactly as a real sweep is, u
 of noise. Prints, per setting, the false-positive rate, the coverage of the debiased spread's
 interval and the power, and can write them into docs/STATISTICS.md.
 
-    python benchmarks/calibration.py                 # 400 sweeps per setting, a few minutes
-    python benchmarks/calibration.py --sweeps 100    # quicker, noisier
-    python benchmarks/calibration.py --write-docs    # replace the table in docs/STATISTICS.md
-    python benchmarks/calibration.py --workers 2     # rows side by side, same table
-    python benchmarks/calibration.py --rows 6,23 --sweeps 10000   # two rows, more precisely
+    python -m benchmarks.calibration                 # 400 sweeps per setting, a few minutes
+    python -m benchmarks.calibration --sweeps 100    # quicker, noisier
+    python -m benchmarks.calibration --write-docs    # replace the table in docs/STATISTICS.md
+    python -m benchmarks.calibration --workers 2     # rows side by side, same table
+    python -m benchmarks.calibration --rows 6,23 --sweeps 10000   # two rows, more precisely
 
 A run's test accuracy is drawn as a real one arises: ``n_test`` examples each right with the run's
 own accuracy (per-example flips), where the run's accuracy is the truth at its sigma plus a shift
@@ -860,7 +860,7 @@ def run_checks(sweeps: int, seed: int = 0, workers: int = 1, rows: set[int] | No
 
 
 TABLE_HEAD = (
-    "Each row is reproduced by `python benchmarks/calibration.py --rows N --sweeps S` with N its number "
+    "Each row is reproduced by `python -m benchmarks.calibration --rows N --sweeps S` with N its number "
     "and S its sweeps: every row has its own seeded draws, whatever "
     "runs beside it, so rows measured at different times and sweep counts make one table."
 )
@@ -873,7 +873,7 @@ def table_line(r: Row) -> str:
 
 
 def markdown(rows: list[Row], sweeps: int, seconds: float, workers: int = 1, options: str = "") -> str:
-    command = f"python benchmarks/calibration.py --sweeps {sweeps} --workers {workers}{options}"
+    command = f"python -m benchmarks.calibration --sweeps {sweeps} --workers {workers}{options}"
     lines = [TABLE_HEAD, f"Last measured: `{command}` ({seconds / 60:.1f} min).", "", COLUMNS, SEPARATOR] + [
         table_line(r) for r in rows
     ]

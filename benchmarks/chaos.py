@@ -1,6 +1,6 @@
 """Random faults around a real sweep, checked against an uninterrupted twin (issue 30).
 
-    python benchmarks/chaos.py --seed 1 --minutes 10 --json chaos-1.json
+    python -m benchmarks.chaos --seed 1 --minutes 10 --json chaos-1.json
 
 A seeded fault injector, in the manner of FoundationDB's simulation and Jepsen: a real
 ``initmem sweep`` (local executor, ``--workers 2``, tiny digits cells on one torch thread), tracked
@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from machine_info import cpu_model
+from benchmarks.machine_info import cpu_model
 
 INITMEM = [sys.executable, "-m", "initmem_cli"]
 KINDS = ("kill_worker", "kill_helper", "kill_sweep", "sigint_sweep", "kill_server", "fill_disk", "hold_lock")

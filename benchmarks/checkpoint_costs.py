@@ -1,6 +1,6 @@
 """What a checkpoint costs the training thread, early in a run and late in a long one.
 
-    python benchmarks/checkpoint_costs.py [--arch resnet20] [--momentum 0.9] [--late-epoch 5000]
+    python -m benchmarks.checkpoint_costs [--arch resnet20] [--momentum 0.9] [--late-epoch 5000]
 
 Times, on the state ``build_setup`` makes (best of several rounds, so noise from other
 processes inflates nothing):
@@ -38,6 +38,7 @@ from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.setup import build_setup
 from initmem_core.training.state import EpochSums, snapshot
+from initmem_core.vocabulary import PER_EPOCH_METRICS
 
 
 def best_milliseconds(function: Callable[[], Any], rounds: int = 15) -> float:
@@ -59,23 +60,8 @@ def payload_at(setup, config: RunConfig, epochs: int) -> dict[str, Any]:
         norms.layers = layers
         norms.epochs = list(range(epochs + 1))
         norms.per_layer = [torch.rand(len(layers), 4) for _ in range(epochs + 1)]
-    keys = [
-        "train_loss",
-        "train_acc",
-        "val_loss",
-        "val_acc",
-        "test_loss",
-        "test_acc",
-        "weight_norm",
-        "weight_norm_ratio",
-        "init_distance",
-        "init_cosine",
-        "clock_sgd",
-        "clock_l2",
-        "clock_adapt",
-        "lr",
-    ]
-    history = [{"epoch": epoch, **{key: float(torch.rand(())) for key in keys}} for epoch in range(epochs + 1)]
+    figures = PER_EPOCH_METRICS
+    history = [{"epoch": epoch, **{key: float(torch.rand(())) for key in figures}} for epoch in range(epochs + 1)]
     state = snapshot(
         setup, (epochs, 0), ForgettingClocks(), history, EpochSums.zero(setup.device), setup.train_loader.state_dict()
     )

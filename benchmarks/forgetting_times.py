@@ -3,8 +3,8 @@ exponentially in T_L2 with a known half-life, fed as ``CellRecord``s through ``b
 exactly as a real sweep is. Prints how often the radial half-life (in T_L2) is within 10% of the
 truth and how often its 95% interval covers it, and can write them into docs/STATISTICS.md.
 
-    python benchmarks/forgetting_times.py                # 200 sweeps, about a minute
-    python benchmarks/forgetting_times.py --write-docs   # replace the section in docs/STATISTICS.md
+    python -m benchmarks.forgetting_times                # 200 sweeps, about a minute
+    python -m benchmarks.forgetting_times --write-docs   # replace the section in docs/STATISTICS.md
 
 The model: a group (SGD with L2 at lambda, constant lr, ``STEPS`` steps per epoch) has
 T_L2(t) = lambda * lr * STEPS * t after epoch t. Seed k forgets with its own half-life
@@ -186,7 +186,7 @@ as above it is reproduced in {100 * finding["clock_reproduced"]:.1f}% of sweeps 
 {100 * finding["clock_contradicted"]:.1f}%; when each forgets with a half-life of 12 epochs whatever its clock,
 it is reproduced in {100 * finding["epoch_reproduced"]:.1f}% and contradicted in {100 * finding["epoch_contradicted"]:.1f}%.
 
-Regenerate: `python benchmarks/forgetting_times.py --write-docs` (about a minute and a half).
+Regenerate: `python -m benchmarks.forgetting_times --write-docs` (about a minute and a half).
 """
 
 

@@ -1,8 +1,8 @@
 """One prepared GPU check: correctness on CUDA and speed, in at most 7 minutes by its own clock.
 
-    python benchmarks/gpu_check.py --out DIR        # on a CUDA machine: every step; DIR gets what it found
-    python benchmarks/gpu_check.py --dry-run        # every step at toy size on the CPU
-    python benchmarks/gpu_check.py --dry-run --docs /tmp/PERFORMANCE.md --json /tmp/gpu.json
+    python -m benchmarks.gpu_check --out DIR        # on a CUDA machine: every step; DIR gets what it found
+    python -m benchmarks.gpu_check --dry-run        # every step at toy size on the CPU
+    python -m benchmarks.gpu_check --dry-run --docs /tmp/PERFORMANCE.md --json /tmp/gpu.json
 
 Seven steps (benchmarks/gpu_steps/, one module each), each reported passed or failed; the script
 exits 1 if any failed:
@@ -46,8 +46,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_steps import CHECKS, LETTER, MODULE, NAMES
-from gpu_steps.common import DRY, FULL, ROOT, Context, Plan, last_lines, log, skip_cifar_md5, write_cifar, write_json
+from benchmarks.gpu_steps import CHECKS, LETTER, MODULE, NAMES
+from benchmarks.gpu_steps.common import (
+    DRY,
+    FULL,
+    ROOT,
+    Context,
+    Plan,
+    last_lines,
+    log,
+    skip_cifar_md5,
+    write_cifar,
+    write_json,
+)
 
 DOCS = ROOT / "docs" / "PERFORMANCE.md"
 #: ``--worker KIND``: the module under gpu_steps whose WORKERS holds it.
@@ -91,7 +102,7 @@ def fail(message: str) -> None:
 
 
 def step_function(step: str) -> Any:
-    module = importlib.import_module(f"gpu_steps.{MODULE[step]}")
+    module = importlib.import_module(f"benchmarks.gpu_steps.{MODULE[step]}")
     return getattr(module, step) if MODULE[step] == "cells" else module.run
 
 
@@ -216,7 +227,8 @@ def gpu_machine(plan: Plan) -> dict[str, Any]:
     import platform
 
     import torch
-    from machine_info import cpu_model, memory_gib
+
+    from benchmarks.machine_info import cpu_model, memory_gib
 
     info: dict[str, Any] = {
         "cpu": cpu_model(),
@@ -233,7 +245,7 @@ def gpu_machine(plan: Plan) -> dict[str, Any]:
 
 def code_version() -> dict[str, Any]:
     try:
-        from bench import code_version as version
+        from benchmarks.bench import code_version as version
 
         return version()
     except Exception as error:  # initmem not importable in this process: the steps say so themselves
@@ -247,7 +259,7 @@ def write_outputs(
     a docs page only after a complete run: ``out/PERFORMANCE.md`` (``docs``, by default
     docs/PERFORMANCE.md, with its section replaced) with ``out``, else ``docs`` itself (by default
     docs/PERFORMANCE.md on a GPU, none in a dry run). Returns the page written, if any."""
-    from gpu_steps.report import write_section
+    from benchmarks.gpu_steps.report import write_section
 
     for path in [json_path, out and out / "gpu_check.json"]:
         if path:
@@ -306,7 +318,7 @@ def check(args: argparse.Namespace, kept: Tee) -> int:
             runner.start(step)
             results["steps"][step] = runner.finish(step)
         step_logs = "".join(f"\n===== {p.stem} =====\n{p.read_text()}" for p in sorted(logs.glob("*.log")))
-    from gpu_steps.report import goals, section
+    from benchmarks.gpu_steps.report import goals, section
 
     results["seconds"] = time.time() - began
     results["goals"] = goals(results, args.dry_run)
@@ -355,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.worker not in WORKER_MODULES:
             fail(f"--worker: unknown {args.worker}")
         skip_cifar_md5()
-        module = importlib.import_module(f"gpu_steps.{WORKER_MODULES[args.worker]}")
+        module = importlib.import_module(f"benchmarks.gpu_steps.{WORKER_MODULES[args.worker]}")
         module.WORKERS[args.worker](json.loads(args.spec.read_text()))
         return 0
     if args.step:

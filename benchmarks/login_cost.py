@@ -6,7 +6,7 @@ the same requests are then timed with that user's hash replaced by one round of 
 what the test suite gives its users (tests/local_services.py) and shows what the hash alone costs.
 One client, one request at a time, on 127.0.0.1: what one server worker spends per request.
 
-    python benchmarks/login_cost.py --requests 20 [--json login_cost.json]
+    python -m benchmarks.login_cost --requests 20 [--json login_cost.json]
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from basic_auth_setup import ADMIN, cheapen_password_hash, login_environment, users_database
-from machine_info import describe
-from server_load import mlflow_server
+from benchmarks.basic_auth_setup import ADMIN, cheapen_password_hash, login_environment, users_database
+from benchmarks.machine_info import describe
+from benchmarks.server_load import mlflow_server
 
 ADMIN_PASSWORD = "admin-" + os.urandom(8).hex()
 USER, PASSWORD = "bench", "bench-" + os.urandom(8).hex()

@@ -1,8 +1,7 @@
 """What a benchmark says of the machine it ran on. Figures from different machines are compared
 as ratios, never as absolutes, so every benchmark names its CPU, cores and memory the same way.
 
-Benchmarks import it by name: run as a script, a benchmark has benchmarks/ on ``sys.path``; one
-loaded by a test from its file puts it there itself (``sys.path`` line at its top)."""
+Benchmarks import it as ``benchmarks.machine_info`` (they run as ``python -m benchmarks.NAME``)."""
 
 from __future__ import annotations
 

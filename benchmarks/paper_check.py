@@ -1,5 +1,5 @@
 """Check the paper's findings on a sweep:
-`python benchmarks/paper_check.py [--preset NAME | --sweep NAME | --from FILE] [--workers 2]`.
+`python -m benchmarks.paper_check [--preset NAME | --sweep NAME | --from FILE] [--workers 2]`.
 
 Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist
 [--data-dir DIR]`; relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
@@ -21,11 +21,11 @@ import re
 from datetime import date
 from pathlib import Path
 
-import findings_table
-from machine_info import describe
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks import findings_table
+from benchmarks.machine_info import describe
 from initmem_core.report.description import REPORT_PLOTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,9 +115,9 @@ def sweep_section(
     report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
     data = " --data-dir DIR" if data_dir else ""
     again = again or (
-        f"`python benchmarks/paper_check.py --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
+        f"`python -m benchmarks.paper_check --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
         if preset
-        else f"`python benchmarks/paper_check.py --sweep {name}`"
+        else f"`python -m benchmarks.paper_check --sweep {name}`"
     )
     ran = ran or f"Run{took} on {machine()}, {date.today()}"
     return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
@@ -184,7 +184,7 @@ def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[s
     when = f", {day(export.started_ms)} to {day(export.ended_ms)}" if export.started_ms and export.ended_ms else ""
     shown = display_path(path)
     ran = f"Cells ran{took}{when} (as the tracking store recorded them), read from its export `{shown}`"
-    again = f"`python benchmarks/paper_check.py --from {shown}`"
+    again = f"`python -m benchmarks.paper_check --from {shown}`"
     preset = export.name if export.name in preset_names() else ""
     return evaluate_records(export.name, export.records, preset, docs, seconds, console, ran, again)
 

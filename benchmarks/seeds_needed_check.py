@@ -2,8 +2,8 @@
 how often the new sweep resolves the difference: the promise is 80% if the true difference were the
 observed one (report/inference.py, ``SpreadDifference.seeds_needed``).
 
-    python benchmarks/seeds_needed_check.py                 # 400 pilots per setting
-    python benchmarks/seeds_needed_check.py --write-docs    # replace the table in docs/STATISTICS.md
+    python -m benchmarks.seeds_needed_check                 # 400 pilots per setting
+    python -m benchmarks.seeds_needed_check --write-docs    # replace the table in docs/STATISTICS.md
 
 Each setting: two groups, their true population spreads 4 pp and 2 pp (or 4 pp and 3 pp) over
 sigma 0.1/0.5/1.4/2.5, a pilot sweep of 4 seeds. A pilot whose difference is not resolved and that
@@ -17,8 +17,6 @@ Everything is seeded.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
@@ -34,13 +32,10 @@ BEGIN, END = "<!-- seeds_needed check: begin -->", "<!-- seeds_needed check: end
 
 
 def calibration():
-    """benchmarks/calibration.py (its noise models), which is not a package's module."""
-    if "calibration" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("calibration", ROOT / "benchmarks" / "calibration.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["calibration"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["calibration"]
+    """benchmarks/calibration.py (its noise models)."""
+    from benchmarks import calibration as module
+
+    return module
 
 
 class TestSet:
@@ -133,7 +128,7 @@ def main() -> None:
     ]
     start = time.perf_counter()
     lines = [
-        f"Measured by `python benchmarks/seeds_needed_check.py --pilots {args.pilots}` ({args.pilots} pilot sweeps "
+        f"Measured by `python -m benchmarks.seeds_needed_check --pilots {args.pilots}` ({args.pilots} pilot sweeps "
         f"of {PILOT_SEEDS} seeds per setting); promised power {PLANNED_POWER:.0%}.",
         "",
         "| truths (population spreads) | noise | pilot resolved | no count within 200 | planned | "

@@ -29,7 +29,7 @@ a cluster made and started here in a temporary folder on 127.0.0.1 with a random
 (from the environment, never a command line) and removed at the end. Clients and server share
 this machine's cores.
 
-    python benchmarks/server_load.py --cells 8,32,128 --json docs/server_load.json
+    python -m benchmarks.server_load --cells 8,32,128 --json docs/server_load.json
 """
 
 from __future__ import annotations
@@ -45,23 +45,20 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from machine_info import cpu_model
+from benchmarks.machine_info import cpu_model
+from tests.local_services import free_port, serve
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 BACKENDS = ("sqlite", "postgresql")
 STARTUP_S = 300.0
@@ -268,69 +265,13 @@ def worker(
 # -- servers ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                process.poll()
-                return
-            process.poll()
-            time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def mlflow_server(backend_uri: str, folder: Path, env: dict[str, str], app: tuple[str, ...] = ()) -> Iterator[str]:
     """``mlflow server`` as docs/distributed.md starts it, on 127.0.0.1; yields its URL. ``app``:
     ``("--app-name", "basic-auth")`` for the server with a login."""
-    port = free_port()
-    log = open(folder / "mlflow-server.log", "wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            *app,
-            "--backend-store-uri",
-            backend_uri,
-            "--artifacts-destination",
-            str(folder / "artifacts"),
-            "--serve-artifacts",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            with contextlib.suppress(OSError):
-                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                    break
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start:\n{Path(log.name).read_text()[-3000:]}")
-            time.sleep(0.3)
+    options = [*app, "--backend-store-uri", backend_uri, "--artifacts-destination", str(folder / "artifacts")]
+    with serve([*options, "--serve-artifacts"], folder / "mlflow-server.log", env, startup_s=STARTUP_S) as url:
         yield url
-    finally:
-        stop_group(server)
-        log.close()
 
 
 def postgres_bin() -> Path:

@@ -6,7 +6,7 @@ long the command took to end after the signal, that stderr is one line without a
 the tracking helper is gone and that nothing in the folder changes after the command has exited.
 The moments run from ``--first`` to ``--last`` seconds in ``--tries`` even steps.
 
-    python benchmarks/signal_moments.py --tries 20 --first 0.15 --last 3.0 --signal SIGINT
+    python -m benchmarks.signal_moments --tries 20 --first 0.15 --last 3.0 --signal SIGINT
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from tests.cli_processes import alive, descendants, folder_state
 
-from cli_processes import alive, descendants, folder_state  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RUN = ["--epochs", "6", "--train-size", "256", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
 

@@ -1,6 +1,6 @@
 """What each piece of bookkeeping in initmem's training step costs the host, in microseconds.
 
-    python benchmarks/step_costs.py [--device cpu|cuda] [--batch-size 128] [--threads 1]
+    python -m benchmarks.step_costs [--device cpu|cuda] [--batch-size 128] [--threads 1]
 
 ``bench.py`` compares whole epochs; this itemises the per-step work initmem's loop
 (``initmem_core.training.loop.train``) does beyond a bare loop, each piece timed alone on the real

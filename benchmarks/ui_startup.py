@@ -21,7 +21,7 @@ Sides, alternated (A B B A ...) for ``--starts`` starts each:
 The warm sides read a store holding a finished 4-cell sweep (made here, ~15 s, unless
 ``--tracking-uri`` names one with a sweep).
 
-    python benchmarks/ui_startup.py --starts 5 --json ui_startup.json
+    python -m benchmarks.ui_startup --starts 5 --json ui_startup.json
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from machine_info import cpu_model
+from benchmarks.machine_info import cpu_model
 
 INITMEM_UI = [sys.executable, "-m", "initmem_cli", "ui"]
 SIDES = {"lean": [], "mlflow-default": ["--workers", "4", "--jobs"]}

@@ -14,7 +14,7 @@ the bare side). Comparisons:
   ending as ``initmem`` does (no interpreter teardown, ``--fast-exit``), so that the ratio shows
   what initmem adds alone.
 
-    python benchmarks/whole_process.py --pairs 5 --json whole_process.json
+    python -m benchmarks.whole_process --pairs 5 --json whole_process.json
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine_info import describe
+from benchmarks.machine_info import describe
 
 BARE = [sys.executable, str(Path(__file__).with_name("bare_run.py"))]
 INITMEM = [sys.executable, "-m", "initmem_cli"]

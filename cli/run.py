@@ -13,13 +13,23 @@ import initmem_core
 from initmem_core import Diverged, Stopped
 from initmem_core.config import EXEC, from_mapping, load_toml
 from initmem_core.training.stop_signals import NOT_TRACKED
-from initmem_core.vocabulary import CLOCKS, FAILED, KILLED
+from initmem_core.vocabulary import (
+    BEST_VAL_EPOCH,
+    BEST_VAL_TEST_ACC,
+    CLOCKS,
+    FAILED,
+    FINAL_TEST_ACC,
+    KILLED,
+    REPAIR_GAP,
+    TAU_INTERP,
+    WEIGHT_NORMS,
+)
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
 
-SUMMARY_KEYS = ("best_val_test_acc", "best_val_epoch", "final_test_acc", "tau_interp", "repair_gap")
-FINAL_KEYS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine", *CLOCKS)
+SUMMARY_KEYS = (BEST_VAL_TEST_ACC, BEST_VAL_EPOCH, FINAL_TEST_ACC, TAU_INTERP, REPAIR_GAP)
+FINAL_KEYS = (*WEIGHT_NORMS, *CLOCKS)
 
 
 def resolve_config(config_file: Path | None, config_values: dict[str, Any]):

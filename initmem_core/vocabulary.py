@@ -40,6 +40,29 @@ def clock_metric(short: str) -> str:
     return name
 
 
+# -- metric names ---------------------------------------------------------------------------
+
+#: What the training loop logs of each split at every evaluation point (``train_*`` on the clean
+#: training set), and the learning rate.
+TRAIN_LOSS, TRAIN_ACC = "train_loss", "train_acc"
+VAL_LOSS, VAL_ACC = "val_loss", "val_acc"
+TEST_LOSS, TEST_ACC = "test_loss", "test_acc"
+LR = "lr"
+#: The weight-norms metric's figures (plugins/metrics/weight_norms.py).
+WEIGHT_NORM, WEIGHT_NORM_RATIO = "weight_norm", "weight_norm_ratio"
+INIT_DISTANCE, INIT_COSINE = "init_distance", "init_cosine"
+WEIGHT_NORMS = (WEIGHT_NORM, WEIGHT_NORM_RATIO, INIT_DISTANCE, INIT_COSINE)
+#: Every figure a run with the built-in metrics logs at every evaluation point, epoch 0 included.
+PER_EPOCH_METRICS = (TRAIN_LOSS, TRAIN_ACC, VAL_LOSS, VAL_ACC, TEST_LOSS, TEST_ACC, *WEIGHT_NORMS, *CLOCKS, LR)
+#: A run's summary (plugins/metrics/selection.py): the selected predictor, the checkpoint of the
+#: lowest validation loss over epochs >= 1 (its epoch, loss and test accuracy), and the last
+#: epoch's test accuracy; interpolation's epoch and repair gap, only when the run interpolated.
+BEST_VAL_EPOCH, BEST_VAL_LOSS = "best_val_epoch", "best_val_loss"
+BEST_VAL_TEST_ACC, FINAL_TEST_ACC = "best_val_test_acc", "final_test_acc"
+SELECTION_METRICS = (BEST_VAL_EPOCH, BEST_VAL_LOSS, BEST_VAL_TEST_ACC, FINAL_TEST_ACC)
+TAU_INTERP, REPAIR_GAP = "tau_interp", "repair_gap"
+
+
 # -- run statuses ---------------------------------------------------------------------------
 
 #: MLflow's statuses of a run, as a tracker ends a run with and a sweep reads them back.

@@ -14,6 +14,10 @@ TINY_RUN_ARGS = [
 ]
 TINY_SWEEP_ARGS = ["--epochs", "1", "--train-size", "64", "--batch-size", "32", "--eval-batch-size", "512"]
 TINY = dict(epochs=1, train_size=64, batch_size=32, threads=1, eval_batch_size=512)
+#: ``initmem_core.run``'s keywords for a run of a few seconds in the test's own process.
+SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
+#: The same on synthetic 8x8 images, without checkpoints (add its batch size and epochs).
+SYNTHETIC = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", threads=1, checkpoint_every=0)
 #: A small cell, data and architecture named: what the executor and login suites send through
 #: real servers and workers (positions matter: those suites slice it to swap --epochs).
 SMALL_CELL_ARGS = [

@@ -16,18 +16,24 @@ import pytest
 
 from initmem_core.plugin_system import loader as plugins
 
-# Benchmarks import their shared helpers (benchmarks/machine_info.py) by name, as they do when run
-# as scripts; tests load some of them from their files.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-# The suite's few long, self-contained tests run their command beside the others (second_lane.py).
-pytest_plugins = ["second_lane"]
-
 # A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored,
 # and every process it starts would too: the tests that send Ctrl-C need Python's own handler here,
 # so that their processes start with the default one.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def expected_seconds(item: pytest.Item) -> float:
+    """A test's own estimate: ``slow(seconds=N)``; 2 for another slow test, 0 for the rest."""
+    marker = item.get_closest_marker("slow")
+    return 0.0 if marker is None else float(marker.kwargs.get("seconds", 2))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first (a stable sort: each file's order stands within a group). Under ``-n 2 --dist
+    load --maxschedchunk 1`` (CI, the README) a worker takes the next test as it ends one, so the
+    few long tests start at once, side by side, and the session ends on short ones."""
+    items.sort(key=expected_seconds, reverse=True)
 
 
 @pytest.fixture(autouse=True)
@@ -99,6 +105,24 @@ def pip_install_isolated(tmp_path_factory):
         return env
 
     return install
+
+
+@pytest.fixture(scope="module")
+def installed_example(request, pip_install_isolated) -> dict[str, str]:
+    """The test module's ``EXAMPLE`` plugin package (a folder of examples/), pip-installed for
+    subprocesses: their environment."""
+    return pip_install_isolated(request.module.EXAMPLE)
+
+
+@pytest.fixture
+def restore_determinism():
+    """Torch's deterministic mode back off after the test (it is process-wide)."""
+    yield
+    import torch
+
+    from initmem_core.training import setup
+
+    setup.use_determinism(False, torch.device("cpu"))
 
 
 @pytest.fixture(scope="session")

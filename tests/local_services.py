@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from basic_auth_setup import ADMIN, cheapen_password_hash, login_environment, users_database
+from benchmarks.basic_auth_setup import ADMIN, cheapen_password_hash, login_environment, users_database
 
 STARTUP_S = 120  # a loaded 2-core machine starts an MLflow server in 20 s; leave room
 
@@ -90,54 +90,47 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def mlflow_server(database: Path, artifacts: Path, login: dict[str, str] | None = None) -> Iterator[str]:
-    """``mlflow server`` on a SQLite database, bound to 127.0.0.1; yields its URL once healthy.
-    ``login``: the server's environment for ``--app-name basic-auth`` (see ``login_server``)."""
+def serve(options: list[str], log: Path, env: dict[str, str], startup_s: float = STARTUP_S) -> Iterator[str]:
+    """``mlflow server OPTIONS`` on 127.0.0.1 and a free port, in a session of its own, its output
+    in ``log``; yields its URL once ``/health`` answers, and stops the whole session on the way out.
+    (The one start-up loop: tests' servers and benchmarks/server_load.py's.)"""
     port = free_port()
-    log = open(database.parent / "mlflow-server.log", "wb")
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # a process the tests do not need
-    for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        env.pop(key, None)  # a client's login, not the server's
-    env.update(login or {})
-    app = ["--app-name", "basic-auth"] if login else []
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            *app,
-            "--backend-store-uri",
-            f"sqlite:///{database}",
-            "--artifacts-destination",
-            str(artifacts),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    with open(log, "wb") as output:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", *options, "--host", "127.0.0.1", "--port", str(port)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_S
+        deadline = time.monotonic() + startup_s
         while True:
             with contextlib.suppress(OSError):
                 if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
                     break
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start:\n{Path(log.name).read_text()[-3000:]}")
+                raise RuntimeError(f"mlflow server did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
         yield url
     finally:
         stop_session(server.pid)
         server.wait()
-        log.close()
+
+
+@contextlib.contextmanager
+def mlflow_server(database: Path, artifacts: Path, login: dict[str, str] | None = None) -> Iterator[str]:
+    """``mlflow server`` on a SQLite database, one worker; yields its URL once healthy.
+    ``login``: the server's environment for ``--app-name basic-auth`` (see ``login_server``)."""
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # a process the tests do not need
+    for key in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        env.pop(key, None)  # a client's login, not the server's
+    env.update(login or {})
+    app = ["--app-name", "basic-auth"] if login else []
+    options = [*app, "--backend-store-uri", f"sqlite:///{database}", "--artifacts-destination", str(artifacts)]
+    with serve([*options, "--workers", "1"], database.parent / "mlflow-server.log", env) as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -7,14 +7,13 @@ two figures or checks a target.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # runs the benchmark script
+from tests.long_commands import benchmark, run_command
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+pytestmark = pytest.mark.slow(seconds=60)  # runs the benchmark script
 
 
 def positive(stats: dict) -> bool:
@@ -24,12 +23,12 @@ def positive(stats: dict) -> bool:
 def quick_benchmark(folder: Path) -> list[str]:
     # One torch thread: with two OpenMP threads on a machine busy with other tests, each parallel
     # region waits for a descheduled thread and the run slows several-fold.
-    return [sys.executable, str(BENCH), "--quick", "--threads", "1", "--json", "bench.json"]
+    return benchmark("bench", "--quick", "--threads", "1", "--json", "bench.json")
 
 
-@pytest.mark.second_lane(command=quick_benchmark, timeout_s=300)  # --quick takes well under a minute
-def test_quick_benchmark_reports_every_section(second_lane_result):
-    done, out = second_lane_result.done, second_lane_result.folder / "bench.json"
+def test_quick_benchmark_reports_every_section(short_tmp):
+    done = run_command(quick_benchmark(short_tmp), short_tmp, timeout_s=300)  # --quick takes well under a minute
+    out = short_tmp / "bench.json"
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
 

@@ -8,10 +8,6 @@ benchmark's own settings through ``build_report`` and ``evaluate_findings``, as 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -78,13 +74,8 @@ def test_the_debiased_spread_has_the_power_the_noise_allows():
 
 
 def load_calibration():
-    """benchmarks/calibration.py, which is not a package's module."""
-    spec = importlib.util.spec_from_file_location(
-        "calibration", Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py"
-    )
-    calibration = importlib.util.module_from_spec(spec)
-    sys.modules["calibration"] = calibration  # its dataclasses look their module up
-    spec.loader.exec_module(calibration)
+    from benchmarks import calibration
+
     return calibration
 
 

@@ -3,7 +3,6 @@ a short seeded run around a real sweep and server ends matching its twin (slow).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -11,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-CHAOS = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
+from tests.long_commands import benchmark, run_command
 
 
 def load_chaos():
-    """benchmarks/chaos.py, which is not a package's module."""
-    spec = importlib.util.spec_from_file_location("chaos", CHAOS)
-    chaos = importlib.util.module_from_spec(spec)
-    sys.modules["chaos"] = chaos  # its dataclasses look their module up
-    spec.loader.exec_module(chaos)
+    from benchmarks import chaos
+
     return chaos
 
 
@@ -148,18 +144,17 @@ def short_chaos_run(folder: Path) -> list[str]:
     """Seven faults (one of each kind, in the seed's order) around a two-cell sweep."""
     faults = ["--seed", "3", "--faults", "7", "--gap", "3", "--minutes", "3"]
     grid = ["--sigma", "0.5,2", "--seeds", "0", "--epochs", "2"]
-    return [sys.executable, str(CHAOS), *faults, *grid, "--json", str(folder / "chaos.json")]
+    return benchmark("chaos", *faults, *grid, "--json", str(folder / "chaos.json"))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=120)
 @pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0,
     reason="chaos.py mounts a tmpfs (root) and reads /proc (Linux)",
 )
-@pytest.mark.second_lane(command=short_chaos_run)
-def test_a_short_seeded_chaos_run_matches_its_twin(second_lane_result):
+def test_a_short_seeded_chaos_run_matches_its_twin(short_tmp):
     """The short run's end state is checked against the twin. About a minute and a half on a 2-core machine."""
-    done, out = second_lane_result.done, second_lane_result.folder / "chaos.json"
+    done, out = run_command(short_chaos_run(short_tmp), short_tmp), short_tmp / "chaos.json"
     figures = json.loads(out.read_text())
     assert done.returncode == 0 and figures["passed"], done.stdout[-6000:] + done.stderr[-3000:]
     assert sum(figures["injected"].values()) == 7 and figures["rounds"]

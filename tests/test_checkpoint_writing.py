@@ -8,8 +8,6 @@ import subprocess
 
 import pytest
 import torch
-from cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from cli_processes import initmem_command, runs_in
 
 from initmem_core.training.checkpoint_format import (
     FORMAT,
@@ -20,6 +18,8 @@ from initmem_core.training.checkpoint_format import (
 )
 from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 from initmem_core.training.tensor_packing import pack, unpack
+from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.cli_processes import initmem_command, runs_in
 
 
 def nested_state():

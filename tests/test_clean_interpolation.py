@@ -10,8 +10,9 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.loaders import normalize
 from initmem_plugins.metrics.selection import Interpolation
+from tests.cli_processes import SYNTHETIC
 
-SMALL = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=16, epochs=2, threads=1, checkpoint_every=0)
+SMALL = {**SYNTHETIC, "batch_size": 16, "epochs": 2}
 
 
 def clean_accuracy(model: torch.nn.Module, config: RunConfig, keep: torch.Tensor | None = None) -> float:

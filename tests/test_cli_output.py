@@ -8,10 +8,10 @@ import os
 import subprocess
 
 import pytest
-from cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from cli_processes import initmem_command, runs_in
 
 from initmem_cli.output import BROKEN_PIPE_EXIT, PipeSafeStream
+from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.cli_processes import initmem_command, runs_in
 
 
 class ClosedPipe(io.StringIO):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from fresh_imports import assert_imports_none_of
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
+from tests.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
 

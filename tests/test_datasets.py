@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fresh_imports import assert_imports_none_of
 
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
+from tests.fresh_imports import assert_imports_none_of
 
 DATASET_NAMES = {"digits", "cifar10", "cifar100", "synthetic", "synthetic:*"}
 

@@ -7,24 +7,15 @@ import subprocess
 
 import pytest
 import torch
-from cli_processes import TINY, children, metric_histories, sweep_command
 
 import initmem_core
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
+from tests import cli_processes
+from tests.cli_processes import TINY, children, metric_histories, sweep_command
 
 # Momentum and augmentation, so optimizer state and every random stream take part.
-SMALL = dict(
-    data="digits",
-    arch="resnet20",
-    train_size=128,
-    batch_size=32,
-    epochs=2,
-    threads=1,
-    eval_batch_size=512,
-    augment="on",
-    momentum=0.9,
-)
+SMALL = {**cli_processes.SMALL, "epochs": 2, "augment": "on", "momentum": 0.9}
 
 
 def weights(result) -> dict[str, torch.Tensor]:
@@ -33,12 +24,6 @@ def weights(result) -> dict[str, torch.Tensor]:
 
 def same_bits(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> bool:
     return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
-
-
-@pytest.fixture
-def restore_determinism():
-    yield
-    torch.use_deterministic_algorithms(False)
 
 
 def test_same_seed_gives_the_same_bits_and_another_seed_does_not():

@@ -12,10 +12,10 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core import Diverged, hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
+from tests.cli_processes import SMALL
 
 runner = CliRunner()
 STEPS_PER_EPOCH = 4  # train_size 128, batch size 32
-SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
 ARGS = ["--epochs", "3", "--train-size", "128", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
 
 

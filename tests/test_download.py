@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_datasets import write_cifar10
-from test_idx_datasets import write_idx
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
+from tests.test_datasets import write_cifar10
+from tests.test_idx_datasets import write_idx
 
 
 class Quiet(http.server.SimpleHTTPRequestHandler):

@@ -199,9 +199,8 @@ def test_a_ref_that_would_make_the_rate_unbounded_is_refused():
 def test_a_stopped_matched_run_resumes_to_the_bits_of_the_run_left_alone(tracking_uri, tmp_path):
     import signal
 
-    from signal_progress import SignalAtStep  # tests/ is on sys.path
-
     from initmem_core.training.stop_signals import Stopped
+    from tests.signal_progress import SignalAtStep
 
     config = {**TINY, "sigma": 2.0, "lr_match_sigma": 1.0, "momentum": 0.9, "schedule": "cosine", "epochs": 3}
     config["checkpoint_every"] = 1

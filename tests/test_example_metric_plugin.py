@@ -11,11 +11,6 @@ pytestmark = pytest.mark.slow  # pip-installs the example package and runs it
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "initmem-effective-rank"
 
 
-@pytest.fixture(scope="module")
-def installed_example(pip_install_isolated) -> dict[str, str]:
-    return pip_install_isolated(EXAMPLE)
-
-
 def test_initmem_run_logs_the_effective_rank(installed_example, initmem_subprocess, tracking_uri, tmp_path):
     result = initmem_subprocess(
         installed_example,

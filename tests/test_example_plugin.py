@@ -13,11 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "initmem-fromage"
 
 
-@pytest.fixture(scope="module")
-def installed_example(pip_install_isolated) -> dict[str, str]:
-    return pip_install_isolated(EXAMPLE)
-
-
 def test_installed_plugin_is_listed(installed_example, initmem_subprocess):
     result = initmem_subprocess(installed_example, "plugins", "--json")
     assert result.returncode == 0, result.stderr

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from network_isolation import loopback_only  # noqa: E402
 from typer.testing import CliRunner
+
+from tests.network_isolation import loopback_only  # noqa: E402
 
 pytest.importorskip("ray")
 pytest.importorskip("submitit")
@@ -29,16 +30,15 @@ pytestmark = [
     pytest.mark.skipif(not loopback_only(), reason="needs a loopback-only network namespace"),
 ]
 
-import pausing_plugin  # noqa: E402  (tests/ is on sys.path; the workers get it from plugin_site)
-from cli_processes import SMALL_CELL_ARGS  # noqa: E402
-from local_services import mlflow_server, processes, ray_head  # noqa: E402
-
 from initmem_cli.app import app  # noqa: E402
 from initmem_core.config import RunConfig  # noqa: E402
 from initmem_core.plugin_system.loader import load_registry, set_registry  # noqa: E402
 from initmem_core.sweep.executors.base import CellTask, RetriedCellProgress  # noqa: E402
 from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E402
 from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
+from tests import pausing_plugin  # noqa: E402  (the workers get it from plugin_site)
+from tests.cli_processes import SMALL_CELL_ARGS  # noqa: E402
+from tests.local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
 SMALL = SMALL_CELL_ARGS

@@ -12,7 +12,6 @@ import textwrap
 
 import numpy as np
 import pytest
-from builders import clocks, record
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
@@ -22,6 +21,7 @@ from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_json, to_markdown
 from initmem_core.tracking.export import VERSION, SweepExport, read_export, to_json_text, write_export
 from initmem_core.tracking.records import CellRecord
+from tests.builders import clocks, record
 
 runner = CliRunner()
 

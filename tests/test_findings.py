@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from builders import clocks, record
 
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
@@ -22,6 +21,7 @@ from initmem_core.report.inference import POPULATION
 from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
+from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)
 # group -> (fixed config, test accuracy at each sigma, final ||W|| at each sigma, clocks)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import clocks, record
 
 from initmem_core.report.findings import (
     CLAIMS,
@@ -20,6 +19,7 @@ from initmem_core.report.findings import (
 )
 from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
+from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)
 #: Seed-to-seed wobble (fractions) per seed; it averages to 0 over the first four seeds.

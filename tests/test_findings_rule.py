@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import clocks, record
 
 from initmem_core.report.claim_groups import baseline_sgd
 from initmem_core.report.findings import (
@@ -17,6 +16,7 @@ from initmem_core.report.findings import (
     spread_orders_by_clock_within_family,
 )
 from initmem_core.report.verdicts import CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide
+from tests.builders import clocks, record
 
 
 def test_decide_by_hand():

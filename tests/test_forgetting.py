@@ -5,14 +5,11 @@ that never falls to half, synthetic sweeps with a known half-life in T_L2, where
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import math
-from pathlib import Path
 
 import pytest
-from builders import record as cell_record
 
 from initmem_core.report.claim_groups import mechanism_clock
 from initmem_core.report.findings import (
@@ -26,16 +23,15 @@ from initmem_core.report.render import forgetting_csv, to_json, to_markdown
 from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
+from tests.builders import record as cell_record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "forgetting_times.py"
-    spec = importlib.util.spec_from_file_location("forgetting_times", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import forgetting_times
+
+    return forgetting_times
 
 
 bench = _benchmark()

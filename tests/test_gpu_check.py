@@ -18,14 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-import gpu_check
 import pytest
 import torch
-from blocked_imports import command_without, environment_without
-from gpu_steps import CHECKS, NAMES
-from gpu_steps.common import DRY, FULL
-from gpu_steps.report import BEGIN, END, write_section
 from second_lane import nested_pytest
+
+from benchmarks import gpu_check
+from benchmarks.gpu_steps import CHECKS, NAMES
+from benchmarks.gpu_steps.common import DRY, FULL
+from benchmarks.gpu_steps.report import BEGIN, END, write_section
+from tests.blocked_imports import command_without, environment_without
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -71,8 +72,8 @@ def test_gpu_section_of_the_docs_holds_the_markers_once_and_says_what_was_measur
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     assert text.index("\n## GPU\n") < text.index(BEGIN)
     inside = between_markers(text)
-    assert "Not yet measured on a GPU" in inside or "Measured by `python benchmarks/gpu_check.py` on" in inside
-    assert "python benchmarks/gpu_check.py --dry-run" in text
+    assert "Not yet measured on a GPU" in inside or "Measured by `python -m benchmarks.gpu_check` on" in inside
+    assert "python -m benchmarks.gpu_check --dry-run" in text
 
 
 def test_only_a_complete_run_writes_a_docs_page_and_every_run_writes_its_samples(tmp_path):

@@ -268,12 +268,6 @@ def test_final_weights_of_a_gpu_run_are_saved_on_the_cpu(tmp_path):
 # -- deterministic cuBLAS -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restore_determinism():
-    yield
-    setup.use_determinism(False, torch.device("cpu"))
-
-
 def test_cuda_processes_get_cublas_deterministic_workspace_before_cuda_starts(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     setup.prepare_cuda_environment()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from gpu_steps.fused import FusedCifarResNet, lockstep_loss, merge_states, split_state
 
+from benchmarks.gpu_steps.fused import FusedCifarResNet, lockstep_loss, merge_states, split_state
 from initmem_plugins.architectures.cifar_resnet import CifarResNet
 from initmem_plugins.initializers.fan_in import fan_in_init
 

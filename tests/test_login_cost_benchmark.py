@@ -5,25 +5,23 @@ give their users, and the figures are written. Only the plumbing is tested, not 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # starts a tracking server with MLflow's login
+from tests.long_commands import benchmark, run_command
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "login_cost.py"
+pytestmark = pytest.mark.slow(seconds=45)  # starts a tracking server with MLflow's login
 
 
 def two_requests_each(folder: Path) -> list[str]:
-    return [sys.executable, str(BENCHMARK), "--requests", "2", "--json", "cost.json"]
+    return benchmark("login_cost", "--requests", "2", "--json", "cost.json")
 
 
-@pytest.mark.second_lane(command=two_requests_each)
-def test_both_hashes_are_timed_against_the_hash_they_name(second_lane_result):
-    done = second_lane_result.done
+def test_both_hashes_are_timed_against_the_hash_they_name(short_tmp):
+    done = run_command(two_requests_each(short_tmp), short_tmp)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    figures = json.loads((second_lane_result.folder / "cost.json").read_text())
+    figures = json.loads((short_tmp / "cost.json").read_text())
     assert figures["requests"] == 2 and figures["machine"]
     scrypt, pbkdf2 = figures["results"]["scrypt (werkzeug's default)"], figures["results"]["one round of PBKDF2"]
     assert scrypt["hash_method"].startswith("scrypt:") and pbkdf2["hash_method"] == "pbkdf2:sha256:1"

@@ -15,9 +15,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from local_services import STARTUP_S, _alive, _children, free_port, stop_session
 
 # Skipped, not an error, where MLflow is not installed (the GPU machine has none).
+from tests.local_services import STARTUP_S, _alive, _children, free_port, stop_session
+
 MlflowClient = pytest.importorskip("mlflow").MlflowClient
 
 pytestmark = pytest.mark.slow  # a sweep, an MLflow server and a browser

@@ -8,11 +8,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from fresh_imports import assert_imports_none_of
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.kinds import BY_NAME, KIND_NAMES
+from tests.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
 

@@ -14,8 +14,9 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.optimizer_options import coerce_option, resolve_config, split_opt_args
 from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
+from tests.cli_processes import SYNTHETIC
 
-SMALL = dict(data="synthetic:1x8x8-c4-n64", arch="resnet20", batch_size=32, epochs=1, threads=1, checkpoint_every=0)
+SMALL = {**SYNTHETIC, "batch_size": 32, "epochs": 1}
 
 
 def resolved(**values):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fresh_imports import assert_imports_none_of
 from torch import nn
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
+from tests.fresh_imports import assert_imports_none_of
 
 
 class SmallNet(nn.Module):

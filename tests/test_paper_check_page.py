@@ -3,16 +3,10 @@ and the part written by hand stay as they were."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_check.py"
-
 
 def paper_check():
-    spec = importlib.util.spec_from_file_location("paper_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from benchmarks import paper_check as module
+
     return module
 
 

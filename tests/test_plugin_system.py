@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from fresh_imports import assert_imports_none_of
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
@@ -11,6 +10,7 @@ from initmem_core import hookimpl
 from initmem_core.errors import DuplicateComponentError, PluginLoadError, UnknownComponentError
 from initmem_core.kinds import KIND_NAMES
 from initmem_core.plugin_system.loader import PluginLoadWarning, load_registry, set_registry
+from tests.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
 

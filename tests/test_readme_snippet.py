@@ -14,11 +14,12 @@ import pytest
 
 from initmem_core.sweep.grid import plan_sweep
 from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG
+from tests.long_commands import run_command
 
 # Skipped, not an error, where MLflow is not installed (the GPU machine has none).
 MlflowClient = pytest.importorskip("mlflow").MlflowClient
 
-pytestmark = pytest.mark.slow  # a tracked run and a 4-cell sweep with 2 worker processes
+pytestmark = pytest.mark.slow(seconds=90)  # a tracked run and a 4-cell sweep with 2 worker processes
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -44,15 +45,15 @@ def readme_snippet_as_a_script(folder: Path) -> list[str]:
     return ["env", *unset, sys.executable, "snippet.py"]
 
 
-@pytest.mark.second_lane(command=readme_snippet_as_a_script, timeout_s=600)
-def test_the_readme_snippet_makes_each_run_it_asks_for_once(second_lane_result):
+def test_the_readme_snippet_makes_each_run_it_asks_for_once(short_tmp):
     code = readme_snippet()
     tree = ast.parse(code)
     [sweep_call] = calls(tree, "run_sweep")
     assert {k.arg: ast.literal_eval(k.value) for k in sweep_call.keywords}.get("workers") == 2
     cells = len(plan_sweep(ast.literal_eval(sweep_call.args[0])).cells)
     single_runs = len(calls(tree, "run"))
-    done, uri = second_lane_result.done, f"sqlite:///{second_lane_result.folder / 'mlflow.db'}"
+    done = run_command(readme_snippet_as_a_script(short_tmp), short_tmp, timeout_s=600)
+    uri = f"sqlite:///{short_tmp / 'mlflow.db'}"
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.strip().splitlines()
     assert len(printed) == 2 and printed[1].startswith("[("), done.stdout  # each print once

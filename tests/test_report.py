@@ -9,12 +9,12 @@ import math
 import re
 
 import pytest
-from builders import clocks, record
 
 from initmem_core.config import RunConfig
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_csv, to_json, to_markdown
+from tests.builders import clocks, record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import clocks, record
 
 from initmem_core.report.assessment import build_assessed_report, evaluated, not_evaluated, verdict_tags
 from initmem_core.report.description import description
@@ -15,6 +14,7 @@ from initmem_core.report.findings import CLAIMS_BY_NAME
 from initmem_core.report.render import interval, to_json, to_markdown
 from initmem_core.report.verdicts import NOT_EVALUATED, REPRODUCED, VERDICTS
 from initmem_core.vocabulary import VERDICT_TAG_PREFIX, verdict_tag
+from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)
 WOBBLE = (0.0, 0.004, -0.004, 0.002, 0.001, -0.003)

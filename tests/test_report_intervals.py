@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from builders import record
 
 from initmem_core import run
 from initmem_core.config import RunConfig
@@ -14,6 +13,7 @@ from initmem_core.report.memory import build_report, mean_interval
 from initmem_core.report.render import to_markdown
 from initmem_core.tracking.correct_sets import ARTIFACT, decode, encode
 from initmem_core.tracking.tracker import MemoryTracker
+from tests.builders import record
 
 T_975_1DF = 12.706204736  # the t table: two-sided 95%, one degree of freedom
 

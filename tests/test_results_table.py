@@ -7,14 +7,14 @@ import re
 import sys
 from pathlib import Path
 
-import findings_table
 import pytest
-from test_findings import REMEMBERING_WORLD, records
-from test_paper_check_page import paper_check
 
+from benchmarks import findings_table
 from initmem_core.report.findings import CLAIMS, evaluate_findings
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
+from tests.test_findings import REMEMBERING_WORLD, records
+from tests.test_paper_check_page import paper_check
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OLD_PAGE = f"""# Results
@@ -109,7 +109,7 @@ def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path, monkeypatch)
         and "## Sweep `world-fmnist`" in page
         and "## Sweep `batch-digits`" not in page
     )
-    assert f"Regenerate this section with `python benchmarks/paper_check.py --from {paths[0]}`" in page
+    assert f"Regenerate this section with `python -m benchmarks.paper_check --from {paths[0]}`" in page
     assert number_problems(page, paths) == []
     rows = table_cells(page)
     batch = rows["larger_batch_increases_spread"][0]

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from signal_progress import SignalAtStep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 import initmem_core
@@ -24,6 +23,7 @@ from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
+from tests.signal_progress import SignalAtStep
 
 
 def hash_of(values) -> str:

@@ -15,27 +15,13 @@ from initmem_core import hookimpl
 from initmem_core.config import FIELDS
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.training.precision import use_precision
+from initmem_core.vocabulary import PER_EPOCH_METRICS
 
 pytestmark = pytest.mark.slow  # end-to-end runs through the CLI and MLflow
 
 runner = CliRunner()
 SMALL = ["--epochs", "2", "--train-size", "256", "--batch-size", "64", "--threads", "1"]
-EPOCH_METRICS = [
-    "train_loss",
-    "train_acc",
-    "val_loss",
-    "val_acc",
-    "test_loss",
-    "test_acc",
-    "weight_norm",
-    "weight_norm_ratio",
-    "init_distance",
-    "init_cosine",
-    "clock_sgd",
-    "clock_l2",
-    "clock_adapt",
-    "lr",
-]
+EPOCH_METRICS = list(PER_EPOCH_METRICS)
 
 
 def only_run(uri):

@@ -7,11 +7,11 @@ import signal
 import subprocess
 
 import pytest
-from cli_processes import initmem_command, runs_in
-from signal_progress import SignalAtStep
 
 import initmem_core
 from initmem_core import Stopped
+from tests.cli_processes import initmem_command, runs_in
+from tests.signal_progress import SignalAtStep
 
 
 @pytest.mark.slow

@@ -11,14 +11,13 @@ import glob
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # starts two tracking servers and a PostgreSQL cluster
+from tests.long_commands import benchmark, run_command
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "server_load.py"
+pytestmark = pytest.mark.slow(seconds=90)  # starts two tracking servers and a PostgreSQL cluster
 
 
 def has_postgres() -> bool:
@@ -26,15 +25,14 @@ def has_postgres() -> bool:
 
 
 def two_cells_each(folder: Path) -> list[str]:
-    return [sys.executable, str(BENCHMARK), "--cells", "2", "--epochs", "2", "--processes", "2", "--json", "load.json"]
+    return benchmark("server_load", "--cells", "2", "--epochs", "2", "--processes", "2", "--json", "load.json")
 
 
 @pytest.mark.skipif(
     not has_postgres() and not os.environ.get("CI"), reason="PostgreSQL is not installed (apt-get install postgresql)"
 )
-@pytest.mark.second_lane(command=two_cells_each)
-def test_two_cells_into_each_backend_land_whole(second_lane_result):
-    done, out = second_lane_result.done, second_lane_result.folder / "load.json"
+def test_two_cells_into_each_backend_land_whole(short_tmp):
+    done, out = run_command(two_cells_each(short_tmp), short_tmp), short_tmp / "load.json"
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert results["machine"]["cores"] > 0

@@ -10,13 +10,13 @@ import subprocess
 import time
 
 import pytest
-from cli_processes import TINY, alive, descendants, folder_state, initmem_command, runs_in
-from signal_progress import SignalAtStep
 
 import initmem_core
 from initmem_core import Stopped
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.stop_signals import StopSignals
+from tests.cli_processes import TINY, alive, descendants, folder_state, initmem_command, runs_in
+from tests.signal_progress import SignalAtStep
 
 # -- signals at every moment ------------------------------------------------------------------
 
@@ -143,10 +143,10 @@ def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_ur
     import signal
 
     from mlflow.tracking import MlflowClient
-    from signal_progress import SignalAtStep
 
     import initmem_core
     from initmem_core import Stopped
+    from tests.signal_progress import SignalAtStep
 
     tiny = dict(
         epochs=2,

@@ -97,3 +97,157 @@ def test_a_damaged_template_is_passed_over_and_replaced_by_the_store_mlflow_migr
         assert kept.execute("select count(*) from alembic_version").fetchone()[0] == 1
         assert kept.execute("select count(*) from runs").fetchone()[0] == 0
     assert [p.name for p in template.parent.iterdir()] == [template.name]  # no partial copy left
+
+
+# -- the template against MLflow's own migration ---------------------------------------------------
+
+#: Columns that say when a store was made, not what it holds.
+WHERE_MADE = {"experiments": {"creation_time", "last_update_time"}}
+
+
+def store_contents(database) -> dict:
+    """Everything a SQLite store holds but when it was made: every table, index and trigger, each
+    column in its place (alembic's revision is a row of ``alembic_version``), and every row of every
+    table. A definition is compared as the set of its lines: MLflow's own migration writes a table's
+    constraints in a different order from one process to the next."""
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        schema = sorted(
+            (kind, name, table, sorted(line.strip().rstrip(",") for line in (sql or "").splitlines()))
+            for kind, name, table, sql in connection.execute("select type, name, tbl_name, sql from sqlite_master")
+        )
+        schema += [
+            (table, connection.execute(f'pragma table_info("{table}")').fetchall())
+            for (table,) in connection.execute("select name from sqlite_master where type = 'table' order by name")
+        ]
+        rows = {}
+        for (table,) in connection.execute("select name from sqlite_master where type = 'table'").fetchall():
+            cursor = connection.execute(f'select * from "{table}"')
+            names = [column[0] for column in cursor.description]
+            kept = [i for i, name in enumerate(names) if name not in WHERE_MADE.get(table, set())]
+            rows[table] = sorted((tuple(row[i] for i in kept) for row in cursor), key=repr)
+    return {"schema": schema, "rows": rows}
+
+
+@pytest.fixture
+def in_a_folder_with_a_template(tmp_path, monkeypatch, _empty_store):
+    """The working folder ``work`` (a store's Default experiment is placed by it), and a template
+    made in another folder, as the cache holds it; returns (work, template)."""
+    import shutil
+
+    from initmem_core.tracking import sqlite_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = sqlite_store.store_template()
+    template.parent.mkdir(parents=True)
+    shutil.copy(_empty_store, template)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work, template
+
+
+def mlflow_migrated(folder):
+    """A store MLflow creates itself, without initmem, in ``folder``."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(f"sqlite:///{folder / 'by-mlflow.db'}").search_experiments()
+    return folder / "by-mlflow.db"
+
+
+@pytest.mark.slow  # MLflow migrates a store (seconds)
+def test_a_store_made_from_the_template_holds_what_mlflow_migrates_itself(in_a_folder_with_a_template):
+    from initmem_core.tracking import sqlite_store
+
+    work, _ = in_a_folder_with_a_template
+    sqlite_store.create_sqlite_store(work / "mlflow.db")
+    ours, theirs = store_contents(work / "mlflow.db"), store_contents(mlflow_migrated(work))
+    assert ours["rows"]["alembic_version"] == theirs["rows"]["alembic_version"] != []
+    assert ours["rows"]["experiments"] == theirs["rows"]["experiments"] != []  # the Default, placed here
+    assert ours == theirs
+
+
+def open_files_of_this_process() -> set[str]:
+    import os
+
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="reads /proc (Linux)")
+def test_creating_a_store_leaves_no_connection_to_it_open(in_a_folder_with_a_template):
+    """``_let_go`` reaches into MLflow's client for its engine: if a release moves it, this fails."""
+    from initmem_core.tracking import sqlite_store
+
+    work, _ = in_a_folder_with_a_template
+    sqlite_store.create_sqlite_store(work / "mlflow.db")
+    assert not {path for path in open_files_of_this_process() if path.startswith(str(work))}
+
+
+def refuse_private_name(monkeypatch):
+    """This process's MLflow seen as a release without ``_SERVER_ARTIFACT_ROOT_ENV_VAR``: importing
+    the name fails, while MLflow's own functions keep their module."""
+    import sys
+    import types
+
+    name = "mlflow.tracking._tracking_service.utils"
+    real = sys.modules[name]
+    stand_in = types.ModuleType(name)
+    stand_in.__dict__.update({k: v for k, v in vars(real).items() if k != "_SERVER_ARTIFACT_ROOT_ENV_VAR"})
+    monkeypatch.setitem(sys.modules, name, stand_in)
+
+
+def foreign_database(template):
+    import contextlib
+    import sqlite3
+
+    template.unlink()
+    with contextlib.closing(sqlite3.connect(template)) as other, other:
+        other.execute("create table experiments (experiment_id integer, name text)")
+        other.execute("insert into experiments values (0, 'Default')")
+
+
+def another_revision(template):
+    import contextlib
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(template)) as store, store:
+        store.execute("update alembic_version set version_num = '0a8213491aaa'")  # an older MLflow's
+
+
+def a_run_in_it(template):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{template}")
+    client.create_run("0")
+    from initmem_core.tracking.sqlite_store import _let_go
+
+    _let_go(client)
+
+
+@pytest.mark.slow  # each falls back to MLflow's migration (seconds)
+@pytest.mark.parametrize(
+    "spoil", [refuse_private_name, foreign_database, another_revision, a_run_in_it], ids=lambda f: f.__name__
+)
+def test_a_template_that_cannot_serve_falls_back_to_mlflows_own_migration(
+    spoil, in_a_folder_with_a_template, monkeypatch
+):
+    from initmem_core.tracking import sqlite_store
+
+    work, template = in_a_folder_with_a_template
+    spoil(monkeypatch) if spoil is refuse_private_name else spoil(template)
+    migrated = []
+    real = sqlite_store._open_with_mlflow
+    monkeypatch.setattr(sqlite_store, "_migrate_new", lambda path: migrated.append(real(path)))
+    sqlite_store.create_sqlite_store(work / "mlflow.db")
+    assert migrated, "the template was used"
+    assert store_contents(work / "mlflow.db") == store_contents(mlflow_migrated(work))
+    assert sorted(p.name for p in work.iterdir()) == ["by-mlflow.db", "mlflow.db"]  # no temporary left
+    assert store_contents(template)["rows"]["runs"] == []  # the template is MLflow's empty store again

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from cli_processes import alive, children, descendants, initmem_command, runs_in, sweep_command
 
 from initmem_core.errors import ConfigError
+from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.cli_processes import alive, children, descendants, initmem_command, runs_in, sweep_command
 
 
 def interrupt_the_wait(folder: Path, uri: str) -> str:

@@ -16,6 +16,7 @@ from initmem_core import hookimpl
 from initmem_core.groups import metric_suffix
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
+from initmem_core.vocabulary import PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, TAU_INTERP
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
 
@@ -363,30 +364,15 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     steps: dict[tuple[str, str], list[int]] = {}
     for run_id, key, step in rows:
         steps.setdefault((run_id, key), []).append(step)
-    per_epoch = {
-        "train_loss",
-        "train_acc",
-        "val_loss",
-        "val_acc",
-        "test_loss",
-        "test_acc",
-        "weight_norm",
-        "weight_norm_ratio",
-        "init_distance",
-        "init_cosine",
-        "clock_sgd",
-        "clock_l2",
-        "clock_adapt",
-        "lr",
-    }
-    summary = {"best_val_epoch", "best_val_loss", "best_val_test_acc", "final_test_acc"}
+    per_epoch = set(PER_EPOCH_METRICS)
+    summary = set(SELECTION_METRICS)
     batch = {"train_loss_batch", "train_acc_batch"}  # running train-mode figures: epochs 1.. only
     expected_rows = 0
     for child in children:
         run_id = child.info.run_id
         keys = {key for (rid, key) in steps if rid == run_id}
         interpolated = "tau_interp" in keys
-        assert keys == per_epoch | batch | summary | ({"tau_interp", "repair_gap"} if interpolated else set())
+        assert keys == per_epoch | batch | summary | ({TAU_INTERP, REPAIR_GAP} if interpolated else set())
         for key in keys:
             expected = (
                 list(range(epochs + 1))

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
-from cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 
 import initmem_core
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry
 from initmem_core.sweep import scratch
+from tests.cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
+from tests.cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and parent-death signals")
 
@@ -200,9 +200,8 @@ def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finish
 
 @pytest.mark.slow
 @linux_only
-def test_a_sigkilled_sweep_leaves_nothing_in_tmpdir_once_relaunched(tracking_uri, tmp_path):
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+def test_a_sigkilled_sweep_leaves_nothing_in_tmpdir_once_relaunched(tracking_uri, tmp_path, short_tmp):
+    temp = short_tmp  # short: in a long TMPDIR multiprocessing keeps its own socket folder (pymp-*), below
     env = dict(os.environ, TMPDIR=str(temp))
     command = sweep(tracking_uri, "scratch")
     for _ in range(2):  # killed twice: both leave their folders

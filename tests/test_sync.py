@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_processes import TINY, initmem_command, runs_in
-from cli_processes import TINY_RUN_ARGS as TINY_ARGS
 from typer.testing import CliRunner
 
 import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
+from tests.cli_processes import TINY, initmem_command, runs_in
+from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
 
 # -- unsynced files ---------------------------------------------------------------------------
 

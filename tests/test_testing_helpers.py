@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fresh_imports import assert_imports_none_of
 
 import initmem_core.testing
 from initmem_core import hookimpl
@@ -22,6 +21,7 @@ from initmem_core.testing import (
     registered_plugins,
     smoke_train,
 )
+from tests.fresh_imports import assert_imports_none_of
 
 
 @pytest.mark.slow  # starts a process

@@ -22,8 +22,8 @@ from initmem_cli.app import app
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.tracker_process import TrackerProcess
 from initmem_core.training.loop import NoProgress
+from tests.cli_processes import SMALL
 
-SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
 runner = CliRunner()
 
 

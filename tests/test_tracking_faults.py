@@ -11,9 +11,9 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import RunWarning
 from initmem_core.tracking.tracker import MlflowTracker
+from tests.cli_processes import SMALL
 
 runner = CliRunner()
-SMALL = dict(epochs=3, train_size=128, batch_size=32, threads=1, eval_batch_size=512)
 WRITES = ("log_batch", "log_text", "log_artifact", "set_terminated")
 
 

@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_processes import SMALL_CELL_ARGS
-from local_services import add_user, auth_request, login_server, ray_head
-from network_isolation import loopback_only
 from typer.testing import CliRunner
+
+from tests.cli_processes import SMALL_CELL_ARGS
+from tests.local_services import add_user, auth_request, login_server, ray_head
+from tests.network_isolation import loopback_only
 
 pytestmark = pytest.mark.slow
 

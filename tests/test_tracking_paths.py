@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_processes import TINY
 
 import initmem_core
+from tests.cli_processes import TINY
 
 
 @pytest.mark.parametrize("experiment", ["../../outside", "/tmp/initmem-outside-abs"])

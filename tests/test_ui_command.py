@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from local_services import free_port
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_cli.ui import JOBS_ENV
 from initmem_core.errors import ConfigError
+from tests.local_services import free_port
 
 runner = CliRunner()
 

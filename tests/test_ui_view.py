@@ -8,7 +8,6 @@ import math
 import re
 
 import pytest
-from builders import cell, record
 from rich.console import Console
 
 from initmem_cli.tables import fitted_tables
@@ -18,6 +17,7 @@ from initmem_core.report.description import description
 from initmem_core.report.memory import build_report
 from initmem_core.sweep.grid import cell_names, plan_sweep
 from initmem_core.tracking.ui_view import view_key, view_state
+from tests.builders import cell, record
 
 
 def test_two_sweeps_with_different_learning_rates_never_share_a_group_label():

@@ -346,9 +346,8 @@ def test_the_issues_acceptance_command_runs_the_fewest_epochs(tmp_path):
 
 @pytest.mark.slow  # a run stopped by a signal, then resumed from its checkpoint
 def test_a_run_whose_epochs_came_from_until_resumes_with_the_same_epochs(tracking_uri, tmp_path):
-    from signal_progress import SignalAtStep
-
     from initmem_core.training.stop_signals import Stopped
+    from tests.signal_progress import SignalAtStep
 
     values = dict(
         TINY,

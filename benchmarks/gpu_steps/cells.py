@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_steps.common import (
+from benchmarks.gpu_steps.common import (
     Context,
     Plan,
     cli_args,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpu_steps.common import Context, Together, run_together
+from benchmarks.gpu_steps.common import Context, Together, run_together
 
 ROUND_S = 25.0  # what a round of cells is expected to take beyond its window (start, warm-up, stop)
 
@@ -68,9 +68,9 @@ class Window:
 
 def worker_throughput(spec: dict[str, Any]) -> None:
     import torch
-    from bench import synchronizer
 
     import initmem_core
+    from benchmarks.bench import synchronizer
 
     window = Window(spec, synchronizer(torch.device(spec["knobs"]["device"])))
     try:

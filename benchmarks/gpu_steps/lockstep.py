@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_steps.common import Context, Together, last_lines, run_together, write_json
+from benchmarks.gpu_steps.common import Context, Together, last_lines, run_together, write_json
 
 SIGMA_RANGE = (0.25, 4.0)  # a sigma group's scales, spread geometrically over the K models
 POOL = 8  # distinct batches cycled through (resident on the device)
@@ -42,9 +42,9 @@ class Trainer:
     def __init__(self, spec: dict[str, Any], models: int, fused: bool, seed: int = 0):
         import torch
         import torch.nn.functional as F
-        from bench import synchronizer
 
-        from gpu_steps.fused import FusedCifarResNet, lockstep_loss
+        from benchmarks.bench import synchronizer
+        from benchmarks.gpu_steps.fused import FusedCifarResNet, lockstep_loss
         from initmem_core.training.setup import use_precision
         from initmem_plugins.architectures.cifar_resnet import CifarResNet
         from initmem_plugins.initializers.fan_in import fan_in_init

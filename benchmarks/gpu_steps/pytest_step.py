@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from gpu_steps.common import ROOT, Context, last_lines
+from benchmarks.gpu_steps.common import ROOT, Context, last_lines
 
 PYTEST_PLUGIN = """\
 import json

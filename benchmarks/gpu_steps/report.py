@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpu_steps import LETTER, NAMES
-from gpu_steps.common import Plan, split_sizes
-from gpu_steps.speed import label
+from benchmarks.gpu_steps import LETTER, NAMES
+from benchmarks.gpu_steps.common import Plan, split_sizes
+from benchmarks.gpu_steps.speed import label
 
 BEGIN = "<!-- gpu_check: begin (written by benchmarks/gpu_check.py; rerun it rather than editing) -->"
 END = "<!-- gpu_check: end -->"
@@ -84,7 +84,7 @@ def section(results: dict[str, Any]) -> str:
         )
     else:
         lines.append(
-            f"Measured by `python benchmarks/gpu_check.py` on **{m.get('gpu')}** (CUDA {m.get('cuda')}, "
+            f"Measured by `python -m benchmarks.gpu_check` on **{m.get('gpu')}** (CUDA {m.get('cuda')}, "
             f"cuDNN {m.get('cudnn')}; host {m['cpu']}, {m['cores']} cores), torch {m['torch']}, "
             f"{results['date']}, commit {results['code'].get('commit') or 'unknown (no git: digests in the JSON)'}; "
             f"the whole check took "

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpu_steps.common import Context, missing_knobs, split_sizes
+from benchmarks.gpu_steps.common import Context, missing_knobs, split_sizes
 
 #: Seconds one configuration is expected to take, eager and compiled (a start needs this much left).
 ESTIMATE_S = {"dry": (4.0, 75.0), "full": (8.0, 60.0)}
@@ -125,9 +125,9 @@ def speed_knobs(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
 
 def measure_speed(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from bench import BareLoop, synchronizer
 
     import initmem_core
+    from benchmarks.bench import BareLoop, synchronizer
     from initmem_core.config import RunConfig
     from initmem_core.training import setup as setup_module
 

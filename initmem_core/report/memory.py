@@ -42,7 +42,7 @@ from initmem_core.report.inference import (
     spread_difference,
 )
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import CLOCKS
+from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCKS
 
 if TYPE_CHECKING:
     from initmem_core.report.verdicts import Finding
@@ -208,10 +208,10 @@ def percentile_interval(samples: Any, level: float = 0.95) -> tuple[float, float
 
 
 def _accuracy(cell: CellRecord) -> float:
-    return 100 * cell.metrics["best_val_test_acc"]
+    return 100 * cell.metrics[BEST_VAL_TEST_ACC]
 
 
-def accuracy_matrix(cells: Iterable[CellRecord], metric: str = "best_val_test_acc") -> AccuracyTable:
+def accuracy_matrix(cells: Iterable[CellRecord], metric: str = BEST_VAL_TEST_ACC) -> AccuracyTable:
     """Accuracy (pp) by sigma and seed of the trained cells that logged ``metric``: what the
     spread is estimated from. A failed cell is simply absent. It carries the cells' per-example
     records (which test examples each got right, where logged) and which test set they score."""
@@ -263,12 +263,12 @@ def _paired(
 ) -> PairedDifference:
     difference = spread_difference(accuracy[a.group], accuracy[b.group])
     theirs = {
-        (c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b if c.trained and "best_val_test_acc" in c.metrics
+        (c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b if c.trained and BEST_VAL_TEST_ACC in c.metrics
     }
     diffs = [
         _accuracy(c) - theirs[(c.config.sigma, c.config.seed)]
         for c in cells_a
-        if c.trained and "best_val_test_acc" in c.metrics and (c.config.sigma, c.config.seed) in theirs
+        if c.trained and BEST_VAL_TEST_ACC in c.metrics and (c.config.sigma, c.config.seed) in theirs
     ]
     needed, why = difference.seeds_needed()
     return PairedDifference(
@@ -291,7 +291,7 @@ def _paired(
 
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     trained = [c for c in cells if c.trained]
-    acc = [_accuracy(c) for c in trained if "best_val_test_acc" in c.metrics]
+    acc = [_accuracy(c) for c in trained if BEST_VAL_TEST_ACC in c.metrics]
     interpolated = [c for c in trained if "tau_interp" in c.metrics]
 
     def mean_of(key: str, among: list[CellRecord] = trained, scale: float = 1.0) -> float:

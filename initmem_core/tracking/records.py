@@ -24,15 +24,18 @@ from initmem_core.vocabulary import (
     ENDED,
     FAILURE_REASON_TAG,
     FINISHED,
+    INIT_COSINE,
     PARENT_ROLE,
     PARENT_TAG,
     ROLE_TAG,
     SWEEP_TAG,
+    TEST_ACC,
+    WEIGHT_NORM,
 )
 
 #: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
 #: memory over training is computed from (report/forgetting.py). One history call each per run.
-HISTORY_METRICS = ("test_acc", "weight_norm", "init_cosine", *CLOCKS)
+HISTORY_METRICS = (TEST_ACC, WEIGHT_NORM, INIT_COSINE, *CLOCKS)
 
 
 @dataclass

@@ -46,11 +46,17 @@ def store_template() -> Path:
 
 
 def _migrate_new(temporary: Path) -> None:
+    _open_with_mlflow(temporary)  # a new file: MLflow runs its whole migration history
+
+
+def _open_with_mlflow(database: Path) -> None:
+    """Open ``database`` as MLflow does (migrating a new file, checking an existing one's schema
+    revision against this MLflow's), then let go of it."""
     from mlflow.tracking import MlflowClient
 
     client = None
     try:
-        client = MlflowClient(tracking_uri=f"sqlite:///{temporary}")
+        client = MlflowClient(tracking_uri=f"sqlite:///{database}")
         client.search_experiments(max_results=1)
     finally:
         if client is not None:
@@ -60,7 +66,8 @@ def _migrate_new(temporary: Path) -> None:
 def _default_experiment_location() -> str:
     """The Default experiment's artifact location as MLflow writes it into a new store created here
     (``_get_sqlalchemy_store`` and ``SqlAlchemyStore._get_artifact_location``): it depends on the
-    working folder."""
+    working folder. It reads a private MLflow name: an ``ImportError`` in a release without it
+    (``_copy_template`` then falls back to MLflow's own migration)."""
     from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
     from mlflow.tracking._tracking_service.utils import _SERVER_ARTIFACT_ROOT_ENV_VAR
@@ -70,31 +77,63 @@ def _default_experiment_location() -> str:
     return str(append_to_uri_path(resolve_uri_if_local(root), SqlAlchemyStore.DEFAULT_EXPERIMENT_ID))
 
 
+def _mlflow_schema_revision() -> str:
+    """The schema revision this MLflow migrates a new store to, and checks every store it opens
+    against: the one head of its alembic scripts (``ValueError`` if they have several)."""
+    import mlflow.store
+    from alembic.script import ScriptDirectory
+
+    [head] = ScriptDirectory(str(Path(mlflow.store.__file__).parent / "db_migrations")).get_heads()
+    return head
+
+
+def _check_empty_mlflow_store(connection: Any) -> None:
+    """``sqlite3.DatabaseError`` unless the template is an empty store at this MLflow's schema
+    revision, holding no run (anything else is a file this MLflow did not leave here)."""
+    import sqlite3
+
+    tables = {row[0] for row in connection.execute("select name from sqlite_master where type = 'table'")}
+    if not {"alembic_version", "experiments", "runs"} <= tables:
+        raise sqlite3.DatabaseError("the template is not an MLflow store")
+    revisions = [row[0] for row in connection.execute("select version_num from alembic_version")]
+    if revisions != [_mlflow_schema_revision()]:
+        raise sqlite3.DatabaseError(f"the template is at schema revision {revisions}, not this MLflow's")
+    if connection.execute("select count(*) from runs").fetchone()[0]:
+        raise sqlite3.DatabaseError("the template holds runs")
+
+
 def _copy_template(temporary: Path) -> bool:
     """A new store at ``temporary`` copied from the template; False (nothing left) if there is none
-    or it cannot be used, and the store is then migrated as MLflow does it."""
+    or it cannot be used (unreadable, damaged, not an empty store at this MLflow's schema
+    revision, or an MLflow without the private name the Default experiment's row needs),
+    and the store is then migrated as MLflow does it."""
     import shutil
     import sqlite3
     import time
 
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from alembic.util.exc import CommandError as AlembicError  # its scripts not where they were
 
     template = store_template()
     if not template.is_file():
         return False
     try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        location = _default_experiment_location()
         shutil.copyfile(template, temporary)
         now = int(time.time() * 1000)
         with contextlib.closing(sqlite3.connect(temporary)) as connection, connection:
+            _check_empty_mlflow_store(connection)
             changed = connection.execute(
                 "update experiments set artifact_location = ?, creation_time = ?, last_update_time = ? "
                 "where experiment_id = ?",
-                (_default_experiment_location(), now, now, int(SqlAlchemyStore.DEFAULT_EXPERIMENT_ID)),
+                (location, now, now, int(SqlAlchemyStore.DEFAULT_EXPERIMENT_ID)),
             ).rowcount
         if changed != 1:
             raise sqlite3.DatabaseError("the template has no Default experiment")
         return True
-    except (OSError, sqlite3.Error):  # an unreadable or damaged template: create the store as MLflow does
+    except (ImportError, AttributeError, ValueError, OSError, sqlite3.Error, AlembicError):
+        # Create the store as MLflow does.
         for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
             with contextlib.suppress(OSError):
                 leftover.unlink(missing_ok=True)
@@ -118,7 +157,10 @@ def _keep_as_template(store: Path) -> None:
 
 
 def _let_go(client: Any) -> None:
-    engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
+    """Close the connections MLflow keeps to the store (MLflow has no public call for it: its
+    client's private ``_tracking_client``; tests/test_store_creation.py checks none stay open)."""
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    engine = getattr(store, "engine", None)
     if engine is not None:
         engine.dispose()
 

@@ -15,17 +15,25 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from initmem_core.vocabulary import GROUP_TAG, KIND_TAG, PARENT_TAG, VIEW_TAG_PREFIX
+from initmem_core.vocabulary import (
+    BEST_VAL_TEST_ACC,
+    GROUP_TAG,
+    KIND_TAG,
+    PARENT_TAG,
+    TAU_INTERP,
+    VIEW_TAG_PREFIX,
+    WEIGHT_NORM_RATIO,
+)
 
 #: The experiment kind (``KIND_TAG``) that makes the UI show the model-training runs table, not the GenAI overview.
 MODEL_TRAINING = "custom_model_development"
 #: What a sweep's view shows, in this order.
 VIEW_PARAMS = ("sigma", "opt", "lr", "batch_size", "seed")
-VIEW_METRICS = ("best_val_test_acc", "tau_interp", "weight_norm_ratio")
-PRIMARY_METRIC = "best_val_test_acc"
+VIEW_METRICS = (BEST_VAL_TEST_ACC, TAU_INTERP, WEIGHT_NORM_RATIO)
+PRIMARY_METRIC = BEST_VAL_TEST_ACC
 #: Metrics every finished run has: the parallel-coordinates chart draws only runs holding all its
 #: metrics, so tau_interp (logged only when a run interpolates) would empty it.
-PARALLEL_METRICS = ("best_val_test_acc", "weight_norm_ratio")
+PARALLEL_METRICS = (BEST_VAL_TEST_ACC, WEIGHT_NORM_RATIO)
 
 
 def view_key(sweep: str) -> str:
@@ -49,7 +57,7 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
             "isGenerated": False,
             "deleted": False,
             "runsCountToCompare": 1000,
-            "displayName": "best_val_test_acc vs sigma",
+            "displayName": f"{BEST_VAL_TEST_ACC} vs sigma",
             "xaxis": {"key": "sigma", "type": "PARAM"},
             "yaxis": {"key": PRIMARY_METRIC, "type": "METRIC"},
         },

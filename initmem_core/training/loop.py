@@ -28,6 +28,7 @@ from initmem_core.training.divergence import Diverged, LossGuard, all_finite
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import NoStop, Stopped, StopRequest
+from initmem_core.vocabulary import LR, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 
 __all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "train"]
 
@@ -99,11 +100,11 @@ def evaluation_row(
     (``train_*_batch``, none at epoch 0), the validation and test splits, each metric plugin's
     numbers, the clocks and the rate."""
     row = {}
-    row["train_loss"], row["train_acc"] = evaluate(setup, "train")
+    row[TRAIN_LOSS], row[TRAIN_ACC] = evaluate(setup, "train")
     if batch_figures is not None:
         row["train_loss_batch"], row["train_acc_batch"] = batch_figures
-    row["val_loss"], row["val_acc"] = evaluate(setup, "val")
-    row["test_loss"], row["test_acc"], test_correct = evaluate_correct(setup, "test")
+    row[VAL_LOSS], row[VAL_ACC] = evaluate(setup, "val")
+    row[TEST_LOSS], row[TEST_ACC], test_correct = evaluate_correct(setup, "test")
     state = EvalState(
         setup.model,
         setup.initial_params,
@@ -120,7 +121,7 @@ def evaluation_row(
         if hasattr(metric, "compute"):
             row.update(metric.compute(state))
     row.update(clocks.as_metrics())
-    row["lr"] = lr
+    row[LR] = lr
     if setup.regularizer is not None:
         with torch.no_grad():
             row["reg_penalty"] = float(setup.regularizer.penalty(*setup.penalized()))

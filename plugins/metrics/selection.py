@@ -6,6 +6,18 @@ Epoch 0 is the initialization, not a training checkpoint, so selection looks at 
 from __future__ import annotations
 
 from initmem_core.config import RunConfig
+from initmem_core.vocabulary import (
+    BEST_VAL_EPOCH,
+    BEST_VAL_LOSS,
+    BEST_VAL_TEST_ACC,
+    FINAL_TEST_ACC,
+    REPAIR_GAP,
+    TAU_INTERP,
+    TEST_ACC,
+    TRAIN_ACC,
+    VAL_ACC,
+    VAL_LOSS,
+)
 
 
 class BestValidationSelection:
@@ -22,7 +34,7 @@ class BestValidationSelection:
         self.test_correct = None  # bool tensor of the best epoch so far
 
     def compute(self, state) -> dict[str, float]:
-        val_loss = state.figures.get("val_loss")
+        val_loss = state.figures.get(VAL_LOSS)
         # The same rule as summarize: lowest val loss over epochs >= 1, the earliest on a tie.
         if (
             state.epoch >= 1
@@ -42,12 +54,12 @@ class BestValidationSelection:
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
         trained = [row for row in history if row["epoch"] >= 1]
-        best = min(trained, key=lambda row: (row["val_loss"], row["epoch"]))
+        best = min(trained, key=lambda row: (row[VAL_LOSS], row["epoch"]))
         return {
-            "best_val_epoch": best["epoch"],
-            "best_val_loss": best["val_loss"],
-            "best_val_test_acc": best["test_acc"],
-            "final_test_acc": trained[-1]["test_acc"],
+            BEST_VAL_EPOCH: best["epoch"],
+            BEST_VAL_LOSS: best[VAL_LOSS],
+            BEST_VAL_TEST_ACC: best[TEST_ACC],
+            FINAL_TEST_ACC: trained[-1][TEST_ACC],
         }
 
 
@@ -67,8 +79,8 @@ class Interpolation:
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
         trained = [row for row in history if row["epoch"] >= 1]
-        reached = [row for row in trained if row["train_acc"] >= self.threshold]
+        reached = [row for row in trained if row[TRAIN_ACC] >= self.threshold]
         if not reached:
             return {}
         first = reached[0]
-        return {"tau_interp": first["epoch"], "repair_gap": trained[-1]["val_acc"] - first["val_acc"]}
+        return {TAU_INTERP: first["epoch"], REPAIR_GAP: trained[-1][VAL_ACC] - first[VAL_ACC]}

@@ -11,8 +11,9 @@ import io
 import torch
 
 from initmem_core.kernels import kernel_parameters
+from initmem_core.vocabulary import WEIGHT_NORMS
 
-COLUMNS = ("weight_norm", "weight_norm_ratio", "init_distance", "init_cosine")
+COLUMNS = WEIGHT_NORMS
 
 
 class WeightNorms:
