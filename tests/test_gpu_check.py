@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from second_lane import nested_pytest
 
 from benchmarks import gpu_check
 from benchmarks.gpu_steps import CHECKS, NAMES
 from benchmarks.gpu_steps.common import DRY, FULL
 from benchmarks.gpu_steps.report import BEGIN, END, write_section
 from tests.blocked_imports import command_without, environment_without
+from tests.long_commands import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -183,16 +183,20 @@ def test_the_blocked_environment_really_lacks_mlflow(tmp_path):
     assert done.returncode == 1 and "ModuleNotFoundError: No module named 'mlflow" in done.stderr
 
 
+def nested_pytest(folder: Path, *args: str) -> list[str]:
+    """``python -m pytest -q ARGS`` with its temporary files under ``folder`` and no cache written."""
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={folder / 't'}", *args]
+
+
 def gpu_marked_without_mlflow(folder: Path) -> list[str]:
     return command_without(
         folder / "blocked", GPU_MACHINE_LACKS, nested_pytest(folder, "-m", "gpu", str(ROOT / "tests"), "-rs")
     )
 
 
-@pytest.mark.slow  # collects the whole suite
-@pytest.mark.second_lane(command=gpu_marked_without_mlflow)
-def test_gpu_marked_tests_collect_and_run_without_mlflow(second_lane_result):
-    done = second_lane_result.done
+@pytest.mark.slow(seconds=60)  # collects the whole suite
+def test_gpu_marked_tests_collect_and_run_without_mlflow(short_tmp):
+    done = run_command(gpu_marked_without_mlflow(short_tmp), short_tmp)
     assert done.returncode == 0, done.stdout[-3000:]
     summary = done.stdout.strip().splitlines()[-1]
     assert "error" not in summary and "failed" not in summary
@@ -207,10 +211,9 @@ def dry_run_without_mlflow(folder: Path) -> list[str]:
     return command_without(folder / "blocked", GPU_MACHINE_LACKS, argv)
 
 
-@pytest.mark.slow  # the script and its dozen processes: minutes on two cores
-@pytest.mark.second_lane(command=dry_run_without_mlflow)
-def test_gpu_check_dry_run_passes_every_step_without_mlflow(second_lane_result):
-    done, folder = second_lane_result.done, second_lane_result.folder
+@pytest.mark.slow(seconds=240)  # the script and its dozen processes: minutes on two cores
+def test_gpu_check_dry_run_passes_every_step_without_mlflow(short_tmp):
+    done, folder = run_command(dry_run_without_mlflow(short_tmp), short_tmp), short_tmp
     docs, out = folder / "PERFORMANCE.md", folder / "out"
     real_docs = DOCS.read_bytes()
     assert done.returncode == 0, done.stderr[-3000:]

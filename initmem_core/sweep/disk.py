@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from initmem_core.config import RunConfig
+from initmem_core.sweep.clean import human_size
 from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
 from initmem_core.vocabulary import ADAPTIVE_FAMILY
 
@@ -84,8 +85,6 @@ def estimate_disk(cells: Sequence[RunConfig], registry: Any, workers: int = 1) -
 
 def disk_text(estimate: DiskEstimate) -> str:
     """One line for ``--dry-run``."""
-    from initmem_core.sweep.clean import human_size
-
     return (
         f"disk: checkpoints about {human_size(estimate.kept)} kept once done, at most "
         f"{human_size(estimate.peak)} while {estimate.workers} cell(s) run; final weights in the "
