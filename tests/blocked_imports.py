@@ -30,13 +30,15 @@ def environment_without(folder: Path, *modules: str) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(blocked=sorted(modules)))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    # The tree on the path too, as the device's command puts it (PYTHONPATH=$PWD): benchmarks.* imports.
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), root, env.get("PYTHONPATH")]))
     env.pop("INITMEM_LOAD_PLUGINS", None)
     return env
 
 
 def command_without(folder: Path, modules: tuple[str, ...], argv: list[str]) -> list[str]:
     """``argv`` run through ``env`` with ``environment_without(folder, *modules)``'s PYTHONPATH: for
-    commands started by others (the second lane) with the session's own environment."""
+    commands started with the session's own environment."""
     env = environment_without(folder, *modules)
     return ["env", f"PYTHONPATH={env['PYTHONPATH']}", *argv]

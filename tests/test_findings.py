@@ -251,3 +251,8 @@ def test_the_effective_step_claim_compares_plain_and_matched_sgd_only():
     assert sgd_remembers_more_than_adaptive(
         read_sweep(records(world(matched=matched_flat, adam=FLAT_ADAM)))
     ).verdict == (NOT_EVALUATED)
+
+
+def test_a_one_seed_sweep_cannot_be_decided():
+    found = sgd_remembers_more_than_adaptive(read_sweep(records(world(sgd=SGD_FOUR, adam=FLAT_ADAM), seeds=1)))
+    assert found.verdict == CANNOT_DECIDE, found.measured

@@ -34,6 +34,7 @@ would need (``Finding.needs``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -51,7 +52,7 @@ from initmem_core.report.claim_groups import (
     read_sweep,
     settings,
 )
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, spread_difference
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, measured_sigmas, spread_difference
 from initmem_core.report.memory import percentile_interval
 from initmem_core.report.render import interval
 from initmem_core.report.verdicts import (
@@ -98,8 +99,13 @@ def scaled(accuracy: Matrix, factor: float) -> Matrix:
 
 
 def difference(label: str, a: Matrix, b: Matrix) -> Quantity:
-    """The debiased spread of ``a`` minus that of ``b`` over the sigmas both measured."""
-    return from_difference(label, spread_difference(a, b))
+    """The debiased spread of ``a`` minus that of ``b`` over the sigmas both measured. Fewer than two
+    shared sigmas because sigmas were left out for too few trained runs (a one-seed sweep) is too few
+    seeds, not groups that measured different sigmas."""
+    found = from_difference(label, spread_difference(a, b))
+    if not found.decided and (measured_sigmas(a)[1] or measured_sigmas(b)[1]):
+        found = dataclasses.replace(found, too_few_seeds=True)
+    return found
 
 
 def quantity_text(q: Quantity, spec: str = "+.2f") -> str:

@@ -87,6 +87,7 @@ class Quantity:
 
 def from_difference(label: str, difference: SpreadDifference, unit: str = "pp") -> Quantity:
     """A difference of debiased spreads (a − b), claimed above zero."""
+    too_few = "too few seeds" in difference.reason
     return Quantity(
         label,
         difference.estimate,
@@ -95,7 +96,7 @@ def from_difference(label: str, difference: SpreadDifference, unit: str = "pp") 
         unit,
         difference.interval_for,
         difference.reason,
-        "too few seeds" in difference.reason,
+        too_few,
         difference.interval_at if difference.decided else None,
     )
 
