@@ -649,12 +649,19 @@ def population_coverage(rng, sweeps: int, model: SharedTestSet, seeds: int, labe
     )
 
 
-def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
+def shared_rates(
+    rng, sweeps: int, truths, seeds: int, model: SharedTestSet, claim: str = FIRST_CLAIM
+) -> tuple[float, float]:
+    """Shares of sweeps on one shared test set (``shared_test_sweep``) reproducing and contradicting ``claim``."""
     counts: dict[str, int] = {}
     for _ in range(sweeps):
-        verdict = claim_verdict(shared_test_sweep(rng, IDENTICAL, seeds, model))
+        verdict = claim_verdict(shared_test_sweep(rng, truths, seeds, model), claim)
         counts[verdict] = counts.get(verdict, 0) + 1
-    r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    return counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+
+
+def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
+    r, c = shared_rates(rng, sweeps, IDENTICAL, seeds, model)
     return Row(
         "identical groups (population), one test set: a verdict",
         model.name,
@@ -756,12 +763,7 @@ FORGET_TRUTHS = {
 def forget_check(rng, sweeps: int, claim: str, model: SharedTestSet, seeds: int, truth: str) -> Row:
     base, other = FORGET_CLAIMS[claim]
     values, what, target = FORGET_TRUTHS[truth]
-    truths = {base: on(SIGMAS, EIGHT_PP), other: on(SIGMAS, values)}
-    counts: dict[str, int] = {}
-    for _ in range(sweeps):
-        verdict = claim_verdict(shared_test_sweep(rng, truths, seeds, model), claim)
-        counts[verdict] = counts.get(verdict, 0) + 1
-    r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    r, c = shared_rates(rng, sweeps, {base: on(SIGMAS, EIGHT_PP), other: on(SIGMAS, values)}, seeds, model, claim)
     measured = r + c if what == "a verdict" else r
     return Row(
         f"{claim}, {truth}: {what}",
@@ -782,11 +784,7 @@ def two_architectures_null(rng, sweeps: int, model: SharedTestSet, seeds: int) -
         "sgd-r56": on(SIGMAS, FLAT),
         "adam-r56": on(SIGMAS, FLAT),
     }
-    counts: dict[str, int] = {}
-    for _ in range(sweeps):
-        verdict = claim_verdict(shared_test_sweep(rng, truths, seeds, model))
-        counts[verdict] = counts.get(verdict, 0) + 1
-    r, c = counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    r, c = shared_rates(rng, sweeps, truths, seeds, model)
     return Row(
         "two architectures, SGD and Adam alike within each: a verdict on the first claim",
         model.name,
