@@ -19,10 +19,11 @@ suffices. A clock within ``TOLERANCE`` (relative) below its target has reached i
 equal steps can land one rounding short of the exact value.
 
 The step rule a run follows is its plan's (``training.plan.RunPlan.rule``, derived once from the
-config and the optimizer's declarations). ``resolve_until`` applies ``--until`` to a plan once the training set's size is known (the run's
-setup calls it before it builds the optimizer and the schedule); ``plan_horizons`` does it for a
-sweep's cells before anything runs (``initmem sweep --dry-run`` prints it). Nothing here imports
-torch; ``training_set_size`` builds the dataset through its plugin, which may.
+config and the optimizer's declarations). ``resolve_until`` applies ``--until`` to a plan once the
+training set's size is known (the run's setup calls it before it builds the optimizer and the
+schedule); ``plan_horizons`` does it for a sweep's cells before anything runs (``initmem sweep
+--dry-run`` prints it). Nothing here imports torch; ``training_set_size`` builds the dataset
+through its plugin, which may.
 """
 
 from __future__ import annotations
