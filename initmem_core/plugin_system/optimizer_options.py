@@ -4,7 +4,9 @@ An optimizer plugin registers ``defaults={"lr": ..., "betas": (0.9, 0.999), ...}
 ``--lr`` left unset (0) means, every other key is an option ``--opt-arg`` may set, and its default
 value gives the type a command-line value is read as. ``resolve_config`` runs ``config.validate``
 and then ``resolve``, so the config that is hashed, logged and built already holds the resolved
-``lr`` and the options in one canonical spelling. Imports no torch (a family's defaults may, when read).
+``lr`` and the options in one canonical spelling. A run reads them from its plan
+(``training.plan.plan_run``, through ``resolved_for`` and ``typed_options``). Imports no torch
+(a family's defaults may, when read).
 """
 
 from __future__ import annotations
@@ -80,11 +82,6 @@ def render(value: Any) -> str:
     return str(value)
 
 
-def declared(config: RunConfig, registry: Registry) -> dict[str, Any]:
-    spec, variant = registry.lookup("optimizer", config.opt)
-    return spec.declared_defaults(variant)
-
-
 def typed_options(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Every option of the run's optimizer, typed: its ``defaults`` (as it declares them), then
     the ``--opt-arg``s."""
@@ -98,16 +95,6 @@ def typed_given(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any
     given = split_opt_args(config.opt_arg)
     _check_keys(config.opt, given, defaults)
     return {key: coerce_option(key, text, defaults[key]) for key, text in given.items()}
-
-
-def options(config: RunConfig, registry: Registry) -> dict[str, Any]:
-    """Every option of the run's optimizer, typed (a run reads them from ``training.plan.RunPlan``)."""
-    return typed_options(config, declared(config, registry))
-
-
-def given_options(config: RunConfig, registry: Registry) -> dict[str, Any]:
-    """Only the options ``--opt-arg`` set, typed (a family such as ``timm:*`` passes just these)."""
-    return typed_given(config, declared(config, registry))
 
 
 def _check_keys(opt: str, given: dict[str, str], defaults: Mapping[str, Any]) -> None:

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from initmem_core.config import RunConfig, validate
 from initmem_core.errors import ConfigError
@@ -24,6 +24,9 @@ from initmem_core.kinds import KINDS
 from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention, effective_step
+
+if TYPE_CHECKING:  # the plan is made before torch is imported (the CLI plans sweeps without it)
+    import torch
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class RunPlan:
     def with_epochs(self, epochs: int) -> RunPlan:
         return dataclasses.replace(self, config=self.config.replace(epochs=int(epochs)))
 
-    def built_clock(self, optimizer: Any) -> str:
+    def built_clock(self, optimizer: torch.optim.Optimizer) -> str:
         """The convention the built ``optimizer`` counts (``initmem_clock``, when it records one,
         else the declared one). With ``--until`` its epochs were planned with ``rule``: an
         optimizer that steps otherwise than it declares cannot be planned (``ConfigError``)."""
