@@ -76,7 +76,7 @@ class RunPlan:
         return self.components["optimizer"]
 
     def with_epochs(self, epochs: int) -> RunPlan:
-        return dataclasses.replace(self, config=self.config.replace(epochs=int(epochs)))
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, epochs=int(epochs)))
 
     def built_clock(self, optimizer: torch.optim.Optimizer) -> str:
         """The convention the built ``optimizer`` counts (``initmem_clock``, when it records one,
