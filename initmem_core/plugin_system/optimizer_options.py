@@ -4,16 +4,19 @@ An optimizer plugin registers ``defaults={"lr": ..., "betas": (0.9, 0.999), ...}
 ``--lr`` left unset (0) means, every other key is an option ``--opt-arg`` may set, and its default
 value gives the type a command-line value is read as. ``resolve_config`` runs ``config.validate``
 and then ``resolve``, so the config that is hashed, logged and built already holds the resolved
-``lr`` and the options in one canonical spelling. Imports no torch (a family's defaults may, when read).
+``lr`` and the options in one canonical spelling. A run reads them from its plan
+(``training.plan.plan_run``, through ``resolved_for`` and ``typed_options``). Imports no torch
+(a family's defaults may, when read).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from initmem_core.config import RunConfig, validate
 from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.plugin_system.registry import ComponentSpec, Registry
 
 #: The rate of an optimizer that declares none (the old global default of ``--lr``).
 FALLBACK_LR = 0.05
@@ -79,30 +82,22 @@ def render(value: Any) -> str:
     return str(value)
 
 
-def declared(config: Any, registry: Any) -> dict[str, Any]:
-    spec, variant = registry.lookup("optimizer", config.opt)
-    return spec.declared_defaults(variant)
-
-
-def options(config: Any, registry: Any) -> dict[str, Any]:
-    """Every option of the run's optimizer, typed: its declared defaults, then the ``--opt-arg``s."""
-    defaults = declared(config, registry)
-    given = split_opt_args(config.opt_arg)
-    _check_keys(config.opt, given, defaults)
+def typed_options(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Every option of the run's optimizer, typed: its ``defaults`` (as it declares them), then
+    the ``--opt-arg``s."""
     merged = {key: value for key, value in defaults.items() if key != "lr"}
-    merged.update({key: coerce_option(key, text, defaults[key]) for key, text in given.items()})
+    merged.update(typed_given(config, defaults))
     return merged
 
 
-def given_options(config: Any, registry: Any) -> dict[str, Any]:
-    """Only the options ``--opt-arg`` set, typed (a family such as ``timm:*`` passes just these)."""
-    defaults = declared(config, registry)
+def typed_given(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Only the options ``--opt-arg`` set, typed against the optimizer's declared ``defaults``."""
     given = split_opt_args(config.opt_arg)
     _check_keys(config.opt, given, defaults)
     return {key: coerce_option(key, text, defaults[key]) for key, text in given.items()}
 
 
-def _check_keys(opt: str, given: dict[str, str], defaults: dict[str, Any]) -> None:
+def _check_keys(opt: str, given: dict[str, str], defaults: Mapping[str, Any]) -> None:
     valid = sorted(key for key in defaults if key != "lr")
     for key in given:
         if key == "lr":
@@ -120,15 +115,19 @@ def not_sgd_family(opt: str, built: str) -> ConfigError:
     )
 
 
-def resolve(config: Any, registry: Any) -> Any:
+def resolve(config: RunConfig, registry: Registry) -> RunConfig:
+    """``config`` with its optimizer's settings resolved (``resolved_for``)."""
+    spec, variant = registry.lookup("optimizer", config.opt)
+    return resolved_for(config, spec, spec.declared_defaults(variant))
+
+
+def resolved_for(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, Any]) -> RunConfig:
     """``config`` with ``lr`` = the optimizer's declared default when unset (0) and the
     ``--opt-arg``s checked, typed and spelled canonically (sorted ``key=value``, without those
-    equal to the declared default)."""
-    spec = registry.lookup("optimizer", config.opt)[0]
+    equal to the declared default). ``spec``: the optimizer's; ``defaults``: what it declares."""
     if config.lr_match_sigma and spec.clock == "lr":  # a step normalised, or averaged: not SGD's (a family: when built)
         raise not_sgd_family(config.opt, "normalises or averages its step")
-    defaults = declared(config, registry)
-    typed = given_options(config, registry)
+    typed = typed_given(config, defaults)
     # A value equal to the declared default changes nothing, so it leaves the hash alone too.
     canonical = tuple(f"{key}={render(value)}" for key, value in sorted(typed.items()) if value != defaults[key])
     lr = config.lr or float(defaults.get("lr", FALLBACK_LR))
@@ -137,7 +136,7 @@ def resolve(config: Any, registry: Any) -> Any:
     return config.replace(lr=lr, opt_arg=canonical)
 
 
-def resolve_config(config: RunConfig, registry: Any = None) -> RunConfig:
+def resolve_config(config: RunConfig, registry: Registry | None = None) -> RunConfig:
     """The config to run: every value checked (``config.validate``) and, with a registry, every
     component name, and the optimizer's settings resolved (``resolve``: ``lr`` 0 is its declared
     default; ``--opt-arg``s checked against what it declares). Use the return value."""

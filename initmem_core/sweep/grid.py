@@ -30,6 +30,7 @@ from initmem_core.config import (
     from_mapping,
     load_toml,
     unknown_key_error,
+    validate,
 )
 from initmem_core.config import (
     _short as short_number,
@@ -37,8 +38,9 @@ from initmem_core.config import (
 from initmem_core.errors import ConfigError
 from initmem_core.groups import WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
 from initmem_core.kinds import flag_for
-from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.records import check_sweep_name
+from initmem_core.training.plan import plan_run
 
 
 def parse_range(name: str, text: str) -> tuple[Any, ...]:
@@ -196,7 +198,7 @@ def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
     return names + [n for n in ("seed", "sigma") if n in axes]
 
 
-def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
+def expand(spec: SweepSpec, registry: Registry | None = None) -> list[RunConfig]:
     """Every cell of the grid as a validated ``RunConfig``; any bad value raises ``ConfigError``."""
     cells, seen = [], set()
     for axes in spec.group_axes():
@@ -204,7 +206,8 @@ def expand(spec: SweepSpec, registry: Any = None) -> list[RunConfig]:
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:
-                config = resolve_config(config, registry)  # the lr a cell runs with is in its hash
+                # The lr a cell runs with is in its hash: its plan's config (training.plan) holds it.
+                config = plan_run(config, registry).config if registry is not None else validate(config)
             except ConfigError as error:
                 varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
                 raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
@@ -318,7 +321,7 @@ def plan_sweep(
     *,
     name: str | None = None,
     out: str | Path | None = None,
-    registry: Any = None,
+    registry: Registry | None = None,
 ) -> SweepPlan:
     """Expand and validate the grid (``ConfigError`` for any bad value or name), and settle the
     sweep's name (given, the file's, or generated from the grid) and output folder."""

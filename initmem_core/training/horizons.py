@@ -18,10 +18,12 @@ schedule (a longer cosine decays more slowly), so doubling, then interpolating a
 suffices. A clock within ``TOLERANCE`` (relative) below its target has reached it: a float sum of
 equal steps can land one rounding short of the exact value.
 
-``resolve_until`` applies ``--until`` to a config once the training set's size is known (the run's
-setup calls it before it builds the optimizer and the schedule); ``plan_horizons`` does it for a
-sweep's cells before anything runs (``initmem sweep --dry-run`` prints it). Nothing here imports
-torch; ``training_set_size`` builds the dataset through its plugin, which may.
+The step rule a run follows is its plan's (``training.plan.RunPlan.rule``, derived once from the
+config and the optimizer's declarations). ``resolve_until`` applies ``--until`` to a plan once the
+training set's size is known (the run's setup calls it before it builds the optimizer and the
+schedule); ``plan_horizons`` does it for a sweep's cells before anything runs (``initmem sweep
+--dry-run`` prints it). Nothing here imports torch; ``training_set_size`` builds the dataset
+through its plugin, which may.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, parse_until
+from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, RunConfig, parse_until
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system import optimizer_options
-from initmem_core.training.clocks import DEFAULT_CONVENTION, ForgettingClocks, check_convention, effective_step
+from initmem_core.plugin_system.registry import Registry
+from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.plan import RunPlan, StepRule, plan_run
 from initmem_core.training.schedules import lr_multiplier, warmup_steps
 from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 
@@ -58,57 +61,10 @@ def epoch_batches(n_train: int, batch_size: int) -> tuple[int, ...]:
     return (int(batch_size),) * full + ((rest,) if rest else ())
 
 
-@dataclass(frozen=True)
-class StepRule:
-    """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
-    it shrinks the weights: what ``training.clocks`` reads off the optimizer's first param group."""
-
-    lr: float  # the peak rate (the param group's initial lr)
-    convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
-    momentum: float = 0.0
-    dampening: float = 0.0
-    shrink: float = 0.0  # lambda = --l2 (when its regularizer is built) + --weight-decay
-
-    def eta(self, multiplier: float) -> float:
-        """The effective step at schedule multiplier ``multiplier``, computed as the loop does
-        (the scheduler sets ``lr * multiplier``; ``effective_step`` reads it from the group)."""
-        group = {"lr": self.lr * multiplier, "momentum": self.momentum, "dampening": self.dampening}
-        return effective_step(group, self.convention)
-
-
-def declared_rule(config: Any, registry: Any) -> StepRule:
-    """The ``StepRule`` a run of ``config`` will follow, from its optimizer's declared clock
-    convention and settings, before the optimizer is built (``check_built_rule`` confirms it
-    against the built one). ``config``: validated (``lr`` resolved)."""
-    spec, variant = registry.lookup("optimizer", config.opt)
-    convention = check_convention(spec.declared_clock(variant) or DEFAULT_CONVENTION, config.opt)
-    momentum = float(config.momentum)
-    dampening = float(optimizer_options.options(config, registry).get("dampening", 0.0) or 0.0) if momentum else 0.0
-    shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay
-    return StepRule(float(config.lr), convention, momentum, dampening, shrink)
-
-
-def built_rule(group: dict[str, Any], convention: str, shrink: float) -> StepRule:
-    """The ``StepRule`` of a built optimizer whose first param group is ``group``."""
-    return StepRule(
-        float(group.get("initial_lr", group["lr"])),
-        convention,
-        float(group.get("momentum", 0.0) or 0.0),
-        float(group.get("dampening", 0.0) or 0.0),
-        shrink,
-    )
-
-
-def check_built_rule(config: Any, planned: StepRule, built: StepRule) -> None:
-    """``--until`` planned the epochs with ``planned``; the optimizer as built counts ``built``.
-    They agree for every built-in optimizer; a plugin whose built optimizer steps otherwise than
-    it declares (a ``timm:*`` optimizer given ``--momentum``, say) cannot be planned."""
-    if (planned.eta(1.0), planned.shrink) != (built.eta(1.0), built.shrink):  # conventions may differ and agree
-        raise ConfigError(
-            f"--until {config.until}: optimizer {config.opt} as built counts an effective step of "
-            f"{built.eta(1.0):g} ({built.convention} convention), not the {planned.eta(1.0):g} ({planned.convention}) "
-            "its declared settings give, so its epochs cannot be planned; set --epochs instead of --until"
-        )
+def declared_rule(config: RunConfig, registry: Registry) -> StepRule:
+    """The ``StepRule`` a run of ``config`` will follow, as its plan holds it (``training.plan``:
+    the rule's one owner), before the optimizer is built."""
+    return plan_run(config, registry).rule
 
 
 @dataclass(frozen=True)
@@ -122,7 +78,7 @@ class Schedule:
     lr_gamma: float = 0.1
 
     @classmethod
-    def of(cls, config: Any) -> Schedule:
+    def of(cls, config: RunConfig) -> Schedule:
         return cls(
             config.schedule,
             int(config.epochs),
@@ -300,7 +256,7 @@ class Horizon:
     until: tuple[str, float] | None = None
 
 
-def horizon(config: Any, n_train: int, rule: StepRule) -> Horizon:
+def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
     """The epochs ``config`` trains on a training set of ``n_train`` examples and its final clocks:
     ``--epochs``, or with ``--until`` the fewest epochs whose final clock reaches the target, with
     ``--epochs`` as the cap. ``ConfigError`` (one line: the clock reached at the cap, the epochs
@@ -340,7 +296,7 @@ def horizon(config: Any, n_train: int, rule: StepRule) -> Horizon:
     )
 
 
-def _how_to_grow(clock: str, config: Any) -> str:
+def _how_to_grow(clock: str, config: RunConfig) -> str:
     if clock == CLOCK_L2 and config.l2 == 0 and config.weight_decay == 0:
         return "set --l2 or --weight-decay above 0 (T_L2 counts lambda * sum eta)"
     if config.schedule == "step":
@@ -348,24 +304,24 @@ def _how_to_grow(clock: str, config: Any) -> str:
     return "raise --lr or lower the target"
 
 
-def resolve_until(config: Any, n_train: int, rule: StepRule) -> Any:
-    """``config`` with ``epochs`` set by its ``--until`` target (unchanged without one)."""
-    if not config.until:
-        return config
-    return dataclasses.replace(config, epochs=horizon(config, n_train, rule).epochs)
+def resolve_until(plan: RunPlan, n_train: int) -> RunPlan:
+    """``plan`` with its config's ``epochs`` set by its ``--until`` target (unchanged without one)."""
+    if not plan.config.until:
+        return plan
+    return plan.with_epochs(horizon(plan.config, n_train, plan.rule).epochs)
 
 
 # -- a sweep's horizons, before it runs ---------------------------------------------------------
 
 
-def training_set_size(config: Any, registry: Any) -> int:
+def training_set_size(config: RunConfig, registry: Registry) -> int:
     """How many training examples a run of ``config`` trains on: its dataset, built through the
     dataset plugin (``--train-size`` applied), counted."""
     return len(registry.build("dataset", config.data, config=config).train_y)
 
 
 def plan_horizons(
-    configs: Sequence[Any], registry: Any, *, required_only: bool = False, names: Sequence[str] | None = None
+    configs: Sequence[RunConfig], registry: Registry, *, required_only: bool = False, names: Sequence[str] | None = None
 ) -> list[Horizon | None]:
     """Each config's ``Horizon`` (validated configs, as a sweep plan holds them), each dataset
     built once. A config whose dataset cannot be read gets ``None``, unless it has an ``--until``

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, Diverged, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
 from initmem_core.tracking.locks import lock_holder
@@ -48,6 +47,7 @@ from initmem_core.tracking.writing import to_json
 from initmem_core.training.checkpoint_format import header
 from initmem_core.training.checkpoint_store import CheckpointStore, default_root
 from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import resume_candidates
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
@@ -235,7 +235,8 @@ def run(
         config = config.replace(**overrides) if overrides else config
     else:
         config = from_mapping({**dict(config or {}), **overrides})
-    config = resolve_config(config, registry)  # resolves the optimizer's lr and --opt-arg
+    plan = plan_run(config, registry)  # checks the config, resolves the optimizer's lr and --opt-arg
+    config = plan.config
     _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
     owned = tracker is None
     # A sweep holds its cells' leases itself (and passes the tracker); anyone else takes one here.
@@ -248,7 +249,7 @@ def run(
             with _setup_out_of_the_collectors_way(freeze):
                 from initmem_core.training.setup import build_setup  # lazy: imports torch, while the helper starts
 
-                setup = build_setup(config, registry)
+                setup = build_setup(plan)
             return _train_tracked(config, setup, tracker, tags, progress, resume)
         finally:
             if freeze:

@@ -16,14 +16,13 @@ import torch
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
-from initmem_core.kinds import KINDS
-from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
-from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention
+from initmem_core.training.clocks import DEFAULT_CONVENTION
 from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
+from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.precision import use_precision
 from initmem_core.training.schedules import build_scheduler
 
@@ -155,17 +154,23 @@ def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBund
     return dataclasses.replace(bundle, **changes) if changes else bundle
 
 
-def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
-    """Build data, model, initialization, optimizer, schedule, regularizer and metrics. With
-    ``--until``, the setup's config holds the epochs the target set (``training.horizons``)."""
+def build_setup(plan: RunPlan | RunConfig, registry: Registry | None = None) -> TrainingSetup:
+    """Build data, model, initialization, optimizer, schedule, regularizer and metrics from a run's
+    plan (``training.plan``; a config and its registry are planned first). With ``--until``, the
+    setup's config holds the epochs the target set (``training.horizons``)."""
+    if isinstance(plan, RunConfig):
+        if registry is None:
+            raise TypeError("build_setup(config, registry): a config needs its registry to be planned")
+        plan = plan_run(plan, registry)
     prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
-    config = optimizer_options.resolve(config, registry)  # a caller that skipped resolve_config gets the declared lr
+    config = plan.config
     if config.threads:
         torch.set_num_threads(config.threads)
     device = use_device(resolve_device(config.device))
     use_determinism(config.deterministic, device)
     use_precision(config.tf32)
-    dataset = eval_subset(registry.build("dataset", config.data, config=config), config.eval_size, config.data_seed)
+    component = plan.components
+    dataset = eval_subset(component["dataset"].build(config=config), config.eval_size, config.data_seed)
     if config.data_dir and dataset.reads_files is False:
         raise ConfigError(
             f"--data-dir: dataset {config.data} reads no files (it is generated or bundled), "
@@ -179,43 +184,27 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
         )
     # --until: the epochs follow from the data's size, so they are settled here, before the
     # optimizer and the schedule (a cosine spans the run) are built from the config.
-    planned = None
-    if config.until:
-        planned = horizons.declared_rule(config, registry)
-        config = horizons.resolve_until(config, n_train, planned)
+    plan = horizons.resolve_until(plan, n_train)
+    config = plan.config
 
     # The architecture's own init draws from the global RNG: seed it so that draw is the
     # paired Z of this seed (scaled-default relies on it), whatever sigma is.
     torch.manual_seed(config.seed)
-    model = registry.build(
-        "architecture",
-        config.arch,
+    model = component["architecture"].build(
         in_channels=dataset.in_channels,
         num_classes=dataset.num_classes,
         image_size=dataset.image_size,
     )
     init_generator = torch.Generator().manual_seed(seed_for(config.seed, "init"))
-    registry.build("initializer", config.init, model=model, sigma=config.sigma, generator=init_generator)
+    component["initializer"].build(model=model, sigma=config.sigma, generator=init_generator)
     model.to(device, memory_format=torch.channels_last if config.channels_last else torch.contiguous_format)
     initial_params = {name: p.detach().clone() for name, p in model.named_parameters()}
 
-    optimizer = registry.build(
-        "optimizer", config.opt, model=model, config=config, options=optimizer_options.options(config, registry)
-    )
+    optimizer = plan.optimizer.build(model=model, config=config, options=dict(plan.options))
     if config.lr_match_sigma:  # before the scheduler, which takes each group's rate as its base
         groups = match_effective_step(optimizer, model, config)
         optimizer.initmem_param_groups = {**getattr(optimizer, "initmem_param_groups", {}), **groups}
-    optimizer_spec, optimizer_variant = registry.lookup("optimizer", config.opt)
-    clock = check_convention(
-        getattr(optimizer, "initmem_clock", None)
-        or optimizer_spec.declared_clock(optimizer_variant)
-        or DEFAULT_CONVENTION,
-        config.opt,
-    )
-    if planned is not None:
-        horizons.check_built_rule(
-            config, planned, horizons.built_rule(optimizer.param_groups[0], clock, planned.shrink)
-        )
+    clock = plan.built_clock(optimizer)
     train_loader, eval_loaders = make_loaders(
         dataset,
         config,
@@ -224,13 +213,10 @@ def build_setup(config: RunConfig, registry: Registry) -> TrainingSetup:
         subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")),
     )
     scheduler = build_scheduler(optimizer, config, len(train_loader))
-    regularizer = registry.build("regularizer", config.reg, coefficient=config.l2) if config.l2 > 0 else None
+    regularizer = component["regularizer"].build(coefficient=config.l2) if config.l2 > 0 else None
     # The metrics every run computes (registered with default=True), then the config's own.
-    metric_names = list(dict.fromkeys([*registry.defaults("metric"), *config.metrics]))
-    metrics = {name: registry.build("metric", name, config=config) for name in metric_names}
-    components = {
-        kind.name: registry.lookup(kind.name, getattr(config, kind.field))[0] for kind in KINDS if not kind.many
-    }
+    metrics = {name: metric.build(config=config) for name, metric in plan.metrics.items()}
+    components = {kind: found.spec for kind, found in component.items()}
     return TrainingSetup(
         config,
         device,

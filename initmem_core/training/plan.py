@@ -1,0 +1,139 @@
+"""A run's plan: everything a run derives from its config and the registry, worked out once.
+
+``plan_run(config, registry)`` checks the config (``config.validate``), looks each component it
+names up once (and the metrics every run computes), resolves the optimizer's settings (its
+declared ``lr`` and canonical ``--opt-arg``s, as ``optimizer_options.resolved_for`` spells them),
+types its options and settles its clock convention and ``StepRule``: how a scheduled rate
+becomes the clocks' effective step. The setup, the runner and ``training.horizons`` read the
+``RunPlan``; none looks the config up in the registry again. ``--until``'s epochs need the
+training set's size: ``horizons.resolve_until(plan, n_train)`` returns the plan with them.
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from initmem_core.config import RunConfig, validate
+from initmem_core.errors import ConfigError
+from initmem_core.kinds import KINDS
+from initmem_core.plugin_system import optimizer_options
+from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention, effective_step
+
+if TYPE_CHECKING:  # the plan is made before torch is imported (the CLI plans sweeps without it)
+    import torch
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
+    it shrinks the weights: what ``training.clocks`` reads off the optimizer's first param group."""
+
+    lr: float  # the peak rate (the param group's initial lr)
+    convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
+    momentum: float = 0.0
+    dampening: float = 0.0
+    shrink: float = 0.0  # lambda = --l2 (when its regularizer is built) + --weight-decay
+
+    def eta(self, multiplier: float) -> float:
+        """The effective step at schedule multiplier ``multiplier``, computed as the loop does
+        (the scheduler sets ``lr * multiplier``; ``effective_step`` reads it from the group)."""
+        group = {"lr": self.lr * multiplier, "momentum": self.momentum, "dampening": self.dampening}
+        return effective_step(group, self.convention)
+
+
+@dataclass(frozen=True)
+class Component:
+    """A component the run builds: its spec and, for a family such as ``timm:*``, the variant."""
+
+    spec: ComponentSpec
+    variant: str | None
+
+    def build(self, **kwargs: Any) -> Any:
+        return self.spec.build(self.variant, **kwargs)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run of ``config`` is, before anything is built. ``config``: validated, with the
+    optimizer's ``lr`` and ``--opt-arg``s resolved (what is hashed and logged); after
+    ``horizons.resolve_until`` its ``epochs`` are those the ``--until`` target set."""
+
+    config: RunConfig
+    components: Mapping[str, Component]  # kind -> the one component of that kind the config names
+    metrics: Mapping[str, Component]  # the metrics every run computes, then the config's own, in order
+    options: Mapping[str, Any]  # the optimizer's options, typed: declared defaults, then --opt-arg
+    clock: str  # the optimizer's declared clock convention (training.clocks)
+    rule: StepRule  # how its steps count on the clocks, as declared
+
+    @property
+    def optimizer(self) -> Component:
+        return self.components["optimizer"]
+
+    def with_epochs(self, epochs: int) -> RunPlan:
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, epochs=int(epochs)))
+
+    def built_clock(self, optimizer: torch.optim.Optimizer) -> str:
+        """The convention the built ``optimizer`` counts (``initmem_clock``, when it records one,
+        else the declared one). With ``--until`` its epochs were planned with ``rule``: an
+        optimizer that steps otherwise than it declares cannot be planned (``ConfigError``)."""
+        clock = check_convention(getattr(optimizer, "initmem_clock", None) or self.clock, self.config.opt)
+        if self.config.until:
+            group = optimizer.param_groups[0]
+            built = StepRule(
+                float(group.get("initial_lr", group["lr"])),
+                clock,
+                float(group.get("momentum", 0.0) or 0.0),
+                float(group.get("dampening", 0.0) or 0.0),
+                self.rule.shrink,
+            )
+            planned = self.rule
+            if (planned.eta(1.0), planned.shrink) != (built.eta(1.0), built.shrink):  # conventions may agree
+                raise ConfigError(
+                    f"--until {self.config.until}: optimizer {self.config.opt} as built counts an effective step of "
+                    f"{built.eta(1.0):g} ({built.convention} convention), not the {planned.eta(1.0):g} "
+                    f"({planned.convention}) its declared settings give, so its epochs cannot be planned; "
+                    "set --epochs instead of --until"
+                )
+        return clock
+
+
+def plan_run(config: RunConfig, registry: Registry) -> RunPlan:
+    """The ``RunPlan`` of ``config``: every value checked, every component looked up once (an
+    unknown name raises as ``config.validate`` would), the optimizer's settings resolved."""
+    config = validate(config)
+    components: dict[str, Component] = {}
+    named: dict[str, Component] = {}
+    for kind in KINDS:  # the order validate checks them in: the same error for the same config
+        value = getattr(config, kind.field)
+        for name in value if kind.many else (value,):
+            found = Component(*registry.lookup(kind.name, name))
+            if kind.many:
+                named[name] = found
+            else:
+                components[kind.name] = found
+    metrics = {
+        name: named[name] if name in named else Component(*registry.lookup("metric", name))
+        for name in dict.fromkeys([*registry.defaults("metric"), *config.metrics])
+    }
+    optimizer = components["optimizer"]
+    defaults = optimizer.spec.declared_defaults(optimizer.variant)
+    config = optimizer_options.resolved_for(config, optimizer.spec, defaults)
+    options = optimizer_options.typed_options(config, defaults)
+    clock = check_convention(optimizer.spec.declared_clock(optimizer.variant) or DEFAULT_CONVENTION, config.opt)
+    momentum = float(config.momentum)
+    dampening = float(options.get("dampening", 0.0) or 0.0) if momentum else 0.0
+    shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay
+    return RunPlan(
+        config,
+        MappingProxyType(components),
+        MappingProxyType(metrics),
+        MappingProxyType(options),
+        clock,
+        StepRule(float(config.lr), clock, momentum, dampening, shrink),
+    )

@@ -1,0 +1,74 @@
+"""A run's plan (``training.plan``) is made once: one registry look-up per component a run uses."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import initmem_core
+from initmem_core.config import RunConfig
+from initmem_core.errors import ConfigError, UnknownComponentError
+from initmem_core.plugin_system.loader import load_registry
+from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.training.horizons import declared_rule
+from initmem_core.training.plan import plan_run
+from tests.cli_processes import SYNTHETIC
+
+
+def counting_registry():
+    """A registry whose ``lookup`` counts each (kind, name) it is asked for."""
+    registry = load_registry(entry_points=False)
+    counts: Counter[tuple[str, str]] = Counter()
+    lookup = registry.lookup
+
+    def counted(kind, name):
+        counts[(kind, name)] += 1
+        return lookup(kind, name)
+
+    registry.lookup = counted
+    return registry, counts
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        dict(opt="sgd", momentum=0.9, l2=0.01),  # a regularizer built
+        dict(opt="adam", until="clock_adapt=0.01", epochs=50),  # --until plans the epochs from the rule
+    ],
+)
+def test_one_run_looks_each_component_up_once(values):
+    registry, counts = counting_registry()
+    config = RunConfig(**SYNTHETIC, batch_size=32, epochs=values.pop("epochs", 1), **values)
+    initmem_core.run(config, tracking=False, registry=registry)
+    repeated = {key: count for key, count in counts.items() if count > 1}
+    assert not repeated, f"looked up more than once: {repeated}"
+    single = {"dataset": config.data, "architecture": config.arch, "initializer": config.init}
+    single |= {"optimizer": config.opt, "regularizer": config.reg}
+    assert {(kind, name) for kind, name in single.items()} <= set(counts)
+    metrics = {*registry.defaults("metric"), *config.metrics}
+    assert {name for kind, name in counts if kind == "metric"} == metrics
+    assert {kind for kind, _ in counts} == {*single, "metric"}
+
+
+def test_the_plan_holds_the_resolved_config_and_the_declared_rule():
+    registry = load_registry(entry_points=False)
+    config = RunConfig(**SYNTHETIC, opt="sgd", momentum=0.5, opt_arg=("dampening=0.5", "nesterov=false"))
+    plan = plan_run(config, registry)
+    assert plan.config == resolve_config(config, registry)  # the config a run hashes and logs
+    assert plan.config.config_hash() == resolve_config(config, registry).config_hash()
+    assert plan.config.lr > 0 and plan.config.opt_arg == ("dampening=0.5",)  # the default nesterov dropped
+    assert plan.options["dampening"] == 0.5 and plan.options["nesterov"] is False
+    assert plan.optimizer.spec.name == "sgd" and plan.clock == "heavy-ball"
+    assert plan.rule == declared_rule(plan.config, registry)
+    assert plan.rule.eta(1.0) == pytest.approx(plan.config.lr * 0.5 / 0.5)
+    with pytest.raises(AttributeError):
+        plan.clock = "lr"  # frozen
+
+
+def test_a_bad_config_fails_in_the_plan_as_validation_would():
+    registry = load_registry(entry_points=False)
+    with pytest.raises(UnknownComponentError):
+        plan_run(RunConfig(**SYNTHETIC, opt="no-such-optimizer"), registry)
+    with pytest.raises(ConfigError, match="--opt-arg bogus"):
+        plan_run(RunConfig(**SYNTHETIC, opt="sgd", opt_arg=("bogus=1",)), registry)
