@@ -105,7 +105,17 @@ def legend_names(labels: list[str]) -> tuple[dict[str, str], str]:
         (label, parts), *_ = split.items()
         return {label: parts[0]}, ", ".join(parts[1:])
     shared = set.intersection(*(set(parts) for parts in split.values())) if split else set()
-    names = {label: ",".join(part for part in parts if part not in shared) or label for label, parts in split.items()}
+    fields = {part.partition("=")[0] for parts in split.values() for part in parts if part not in shared}
+
+    def name(label: str, parts: list[str]) -> str:
+        own = [part for part in parts if part not in shared]
+        if own:
+            return ",".join(own)
+        # a group at the default of what tells the others apart (its label leaves defaults out)
+        at_default = [f"{field}={value_text(getattr(DEFAULTS, field))}" for field in sorted(fields) if field in FIELDS]
+        return ",".join(at_default) or label
+
+    names = {label: name(label, parts) for label, parts in split.items()}
     return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
 
 

@@ -179,3 +179,14 @@ def test_every_figure_gives_a_group_the_same_colour(no_l2, tmp_path, monkeypatch
             from matplotlib.colors import to_rgba
 
             assert to_rgba(lines[group.group].get_color()) == to_rgba(colours[group.group])
+
+
+def test_a_group_at_the_default_of_the_varying_field_is_named_by_that_default():
+    from initmem_core.groups import legend_names
+
+    names, shared = legend_names(["opt=sgd,lr=0.01,epochs=15", "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1"])
+    assert names == {
+        "opt=sgd,lr=0.01,epochs=15": "lr_match_sigma=0",
+        "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1": "lr_match_sigma=1",
+    }
+    assert shared == "opt=sgd, lr=0.01, epochs=15"
