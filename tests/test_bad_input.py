@@ -56,6 +56,7 @@ def assert_one_line_error(result, message: str) -> None:
         (["--lr-match-sigma", "-1"], "--lr-match-sigma must be 0 or greater, got -1.0"),
         (["--lr-match-sigma", "1", "--opt", "adam"], "--lr-match-sigma is for SGD-family optimizers"),
         (["--lr-match-sigma", "1", "--opt", "timm:lion"], "and timm:lion builds Lion; use --opt sgd"),
+        (["--opt", "timm:sgd"], "timm optimizer 'sgd' refused its settings: Nesterov momentum requires"),
     ],
 )
 def test_bad_value(tracking_uri, args, message):

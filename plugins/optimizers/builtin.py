@@ -233,6 +233,11 @@ def build_timm(
     except (ImportError, AssertionError) as error:  # apex / bitsandbytes / CUDA-only optimizers
         message = " ".join(str(error).split()) or type(error).__name__
         raise ConfigError(f"timm optimizer '{name}' is unavailable here: {message}; pick another timm:<name>") from None
+    except ValueError as error:  # torch's own argument checks, e.g. timm's default Nesterov with --momentum 0
+        message = " ".join(str(error).split())
+        raise ConfigError(
+            f"timm optimizer '{name}' refused its settings: {message}; set --momentum or --opt-arg accordingly"
+        ) from None
     names = {id(p): n for n, p in model.named_parameters()}
     recorded: dict[str, list[str]] = {}
     for group in optimizer.param_groups:
