@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
+from initmem_core.report.assessment import build_assessed_report
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_json, to_markdown
 from initmem_core.tracking.export import VERSION, SweepExport, read_export, to_json_text, write_export
@@ -169,7 +170,8 @@ def test_report_from_a_file_prints_the_report_and_writes_its_files(tmp_path):
         app, ["report", "--from", str(tmp_path / "s.json.gz"), "-f", "markdown", "--out", str(tmp_path / "o")]
     )
     assert result.exit_code == 0, result.output
-    assert result.stdout == to_markdown(build_report(records), "Initialization memory: sweep mine")
+    # the report as `initmem report` builds it: with the claims evaluated on it
+    assert result.stdout == to_markdown(build_assessed_report(records), "Initialization memory: sweep mine")
     assert (tmp_path / "o" / "report.md").exists() and "MLflow UI" not in result.stderr
 
 

@@ -164,7 +164,7 @@ def test_gpu_check_refuses_unknown_steps_in_one_line(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the check would run for real")
 def test_the_device_command_runs_from_the_tree_and_without_a_gpu_says_so_in_one_line(tmp_path):
     command = device_command()
-    assert len(command) <= 2000 and '--out "$OUT"' in command and "benchmarks/gpu_check.py" in command
+    assert len(command) <= 2000 and '--out "$OUT"' in command and "-m benchmarks.gpu_check" in command
     out = tmp_path / "out"
     out.mkdir()
     env = environment_without(tmp_path / "blocked", *GPU_MACHINE_LACKS)

@@ -189,7 +189,8 @@ def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(
 
 def test_checkpoint_holds_the_whole_state_as_plain_data(reference):
     history, weights, folder = reference
-    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000003-s000000.pt", "ckpt-e000004-s000000.pt"]
+    # a finished run keeps its last checkpoint only (--keep-checkpoints last, the default)
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000004-s000000.pt"]
     state = read_checkpoint(folder / "ckpt-e000004-s000000.pt")  # torch.load(weights_only=True)
     assert state["format"] == FORMAT and state["config_hash"] == CONFIG_HASH and state["run_id"]
     assert (state["epoch"], state["step"], state["config"]["sigma"]) == (4, 0, 1.0)
@@ -229,7 +230,7 @@ def test_a_fresh_run_warns_that_it_replaces_an_unfinished_runs_checkpoints(tmp_p
     with pytest.warns(RunWarning, match="unfinished run of this config \\(epoch 1 of 2\\).*--resume"):
         fresh = initmem_core.run(**small)
     files = sorted(p for p in folder.iterdir() if p.is_file())
-    assert [p.name for p in files] == ["ckpt-e000001-s000000.pt", "ckpt-e000002-s000000.pt"]
+    assert [p.name for p in files] == ["ckpt-e000002-s000000.pt"]  # finished: its last one only
     assert {read_checkpoint(p)["run_id"] for p in files} == {fresh.run_id}
     # The unfinished run's newest checkpoint is kept aside, where --resume still finds it.
     (parked,) = [p for p in folder.iterdir() if p.is_dir()]
