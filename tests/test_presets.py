@@ -218,7 +218,10 @@ def test_the_new_claims_fashion_mnist_presets_vary_one_setting_each():
         assert {(c.train_size, c.eval_size, c.batch_size) for c in grid} <= fmnist_sgd
 
 
-@pytest.mark.parametrize("name", ["paper-mini", "paper-depth"])
+@pytest.mark.parametrize(
+    "name",
+    ["paper-mini", pytest.param("paper-depth", marks=pytest.mark.slow)],  # its dry runs time three depths
+)
 def test_presets_show_round_trips_through_config(name, tmp_path):
     shown = runner.invoke(app, ["presets", "show", name])
     assert shown.exit_code == 0
