@@ -78,6 +78,11 @@ def settings(config: RunConfig, free: Iterable[str]) -> tuple:
     )
 
 
+def is_plain_sgd(config: RunConfig, family: str) -> bool:
+    """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
+    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
+
+
 @dataclass
 class Group:
     """One group of a sweep as the claims read it: its summary, first config, family, cells and
@@ -97,8 +102,7 @@ class Group:
 
     @property
     def plain_sgd(self) -> bool:
-        """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
-        return self.family == SGD_FAMILY and self.config.momentum == 0 and self.shrink == 0
+        return is_plain_sgd(self.config, self.family)
 
     def label(self) -> str:
         config = self.config

@@ -48,7 +48,9 @@ from initmem_core.report.claim_groups import (
     Group,
     Sweep,
     baseline_sgd,
+    is_plain_sgd,
     mechanism_clock,
+    optimizer_family,
     read_sweep,
     settings,
 )
@@ -642,10 +644,6 @@ def _share_difference(label: str, k1: int, n1: int, k2: int, n2: int) -> Quantit
     )
 
 
-def _plain_sgd_config(config: Any) -> bool:
-    return config.opt == "sgd" and config.momentum == 0 and config.l2 == 0 and config.weight_decay == 0
-
-
 def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     """Plain-SGD groups (the paper's bad forgetting is low-rate SGD's) that differ only in
     architecture, among the CIFAR ResNets: for each deeper net, (a) at the largest sigma the
@@ -662,7 +660,7 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     families: dict[tuple, list[list[CellRecord]]] = {}
     for cells in sweep.cells.values():
         config = cells[0].config
-        if CIFAR_DEPTH.match(config.arch) and _plain_sgd_config(config):
+        if CIFAR_DEPTH.match(config.arch) and is_plain_sgd(config, optimizer_family(cells[0])):
             families.setdefault(settings(config, ("arch",)), []).append(cells)
 
     def depth(cells: list[CellRecord]) -> int:
