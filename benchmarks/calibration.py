@@ -371,7 +371,9 @@ def claim_rates(
     return {k: v / sweeps for k, v in counts.items()}
 
 
-def _verdict_row(check: str, noise: Noise, seeds: int, target: str, rates: dict[str, float], wrong: bool) -> Row:
+def _verdict_row(
+    check: str, noise: Noise | SharedTestSet, seeds: int, target: str, rates: dict[str, float], wrong: bool
+) -> Row:
     r, c = rates.get(REPRODUCED, 0), rates.get(CONTRADICTED, 0)
     return Row(
         check,
@@ -651,25 +653,18 @@ def population_coverage(rng, sweeps: int, model: SharedTestSet, seeds: int, labe
 
 def shared_rates(
     rng, sweeps: int, truths, seeds: int, model: SharedTestSet, claim: str = FIRST_CLAIM
-) -> tuple[float, float]:
-    """Shares of sweeps on one shared test set (``shared_test_sweep``) reproducing and contradicting ``claim``."""
+) -> dict[str, float]:
+    """Share of sweeps on one shared test set (``shared_test_sweep``) with each verdict on ``claim``."""
     counts: dict[str, int] = {}
     for _ in range(sweeps):
         verdict = claim_verdict(shared_test_sweep(rng, truths, seeds, model), claim)
         counts[verdict] = counts.get(verdict, 0) + 1
-    return counts.get(REPRODUCED, 0) / sweeps, counts.get(CONTRADICTED, 0) / sweeps
+    return {k: v / sweeps for k, v in counts.items()}
 
 
 def shared_identical_groups(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
-    r, c = shared_rates(rng, sweeps, IDENTICAL, seeds, model)
-    return Row(
-        "identical groups (population), one test set: a verdict",
-        model.name,
-        seeds,
-        "<= 6%",
-        f"{r + c:.1%}",
-        f"reproduced {r:.1%}, contradicted {c:.1%}",
-    )
+    rates = shared_rates(rng, sweeps, IDENTICAL, seeds, model)
+    return _verdict_row("identical groups (population), one test set: a verdict", model, seeds, "<= 6%", rates, True)
 
 
 def population_against_test_set(rng, sweeps: int, noise, seeds: int, label: str) -> Row:
@@ -763,16 +758,8 @@ FORGET_TRUTHS = {
 def forget_check(rng, sweeps: int, claim: str, model: SharedTestSet, seeds: int, truth: str) -> Row:
     base, other = FORGET_CLAIMS[claim]
     values, what, target = FORGET_TRUTHS[truth]
-    r, c = shared_rates(rng, sweeps, {base: on(SIGMAS, EIGHT_PP), other: on(SIGMAS, values)}, seeds, model, claim)
-    measured = r + c if what == "a verdict" else r
-    return Row(
-        f"{claim}, {truth}: {what}",
-        model.name,
-        seeds,
-        target,
-        f"{measured:.1%}",
-        f"reproduced {r:.1%}, contradicted {c:.1%}",
-    )
+    rates = shared_rates(rng, sweeps, {base: on(SIGMAS, EIGHT_PP), other: on(SIGMAS, values)}, seeds, model, claim)
+    return _verdict_row(f"{claim}, {truth}: {what}", model, seeds, target, rates, what == "a verdict")
 
 
 def two_architectures_null(rng, sweeps: int, model: SharedTestSet, seeds: int) -> Row:
@@ -784,14 +771,14 @@ def two_architectures_null(rng, sweeps: int, model: SharedTestSet, seeds: int) -
         "sgd-r56": on(SIGMAS, FLAT),
         "adam-r56": on(SIGMAS, FLAT),
     }
-    r, c = shared_rates(rng, sweeps, truths, seeds, model)
-    return Row(
+    rates = shared_rates(rng, sweeps, truths, seeds, model)
+    return _verdict_row(
         "two architectures, SGD and Adam alike within each: a verdict on the first claim",
-        model.name,
+        model,
         seeds,
         "<= 15%",
-        f"{r + c:.1%}",
-        f"reproduced {r:.1%}, contradicted {c:.1%}",
+        rates,
+        True,
     )
 
 
