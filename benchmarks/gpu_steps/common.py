@@ -258,6 +258,18 @@ class Context:
 # -- processes timed over one common window ---------------------------------------------------------
 
 
+def together_figures(outs: list[dict[str, Any]], each: str) -> dict[str, Any]:
+    """What processes run by ``run_together`` measured together: their summed images/s, each one's
+    (under ``each``, e.g. ``per_cell``) and how far apart they started."""
+    starts = [o["wall"][0] for o in outs]
+    return {
+        "status": "measured",
+        "images_per_s": sum(o["images_per_s"] for o in outs),
+        each: [o["images_per_s"] for o in outs],
+        "start_spread_s": max(starts) - min(starts),
+    }
+
+
 def run_together(ctx: Context, kind: str, specs: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
     """Start one ``--worker KIND`` process per spec; once every one is warm (``ready`` written),
     name one start time for all; collect what each measured over its window (``out``), then tell

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.gpu_steps.common import Context, Together, run_together
+from benchmarks.gpu_steps.common import Context, Together, run_together, together_figures
 
 ROUND_S = 25.0  # what a round of cells is expected to take beyond its window (start, warm-up, stop)
 
@@ -114,14 +114,10 @@ def run(ctx: Context) -> dict[str, Any]:
             problems.append(str(error))
             results[cells] = {"status": f"failed: {error}"}
             continue
-        starts = [o["wall"][0] for o in outs]
         results[cells] = {
-            "status": "measured",
-            "images_per_s": sum(o["images_per_s"] for o in outs),
-            "per_cell": [o["images_per_s"] for o in outs],
+            **together_figures(outs, "per_cell"),
             "threads_per_cell": knobs["threads"],
-            "window_s": [min(starts), max(o["wall"][1] for o in outs)],
-            "start_spread_s": max(starts) - min(starts),
+            "window_s": [min(o["wall"][0] for o in outs), max(o["wall"][1] for o in outs)],
         }
         ctx.save(summarise(plan.window_s, plan.speed_batch, results, problems))
     return summarise(plan.window_s, plan.speed_batch, results, problems)

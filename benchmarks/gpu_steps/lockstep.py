@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu_steps.common import Context, Together, last_lines, run_together, write_json
+from benchmarks.gpu_steps.common import Context, Together, last_lines, run_together, together_figures, write_json
 
 SIGMA_RANGE = (0.25, 4.0)  # a sigma group's scales, spread geometrically over the K models
 POOL = 8  # distinct batches cycled through (resident on the device)
@@ -177,13 +177,7 @@ def measure(ctx: Context, precision: str, channels_last: bool) -> dict[str, Any]
             problems.append(str(error))
             processes[k] = {"status": f"failed: {error}"}
             continue
-        starts = [o["wall"][0] for o in outs]
-        processes[k] = {
-            "status": "measured",
-            "images_per_s": sum(o["images_per_s"] for o in outs),
-            "per_process": [o["images_per_s"] for o in outs],
-            "start_spread_s": max(starts) - min(starts),
-        }
+        processes[k] = together_figures(outs, "per_process")
     table = []
     for k in plan.lockstep_models:
         f, p = fused.get(k, {}), processes.get(k, {})
