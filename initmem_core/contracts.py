@@ -111,8 +111,9 @@ class OptimizerFactory(Protocol):
     """Returns an optimizer over every trainable parameter, set from ``config`` (``lr``,
     ``momentum``, ``weight_decay``...) and ``options`` (its declared options with the run's
     ``--opt-arg`` values, typed). It may set ``optimizer.initmem_param_groups`` (group name ->
-    parameter names) to record which parameters went where, and ``optimizer.initmem_clock`` to
-    override its declared clock convention (a family whose variants differ)."""
+    parameter names) to record which parameters went where. Its first param group must step as
+    the optimizer's declared clock convention says (``testing.check_optimizer`` checks it): the
+    clocks count the declaration. A family whose variants differ declares per variant."""
 
     def __call__(
         self, *, model: torch.nn.Module, config: RunConfig, options: dict[str, Any], variant: str | None = None

@@ -67,9 +67,11 @@ def initmem_register_optimizers(register):
       refused with the valid ones. A family (``name:*``) may give an import string of a function
       ``f(variant) -> dict``, read only when a run uses it.
     - ``clock``: how a step maps to the forgetting clocks. ``"heavy-ball"`` (the default):
-      effective step ``lr * (1 - dampening) / (1 - momentum)`` read from the first param group,
-      for momentum that sums gradients (torch SGD); ``"lr"``: the step is ``lr``, for momentum
-      that averages them (Adam, Lion, Muon) or none. The run logs it as ``clock_convention``.
+      effective step ``lr * (1 - dampening) / (1 - momentum)`` from ``--lr``, ``--momentum`` and
+      the ``dampening`` option, for momentum that sums gradients (torch SGD); ``"lr"``: the step
+      is ``lr``, for momentum that averages them (Adam, Lion, Muon) or none. The clocks count
+      the declaration (``testing.check_optimizer`` checks the built optimizer agrees); a family
+      may give an import string of ``f(variant) -> str``. The run logs it as ``clock_convention``.
 
     Example::
 

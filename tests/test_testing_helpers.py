@@ -87,6 +87,8 @@ def test_smoke_train_rejects_an_unknown_kind():
         (check_optimizer, "sgd"),
         (check_optimizer, "adam"),
         (check_optimizer, "muon"),
+        (check_optimizer, "adamw"),
+        (check_optimizer, "timm:lion"),
         (check_initializer, "fan-in"),
         (check_initializer, "scaled-default"),
         (check_regularizer, "l2"),
@@ -98,6 +100,11 @@ def test_smoke_train_rejects_an_unknown_kind():
 )
 def test_builtins_satisfy_their_contract(check, name):
     check(name)
+
+
+def test_timm_sgd_steps_as_its_family_declares_it():
+    # timm's SGD is Nesterov by default, which needs momentum; it sums gradients (heavy ball).
+    check_optimizer("timm:sgd", momentum=0.9)
 
 
 # -- broken components: each check must catch its own kind of mistake -------------------------
@@ -200,6 +207,8 @@ class Broken:
         register("skips-biases", lambda model, config: SkipsBiases(model, config).inner, "")
         register("frozen", lambda model, config: torch.optim.SGD(model.parameters(), lr=0.0), "")
         register("not-an-optimizer", lambda model, config: object(), "")
+        # Declares heavy-ball (the default) but averages its momentum, as Adam does.
+        register("misdeclared", lambda model, config: torch.optim.Adam(model.parameters(), lr=config.lr), "")
 
     @hookimpl
     def initmem_register_initializers(self, register):
@@ -230,6 +239,7 @@ class Broken:
         (check_optimizer, "skips-biases", "was not given these trainable parameters: 0.bias, 3.bias"),
         (check_optimizer, "frozen", "left these parameters unchanged: 0.weight, 0.bias, 3.weight, 3.bias"),
         (check_optimizer, "not-an-optimizer", "returned object, not a torch.optim.Optimizer"),
+        (check_optimizer, "misdeclared", "as built steps by an effective 0.01 (heavy-ball convention), not the 0.1"),
         (check_initializer, "global-rng", "is not paired: kernel 0.weight at sigma=2 is not 2 x"),
         (check_initializer, "squared-sigma", "is not paired"),
         (check_regularizer, "half", "did not add the gradient of penalty() to params[0].grad"),

@@ -23,6 +23,8 @@ from initmem_core.kernels import kernel_parameters
 from initmem_core.kinds import kind_named
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.training.clocks import effective_step
+from initmem_core.training.plan import plan_run
 from initmem_core.vocabulary import FINISHED
 
 #: A small, fast run on the CPU; the data defaults to 8x8 grey synthetic images of 4 classes.
@@ -111,13 +113,15 @@ def check_architecture(
 
 
 def check_optimizer(name: str, *, registry: Registry | None = None, **config: Any) -> None:
-    """The factory returns a ``torch.optim.Optimizer`` holding every trainable parameter, and one
-    step after a backward pass changes every one of them and leaves them finite. ``config``
-    overrides ``RunConfig`` fields (``lr`` defaults to 0.01)."""
+    """The factory, given what a run gives it (the planned config and typed options), returns a
+    ``torch.optim.Optimizer`` holding every trainable parameter; one step after a backward pass
+    changes every one of them and leaves them finite; and its first param group steps as its
+    declared clock convention says (the clocks and ``--until`` count the declaration, not the
+    built optimizer). ``config`` overrides ``RunConfig`` fields (``lr`` defaults to 0.01)."""
     torch.manual_seed(0)
     model = _toy_model()
-    run_config = RunConfig(opt=name, **{"lr": 0.01, **config})
-    optimizer = _registry(registry).build("optimizer", name, model=model, config=run_config)
+    plan = plan_run(RunConfig(opt=name, **{"lr": 0.01, **config}), _registry(registry))
+    optimizer = plan.optimizer.build(model=model, config=plan.config, options=dict(plan.options))
     where = f"optimizer '{name}'"
     assert isinstance(optimizer, torch.optim.Optimizer), (
         f"{where}: the factory returned {type(optimizer).__name__}, not a torch.optim.Optimizer"
@@ -134,6 +138,17 @@ def check_optimizer(name: str, *, registry: Registry | None = None, **config: An
     assert not unchanged, f"one step of {where} left these parameters unchanged: {', '.join(unchanged)}"
     broken = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     assert not broken, f"one step of {where} made these parameters non-finite: {', '.join(broken)}"
+    # With momentum the conventions differ, so that is where a wrong declaration shows.
+    if "momentum" not in config:
+        plan = plan_run(plan.config.replace(momentum=0.9), _registry(registry))
+        optimizer = plan.optimizer.build(model=_toy_model(), config=plan.config, options=dict(plan.options))
+    built, declared = effective_step(optimizer.param_groups[0], plan.clock), plan.rule.eta(1.0)
+    assert math.isclose(built, declared, rel_tol=1e-9), (
+        f"{where} as built steps by an effective {built:g} ({plan.clock} convention), not the {declared:g} "
+        f"its declared settings give (lr {plan.rule.lr:g}, momentum {plan.rule.momentum:g}): register it "
+        "with the clock convention it follows (clock='lr' for averaged or no momentum) and build it from "
+        "config.lr and config.momentum"
+    )
 
 
 # -- initializers ----------------------------------------------------------------------------

@@ -11,9 +11,9 @@ Conventions (an optimizer plugin declares one with ``register(..., clock=...)``;
 run's ``clock_convention`` param):
 
 - ``heavy-ball`` (the default for a plugin that declares none): ``eta = lr * (1 - dampening) /
-  (1 - momentum)``, read from the first param group. Backward-error analysis of heavy-ball and
-  Nesterov momentum beta gives a gradient flow with step ``lr / (1 - beta)``; an optimizer whose
-  groups have no ``momentum`` gets ``eta = lr``.
+  (1 - momentum)``, from the run's plan (``training.plan.StepRule``; ``effective_step`` reads a
+  param group the same way, for ``testing.check_optimizer``). Backward-error analysis of
+  heavy-ball and Nesterov momentum beta gives a gradient flow with step ``lr / (1 - beta)``.
 - ``lr``: ``eta = lr``, for optimizers whose momentum is an average (Adam's, Lion's, Muon's EMA)
   or that have none.
 

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from initmem_core.contracts import EvalState
-from initmem_core.training.clocks import ForgettingClocks, effective_step
+from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
+from initmem_core.training.schedules import lr_multiplier
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import NoStop, Stopped, StopRequest
@@ -158,18 +159,17 @@ def run_epoch(
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
     requested before the epoch's last step (the caller checkpoints there)."""
-    config, optimizer = setup.config, setup.optimizer
+    config, optimizer, rule = setup.config, setup.optimizer, setup.rule
     trainable, initial = setup.penalized()
-    # Every force that shrinks the weights: the coupled regularizer and the optimizer's decay.
-    shrink = (config.l2 if setup.regularizer is not None else 0.0) + config.weight_decay
     forward, autocast = setup.forward_pass()
     memory_format = setup.memory_format
     steps_per_epoch = len(setup.train_loader)
     lr = optimizer.param_groups[0]["lr"]
     for x, y in epoch_batches(setup.train_loader, step):
-        group = optimizer.param_groups[0]
-        lr = group["lr"]  # the rate this step applies
-        clocks.tick(effective_step(group, setup.clock_convention), len(y), shrink)
+        lr = optimizer.param_groups[0]["lr"]  # the rate this step applies, as logged
+        # The clocks count the plan's rule on the schedule the scheduler follows, as horizons does.
+        multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
+        clocks.tick(rule.eta(multiplier), len(y), rule.shrink)
         with autocast():
             logits = forward(x.contiguous(memory_format=memory_format))
             loss = F.cross_entropy(logits.float(), y)

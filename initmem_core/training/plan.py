@@ -7,6 +7,8 @@ types its options and settles its clock convention and ``StepRule``: how a sched
 becomes the clocks' effective step. The setup, the runner and ``training.horizons`` read the
 ``RunPlan``; none looks the config up in the registry again. ``--until``'s epochs need the
 training set's size: ``horizons.resolve_until(plan, n_train)`` returns the plan with them.
+The clocks count the plan's ``StepRule``, never what the built optimizer holds, so nothing is
+reconciled at run time.
 Imports no torch.
 """
 
@@ -16,23 +18,21 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from initmem_core.config import RunConfig, validate
-from initmem_core.errors import ConfigError
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention, effective_step
 
-if TYPE_CHECKING:  # the plan is made before torch is imported (the CLI plans sweeps without it)
-    import torch
-
-
 @dataclass(frozen=True)
 class StepRule:
     """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
-    it shrinks the weights: what ``training.clocks`` reads off the optimizer's first param group."""
+    it shrinks the weights. The one owner of that rule: the training loop ticks its clocks with
+    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and its
+    ``--until`` plan count alike by construction. It follows the optimizer's *declared* convention
+    and settings; ``testing.check_optimizer`` checks that a plugin builds what it declares."""
 
     lr: float  # the peak rate (the param group's initial lr)
     convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
@@ -77,30 +77,6 @@ class RunPlan:
 
     def with_epochs(self, epochs: int) -> RunPlan:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, epochs=int(epochs)))
-
-    def built_clock(self, optimizer: torch.optim.Optimizer) -> str:
-        """The convention the built ``optimizer`` counts (``initmem_clock``, when it records one,
-        else the declared one). With ``--until`` its epochs were planned with ``rule``: an
-        optimizer that steps otherwise than it declares cannot be planned (``ConfigError``)."""
-        clock = check_convention(getattr(optimizer, "initmem_clock", None) or self.clock, self.config.opt)
-        if self.config.until:
-            group = optimizer.param_groups[0]
-            built = StepRule(
-                float(group.get("initial_lr", group["lr"])),
-                clock,
-                float(group.get("momentum", 0.0) or 0.0),
-                float(group.get("dampening", 0.0) or 0.0),
-                self.rule.shrink,
-            )
-            planned = self.rule
-            if (planned.eta(1.0), planned.shrink) != (built.eta(1.0), built.shrink):  # conventions may agree
-                raise ConfigError(
-                    f"--until {self.config.until}: optimizer {self.config.opt} as built counts an effective step of "
-                    f"{built.eta(1.0):g} ({built.convention} convention), not the {planned.eta(1.0):g} "
-                    f"({planned.convention}) its declared settings give, so its epochs cannot be planned; "
-                    "set --epochs instead of --until"
-                )
-        return clock
 
 
 def plan_run(config: RunConfig, registry: Registry) -> RunPlan:

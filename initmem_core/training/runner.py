@@ -97,7 +97,7 @@ def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
     for item in config.opt_arg:
         key, _, value = item.partition("=")
         params[f"opt_arg.{key}"] = value
-    params["clock_convention"] = f"{setup.clock_convention}: {CONVENTIONS[setup.clock_convention]}"
+    params["clock_convention"] = f"{setup.rule.convention}: {CONVENTIONS[setup.rule.convention]}"
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
     params[CONFIG_HASH_TAG] = config.config_hash()

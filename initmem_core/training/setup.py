@@ -18,11 +18,10 @@ from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
-from initmem_core.training.clocks import DEFAULT_CONVENTION
 from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
-from initmem_core.training.plan import RunPlan, plan_run
+from initmem_core.training.plan import RunPlan, StepRule, plan_run
 from initmem_core.training.precision import use_precision
 from initmem_core.training.schedules import build_scheduler
 
@@ -67,7 +66,7 @@ class TrainingSetup:
     eval_loaders: dict[str, EvalLoader]
     initial_params: dict[str, torch.Tensor]
     components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
-    clock_convention: str = DEFAULT_CONVENTION  # how a step maps to the clocks (training.clocks)
+    rule: StepRule = StepRule(lr=0.0)  # how a step counts on the clocks: the plan's (training.plan)
 
     forward: Callable[..., torch.Tensor] | None = None  # the model, compiled with --compile (built once)
 
@@ -204,7 +203,6 @@ def build_setup(plan: RunPlan | RunConfig, registry: Registry | None = None) -> 
     if config.lr_match_sigma:  # before the scheduler, which takes each group's rate as its base
         groups = match_effective_step(optimizer, model, config)
         optimizer.initmem_param_groups = {**getattr(optimizer, "initmem_param_groups", {}), **groups}
-    clock = plan.built_clock(optimizer)
     train_loader, eval_loaders = make_loaders(
         dataset,
         config,
@@ -230,5 +228,5 @@ def build_setup(plan: RunPlan | RunConfig, registry: Registry | None = None) -> 
         eval_loaders,
         initial_params,
         components,
-        clock,
+        plan.rule,
     )

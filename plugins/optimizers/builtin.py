@@ -244,6 +244,4 @@ def build_timm(
         key = f"weight_decay={group.get('weight_decay', 0.0):g}"
         recorded.setdefault(key, []).extend(names.get(id(p), "?") for p in group["params"])
     optimizer.initmem_param_groups = recorded
-    # torch SGD's buffer sums gradients (heavy ball); timm's other optimizers average them.
-    optimizer.initmem_clock = timm_clock(variant)
     return optimizer
