@@ -26,6 +26,7 @@ from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention, effective_step
 
+
 @dataclass(frozen=True)
 class StepRule:
     """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
