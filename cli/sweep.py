@@ -355,7 +355,7 @@ def sweep_command(
             plan_horizons,
         )
 
-        horizons = plan_horizons(plan.cells, registry, names=plan.names)  # reads each dataset once
+        horizons = plan_horizons(plan.plans, names=plan.names)  # reads each dataset once
         console.print(*dry_run_tables(plan, horizons))
         groups = len(set(plan.groups))
         console.print(

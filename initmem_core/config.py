@@ -409,7 +409,7 @@ _CHECKS = {
 def validate(config: RunConfig, registry: Any = None) -> RunConfig:
     """Check every value and, with a registry, that every component named exists. Returns the
     config with its values spelled canonically: use the return value. The config to *run* also
-    has its optimizer's settings resolved: ``plugin_system.optimizer_options.resolve_config``."""
+    has its optimizer's settings resolved: ``training.plan.plan_run(config, registry).config``."""
     for name, f in FIELDS.items():
         value, flag = getattr(config, name), flag_for(name)
         if isinstance(value, float) and not math.isfinite(value):

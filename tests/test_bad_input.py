@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.config import from_mapping
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.training.plan import plan_run
 
 runner = CliRunner()
 SMALL = ["--epochs", "1", "--train-size", "64", "--threads", "1"]
@@ -121,8 +121,8 @@ def test_tracking_server_that_does_not_answer_fails_fast():
     ids=["a-plain-state-dict", "garbage-bytes"],
 )
 def test_checkpoint_not_ours_or_corrupt(tracking_uri, tmp_path, write, message):
-    # The hash of the config as run: resolve_config resolves lr to sgd's declared default.
-    config = resolve_config(from_mapping({"epochs": 1, "train_size": 64}), get_registry())
+    # The hash of the config as run: its plan resolves lr to sgd's declared default.
+    config = plan_run(from_mapping({"epochs": 1, "train_size": 64}), get_registry()).config
     folder = tmp_path / "initmem-checkpoints" / config.config_hash()
     folder.mkdir(parents=True)
     write(folder / "ckpt-e000001-s000000.pt")

@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 import initmem_core
-from initmem_core.config import RunConfig
+from initmem_core.config import RunConfig, validate
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.training.effective_step import scale_invariant_names, traced_scale_invariant
+from initmem_core.training.plan import plan_run
 from initmem_core.training.schedules import lr_match_factor, lr_multiplier
 from initmem_core.training.setup import build_setup
 
@@ -45,7 +45,7 @@ def resnet(name: str = "resnet20") -> nn.Module:
 
 def setup_of(**changes):
     registry = get_registry()
-    return build_setup(resolve_config(RunConfig(**{**TINY, **changes}), registry), registry)
+    return build_setup(plan_run(RunConfig(**{**TINY, **changes}), registry))
 
 
 # -- which kernels are scale-invariant ----------------------------------------------------------
@@ -172,8 +172,8 @@ def test_optimizers_that_normalise_their_step_are_refused():
     registry = get_registry()
     for opt in ("adam", "adamw", "muon"):
         with pytest.raises(ConfigError, match="--lr-match-sigma is for SGD-family optimizers"):
-            resolve_config(RunConfig(opt=opt, lr_match_sigma=1.0), registry)
-    assert resolve_config(RunConfig(opt="sgd", momentum=0.9, lr_match_sigma=1.0), registry).lr == 0.05
+            plan_run(RunConfig(opt=opt, lr_match_sigma=1.0), registry)
+    assert plan_run(RunConfig(opt="sgd", momentum=0.9, lr_match_sigma=1.0), registry).config.lr == 0.05
 
 
 # -- the config -------------------------------------------------------------------------------
@@ -190,9 +190,9 @@ def test_the_hash_is_unchanged_when_off_and_changes_when_set():
 
 def test_a_ref_that_would_make_the_rate_unbounded_is_refused():
     with pytest.raises(ConfigError, match="would exceed 1000; use a REF nearer sigma"):
-        resolve_config(RunConfig(lr=0.1, sigma=100.0, lr_match_sigma=0.1))
+        validate(RunConfig(lr=0.1, sigma=100.0, lr_match_sigma=0.1))
     with pytest.raises(ConfigError, match="would exceed"):
-        resolve_config(RunConfig(sigma=1.0, lr_match_sigma=1e-300))
+        validate(RunConfig(sigma=1.0, lr_match_sigma=1e-300))
 
 
 @pytest.mark.slow  # a run stopped and resumed, and the run left alone

@@ -12,9 +12,9 @@ from torch._dynamo.testing import CompileCounter
 import initmem_core
 from initmem_core.config import RunConfig
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training import loop, setup
+from initmem_core.training.plan import plan_run
 
 TINY = dict(
     arch="resnet20",
@@ -93,7 +93,7 @@ def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits
     """The same trained weights scored on the digits test set in fp32 and under bf16 autocast."""
     values = {**TINY, "epochs": 3, "train_size": 512}
     del values["tracking"]
-    config = resolve_config(initmem_core.RunConfig(**values), get_registry())
+    config = plan_run(initmem_core.RunConfig(**values), get_registry()).config
     built = setup.build_setup(config, get_registry())
     loop.train(built, lambda metrics, step: None)
     _, fp32_acc, _ = loop.evaluate_correct(built, "test")

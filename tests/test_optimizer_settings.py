@@ -11,16 +11,17 @@ from initmem_core import run
 from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import coerce_option, resolve_config, split_opt_args
+from initmem_core.plugin_system.optimizer_options import coerce_option, split_opt_args
 from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
+from initmem_core.training.plan import plan_run
 from tests.cli_processes import SYNTHETIC
 
 SMALL = {**SYNTHETIC, "batch_size": 32, "epochs": 1}
 
 
 def resolved(**values):
-    return resolve_config(from_mapping(values), get_registry())
+    return plan_run(from_mapping(values), get_registry()).config
 
 
 @pytest.mark.parametrize("opt, lr", [("sgd", 0.05), ("adam", 1e-3), ("adamw", 1e-3), ("muon", 0.01)])

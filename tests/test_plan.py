@@ -10,8 +10,6 @@ import initmem_core
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, UnknownComponentError
 from initmem_core.plugin_system.loader import load_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
-from initmem_core.training.horizons import declared_rule
 from initmem_core.training.plan import plan_run
 from tests.cli_processes import SYNTHETIC
 
@@ -55,12 +53,12 @@ def test_the_plan_holds_the_resolved_config_and_the_declared_rule():
     registry = load_registry(entry_points=False)
     config = RunConfig(**SYNTHETIC, opt="sgd", momentum=0.5, opt_arg=("dampening=0.5", "nesterov=false"))
     plan = plan_run(config, registry)
-    assert plan.config == resolve_config(config, registry)  # the config a run hashes and logs
-    assert plan.config.config_hash() == resolve_config(config, registry).config_hash()
+    declared_lr = registry.lookup("optimizer", "sgd")[0].declared_defaults()["lr"]
+    assert config.lr == 0 and plan.config == config.replace(lr=declared_lr, opt_arg=("dampening=0.5",))
     assert plan.config.lr > 0 and plan.config.opt_arg == ("dampening=0.5",)  # the default nesterov dropped
     assert plan.options["dampening"] == 0.5 and plan.options["nesterov"] is False
     assert plan.optimizer.spec.name == "sgd" and plan.clock == "heavy-ball"
-    assert plan.rule == declared_rule(plan.config, registry)
+    assert plan.rule.lr == plan.config.lr and (plan.rule.momentum, plan.rule.dampening) == (0.5, 0.5)
     assert plan.rule.eta(1.0) == pytest.approx(plan.config.lr * 0.5 / 0.5)
     with pytest.raises(AttributeError):
         plan.clock = "lr"  # frozen
@@ -72,3 +70,12 @@ def test_a_bad_config_fails_in_the_plan_as_validation_would():
         plan_run(RunConfig(**SYNTHETIC, opt="no-such-optimizer"), registry)
     with pytest.raises(ConfigError, match="--opt-arg bogus"):
         plan_run(RunConfig(**SYNTHETIC, opt="sgd", opt_arg=("bogus=1",)), registry)
+
+
+def test_from_build_setup_the_config_enters_optimizer_options_and_horizons_at_most_once():
+    from tests.call_path import from_build_setup
+
+    path = from_build_setup(opt="sgd", momentum=0.9, until="clock_sgd=0.001", epochs=50)
+    assert path.entered("horizons") == 1  # resolve_until, once: the tracer sees the plan pass
+    assert path.entered("optimizer_options") == 0  # the plan holds the settings already
+    assert path.climbs == 0 and path.returns <= 1

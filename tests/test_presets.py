@@ -9,7 +9,7 @@ from initmem_cli.app import app
 from initmem_core.errors import ConfigError
 from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import load_registry
-from initmem_core.sweep.grid import expand, spec_from_toml
+from initmem_core.sweep.grid import expand, expand_plans, spec_from_toml
 from initmem_core.sweep.presets import preset_names, preset_spec, preset_text
 
 runner = CliRunner()
@@ -125,7 +125,7 @@ def test_paper_clocks_trains_each_mechanisms_groups_to_one_clock():
     noise = [c for c in grid if c.l2 == 0]
     assert {c.until for c in noise} == {"clock_sgd=0.2"} and {c.batch_size for c in noise} == {16, 32, 64}
     # every group ends at its clock's target, in a number of epochs that differs across the group
-    plans = plan_horizons(grid, load_registry(entry_points=False))
+    plans = plan_horizons(expand_plans(preset_spec("paper-clocks"), load_registry(entry_points=False)))
     epochs = {(c.lr, c.l2, c.batch_size): plan.epochs for c, plan in zip(grid, plans)}
     assert len(set(epochs.values())) >= 6 and max(epochs.values()) <= 200
     for plan in plans:
@@ -137,7 +137,7 @@ def test_paper_l2_horizon_trains_both_groups_for_the_epochs_that_bring_l2_to_its
     from initmem_core.training.horizons import plan_horizons
 
     grid = cells("paper-l2-horizon")
-    plans = plan_horizons(grid, load_registry(entry_points=False))
+    plans = plan_horizons(expand_plans(preset_spec("paper-l2-horizon"), load_registry(entry_points=False)))
     assert {plan.epochs for plan in plans} == {74}  # the L2 group's horizon, and the plain group's epochs
     assert {round(plan.clocks["clock_l2"], 4) for c, plan in zip(grid, plans) if c.l2} == {0.2516}
     assert len(set(group_keys(grid))) == 2 and len(grid) == 32

@@ -18,17 +18,17 @@ from initmem_cli.app import app
 from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
+from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
 from tests.signal_progress import SignalAtStep
 
 
 def hash_of(values) -> str:
-    """The hash of the config as run: resolve_config resolves lr to the optimizer's declared default."""
-    return resolve_config(from_mapping(values), get_registry()).config_hash()
+    """The hash of the config as run: its plan resolves lr to the optimizer's declared default."""
+    return plan_run(from_mapping(values), get_registry()).config.config_hash()
 
 
 pytestmark = pytest.mark.slow  # resume: real runs killed and continued, some in subprocesses

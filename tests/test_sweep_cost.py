@@ -24,7 +24,7 @@ def small_plan():
 
 def test_the_estimate_is_the_measured_step_times_the_steps_over_the_workers(tmp_path):
     plan, registry = small_plan(), get_registry()
-    horizons = plan_horizons(plan.cells, registry)
+    horizons = plan_horizons(plan.plans)
     one = cost.estimate_cost(plan.cells, registry, horizons=horizons, gpu_figures=tmp_path / "none.json", budget_s=0.05)
     assert one.steps == sum(h.epochs * h.steps_per_epoch for h in horizons) > 0
     [step] = one.step_times  # one architecture, batch size and shape: measured once

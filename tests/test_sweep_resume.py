@@ -13,7 +13,7 @@ import pytest
 import initmem_core
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
-from initmem_core.plugin_system.optimizer_options import resolve_config
+from initmem_core.training.plan import plan_run
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
@@ -50,7 +50,7 @@ def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
     from mlflow.tracking import MlflowClient
 
     # The optimizer's lr filled in, as a sweep does.
-    first = resolve_config(RunConfig(sigma=0.5, **CELL), get_registry())
+    first = plan_run(RunConfig(sigma=0.5, **CELL), get_registry()).config
     folder = tmp_path / "initmem-checkpoints" / first.config_hash()
     process = sweep_process(tracking_uri, tmp_path)
     deadline = time.monotonic() + 240

@@ -21,25 +21,25 @@ from tests.builders import cell, record
 
 
 def test_two_sweeps_with_different_learning_rates_never_share_a_group_label():
-    first = plan_sweep({"opt": "lion,sgd", "lr": "0.001", "sigma": "0.5,1"})
-    second = plan_sweep({"opt": "lion,sgd", "lr": "0.0001", "sigma": "0.5,1"})
+    first = plan_sweep({"opt": "adam,sgd", "lr": "0.001", "sigma": "0.5,1"})
+    second = plan_sweep({"opt": "adam,sgd", "lr": "0.0001", "sigma": "0.5,1"})
     assert not set(first.groups) & set(second.groups)
-    assert "opt=lion,lr=0.001" in first.groups and "opt=lion,lr=0.0001" in second.groups
+    assert "opt=adam,lr=0.001" in first.groups and "opt=adam,lr=0.0001" in second.groups
 
 
 def test_a_group_label_depends_on_the_group_alone_not_on_the_rest_of_the_sweep():
-    # the old labels left out a sweep's most common value: `opt=lion` meant different lrs in different sweeps
-    alone = plan_sweep({"opt": "lion", "lr": "0.001", "sigma": "0.5,1"})
-    mixed = plan_sweep({"opt": "lion", "lr": "0.001,0.001001,0.002", "sigma": "0.5,1"})
+    # the old labels left out a sweep's most common value: `opt=adam` meant different lrs in different sweeps
+    alone = plan_sweep({"opt": "adam", "lr": "0.001", "sigma": "0.5,1"})
+    mixed = plan_sweep({"opt": "adam", "lr": "0.001,0.001001,0.002", "sigma": "0.5,1"})
     assert set(alone.groups) < set(mixed.groups)
     assert len(set(mixed.groups)) == 3  # 0.001 and 0.001001 stay apart
-    assert group_label(RunConfig(opt="lion", lr=0.001, sigma=4.0, seed=3)) == "opt=lion,lr=0.001"
+    assert group_label(RunConfig(opt="adam", lr=0.001, sigma=4.0, seed=3)) == "opt=adam,lr=0.001"
 
 
 def test_cell_names_carry_every_varying_value_and_are_unique():
-    plan = plan_sweep({"opt": "lion,sgd", "lr": "0.05,0.0001,0.001", "sigma": "0.5,1", "batch_size": "32,64"})
+    plan = plan_sweep({"opt": "adam,sgd", "lr": "0.05,0.0001,0.001", "sigma": "0.5,1", "batch_size": "32,64"})
     assert len(set(plan.names)) == len(plan.cells) == 24
-    assert "resnet20-lion-lr0.001-b32-s0.5-seed0" in plan.names
+    assert "resnet20-adam-lr0.001-b32-s0.5-seed0" in plan.names
     for name, config in zip(plan.names, plan.cells):
         assert f"lr{config.lr:.12g}" in name and f"s{config.sigma:g}" in name and config.opt in name
 

@@ -16,19 +16,18 @@ from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping, parse_until
 from initmem_core.errors import ConfigError
 from initmem_core.groups import group_label
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import resolve_config
 from initmem_core.sweep.grid import cell_names, plan_sweep, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.horizons import (
     Schedule,
     StepRule,
-    declared_rule,
     epoch_batches,
     epochs_until,
     final_clocks,
     horizon,
     plan_horizons,
 )
+from initmem_core.training.plan import plan_run
 
 runner = CliRunner(env={"COLUMNS": "200"})
 CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
@@ -130,18 +129,18 @@ def test_a_step_schedule_that_decays_has_a_ceiling():
 
 
 def config_of(**values) -> RunConfig:
-    return resolve_config(from_mapping(values), get_registry())
+    return plan_run(from_mapping(values), get_registry()).config
 
 
 def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():
     config = config_of(opt="sgd", lr=0.05, l2=0.01, until="clock_l2=0.5", epochs=40)
     with pytest.raises(ConfigError) as error:
-        horizon(config, 1079, declared_rule(config, get_registry()))
+        horizon(config, 1079, plan_run(config, get_registry()).rule)
     message = str(error.value)
     assert "\n" not in message
     assert f"reach only clock_l2={0.01 * 0.05 * 40 * 17:.4g}" in message
     assert "needs 59 epochs; raise --epochs to at least 59" in message
-    assert horizon(config.replace(epochs=59), 1079, declared_rule(config, get_registry())).epochs == 59
+    assert horizon(config.replace(epochs=59), 1079, plan_run(config, get_registry()).rule).epochs == 59
 
 
 @pytest.mark.parametrize(
@@ -157,16 +156,16 @@ def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():
 def test_a_clock_that_cannot_reach_the_target_is_one_line(values, message):
     config = config_of(opt="sgd", **values)
     with pytest.raises(ConfigError, match=message):
-        horizon(config, 1079, declared_rule(config, get_registry()))
+        horizon(config, 1079, plan_run(config, get_registry()).rule)
 
 
 def test_momentum_and_every_shrinking_force_enter_the_declared_rule():
     registry = get_registry()
-    sgd = declared_rule(config_of(opt="sgd", lr=0.01, momentum=0.9, l2=0.01, weight_decay=1e-3), registry)
+    sgd = plan_run(config_of(opt="sgd", lr=0.01, momentum=0.9, l2=0.01, weight_decay=1e-3), registry).rule
     assert sgd.eta(1.0) == pytest.approx(0.1) and sgd.shrink == pytest.approx(0.011)
-    damped = declared_rule(config_of(opt="sgd", lr=0.01, momentum=0.5, opt_arg=("dampening=0.5",)), registry)
+    damped = plan_run(config_of(opt="sgd", lr=0.01, momentum=0.5, opt_arg=("dampening=0.5",)), registry).rule
     assert damped.eta(1.0) == pytest.approx(0.01)
-    adam = declared_rule(config_of(opt="adam", momentum=0.0, weight_decay=0.05), registry)  # its beta1 averages
+    adam = plan_run(config_of(opt="adam", momentum=0.0, weight_decay=0.05), registry).rule  # its beta1 averages
     assert adam.eta(1.0) == pytest.approx(1e-3) and adam.convention == "lr"
 
 
@@ -218,7 +217,7 @@ def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
     plan = plan_sweep(spec_from_toml(path), registry=get_registry())
     assert len(plan.cells) == 6 and len(set(plan.groups)) == 3
     assert {c.until for c in plan.cells} == {"clock_l2=0.5", ""}
-    horizons = plan_horizons(plan.cells, get_registry(), names=plan.names)
+    horizons = plan_horizons(plan.plans, names=plan.names)
     # 1079 digits, 17 steps an epoch: T_L2 = lambda * 0.05 * 17 * epochs
     assert [h.epochs for h in horizons] == [59, 59, 30, 30, 5, 5]
     assert [h.clocks["clock_l2"] for h in horizons] == pytest.approx(
@@ -301,7 +300,7 @@ TINY = dict(
 )
 def test_a_run_trains_the_planned_epochs_and_ends_on_the_planned_clocks(values):
     config = config_of(**TINY, epochs=200, **values)
-    [planned] = plan_horizons([config], get_registry())
+    [planned] = plan_horizons([plan_run(config, get_registry())])
     tracker = MemoryTracker()
     result = initmem_core.run(config, tracker=tracker)
     assert len(result.history) - 1 == planned.epochs == int(tracker.params["resolved_epochs"])
@@ -310,7 +309,7 @@ def test_a_run_trains_the_planned_epochs_and_ends_on_the_planned_clocks(values):
     clock, target = parse_until(config.until)
     assert last[clock] >= target * (1 - 1e-9)
     shorter = final_clocks(
-        Schedule.of(config), declared_rule(config, get_registry()), epoch_batches(70, 24), planned.epochs - 1
+        Schedule.of(config), plan_run(config, get_registry()).rule, epoch_batches(70, 24), planned.epochs - 1
     )
     assert shorter[clock] < target * (1 - 1e-9)
     assert tracker.params["until"] == config.until and tracker.params["epochs"] == 200  # the cap, as given
@@ -375,7 +374,7 @@ def test_a_run_whose_epochs_came_from_until_resumes_with_the_same_epochs(trackin
 )
 def test_optimizers_whose_momentum_is_an_average_are_planned_as_they_are_built(values):
     config = config_of(**TINY, **values)
-    [planned] = plan_horizons([config], get_registry())
+    [planned] = plan_horizons([plan_run(config, get_registry())])
     result = initmem_core.run(config, tracking=False)
     assert len(result.history) - 1 == planned.epochs
     assert {c: result.history[-1][c] for c in CLOCKS} == planned.clocks
@@ -384,6 +383,6 @@ def test_optimizers_whose_momentum_is_an_average_are_planned_as_they_are_built(v
 def test_a_timm_family_declares_each_optimizers_own_convention():
     # timm's AdamW averages its momentum (eta = lr): the timm:* family now declares that per variant.
     config = config_of(**TINY, opt="timm:adamw", momentum=0.9, until="clock_adapt=0.01")
-    [planned] = plan_horizons([config], get_registry())
+    [planned] = plan_horizons([plan_run(config, get_registry())])
     result = initmem_core.run(config, tracking=False)
     assert len(result.history) - 1 == planned.epochs

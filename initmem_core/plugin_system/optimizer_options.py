@@ -2,11 +2,10 @@
 
 An optimizer plugin registers ``defaults={"lr": ..., "betas": (0.9, 0.999), ...}``: ``lr`` is what
 ``--lr`` left unset (0) means, every other key is an option ``--opt-arg`` may set, and its default
-value gives the type a command-line value is read as. ``resolve_config`` runs ``config.validate``
-and then ``resolve``, so the config that is hashed, logged and built already holds the resolved
-``lr`` and the options in one canonical spelling. A run reads them from its plan
-(``training.plan.plan_run``, through ``resolved_for`` and ``typed_options``). Imports no torch
-(a family's defaults may, when read).
+value gives the type a command-line value is read as. ``settle`` is what a run's plan
+(``training.plan.plan_run``, the one caller) takes from here: the config that is hashed, logged
+and built, holding the resolved ``lr`` and the options in one canonical spelling, and the typed
+options. Imports no torch (a family's defaults may, when read).
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from initmem_core.config import RunConfig, validate
+from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, ordered_by_similarity
-from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.plugin_system.registry import ComponentSpec
 
 #: The rate of an optimizer that declares none (the old global default of ``--lr``).
 FALLBACK_LR = 0.05
@@ -115,10 +114,12 @@ def not_sgd_family(opt: str, built: str) -> ConfigError:
     )
 
 
-def resolve(config: RunConfig, registry: Registry) -> RunConfig:
-    """``config`` with its optimizer's settings resolved (``resolved_for``)."""
-    spec, variant = registry.lookup("optimizer", config.opt)
-    return resolved_for(config, spec, spec.declared_defaults(variant))
+def settle(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
+    """The run's config with its optimizer's settings resolved (``resolved_for``) and the
+    optimizer's options, typed (``typed_options``). ``spec``: the optimizer's; ``defaults``:
+    what it declares."""
+    config = resolved_for(config, spec, defaults)
+    return config, typed_options(config, defaults)
 
 
 def resolved_for(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, Any]) -> RunConfig:
@@ -134,14 +135,6 @@ def resolved_for(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, 
     if lr == config.lr and canonical == tuple(config.opt_arg):
         return config
     return config.replace(lr=lr, opt_arg=canonical)
-
-
-def resolve_config(config: RunConfig, registry: Registry | None = None) -> RunConfig:
-    """The config to run: every value checked (``config.validate``) and, with a registry, every
-    component name, and the optimizer's settings resolved (``resolve``: ``lr`` 0 is its declared
-    default; ``--opt-arg``s checked against what it declares). Use the return value."""
-    config = validate(config, registry)
-    return resolve(config, registry) if registry is not None else config
 
 
 def describe(defaults: Any) -> str:

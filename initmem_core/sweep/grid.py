@@ -17,10 +17,10 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from initmem_core.config import (
     FIELDS,
@@ -38,9 +38,12 @@ from initmem_core.config import (
 from initmem_core.errors import ConfigError
 from initmem_core.groups import WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
 from initmem_core.kinds import flag_for
+from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.records import check_sweep_name
-from initmem_core.training.plan import plan_run
+from initmem_core.training.plan import RunPlan, plan_run
+
+T = TypeVar("T")
 
 
 def parse_range(name: str, text: str) -> tuple[Any, ...]:
@@ -199,22 +202,36 @@ def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
 
 
 def expand(spec: SweepSpec, registry: Registry | None = None) -> list[RunConfig]:
-    """Every cell of the grid as a validated ``RunConfig``; any bad value raises ``ConfigError``."""
-    cells, seen = [], set()
+    """Every cell of the grid as a validated ``RunConfig``; any bad value raises ``ConfigError``.
+    With a registry, each cell's config is its plan's (``expand_plans``), as it will run."""
+    if registry is not None:
+        return [plan.config for plan in expand_plans(spec, registry)]
+    return _expanded(spec, validate, lambda config: config)
+
+
+def expand_plans(spec: SweepSpec, registry: Registry) -> list[RunPlan]:
+    """Every cell of the grid as its ``RunPlan`` (``training.plan``): made once, here, for the
+    sweep's horizons, cost and in-process cells. The lr a cell runs with is in its hash."""
+    return _expanded(spec, lambda config: plan_run(config, registry), lambda plan: plan.config)
+
+
+def _expanded(spec: SweepSpec, make: Callable[[RunConfig], T], config_of: Callable[[T], RunConfig]) -> list[T]:
+    made: list[T] = []
+    seen: set[str] = set()
     for axes in spec.group_axes():
         names = _cell_order(axes)
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:
-                # The lr a cell runs with is in its hash: its plan's config (training.plan) holds it.
-                config = plan_run(config, registry).config if registry is not None else validate(config)
+                cell = make(config)
             except ConfigError as error:
                 varying = ", ".join(f"{n}={getattr(config, n)}" for n in spec.varying)
                 raise ConfigError(f"{error} (in the cell {varying})" if varying else str(error)) from None
-            if config.config_hash() not in seen:  # two groups may share a cell
-                seen.add(config.config_hash())
-                cells.append(config)
-    return cells
+            key = config_of(cell).config_hash()
+            if key not in seen:  # two groups may share a cell
+                seen.add(key)
+                made.append(cell)
+    return made
 
 
 #: Short prefixes of varying numeric fields in cell names; other fields show their name.
@@ -309,11 +326,16 @@ class SweepPlan:
     its name and its output folder. ``initmem sweep --dry-run`` prints it; ``run_sweep`` runs it."""
 
     spec: SweepSpec
-    cells: list[RunConfig]
+    plans: list[RunPlan]  # each cell's plan (``training.plan``), made once
     groups: list[str]  # the group label of each cell
     name: str
     out: Path
     names: list[str] = field(default_factory=list)  # each cell's run name (``cell_names``)
+
+    @property
+    def cells(self) -> list[RunConfig]:
+        """Each cell's config, as it will run (its plan's)."""
+        return [plan.config for plan in self.plans]
 
 
 def plan_sweep(
@@ -323,15 +345,17 @@ def plan_sweep(
     out: str | Path | None = None,
     registry: Registry | None = None,
 ) -> SweepPlan:
-    """Expand and validate the grid (``ConfigError`` for any bad value or name), and settle the
-    sweep's name (given, the file's, or generated from the grid) and output folder."""
+    """Expand the grid and plan each cell (``ConfigError`` for any bad value or name; the
+    installed plugins' registry unless ``registry``), and settle the sweep's name (given, the
+    file's, or generated from the grid) and output folder."""
     spec = as_spec(spec)
-    cells = expand(spec, registry)
+    plans = expand_plans(spec, registry or get_registry())
+    cells = [plan.config for plan in plans]
     # An empty --name is a mistake to report, not a request for the generated name.
     name = check_sweep_name(name if name is not None else spec.name or default_name(spec))
     return SweepPlan(
         spec,
-        cells,
+        plans,
         group_keys(cells),
         name,
         Path(out) if out else DEFAULT_OUTPUT / name,

@@ -340,7 +340,7 @@ def run_sweep(
     if not executor.remote and any(config.until for config in plan.cells):
         # --until: every cell's epochs are reachable within its cap, before anything is tracked
         # (the data is read here; remote workers may read it from elsewhere, so they check it).
-        plan_horizons(plan.cells, registry, required_only=True, names=plan.names)
+        plan_horizons(plan.plans, required_only=True, names=plan.names)
     uri = resolve_tracking_uri(tracking_uri)
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)

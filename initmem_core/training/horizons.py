@@ -36,9 +36,8 @@ from typing import Any
 
 from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, RunConfig, parse_until
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.registry import Registry
 from initmem_core.training.clocks import ForgettingClocks
-from initmem_core.training.plan import RunPlan, StepRule, plan_run
+from initmem_core.training.plan import RunPlan, StepRule
 from initmem_core.training.schedules import lr_multiplier, warmup_steps
 from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 
@@ -59,12 +58,6 @@ def epoch_batches(n_train: int, batch_size: int) -> tuple[int, ...]:
         raise ValueError(f"n_train and batch_size must be 1 or more, got {n_train} and {batch_size}")
     full, rest = divmod(int(n_train), int(batch_size))
     return (int(batch_size),) * full + ((rest,) if rest else ())
-
-
-def declared_rule(config: RunConfig, registry: Registry) -> StepRule:
-    """The ``StepRule`` a run of ``config`` will follow, as its plan holds it (``training.plan``:
-    the rule's one owner), before the optimizer is built."""
-    return plan_run(config, registry).rule
 
 
 @dataclass(frozen=True)
@@ -314,31 +307,32 @@ def resolve_until(plan: RunPlan, n_train: int) -> RunPlan:
 # -- a sweep's horizons, before it runs ---------------------------------------------------------
 
 
-def training_set_size(config: RunConfig, registry: Registry) -> int:
-    """How many training examples a run of ``config`` trains on: its dataset, built through the
+def training_set_size(plan: RunPlan) -> int:
+    """How many training examples a run of ``plan`` trains on: its dataset, built through the
     dataset plugin (``--train-size`` applied), counted."""
-    return len(registry.build("dataset", config.data, config=config).train_y)
+    return len(plan.components["dataset"].build(config=plan.config).train_y)
 
 
 def plan_horizons(
-    configs: Sequence[RunConfig], registry: Registry, *, required_only: bool = False, names: Sequence[str] | None = None
+    plans: Sequence[RunPlan], *, required_only: bool = False, names: Sequence[str] | None = None
 ) -> list[Horizon | None]:
-    """Each config's ``Horizon`` (validated configs, as a sweep plan holds them), each dataset
-    built once. A config whose dataset cannot be read gets ``None``, unless it has an ``--until``
-    target (the run would fail too: its error is raised), as does every config without one when
-    ``required_only``. Raises the ``ConfigError`` the first config's run would raise about its
-    horizon, naming the cell (``names``: each config's cell name)."""
+    """Each plan's ``Horizon`` (a sweep plan's ``plans``), each dataset built once. A cell whose
+    dataset cannot be read gets ``None``, unless it has an ``--until`` target (the run would
+    fail too: its error is raised), as does every cell without one when ``required_only``.
+    Raises the ``ConfigError`` the first cell's run would raise about its horizon, naming the
+    cell (``names``: each cell's name)."""
     sizes: dict[tuple[Any, ...], int | Exception] = {}
     known: dict[tuple[Any, ...], Horizon] = {}  # cells of a group differ only in sigma and seed
     horizons: list[Horizon | None] = []
-    for index, config in enumerate(configs):
+    for index, plan in enumerate(plans):
+        config = plan.config
         if required_only and not config.until:
             horizons.append(None)
             continue
         data = (config.data, config.data_dir, config.train_size, config.data_seed)
         if data not in sizes:
             try:
-                sizes[data] = training_set_size(config, registry)
+                sizes[data] = training_set_size(plan)
             except Exception as error:  # a dataset that cannot be read here (CIFAR elsewhere, say)
                 sizes[data] = error
         size = sizes[data]
@@ -347,7 +341,7 @@ def plan_horizons(
                 raise size
             horizons.append(None)
             continue
-        rule = declared_rule(config, registry)
+        rule = plan.rule
         key = (size, rule, Schedule.of(config), config.until, config.batch_size)
         if key not in known:
             try:

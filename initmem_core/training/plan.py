@@ -2,7 +2,7 @@
 
 ``plan_run(config, registry)`` checks the config (``config.validate``), looks each component it
 names up once (and the metrics every run computes), resolves the optimizer's settings (its
-declared ``lr`` and canonical ``--opt-arg``s, as ``optimizer_options.resolved_for`` spells them),
+declared ``lr`` and canonical ``--opt-arg``s, as ``optimizer_options.settle`` spells them),
 types its options and settles its clock convention and ``StepRule``: how a scheduled rate
 becomes the clocks' effective step. The setup, the runner and ``training.horizons`` read the
 ``RunPlan``; none looks the config up in the registry again. ``--until``'s epochs need the
@@ -100,8 +100,7 @@ def plan_run(config: RunConfig, registry: Registry) -> RunPlan:
     }
     optimizer = components["optimizer"]
     defaults = optimizer.spec.declared_defaults(optimizer.variant)
-    config = optimizer_options.resolved_for(config, optimizer.spec, defaults)
-    options = optimizer_options.typed_options(config, defaults)
+    config, options = optimizer_options.settle(config, optimizer.spec, defaults)
     clock = check_convention(optimizer.spec.declared_clock(optimizer.variant) or DEFAULT_CONVENTION, config.opt)
     momentum = float(config.momentum)
     dampening = float(options.get("dampening", 0.0) or 0.0) if momentum else 0.0
