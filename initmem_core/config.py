@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.errors import ConfigError, ordered_by_similarity
-from initmem_core.kinds import BY_FIELD, flag_for
+from initmem_core.kinds import flag_for
 from initmem_core.vocabulary import CLOCKS
 
 #: Bounds beyond which a run cannot mean anything: sigma * Z overflows float32 long before 1e300,
@@ -406,10 +406,10 @@ _CHECKS = {
 }
 
 
-def validate(config: RunConfig, registry: Any = None) -> RunConfig:
-    """Check every value and, with a registry, that every component named exists. Returns the
-    config with its values spelled canonically: use the return value. The config to *run* also
-    has its optimizer's settings resolved: ``training.plan.plan_run(config, registry).config``."""
+def validate(config: RunConfig) -> RunConfig:
+    """Check every value. Returns the config with its values spelled canonically: use the return
+    value. The config to *run* also has every component it names looked up and its optimizer's
+    settings resolved: ``training.plan.plan_run(config, registry).config``."""
     for name, f in FIELDS.items():
         value, flag = getattr(config, name), flag_for(name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -442,9 +442,4 @@ def validate(config: RunConfig, registry: Any = None) -> RunConfig:
             )
     if config.until != _canonical_until(config.until):
         config = dataclasses.replace(config, until=_canonical_until(config.until))
-    if registry is not None:
-        for kind in BY_FIELD.values():
-            values = getattr(config, kind.field)
-            for value in values if kind.many else (values,):
-                registry.lookup(kind.name, value)
     return config

@@ -9,10 +9,11 @@ import pytest
 from initmem_core.config import RunConfig, from_mapping, load_toml, validate
 from initmem_core.errors import ConfigError, UnknownComponentError
 from initmem_core.plugin_system.loader import load_registry
+from initmem_core.training.plan import plan_run
 
 
 def test_defaults_are_valid_and_run_name_reads_well():
-    config = validate(RunConfig(), load_registry(entry_points=False))
+    config = plan_run(RunConfig(), load_registry(entry_points=False)).config
     assert config.run_name() == "resnet20-sgd-s1.0-seed0"
     assert RunConfig(arch="resnet56", opt="muon", sigma=2.0).run_name() == "resnet56-muon-s2.0-seed0"
     assert RunConfig(sigma=0.25, seed=3).run_name() == "resnet20-sgd-s0.25-seed3"
@@ -63,9 +64,9 @@ def test_invalid_values_are_rejected_with_one_line(changes, message):
 def test_component_names_are_checked_against_the_registry():
     registry = load_registry(entry_points=False)
     with pytest.raises(UnknownComponentError, match="unknown architecture 'resnet57'; valid names: resnet56"):
-        validate(RunConfig(arch="resnet57"), registry)
+        plan_run(RunConfig(arch="resnet57"), registry)
     with pytest.raises(UnknownComponentError, match="unknown metric"):
-        validate(RunConfig(metrics=("no-such-metric",)), registry)
+        plan_run(RunConfig(metrics=("no-such-metric",)), registry)
 
 
 def test_toml_is_parsed_as_data(tmp_path):
