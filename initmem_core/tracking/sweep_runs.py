@@ -20,7 +20,15 @@ from typing import Any
 
 from initmem_core.tracking.cells import quiet_run_links
 from initmem_core.tracking.client import ensure_experiment, open_client
-from initmem_core.tracking.records import CellRecord, child_runs, find_parent, latest_per_cell, record_from_run
+from initmem_core.tracking.records import (
+    CellRecord,
+    child_runs,
+    find_parent,
+    latest_per_cell,
+    record_from_run,
+    resolve_parent,
+    sweep_name_of,
+)
 from initmem_core.tracking.ui_view import write_view
 from initmem_core.tracking.writing import log_in_batches, to_json
 from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, RUNNING, SCHEDULED, SWEEP_TAG
@@ -45,6 +53,14 @@ class StoredRun:
     def of(cls, run: Any) -> StoredRun:
         info, data = run.info, run.data
         return cls(info.run_id, info.run_name or "", info.status, dict(data.tags), dict(data.params))
+
+
+def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
+    """An existing sweep's name and every child run of it, the sweep found by name or by its
+    parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
+    client = open_client(uri)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [StoredRun.of(run) for run in child_runs(client, parent)]
 
 
 class SweepRuns:
