@@ -340,8 +340,8 @@ def _launch(
     try:
         finished, resumable = sweep.earlier_runs(configs, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
-        earlier = sweep.runs.status_before
-        sweep.runs.end(earlier if earlier in ENDED else FAILED)
+        before = sweep.runs.status_before
+        sweep.runs.end(before if before in ENDED else FAILED)
         if leases is not None:
             leases.release()
         raise
