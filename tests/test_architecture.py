@@ -211,3 +211,20 @@ def test_run_statuses_and_tag_keys_are_spelled_only_in_the_vocabulary():
     }
     found = _second_spellings(set(STATUSES) | set(TAG_KEYS), allowed)
     assert not found, found
+
+
+def test_the_sweep_package_reaches_mlflow_only_through_the_tracking_layer():
+    """``sweep/`` works with the store through ``tracking`` (``sweep_runs.SweepRuns``, the cell
+    writers): no import of mlflow, even inside a function, no ``MlflowClient`` named and none
+    opened (``tracking.client.open_client``)."""
+    found = []
+    for path in sorted((CORE / "sweep").rglob("*.py")):
+        where, source = path.relative_to(CORE), path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{where}:{node.lineno} imports {name}" for name in names if name.split(".")[0] == "mlflow"]
+        found += [f"{where} names {word}" for word in ("MlflowClient", "open_client") if word in source]
+    assert not found, found

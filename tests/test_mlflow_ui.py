@@ -127,10 +127,6 @@ def _text(dom: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
 
 
-def _rendered_text(url: str, profile: Path) -> str:
-    return _text(_dom(url, profile))
-
-
 def _need_chromium() -> None:
     if CHROMIUM is None:
         if os.environ.get("CI") == "true":
@@ -138,11 +134,26 @@ def _need_chromium() -> None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
 
 
+#: A runs-table header cell: its place among the headers and its column id (``params.`sigma```).
+HEADER = re.compile(r'<div[^>]*role="columnheader"[^>]*aria-colindex="(\d+)"[^>]*col-id="([^"]+)"')
+
+
+def _headers(dom: str, wanted: list[str]) -> list[str]:
+    """Of the ``wanted`` column ids, those the table shows, in the order it shows them."""
+    place = {column: int(index) for index, column in HEADER.findall(dom) if column in wanted}
+    return sorted(place, key=place.__getitem__)
+
+
 def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_groups(ui, tmp_path):
+    """What the saved view sets is what the page shows: its filter (the sweep's cells, no other
+    run), its columns (exactly those, in its order) and its grouping (one group per label)."""
+    from initmem_core.tracking.ui_view import view_state
+
     _need_chromium()
     result = ui["result"]
     url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
-    text = _rendered_text(url, tmp_path / "profile")
+    dom = _dom(url, tmp_path / "profile")
+    text = _text(dom)
     assert "viewing a shared view" in text, text[:2000]
     runs = MlflowClient(ui["uri"]).search_runs(
         [result.experiment_id], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
@@ -151,10 +162,20 @@ def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_gro
     for run in runs:
         assert run.info.run_name in text
     assert f"{len(runs)} matching runs" in text  # the sweep's cells, not its parent nor other runs
-    for header in ("sigma", "opt", "lr", "best_val_test_acc"):
-        assert re.search(rf"\b{header}\b", text), header
-    for group in {cell.group for cell in result.cells}:
+
+    state = view_state(result.parent_run_id)
+    held = {f"params.`{key}`" for run in runs for key in run.data.params}
+    held |= {f"metrics.`{key}`" for run in runs for key in run.data.metrics}
+    # the table draws a chosen column only where some run holds it (tau_interp needs an interpolation)
+    shown = [c for c in state["columnOrder"] if c in held or c.startswith("attributes.")]
+    assert {"params.`sigma`", "params.`opt`", "metrics.`best_val_test_acc`", "attributes.`Dataset`"} <= set(shown)
+    every_column = sorted(held | set(state["columnOrder"]))  # a param or metric the view did not choose is not shown
+    assert _headers(dom, every_column) == shown
+    groups = {cell.group for cell in result.cells}
+    assert len(groups) == 2
+    for group in groups:
         assert f"Group: {group}" in text
+    assert len(re.findall(r"Group: ", text)) == len(groups)  # no group for the parent or runs outside the sweep
 
 
 RUN_COLOR = re.compile(r'value="#([0-9a-f]{6})"></label><a[^>]*href="#/experiments/\d+/runs/([0-9a-f]{32})"')

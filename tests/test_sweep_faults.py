@@ -242,6 +242,7 @@ def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_on
     from mlflow.tracking import MlflowClient
 
     from initmem_core.sweep.launch import log_report_metrics
+    from initmem_core.tracking.sweep_runs import SweepRuns
 
     class Report:
         def __init__(self, spread, curve):
@@ -253,12 +254,12 @@ def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_on
         def parent_step_metrics(self):
             return [("radial_memory_g", value, epoch) for epoch, value in enumerate(self.curve)]
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parent = client.create_run(client.create_experiment("x")).info.run_id
-    log_report_metrics(client, parent, Report(30.64, [1.0, 0.9]))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    log_report_metrics(SweepRuns(uri, "x", "s"), Report(30.64, [1.0, 0.9]))
     time.sleep(0.01)
-    log_report_metrics(client, parent, Report(27.86, [1.0, 0.8]))
-    assert client.get_run(parent).data.metrics == {"spread_g": 27.86, "radial_memory_g": 0.8}
+    runs = SweepRuns(uri, "x", "s")  # the relaunch finds the same parent
+    log_report_metrics(runs, Report(27.86, [1.0, 0.8]))
+    assert MlflowClient(uri).get_run(runs.parent_id).data.metrics == {"spread_g": 27.86, "radial_memory_g": 0.8}
 
 
 # -- diverged cells are final -----------------------------------------------------------------

@@ -3,9 +3,13 @@ view's state, the parent's description, and terminal tables that never cut a val
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from rich.console import Console
@@ -141,3 +145,111 @@ def test_the_report_keeps_every_number_of_long_labelled_groups_whole_at_80_colum
     (pair,) = report.pairs
     for number in (f"{pair.spread_diff:+.2f}", f"{pair.acc_diff:+.2f}", "0.0003125"):
         assert any(number in line for line in text.splitlines()), number  # on one line, not folded
+
+
+# -- the saved view against the MLflow UI that reads it ---------------------------------------
+
+#: A character of a JavaScript identifier: a key is found only as a whole name, not inside a longer one.
+JS_NAME_CHAR = re.compile(r"[\w$]")
+
+
+def _mlflow_ui_scripts() -> Path | None:
+    """The installed MLflow UI's compiled JavaScript, found without importing MLflow (seconds)."""
+    spec = importlib.util.find_spec("mlflow")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "server" / "js" / "build" / "static" / "js"
+    return folder if any(folder.glob("*.js")) else None
+
+
+@pytest.fixture(scope="module")
+def ui_bundle() -> str:
+    folder = _mlflow_ui_scripts()
+    if folder is None:
+        pytest.skip(
+            "MLflow's UI bundle (mlflow/server/js/build/static/js/*.js) is not installed: "
+            "no UI to check the saved view against"
+        )
+    return "\n".join(path.read_text(encoding="utf-8", errors="replace") for path in sorted(folder.glob("*.js")))
+
+
+def _names(bundle: str, word: str) -> bool:
+    """Whether ``word`` occurs in the bundle as a whole name: a property (``.runsCountToCompare``,
+    ``{groupBy:``) or a string (``"viewStateShareKey"``), not a piece of a longer name."""
+    start = bundle.find(word)
+    while start != -1:
+        end = start + len(word)
+        if not (start and JS_NAME_CHAR.match(bundle[start - 1])) and not (
+            end < len(bundle) and JS_NAME_CHAR.match(bundle[end])
+        ):
+            return True
+        start = bundle.find(word, start + 1)
+    return False
+
+
+class ExperimentTags:
+    """The two experiment calls ``write_view`` makes, recorded."""
+
+    def __init__(self):
+        self.tags: dict[str, str] = {}
+
+    def set_experiment_tag(self, experiment_id, key, value):
+        self.tags[key] = value
+
+    def get_experiment(self, experiment_id):
+        return SimpleNamespace(tags=dict(self.tags))
+
+
+def _keys(value) -> set[str]:
+    """Every key of every mapping inside ``value``."""
+    if isinstance(value, dict):
+        return set(value) | set().union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
+
+
+#: Keys whose values are the UI's own enumerations (a chart type, an axis kind, a group's mode).
+ENUM_KEYS = ("type", "runsHiddenMode", "aggregateFunction", "mode")
+
+
+def _enum_values(value) -> set[str]:
+    if isinstance(value, dict):
+        own = {v for k, v in value.items() if k in ENUM_KEYS and isinstance(v, str)}
+        return own | set().union(*(_enum_values(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_enum_values(v) for v in value))
+    return set()
+
+
+def test_every_key_of_the_saved_view_is_one_the_installed_mlflow_ui_reads(ui_bundle):
+    """An MLflow upgrade that renames or drops a field of the runs page's saved view (the view
+    would then open without its columns, groups or charts, silently) fails here: every key
+    ``write_view`` writes, the envelope's and the state's down to each chart's, every enumerated
+    value, the tags and the address's parameters are names in the UI's JavaScript."""
+    from initmem_core.tracking.ui_view import MODEL_TRAINING, view_url, write_view
+    from initmem_core.vocabulary import KIND_TAG, VIEW_TAG_PREFIX
+
+    experiment = ExperimentTags()
+    key = write_view(experiment, "7", "demo", "a" * 32)
+    envelope = json.loads(experiment.tags[VIEW_TAG_PREFIX + key])
+    # the UI's envelope check: a string name, a number createdAt (updatedAt falls back to it), a string state
+    assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
+    assert isinstance(envelope["updatedAt"], int) and isinstance(envelope["state"], str)
+    state = json.loads(envelope["state"])
+    assert experiment.tags[KIND_TAG] == MODEL_TRAINING
+
+    address = parse_qs(urlsplit(urlsplit(view_url("http://h", "7", key, charts=True)).fragment).query)
+    assert address.pop("viewStateShareKey") == [key]
+    words = {"viewStateShareKey", *address, *_keys(envelope), *_keys(state)}
+    strings = {VIEW_TAG_PREFIX, KIND_TAG, MODEL_TRAINING, *_enum_values(state), *(v for [v] in address.values())}
+    columns = [column.partition(".") for column in state["selectedColumns"] + state["columnOrder"]]
+    strings |= {kind for kind, _, _ in columns}  # the table's column kinds: params, metrics, attributes
+    strings |= {name.strip("`") for kind, _, name in columns if kind == "attributes"}  # e.g. Dataset
+    assert {"runsCountToCompare", "metricSectionId", "groupByData", "createdAt", "workflowType"} <= words
+
+    assert not _names(ui_bundle, "initmemNoSuchViewKey")  # the search can fail
+    unread = sorted(word for word in words if not _names(ui_bundle, word))
+    assert not unread, f"keys of the saved view the MLflow UI no longer reads: {unread}"
+    unknown = sorted(s for s in strings if f'"{s}"' not in ui_bundle and f"`{s}" not in ui_bundle)
+    assert not unknown, f"values of the saved view the MLflow UI does not know: {unknown}"

@@ -17,8 +17,7 @@ from pathlib import Path
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.grid import DEFAULT_OUTPUT
 from initmem_core.tracking.cells import LEASES_FOLDER
-from initmem_core.tracking.client import open_client
-from initmem_core.tracking.records import child_runs, resolve_parent, sweep_name_of
+from initmem_core.tracking.sweep_runs import stored_sweep
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.training.checkpoint_store import default_root
 from initmem_core.vocabulary import CONFIG_HASH_TAG
@@ -58,15 +57,13 @@ def sweep_leftovers(
     """The sweep's name and what it left on disk: each cell's checkpoint folder, each cell's lease
     file, and the report's output folder (``out``, default ``initmem-output/<name>``)."""
     uri = resolve_tracking_uri(tracking_uri)
-    client = open_client(uri)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id)
-    name = sweep_name_of(parent)
+    name, children = stored_sweep(uri, experiment, name_or_parent_run_id)
     found: dict[Path, str] = {}
-    for run in child_runs(client, parent):
-        config_hash = run.data.tags.get(CONFIG_HASH_TAG) or run.data.params.get(CONFIG_HASH_TAG)
+    for run in children:
+        config_hash = run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG)
         if not config_hash:
             continue
-        told = run.data.params.get("checkpoint_dir", "")
+        told = run.params.get("checkpoint_dir", "")
         root = Path(told).expanduser() if told else default_root(uri)
         found[root / config_hash] = CHECKPOINTS
         found[store_folder(uri) / LEASES_FOLDER / f"{config_hash}.lock"] = LEASE

@@ -32,13 +32,10 @@ from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params, quiet_run_links
-from initmem_core.tracking.client import ensure_experiment, open_client
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params
 from initmem_core.tracking.paths import check_writable_folder
-from initmem_core.tracking.records import child_runs, find_parent, latest_per_cell, record_from_run
-from initmem_core.tracking.ui_view import write_view
+from initmem_core.tracking.sweep_runs import StoredRun, SweepRuns
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
-from initmem_core.tracking.writing import log_in_batches, to_json
 from initmem_core.training.horizons import plan_horizons
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.runner import checkpoint_root
@@ -55,12 +52,9 @@ from initmem_core.vocabulary import (
     GROUP_TAG,
     KILLED,
     NOTE_TAG,
-    PARENT_ROLE,
     PARENT_TAG,
     PENDING,
-    ROLE_TAG,
     RUNNING,
-    SCHEDULED,
     SWEEP_TAG,
     VARYING_TAG,
 )
@@ -115,18 +109,8 @@ class _Sweep:
 
     def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Any):
         self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
-        quiet_run_links()
-        self.client = open_client(uri)
-        self.experiment_id = ensure_experiment(self.client, uri, experiment)
-        parent = find_parent(self.client, self.experiment_id, name)
-        if parent is None:
-            parent = self.client.create_run(
-                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
-            )
-        else:
-            self.client.update_run(parent.info.run_id, status=RUNNING)
-        self.parent = parent
-        self.parent_id = parent.info.run_id
+        self.runs = SweepRuns(uri, experiment, name)
+        self.experiment_id, self.parent_id = self.runs.experiment_id, self.runs.parent_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
         self.restarted: set[str] = set()  # child runs an earlier launch left with no checkpoint: run again
         self.view_key = ""
@@ -136,58 +120,54 @@ class _Sweep:
         values, e.g. ``sigma=0.5,2``) and the cells their names. A relaunch with another grid
         adds params it lacks (MLflow never changes a logged param); the grid of every launch
         is in ``sweep.json`` and the tag ``initmem.varying``."""
-        from mlflow.entities import Param
-
         self.names = {config.config_hash(): name for config, name in zip(plan.cells, plan.names)}
-        held = self.client.get_run(self.parent_id).data.params
+        held = self.runs.parent_params()
         grid = {
             name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
             for name, f in FIELDS.items()
             if f.metadata["hashed"]
         }
         grid["cells"] = str(len(plan.cells))
-        log_in_batches(
-            self.client, self.parent_id, "params", [Param(k, v[:6000]) for k, v in grid.items() if k not in held]
-        )
+        self.runs.add_parent_params({k: v for k, v in grid.items() if k not in held})
 
     def earlier_runs(
         self, configs: list[RunConfig], retry_failed: bool = False
-    ) -> tuple[dict[str, Any], dict[str, str]]:
+    ) -> tuple[dict[str, StoredRun], dict[str, str]]:
         """From earlier launches: (config hash -> run) of the children whose cell is done, FINISHED
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
         whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
         by_hash = {config.config_hash(): config for config in configs}
-        finished: dict[str, Any] = {}
+        finished: dict[str, StoredRun] = {}
         resumable: dict[str, str] = {}
         restartable: dict[str, str] = {}
-        for run in child_runs(self.client, self.parent):
-            config = by_hash.get(run.data.tags.get(CONFIG_HASH_TAG, ""))
+        for run in self.runs.children():
+            config = by_hash.get(run.tags.get(CONFIG_HASH_TAG, ""))
             if config is None:
                 continue
-            diverged = run.info.status == FAILED and run.data.tags.get(DIVERGED_TAG) == "true"
-            if run.info.status == FINISHED or (diverged and not retry_failed):
+            diverged = run.status == FAILED and run.tags.get(DIVERGED_TAG) == "true"
+            if run.status == FINISHED or (diverged and not retry_failed):
                 self._same_threads(run, config)
-                if finished.get(config.config_hash()) is None or run.info.status == FINISHED:
+                if finished.get(config.config_hash()) is None or run.status == FINISHED:
                     finished[config.config_hash()] = run
-            elif run.info.status in (KILLED, RUNNING):
+            elif run.status in (KILLED, RUNNING):
                 root = checkpoint_root(config, self.uri)
                 point = find_resumable(config.config_hash(), root) if root else None
-                if point is not None and point.run_id == run.info.run_id:
+                if point is not None and point.run_id == run.run_id:
                     self._same_threads(run, config)
-                    resumable[config.config_hash()] = run.info.run_id
+                    resumable[config.config_hash()] = run.run_id
                 else:  # stopped before its first checkpoint: start over, in that run, not a second one
-                    restartable.setdefault(config.config_hash(), run.info.run_id)
+                    restartable.setdefault(config.config_hash(), run.run_id)
         resumable = {**restartable, **resumable}
         self.restarted = {run_id for h, run_id in restartable.items() if resumable[h] == run_id}
         return finished, {h: r for h, r in resumable.items() if h not in finished}
 
-    def _same_threads(self, run: Any, config: RunConfig) -> None:
+    def _same_threads(self, run: StoredRun, config: RunConfig) -> None:
         """A cell computed under other CPU threads would mix two sets of numbers in one sweep."""
-        held = run.data.params.get("threads")
+        held = run.params.get("threads")
         if held is not None and held != str(config.threads):
             raise ConfigError(
-                f"sweep {self.name}: cell {run.info.run_name} was computed with --threads {held} in an earlier "
+                f"sweep {self.name}: cell {run.name} was computed with --threads {held} in an earlier "
                 f"launch, this one would use {config.threads}; a cell's numbers depend on its threads, so relaunch "
                 f"with --threads {held} (or give the sweep another --name)"
             )
@@ -198,18 +178,17 @@ class _Sweep:
         if restart:
             cell.resume = False
         elif not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
-            cell.run_id = self.client.create_run(
-                self.experiment_id,
-                run_name=self.run_name(config),
-                tags={
+            cell.run_id = self.runs.create_child(
+                self.run_name(config),
+                {
                     PARENT_TAG: self.parent_id,
                     SWEEP_TAG: self.name,
                     GROUP_TAG: cell.group,
                     CONFIG_HASH_TAG: config.config_hash(),
                 },
-            ).info.run_id
+            )
         if scheduled:
-            self.client.update_run(cell.run_id, status=SCHEDULED)
+            self.runs.schedule(cell.run_id)
         writer = ChildRunWriter(self.uri, self.experiment, cell.run_id)
         if restart:
             writer.resume_run(cell.run_id)  # RUNNING again; steps it holds are not written twice
@@ -235,50 +214,39 @@ class _Sweep:
     def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
         """Build the report from the store (this launch's cells and earlier ones alike) and write
         it onto the parent run and into ``out``."""
-        from mlflow.entities import RunTag
-
-        runs = latest_per_cell(child_runs(self.client, self.parent))
-        report = build_assessed_report(record_from_run(self.client, run) for run in runs)
+        report = build_assessed_report(self.runs.cell_records())
         files = write_report_files(report, out, title=f"Initialization memory: sweep {self.name}")
-        for path in files:
-            self.client.log_artifact(self.parent_id, str(path), "report")
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
-        self.client.log_text(self.parent_id, to_json(grid), "sweep.json")
-        log_report_metrics(self.client, self.parent_id, report)
+        self.runs.log_report(files, grid)
+        log_report_metrics(self.runs, report)
         failed = sum(1 for cell in cells if cell.status != FINISHED)
-        self.view_key = write_view(self.client, self.experiment_id, self.name, self.parent_id)
+        self.view_key = self.runs.write_view()
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
-        self.client.log_batch(
-            self.parent_id,
-            tags=[
-                RunTag(CELLS_TAG, str(len(cells))),
-                RunTag(CELLS_FAILED_TAG, str(failed)),
-                RunTag(CELLS_UNSYNCED_TAG, str(sum(bool(cell.unsynced) for cell in cells))),
-                RunTag(VARYING_TAG, ",".join(spec.varying)),
-                RunTag(NOTE_TAG, note),
-                *(RunTag(key, verdict) for key, verdict in verdict_tags(report.findings).items()),
-            ],
+        self.runs.set_parent_tags(
+            {
+                CELLS_TAG: str(len(cells)),
+                CELLS_FAILED_TAG: str(failed),
+                CELLS_UNSYNCED_TAG: str(sum(bool(cell.unsynced) for cell in cells)),
+                VARYING_TAG: ",".join(spec.varying),
+                NOTE_TAG: note,
+                **verdict_tags(report.findings),
+            }
         )
         return report, files
 
 
-def log_report_metrics(client: Any, parent_id: str, report: Report) -> None:
+def _rounded(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+def log_report_metrics(runs: SweepRuns, report: Report) -> None:
     """The report's figures onto the parent run, rounded as the report prints them (the UI shows a
-    metric at full float precision). Stamped with the time: a relaunch's report (a cell run again,
-    more cells) is then the parent's latest value at each step. With one timestamp for every launch,
-    MLflow's latest value at a step was the largest one ever logged, an earlier launch's as often as not."""
-    import time
-
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    log_in_batches(
-        client,
-        parent_id,
-        "metrics",
-        [Metric(key, float(f"{value:.4g}"), now, 0) for key, value in report.parent_metrics().items()]
+    metric at full float precision); a relaunch's report (a cell run again, more cells) is then
+    the parent's latest value at each step (``SweepRuns.log_figures``)."""
+    runs.log_figures(
+        {key: _rounded(value) for key, value in report.parent_metrics().items()},
         # memory over training, step = epoch: MLflow's charts draw each group's curve
-        + [Metric(key, float(f"{value:.4g}"), now, epoch) for key, value, epoch in report.parent_step_metrics()],
+        [(key, _rounded(value), epoch) for key, value, epoch in report.parent_step_metrics()],
     )
 
 
@@ -372,8 +340,8 @@ def _launch(
     try:
         finished, resumable = sweep.earlier_runs(configs, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
-        earlier = sweep.parent.info.status
-        sweep.client.set_terminated(sweep.parent_id, earlier if earlier in ENDED else FAILED)
+        before = sweep.runs.status_before
+        sweep.runs.end(before if before in ENDED else FAILED)
         if leases is not None:
             leases.release()
         raise
@@ -396,9 +364,9 @@ def _launch(
                 CellOutcome(
                     config,
                     key,
-                    earlier.info.status,
-                    earlier.info.run_id,
-                    earlier.data.tags.get(FAILURE_REASON_TAG, ""),
+                    earlier.status,
+                    earlier.run_id,
+                    earlier.tags.get(FAILURE_REASON_TAG, ""),
                     skipped=True,
                 )
             )
@@ -423,7 +391,7 @@ def _launch(
         status = KILLED
         raise
     finally:
-        sweep.client.set_terminated(sweep.parent_id, status)
+        sweep.runs.end(status)
         if leases is not None:
             leases.release()
     return SweepResult(plan.name, sweep.parent_id, cells, report, files, sweep.experiment_id, sweep.view_key)

@@ -1,0 +1,147 @@
+"""A sweep's runs in the tracking store: its parent run and the child run of each cell.
+
+``SweepRuns`` is every store operation a sweep launch makes, written once, so that the sweep
+package never holds an MLflow client. It opens the store through ``client.open_client`` (a bad
+or locked store fails in one line) and writes batches through ``writing.log_in_batches``
+(MLflow's limits per call).
+
+>>> runs = SweepRuns(uri, "initmem", "my-sweep")  # the parent found by name, or created
+>>> run_id = runs.create_child("sigma=0.5", {...})
+>>> runs.end(FINISHED)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from initmem_core.tracking.cells import quiet_run_links
+from initmem_core.tracking.client import ensure_experiment, open_client
+from initmem_core.tracking.records import (
+    CellRecord,
+    child_runs,
+    find_parent,
+    latest_per_cell,
+    record_from_run,
+    resolve_parent,
+    sweep_name_of,
+)
+from initmem_core.tracking.ui_view import write_view
+from initmem_core.tracking.writing import log_in_batches, to_json
+from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, RUNNING, SCHEDULED, SWEEP_TAG
+
+#: The longest param value MLflow stores; a sweep's grid can list more values than that.
+PARAM_VALUE_LIMIT = 6000
+#: Where the report's files go on the parent run, and the sweep's grid beside them.
+REPORT_FOLDER, GRID_FILE = "report", "sweep.json"
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as the store holds it: what a launch reads of an earlier launch's children."""
+
+    run_id: str
+    name: str
+    status: str
+    tags: Mapping[str, str]
+    params: Mapping[str, str]
+
+    @classmethod
+    def of(cls, run: Any) -> StoredRun:
+        info, data = run.info, run.data
+        return cls(info.run_id, info.run_name or "", info.status, dict(data.tags), dict(data.params))
+
+
+def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
+    """An existing sweep's name and every child run of it, the sweep found by name or by its
+    parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
+    client = open_client(uri)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [StoredRun.of(run) for run in child_runs(client, parent)]
+
+
+class SweepRuns:
+    """The parent run of sweep ``name`` in ``experiment`` (created if the store has none, set
+    RUNNING again if it has: a relaunch) and the child runs under it."""
+
+    def __init__(self, uri: str, experiment: str, name: str):
+        self.uri, self.name = uri, name
+        quiet_run_links()
+        self._client = open_client(uri)
+        self.experiment_id: str = ensure_experiment(self._client, uri, experiment)
+        parent = find_parent(self._client, self.experiment_id, name)
+        if parent is None:
+            parent = self._client.create_run(
+                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
+            )
+        else:
+            self._client.update_run(parent.info.run_id, status=RUNNING)
+        self._parent = parent
+        self.parent_id: str = parent.info.run_id
+        #: The parent's status before this launch: a launch that runs nothing puts it back.
+        self.status_before: str = parent.info.status
+
+    # -- the parent run ----------------------------------------------------------------------
+
+    def parent_params(self) -> dict[str, str]:
+        """The params the parent holds now (every launch's grid adds those it lacked)."""
+        return dict(self._client.get_run(self.parent_id).data.params)
+
+    def add_parent_params(self, params: Mapping[str, str]) -> None:
+        """Log params onto the parent, each value cut to MLflow's limit. MLflow never changes a
+        logged param: pass only those the parent lacks (``parent_params``)."""
+        from mlflow.entities import Param
+
+        entities = [Param(key, value[:PARAM_VALUE_LIMIT]) for key, value in params.items()]
+        log_in_batches(self._client, self.parent_id, "params", entities)
+
+    def log_report(self, files: Iterable[Path], grid: Mapping[str, Any]) -> None:
+        """The report's files into the parent's ``report/`` artifacts, and the sweep's grid as ``sweep.json``."""
+        for path in files:
+            self._client.log_artifact(self.parent_id, str(path), REPORT_FOLDER)
+        self._client.log_text(self.parent_id, to_json(grid), GRID_FILE)
+
+    def log_figures(self, figures: Mapping[str, float], curves: Iterable[tuple[str, float, int]]) -> None:
+        """Metrics onto the parent: ``figures`` at step 0, ``curves`` as ``(key, value, step)``.
+        Stamped with the time, so a relaunch's value is the parent's latest at each step (with one
+        timestamp for every launch, MLflow's latest is the largest ever logged)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, value, now, 0) for key, value in figures.items()]
+        metrics += [Metric(key, value, now, step) for key, value, step in curves]
+        log_in_batches(self._client, self.parent_id, "metrics", metrics)
+
+    def write_view(self) -> str:
+        """The sweep's prepared view in the MLflow UI (``ui_view``); returns its share key."""
+        return write_view(self._client, self.experiment_id, self.name, self.parent_id)
+
+    def set_parent_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        log_in_batches(self._client, self.parent_id, "tags", [RunTag(key, value) for key, value in tags.items()])
+
+    def end(self, status: str) -> None:
+        """End the parent run with ``status``."""
+        self._client.set_terminated(self.parent_id, status)
+
+    # -- the children ------------------------------------------------------------------------
+
+    def children(self) -> list[StoredRun]:
+        """Every child run of the sweep, from every launch."""
+        return [StoredRun.of(run) for run in child_runs(self._client, self._parent)]
+
+    def create_child(self, run_name: str, tags: Mapping[str, str]) -> str:
+        """A new child run (RUNNING, as MLflow creates a run); returns its id."""
+        return self._client.create_run(self.experiment_id, run_name=run_name, tags=dict(tags)).info.run_id
+
+    def schedule(self, run_id: str) -> None:
+        """Show a child SCHEDULED: handed to an executor, not started by a worker yet."""
+        self._client.update_run(run_id, status=SCHEDULED)
+
+    def cell_records(self) -> list[CellRecord]:
+        """One record per cell (its latest ended run), what the report is built from."""
+        return [record_from_run(self._client, run) for run in latest_per_cell(child_runs(self._client, self._parent))]
