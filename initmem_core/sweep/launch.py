@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.registry import Registry
 from initmem_core.report.assessment import build_assessed_report, verdict_tags
 from initmem_core.report.description import description
 from initmem_core.report.files import write_report_files
@@ -107,7 +108,7 @@ class _Sweep:
     """One launch of a sweep: the parent run and its children. Implements the ``SweepCells``
     an executor works with (``executors.base``)."""
 
-    def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Any):
+    def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Registry):
         self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
         self.runs = SweepRuns(uri, experiment, name)
         self.experiment_id, self.parent_id = self.runs.experiment_id, self.runs.parent_id
@@ -276,7 +277,7 @@ def run_sweep(
     experiment: str = DEFAULT_EXPERIMENT,
     progress: SweepProgress | None = None,
     out: str | Path | None = None,
-    registry: Any = None,
+    registry: Registry | None = None,
     retry_failed: bool = False,
 ) -> SweepResult:
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
@@ -326,7 +327,7 @@ def _launch(
     uri: str,
     experiment: str,
     progress: SweepProgress,
-    registry: Any,
+    registry: Registry,
     retry_failed: bool,
 ) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)

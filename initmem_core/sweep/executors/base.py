@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
+from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.cells import PROGRESS_CALLS
 from initmem_core.vocabulary import FAILED
 
@@ -71,7 +72,7 @@ class SweepCells(Protocol):
     name: str  # the sweep's
     uri: str
     experiment: str
-    registry: Any
+    registry: Registry
 
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         """Create the cell's child run (status SCHEDULED if ``scheduled``: it waits in a queue)."""
