@@ -197,3 +197,25 @@ def test_rate_difference_is_defined_at_the_edges_and_empty_without_runs():
     lo, hi = rate_difference(6, 6, 0, 6)
     assert 0 < lo < 1 and hi == pytest.approx(1.0)
     assert all(math.isnan(x) for x in rate_difference(0, 0, 3, 6))
+
+
+def horizon_cells(config: dict, accuracy: tuple[float, float], last_epoch: int) -> list[CellRecord]:
+    """``cells`` whose per-epoch history ends at ``last_epoch``: the epochs they trained."""
+    out = cells(config, accuracy)
+    for one in out:
+        one.histories = {"test_acc": [(0, 0.1), (last_epoch, one.metrics["best_val_test_acc"])]}
+    return out
+
+
+@pytest.mark.parametrize(("plain_epochs", "compared"), [(74, True), (50, False)])
+def test_a_group_trained_to_a_clock_is_compared_by_the_epochs_the_clock_set(plain_epochs, compared):
+    # paper-l2-horizon: L2 trained --until clock_l2=0.25 (capped at 200 epochs, reached at 74),
+    # the plain group given 74 epochs: the same horizon, so they differ only in L2.
+    from initmem_core.report.findings import l2_shrinks_sgd_spread
+
+    plain = horizon_cells({**SHORT, "epochs": plain_epochs}, (0.97, 0.91), plain_epochs)
+    l2 = horizon_cells({**SHORT, "l2": 0.01, "until": "clock_l2=0.25", "epochs": 200}, (0.96, 0.95), 74)
+    found = verdict(l2_shrinks_sgd_spread, plain + l2)
+    assert (found.verdict != NOT_EVALUATED) is compared
+    if compared:
+        assert found.verdict == REPRODUCED

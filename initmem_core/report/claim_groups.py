@@ -94,6 +94,13 @@ class Group:
     cells: list[CellRecord]
     accuracy: Matrix
     clock: float  # the clock that drives this group's forgetting (forgetting_clock)
+    #: ``config`` with an ``--until`` target replaced by the epochs it set (``as_trained``): what
+    #: a group is compared by, so a group trained to a clock and one given those epochs are alike
+    trained: RunConfig | None = None
+
+    @property
+    def compared(self) -> RunConfig:
+        return self.trained or self.config
 
     @property
     def shrink(self) -> float:
@@ -132,7 +139,7 @@ class Sweep:
         axis = tuple(axis)
         by_key: dict[tuple, list[Group]] = {}
         for group in self.groups:
-            by_key.setdefault(settings(group.config, axis), []).append(group)
+            by_key.setdefault(settings(group.compared, axis), []).append(group)
         varying = [
             name
             for position, (name, _) in enumerate(next(iter(by_key)) if by_key else ())
@@ -143,6 +150,17 @@ class Sweep:
             values = dict(key)
             named.append((", ".join(f"{name}={values[name].strip(chr(39))}" for name in varying), groups))
         return sorted(named, key=lambda pair: pair[0])
+
+
+def as_trained(config: RunConfig, cells: Iterable[CellRecord]) -> RunConfig:
+    """``config`` as its cells trained it: with an ``--until`` target, the epochs the target set
+    (the last epoch of the trained cells' histories) in place of the target and its cap."""
+    if not config.until:
+        return config
+    last = [
+        max(epoch for epoch, _ in history) for c in cells if c.trained for history in c.histories.values() if history
+    ]
+    return config.replace(epochs=max(last), until="") if last else config
 
 
 def read_sweep(records: Iterable[CellRecord]) -> Sweep:
@@ -166,6 +184,7 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
                 cells[summary.group],
                 report.accuracy[summary.group],
                 forgetting_clock(family, summary.clock_sgd, summary.clock_l2, summary.clock_adapt),
+                as_trained(first.config, cells[summary.group]),
             )
         )
     return Sweep(report, groups, cells)

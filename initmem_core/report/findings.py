@@ -523,7 +523,7 @@ def _family_ends(
     by ``key``, where the largest is at least ``ratio`` times the smallest."""
     families: dict[tuple, list[Group]] = {}
     for group in groups:
-        families.setdefault(settings(group.config, free), []).append(group)
+        families.setdefault(settings(group.compared, free), []).append(group)
     ends = []
     for members in families.values():
         low, high = min(members, key=key), max(members, key=key)
