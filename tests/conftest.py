@@ -16,6 +16,11 @@ import pytest
 
 from initmem_core.plugin_system import loader as plugins
 
+# One OpenMP thread per test process (set before anything imports torch; the processes tests start
+# inherit it): the tensors here are tiny, and under `-n 2`, or beside other work, two threads per
+# worker spin against each other, so a forward pass that takes 20 ms alone can take seconds.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored,
 # and every process it starts would too: the tests that send Ctrl-C need Python's own handler here,
 # so that their processes start with the default one.
