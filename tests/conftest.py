@@ -52,6 +52,16 @@ def fresh_registry(monkeypatch):
     plugins.set_registry(None)
 
 
+@pytest.fixture(autouse=True)
+def quick_step_measurement(monkeypatch):
+    """A dry run's cost estimate times each architecture's steps for up to half a second; here
+    it times a few steps at the smallest batch and scales them (test_sweep_cost passes its own
+    budgets to test the estimate itself). No test reads the figure a dry run prints."""
+    from initmem_core.sweep import cost
+
+    monkeypatch.setattr(cost, "MEASURE_BUDGET_S", 0.0)
+
+
 @pytest.fixture
 def install_fake_plugin(tmp_path, monkeypatch):
     """Make a package with an ``initmem`` entry point importable, as pip would install it.
