@@ -16,6 +16,11 @@ import pytest
 
 from initmem_core.plugin_system import loader as plugins
 
+# One OpenMP thread per test process (set before anything imports torch; the processes tests start
+# inherit it): the tensors here are tiny, and under `-n 2`, or beside other work, two threads per
+# worker spin against each other, so a forward pass that takes 20 ms alone can take seconds.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored,
 # and every process it starts would too: the tests that send Ctrl-C need Python's own handler here,
 # so that their processes start with the default one.
@@ -45,6 +50,16 @@ def fresh_registry(monkeypatch):
     plugins.set_registry(None)
     yield
     plugins.set_registry(None)
+
+
+@pytest.fixture(autouse=True)
+def quick_step_measurement(monkeypatch):
+    """A dry run's cost estimate times each architecture's steps for up to half a second; here
+    it times a few steps at the smallest batch and scales them (test_sweep_cost passes its own
+    budgets to test the estimate itself). No test reads the figure a dry run prints."""
+    from initmem_core.sweep import cost
+
+    monkeypatch.setattr(cost, "MEASURE_BUDGET_S", 0.0)
 
 
 @pytest.fixture

@@ -4,11 +4,22 @@ that never reaches into the built-in plugins."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import initmem_core
 
 CORE = Path(initmem_core.__file__).parent
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for all the tests here (they only read it)."""
+    return ast.parse(path.read_text())
+
+
+def teardown_module() -> None:
+    _tree.cache_clear()  # ~190,000 nodes: kept past this file, every later full collection would walk them
 
 
 def _module_name(path: Path) -> str:
@@ -36,7 +47,7 @@ def _graph(top_level_only: bool) -> dict[str, set[str]]:
     modules = {_module_name(path): path for path in CORE.rglob("*.py")}
     graph = {}
     for name, path in modules.items():
-        imported = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", top_level_only)
+        imported = _imports(_tree(path), name, path.name == "__init__.py", top_level_only)
         graph[name] = {m for m in imported if m in modules and m != name}
     return graph
 
@@ -112,7 +123,7 @@ def test_every_import_points_down_the_layers():
     assert {m.split(".")[1] for m in modules if "." in m} <= set().union(*LAYERS), "a module in no layer"
     wrong = []
     for name, path in sorted(modules.items()):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for imported in _imported_modules(node, name, path.name == "__init__.py", set(modules)):
                     if _layer(imported) > _layer(name):
@@ -150,7 +161,7 @@ def test_every_lazy_import_of_initmem_says_why():
         for path in sorted((SOURCES / folder).rglob("*.py")):
             source = path.read_text()
             lines = source.splitlines()
-            for node in _imports_inside_functions(ast.parse(source)):
+            for node in _imports_inside_functions(_tree(path)):
                 if _imports_initmem(node) and "# lazy:" not in lines[node.lineno - 1]:
                     silent.append(f"{path.relative_to(SOURCES)}:{node.lineno} {lines[node.lineno - 1].strip()}")
     assert not silent, "import at the top, or say why it stays lazy (# lazy: ...):\n" + "\n".join(silent)
@@ -159,7 +170,7 @@ def test_every_lazy_import_of_initmem_says_why():
 def test_the_core_never_imports_the_builtin_plugins():
     for path in CORE.rglob("*.py"):
         name = _module_name(path)
-        imported = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", top_level_only=False)
+        imported = _imports(_tree(path), name, path.name == "__init__.py", top_level_only=False)
         assert not {m for m in imported if m.startswith("initmem_plugins")}, f"{name} imports initmem_plugins"
 
 
@@ -167,7 +178,7 @@ def test_a_small_top_level_and_a_one_line_purpose_for_every_subpackage():
     top_modules = sorted(p.name for p in CORE.glob("*.py"))
     assert len(top_modules) <= 9, top_modules
     for package in (p for p in CORE.rglob("__init__.py") if p.parent != CORE):
-        doc = ast.get_docstring(ast.parse(package.read_text()))
+        doc = ast.get_docstring(_tree(package))
         assert doc and doc.strip(), f"{package.parent.name}/__init__.py says nothing of what it is for"
 
 
@@ -184,7 +195,7 @@ def _second_spellings(spellings: set[str], allowed: dict[str, set[str]] | None =
             continue
         where = f"{folder.name}/{path.relative_to(folder).as_posix()}"
         mine = (allowed or {}).get(where, set())
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Constant) and node.value in spellings - mine:
                 found.append(f"{where}:{node.lineno} {node.value!r}")
     return found

@@ -19,16 +19,10 @@ from initmem_cli.app import app
 from initmem_core.config import from_mapping
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.training.plan import plan_run
+from tests.cli_processes import runs_in
 
 runner = CliRunner()
 SMALL = ["--epochs", "1", "--train-size", "64", "--threads", "1"]
-
-
-def stored_runs(uri: str) -> list:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
 
 
 def assert_one_line_error(result, message: str) -> None:
@@ -61,7 +55,7 @@ def assert_one_line_error(result, message: str) -> None:
 )
 def test_bad_value(tracking_uri, args, message):
     assert_one_line_error(runner.invoke(app, ["run", *SMALL, *args, "--tracking-uri", tracking_uri]), message)
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 @pytest.mark.parametrize(
@@ -76,7 +70,7 @@ def test_bad_toml(tracking_uri, tmp_path, toml, message):
     config.write_text(toml)
     result = runner.invoke(app, ["run", "--config", str(config), "--tracking-uri", tracking_uri])
     assert_one_line_error(result, message)
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 def test_dataset_missing_offline(tracking_uri, tmp_path):
@@ -84,7 +78,7 @@ def test_dataset_missing_offline(tracking_uri, tmp_path):
         app, ["run", *SMALL, "--data", "cifar10", "--data-dir", str(tmp_path / "empty"), "--tracking-uri", tracking_uri]
     )
     assert_one_line_error(result, f"cifar10 not found in {tmp_path / 'empty'}: put cifar-10-batches-py there")
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 def test_tracking_store_in_a_missing_folder(tmp_path):
@@ -128,13 +122,13 @@ def test_checkpoint_not_ours_or_corrupt(tracking_uri, tmp_path, write, message):
     write(folder / "ckpt-e000001-s000000.pt")
     result = runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, "--resume"])
     assert_one_line_error(result, f"no usable checkpoint in {folder}: ckpt-e000001-s000000.pt {message}")
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 def test_nothing_to_resume(tracking_uri, tmp_path):
     result = runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, "--resume"])
     assert_one_line_error(result, "nothing to resume: no checkpoint in")
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 # Plugin names are unique to this file: an imported module stays in sys.modules for later tests.
@@ -155,7 +149,7 @@ def test_broken_plugin_under_strict_loading(install_fake_plugin, tracking_uri, p
     result = runner.invoke(app, ["--strict-plugins", "run", *SMALL, "--tracking-uri", tracking_uri])
     assert_one_line_error(result, message)
     assert plugin in result.stderr and "strict plugin loading is on" in result.stderr
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
@@ -168,7 +162,7 @@ def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
     result = runner.invoke(app, ["run", *SMALL, "--opt", "lion", "--tracking-uri", tracking_uri])
     assert_one_line_error(result, "optimizer 'lion' is registered twice")
     assert "firstlionplug" in result.stderr and "secondlionplug" in result.stderr
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 @pytest.mark.parametrize(
@@ -207,7 +201,7 @@ linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /
 )
 def test_values_beyond_their_bounds(tracking_uri, args, message):
     assert_one_line_error(runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, *args]), message)
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 @pytest.mark.parametrize(
@@ -230,7 +224,7 @@ def test_tracking_uri_that_is_no_store(tmp_path, monkeypatch, uri, message):
 def test_unwritable_checkpoint_dir_fails_before_training(tracking_uri):
     result = runner.invoke(app, ["run", *SMALL, "--tracking-uri", tracking_uri, "--checkpoint-dir", UNWRITABLE])
     assert_one_line_error(result, f"--checkpoint-dir {UNWRITABLE} cannot be written")
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 @linux_only
@@ -259,7 +253,7 @@ def test_sweep_input_fails_before_any_cell(tracking_uri, tmp_path, args, message
         ],
     )
     assert_one_line_error(result, message)
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 @pytest.mark.parametrize(
@@ -276,7 +270,7 @@ def test_config_that_is_not_a_toml_file(tracking_uri, tmp_path, write, message):
     for command in ("run", "sweep"):
         result = runner.invoke(app, [command, "--config", str(config), "--tracking-uri", tracking_uri])
         assert_one_line_error(result, message)
-    assert stored_runs(tracking_uri) == []
+    assert runs_in(tracking_uri) == []
 
 
 def test_a_boolean_in_a_numeric_grid_is_not_a_repeated_number(tracking_uri, tmp_path):

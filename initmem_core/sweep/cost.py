@@ -165,11 +165,13 @@ def estimate_cost(
     workers: int = 1,
     horizons: Sequence[Any] | None = None,
     gpu_figures: Path = GPU_FIGURES,
-    budget_s: float = MEASURE_BUDGET_S,
+    budget_s: float | None = None,
 ) -> CostEstimate:
     """The training time of ``cells`` (a sweep plan's) with ``workers`` local workers, each
     cell's steps from ``horizons`` (``training.horizons.plan_horizons``) where known, else from
-    its dataset's size; one step measurement per architecture, batch size and input shape."""
+    its dataset's size; one step measurement per architecture, batch size and input shape, each
+    taking up to ``budget_s`` (``MEASURE_BUDGET_S``, read at the call: the tests lower it)."""
+    budget = MEASURE_BUDGET_S if budget_s is None else budget_s
     workers = max(1, int(workers))
     facts: dict[tuple[Any, ...], Any] = {}
     measured: dict[tuple[Any, ...], StepTime] = {}
@@ -191,7 +193,7 @@ def estimate_cost(
         )
         key = (cell.arch, shape, classes, cell.batch_size)
         if key not in measured:
-            measured[key] = measure_step(cell.arch, shape, classes, cell.batch_size, registry, budget_s)
+            measured[key] = measure_step(cell.arch, shape, classes, cell.batch_size, registry, budget)
         steps_total += steps
         cpu_total += steps * measured[key].seconds
         if cell.arch not in gpu:
