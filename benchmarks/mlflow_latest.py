@@ -50,8 +50,12 @@ def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, text=True, capture_output=True, **kwargs)
 
 
-def side_environment(folder: Path) -> Path:
-    """The side environment's Python, with the newest MLflow (and what it asks for) installed."""
+def side_environment(folder: Path) -> tuple[Path, str]:
+    """The side environment's Python, with the newest MLflow (and what it asks for) installed, and
+    a note ("" when the index held all of it). When the index lists an MLflow whose own
+    requirements it lacks (a child package not published yet), the newest ``mlflow`` and
+    ``mlflow-skinny`` go in over the older child (``pip install --no-deps``): the store, server and
+    UI code initmem touches is theirs, and the note says which child stayed behind."""
     python = folder / "bin" / "python"
     if not python.is_file():
         made = run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)])
@@ -60,7 +64,21 @@ def side_environment(folder: Path) -> Path:
     installed = run([str(python), "-m", "pip", "install", "-q", "-U", "mlflow"])
     if installed.returncode:
         sys.exit(f"pip install -U mlflow failed: {installed.stderr.strip()[-1000:]}")
-    return python
+    listed = newest_listed(python)
+    if listed in (mlflow_version(python), "unknown"):
+        return python, ""
+    skinny = run([str(python), "-m", "pip", "install", "-q", f"mlflow-skinny=={listed}"])
+    forced = run([str(python), "-m", "pip", "install", "-q", "--no-deps", f"mlflow=={listed}"])
+    if skinny.returncode or forced.returncode:
+        return python, f"The index lists MLflow {listed}, which could not be installed here."
+    kept = children_behind(run([str(python), "-m", "pip", "check"]).stdout)
+    return python, f"MLflow {listed} installed over an older child package: {kept}." if kept else ""
+
+
+def children_behind(pip_check: str) -> str:
+    """The MLflow packages ``pip check`` says are older than the installed MLflow requires."""
+    behind = re.findall(r"requirement (\S*mlflow\S*==\S+), but you have (\S+ [^\s.]+(?:\.[^\s.]+)*)", pip_check)
+    return "; ".join(f"{have} kept (the index lacks {wanted})" for wanted, have in behind)
 
 
 def mlflow_version(python: Path | str) -> str:
@@ -98,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="mlflow-latest-") as scratch:
-        python = side_environment(args.venv or Path(scratch) / "venv")
-        ours, newest, listed = mlflow_version(sys.executable), mlflow_version(python), newest_listed(python)
-        print(f"MLflow {newest} in the side environment (this one has {ours}; the index lists {listed})", flush=True)
+        python, note = side_environment(args.venv or Path(scratch) / "venv")
+        ours, newest = mlflow_version(sys.executable), mlflow_version(python)
+        print(f"MLflow {newest} in the side environment (this one has {ours}). {note}", flush=True)
         files = [str(ROOT / "tests" / name) for name in MLFLOW_TESTS]
         # The quick tests of every file, and all of the store's tests (the template is what an
         # upgrade is most likely to trip): -k matches markers and file names.
@@ -119,11 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             f"`python -m benchmarks.mlflow_latest{' --slow' if args.slow else ''}`, {date}: MLflow **{newest}** "
             f"(this environment: {ours}), {scope}, in {minutes:.1f} min: **{summary_line(done.stdout)}**.",
-            *(
-                [f"The index lists MLflow {listed}, which `pip install -U mlflow` could not install here."]
-                if listed not in (newest, "unknown")
-                else []
-            ),
+            *([note] if note else []),
             *(["", "Failed:", *(f"- `{name}`" for name in failed)] if failed else []),
         ]
     )

@@ -34,3 +34,14 @@ def test_the_docs_hold_the_section_once_with_a_result():
     assert text.count(mlflow_latest.BEGIN) == text.count(mlflow_latest.END) == 1
     section = text[text.index(mlflow_latest.BEGIN) : text.index(mlflow_latest.END)]
     assert "python -m benchmarks.mlflow_latest" in section and "MLflow **" in section
+
+
+def test_a_child_package_the_index_lacks_is_named_with_the_version_kept():
+    checked = (
+        "mlflow 3.18.0 has requirement mlflow-tracing==3.18.0, but you have mlflow-tracing 3.17.2.\n"
+        "mlflow-skinny 3.18.0 requires python-multipart, which is not installed.\n"
+        "torch 2.14.1 has requirement sympy==1.13, but you have sympy 1.14.\n"
+    )
+    kept = "mlflow-tracing 3.17.2 kept (the index lacks mlflow-tracing==3.18.0)"
+    assert mlflow_latest.children_behind(checked) == kept
+    assert mlflow_latest.children_behind("No broken requirements found.\n") == ""
