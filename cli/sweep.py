@@ -363,14 +363,14 @@ def sweep_command(
         )
         from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
 
-        for line in cost_lines(estimate_cost(plan.cells, registry, workers=workers or 1, horizons=horizons)):
+        for line in cost_lines(estimate_cost(plan.plans, workers=workers or 1, horizons=horizons)):
             console.print(line, highlight=False, soft_wrap=True)
         from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
             disk_text,
             estimate_disk,
         )
 
-        console.print(disk_text(estimate_disk(plan.cells, registry, workers or 1)))
+        console.print(disk_text(estimate_disk(plan.plans, workers or 1)))
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up

@@ -8,27 +8,35 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.config import RunConfig
 from initmem_core.sweep.disk import BYTES_PER_VALUE, NOMINAL, checkpoint_bytes, estimate_disk, parameter_count
+from initmem_core.training.plan import plan_run
 
 
 def test_parameters_are_counted_as_the_built_model_has_them(registry):
     model = registry.build("architecture", "resnet20", **NOMINAL)
-    assert parameter_count("resnet20", registry) == sum(p.numel() for p in model.parameters())
+    assert parameter_count(plan_run(RunConfig(), registry)) == sum(p.numel() for p in model.parameters())
 
 
 def test_a_checkpoint_holds_the_weights_and_the_optimizers_state(registry):
-    weights = parameter_count("resnet20", registry) * BYTES_PER_VALUE
-    assert checkpoint_bytes(RunConfig(opt="sgd"), registry) == weights
-    assert checkpoint_bytes(RunConfig(opt="sgd", momentum=0.9), registry) == 2 * weights
-    assert checkpoint_bytes(RunConfig(opt="adam"), registry) == 3 * weights
+    def size(**values):
+        return checkpoint_bytes(plan_run(RunConfig(**values), registry))
+
+    weights = parameter_count(plan_run(RunConfig(), registry)) * BYTES_PER_VALUE
+    assert size(opt="sgd") == weights
+    assert size(opt="sgd", momentum=0.9) == 2 * weights
+    assert size(opt="adam") == 3 * weights
+    assert size(opt="timm:lion") == 3 * weights  # adaptive by its family's declared clock: an upper bound
 
 
 def test_the_estimate_follows_keep_checkpoints_and_the_workers(registry):
-    cells = [RunConfig(opt="sgd", sigma=s, epochs=4) for s in (0.5, 1.0, 2.0)]
-    one = checkpoint_bytes(cells[0], registry)
-    found = estimate_disk(cells, registry, workers=2)
+    def plans(*configs):
+        return [plan_run(config, registry) for config in configs]
+
+    cells = plans(*(RunConfig(opt="sgd", sigma=s, epochs=4) for s in (0.5, 1.0, 2.0)))
+    one = checkpoint_bytes(cells[0])
+    found = estimate_disk(cells, workers=2)
     assert found.kept == 3 * one and found.peak == 2 * 2 * one + 3 * one
-    assert estimate_disk([RunConfig(epochs=4, keep_checkpoints="none")], registry).kept == 0
-    assert estimate_disk([RunConfig(epochs=4, keep_checkpoints="all")], registry).kept == 4 * one
+    assert estimate_disk(plans(RunConfig(epochs=4, keep_checkpoints="none"))).kept == 0
+    assert estimate_disk(plans(RunConfig(epochs=4, keep_checkpoints="all"))).kept == 4 * one
 
 
 def test_a_dry_run_states_the_disk():

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from initmem_core.training.plan import RunPlan
+
 #: gpu_check's JSON of every sample, kept in the docs by a complete run on a GPU.
 GPU_FIGURES = Path(__file__).resolve().parents[2] / "docs" / "gpu_check.json"
 #: Time one architecture's measurement may take, and the smallest batch it scales from.
@@ -63,17 +65,11 @@ class CostEstimate:
     unknown: list[str] = field(default_factory=list)
 
 
-def _declared(registry: Any, data: str) -> str:
-    try:
-        return registry.lookup("dataset", data)[0].description
-    except Exception:
-        return ""
-
-
-def dataset_facts(config: Any, registry: Any) -> tuple[tuple[int, int, int], int, int] | None:
+def dataset_facts(plan: RunPlan) -> tuple[tuple[int, int, int], int, int] | None:
     """(C x H x W, classes, training examples) of a cell's dataset: declared in its description,
     else read from the built dataset; ``None`` when neither says."""
-    text = _declared(registry, config.data)
+    config, dataset = plan.config, plan.components["dataset"]
+    text = dataset.spec.description
     shape, classes, train = _SHAPE.search(text), _CLASSES.search(text), _TRAIN.search(text)
     if shape and train:
         examples = int(train.group(1)) * 1000
@@ -83,29 +79,26 @@ def dataset_facts(config: Any, registry: Any) -> tuple[tuple[int, int, int], int
             min(examples, config.train_size) if config.train_size else examples,
         )
     try:
-        bundle = registry.build("dataset", config.data, config=config)
-    except Exception:
+        bundle = dataset.build(config=config)
+    except Exception:  # a dataset not on this machine, undescribed: the cell is left out
         return None
     return (bundle.in_channels, *bundle.train_x.shape[2:]), bundle.num_classes, len(bundle.train_y)
 
 
 def measure_step(
-    arch: str,
-    shape: tuple[int, int, int],
-    classes: int,
-    batch_size: int,
-    registry: Any,
-    budget_s: float = MEASURE_BUDGET_S,
+    plan: RunPlan, shape: tuple[int, int, int], classes: int, budget_s: float = MEASURE_BUDGET_S
 ) -> StepTime:
-    """The median time of a few SGD training steps of ``arch`` on random inputs, on one thread;
-    at a smaller batch, scaled linearly, when a full step would not fit ``budget_s``."""
+    """The median time of a few SGD training steps of the plan's architecture at its batch size on
+    random inputs, on one thread; at a smaller batch, scaled linearly, when a full step would not
+    fit ``budget_s``."""
     import torch
     import torch.nn.functional as F
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = registry.build("architecture", arch, in_channels=shape[0], num_classes=classes, image_size=shape[1])
+        arch, batch_size = plan.config.arch, plan.config.batch_size
+        model = plan.components["architecture"].build(in_channels=shape[0], num_classes=classes, image_size=shape[1])
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
         def step(batch: int) -> float:
@@ -159,15 +152,14 @@ def gpu_step_ms(arch: str, path: Path = GPU_FIGURES) -> tuple[float, str] | None
 
 
 def estimate_cost(
-    cells: Sequence[Any],
-    registry: Any,
+    plans: Sequence[RunPlan],
     *,
     workers: int = 1,
     horizons: Sequence[Any] | None = None,
     gpu_figures: Path = GPU_FIGURES,
     budget_s: float | None = None,
 ) -> CostEstimate:
-    """The training time of ``cells`` (a sweep plan's) with ``workers`` local workers, each
+    """The training time of a sweep's cells (its ``plans``) with ``workers`` local workers, each
     cell's steps from ``horizons`` (``training.horizons.plan_horizons``) where known, else from
     its dataset's size; one step measurement per architecture, batch size and input shape, each
     taking up to ``budget_s`` (``MEASURE_BUDGET_S``, read at the call: the tests lower it)."""
@@ -178,10 +170,11 @@ def estimate_cost(
     gpu: dict[str, tuple[float, str] | None] = {}
     steps_total, cpu_total, gpu_total = 0, 0.0, 0.0
     unknown: list[str] = []
-    for index, cell in enumerate(cells):
+    for index, plan in enumerate(plans):
+        cell = plan.config
         data = (cell.data, cell.data_dir, cell.train_size)
         if data not in facts:
-            facts[data] = dataset_facts(cell, registry)
+            facts[data] = dataset_facts(plan)
         known = facts[data]
         if known is None:
             unknown.append(f"{cell.data}: neither readable here nor described (shape, size)")
@@ -193,14 +186,14 @@ def estimate_cost(
         )
         key = (cell.arch, shape, classes, cell.batch_size)
         if key not in measured:
-            measured[key] = measure_step(cell.arch, shape, classes, cell.batch_size, registry, budget)
+            measured[key] = measure_step(plan, shape, classes, budget)
         steps_total += steps
         cpu_total += steps * measured[key].seconds
         if cell.arch not in gpu:
             gpu[cell.arch] = gpu_step_ms(cell.arch, gpu_figures)
         figure = gpu[cell.arch]
         gpu_total += steps * figure[0] / 1e3 if figure else math.nan
-    counted = len(cells) - len(unknown)
+    counted = len(plans) - len(unknown)
     notes = sorted({figure[1] for figure in gpu.values() if figure})
     if not gpu_figures.is_file():
         source = (
@@ -212,7 +205,7 @@ def estimate_cost(
     else:
         source = f"gpu_check: {'; '.join(notes)}"
     return CostEstimate(
-        cells=len(cells),
+        cells=len(plans),
         workers=workers,
         steps=steps_total if counted else None,
         cpu_seconds=cpu_total / workers if counted else None,

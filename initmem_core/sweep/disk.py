@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.sweep.clean import human_size
-from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
+from initmem_core.training.clocks import CONVENTION_FAMILIES
+from initmem_core.training.plan import RunPlan
 from initmem_core.vocabulary import ADAPTIVE_FAMILY
 
 BYTES_PER_VALUE = 4  # fp32 weights and optimizer state, as checkpoints store them
@@ -36,32 +36,29 @@ class DiskEstimate:
     workers: int
 
 
-def parameter_count(arch: str, registry: Any) -> int:
-    """The architecture's parameters, counted on the meta device."""
+def parameter_count(plan: RunPlan) -> int:
+    """The plan's architecture's parameters, counted on the meta device."""
     import torch
 
     with torch.device("meta"):
-        model = registry.build("architecture", arch, **NOMINAL)
+        model = plan.components["architecture"].build(**NOMINAL)
     return sum(p.numel() for p in model.parameters())
 
 
-def state_factor(config: RunConfig, registry: Any) -> int:
-    """Optimizer state per parameter: 2 for an adaptive optimizer, 1 for SGD with momentum, else 0."""
-    try:
-        spec, variant = registry.lookup("optimizer", config.opt)
-        convention = spec.declared_clock(variant) or DEFAULT_CONVENTION
-    except Exception:  # an optimizer this registry does not know: count the most it could keep
+def state_factor(plan: RunPlan) -> int:
+    """Optimizer state per parameter: 2 for an adaptive optimizer (its plan's clock convention), 1
+    for SGD with momentum, else 0."""
+    if CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY:
         return 2
-    if CONVENTION_FAMILIES.get(convention) == ADAPTIVE_FAMILY:
-        return 2
-    return 1 if config.momentum > 0 else 0
+    return 1 if plan.config.momentum > 0 else 0
 
 
-def checkpoint_bytes(config: RunConfig, registry: Any, counts: dict[str, int] | None = None) -> int:
+def checkpoint_bytes(plan: RunPlan, counts: dict[str, int] | None = None) -> int:
     counts = {} if counts is None else counts
-    if config.arch not in counts:
-        counts[config.arch] = parameter_count(config.arch, registry)
-    return counts[config.arch] * BYTES_PER_VALUE * (1 + state_factor(config, registry))
+    arch = plan.config.arch
+    if arch not in counts:
+        counts[arch] = parameter_count(plan)
+    return counts[arch] * BYTES_PER_VALUE * (1 + state_factor(plan))
 
 
 def kept_per_cell(config: RunConfig, epochs: int) -> int:
@@ -73,11 +70,12 @@ def kept_per_cell(config: RunConfig, epochs: int) -> int:
     return 1
 
 
-def estimate_disk(cells: Sequence[RunConfig], registry: Any, workers: int = 1) -> DiskEstimate:
-    """The disk ``cells`` take (``DiskEstimate``), ``workers`` of them running at once."""
+def estimate_disk(plans: Sequence[RunPlan], workers: int = 1) -> DiskEstimate:
+    """The disk a sweep's cells (its ``plans``) take (``DiskEstimate``), ``workers`` of them running at once."""
     counts: dict[str, int] = {}
-    sizes = [checkpoint_bytes(config, registry, counts) for config in cells]
+    sizes = [checkpoint_bytes(plan, counts) for plan in plans]
     running = sorted(sizes, reverse=True)[: max(1, workers)]
+    cells = [plan.config for plan in plans]
     kept = sum(size * kept_per_cell(config, config.epochs) for size, config in zip(sizes, cells))
     artifacts = sum(counts[config.arch] * BYTES_PER_VALUE for config in cells)
     return DiskEstimate(2 * sum(running) + kept, kept, artifacts, workers)
