@@ -93,10 +93,15 @@ def pip_install_isolated(tmp_path_factory):
     ``env = pip_install_isolated(folder, ...)`` installs into a fresh private folder with
     ``--no-deps --no-build-isolation --target``, so the test environment itself never changes,
     and returns ``os.environ`` with that folder on ``PYTHONPATH`` and no plugin allow-list.
+    Each package is built from a private copy: without build isolation setuptools builds in the
+    source folder, where two xdist workers installing one example would race on its ``build/``.
     """
 
     def install(*packages: Path) -> dict[str, str]:
         target = tmp_path_factory.mktemp("site")
+        sources = tmp_path_factory.mktemp("sources")
+        leftovers = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+        packages = tuple(shutil.copytree(p, sources / Path(p).name, ignore=leftovers) for p in packages)
         result = subprocess.run(
             [
                 sys.executable,
