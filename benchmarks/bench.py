@@ -52,6 +52,7 @@ from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.loaders import DeviceLoader, EvalLoader, TorchvisionLoader
 from initmem_core.training.loop import train
+from initmem_core.training.plan import plan_run
 from initmem_core.training.setup import TrainingSetup, build_setup
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -210,7 +211,7 @@ class BareLoop:
     """
 
     def __init__(self, config: RunConfig):
-        setup = build_setup(config, get_registry())
+        setup = build_setup(plan_run(config, get_registry()))
         self.device, self.config = setup.device, config
         self.model = setup.model
         if config.opt != "sgd":
@@ -250,7 +251,7 @@ class BareLoop:
 def bench_train(arch: str, plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     config = train_config(arch, plan, args)
     images = plan.train_steps[arch] * plan.batch_size
-    setup = build_setup(config, get_registry())
+    setup = build_setup(plan_run(config, get_registry()))
     shrink_evaluation(setup, plan.batch_size)
     timer = EpochTimer(synchronizer(setup.device))
 

@@ -36,6 +36,7 @@ from initmem_core.config import RunConfig
 from initmem_core.training.checkpoint_format import capture, header, history_columns
 from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.plan import plan_run
 from initmem_core.training.setup import build_setup
 from initmem_core.training.state import EpochSums, snapshot
 from initmem_core.vocabulary import PER_EPOCH_METRICS
@@ -77,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = RunConfig(arch=args.arch, momentum=args.momentum, threads=args.threads)
-    setup = build_setup(config, get_registry())
+    setup = build_setup(plan_run(config, get_registry()))
     if args.momentum:  # one step, so that the optimizer holds its buffers
         x, y = next(iter(setup.train_loader))
         torch.nn.functional.cross_entropy(setup.model(x), y).backward()

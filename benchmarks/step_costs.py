@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.plan import plan_run
+from initmem_core.training.schedules import lr_multiplier
 from initmem_core.training.setup import build_setup
 
 
@@ -54,7 +56,7 @@ def main() -> None:
         device=args.device,
         threads=args.threads,
     )
-    setup = build_setup(config, get_registry())
+    setup = build_setup(plan_run(config, get_registry()))
     device, loader, optimizer, scheduler = setup.device, setup.train_loader, setup.optimizer, setup.scheduler
     n = loader.num_examples
     x, y = next(iter(loader))
@@ -72,8 +74,11 @@ def main() -> None:
     def accumulate_correct() -> None:
         correct.add_((logits.argmax(1) == y).sum())
 
-    def tick() -> None:
-        clocks.tick(optimizer.param_groups[0]["lr"], len(y), 0.0)
+    rule, steps_per_epoch = setup.rule, len(loader)
+
+    def tick() -> None:  # as run_epoch does: the rate as logged, the plan's rule on the schedule
+        optimizer.param_groups[0]["lr"]
+        clocks.tick(rule.eta(lr_multiplier(config, 3, steps_per_epoch)), len(y), rule.shrink)
 
     def noop_context() -> None:
         with contextlib.nullcontext():
@@ -91,7 +96,7 @@ def main() -> None:
 
     items = {
         "scheduler.step() (LambdaLR)": scheduler.step,
-        "clocks.tick + param_groups lookup": tick,
+        "clocks.tick(rule.eta(lr_multiplier)) + param_groups lookup": tick,
         "loss_sum += loss.detach() * b": accumulate_loss,
         "correct += (argmax == y).sum()": accumulate_correct,
         "nullcontext + .contiguous() + .float()": noop_context,

@@ -93,8 +93,9 @@ def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits
     """The same trained weights scored on the digits test set in fp32 and under bf16 autocast."""
     values = {**TINY, "epochs": 3, "train_size": 512}
     del values["tracking"]
-    config = plan_run(initmem_core.RunConfig(**values), get_registry()).config
-    built = setup.build_setup(config, get_registry())
+    plan = plan_run(initmem_core.RunConfig(**values), get_registry())
+    config = plan.config
+    built = setup.build_setup(plan)
     loop.train(built, lambda metrics, step: None)
     _, fp32_acc, _ = loop.evaluate_correct(built, "test")
     bf16 = setup.TrainingSetup(**{**vars(built), "config": config.replace(amp="bf16")})

@@ -129,11 +129,12 @@ def test_paired_initialization_in_a_run():
     """sigma is the only thing that changes the initial weights: W0(2) == 2 * W0(1)."""
     from initmem_core.config import RunConfig
     from initmem_core.kernels import kernel_parameters
+    from initmem_core.training.plan import plan_run
     from initmem_core.training.setup import build_setup
 
     registry = load_registry(entry_points=False)
-    one = build_setup(RunConfig(sigma=1.0, train_size=64), registry)
-    two = build_setup(RunConfig(sigma=2.0, train_size=64), registry)
+    one = build_setup(plan_run(RunConfig(sigma=1.0, train_size=64), registry))
+    two = build_setup(plan_run(RunConfig(sigma=2.0, train_size=64), registry))
     kernels = [name for name, _ in kernel_parameters(one.model)]
     assert len(kernels) == 20  # resnet20: 19 convs + the classifier
     for name in kernels:

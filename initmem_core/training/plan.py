@@ -42,8 +42,8 @@ class StepRule:
     shrink: float = 0.0  # lambda = --l2 (when its regularizer is built) + --weight-decay
 
     def eta(self, multiplier: float) -> float:
-        """The effective step at schedule multiplier ``multiplier``, computed as the loop does
-        (the scheduler sets ``lr * multiplier``; ``effective_step`` reads it from the group)."""
+        """The effective step at schedule multiplier ``multiplier``: ``effective_step`` of the
+        param group the scheduler makes (``lr * multiplier``) with the declared momentum."""
         group = {"lr": self.lr * multiplier, "momentum": self.momentum, "dampening": self.dampening}
         return effective_step(group, self.convention)
 

@@ -16,12 +16,12 @@ import torch
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.plugin_system.registry import ComponentSpec
 from initmem_core.training import horizons
 from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
-from initmem_core.training.plan import RunPlan, StepRule, plan_run
+from initmem_core.training.plan import RunPlan, StepRule
 from initmem_core.training.precision import use_precision
 from initmem_core.training.schedules import build_scheduler
 
@@ -153,14 +153,10 @@ def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBund
     return dataclasses.replace(bundle, **changes) if changes else bundle
 
 
-def build_setup(plan: RunPlan | RunConfig, registry: Registry | None = None) -> TrainingSetup:
+def build_setup(plan: RunPlan) -> TrainingSetup:
     """Build data, model, initialization, optimizer, schedule, regularizer and metrics from a run's
-    plan (``training.plan``; a config and its registry are planned first). With ``--until``, the
-    setup's config holds the epochs the target set (``training.horizons``)."""
-    if isinstance(plan, RunConfig):
-        if registry is None:
-            raise TypeError("build_setup(config, registry): a config needs its registry to be planned")
-        plan = plan_run(plan, registry)
+    plan (``training.plan.plan_run``). With ``--until``, the setup's config holds the epochs the
+    target set (``training.horizons``)."""
     prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
     config = plan.config
     if config.threads:
