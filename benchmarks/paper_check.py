@@ -180,10 +180,18 @@ def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[s
         return datetime.fromtimestamp(ms / 1000, UTC).date().isoformat()
 
     seconds = export.wall_seconds
-    took = f" in {seconds / 60:.1f} minutes" if seconds else ""
-    when = f", {day(export.started_ms)} to {day(export.ended_ms)}" if export.started_ms and export.ended_ms else ""
+    took = (
+        f" over {seconds / 60:.1f} minutes from the first cell's start to the last one's end (pauses and "
+        "gaps between launches included)"
+        if seconds
+        else ""
+    )
+    when = ""
+    if export.started_ms and export.ended_ms:
+        first, last = day(export.started_ms), day(export.ended_ms)
+        when = f", {first}" if first == last else f", {first} to {last}"
     shown = display_path(path)
-    ran = f"Cells ran{took}{when} (as the tracking store recorded them), read from its export `{shown}`"
+    ran = f"Cells ran{took}{when}, as the tracking store recorded them; read from its export `{shown}`"
     again = f"`python -m benchmarks.paper_check --from {shown}`"
     preset = export.name if export.name in preset_names() else ""
     return evaluate_records(export.name, export.records, preset, docs, seconds, console, ran, again)
