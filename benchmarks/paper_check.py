@@ -169,12 +169,10 @@ def evaluate(
     return evaluate_records(name, records, preset, docs, seconds, console)[0]
 
 
-def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[str, list]:
-    """``evaluate_records`` on a sweep's export (``tracking.export.read_export``): its section says
-    when the cells ran, as the store recorded them, and how to regenerate it from the file."""
+def when_cells_ran(export) -> str:
+    """How long and on which days an export's cells ran, as the store recorded them: the span from
+    the first cell's start to the last one's end (pauses and gaps between launches included)."""
     from datetime import UTC, datetime
-
-    from initmem_core.sweep.presets import preset_names
 
     def day(ms: int) -> str:
         return datetime.fromtimestamp(ms / 1000, UTC).date().isoformat()
@@ -190,11 +188,19 @@ def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[s
     if export.started_ms and export.ended_ms:
         first, last = day(export.started_ms), day(export.ended_ms)
         when = f", {first}" if first == last else f", {first} to {last}"
+    return f"Cells ran{took}{when}, as the tracking store recorded them"
+
+
+def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[str, list]:
+    """``evaluate_records`` on a sweep's export (``tracking.export.read_export``): its section says
+    when the cells ran (``when_cells_ran``) and how to regenerate it from the file."""
+    from initmem_core.sweep.presets import preset_names
+
     shown = display_path(path)
-    ran = f"Cells ran{took}{when}, as the tracking store recorded them; read from its export `{shown}`"
+    ran = f"{when_cells_ran(export)}; read from its export `{shown}`"
     again = f"`python -m benchmarks.paper_check --from {shown}`"
     preset = export.name if export.name in preset_names() else ""
-    return evaluate_records(export.name, export.records, preset, docs, seconds, console, ran, again)
+    return evaluate_records(export.name, export.records, preset, docs, export.wall_seconds, console, ran, again)
 
 
 def display_path(path: Path) -> str:

@@ -45,3 +45,18 @@ def test_a_preset_reads_its_data_from_the_folder_it_is_told(tmp_path):
     told = check.preset_to_run("paper-fmnist", str(tmp_path))
     assert "data_dir" not in plain.axes and told.axes["data_dir"] == (str(tmp_path),)
     assert told.groups == plain.groups and {k: v for k, v in told.axes.items() if k != "data_dir"} == plain.axes
+
+
+def test_a_section_from_an_export_says_its_span_and_names_one_day_once():
+    from initmem_core.tracking.export import SweepExport
+
+    day = 1_796_300_000_000  # 2026-12-03, in ms as MLflow keeps them
+    one_day = paper_check().when_cells_ran(SweepExport("s", [], started_ms=day, ended_ms=day + 600_000))
+    assert (
+        one_day.startswith("Cells ran over 10.0 minutes from the first cell's start")
+        and "gaps between launches" in one_day
+    )
+    assert one_day.endswith("included), 2026-12-03, as the tracking store recorded them")
+    two_days = paper_check().when_cells_ran(SweepExport("s", [], started_ms=day, ended_ms=day + 86_400_000))
+    assert ", 2026-12-03 to 2026-12-04," in two_days
+    assert paper_check().when_cells_ran(SweepExport("s", [])) == "Cells ran, as the tracking store recorded them"
