@@ -99,10 +99,11 @@ def from_build_setup(**values: Any) -> ConfigPath:
     """The path of a tiny run's config from ``build_setup`` (its plan made first, outside)."""
     from initmem_core.plugin_system.loader import load_registry
     from initmem_core.training.plan import plan_run
-    from initmem_core.training.setup import build_setup
+    from initmem_core.training.setup import build_setup, process_settings_kept
 
     plan = plan_run(RunConfig(**{**TINY, **values}), load_registry(entry_points=False))
-    return trace(lambda: build_setup(plan))
+    with process_settings_kept():  # build_setup sets threads and determinism for the process
+        return trace(lambda: build_setup(plan))
 
 
 def from_run(**values: Any) -> ConfigPath:

@@ -21,6 +21,10 @@ from initmem_core.plugin_system import loader as plugins
 # worker spin against each other, so a forward pass that takes 20 ms alone can take seconds.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# timm.optim.kron raises Dynamo's recompile limit to 1,000,000 for the process when imported: done
+# here, so that it happens before every test, not inside whichever test imports timm's optimizers first.
+import timm.optim  # noqa: E402, F401
+
 # A suite started in the background by a non-interactive shell (`pytest &`) inherits SIGINT ignored,
 # and every process it starts would too: the tests that send Ctrl-C need Python's own handler here,
 # so that their processes start with the default one.
@@ -39,6 +43,71 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     load --maxschedchunk 1`` (CI, the README) a worker takes the next test as it ends one, so the
     few long tests start at once, side by side, and the session ends on short ones."""
     items.sort(key=expected_seconds, reverse=True)
+
+
+def process_state() -> dict[str, object]:
+    """What a test must leave as it found it for the next test on its worker: the environment and
+    torch's process-wide settings (Dynamo's whole config included), where torch is imported."""
+    state: dict[str, object] = {
+        f"os.environ[{name!r}]": value
+        for name, value in os.environ.items()
+        if not name.startswith("_") and name not in SET_FOR_THE_PROCESS
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        backends = torch.backends
+        state |= {
+            "torch.get_num_threads()": torch.get_num_threads(),
+            "torch.get_default_dtype()": torch.get_default_dtype(),
+            "torch.is_grad_enabled()": torch.is_grad_enabled(),
+            "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
+            "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+            "torch.backends.cudnn.benchmark": backends.cudnn.benchmark,
+            "torch.backends.cudnn.deterministic": backends.cudnn.deterministic,
+            "torch.backends.cudnn.allow_tf32": backends.cudnn.allow_tf32,
+            "torch.backends.cuda.matmul.allow_tf32": backends.cuda.matmul.allow_tf32,
+        }
+    dynamo = sys.modules.get("torch._dynamo.config")
+    if dynamo is not None:
+        state |= {f"torch._dynamo.config.{k}": v for k, v in dynamo.get_config_copy().items() if not k.startswith("_")}
+    return state
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_STATE_BEFORE] = process_state()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """Fail the test (an error at teardown) that left the process changed, once its fixtures have
+    undone what they patched: which tests share a worker depends on scheduling, so a leak would
+    otherwise break a later test on one machine and not on the next."""
+    result = yield
+    before = item.stash.get(_STATE_BEFORE, None)
+    if before is not None:
+        after = process_state()
+        changed = sorted(
+            f"{key}: {before.get(key, '<unset>')!r} -> {after.get(key, '<unset>')!r}"
+            for key in before.keys() | after.keys()
+            # torch or Dynamo imported by the test itself: only the environment counts as new
+            if before.get(key, _MISSING) != after.get(key, _MISSING)
+            and (key.startswith("os.environ") or (key in before and key in after))
+        )
+        if changed:
+            raise AssertionError("the test left process-wide state changed:\n  " + "\n  ".join(changed))
+    return result
+
+
+_STATE_BEFORE = pytest.StashKey[dict[str, object]]()
+#: Variables a library sets for its process when first imported or used, whichever test does that
+#: first (private ones, named with a leading underscore, are skipped too): scikit-learn's OpenMP
+#: settings, Ray's client mode, and initmem's own quieting of MLflow's run links in a sweep.
+SET_FOR_THE_PROCESS = frozenset(
+    {"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "RAY_CLIENT_MODE", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"}
+)
+_MISSING = object()
 
 
 @pytest.fixture(autouse=True)
@@ -135,14 +204,13 @@ def installed_example(request, pip_install_isolated) -> dict[str, str]:
 
 
 @pytest.fixture
-def restore_determinism():
-    """Torch's deterministic mode back off after the test (it is process-wide)."""
-    yield
-    import torch
+def kept_settings():
+    """For a test that builds a setup itself (``build_setup`` sets threads, determinism and TF32
+    for the process): those settings as they were after the test, as ``initmem_core.run`` does."""
+    from initmem_core.training.setup import process_settings_kept
 
-    from initmem_core.training import setup
-
-    setup.use_determinism(False, torch.device("cpu"))
+    with process_settings_kept():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -15,18 +15,19 @@ from initmem_cli.app import app
 from initmem_core.errors import RunWarning
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training import compiling
-from initmem_core.training.precision import use_precision
 from initmem_core.vocabulary import COMPILE_FALLBACKS_TAG
 
 
 @pytest.fixture
 def fresh_dynamo(monkeypatch):
-    """Dynamo's caches and limit as a new process has them, and as they were after the test."""
+    """Dynamo's caches and limit as a new process has them, and as they were after the test.
+    The limit is restored by Dynamo's own ``config.patch``: pytest's monkeypatch reads a config
+    module's attribute as missing and, on undo, deletes it (every later compile then fails)."""
     name = compiling.limit_name()
-    monkeypatch.setattr(torch._dynamo.config, name, getattr(torch._dynamo.config, name))
     monkeypatch.setattr(compiling, "_architectures", set())
     torch._dynamo.reset()
-    yield
+    with torch._dynamo.config.patch({name: getattr(torch._dynamo.config, name)}):
+        yield
     torch._dynamo.reset()
 
 
@@ -124,6 +125,5 @@ def test_initmem_run_compile_tf32_on_trains_with_inductor_on_the_cpu(fresh_dynam
             "0",
         ],
     )
-    use_precision("off")
     assert result.exit_code == 0, result.output
     assert "test_acc" in result.output or "test" in result.output

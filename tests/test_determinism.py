@@ -11,6 +11,7 @@ import torch
 import initmem_core
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
+from initmem_core.training import setup
 from tests import cli_processes
 from tests.cli_processes import TINY, children, metric_histories, sweep_command
 
@@ -34,13 +35,21 @@ def test_same_seed_gives_the_same_bits_and_another_seed_does_not():
     assert not same_bits(weights(first), weights(other))
 
 
-def test_deterministic_mode_is_logged_switches_torch_and_keeps_cpu_bits(restore_determinism):
+def test_deterministic_mode_is_logged_switches_torch_for_the_run_only_and_keeps_cpu_bits(monkeypatch):
+    switched, build = [], setup.build_setup
+
+    def building(plan):
+        built = build(plan)
+        switched.append(torch.are_deterministic_algorithms_enabled())
+        return built
+
+    monkeypatch.setattr(setup, "build_setup", building)
     tracker = MemoryTracker()
     strict = initmem_core.run(deterministic=True, tracker=tracker, **SMALL)
     assert tracker.params["deterministic"] is True
-    assert torch.are_deterministic_algorithms_enabled()
+    assert switched == [True] and not torch.are_deterministic_algorithms_enabled()  # back as it was
     plain = initmem_core.run(deterministic=False, tracking=False, **SMALL)
-    assert not torch.are_deterministic_algorithms_enabled()  # follows each run's config
+    assert switched == [True, False]  # follows each run's config
     assert strict.history == plain.history and same_bits(weights(strict), weights(plain))
 
 

@@ -15,7 +15,7 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.training.effective_step import scale_invariant_names, traced_scale_invariant
 from initmem_core.training.plan import plan_run
 from initmem_core.training.schedules import lr_match_factor, lr_multiplier
-from initmem_core.training.setup import build_setup
+from initmem_core.training.setup import build_setup, process_settings_kept
 
 TINY = dict(
     arch="resnet20",
@@ -45,7 +45,8 @@ def resnet(name: str = "resnet20") -> nn.Module:
 
 def setup_of(**changes):
     registry = get_registry()
-    return build_setup(plan_run(RunConfig(**{**TINY, **changes}), registry))
+    with process_settings_kept():  # build_setup sets threads and determinism for the process
+        return build_setup(plan_run(RunConfig(**{**TINY, **changes}), registry))
 
 
 # -- which kernels are scale-invariant ----------------------------------------------------------

@@ -65,8 +65,8 @@ def test_knobs_that_change_the_numbers_are_hashed_and_knobs_that_reorder_fp32_wo
 
 @pytest.fixture
 def fp32_flags():
-    yield
-    setup.use_precision("off")
+    with setup.process_settings_kept():
+        yield
 
 
 def test_tf32_on_sets_both_gpu_fp32_flags_and_off_sets_ieee_fp32(fp32_flags):
@@ -76,20 +76,30 @@ def test_tf32_on_sets_both_gpu_fp32_flags_and_off_sets_ieee_fp32(fp32_flags):
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
 
 
-def test_a_run_logs_its_tf32_setting_and_applies_it_for_gpu_kernels(fp32_flags):
+def test_a_run_logs_its_tf32_setting_applies_it_for_gpu_kernels_and_puts_it_back_after(monkeypatch):
+    applied, build = [], setup.build_setup
+
+    def building(plan):
+        built = build(plan)
+        applied.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+        return built
+
+    monkeypatch.setattr(setup, "build_setup", building)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     tracker = MemoryTracker()
     run_tiny(epochs=1, tracking=True, tf32="on", tracker=tracker)
-    assert tracker.params["tf32"] == "on"
-    assert torch.backends.cudnn.allow_tf32
+    assert tracker.params["tf32"] == "on" and applied[-1] == (True, True)
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
     tracker = MemoryTracker()
     run_tiny(epochs=1, tracking=True, tracker=tracker)
-    assert tracker.params["tf32"] == "off" and not torch.backends.cudnn.allow_tf32
+    assert tracker.params["tf32"] == "off" and applied[-1] == (False, False)
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
 
 
 # -- evaluation under the training's precision, memory format and compiled model -------------------
 
 
-def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits():
+def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits(kept_settings):
     """The same trained weights scored on the digits test set in fp32 and under bf16 autocast."""
     values = {**TINY, "epochs": 3, "train_size": 512}
     del values["tracking"]

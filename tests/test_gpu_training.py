@@ -268,18 +268,18 @@ def test_final_weights_of_a_gpu_run_are_saved_on_the_cpu(tmp_path):
 # -- deterministic cuBLAS -------------------------------------------------------------------------
 
 
-def test_cuda_processes_get_cublas_deterministic_workspace_before_cuda_starts(monkeypatch):
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    setup.prepare_cuda_environment()
+def test_cuda_processes_get_cublas_deterministic_workspace_before_cuda_starts(kept_settings):
     import os
 
+    os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)  # kept_settings puts the variable back as it was
+    setup.prepare_cuda_environment()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == setup.CUBLAS_WORKSPACE
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
     setup.prepare_cuda_environment()
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # the user's choice stands
 
 
-def test_a_deterministic_cuda_run_after_cuda_started_without_the_workspace_is_refused(monkeypatch, restore_determinism):
+def test_a_deterministic_cuda_run_after_cuda_started_without_the_workspace_is_refused(monkeypatch, kept_settings):
     FakeCuda(1).install(monkeypatch)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     with pytest.raises(ConfigError, match="CUBLAS_WORKSPACE_CONFIG=:4096:8"):
@@ -289,7 +289,7 @@ def test_a_deterministic_cuda_run_after_cuda_started_without_the_workspace_is_re
     assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
 
 
-def test_cudnn_benchmarks_gpu_convolutions_unless_deterministic(restore_determinism):
+def test_cudnn_benchmarks_gpu_convolutions_unless_deterministic(kept_settings):
     setup.use_determinism(False, torch.device("cpu"))
     assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
     setup.use_determinism(True, torch.device("cpu"))

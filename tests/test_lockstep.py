@@ -110,7 +110,7 @@ def test_merge_states_inverts_split_state_for_gradients_too():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_fused_outputs_equal_separate_models_on_cuda_in_fp32():
+def test_fused_outputs_equal_separate_models_on_cuda_in_fp32(kept_settings):
     from initmem_core.training.setup import use_precision
 
     use_precision("off")  # TF32 would round the two sides differently

@@ -14,7 +14,6 @@ from initmem_cli.app import app
 from initmem_core import hookimpl
 from initmem_core.config import FIELDS
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from initmem_core.training.precision import use_precision
 from initmem_core.vocabulary import PER_EPOCH_METRICS
 
 pytestmark = pytest.mark.slow  # end-to-end runs through the CLI and MLflow
@@ -125,7 +124,7 @@ def test_api_run_without_tracking_is_reproducible_and_seed_sensitive():
     assert all(math.isfinite(v) for v in first.history[-1].values())
 
 
-def test_paired_initialization_in_a_run():
+def test_paired_initialization_in_a_run(kept_settings):
     """sigma is the only thing that changes the initial weights: W0(2) == 2 * W0(1)."""
     from initmem_core.config import RunConfig
     from initmem_core.kernels import kernel_parameters
@@ -152,4 +151,3 @@ def test_cli_run_with_gpu_speed_knobs_trains_on_cpu_and_logs_its_precision(track
     assert runs[0].info.status == "FINISHED"
     assert (params["tf32"], params["amp"], params["channels_last"]) == ("on", "bf16", "True")
     assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "test_acc")] == [0, 1, 2]
-    use_precision("off")  # the run set it for this process

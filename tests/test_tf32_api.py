@@ -131,13 +131,7 @@ def test_a_torch_with_neither_api_is_one_clear_error():
 # -- the installed torch --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def restored():
-    yield
-    use_precision("off")
-
-
-def test_the_installed_torch_reads_one_state_through_both_apis(restored):
+def test_the_installed_torch_reads_one_state_through_both_apis(kept_settings):
     if tf32_api(torch.backends) == LEGACY and hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         torch.backends.cuda.matmul.fp32_precision = "tf32"  # the mixed state the old setter left
     use_precision("on")

@@ -246,11 +246,13 @@ def run(
             tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process)
         freeze = gc.get_freeze_count() == 0  # a caller that froze objects itself keeps its own scheme
         try:
-            with _setup_out_of_the_collectors_way(freeze):
-                from initmem_core.training.setup import build_setup  # lazy: imports torch, while the helper starts
+            with contextlib.ExitStack() as kept:
+                with _setup_out_of_the_collectors_way(freeze):
+                    from initmem_core.training.setup import build_setup, process_settings_kept  # lazy: torch
 
-                setup = build_setup(plan)
-            return _train_tracked(config, setup, tracker, tags, progress, resume)
+                    kept.enter_context(process_settings_kept())  # threads, determinism, TF32: as they were after
+                    setup = build_setup(plan)
+                return _train_tracked(config, setup, tracker, tags, progress, resume)
         finally:
             if freeze:
                 gc.unfreeze()

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
 from initmem_core.training.plan import RunPlan, StepRule
-from initmem_core.training.precision import use_precision
+from initmem_core.training.precision import LEGACY, tf32_api, use_precision
 from initmem_core.training.schedules import build_scheduler
 
 
@@ -111,7 +111,8 @@ def prepare_cuda_environment() -> None:
 
 def use_determinism(deterministic: bool, device: torch.device) -> None:
     """``--deterministic``: kernels that give the same bits on every run, where a device has a
-    choice (GPUs). The setting is process-wide, so it follows the config of each run built.
+    choice (GPUs). The setting is process-wide, so it follows the config of each run built (and
+    ``process_settings_kept`` puts it back when the run ends).
     Otherwise cuDNN benchmarks its convolution algorithms once per shape and keeps the fastest."""
     if deterministic and device.type == "cuda":
         workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
@@ -128,6 +129,39 @@ def use_determinism(deterministic: bool, device: torch.device) -> None:
     torch.backends.cudnn.deterministic = deterministic
     # Benchmarking picks kernels by timing, which differs run to run; on CPU it changes nothing.
     torch.backends.cudnn.benchmark = not deterministic
+
+
+@contextlib.contextmanager
+def process_settings_kept() -> Iterator[None]:
+    """The process-wide settings a run's setup changes (torch's threads, deterministic kernels,
+    cuDNN's benchmarking, TF32, cuBLAS's workspace variable) put back as they were when the run
+    ends, however it ends: a run called from Python (a notebook, a test, a sweep worker between
+    cells) leaves its process as it found it."""
+    backends = torch.backends
+    cudnn: Any = backends.cudnn  # conv and rnn: torch >= 2.9's fp32_precision holders, untyped
+    flags = [(cudnn, "deterministic"), (cudnn, "benchmark")]
+    if tf32_api(backends) == LEGACY:
+        flags += [(backends.cuda.matmul, "allow_tf32"), (cudnn, "allow_tf32")]
+    else:
+        flags += [(backends.cuda.matmul, "fp32_precision"), (cudnn.conv, "fp32_precision")]
+        flags += [(cudnn.rnn, "fp32_precision")]
+    saved = [getattr(holder, name) for holder, name in flags]
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        yield
+    finally:
+        for (holder, name), value in zip(flags, saved):
+            setattr(holder, name, value)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if torch.are_deterministic_algorithms_enabled() != deterministic:  # the call costs seconds
+            torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
 
 
 def use_device(device: torch.device) -> torch.device:
