@@ -55,12 +55,15 @@ WEIGHT_NORMS = (WEIGHT_NORM, WEIGHT_NORM_RATIO, INIT_DISTANCE, INIT_COSINE)
 #: Every figure a run with the built-in metrics logs at every evaluation point, epoch 0 included.
 PER_EPOCH_METRICS = (TRAIN_LOSS, TRAIN_ACC, VAL_LOSS, VAL_ACC, TEST_LOSS, TEST_ACC, *WEIGHT_NORMS, *CLOCKS, LR)
 #: A run's summary (plugins/metrics/selection.py): the selected predictor, the checkpoint of the
-#: lowest validation loss over epochs >= 1 (its epoch, loss and test accuracy), and the last
-#: epoch's test accuracy; interpolation's epoch and repair gap, only when the run interpolated.
+#: lowest validation loss over epochs >= 1 (its epoch, loss, test and clean training accuracy), and
+#: the last epoch's test accuracy; interpolation's epoch and repair gap, only when the run
+#: interpolated; and whether the selected predictor fit its training set (1 or 0: its training
+#: accuracy at or above the interpolation threshold), what every memory claim reads.
 BEST_VAL_EPOCH, BEST_VAL_LOSS = "best_val_epoch", "best_val_loss"
 BEST_VAL_TEST_ACC, FINAL_TEST_ACC = "best_val_test_acc", "final_test_acc"
-SELECTION_METRICS = (BEST_VAL_EPOCH, BEST_VAL_LOSS, BEST_VAL_TEST_ACC, FINAL_TEST_ACC)
-TAU_INTERP, REPAIR_GAP = "tau_interp", "repair_gap"
+BEST_VAL_TRAIN_ACC = "best_val_train_acc"
+SELECTION_METRICS = (BEST_VAL_EPOCH, BEST_VAL_LOSS, BEST_VAL_TEST_ACC, BEST_VAL_TRAIN_ACC, FINAL_TEST_ACC)
+TAU_INTERP, REPAIR_GAP, FIT = "tau_interp", "repair_gap", "fit"
 
 
 # -- run statuses ---------------------------------------------------------------------------

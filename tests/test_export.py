@@ -21,7 +21,7 @@ from initmem_core.report.assessment import build_assessed_report
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_json, to_markdown
 from initmem_core.tracking.export import VERSION, SweepExport, read_export, to_json_text, write_export
-from initmem_core.tracking.records import CellRecord
+from initmem_core.tracking.records import FIT_LOGGED, CellRecord
 from tests.builders import clocks, record
 
 runner = CliRunner()
@@ -204,6 +204,8 @@ def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_p
     export = read_export(path)
     assert export.name == "tiny" and export.parent_run_id and export.wall_seconds and export.wall_seconds > 0
     assert all(r.trained and r.histories and r.test_correct is not None for r in export.records)
+    # the training-accuracy history and whether each run fit travel with the file
+    assert all("train_acc" in r.histories and r.fit_source == FIT_LOGGED for r in export.records)
     shutil.rmtree(store)  # the database, its artifacts, the report's folders: no store left
     for form in ("markdown", "json"):
         done = runner.invoke(app, ["report", "--from", str(path), "-f", form, "--out", str(tmp_path / "again")])

@@ -16,7 +16,7 @@ from initmem_core import hookimpl
 from initmem_core.groups import metric_suffix
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
-from initmem_core.vocabulary import PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, TAU_INTERP
+from initmem_core.vocabulary import FIT, PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, TAU_INTERP
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
 
@@ -365,7 +365,7 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     for run_id, key, step in rows:
         steps.setdefault((run_id, key), []).append(step)
     per_epoch = set(PER_EPOCH_METRICS)
-    summary = set(SELECTION_METRICS)
+    summary = set(SELECTION_METRICS) | {FIT}
     batch = {"train_loss_batch", "train_acc_batch"}  # running train-mode figures: epochs 1.. only
     expected_rows = 0
     for child in children:

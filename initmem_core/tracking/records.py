@@ -18,24 +18,31 @@ from initmem_core.tracking.client import open_client
 from initmem_core.tracking.correct_sets import ARTIFACT, decode
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
 from initmem_core.vocabulary import (
+    BEST_VAL_EPOCH,
     CLOCKS,
     CONFIG_HASH_TAG,
     DIVERGED_TAG,
     ENDED,
     FAILURE_REASON_TAG,
     FINISHED,
+    FIT,
     INIT_COSINE,
     PARENT_ROLE,
     PARENT_TAG,
     ROLE_TAG,
     SWEEP_TAG,
+    TAU_INTERP,
     TEST_ACC,
+    TRAIN_ACC,
     WEIGHT_NORM,
 )
 
 #: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
-#: memory over training is computed from (report/forgetting.py). One history call each per run.
-HISTORY_METRICS = (TEST_ACC, WEIGHT_NORM, INIT_COSINE, *CLOCKS)
+#: memory over training is computed from (report/forgetting.py), and the clean training accuracy
+#: (whether and when a run fit). One history call each per run.
+HISTORY_METRICS = (TEST_ACC, TRAIN_ACC, WEIGHT_NORM, INIT_COSINE, *CLOCKS)
+#: How a record's ``fit`` was read (``CellRecord.fit_source``), most direct first.
+FIT_LOGGED, FIT_FROM_HISTORY, FIT_FROM_SUMMARY = "logged", "training-accuracy history", "tau_interp and final accuracy"
 
 
 @dataclass
@@ -69,6 +76,37 @@ class CellRecord:
     def trained(self) -> bool:
         """Finished without diverging: only such cells carry a selected predictor."""
         return self.status == FINISHED and not self.diverged
+
+    @property
+    def fit(self) -> bool:
+        """Whether the selected predictor fit its training set: trained, and its clean training
+        accuracy at the best-validation checkpoint at or above ``interp_threshold`` (the run's
+        ``fit``; docs/STATISTICS.md, "Which runs fit"). Records of runs that did not log it read it
+        off their training-accuracy history or, lacking that (exports before the history was kept),
+        as interpolated no later than the selected epoch and still at the threshold at the end
+        (``fit_source`` says which)."""
+        if not self.trained:
+            return False
+        source = self.fit_source
+        if source == FIT_LOGGED:
+            return self.metrics[FIT] >= 0.5
+        best, threshold = self.metrics.get(BEST_VAL_EPOCH), self.config.interp_threshold
+        if best is None:
+            return False
+        if source == FIT_FROM_HISTORY:
+            return dict(self.histories[TRAIN_ACC])[int(best)] >= threshold
+        tau = self.metrics.get(TAU_INTERP)
+        return tau is not None and tau <= best and self.metrics.get(TRAIN_ACC, 0.0) >= threshold
+
+    @property
+    def fit_source(self) -> str:
+        """Where ``fit`` is read from: ``FIT_LOGGED``, ``FIT_FROM_HISTORY`` or ``FIT_FROM_SUMMARY``."""
+        if FIT in self.metrics:
+            return FIT_LOGGED
+        best = self.metrics.get(BEST_VAL_EPOCH)
+        if best is not None and int(best) in dict(self.histories.get(TRAIN_ACC, [])):
+            return FIT_FROM_HISTORY
+        return FIT_FROM_SUMMARY
 
 
 def config_from_params(params: Mapping[str, str]) -> RunConfig:

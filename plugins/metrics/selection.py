@@ -10,7 +10,9 @@ from initmem_core.vocabulary import (
     BEST_VAL_EPOCH,
     BEST_VAL_LOSS,
     BEST_VAL_TEST_ACC,
+    BEST_VAL_TRAIN_ACC,
     FINAL_TEST_ACC,
+    FIT,
     REPAIR_GAP,
     TAU_INTERP,
     TEST_ACC,
@@ -18,6 +20,11 @@ from initmem_core.vocabulary import (
     VAL_ACC,
     VAL_LOSS,
 )
+
+
+def selected(history: list[dict[str, float]]) -> dict[str, float]:
+    """The selected checkpoint's row: the lowest validation loss over epochs >= 1, the earliest on a tie."""
+    return min((row for row in history if row["epoch"] >= 1), key=lambda row: (row[VAL_LOSS], row["epoch"]))
 
 
 class BestValidationSelection:
@@ -53,13 +60,13 @@ class BestValidationSelection:
         return {ARTIFACT: encode(self.test_correct.cpu().numpy(), self.best_epoch)}
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
-        trained = [row for row in history if row["epoch"] >= 1]
-        best = min(trained, key=lambda row: (row[VAL_LOSS], row["epoch"]))
+        best = selected(history)
         return {
             BEST_VAL_EPOCH: best["epoch"],
             BEST_VAL_LOSS: best[VAL_LOSS],
             BEST_VAL_TEST_ACC: best[TEST_ACC],
-            FINAL_TEST_ACC: trained[-1][TEST_ACC],
+            BEST_VAL_TRAIN_ACC: best[TRAIN_ACC],
+            FINAL_TEST_ACC: history[-1][TEST_ACC],
         }
 
 
@@ -72,15 +79,22 @@ class Interpolation:
 
     Repair gap: validation accuracy at the final checkpoint minus at tau_interp. Both are left
     out when the run never interpolated, so the report can count such runs.
+
+    Fit: whether the *selected* predictor fits its training set (1) or not (0), its clean training
+    accuracy at the best-validation checkpoint at or above the threshold. Reaching the threshold
+    once (tau_interp) is not enough: a run can interpolate and fall back, or be selected before
+    it fits, and the paper's memory is a spread among selected predictors that fit
+    (docs/STATISTICS.md, "Which runs fit").
     """
 
     def __init__(self, config: RunConfig):
         self.threshold = config.interp_threshold
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
+        fit = {FIT: float(selected(history)[TRAIN_ACC] >= self.threshold)}
         trained = [row for row in history if row["epoch"] >= 1]
         reached = [row for row in trained if row[TRAIN_ACC] >= self.threshold]
         if not reached:
-            return {}
+            return fit
         first = reached[0]
-        return {TAU_INTERP: first["epoch"], REPAIR_GAP: trained[-1][VAL_ACC] - first[VAL_ACC]}
+        return {TAU_INTERP: first["epoch"], REPAIR_GAP: trained[-1][VAL_ACC] - first[VAL_ACC], **fit}
