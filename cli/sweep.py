@@ -141,7 +141,8 @@ def groups_table(report) -> Table:
 
     names, shared = short_group_names([g.group for g in report.groups])
     table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
-    for header in ("group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "failed"):
+    headers = ("group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "runs fit")
+    for header in (*headers, "failed"):
         table.add_column(header, justify="left" if header == "group" else "right", overflow="fold")  # never cut
     for g in report.groups:
         table.add_row(
@@ -151,8 +152,25 @@ def groups_table(report) -> Table:
             formatted("sigma", g.best_sigma),
             formatted("sigma", g.worst_sigma),
             str(g.never_interp_sigmas),
+            f"{g.runs_fit}/{g.runs_ran}",
             str(g.failed),
         )
+    return table
+
+
+def verdicts_table(report) -> Table | None:
+    """Each claim the sweep evaluated and its verdict, with the regime's reasons (runs that did not
+    fit, a horizon short of the mechanism): the closing lines a sweep prints."""
+    from initmem_core.report.assessment import evaluated  # lazy: keeps the report code out of the CLI's start-up
+
+    done = evaluated(report.findings)
+    if not done:
+        return None
+    table = Table(title="the paper's claims on this sweep (`initmem report` has their numbers)")
+    table.add_column("claim", overflow="fold")
+    table.add_column("verdict", overflow="fold")
+    for finding in done:
+        table.add_row(finding.name, finding.verdict_text)
     return table
 
 
@@ -396,6 +414,8 @@ def sweep_command(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130) from None
     console.print(groups_table(result.report))
+    if (verdicts := verdicts_table(result.report)) is not None:
+        console.print(verdicts)
     skipped = sum(cell.skipped for cell in result.cells)
     finished_now = sum(not cell.skipped and cell.status == FINISHED for cell in result.cells)
     console.print(

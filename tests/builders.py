@@ -10,10 +10,15 @@ from initmem_core.config import RunConfig
 from initmem_core.tracking.records import CellRecord
 
 
-def record(config: Mapping[str, Any] | RunConfig, acc: float | None = None, /, **fields: Any) -> CellRecord:
+def record(
+    config: Mapping[str, Any] | RunConfig, acc: float | None = None, /, fit: bool | None = True, **fields: Any
+) -> CellRecord:
     """One cell: ``config`` (a ``RunConfig`` or a mapping), ``acc`` its ``best_val_test_acc`` (a
-    fraction), listed first among ``metrics=``; any other ``CellRecord`` field as a keyword."""
+    fraction), listed first among ``metrics=``; any other ``CellRecord`` field as a keyword. Its
+    selected predictor fit its training set (the logged ``fit`` 1) unless ``fit`` says otherwise
+    (``None``: no flag logged, as in records from before runs logged it)."""
     metrics = {} if acc is None else {"best_val_test_acc": acc}
+    metrics |= {} if fit is None else {"fit": float(fit)}
     metrics.update(fields.pop("metrics", {}))
     return CellRecord(config, metrics=metrics, **fields)
 

@@ -17,7 +17,14 @@ from initmem_core.report.findings import (
     rate_difference,
     read_sweep,
 )
-from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED, REPRODUCED
+from initmem_core.report.verdicts import (
+    CANNOT_DECIDE,
+    CONTRADICTED,
+    HORIZON_SHORT,
+    NOT_EVALUATED,
+    NOT_RESOLVED,
+    REPRODUCED,
+)
 from initmem_core.tracking.records import CellRecord
 from tests.builders import clocks, record
 
@@ -107,8 +114,11 @@ def test_a_larger_rate_forgets_when_its_spread_is_smaller():
     fast = {**SHORT, "lr": 0.1}
     records = cells(SHORT, (0.95, 0.85)) + cells(fast, (0.96, 0.95))
     assert verdict(larger_lr_makes_sgd_forget, records).verdict == REPRODUCED
-    records = cells(SHORT, (0.95, 0.94)) + cells(fast, (0.96, 0.85))
+    records = cells(SHORT, (0.95, 0.94)) + cells(fast, (0.96, 0.85), clock_sgd=5.0)
     assert verdict(larger_lr_makes_sgd_forget, records).verdict == CONTRADICTED
+    # the same numbers with the larger rate's T_SGD short of its threshold contradict nothing
+    short_clock = verdict(larger_lr_makes_sgd_forget, cells(SHORT, (0.95, 0.94)) + cells(fast, (0.96, 0.85)))
+    assert short_clock.verdict == HORIZON_SHORT and "T_SGD 0.001 < 3" in short_clock.verdict_text
     slightly = {**SHORT, "lr": 0.02}  # 2x: not "several times larger"
     assert (
         verdict(larger_lr_makes_sgd_forget, cells(SHORT, (0.95, 0.85)) + cells(slightly, (0.96, 0.95))).verdict

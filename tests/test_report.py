@@ -107,6 +107,7 @@ def test_a_sweep_without_varying_fields_is_one_group_named_by_its_config():
         "spread_opt-sgd",
         "never_interp_sigmas_opt-sgd",
         "failed_cells_opt-sgd",
+        "unfit_runs_opt-sgd",
         "clock_sgd_opt-sgd",
         "clock_l2_opt-sgd",
         "clock_adapt_opt-sgd",
@@ -123,10 +124,10 @@ def test_csv_markdown_and_json_hold_the_same_table(records):
     sgd_high = next(r for r in rows if r["group"] == "opt=sgd" and r["sigma"] == "2.0")
     assert float(sgd_high["spread"]) == pytest.approx(26.0) and sgd_high["tau_interp"] == ""
     markdown = to_markdown(report)
-    # paper's spread, its interval, the debiased one (two seeds: no interval, and why), sigmas, counts
+    # paper's spread, its interval, the debiased one (two seeds: no interval, and why), sigmas, counts, runs that fit
     assert re.search(
         r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| \+26\.00 \(no interval: too few seeds to decide "
-        r"\(2 < 3\)\) \| 1 \| 2 \| 1 \| 0 \|",
+        r"\(2 < 3\)\) \| 1 \| 2 \| 1 \| 6/6 \| 0 \|",
         markdown,
     ), markdown
     assert "## Failed cells" in markdown and "DIVERGED" in markdown

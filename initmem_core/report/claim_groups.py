@@ -112,9 +112,15 @@ class Group:
         return is_plain_sgd(self.config, self.family)
 
     def label(self) -> str:
+        """The optimizer and what tells SGD-like lines apart: "sgd b=32", "sgd m=0.9 b=32", "adam"."""
         config = self.config
-        extra = f" b={config.batch_size}" if self.family == SGD_FAMILY else ""
-        return f"{config.opt}{extra}{f' l2={config.l2:g}' if config.l2 else ''}"
+        parts = [config.opt]
+        if self.family == SGD_FAMILY:
+            parts += [f"m={config.momentum:g}"] if config.momentum else []
+            parts += [f"b={config.batch_size}"]
+            parts += [f"wd={config.weight_decay:g}"] if config.weight_decay else []
+        parts += [f"l2={config.l2:g}"] if config.l2 else []
+        return " ".join(parts)
 
     def spread_text(self) -> str:
         s = self.summary

@@ -44,7 +44,15 @@ def claims_lines(findings: list[Any]) -> list[str]:
     if done:
         lines += markdown_table(
             ["claim", "verdict", "key quantity", "margin"],
-            [[f"`{f.name}`", f.verdict, quantity_cell(f.key).replace("|", "\\|"), f.margin or DASH] for f in done],
+            [
+                [
+                    f"`{f.name}`",
+                    f.verdict_text.replace("|", "\\|"),
+                    quantity_cell(f.key).replace("|", "\\|"),
+                    f.margin or DASH,
+                ]
+                for f in done
+            ],
         )
     else:
         lines += ["None could be evaluated on this sweep's groups."]

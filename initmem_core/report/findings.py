@@ -56,21 +56,35 @@ from initmem_core.report.claim_groups import (
 )
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, measured_sigmas, spread_difference
 from initmem_core.report.memory import percentile_interval
+from initmem_core.report.regime import Check, assess
 from initmem_core.report.render import interval
 from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
+    HORIZON_SHORT,
     NOT_EVALUATED,
+    NOT_RESOLVED,
+    OUT_OF_REGIME,
     SEEDS_ONLY,
+    UNDER_TRAINED,
     Finding,
     Quantity,
     from_difference,
     from_seeds,
     from_spread,
     negated,
+    regime_verdict,
     verdict_of,
 )
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_SYMBOLS, FINISHED, SGD_FAMILY
+from initmem_core.vocabulary import (
+    ADAPTIVE_FAMILY,
+    CLOCK_ADAPT,
+    CLOCK_L2,
+    CLOCK_SGD,
+    CLOCK_SYMBOLS,
+    FINISHED,
+    SGD_FAMILY,
+)
 
 __all__ = ["CLAIMS", "evaluate_findings", "read_sweep"]
 
@@ -89,8 +103,9 @@ CLOCK_DRAWS, CLOCK_DRAWS_SEED = 2000, 0
 #: The CIFAR ResNets by depth (He et al. 2016): the depth claim compares the shallowest with the deeper.
 CIFAR_DEPTH = re.compile(r"resnet(20|32|44|56|110)$")
 
-#: What a stratum's evaluation gives: its measured text, the quantities it decides on, its notes.
-Evaluated = tuple[str, list[Quantity], list[Quantity]]
+#: What a stratum's evaluation gives: its measured text, the quantities it decides on, its notes,
+#: and what it compared (the groups whose runs must fit, those whose clock must have run: regime.py).
+Evaluated = tuple[str, list[Quantity], list[Quantity], Check]
 
 
 def scaled(accuracy: Matrix, factor: float) -> Matrix:
@@ -133,28 +148,38 @@ def per_stratum(
         found = evaluate(groups)
         if found is None:
             continue
-        measured, quantities, notes = found
-        parts.append(Finding(claim, measured, verdict_of(quantities), name, quantities, margin, [], stratum, "", notes))
+        measured, quantities, notes, check = found
+        verdict, regime = regime_verdict(quantities, assess(check))
+        parts.append(Finding(claim, measured, verdict, name, quantities, margin, [], stratum, "", notes, regime))
     if not parts:
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, margin=margin, needs=needs)
+    if len(parts) == 1:
+        return parts[0]
     quantities = [q for part in parts for q in part.quantities]
     notes = [q for part in parts for q in part.notes]
-    if len(parts) == 1:
-        measured = parts[0].measured
-    else:
-        measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
+    measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
     return Finding(
         claim,
         measured,
-        verdict_of(quantities),
+        across_strata(parts),
         name,
         quantities,
         margin,
-        parts if len(parts) > 1 else [],
+        parts,
         "",
         "",
         notes,
+        [f"[{part.stratum}] {part.verdict_text}" for part in parts if part.regime],
     )
+
+
+def across_strata(parts: list[Finding]) -> str:
+    """A claim's verdict from its strata: the rule over the quantities of every stratum inside the
+    regime together; with none inside it, under-trained if any stratum is, else horizon short."""
+    inside = [part for part in parts if part.verdict not in OUT_OF_REGIME]
+    if inside:
+        return verdict_of([q for part in inside for q in part.quantities])
+    return UNDER_TRAINED if any(part.verdict == UNDER_TRAINED for part in parts) else HORIZON_SHORT
 
 
 def _texts(quantities: list[Quantity], verdicts: bool = False) -> str:
@@ -168,10 +193,43 @@ def _adaptive(groups: list[Group]) -> list[Group]:
     return [g for g in groups if g.family == ADAPTIVE_FAMILY and g.config.l2 == 0]
 
 
+def _momentum(groups: list[Group]) -> list[Group]:
+    """SGD with momentum (no L2, no weight decay): an optimizer line of its own beside plain SGD and
+    the adaptive ones, shown in the optimizer claims as notes (the paper states no claim about it)."""
+    return [g for g in groups if g.family == SGD_FAMILY and g.config.momentum > 0 and g.shrink == 0]
+
+
+def _adaptive_check(base: Group, adaptive: list[Group]) -> Check:
+    """Plain SGD and the adaptive groups must fit; each adaptive group's T_adapt must have run."""
+    return Check.of([base, *adaptive], [(g, CLOCK_ADAPT) for g in adaptive])
+
+
 ADAPTIVE_NEEDS = (
     "a plain low-rate SGD group and an adaptive one (Adam, AdamW, Muon, or any optimizer whose plugin "
     "declares the 'lr' clock) that differ in nothing but the optimizer and its settings"
 )
+
+
+def sgd_keeps_memory(sweep: Sweep) -> Finding:
+    """The paper's headline: low-rate plain SGD's debiased spread is above zero with every one of its
+    runs fitting its training set (memory of sigma among predictors that all fit), in each stratum
+    of the optimizer axis (its baseline group: ``baseline_sgd``)."""
+
+    def evaluate(groups: list[Group]) -> Evaluated | None:
+        base = baseline_sgd(groups)
+        if base is None:
+            return None
+        quantities = [from_spread(f"{base.label()} debiased spread", sweep.report.estimates[base.summary.group])]
+        return f"{base.spread_text()} | {_texts(quantities)}", quantities, [], Check.of([base])
+
+    return per_stratum(
+        sweep,
+        "sgd_keeps_memory",
+        "Low-rate SGD remembers sigma: its debiased spread is above zero, every run fitting its training set",
+        OPTIMIZER_AXIS,
+        evaluate,
+        "a plain low-rate SGD group over two or more sigmas",
+    )
 
 
 def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
@@ -180,8 +238,10 @@ def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
         if base is None or not adaptive:
             return None
         quantities = [difference(f"{base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in adaptive]
-        shown = "; ".join(g.spread_text() for g in [base, *adaptive])
-        return f"{shown} | debiased {_texts(quantities)}", quantities, []
+        momentum = _momentum(groups)
+        notes = [difference(f"momentum: {base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in momentum]
+        shown = "; ".join(g.spread_text() for g in [base, *adaptive, *momentum])
+        return f"{shown} | debiased {_texts(quantities + notes)}", quantities, notes, _adaptive_check(base, adaptive)
 
     return per_stratum(
         sweep,
@@ -212,8 +272,12 @@ def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
         if base is None or not adaptive:
             return None
         quantities = [_forgets(base, g, g.label()) for g in adaptive]
-        shown = "; ".join(g.spread_text() for g in [base, *adaptive])
-        return f"{shown} | {_texts(quantities, verdicts=len(quantities) > 1)}", quantities, []
+        momentum = _momentum(groups)
+        notes = [_forgets(base, g, f"momentum: {g.label()}") for g in momentum]
+        shown = "; ".join(g.spread_text() for g in [base, *adaptive, *momentum])
+        measured = f"{shown} | {_texts(quantities, verdicts=len(quantities) > 1)}"
+        measured += f" | notes: {_texts(notes)}" if notes else ""
+        return measured, quantities, notes, _adaptive_check(base, adaptive)
 
     return per_stratum(
         sweep,
@@ -253,7 +317,8 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
         quantities = [difference(f"{base.label()} − {strongest.label()}", base.accuracy, strongest.accuracy)]
         notes = [difference(f"dose-response: {base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in l2[:-1]]
         shown = "; ".join(g.spread_text() for g in [base, *l2])
-        return f"{shown} | debiased {_texts(quantities + notes)}", quantities, notes
+        check = Check.of([base, strongest], [(strongest, CLOCK_L2)])
+        return f"{shown} | debiased {_texts(quantities + notes)}", quantities, notes, check
 
     return per_stratum(sweep, "l2_shrinks_sgd_spread", "L2 shrinks SGD's spread", L2_AXIS, evaluate, L2_NEEDS)
 
@@ -272,7 +337,8 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
             _forgets(base, g, f"dose-response: {g.label()}") for g in l2[:-1]
         ]  # each weaker coefficient against the same margin
         shown = "; ".join(g.spread_text() for g in [base, *l2])
-        return f"{shown} | {_texts(quantities + notes)}", quantities, notes
+        check = Check.of([base, strongest], [(strongest, CLOCK_L2)])
+        return f"{shown} | {_texts(quantities + notes)}", quantities, notes, check
 
     return per_stratum(
         sweep,
@@ -298,7 +364,9 @@ def larger_batch_increases_spread(sweep: Sweep) -> Finding:
         large, small = same[-1], same[0]
         quantities = [difference(f"{large.label()} − {small.label()}", large.accuracy, small.accuracy)]
         shown = "; ".join(g.spread_text() for g in same)
-        return f"{shown} | debiased {_texts(quantities)}", quantities, []
+        # the smaller batch is the one whose noise should have made it forget: its T_SGD must have run
+        check = Check.of([large, small], [(small, CLOCK_SGD)])
+        return f"{shown} | debiased {_texts(quantities)}", quantities, [], check
 
     return per_stratum(
         sweep,
@@ -349,15 +417,17 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
         for group in adaptive:
             shares = list(norm_forgetting(group).values())
             quantities.append(from_seeds(f"{group.label()} − {CONVERGED_AT_LEAST:g}", shares, "", CONVERGED_AT_LEAST))
+        momentum = _momentum(groups)
+        notes = [from_seeds(f"momentum: {g.label()}", list(norm_forgetting(g).values())) for g in momentum]
         shown = "; ".join(
             f"{g.label()} {statistics.fmean(m.values()):.2f}" if (m := norm_forgetting(g)) else f"{g.label()} –"
-            for g in [base, *adaptive]
+            for g in [base, *adaptive, *momentum]
         )
         measured = (
             "share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled, "
             f"1 = converged: {shown} | {_texts(quantities, verdicts=True)}"
         )
-        return measured, quantities, []
+        return measured, quantities, notes, _adaptive_check(base, adaptive)
 
     return per_stratum(
         sweep,
@@ -424,7 +494,8 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
     Comparing across families would restate the optimizer claims (T_adapt = Σ η is far above
     T_SGD = Σ η²/b whenever η ≪ b: docs/STATISTICS.md); within one it is not given by the definitions."""
     claim = "Within one optimizer family, the larger the family's clock, the smaller the debiased spread"
-    families = {key: groups for key, groups in clock_families(sweep).items() if len(groups) >= 3}
+    every = clock_families(sweep)
+    families = {key: groups for key, groups in every.items() if len(groups) >= 3}
     if not families:
         return Finding(
             claim,
@@ -436,18 +507,32 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
         )
     short = short_group_names([g.summary.group for g in sweep.groups])[0]
     quantities = []
+    check = Check.of([])
     for (clock, _), groups in families.items():
         names = ", ".join(short[g.summary.group] for g in groups)
         quantities.append(rank_correlation(sweep, groups, clock, f"−rho({CLOCK_SYMBOLS[clock]}, spread) [{names}]"))
+        # the family's forgetting has something to order only once its largest clock has run
+        largest = max(groups, key=lambda g: getattr(g.summary, clock))
+        check = Check.of([*check.compared, *groups], [*check.clocked, (largest, clock)])
+    left_out = [
+        f"{CLOCK_SYMBOLS[clock]} family [{', '.join(short[g.summary.group] for g in groups)}]: left out (two groups)"
+        for (clock, _), groups in every.items()
+        if len(groups) < 3
+    ]
     measured = (
         f"Spearman's rho (ties averaged) of clock and debiased spread within each family, negated: {_texts(quantities)}"
+        + "".join(f"; {text}" for text in left_out)
     )
-    return Finding(claim, measured, verdict_of(quantities), "spread_orders_by_clock_within_family", quantities)
+    verdict, regime = regime_verdict(quantities, assess(check))
+    return Finding(claim, measured, verdict, "spread_orders_by_clock_within_family", quantities, regime=regime)
 
 
-def clock_agreement(groups: list[Group], clock: str, forgetting: dict[str, Any]) -> tuple[dict[int, float], list[str]]:
+def clock_agreement(
+    groups: list[Group], clock: str, forgetting: dict[str, Any], against: str = "epoch"
+) -> tuple[dict[int, float], list[str]]:
     """Per seed with a radial half-life in every group of the family: the sd over groups of its
-    log half-life in ``clock`` minus that in epochs. Also the groups with no half-life to offer."""
+    log half-life in ``clock`` minus that in ``against`` (epochs, or another clock). Also the groups
+    with no half-life to offer."""
     per_group, missing = [], []
     for group in groups:
         found = forgetting.get(group.summary.group)
@@ -455,7 +540,7 @@ def clock_agreement(groups: list[Group], clock: str, forgetting: dict[str, Any])
         usable = {
             seed: units
             for seed, units in seeds.items()
-            if units["epoch"] > 0 and units[clock] > 0 and not math.isnan(units[clock])
+            if units[against] > 0 and units[clock] > 0 and not math.isnan(units[clock] + units[against])
         }
         if not usable:
             missing.append(group.summary.group)
@@ -463,7 +548,7 @@ def clock_agreement(groups: list[Group], clock: str, forgetting: dict[str, Any])
     shared = sorted(set.intersection(*(set(g) for g in per_group))) if per_group else []
     return {
         seed: statistics.stdev([math.log(g[seed][clock]) for g in per_group])
-        - statistics.stdev([math.log(g[seed]["epoch"]) for g in per_group])
+        - statistics.stdev([math.log(g[seed][against]) for g in per_group])
         for seed in shared
     }, missing
 
@@ -486,7 +571,8 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     if not sweep.report.forgetting:
         return Finding(claim, "no per-epoch histories in these records", NOT_EVALUATED, name, needs=needs)
     short = short_group_names([g.summary.group for g in sweep.groups])[0]
-    parts, quantities, too_few = [], [], False
+    parts, quantities, notes, too_few, check = [], [], [], False, Check.of([])
+    regime: list[str] = []
     for (clock, _), groups in families.items():
         differences, missing = clock_agreement(groups, clock, sweep.report.forgetting)
         trained_seeds = set.intersection(*({c.config.seed for c in g.cells if c.trained} for g in groups))
@@ -505,12 +591,24 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
             from_seeds("", values, "log"), f"−(sd of log half-life in {CLOCK_SYMBOLS[clock]} − in epochs) {family}"
         )
         quantities.append(found)
+        check = Check.of([*check.compared, *groups])
+        # The mechanism's clock against the other clocks too (notes): the right clock should line the
+        # half-lives up better than a wrong one, not only better than the epoch count.
+        for other in (c for c in CLOCK_SYMBOLS if c != clock):
+            against = list(clock_agreement(groups, clock, sweep.report.forgetting, other)[0].values())
+            if len(against) >= 2:
+                label = f"−(sd in {CLOCK_SYMBOLS[clock]} − in {CLOCK_SYMBOLS[other]}) {family}"
+                notes.append(negated(from_seeds("", against, "log"), label))
         parts.append(f"{quantity_text(found, '+.3f')} over {len(values)} seeds")
     if too_few:
         verdict = CANNOT_DECIDE
+    elif quantities:
+        verdict, regime = regime_verdict(quantities, assess(check))
     else:
-        verdict = verdict_of(quantities) if quantities else "not resolved at this scale"
-    return Finding(claim, "; ".join(parts), verdict, name, quantities, needs=needs)
+        verdict = NOT_RESOLVED
+    if notes:
+        parts.append(f"against the other clocks (notes): {_texts(notes)}")
+    return Finding(claim, "; ".join(parts), verdict, name, quantities, needs=needs, notes=notes, regime=regime)
 
 
 # -- horizon and rate -------------------------------------------------------------------------
@@ -555,6 +653,7 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
             needs=f"two plain low-rate SGD groups that differ only in horizon, one {LONGER:g}x the other",
         )
     parts, quantities, notes = [], [], []
+    check = Check.of([group for pair in pairs for group in pair])  # a claim that memory is kept: no clock to wait for
     for short, long in pairs:
         mine = [
             from_spread(f"long {long.label()}", sweep.report.estimates[long.summary.group]),
@@ -574,7 +673,8 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
             f" | {_texts(mine)} | notes: {_texts(extra)}"
         )
     margin = f"non-inferiority: the long horizon keeps at least {KEPT_AT_LEAST:.0%} of the short one's debiased spread"
-    return Finding(claim, "; ".join(parts), verdict_of(quantities), name, quantities, margin, notes=notes)
+    verdict, regime = regime_verdict(quantities, assess(check))
+    return Finding(claim, "; ".join(parts), verdict, name, quantities, margin, notes=notes, regime=regime)
 
 
 def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
@@ -593,6 +693,8 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
             needs=f"two plain SGD groups that differ only in learning rate, one {LARGER_LR:g}x the other",
         )
     parts, quantities = [], []
+    # the larger rate is the one whose noise should have made SGD forget: its T_SGD must have run
+    check = Check.of([group for pair in pairs for group in pair], [(high, CLOCK_SGD) for _, high in pairs])
     for low, high in pairs:
         found = difference(f"debiased lr={low.config.lr:g} − lr={high.config.lr:g}", low.accuracy, high.accuracy)
         quantities.append(found)
@@ -601,7 +703,8 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
             f"{low.spread_text().split(' ', 2)[-1]}; lr={high.config.lr:g} "
             f"(T_SGD {high.summary.clock_sgd:.3g}) {high.spread_text().split(' ', 2)[-1]} | {quantity_text(found)}"
         )
-    return Finding(claim, "; ".join(parts), verdict_of(quantities), name, quantities)
+    verdict, regime = regime_verdict(quantities, assess(check))
+    return Finding(claim, "; ".join(parts), verdict, name, quantities, regime=regime)
 
 
 # -- depth ------------------------------------------------------------------------------------
@@ -732,7 +835,7 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
         base = min(plain, key=lambda g: (g.config.opt != "sgd", g.config.lr))
         quantities = [_forgets(base, g, f"{g.label()} matched to sigma {g.config.lr_match_sigma:g}") for g in matched]
         shown = "; ".join(g.spread_text() + (" matched" if g.config.lr_match_sigma else "") for g in [base, *matched])
-        return f"{shown} | {_texts(quantities)}", quantities, []
+        return f"{shown} | {_texts(quantities)}", quantities, [], Check.of([base, *matched])
 
     return per_stratum(
         sweep,
@@ -759,6 +862,7 @@ CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (
     larger_lr_makes_sgd_forget,
     deep_nets_fail_to_interpolate,
     effective_step_explains_memory,
+    sgd_keeps_memory,
 )
 #: Each claim by its name (what a Finding's ``name``, the report's JSON and the parent run's tags use).
 CLAIMS_BY_NAME = {claim.__name__: claim for claim in CLAIMS}

@@ -41,7 +41,7 @@ from initmem_core.report.inference import (
     mean_interval,
     spread_difference,
 )
-from initmem_core.tracking.records import CellRecord
+from initmem_core.tracking.records import CellRecord, fit_counts
 from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCKS
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class SigmaRow:
     test_acc_hi: float
     tau_interp: float  # mean epoch over the seeds that interpolated
     never_interp: int  # trained seeds that never reached the threshold
+    fit: int  # runs whose selected predictor fit its training set (CellRecord.fit), of those that ran
     repair_gap: float  # pp
     weight_norm: float
     weight_norm_ratio: float
@@ -85,6 +86,8 @@ class GroupSummary:
     sigmas: int
     never_interp_sigmas: int  # sigmas at which no trained seed interpolated
     failed: int
+    runs_fit: int  # runs whose selected predictor fit its training set (report/regime.py)
+    runs_ran: int  # runs that ran to the end or diverged (a run that diverged did not fit)
     clock_sgd: float
     clock_l2: float
     clock_adapt: float
@@ -165,6 +168,7 @@ class Report:
                 "spread": g.spread,
                 "never_interp_sigmas": g.never_interp_sigmas,
                 "failed_cells": g.failed,
+                "unfit_runs": g.runs_ran - g.runs_fit,
                 **{c: getattr(g, c) for c in CLOCKS},
                 "spread_lo": g.spread_lo,
                 "spread_hi": g.spread_hi,
@@ -307,6 +311,7 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
         tau_interp=mean_of("tau_interp", interpolated),
         never_interp=len(trained) - len(interpolated),
+        fit=fit_counts(cells)[0],
         repair_gap=mean_of("repair_gap", interpolated, 100.0),
         weight_norm=mean_of("weight_norm"),
         weight_norm_ratio=mean_of("weight_norm_ratio"),
@@ -345,6 +350,8 @@ def _summary(
         sigmas=len(rows),
         never_interp_sigmas=sum(1 for r in rows if r.runs > r.failed and r.never_interp == r.runs - r.failed),
         failed=sum(r.failed for r in rows),
+        runs_fit=fit_counts(cells)[0],
+        runs_ran=fit_counts(cells)[1],
         **{clock: _mean([c.metrics[clock] for c in trained if clock in c.metrics]) for clock in CLOCKS},
     )
 

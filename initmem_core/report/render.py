@@ -95,6 +95,7 @@ TABLE_COLUMNS = (
     ("debiased_spread_hi", "debiased CI high", "+.2f"),
     ("tau_interp", "tau_interp", ".1f"),
     ("never_interp", "never interp", ""),
+    ("fit", "runs fit", ""),
     ("repair_gap", "repair gap pp", "+.2f"),
     ("weight_norm", "‖W‖_F", ".4g"),
     ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
@@ -166,6 +167,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
             "best sigma",
             "worst sigma",
             "sigmas never interpolated",
+            "runs fit",
             "failed cells",
             *(CLOCK_SYMBOLS[c] for c in CLOCKS),
         ],
@@ -177,6 +179,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
                 debiased_cell(g),
                 *(number(v, "g") for v in (g.best_sigma, g.worst_sigma)),
                 str(g.never_interp_sigmas),
+                f"{g.runs_fit}/{g.runs_ran}",
                 str(g.failed),
                 *(number(v, ".4g") for v in (g.clock_sgd, g.clock_l2, g.clock_adapt)),
             ]
@@ -285,8 +288,11 @@ CLAIMS_EXPLAINED = (
     "comparing only groups that differ in nothing but the claim's own axis (a stratum each, when the sweep varies "
     "more). Every number a claim decides on is claimed above zero; the key is the one whose 95% interval is least "
     "clear of zero. Reproduced: every interval above zero; contradicted: one below zero at the Bonferroni level; "
-    "not resolved at this scale otherwise; cannot be decided with too few seeds. The margin is the one the claim "
-    "was fixed with before any run."
+    "not resolved at this scale otherwise; cannot be decided with too few seeds. Before any of these, the regime: "
+    "under-trained where a compared run's selected predictor did not fit its training set (memory is read only "
+    "among runs that fit), horizon short of the mechanism where a forgetting mechanism's clock is short of its "
+    "threshold or most runs were selected at their last epoch (no contradiction there). The margin is the one the "
+    "claim was fixed with before any run."
 )
 
 
@@ -316,7 +322,9 @@ def findings_rows(findings: list[Finding], markdown: bool = False) -> tuple[list
         for finding, label in [(f, f"{name}: {cell(f.claim)}"), *((p, f"↳ [{cell(p.stratum)}]") for p in f.parts)]:
             key = finding.key
             interval_for = key.interval_for if key else DASH
-            rows.append([label, finding.verdict, cell(quantity_cell(key)), interval_for, cell(finding.margin)])
+            rows.append(
+                [label, cell(finding.verdict_text), cell(quantity_cell(key)), interval_for, cell(finding.margin)]
+            )
     return FINDINGS_HEADERS, rows
 
 
@@ -349,6 +357,8 @@ def finding_data(f: Finding) -> dict[str, Any]:
         "name": f.name,
         "claim": f.claim,
         "verdict": f.verdict,
+        "verdict_text": f.verdict_text,
+        "regime": f.regime,
         "measured": f.measured,
         "key": quantity_data(f.key),
         "margin": f.margin,

@@ -16,12 +16,27 @@ from pathlib import Path
 
 from initmem_core.report.figures import new_figure, save_figure
 from initmem_core.report.memory import Report
-from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, REPRODUCED, Finding, Quantity
+from initmem_core.report.verdicts import (
+    CANNOT_DECIDE,
+    CONTRADICTED,
+    HORIZON_SHORT,
+    NOT_EVALUATED,
+    REPRODUCED,
+    UNDER_TRAINED,
+    Finding,
+    Quantity,
+)
 
 #: The figure's file name in the report's folder and under the parent run's ``report/``.
 VERDICTS_PLOT = "verdicts.png"
 #: The colour each verdict is written (and its row drawn) in.
-VERDICT_COLOURS = {REPRODUCED: "tab:green", CONTRADICTED: "tab:red", CANNOT_DECIDE: "0.45"}
+VERDICT_COLOURS = {
+    REPRODUCED: "tab:green",
+    CONTRADICTED: "tab:red",
+    CANNOT_DECIDE: "0.45",
+    UNDER_TRAINED: "tab:brown",  # out of the regime: drawn, but never read as a verdict either way
+    HORIZON_SHORT: "tab:purple",
+}
 OTHER_COLOUR = "tab:orange"  # not resolved at this scale
 UNIT_TITLES = {"pp": "percentage points", "": "share / correlation (no unit)", "log": "log units"}
 

@@ -11,6 +11,11 @@ keeps at most a quarter of SGD's memory), a share less a threshold. The rule is 
 - *cannot be decided* when a quantity rests on fewer trained seeds than the rule was calibrated
   for (``inference.MIN_SEEDS``); *not resolved at this scale* otherwise.
 
+Before any of these, the regime (``report/regime.py``): a comparison among groups with a run that
+did not fit is *under-trained*, never reproduced or contradicted; one whose mechanism's clock is
+short of its threshold, or whose runs were selected at their last epoch, is *horizon short of the
+mechanism* where it would otherwise be contradicted or not resolved (``regime_verdict``).
+
 An equivalence ("forgets", "near zero") is a quantity of this kind too: a debiased spread cannot
 truly be below zero (max − min over sigma never is), so "within the margin of zero" is the one-sided
 test that the spread is below the margin, at the same 2.5% level as every other claim (the
@@ -34,6 +39,7 @@ from initmem_core.report.inference import (
     interval_around,
     mean_interval,
 )
+from initmem_core.report.regime import Regime
 
 REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
     "reproduced",
@@ -42,7 +48,10 @@ REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
     "not evaluated",
     "cannot be decided: too few seeds",
 )
-VERDICTS = (REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE)
+UNDER_TRAINED, HORIZON_SHORT = "under-trained", "horizon short of the mechanism"
+VERDICTS = (REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE, UNDER_TRAINED, HORIZON_SHORT)
+#: The verdicts of a comparison outside the paper's regime: it decides nothing either way.
+OUT_OF_REGIME = (UNDER_TRAINED, HORIZON_SHORT)
 #: What an interval over seeds alone is for (norms, interpolation shares: no test set enters them).
 SEEDS_ONLY = "the runs (no test set enters it)"
 
@@ -173,6 +182,19 @@ def decide(intervals: list[tuple[float, float]], against: list[tuple[float, floa
     return NOT_RESOLVED
 
 
+def regime_verdict(quantities: list[Quantity], regime: Regime) -> tuple[str, list[str]]:
+    """The rule over ``quantities`` within ``regime`` (module docstring), and the regime's reasons
+    to show beside it (a reproduction at a short horizon stands, with the reason as a flag)."""
+    if not quantities:
+        return NOT_EVALUATED, []
+    if not regime.fits:
+        return UNDER_TRAINED, [regime.under_trained_text()]
+    verdict = verdict_of(quantities)
+    if regime.short and verdict in (CONTRADICTED, NOT_RESOLVED):
+        return HORIZON_SHORT, [regime.short_text()]
+    return verdict, [regime.short_text()] if regime.short else []
+
+
 def verdict_of(quantities: list[Quantity]) -> str:
     """The module's rule over ``quantities`` (from every stratum of a claim together)."""
     if not quantities:
@@ -191,7 +213,8 @@ class Finding:
     ``parts``: the claim within each stratum (groups that differ in nothing but the claim's axis),
     each with its own verdict, when the sweep has more than one; ``stratum``: which one this is;
     ``needs``: when not evaluated, the groups the claim would need; ``notes``: lines that inform
-    the reading but do not decide (a weaker margin, a dose-response)."""
+    the reading but do not decide (a weaker margin, a dose-response); ``regime``: why the verdict
+    is out of the regime (``report/regime.py``), or the flags a verdict that stands carries."""
 
     claim: str
     measured: str
@@ -203,6 +226,17 @@ class Finding:
     stratum: str = ""
     needs: str = ""
     notes: list[Quantity] = field(default_factory=list)
+    regime: list[str] = field(default_factory=list)
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict with the regime's reasons: "under-trained: 5 of 12 runs did not fit (...)",
+        "horizon short of the mechanism: adam T_adapt 0.51 < 3"; a verdict that stands with its
+        flags in brackets: "reproduced (flagged: sgd b=32 selected at its last epoch in 20 of 24 runs)"."""
+        if not self.regime:
+            return self.verdict
+        reasons = "; ".join(self.regime)
+        return f"{self.verdict}: {reasons}" if self.verdict in OUT_OF_REGIME else f"{self.verdict} (flagged: {reasons})"
 
     @property
     def reproduced(self) -> bool | None:

@@ -8,7 +8,7 @@ be rebuilt from any store, a remote server included.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +107,14 @@ class CellRecord:
         if best is not None and int(best) in dict(self.histories.get(TRAIN_ACC, [])):
             return FIT_FROM_HISTORY
         return FIT_FROM_SUMMARY
+
+
+def fit_counts(cells: Iterable[CellRecord]) -> tuple[int, int]:
+    """(runs whose selected predictor fit, runs that ran) among ``cells``: a run that ran to the end
+    or diverged (which did not fit); one that failed for another reason (a crash, a kill) is
+    missing, not a run that did not fit."""
+    done = [c for c in cells if c.status == FINISHED]
+    return sum(c.fit for c in done), len(done)
 
 
 def config_from_params(params: Mapping[str, str]) -> RunConfig:
