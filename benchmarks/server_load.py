@@ -110,8 +110,8 @@ def record_pattern(work: Path) -> dict[str, Any]:
             path = Path(local_path)  # a temporary file: its bytes are kept
             calls.append(("log_artifact", (path.name, path.read_bytes(), artifact_path)))
 
-        def log_dataset(self, name, digest, profile):
-            calls.append(("log_dataset", (name, digest, dict(profile))))
+        def log_dataset(self, name, digest, profile, context="training"):
+            calls.append(("log_dataset", (name, digest, dict(profile), context)))
 
     cwd = os.getcwd()
     os.chdir(work)

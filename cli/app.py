@@ -18,6 +18,7 @@ from .clean import clean_command
 from .errors import OneLineUsageErrors
 from .export import export_command
 from .new_plugin import new_plugin_command
+from .options import ENVIRONMENT_HELP
 from .output import BROKEN_PIPE_EXIT, flush_standard_streams, guard_standard_streams
 from .plugins import plugins_command
 from .presets import presets_app
@@ -35,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=ENVIRONMENT_HELP,
 )
 
 
@@ -59,15 +61,15 @@ def main_options(
         set_registry(None)  # reload under the strict rule
 
 
-app.command("run", no_args_is_help=False)(run_command)
-app.command("plugins")(plugins_command)
+app.command("run", no_args_is_help=False, epilog=ENVIRONMENT_HELP)(run_command)
+app.command("plugins", epilog=ENVIRONMENT_HELP)(plugins_command)
 app.command("new-plugin")(new_plugin_command)
-app.command("sweep", no_args_is_help=False)(sweep_command)
-app.command("report")(report_command)
-app.command("export")(export_command)
-app.command("ui")(ui_command)
-app.command("sync")(sync_command)
-app.command("clean")(clean_command)
+app.command("sweep", no_args_is_help=False, epilog=ENVIRONMENT_HELP)(sweep_command)
+app.command("report", epilog=ENVIRONMENT_HELP)(report_command)
+app.command("export", epilog=ENVIRONMENT_HELP)(export_command)
+app.command("ui", epilog=ENVIRONMENT_HELP)(ui_command)
+app.command("sync", epilog=ENVIRONMENT_HELP)(sync_command)
+app.command("clean", epilog=ENVIRONMENT_HELP)(clean_command)
 app.add_typer(presets_app, name="presets")
 
 

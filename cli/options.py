@@ -16,16 +16,36 @@ import typer
 
 from initmem_core.config import FIELDS, field_type
 from initmem_core.kinds import BY_FIELD, flag_for
-from initmem_core.plugin_system.loader import get_registry
-from initmem_core.tracking.uris import DEFAULT_EXPERIMENT  # noqa: F401  (the commands take it from here)
+from initmem_core.plugin_system.loader import LOAD_PLUGINS_ENV, STRICT_ENV, get_registry
+from initmem_core.tracking.login import PASSWORD_ENV, TOKEN_ENV, USERNAME_ENV
+from initmem_core.tracking.uris import (
+    ALLOW_FILE_STORE_ENV,
+    DEFAULT_EXPERIMENT,  # noqa: F401  (the commands take it from here)
+    TRACKING_URI_ENV,
+)
 
 TRACKING = "Tracking"
+
+#: The environment variables initmem reads, for the epilog of ``--help`` (``grep os.environ``
+#: finds each reader). Rich folds the lines; a blank line between two keeps them apart.
+ENVIRONMENT_HELP = "\n\n".join(
+    [
+        "[bold]Environment[/bold]",
+        f"{TRACKING_URI_ENV}: the tracking store when --tracking-uri is not given (default sqlite:///mlflow.db)",
+        f"{USERNAME_ENV}, {PASSWORD_ENV} or {TOKEN_ENV}: the login of a tracking server that asks for one",
+        f"{ALLOW_FILE_STORE_ENV}=true: allow MLflow's file store (a folder) as the tracking store",
+        f"{LOAD_PLUGINS_ENV}=a,b: load only these third-party plugins (empty: built-ins only)",
+        f"{STRICT_ENV}=1: a plugin that does not load is an error (as --strict-plugins)",
+        "CUDA_VISIBLE_DEVICES, CUBLAS_WORKSPACE_CONFIG: the GPUs a run sees, cuBLAS's deterministic workspace",
+        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL: seconds between --system-metrics samples (default 5)",
+    ]
+)
 
 #: The options every command that reads or writes the tracking store shares.
 TrackingUri = Annotated[
     str | None,
     typer.Option(
-        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)", rich_help_panel=TRACKING
+        help=f"MLflow tracking URI (default: ${TRACKING_URI_ENV} or sqlite:///mlflow.db)", rich_help_panel=TRACKING
     ),
 ]
 Experiment = Annotated[str, typer.Option(help="MLflow experiment", rich_help_panel=TRACKING)]

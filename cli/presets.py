@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from initmem_core.groups import group_keys
 
 from .errors import user_errors
+from .script_output import JSON_HELP, ScriptOutput
 
 presets_app = typer.Typer(
     help="List the paper's sweep presets, or print one as an editable sweep file.",
@@ -21,7 +21,7 @@ presets_app = typer.Typer(
 
 @presets_app.callback()
 @user_errors
-def list_presets(ctx: typer.Context) -> None:
+def list_presets(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False) -> None:
     """List every preset with its grid: cells, groups and what varies."""
     if ctx.invoked_subcommand:
         return
@@ -42,12 +42,26 @@ def list_presets(ctx: typer.Context) -> None:
             overflow="fold",
             ratio={"varies": 1, "description": 2}.get(column),
         )
+    presets = []
     for name in preset_names():
         spec = preset_spec(name)
         cells = expand(spec)
         groups = set(group_keys(cells))
+        presets.append(
+            {
+                "name": name,
+                "cells": len(cells),
+                "groups": len(groups),
+                "varies": list(spec.varying),
+                "description": preset_description(name),
+            }
+        )
         table.add_row(name, str(len(cells)), str(len(groups)), ", ".join(spec.varying), preset_description(name))
-    Console().print(table)
+    output = ScriptOutput(as_json)
+    if as_json:
+        output.emit(presets)
+    else:
+        output.console.print(table)
 
 
 @presets_app.command("show")

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 import initmem_core
@@ -17,6 +16,7 @@ from initmem_core.vocabulary import (
     BEST_VAL_EPOCH,
     BEST_VAL_TEST_ACC,
     CLOCKS,
+    CONFIG_HASH_TAG,
     FAILED,
     FINAL_TEST_ACC,
     KILLED,
@@ -27,6 +27,7 @@ from initmem_core.vocabulary import (
 
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
+from .script_output import JSON_HELP, ScriptOutput, finite
 
 SUMMARY_KEYS = (BEST_VAL_TEST_ACC, BEST_VAL_EPOCH, FINAL_TEST_ACC, TAU_INTERP, REPAIR_GAP)
 FINAL_KEYS = (*WEIGHT_NORMS, *CLOCKS)
@@ -77,16 +78,34 @@ def run_command(
             rich_help_panel=EXEC,
         ),
     ] = False,
+    system_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--system-metrics",
+            help=(
+                "Record MLflow's system metrics on the run (CPU, memory, disk, network; GPUs with the "
+                "gpu-metrics extra), sampled every 5 s by the tracking helper"
+            ),
+            rich_help_panel=TRACKING,
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP, rich_help_panel=TRACKING)] = False,
 ) -> None:
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
+    run_config = resolve_config(config, config_values)
+    output = ScriptOutput(as_json)
+    with output.redirected():
+        _run_and_report(run_config, output, no_tracking, tracking_uri, experiment, resume, system_metrics)
+
+
+def _run_and_report(run_config, output: ScriptOutput, no_tracking, tracking_uri, experiment, resume, system_metrics):
     from initmem_core.training.checkpoint_store import (  # lazy: keeps the checkpoint code out of the CLI's start-up
         CheckpointNotWritten,
     )
 
     from .progress import RunProgress  # lazy: keeps rich.progress out of the CLI's start-up
 
-    run_config = resolve_config(config, config_values)
-    console = Console()
+    console = output.console
     try:
         with RunProgress(console, label=run_config.run_name()) as progress:
             result = initmem_core.run(
@@ -96,14 +115,73 @@ def run_command(
                 experiment=experiment,
                 progress=progress,
                 resume=resume,
+                system_metrics=system_metrics,
             )
-    except Diverged as error:
+    except (Diverged, CheckpointNotWritten, Stopped) as error:
+        _emit_ended_early(output, run_config, error)
+        _fail_for(run_config, error)
+        raise  # not reached: _fail_for raises
+    except KeyboardInterrupt:  # only before the run exists: from then on signals become Stopped
+        raise fail("interrupted before the run was tracked; nothing was written", 130) from None
+    console.print(summary_table(result))
+    if result.unsynced and not result.lost:
+        console.print(f"[yellow]{stored_as(result.status, result)}[/yellow]")
+    if result.run_id and not no_tracking:
+        console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
+    output.emit(run_document(result, tracked=not no_tracking))
+    if result.lost:  # the last line: what is missing, and the command that records it
+        raise fail(
+            f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; {recovery(result.checkpoint)}", 1
+        )
+
+
+def run_document(result, tracked: bool = True) -> dict[str, Any]:
+    """What ``initmem run --json`` prints: the run's id, status, summary and last epoch's figures."""
+    final = result.history[-1] if result.history else {}
+    return {
+        "run_id": result.run_id if tracked else None,
+        "run_name": result.config.run_name(),
+        "status": result.status,
+        CONFIG_HASH_TAG: result.config.config_hash(),
+        "summary": {key: finite(value) for key, value in result.summary.items()},
+        "final": {key: finite(final[key]) for key in FINAL_KEYS if key in final},
+        "unsynced": result.unsynced or None,
+        "checkpoint": result.checkpoint,
+    }
+
+
+def _emit_ended_early(output: ScriptOutput, run_config, error: BaseException) -> None:
+    """Under ``--json``, a run that exists but ended early (diverged, stopped, a checkpoint not
+    written) is still described: its id and how it ended; the error's line follows on stderr."""
+    run_id = getattr(error, "run_id", None)
+    status = getattr(error, "status", None) or FAILED
+    if run_id is None or status == NOT_TRACKED:
+        return
+    output.emit(
+        {
+            "run_id": run_id,
+            "run_name": run_config.run_name(),
+            "status": status,
+            CONFIG_HASH_TAG: run_config.config_hash(),
+            "summary": {},
+            "error": str(error),
+            "unsynced": getattr(error, "unsynced", "") or None,
+        }
+    )
+
+
+def _fail_for(run_config, error: BaseException):
+    from initmem_core.training.checkpoint_store import (  # lazy: keeps the checkpoint code out of the CLI's start-up
+        CheckpointNotWritten,
+    )
+
+    if isinstance(error, Diverged):
         raise fail(f"{run_config.run_name()} {error}; {stored_as('FAILED with tag diverged=true', error)}", 1) from None
-    except CheckpointNotWritten as error:
+    if isinstance(error, CheckpointNotWritten):
         raise fail(
             f"{run_config.run_name()}: {error}; {stored_as(FAILED, error)}; {error.how_to_continue()}", 1
         ) from None
-    except Stopped as error:
+    if isinstance(error, Stopped):
         if error.status == NOT_TRACKED:
             raise fail(f"{error} before the run was tracked; nothing was written", error.exit_code) from None
         resume_hint = (
@@ -112,17 +190,6 @@ def run_command(
             else ""
         )
         raise fail(f"{error}; {stored_as(error.status, error)}{resume_hint}", error.exit_code) from None
-    except KeyboardInterrupt:  # only before the run exists: from then on signals become Stopped
-        raise fail("interrupted before the run was tracked; nothing was written", 130) from None
-    console.print(summary_table(result))
-    if result.unsynced and not result.lost:
-        console.print(f"[yellow]{stored_as(result.status, result)}[/yellow]")
-    if result.run_id and not no_tracking:
-        console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
-    if result.lost:  # the last line: what is missing, and the command that records it
-        raise fail(
-            f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; {recovery(result.checkpoint)}", 1
-        )
 
 
 def recovery(checkpoint: str | None) -> str:

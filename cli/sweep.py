@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from initmem_core.errors import ConfigError
@@ -16,11 +15,12 @@ from initmem_core.groups import short_group_names
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.sweep.executors import EXECUTORS, make_executor
 from initmem_core.tracking.uris import resolve_tracking_uri
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, FINISHED
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, CONFIG_HASH_TAG, FINISHED
 
 from .entry import handled_from_here
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
+from .script_output import JSON_HELP, ScriptOutput, finite
 
 SWEEP, EXECUTOR = "Sweep", "Executor"
 ExecutorName = Enum("ExecutorName", {name: name for name in EXECUTORS}, type=str)
@@ -130,6 +130,45 @@ def cost_lines(cost) -> list[str]:
     else:
         lines.append(f"estimated on a GPU: none ({cost.gpu_source})")
     return lines
+
+
+def dry_run_document(plan, horizons, cost, disk, work: str) -> dict[str, Any]:
+    """What ``--dry-run --json`` prints: every cell (its run name, group, sigma, seed and, where
+    known, the epochs it trains and the clocks it ends with), the estimated time and the disk."""
+    cells = []
+    for index, (cell, group) in enumerate(zip(plan.cells, plan.groups)):
+        horizon = horizons[index] if horizons else None
+        cells.append(
+            {
+                "name": plan.names[index] if plan.names else cell.run_name(),
+                "group": group,
+                "sigma": cell.sigma,
+                "seed": cell.seed,
+                CONFIG_HASH_TAG: cell.config_hash(),
+                "epochs": horizon.epochs if horizon else None,
+                "clocks": {clock: finite(value) for clock, value in horizon.clocks.items()} if horizon else None,
+            }
+        )
+    return {
+        "sweep": plan.name,
+        "out": str(plan.out),
+        "cells": cells,
+        "groups": list(dict.fromkeys(plan.groups)),
+        "work": work,
+        "estimate": {
+            "workers": cost.workers,
+            "steps": cost.steps,
+            "seconds_here": finite(cost.cpu_seconds),
+            "seconds_gpu": finite(cost.gpu_seconds),
+            "gpu_source": cost.gpu_source,
+            "step_seconds": [
+                {"arch": t.arch, "batch_size": t.batch_size, "seconds": t.seconds, "measured_batch": t.measured_batch}
+                for t in cost.step_times
+            ],
+            "not_counted": cost.unknown,
+        },
+        "disk_bytes": {"peak": disk.peak, "kept": disk.kept, "artifacts": disk.artifacts},
+    }
 
 
 def groups_table(report) -> Table:
@@ -324,6 +363,18 @@ def sweep_command(
             rich_help_panel=EXECUTOR,
         ),
     ] = False,
+    system_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--system-metrics",
+            help=(
+                "Record MLflow's system metrics (CPU, memory, disk, network; GPUs with the gpu-metrics "
+                "extra) on the sweep's parent run while it runs"
+            ),
+            rich_help_panel="Tracking",
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP, rich_help_panel=SWEEP)] = False,
     experiment: Experiment = DEFAULT_EXPERIMENT,
     tracking_uri: TrackingUri = None,
 ) -> None:
@@ -335,13 +386,9 @@ def sweep_command(
     """
     from initmem_core.sweep.grid import (  # lazy: keeps sweep.grid out of the CLI's start-up
         SweepSpec,
-        estimate_work,
         plan_sweep,
         spec_from_toml,
         spec_from_values,
-    )
-    from initmem_core.sweep.launch import (  # lazy: keeps the sweep, training and report code out of the CLI's start-up
-        run_sweep,
     )
     from initmem_core.sweep.presets import preset_spec  # lazy: imports sweep.grid, kept out of the CLI's start-up
 
@@ -366,7 +413,22 @@ def sweep_command(
             "slurm_local": slurm_local,
         },
     )
-    console = Console()
+    output = ScriptOutput(as_json)
+    with output.redirected():
+        _sweep_or_dry_run(
+            plan, executor, output, dry_run, workers, tracking_uri, experiment, retry_failed, system_metrics
+        )
+
+
+def _sweep_or_dry_run(
+    plan, executor, output: ScriptOutput, dry_run, workers, tracking_uri, experiment, retry_failed, system_metrics
+) -> None:
+    from initmem_core.sweep.grid import estimate_work  # lazy: keeps sweep.grid out of the CLI's start-up
+    from initmem_core.sweep.launch import (  # lazy: keeps the sweep, training and report code out of the CLI's start-up
+        run_sweep,
+    )
+
+    console = output.console
     console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
         from initmem_core.training.horizons import (  # lazy: keeps the training code out of the CLI's start-up
@@ -374,21 +436,24 @@ def sweep_command(
         )
 
         horizons = plan_horizons(plan.plans, names=plan.names)  # reads each dataset once
-        console.print(*dry_run_tables(plan, horizons))
+        work = estimate_work(plan.cells, horizons)
+        if not output.as_json:  # the JSON holds every cell: no tables on stderr
+            console.print(*dry_run_tables(plan, horizons))
         groups = len(set(plan.groups))
-        console.print(
-            f"{len(plan.cells)} cells in {groups} group(s); estimated work: {estimate_work(plan.cells, horizons)}"
-        )
+        console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {work}")
         from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
 
-        for line in cost_lines(estimate_cost(plan.plans, workers=workers or 1, horizons=horizons)):
+        cost = estimate_cost(plan.plans, workers=workers or 1, horizons=horizons)
+        for line in cost_lines(cost):
             console.print(line, highlight=False, soft_wrap=True)
         from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
             disk_text,
             estimate_disk,
         )
 
-        console.print(disk_text(estimate_disk(plan.plans, workers or 1)))
+        disk = estimate_disk(plan.plans, workers or 1)
+        console.print(disk_text(disk))
+        output.emit(dry_run_document(plan, horizons, cost, disk, work))
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up
@@ -406,6 +471,7 @@ def sweep_command(
                 experiment=experiment,
                 progress=display,
                 retry_failed=retry_failed,
+                system_metrics=system_metrics,
             )
     except KeyboardInterrupt:
         # The first Ctrl-C ends the sweep, whose cells are stopped by now; another one during the
@@ -436,6 +502,36 @@ def sweep_command(
             markup=True,
             highlight=False,
         )
+    output.emit(sweep_document(plan, result, finished_now, skipped))
     if result.failed:
         console.print(failures_table(result.failed))
         raise typer.Exit(1)
+
+
+def sweep_document(plan, result, finished_now: int, skipped: int) -> dict[str, Any]:
+    """What ``initmem sweep --json`` prints once the sweep has ended."""
+    from collections import Counter
+
+    return {
+        "sweep": plan.name,
+        "parent_run_id": result.parent_run_id,
+        "report_folder": str(result.files[0].parent) if result.files else str(plan.out),
+        "outcomes": {
+            "ran": finished_now,
+            "skipped": skipped,
+            "failed": len(result.failed),
+            "unsynced": len(result.unsynced),
+            "by_status": dict(Counter(cell.status for cell in result.cells)),
+        },
+        "cells": [
+            {
+                "label": cell.label,
+                CONFIG_HASH_TAG: cell.config.config_hash(),
+                "run_id": cell.run_id,
+                "status": cell.status,
+                "skipped": cell.skipped,
+                "error": cell.error or None,
+            }
+            for cell in result.cells
+        ],
+    }

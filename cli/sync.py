@@ -11,6 +11,7 @@ from initmem_core.tracking.sync import sync_folder
 
 from .errors import user_errors
 from .options import TrackingUri
+from .script_output import JSON_HELP, ScriptOutput
 
 
 @user_errors
@@ -25,23 +26,34 @@ def sync_command(
             )
         ),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Upload the metrics, tags and artifacts runs left in initmem-unsynced/, then delete them.
 
     Safe to repeat: a metric step the store already holds is not written again.
     """
-    result = sync_folder(tracking_uri, folder)
+    output = ScriptOutput(as_json)
+    with output.redirected():
+        result = sync_folder(tracking_uri, folder)
     for path in result.other_stores:
-        typer.echo(f"left {path}: it is for another tracking store (see its first line)")
+        output.echo(f"left {path}: it is for another tracking store (see its first line)")
     for path, reason in result.left.items():
         typer.secho(f"Error: left {path}: {reason}", fg=typer.colors.RED, err=True)
     if not result.uploaded:
-        typer.echo(
+        output.echo(
             "nothing to sync" if not result.other_stores and not result.left else "nothing to sync for this store"
         )
     else:
-        typer.echo(
+        output.echo(
             f"synced {len(result.uploaded)} run(s), {result.metrics} metric value(s): {', '.join(result.uploaded)}"
         )
+    output.emit(
+        {
+            "synced_runs": result.uploaded,
+            "metric_values": result.metrics,
+            "other_stores": [str(path) for path in result.other_stores],
+            "left": {str(path): reason for path, reason in result.left.items()},
+        }
+    )
     if result.left:
         raise typer.Exit(1)

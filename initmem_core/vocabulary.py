@@ -95,6 +95,9 @@ STOPPED_BY_TAG = "stopped_by"
 #: On a run with ``--compile``: how many times TorchDynamo gave up compiling and ran eagerly
 #: while it trained (``training.compiling.fallbacks``); ``"0"`` when compilation held.
 COMPILE_FALLBACKS_TAG = "initmem.compile_fallbacks"
+#: On every run initmem creates, beside MLflow's source tags (``tracking.provenance``): the
+#: version of initmem that wrote it.
+INITMEM_VERSION_TAG = "initmem.version"
 
 #: A sweep's runs: the sweep's name (on the parent and every child), the parent's role, a
 #: child's group label (``initmem_core.groups.group_label``).
@@ -136,6 +139,7 @@ TAG_KEYS = (
     FAILURE_REASON_TAG,
     STOPPED_BY_TAG,
     COMPILE_FALLBACKS_TAG,
+    INITMEM_VERSION_TAG,
     SWEEP_TAG,
     ROLE_TAG,
     GROUP_TAG,

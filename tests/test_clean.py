@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,12 @@ def test_a_finished_sweep_keeps_one_checkpoint_per_cell_and_clean_removes_them(t
     assert dry.output.count("would remove checkpoints:") == 4 and "would remove report output:" in dry.output
     assert "would remove lease:" in dry.output and " KB)" in dry.output
     assert len([p for p in root.iterdir() if p.is_dir()]) == 4 and (tmp_path / "initmem-output" / "tidy").is_dir()
+    as_json = runner.invoke(app, ["clean", "tidy", "--dry-run", "--json", "--tracking-uri", tracking_uri])
+    assert as_json.exit_code == 0, as_json.output
+    answer = json.loads(as_json.stdout)  # one document: the lines for people went to stderr
+    assert answer["sweep"] == "tidy" and answer["dry_run"] is True
+    assert [item["what"] for item in answer["items"]].count("checkpoints") == 4
+    assert answer["bytes"] == sum(item["bytes"] for item in answer["items"]) > 0
 
     held = FileLock(next((root.parent / "initmem-leases").glob("*.lock")), timeout=0)
     with held:  # a live sweep holds its cells' leases: nothing is removed

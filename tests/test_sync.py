@@ -126,6 +126,20 @@ def test_a_file_whose_run_is_not_in_the_store_is_named_and_the_others_are_synced
     assert stored_steps(tracking_uri, present) == [0, 1, 2] and (folder / f"{missing}.jsonl").exists()
 
 
+def test_sync_json_says_what_it_synced_and_what_it_left_in_one_document(tmp_path, tracking_uri):
+    import json
+
+    folder = tmp_path / "initmem-unsynced"
+    missing = unsynced_run(tracking_uri, folder, "gone", in_store=False)
+    present = unsynced_run(tracking_uri, folder, "here")
+    synced = CliRunner().invoke(app, ["sync", "--tracking-uri", tracking_uri, "--json"])
+    assert synced.exit_code == 1  # a file was left, as without --json
+    answer = json.loads(synced.stdout)
+    assert answer["synced_runs"] == [present] and answer["metric_values"] == 3
+    assert list(answer["left"]) == [str(folder / f"{missing}.jsonl")]
+    assert "synced 1 run(s)" in synced.stderr  # the people's lines go to stderr
+
+
 @pytest.mark.slow
 def test_two_syncs_at_once_upload_every_file_once_and_both_succeed(tmp_path, tracking_uri):
     folder = tmp_path / "initmem-unsynced"
@@ -243,7 +257,8 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
     assert (
         last.startswith("Error: resnet20-sgd-s1.0-seed0 ended FINISHED, but tracking store") and "not recorded" in last
     )
-    kept = ("mlflow.db", "mlflow.db.lock", "filler", "ac1c534c19fd9902.lock")  # the last: the run's lease
+    # The last two: the run's lease, and the packages list written with the run's start, before the disk filled.
+    kept = ("mlflow.db", "mlflow.db.lock", "filler", "ac1c534c19fd9902.lock", "requirements.txt")
     # The disk may have had room for the spool's file but not the weights' copy: a whole file may then
     # be left (syncing it adds nothing once the run is recovered), never a temporary or partial one.
     for left in [p for p in disk.rglob("*") if p.is_file() and p.name not in kept]:

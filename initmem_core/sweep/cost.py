@@ -9,8 +9,9 @@ convolutions cost about linearly in the batch; the fixed cost per step makes it 
 so a dry run stays within a couple of seconds whatever the depth.
 
 On a GPU: the ms per training step that gpu_check measured for the architecture (``GPU_FIGURES``,
-the JSON a complete gpu_check run leaves in ``docs/``), times the steps, one cell at a time. No
-such file: the estimate says that none exist.
+the JSON of a complete gpu_check run, copied into this package as ``gpu_check.json`` and installed
+with it as package data, so an installed wheel reads it as the source tree does), times the steps,
+one cell at a time. No such file: the estimate says that none exist.
 
 Training steps only: evaluation (about a third of an epoch's time, more with large evaluation
 sets) and start-up are not counted. The input shape and training-set size come from the built
@@ -25,13 +26,15 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 from initmem_core.training.plan import RunPlan
 
-#: gpu_check's JSON of every sample, kept in the docs by a complete run on a GPU.
-GPU_FIGURES = Path(__file__).resolve().parents[2] / "docs" / "gpu_check.json"
+#: gpu_check's JSON of every sample, kept beside this module (package data) by a complete run on a GPU.
+GPU_FIGURES: Traversable = resources.files(__package__) / "gpu_check.json"
 #: Time one architecture's measurement may take, and the smallest batch it scales from.
 MEASURE_BUDGET_S, SMALL_BATCH = 0.5, 4
 
@@ -120,7 +123,7 @@ def measure_step(
         torch.set_num_threads(threads)
 
 
-def gpu_step_ms(arch: str, path: Path = GPU_FIGURES) -> tuple[float, str] | None:
+def gpu_step_ms(arch: str, path: Path | Traversable = GPU_FIGURES) -> tuple[float, str] | None:
     """gpu_check's ms per training step for ``arch`` (fp32, eager, contiguous where measured, else
     its fastest configuration) and a note of what it is; ``None`` without a figure for it."""
     try:
@@ -156,7 +159,7 @@ def estimate_cost(
     *,
     workers: int = 1,
     horizons: Sequence[Any] | None = None,
-    gpu_figures: Path = GPU_FIGURES,
+    gpu_figures: Path | Traversable = GPU_FIGURES,
     budget_s: float | None = None,
 ) -> CostEstimate:
     """The training time of a sweep's cells (its ``plans``) with ``workers`` local workers, each

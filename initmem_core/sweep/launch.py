@@ -36,6 +36,7 @@ from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.sweep_runs import StoredRun, SweepRuns
+from initmem_core.tracking.system_metrics import require_psutil
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.training.horizons import plan_horizons
 from initmem_core.training.resume import find_resumable
@@ -279,6 +280,7 @@ def run_sweep(
     out: str | Path | None = None,
     registry: Registry | None = None,
     retry_failed: bool = False,
+    system_metrics: bool = False,
 ) -> SweepResult:
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
@@ -296,6 +298,9 @@ def run_sweep(
 
     A cell that diverged in an earlier launch is final, like a finished one; ``retry_failed``
     runs it again (cells that failed otherwise, a crash, run again on every launch).
+
+    ``system_metrics``: MLflow's system metrics of this machine on the parent run while the sweep
+    runs (``tracking.system_metrics``).
     """
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
@@ -311,12 +316,14 @@ def run_sweep(
         # (the data is read here; remote workers may read it from elsewhere, so they check it).
         plan_horizons(plan.plans, required_only=True, names=plan.names)
     uri = resolve_tracking_uri(tracking_uri)
+    if system_metrics:
+        require_psutil()
     check_store(executor, uri)
     _check_where_it_writes(plan, executor, uri)
     progress = progress or NoSweepProgress()
     executor.start()  # workers import torch while the store opens
     try:
-        return _launch(plan, executor, uri, experiment, progress, registry, retry_failed)
+        return _launch(plan, executor, uri, experiment, progress, registry, retry_failed, system_metrics)
     finally:
         executor.stop()  # workers no cell needed (every cell was done)
 
@@ -329,6 +336,7 @@ def _launch(
     progress: SweepProgress,
     registry: Registry,
     retry_failed: bool,
+    system_metrics: bool = False,
 ) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry)
     sweep.describe(plan)
@@ -376,6 +384,7 @@ def _launch(
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
     status = FAILED
+    monitor = sweep.runs.monitor_system() if system_metrics else None
     try:
         if pending:
             # The process waits for its cells: meanwhile, get the report's drawing ready.
@@ -392,6 +401,8 @@ def _launch(
         status = KILLED
         raise
     finally:
+        if monitor is not None:
+            monitor.finish()
         sweep.runs.end(status)
         if leases is not None:
             leases.release()

@@ -118,6 +118,7 @@ class ChildRunWriter(MlflowTracker):
     def start_run(self, name, params, tags):
         _log_params(self.client, self.run_id, params)
         _set_tags(self.client, self.run_id, tags)
+        self.log_requirements()  # the sweep's processes share one environment: read once, here
         return self.run_id
 
     def end_run(self, status=FINISHED):
@@ -174,6 +175,7 @@ class ServerCellWriter(MlflowTracker):
     def start_run(self, name, params, tags):
         _log_params(self.client, self.run_id, {k: v for k, v in params.items() if k not in self.held_params})
         _set_tags(self.client, self.run_id, tags)
+        self.log_requirements()  # the worker's own environment, on its own machine
         return self.run_id
 
 

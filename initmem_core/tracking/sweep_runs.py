@@ -20,6 +20,7 @@ from typing import Any
 
 from initmem_core.tracking.cells import quiet_run_links
 from initmem_core.tracking.client import ensure_experiment, open_client
+from initmem_core.tracking.provenance import source_tags
 from initmem_core.tracking.records import (
     CellRecord,
     child_runs,
@@ -29,6 +30,7 @@ from initmem_core.tracking.records import (
     resolve_parent,
     sweep_name_of,
 )
+from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.ui_view import write_view
 from initmem_core.tracking.writing import log_in_batches, to_json
 from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, RUNNING, SCHEDULED, SWEEP_TAG
@@ -72,13 +74,16 @@ class SweepRuns:
         quiet_run_links()
         self._client = open_client(uri)
         self.experiment_id: str = ensure_experiment(self._client, uri, experiment)
+        #: MLflow's source tags of this launch (the command, the user, the git commit it runs at).
+        self.source = source_tags()
         parent = find_parent(self._client, self.experiment_id, name)
         if parent is None:
             parent = self._client.create_run(
-                self.experiment_id, run_name=name, tags={SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
+                self.experiment_id, run_name=name, tags={**self.source, SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
             )
-        else:
+        else:  # a relaunch: the parent says which code ran last
             self._client.update_run(parent.info.run_id, status=RUNNING)
+            _set_tags(self._client, parent.info.run_id, self.source)
         self._parent = parent
         self.parent_id: str = parent.info.run_id
         #: The parent's status before this launch: a launch that runs nothing puts it back.
@@ -120,9 +125,7 @@ class SweepRuns:
         return write_view(self._client, self.experiment_id, self.name, self.parent_id)
 
     def set_parent_tags(self, tags: Mapping[str, str]) -> None:
-        from mlflow.entities import RunTag
-
-        log_in_batches(self._client, self.parent_id, "tags", [RunTag(key, value) for key, value in tags.items()])
+        _set_tags(self._client, self.parent_id, tags)
 
     def end(self, status: str) -> None:
         """End the parent run with ``status``."""
@@ -136,12 +139,22 @@ class SweepRuns:
 
     def create_child(self, run_name: str, tags: Mapping[str, str]) -> str:
         """A new child run (RUNNING, as MLflow creates a run); returns its id."""
-        return self._client.create_run(self.experiment_id, run_name=run_name, tags=dict(tags)).info.run_id
+        return self._client.create_run(self.experiment_id, run_name=run_name, tags={**self.source, **tags}).info.run_id
 
     def schedule(self, run_id: str) -> None:
         """Show a child SCHEDULED: handed to an executor, not started by a worker yet."""
         self._client.update_run(run_id, status=SCHEDULED)
 
+    def monitor_system(self) -> SystemMetrics:
+        """MLflow's system metrics of this machine on the parent run, until ``finish()``."""
+        return SystemMetrics(self.uri, self.parent_id, resume=True)  # a relaunch goes on after its steps
+
     def cell_records(self) -> list[CellRecord]:
         """One record per cell (its latest ended run), what the report is built from."""
         return [record_from_run(self._client, run) for run in latest_per_cell(child_runs(self._client, self._parent))]
+
+
+def _set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    log_in_batches(client, run_id, "tags", [RunTag(key, value) for key, value in tags.items()])

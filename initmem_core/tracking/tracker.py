@@ -26,7 +26,9 @@ from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.client import ensure_experiment, error_line, fail_fast_http, open_client, store_must_answer
 from initmem_core.tracking.login import PASSWORD_ENV, USERNAME_ENV, login_must_be_taken, refusal
 from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
+from initmem_core.tracking.provenance import REQUIREMENTS_ARTIFACT, requirements_text, source_tags
 from initmem_core.tracking.sqlite_store import wait_while_database_locked
+from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, sqlite_path, store_folder
 from initmem_core.tracking.writing import log_in_batches
 from initmem_core.vocabulary import (
@@ -38,6 +40,8 @@ from initmem_core.vocabulary import (
     STOPPED_BY_TAG,
 )
 
+#: The contexts of a run's dataset inputs, one per split, as MLflow's documentation names them.
+TRAINING, VALIDATION, TESTING = "training", "validation", "testing"
 #: Tags that say why a run ended early: a resumed run is no longer stopped or failed, so they go.
 ENDED_EARLY_TAGS = (STOPPED_BY_TAG, FAILURE_REASON_TAG)
 #: How long metrics may wait in memory before they are written: the MLflow UI lags a running run
@@ -73,8 +77,9 @@ class Tracker(Protocol):
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact_file: str) -> None: ...
     def log_artifact(self, local_path: str | Path, artifact_path: str | None = None) -> None: ...
-    def log_dataset(self, name: str, digest: str, profile: dict[str, Any]) -> None:
-        """The run's dataset as an MLflow input: the runs table's Dataset column."""
+    def log_dataset(self, name: str, digest: str, profile: dict[str, Any], context: str = TRAINING) -> None:
+        """One split of the run's data as an MLflow input (``context``: ``training``, ``validation``
+        or ``testing``): the runs table's Dataset column."""
 
     def end_run(self, status: str = FINISHED) -> None: ...
     def close(self) -> None:
@@ -116,8 +121,8 @@ class ForwardedCalls(TrackerDefaults):
     def log_text(self, text, artifact_file):
         self._forward("log_text", text, artifact_file)
 
-    def log_dataset(self, name, digest, profile):
-        self._forward("log_dataset", name, digest, dict(profile))
+    def log_dataset(self, name, digest, profile, context=TRAINING):
+        self._forward("log_dataset", name, digest, dict(profile), context)
 
 
 @dataclass
@@ -131,7 +136,7 @@ class MemoryTracker(TrackerDefaults):
     metrics: list[tuple[int, str, float]] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
-    datasets: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    datasets: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)  # ..., context
     status: str | None = None
     logged: set[tuple[int, str]] = field(default_factory=set)  # (step, key) a resumed run already holds
 
@@ -162,8 +167,8 @@ class MemoryTracker(TrackerDefaults):
         path = Path(local_path)
         self.files[f"{artifact_path}/{path.name}" if artifact_path else path.name] = path
 
-    def log_dataset(self, name, digest, profile):
-        self.datasets.append((name, digest, dict(profile)))
+    def log_dataset(self, name, digest, profile, context=TRAINING):
+        self.datasets.append((name, digest, dict(profile), context))
 
     def end_run(self, status=FINISHED):
         self.status = status
@@ -189,9 +194,17 @@ class MlflowTracker(TrackerDefaults):
         parent_run_id: str | None = None,
         run_id: str | None = None,
         flush_every_s: float = FLUSH_EVERY_S,
+        source_name: str | None = None,
+        source_folder: str | None = None,
+        system_metrics: bool = False,
     ):
         self.uri = resolve_tracking_uri(uri)
         self.flush_every_s = flush_every_s
+        #: What started the run and where (``provenance.source_tags``); this process's own by default.
+        self.source_name, self.source_folder = source_name, source_folder
+        self._requirements_logged = False
+        self.system_metrics = system_metrics  # MLflow's monitor of the machine, while the run runs
+        self._monitor: Any = None
         self.experiment = experiment
         self.parent_run_id = parent_run_id
         self.run_id = run_id
@@ -218,14 +231,34 @@ class MlflowTracker(TrackerDefaults):
         from mlflow.entities import Param
 
         self.wait_until_writable()  # the run and its params are two writes: not one stuck between them
-        tags = dict(tags)
+        tags = {**source_tags(self.source_name, self.source_folder), **tags}
         if self.parent_run_id:
             tags[PARENT_TAG] = self.parent_run_id
         with login_must_be_taken(self.uri):  # a user who may read the store but not write to it
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
         log_in_batches(self.client, self.run_id, "params", [Param(key, str(value)) for key, value in params.items()])
+        self.log_requirements()
+        self.flush(force=True)  # with the run's start: what a run holds from its first moment
+        self._start_monitor(resume=False)
         return self.run_id
+
+    def _start_monitor(self, resume: bool) -> None:
+        if self.system_metrics and self._monitor is None:
+            self._monitor = SystemMetrics(self.uri, self._started(), resume=resume)
+
+    def stop_monitor(self) -> None:
+        """Stop recording system metrics (their last sample is written); idempotent."""
+        if self._monitor is not None:
+            self._monitor.finish()
+            self._monitor = None
+
+    def log_requirements(self) -> None:
+        """Every installed package and its version, as ``environment/requirements.txt``, once per
+        run: read where the run is written (here, off the training thread), once per process."""
+        if not self._requirements_logged:
+            self._requirements_logged = True
+            self.log_text(requirements_text(), REQUIREMENTS_ARTIFACT)
 
     def resume_run(self, run_id):
         from mlflow.exceptions import MlflowException
@@ -246,6 +279,7 @@ class MlflowTracker(TrackerDefaults):
         for key in ENDED_EARLY_TAGS:  # set again if this run is stopped or fails again
             if key in run.data.tags:
                 self.client.delete_tag(run_id, key)
+        self._start_monitor(resume=True)  # on from the system metrics' last step
 
     def log_metrics(self, metrics, step):
         now = int(time.time() * 1000)
@@ -278,19 +312,20 @@ class MlflowTracker(TrackerDefaults):
         self.pending.files.append((copy, artifact_path))
         self.flush()
 
-    def log_dataset(self, name, digest, profile):
+    def log_dataset(self, name, digest, profile, context=TRAINING):
         import json
 
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(name, digest, "code", json.dumps({"initmem.dataset": name}), profile=json.dumps(profile))
-        try:  # once per run, at its start: not worth a place in the pending writes
+        try:  # once per split, at the run's start: not worth a place in the pending writes
             with fail_fast_http():
-                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(DATASET_CONTEXT_TAG, "train")])])
+                self.client.log_inputs(self.run_id, [DatasetInput(dataset, [InputTag(DATASET_CONTEXT_TAG, context)])])
         except Exception as error:
             self._failed(error)
 
     def end_run(self, status=FINISHED):
+        self.stop_monitor()  # its last sample before the end: it stops by itself on an ended run
         # A run that lost a file is not ended in the store: it stays RUNNING, so that a resume
         # from its checkpoint may record the rest.
         self.pending.status = None if self._not_kept else (status, int(time.time() * 1000))

@@ -47,6 +47,7 @@ from typing import Any
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.client import error_line
 from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
+from initmem_core.tracking.provenance import command_source
 from initmem_core.tracking.sqlite_store import discard_store_being_created
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls, MlflowTracker
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
@@ -80,6 +81,7 @@ class TrackerProcess(ForwardedCalls):
         experiment: str = DEFAULT_EXPERIMENT,
         parent_run_id: str | None = None,
         flush_every_s: float = FLUSH_EVERY_S,
+        system_metrics: bool = False,
     ):
         self.uri = resolve_tracking_uri(uri)
         self.run_id: str | None = None
@@ -97,7 +99,16 @@ class TrackerProcess(ForwardedCalls):
         package_root = str(Path(__file__).resolve().parents[2])  # importable even from a source tree
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         settings = json.dumps(
-            {"uri": self.uri, "experiment": experiment, "parent_run_id": parent_run_id, "flush_every_s": flush_every_s}
+            {
+                "uri": self.uri,
+                "experiment": experiment,
+                "parent_run_id": parent_run_id,
+                "flush_every_s": flush_every_s,
+                # MLflow's source tags say what the user started, where: this process's, not the helper's
+                "source_name": command_source(),
+                "source_folder": os.getcwd(),
+                "system_metrics": system_metrics,
+            }
         )
         self._process = subprocess.Popen(
             [sys.executable, "-m", "initmem_core.tracking.tracker_process", settings],
@@ -345,6 +356,9 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
             settings["experiment"],
             parent_run_id=settings["parent_run_id"],
             flush_every_s=settings["flush_every_s"],
+            source_name=settings.get("source_name"),
+            source_folder=settings.get("source_folder"),
+            system_metrics=bool(settings.get("system_metrics")),
         )
         opening_error = ""
         _warm_up(tracker)
@@ -362,6 +376,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
             chunk = os.read(requests, 1 << 16)
             if not chunk:  # the training process is gone, or closed us before its run began
                 if tracker is not None and tracker.run_id:
+                    tracker.stop_monitor()
                     tracker.write_or_keep()
                 return
             buffered += chunk

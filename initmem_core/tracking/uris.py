@@ -15,6 +15,7 @@ DEFAULT_EXPERIMENT = "initmem"
 #: Backends MLflow 3 tracks into (a database dialect may name its driver: postgresql+psycopg2).
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 ALLOW_FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"  # where a store is when no --tracking-uri names one
 MAX_EXPERIMENT_NAME = 500  # MLflow's MAX_EXPERIMENT_NAME_LENGTH (not imported: this module stays light)
 
 
@@ -54,7 +55,7 @@ def check_experiment_name(name: str) -> str:
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
     """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` here."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    return uri or os.environ.get(TRACKING_URI_ENV) or DEFAULT_TRACKING_URI
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -34,7 +34,8 @@ from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
 from initmem_core.tracking.locks import lock_holder
 from initmem_core.tracking.paths import check_writable_folder
-from initmem_core.tracking.tracker import MemoryTracker, MlflowTracker, Tracker
+from initmem_core.tracking.system_metrics import require_psutil
+from initmem_core.tracking.tracker import TESTING, TRAINING, VALIDATION, MemoryTracker, MlflowTracker, Tracker
 from initmem_core.tracking.tracker_process import OpeningAbandoned, TrackerProcess
 from initmem_core.tracking.uris import (
     DEFAULT_EXPERIMENT,
@@ -47,6 +48,7 @@ from initmem_core.tracking.writing import to_json
 from initmem_core.training.checkpoint_format import header
 from initmem_core.training.checkpoint_store import CheckpointStore, default_root
 from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
 from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import resume_candidates
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
@@ -119,21 +121,31 @@ def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
     return params
 
 
-def dataset_input(config: RunConfig, dataset: DatasetBundle) -> tuple[str, str, dict[str, Any]]:
-    """(name, digest, profile) of the data a run trains on. The digest covers every split's
-    images and labels, so two runs with the same digest saw the same examples."""
+def dataset_inputs(config: RunConfig, dataset: DatasetBundle) -> list[tuple[str, str, dict[str, Any], str]]:
+    """(name, digest, profile, context) of each split a run reads: training, validation and
+    testing, as MLflow names them. A split's digest covers its images and labels, so two runs
+    with the same digest saw the same examples; ``data_digest`` in each profile covers all three."""
     import hashlib
 
-    digest = hashlib.sha256()
-    for tensor in (dataset.train_x, dataset.train_y, dataset.val_x, dataset.val_y, dataset.test_x, dataset.test_y):
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    profile = {
-        **{f"{split}_size": size for split, size in dataset.sizes().items()},
-        "num_classes": dataset.num_classes,
-        "data_seed": config.data_seed,
+    splits = {
+        TRAINING: (dataset.train_x, dataset.train_y),
+        VALIDATION: (dataset.val_x, dataset.val_y),
+        TESTING: (dataset.test_x, dataset.test_y),
     }
-    return config.data, digest.hexdigest()[:16], profile
+    whole = hashlib.sha256()
+    digests = {}
+    for context, tensors in splits.items():
+        digest = hashlib.sha256()
+        for tensor in tensors:
+            for hashed in (digest, whole):
+                hashed.update(str(tuple(tensor.shape)).encode())
+                hashed.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        digests[context] = digest.hexdigest()[:16]
+    shared = {"num_classes": dataset.num_classes, "data_seed": config.data_seed, "data_digest": whole.hexdigest()[:16]}
+    return [
+        (config.data, digests[context], {"size": len(labels), **shared}, context)
+        for context, (_, labels) in splits.items()
+    ]
 
 
 def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
@@ -173,7 +185,8 @@ def _open_run(
         **(tags or {}),
     }
     run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
-    tracker.log_dataset(*dataset_input(config, setup.dataset))
+    for split in dataset_inputs(config, setup.dataset):
+        tracker.log_dataset(*split)
     checkpoints = CheckpointStore(root / config.config_hash(), config.keep_checkpoints) if root else None
     if checkpoints:
         checkpoints.start_fresh(setup.config.epochs)
@@ -209,6 +222,7 @@ def run(
     registry: Registry | None = None,
     resume: bool = False,
     helper_process: bool | None = None,
+    system_metrics: bool = False,
     **overrides: Any,
 ) -> RunResult:
     """Train one model and track it.
@@ -229,6 +243,10 @@ def run(
     and model and trains. ``None`` (the default) chooses it when MLflow is not imported in this
     process yet, as in ``initmem run``; in a notebook that has it already, tracking in process
     costs less than starting a helper.
+
+    ``system_metrics``: MLflow's system metrics (CPU, memory, disk, network, GPUs) of this machine
+    on the run, recorded by the process that writes it (``tracking.system_metrics``); a sweep
+    records them on its parent run instead, so it ignores this for its cells (``tracker`` given).
     """
     registry = registry or get_registry()
     if isinstance(config, RunConfig):
@@ -238,12 +256,16 @@ def run(
     plan = plan_run(config, registry)  # checks the config, resolves the optimizer's lr and --opt-arg
     config = plan.config
     _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
+    if system_metrics:
+        if not tracking:
+            raise ConfigError("--system-metrics records into the tracking store: it needs tracking (no --no-tracking)")
+        require_psutil()
     owned = tracker is None
     # A sweep holds its cells' leases itself (and passes the tracker); anyone else takes one here.
     lease = _take_lease(config, resolve_tracking_uri(tracking_uri), resume) if owned and tracking else None
     try:
         if tracker is None:  # first: a helper process sets the store up while the setup is built
-            tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process)
+            tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process, system_metrics)
         freeze = gc.get_freeze_count() == 0  # a caller that froze objects itself keeps its own scheme
         try:
             with contextlib.ExitStack() as kept:
@@ -307,13 +329,18 @@ def _setup_out_of_the_collectors_way(freeze: bool) -> Iterator[None]:
 
 
 def _new_tracker(
-    tracking: bool, uri: str | None, experiment: str, parent_run_id: str | None, helper_process: bool | None
+    tracking: bool,
+    uri: str | None,
+    experiment: str,
+    parent_run_id: str | None,
+    helper_process: bool | None,
+    system_metrics: bool = False,
 ) -> Tracker:
     if not tracking:
         return MemoryTracker()
     if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
-        return TrackerProcess(uri, experiment, parent_run_id=parent_run_id)
-    return MlflowTracker(uri, experiment, parent_run_id=parent_run_id)
+        return TrackerProcess(uri, experiment, parent_run_id=parent_run_id, system_metrics=system_metrics)
+    return MlflowTracker(uri, experiment, parent_run_id=parent_run_id, system_metrics=system_metrics)
 
 
 def _train_tracked(
@@ -343,6 +370,8 @@ def _train_tracked(
                 raise Stopped(stop.signum, str(kept) if kept else None)
             # Again on a resume: the first attempt may not have got them into the store.
             tracker.log_text(to_json(config.to_dict()), "config.json")
+            # Where it runs (a resume may run elsewhere: the latest machine's); derived once per process.
+            tracker.log_text(to_json(system_description()), SYSTEM_ARTIFACT)
             # Optional (contracts.OptimizerFactory): an optimizer may record its parameter groups.
             groups = getattr(setup.optimizer, "initmem_param_groups", None)
             if groups:
@@ -375,6 +404,7 @@ def _train_tracked(
             # Whoever reports the error must say what the store holds: the end may not be there yet.
             error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
             error.lost = tracker.lost  # type: ignore[attr-defined]
+            error.run_id = run_id  # type: ignore[attr-defined]
             raise
         unsynced = _end_run(tracker, checkpoints, status)
     result.unsynced, result.lost = unsynced, tracker.lost
