@@ -155,7 +155,9 @@ def per_stratum(
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, margin=margin, needs=needs)
     if len(parts) == 1:
         return parts[0]
-    quantities = [q for part in parts for q in part.quantities]
+    # what the verdict was decided on: the strata inside the regime (all of them when none is)
+    inside = [part for part in parts if part.verdict not in OUT_OF_REGIME] or parts
+    quantities = [q for part in inside for q in part.quantities]
     notes = [q for part in parts for q in part.notes]
     measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
     return Finding(
@@ -216,7 +218,7 @@ def sgd_keeps_memory(sweep: Sweep) -> Finding:
     of the optimizer axis (its baseline group: ``baseline_sgd``)."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base = baseline_sgd(groups)
+        base = baseline_sgd([g for g in groups if g.config.lr_match_sigma == 0])  # not the effective-step control
         if base is None:
             return None
         quantities = [from_spread(f"{base.label()} debiased spread", sweep.report.estimates[base.summary.group])]
