@@ -102,6 +102,31 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
     return [legend, table]
 
 
+def forecasts_of(plan, horizons) -> list:
+    """Each planned group's mechanism clock against the threshold its claims need (report/regime.py)."""
+    from initmem_core.report.claim_groups import (
+        clock_forecasts,
+    )  # lazy: keeps the report code out of the CLI's start-up
+
+    ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
+    return clock_forecasts(plan.groups, plan.cells, ends)
+
+
+def regime_table(plan, forecasts) -> Table:
+    """The dry run's forecast: each group's mechanism clock at the end against its threshold, and
+    which groups will not reach it (their claims can then not be contradicted: horizon short)."""
+    from initmem_core.report.claim_groups import CLOCK_CLAIMS  # lazy: keeps the report code out of the CLI's start-up
+
+    numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
+    table = Table(title="the regime: each group's forgetting clock at the end, against the threshold its claims need")
+    for header in ("group", "clock", "reaches", "threshold", "forecast"):
+        table.add_column(header, justify="right" if header != "forecast" else "left", overflow="fold")
+    for f in forecasts:
+        verdict = "?" if f.reached != f.reached else ("short: " if f.short else "reaches it: ") + CLOCK_CLAIMS[f.clock]
+        table.add_row(str(numbers[f.group]), CLOCK_SYMBOLS[f.clock], f"{f.reached:.3g}", f"{f.threshold:g}", verdict)
+    return table
+
+
 def duration(seconds: float) -> str:
     """``3725`` -> ``"1 h 2 min"``; under a minute in seconds."""
     if seconds < 60:
@@ -132,9 +157,10 @@ def cost_lines(cost) -> list[str]:
     return lines
 
 
-def dry_run_document(plan, horizons, cost, disk, work: str) -> dict[str, Any]:
+def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dict[str, Any]:
     """What ``--dry-run --json`` prints: every cell (its run name, group, sigma, seed and, where
-    known, the epochs it trains and the clocks it ends with), the estimated time and the disk."""
+    known, the epochs it trains and the clocks it ends with), each group's forecast against the
+    regime, the estimated time and the disk."""
     cells = []
     for index, (cell, group) in enumerate(zip(plan.cells, plan.groups)):
         horizon = horizons[index] if horizons else None
@@ -154,6 +180,16 @@ def dry_run_document(plan, horizons, cost, disk, work: str) -> dict[str, Any]:
         "out": str(plan.out),
         "cells": cells,
         "groups": list(dict.fromkeys(plan.groups)),
+        "regime": [
+            {
+                "group": f.group,
+                "clock": f.clock,
+                "reaches": finite(f.reached),
+                "threshold": f.threshold,
+                "short": f.short,
+            }
+            for f in forecasts
+        ],
         "work": work,
         "estimate": {
             "workers": cost.workers,
@@ -437,8 +473,9 @@ def _sweep_or_dry_run(
 
         horizons = plan_horizons(plan.plans, names=plan.names)  # reads each dataset once
         work = estimate_work(plan.cells, horizons)
+        forecasts = forecasts_of(plan, horizons)
         if not output.as_json:  # the JSON holds every cell: no tables on stderr
-            console.print(*dry_run_tables(plan, horizons))
+            console.print(*dry_run_tables(plan, horizons), regime_table(plan, forecasts))
         groups = len(set(plan.groups))
         console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {work}")
         from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
@@ -453,7 +490,7 @@ def _sweep_or_dry_run(
 
         disk = estimate_disk(plan.plans, workers or 1)
         console.print(disk_text(disk))
-        output.emit(dry_run_document(plan, horizons, cost, disk, work))
+        output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts))
         return
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up

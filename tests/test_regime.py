@@ -3,6 +3,8 @@ contradiction only where the mechanism's clock has run and the runs were not sti
 
 from __future__ import annotations
 
+import pytest
+
 from initmem_core.report.claim_groups import read_sweep
 from initmem_core.report.findings import (
     adaptive_optimizers_forget,
@@ -114,3 +116,20 @@ def test_a_sweeps_closing_lines_show_each_verdict_with_its_regime():
     text = console.export_text()
     assert "8/12" in text and "12/12" in text  # runs that fit, per group
     assert "sgd_remembers_more_than_adaptive" in text and "under-trained: 4 of 24 runs did not fit" in text
+
+
+def test_the_dry_run_forecasts_which_groups_will_not_reach_their_mechanisms_threshold(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+
+    args = ["sweep", "--opt", "sgd,adam", "--lr", "0.001", "--sigma", "0.5,1", "--seed", "0", "--train-size", "64"]
+    args += ["--batch-size", "32", "--epochs", "2", "--out", str(tmp_path), "--dry-run", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    regime = {row["clock"]: row for row in json.loads(result.stdout)["regime"]}
+    # Adam: 2 epochs of 2 steps at 1e-3 is T_adapt 0.004, far short of 3
+    assert regime["clock_adapt"]["reaches"] == pytest.approx(0.004) and regime["clock_adapt"]["short"]
+    assert regime["clock_adapt"]["threshold"] == CLOCK_THRESHOLDS["clock_adapt"]

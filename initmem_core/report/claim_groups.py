@@ -26,6 +26,7 @@ from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.inference import Matrix
 from initmem_core.report.memory import GroupSummary, Report, build_report
+from initmem_core.report.regime import CLOCK_THRESHOLDS
 from initmem_core.report.render import interval
 from initmem_core.tracking.records import CellRecord
 from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
@@ -66,6 +67,52 @@ def mechanism_clock(config: RunConfig, family: str) -> str:
     if family == ADAPTIVE_FAMILY:
         return CLOCK_ADAPT
     return CLOCK_L2 if config.l2 + config.weight_decay > 0 else CLOCK_SGD
+
+
+#: What a group's mechanism clock decides, by clock (the dry run's forecast says it beside the clock).
+CLOCK_CLAIMS = {
+    CLOCK_ADAPT: "adaptive forgetting, SGD vs adaptive, norm convergence",
+    CLOCK_L2: "the L2 claims",
+    CLOCK_SGD: "rate and batch (as the larger rate or the smaller batch); low-rate SGD is short by design",
+}
+
+
+@dataclass(frozen=True)
+class ClockForecast:
+    """Where a planned group's mechanism clock will end against its threshold (``regime.CLOCK_THRESHOLDS``)."""
+
+    group: str
+    clock: str  # the clock of the mechanism by which the group would forget (``mechanism_clock``)
+    reached: float  # the smallest value any of its cells ends with (nan: not known before it runs)
+    threshold: float
+
+    @property
+    def short(self) -> bool:
+        """Short of the threshold: contradictions of its forgetting will read horizon short."""
+        return not self.reached >= self.threshold
+
+
+def clock_forecasts(
+    groups: list[str], configs: list[RunConfig], clocks: list[dict[str, float] | None]
+) -> list[ClockForecast]:
+    """Per planned group (in first order), its mechanism's clock (from the optimizer plugin's declared
+    family) and the least value its cells' ``clocks`` (``training.horizons``: the clocks each cell ends
+    with; None where unknown) reach, against the threshold a contradiction needs."""
+    reached: dict[str, list[float]] = {}
+    first: dict[str, RunConfig] = {}
+    for group, config, ends in zip(groups, configs, clocks):
+        first.setdefault(group, config)
+        family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
+        clock = mechanism_clock(config, family)
+        reached.setdefault(group, []).append(ends[clock] if ends and clock in ends else math.nan)
+    forecasts = []
+    for group, config in first.items():
+        family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
+        clock = mechanism_clock(config, family)
+        values = reached[group]
+        least = math.nan if any(math.isnan(v) for v in values) else min(values)
+        forecasts.append(ClockForecast(group, clock, least, CLOCK_THRESHOLDS[clock]))
+    return forecasts
 
 
 def settings(config: RunConfig, free: Iterable[str]) -> tuple:
