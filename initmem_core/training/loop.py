@@ -5,7 +5,9 @@ per epoch (the logging point). After every epoch the model is evaluated in eval 
 clean training set (``train_acc``, what tau_interp reads; ``--train-eval-size`` caps it), on
 validation and on test: a forward pass over the training set costs about a third of a training
 epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats; metric plugins run
-only at evaluation points, so nothing a plugin does costs time inside the step.
+only at evaluation points, so nothing a plugin does costs time inside the step. With
+``--eval-size`` capping the test split, the selected checkpoint's weights are kept as training
+goes and scored once, at the end, on the whole split (``score_selected``).
 
 Reproducible to the bit: every random stream is seeded from ``config.seed`` (``seed_for``), and
 ``snapshot``/``restore`` carry everything the loop depends on through a checkpoint, so a run
@@ -153,8 +155,9 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
         return at_point
     if not selection.weights_kept:  # resumed from a checkpoint of an initmem that kept no weights
         warnings.warn(
-            f"the selected checkpoint (epoch {selection.epoch}) was trained before this run's checkpoint "
-            "kept its weights, so it is scored on the --eval-size subset only",
+            f"the selected checkpoint (epoch {selection.epoch}) predates the checkpoint this run resumed "
+            "from, which an earlier initmem wrote without its weights, so it is scored on the --eval-size "
+            "subset only",
             RunWarning,
             stacklevel=3,
         )
