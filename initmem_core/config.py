@@ -165,7 +165,8 @@ class RunConfig:
     )
     eval_size: int = knob(
         0,
-        "Keep a fixed, data-seeded subset of at most N validation and N test examples (0: all)",
+        "Score a fixed, data-seeded subset of at most N validation and N test examples every epoch (0: all); "
+        "the selected checkpoint is scored once on the whole test split",
         DATA,
         check="non-negative",
     )

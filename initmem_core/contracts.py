@@ -2,8 +2,9 @@
 
 A hook registers a factory (``hookspecs``); a run calls it with the keyword arguments written
 here, passing only those the factory's signature accepts (a factory may take a subset, as hook
-implementations may). Also here: the two records that cross the boundary, ``DatasetBundle``
-(what a dataset returns) and ``EvalState`` (what a metric sees). Importing this module imports
+implementations may). Also here: the records that cross the boundary, ``DatasetBundle``
+(what a dataset returns), ``EvalState`` (what a metric sees) and ``SelectedPredictor`` (what a
+metric is told of the selected checkpoint). Importing this module imports
 no torch: the types are for readers, type checkers and the generated hook reference.
 """
 
@@ -69,7 +70,9 @@ class EvalState:
     ``evaluate(split)`` returns ``(loss, accuracy)`` of the current model on ``"train"``,
     ``"val"`` or ``"test"`` (an extra pass: use sparingly). ``figures``: this point's
     ``train_*``/``val_*``/``test_*`` figures already measured; ``test_correct``: which test
-    examples the model got right (a bool tensor on the device), for the selection metric.
+    examples the model got right (a bool tensor on the device). ``"test"`` is the test split
+    scored every epoch, a subset when ``--eval-size`` caps it (``SelectedPredictor`` has the
+    selected checkpoint on the whole split).
     """
 
     model: torch.nn.Module
@@ -82,6 +85,27 @@ class EvalState:
     evaluate: Callable[[str], tuple[float, float]]
     figures: dict[str, float] = field(default_factory=dict)
     test_correct: Any = None
+
+
+@dataclass(frozen=True)
+class SelectedPredictor:
+    """The run's selected predictor (the best-validation checkpoint, ``training/selection.py``) as
+    scored on the test split: handed once, after training and before ``summarize``, to every
+    metric that has ``take_selected(predictor)``.
+
+    ``test_correct`` (a bool tensor, one per test example, in the split's order), ``test_acc`` and
+    ``test_loss`` are over ``test_examples`` examples: the whole test split, also when
+    ``--eval-size`` capped what was scored at every epoch. Then ``capped_test_acc`` is the figure
+    on the capped subset (the history's ``test_acc`` at ``epoch``); otherwise it is ``None`` and
+    the figures are the history's own.
+    """
+
+    epoch: int
+    test_loss: float
+    test_acc: float
+    test_correct: Any
+    test_examples: int
+    capped_test_acc: float | None = None
 
 
 # -- what each kind's factory is called with, and returns ------------------------------------
@@ -159,8 +183,9 @@ class SummaryMetric(Protocol):
 
 
 #: A metric implements ``compute``, ``summarize`` or both. Optional too: ``artifacts() -> dict[str,
-#: str]`` (text files logged at the end) and ``state_dict()``/``load_state_dict(state)`` for state
-#: that must survive a resume.
+#: str]`` (text files logged at the end), ``state_dict()``/``load_state_dict(state)`` for state
+#: that must survive a resume, and ``take_selected(predictor)``, which receives the run's
+#: ``SelectedPredictor`` once, before ``summarize``.
 Metric = Any
 
 

@@ -128,7 +128,9 @@ def initmem_register_metrics(register):
     ``summarize(history) -> dict[str, float]``, called once at the end. Returned names become
     MLflow metrics. Optional too:
     ``artifacts() -> dict[str, str]``, text files logged with the run at its end (``weight-norms``
-    writes ``layer_norms.csv``); and, for a metric that accumulates across epochs,
+    writes ``layer_norms.csv``); ``take_selected(predictor)``, given the run's
+    ``SelectedPredictor`` (the best-validation checkpoint on the whole test split) once, before
+    ``summarize``; and, for a metric that accumulates across epochs,
     ``state_dict()``/``load_state_dict(state)`` of plain data and tensors, saved in every
     checkpoint so that a resumed run continues it (without them, its attributes are saved when
     they are plain data). Keep large accumulations in tensors: they are packed into the

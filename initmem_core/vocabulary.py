@@ -58,11 +58,22 @@ PER_EPOCH_METRICS = (TRAIN_LOSS, TRAIN_ACC, VAL_LOSS, VAL_ACC, TEST_LOSS, TEST_A
 #: lowest validation loss over epochs >= 1 (its epoch, loss, test and clean training accuracy), and
 #: the last epoch's test accuracy; interpolation's epoch and repair gap, only when the run
 #: interpolated; and whether the selected predictor fit its training set (1 or 0: its training
-#: accuracy at or above the interpolation threshold), what every memory claim reads.
+#: accuracy at or above the interpolation threshold), what every memory claim reads. The selected
+#: test accuracy is over the whole test split (``test_examples`` of them), also when
+#: ``--eval-size`` capped the per-epoch ``test_acc``: then ``best_val_test_acc_capped`` is the
+#: capped subset's figure at the same checkpoint.
 BEST_VAL_EPOCH, BEST_VAL_LOSS = "best_val_epoch", "best_val_loss"
 BEST_VAL_TEST_ACC, FINAL_TEST_ACC = "best_val_test_acc", "final_test_acc"
 BEST_VAL_TRAIN_ACC = "best_val_train_acc"
-SELECTION_METRICS = (BEST_VAL_EPOCH, BEST_VAL_LOSS, BEST_VAL_TEST_ACC, BEST_VAL_TRAIN_ACC, FINAL_TEST_ACC)
+TEST_EXAMPLES, BEST_VAL_TEST_ACC_CAPPED = "test_examples", "best_val_test_acc_capped"
+SELECTION_METRICS = (
+    BEST_VAL_EPOCH,
+    BEST_VAL_LOSS,
+    BEST_VAL_TEST_ACC,
+    BEST_VAL_TRAIN_ACC,
+    FINAL_TEST_ACC,
+    TEST_EXAMPLES,
+)
 TAU_INTERP, REPAIR_GAP, FIT = "tau_interp", "repair_gap", "fit"
 
 

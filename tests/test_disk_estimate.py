@@ -25,6 +25,8 @@ def test_a_checkpoint_holds_the_weights_and_the_optimizers_state(registry):
     assert size(opt="sgd", momentum=0.9) == 2 * weights
     assert size(opt="adam") == 3 * weights
     assert size(opt="timm:lion") == 3 * weights  # adaptive by its family's declared clock: an upper bound
+    # --eval-size: the selected checkpoint's weights too, scored on the whole test split at the end
+    assert size(opt="sgd", momentum=0.9, eval_size=500) == 3 * weights
 
 
 def test_the_estimate_follows_keep_checkpoints_and_the_workers(registry):

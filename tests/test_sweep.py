@@ -384,7 +384,8 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
             assert sorted(steps[(run_id, key)]) == expected, key
         expected_rows += (epochs + 1) * len(per_epoch) + epochs * len(batch) + len(summary) + 2 * interpolated
     child_ids = {c.info.run_id for c in children}
-    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 2 * 2 + 4 * 6
+    # 7 summary figures a cell: the selection's six (test_examples among them) and fit
+    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 2 * 2 + 4 * 7
 
 
 def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracking_uri, monkeypatch):

@@ -27,7 +27,7 @@ START = (
 END = "<!-- hook-reference:end -->"
 
 #: The records factories receive or return, documented next to the hooks.
-RECORDS = (contracts.EvalState, contracts.DatasetBundle)
+RECORDS = (contracts.EvalState, contracts.SelectedPredictor, contracts.DatasetBundle)
 #: The protocols an object a factory returns follows.
 RETURNED = (
     contracts.Regularizer,

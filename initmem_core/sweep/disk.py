@@ -2,7 +2,9 @@
 
 A checkpoint holds the model's fp32 parameters and the optimizer's state: none for plain SGD, one
 buffer per parameter with momentum, two for an adaptive optimizer (Adam's moments; an upper bound
-for those that keep one). Parameters are counted on a model built on torch's meta device (no
+for those that keep one), and, with ``--eval-size``, the selected checkpoint's weights, kept to be
+scored on the whole test split at the end (an upper bound: none are kept where the cap exceeds the
+test split). Parameters are counted on a model built on torch's meta device (no
 memory, no data read) for a 3-channel 32x32 input with 10 classes: the convolutional trunk, which
 holds nearly all of them, does not depend on the dataset. A running cell keeps two checkpoints
 (the last two, so a crash while writing leaves one); a finished one what ``--keep-checkpoints``
@@ -58,7 +60,8 @@ def checkpoint_bytes(plan: RunPlan, counts: dict[str, int] | None = None) -> int
     arch = plan.config.arch
     if arch not in counts:
         counts[arch] = parameter_count(plan)
-    return counts[arch] * BYTES_PER_VALUE * (1 + state_factor(plan))
+    selected = 1 if plan.config.eval_size else 0  # training.selection: the selected weights, kept
+    return counts[arch] * BYTES_PER_VALUE * (1 + state_factor(plan) + selected)
 
 
 def kept_per_cell(config: RunConfig, epochs: int) -> int:

@@ -31,6 +31,8 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 LOADER_KINDS = ("device", "torchvision")
 DEFAULT_PADDING = 4
+#: The evaluation loader of the whole test split, present only when ``--eval-size`` capped ``test``.
+FULL_TEST = "test_full"
 
 
 # -- pure functions -----------------------------------------------------------------------------
@@ -399,6 +401,7 @@ def make_loaders(
     generator: torch.Generator,
     kind: str | None = None,
     subset_generator: torch.Generator | None = None,
+    full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[TrainLoader, dict[str, EvalLoader]]:
     """The training loader and the evaluation loaders (``train``, ``val``, ``test``) of a run.
 
@@ -407,7 +410,8 @@ def make_loaders(
     augments per ``--augment``; evaluation uses ``config.eval_batch_size``. The ``train``
     evaluation loader (unaugmented, for the clean train accuracy) shares the device copy of the
     training images with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset fixed
-    by ``config.data_seed``.
+    by ``config.data_seed``. ``full_test``: the whole test split's images and labels when
+    ``bundle``'s test split is a capped subset of it (``--eval-size``): evaluated as ``FULL_TEST``.
     """
     kind = kind or getattr(config, "loader", "device") or "device"
     if kind not in LOADER_KINDS:
@@ -439,4 +443,6 @@ def make_loaders(
         "val": EvalLoader(bundle.val_x, bundle.val_y, batch_size=size, **common),
         "test": EvalLoader(bundle.test_x, bundle.test_y, batch_size=size, **common),
     }
+    if full_test is not None:
+        evals[FULL_TEST] = EvalLoader(*full_test, batch_size=size, **common)
     return train, evals

@@ -5,7 +5,9 @@ per epoch (the logging point). After every epoch the model is evaluated in eval 
 clean training set (``train_acc``, what tau_interp reads; ``--train-eval-size`` caps it), on
 validation and on test: a forward pass over the training set costs about a third of a training
 epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats; metric plugins run
-only at evaluation points, so nothing a plugin does costs time inside the step.
+only at evaluation points, so nothing a plugin does costs time inside the step. With
+``--eval-size`` capping the test split, the selected checkpoint's weights are kept as training
+goes and scored once, at the end, on the whole split (``score_selected``).
 
 Reproducible to the bit: every random stream is seeded from ``config.seed`` (``seed_for``), and
 ``snapshot``/``restore`` carry everything the loop depends on through a checkpoint, so a run
@@ -16,22 +18,26 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from initmem_core.contracts import EvalState
+from initmem_core.contracts import EvalState, SelectedPredictor
+from initmem_core.errors import RunWarning
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
+from initmem_core.training.loaders import FULL_TEST
 from initmem_core.training.schedules import lr_multiplier
+from initmem_core.training.selection import SelectedCheckpoint
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import NoStop, Stopped, StopRequest
 from initmem_core.vocabulary import LR, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 
-__all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "train"]
+__all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "score_selected", "train"]
 
 History = list[dict[str, float]]
 LogMetrics = Callable[[dict[str, float], int], None]
@@ -95,11 +101,13 @@ def evaluation_row(
     clocks: ForgettingClocks,
     batch_figures: tuple[float, float] | None,
     lr: float,
+    selection: SelectedCheckpoint | None = None,
 ) -> dict[str, float]:
     """Every figure logged at one evaluation point: the clean training set (``train_*``: eval
     mode, unaugmented, what tau_interp reads), the epoch's running train-mode figures
     (``train_*_batch``, none at epoch 0), the validation and test splits, each metric plugin's
-    numbers, the clocks and the rate."""
+    numbers, the clocks and the rate. ``selection`` is offered the point (it keeps it if its
+    validation loss is the best so far)."""
     row = {}
     row[TRAIN_LOSS], row[TRAIN_ACC] = evaluate(setup, "train")
     if batch_figures is not None:
@@ -121,12 +129,48 @@ def evaluation_row(
     for metric in setup.metrics.values():
         if hasattr(metric, "compute"):
             row.update(metric.compute(state))
+    if selection is not None:
+        selection.offer(setup.model, epoch, row[VAL_LOSS], test_correct)
     row.update(clocks.as_metrics())
     row[LR] = lr
     if setup.regularizer is not None:
         with torch.no_grad():
             row["reg_penalty"] = float(setup.regularizer.penalty(*setup.penalized()))
     return row
+
+
+def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history: History) -> SelectedPredictor | None:
+    """The selected checkpoint on the test split. When ``--eval-size`` capped the split scored
+    every epoch, its kept weights are put in the model for one pass over the whole split (in eval
+    mode, through ``evaluate_correct``: the forward and precision of every other evaluation), and
+    the final weights put back; otherwise its evaluation point's own figures. ``None`` when no
+    trained epoch was evaluated."""
+    if selection.val_loss is None or selection.test_correct is None:
+        return None
+    row = next(row for row in history if row["epoch"] == selection.epoch)
+    at_point = SelectedPredictor(
+        selection.epoch, row[TEST_LOSS], row[TEST_ACC], selection.test_correct, len(selection.test_correct)
+    )
+    if FULL_TEST not in setup.eval_loaders:
+        return at_point
+    if not selection.weights_kept:  # resumed from a checkpoint of an initmem that kept no weights
+        warnings.warn(
+            f"the selected checkpoint (epoch {selection.epoch}) predates the checkpoint this run resumed "
+            "from, which an earlier initmem wrote without its weights, so it is scored on the --eval-size "
+            "subset only",
+            RunWarning,
+            stacklevel=3,
+        )
+        return at_point
+    assert selection.weights is not None  # weights_kept
+    model = setup.model
+    final = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    try:
+        model.load_state_dict(selection.weights)  # in place: a compiled forward keeps its tensors
+        loss, accuracy, correct = evaluate_correct(setup, FULL_TEST)
+    finally:
+        model.load_state_dict(final)
+    return SelectedPredictor(selection.epoch, loss, accuracy, correct, len(correct), capped_test_acc=row[TEST_ACC])
 
 
 # -- one epoch ------------------------------------------------------------------------------
@@ -232,9 +276,11 @@ def train(
     clocks = ForgettingClocks()
     history: History = []
     steps_per_epoch = len(setup.train_loader)
+    # Its weights are kept only when they will be scored again, on the whole test split.
+    selection = SelectedCheckpoint(keep_weights=FULL_TEST in setup.eval_loaders)
 
     def record(epoch: int, batch_figures: tuple[float, float] | None, lr: float) -> None:
-        row = evaluation_row(setup, epoch, history, clocks, batch_figures, lr)
+        row = evaluation_row(setup, epoch, history, clocks, batch_figures, lr, selection)
         log_metrics(row, epoch)
         history.append({"epoch": epoch, **row})
         progress.epoch_done(epoch, row)
@@ -243,7 +289,7 @@ def train(
         """Where the checkpoint went, for the message of a stopped run; ``None``: none kept."""
         if save_checkpoint is None:
             return None
-        return str(save_checkpoint(snapshot(setup, position, clocks, history, sums, loader_state)))
+        return str(save_checkpoint(snapshot(setup, position, clocks, history, sums, loader_state, selection)))
 
     # Start: the initialization is evaluation point 0; a resumed run continues mid-epoch.
     progress.start(config.epochs, steps_per_epoch)
@@ -251,7 +297,7 @@ def train(
     if resume_from is None:
         record(0, None, setup.optimizer.param_groups[0]["lr"])
     else:
-        (done, step), sums = restore(setup, resume_from, clocks, history)
+        (done, step), sums = restore(setup, resume_from, clocks, history, selection)
         progress.advance(done * steps_per_epoch + step)
     guard = LossGuard(setup.device, start=done * steps_per_epoch + step)
 
@@ -286,7 +332,12 @@ def train(
             assert stop.signum is not None  # requested: a signal came
             raise Stopped(stop.signum, saved)
 
-    # Summaries: the figures read off the whole history (selection, tau_interp...).
+    # The selected checkpoint, scored on the whole test split where --eval-size capped it, goes
+    # to the metrics that take it; then the figures read off the whole history (tau_interp...).
+    predictor = score_selected(setup, selection, history)
+    for metric in setup.metrics.values():
+        if predictor is not None and hasattr(metric, "take_selected"):
+            metric.take_selected(predictor)
     summary: dict[str, float] = {}
     for metric in setup.metrics.values():
         if hasattr(metric, "summarize"):

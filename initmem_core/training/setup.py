@@ -176,7 +176,8 @@ def use_device(device: torch.device) -> torch.device:
 
 def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBundle:
     """``--eval-size``: at most ``size`` validation and test examples, the same ones at every seed
-    and sigma (chosen by ``data_seed`` alone, kept in their original order)."""
+    and sigma (chosen by ``data_seed`` alone, kept in their original order). What is scored at
+    every evaluation point; the selected checkpoint is also scored on the whole test split."""
     changes = {}
     for split in ("val", "test"):
         x, y = getattr(bundle, f"{split}_x"), getattr(bundle, f"{split}_y")
@@ -199,7 +200,11 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
     use_determinism(config.deterministic, device)
     use_precision(config.tf32)
     component = plan.components
-    dataset = eval_subset(component["dataset"].build(config=config), config.eval_size, config.data_seed)
+    whole = component["dataset"].build(config=config)
+    dataset = eval_subset(whole, config.eval_size, config.data_seed)
+    # --eval-size caps what is scored every epoch; the selected checkpoint is scored once on every
+    # test example (training.selection), so the whole split is kept beside the capped one.
+    full_test = (whole.test_x, whole.test_y) if len(dataset.test_y) < len(whole.test_y) else None
     if config.data_dir and dataset.reads_files is False:
         raise ConfigError(
             f"--data-dir: dataset {config.data} reads no files (it is generated or bundled), "
@@ -239,6 +244,7 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
         device,
         torch.Generator().manual_seed(seed_for(config.seed, "data-order")),
         subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")),
+        full_test=full_test,
     )
     scheduler = build_scheduler(optimizer, config, len(train_loader))
     regularizer = component["regularizer"].build(coefficient=config.l2) if config.l2 > 0 else None

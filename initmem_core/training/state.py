@@ -2,7 +2,8 @@
 
 Everything the loop depends on is in it (model with BatchNorm buffers, optimizer, schedule, W0,
 clocks, history, the figures of the epoch in progress, the data order, metric plugins' state,
-every random stream), so a run resumed from it computes exactly what it would have computed.
+the selected checkpoint with its kept weights, every random stream), so a run resumed from it
+computes exactly what it would have computed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from initmem_core.contracts import Metric
 from initmem_core.errors import RunWarning
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.rng_state import capture_rng, restore_rng
+from initmem_core.training.selection import SelectedCheckpoint
 from initmem_core.training.setup import TrainingSetup
 
 
@@ -68,10 +70,11 @@ def snapshot(
     history: list[dict[str, float]],
     sums: EpochSums,
     loader_state: dict[str, Any],
+    selection: SelectedCheckpoint | None = None,
 ) -> dict[str, Any]:
     """The training state at a step boundary: ``position`` = (epochs done, steps into the next);
     ``loader_state`` = the data-order generator as it was when that next epoch began."""
-    return {
+    state = {
         "epoch": position[0],
         "step": position[1],
         "model": setup.model.state_dict(),  # BatchNorm buffers included
@@ -85,10 +88,17 @@ def snapshot(
         "metrics": metric_states(setup.metrics),
         "rng": capture_rng(setup.device),
     }
+    if selection is not None:  # its weights too: the run scores them on the whole test split at the end
+        state["selected"] = selection.state_dict()
+    return state
 
 
 def restore(
-    setup: TrainingSetup, state: dict[str, Any], clocks: ForgettingClocks, history: list[dict[str, float]]
+    setup: TrainingSetup,
+    state: dict[str, Any],
+    clocks: ForgettingClocks,
+    history: list[dict[str, float]],
+    selection: SelectedCheckpoint | None = None,
 ) -> tuple[tuple[int, int], EpochSums]:
     """Put a ``snapshot`` back; returns its position and the sums of the epoch in progress."""
     device = setup.device
@@ -108,6 +118,12 @@ def restore(
             metric.load_state_dict(metric_state)
         else:
             metric.__dict__.update(metric_state)
+    if selection is not None:
+        if "selected" in state:
+            selection.load_state_dict(state["selected"], device)
+        else:  # written before the loop kept the selection: the selection metric's state had it
+            legacy = [s for s in state["metrics"].values() if isinstance(s, dict) and "best_epoch" in s]
+            selection.load_legacy(history, legacy[0] if legacy else None, device)
     sums = state["epoch_sums"]
     restore_rng(state["rng"], device)
     return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])

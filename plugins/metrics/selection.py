@@ -5,69 +5,73 @@ Epoch 0 is the initialization, not a training checkpoint, so selection looks at 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from initmem_core.config import RunConfig
+from initmem_core.training.selection import selected
 from initmem_core.vocabulary import (
     BEST_VAL_EPOCH,
     BEST_VAL_LOSS,
     BEST_VAL_TEST_ACC,
+    BEST_VAL_TEST_ACC_CAPPED,
     BEST_VAL_TRAIN_ACC,
     FINAL_TEST_ACC,
     FIT,
     REPAIR_GAP,
     TAU_INTERP,
     TEST_ACC,
+    TEST_EXAMPLES,
     TRAIN_ACC,
     VAL_ACC,
     VAL_LOSS,
 )
 
+if TYPE_CHECKING:
+    from initmem_core.contracts import SelectedPredictor
 
-def selected(history: list[dict[str, float]]) -> dict[str, float]:
-    """The selected checkpoint's row: the lowest validation loss over epochs >= 1, the earliest on a tie."""
-    return min((row for row in history if row["epoch"] >= 1), key=lambda row: (row[VAL_LOSS], row["epoch"]))
+__all__ = ["BestValidationSelection", "Interpolation", "selected"]
 
 
 class BestValidationSelection:
-    """The paper selects the checkpoint with the lowest validation loss.
+    """The paper selects the checkpoint with the lowest validation loss (the rule:
+    ``initmem_core.training.selection``, which the loop follows while it trains).
 
-    It also keeps which test examples were right at that checkpoint (on the device, no sync) and
-    logs them as ``test_correct.json``, from which the report adds the test set's own sampling error
-    to its intervals (intervals for the population, report/inference.py).
+    Its test accuracy (``best_val_test_acc``) and which test examples it got right, logged as
+    ``test_correct.json`` (from which the report adds the test set's own sampling error to its
+    intervals: report/inference.py), come from the loop's ``SelectedPredictor``: over the whole
+    test split (``test_examples``), also when ``--eval-size`` capped the per-epoch ``test_acc``;
+    then ``best_val_test_acc_capped`` is the capped subset's figure at the same checkpoint.
     """
 
     def __init__(self) -> None:
-        self.best_loss: float | None = None
-        self.best_epoch = 0
-        self.test_correct = None  # bool tensor of the best epoch so far
+        self.predictor: SelectedPredictor | None = None
 
-    def compute(self, state) -> dict[str, float]:
-        val_loss = state.figures.get(VAL_LOSS)
-        # The same rule as summarize: lowest val loss over epochs >= 1, the earliest on a tie.
-        if (
-            state.epoch >= 1
-            and val_loss is not None
-            and state.test_correct is not None
-            and (self.best_loss is None or val_loss < self.best_loss)
-        ):
-            self.best_loss, self.best_epoch, self.test_correct = val_loss, state.epoch, state.test_correct
-        return {}
+    def take_selected(self, predictor: SelectedPredictor) -> None:
+        self.predictor = predictor
 
     def artifacts(self) -> dict[str, str]:
-        if self.test_correct is None:
+        if self.predictor is None:
             return {}
         from initmem_core.tracking.correct_sets import ARTIFACT, encode
 
-        return {ARTIFACT: encode(self.test_correct.cpu().numpy(), self.best_epoch)}
+        return {ARTIFACT: encode(self.predictor.test_correct.cpu().numpy(), self.predictor.epoch)}
 
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
         best = selected(history)
-        return {
+        summary = {
             BEST_VAL_EPOCH: best["epoch"],
             BEST_VAL_LOSS: best[VAL_LOSS],
             BEST_VAL_TEST_ACC: best[TEST_ACC],
             BEST_VAL_TRAIN_ACC: best[TRAIN_ACC],
             FINAL_TEST_ACC: history[-1][TEST_ACC],
         }
+        predictor = self.predictor
+        if predictor is not None and predictor.epoch == best["epoch"]:
+            summary[BEST_VAL_TEST_ACC] = predictor.test_acc
+            summary[TEST_EXAMPLES] = predictor.test_examples
+            if predictor.capped_test_acc is not None:
+                summary[BEST_VAL_TEST_ACC_CAPPED] = predictor.capped_test_acc
+        return summary
 
 
 class Interpolation:
