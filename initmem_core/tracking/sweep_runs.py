@@ -60,8 +60,8 @@ class StoredRun:
 def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
     """An existing sweep's name and every child run of it, the sweep found by name or by its
     parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
-    client = open_client(uri)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    client = open_client(uri, create=False)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
     return sweep_name_of(parent), [StoredRun.of(run) for run in child_runs(client, parent)]
 
 
