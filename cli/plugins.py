@@ -14,9 +14,33 @@ from rich.table import Table
 
 from initmem_core.kinds import KIND_NAMES
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.optimizer_options import describe
+from initmem_core.plugin_system.optimizer_options import FALLBACK_LR, describe
+from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
 
 from .errors import user_errors
+
+
+def optimizer_declarations(spec) -> dict:
+    """An optimizer's clock convention, its family in the report's claims and its default rate,
+    as declared (a family such as ``timm:*`` declares them per variant: read only when used)."""
+    if ":" in spec.clock:
+        clock, family = "per variant", "per variant"
+    else:
+        clock = spec.clock or DEFAULT_CONVENTION
+        family = CONVENTION_FAMILIES.get(clock, "unknown")
+    if isinstance(spec.defaults, str):
+        lr = None
+    else:
+        lr = float((spec.defaults or {}).get("lr", FALLBACK_LR))
+    return {
+        "clock": clock,
+        "clock_declared": bool(spec.clock),
+        "family": family,
+        "default_lr": lr,
+        "lr_declared": isinstance(spec.defaults, str) or "lr" in (spec.defaults or {}),
+        # the declared lr and --opt-arg options (a family's are read only when used)
+        "defaults": describe(spec.defaults),
+    }
 
 
 def plugins_report(registry) -> dict:
@@ -32,8 +56,7 @@ def plugins_report(registry) -> dict:
                 "plugin": s.provider.plugin,
                 "package": s.provider.package,
                 "version": s.provider.version,
-                # an optimizer's declared lr and --opt-arg options (a family's are read only when used)
-                **({"defaults": describe(s.defaults)} if s.kind == "optimizer" else {}),
+                **(optimizer_declarations(s) if s.kind == "optimizer" else {}),
             }
             for s in specs
         ],
@@ -65,7 +88,10 @@ def plugins_command(
     table.add_column("description", ratio=1, overflow="fold")
     table.add_column("plugin (package version)", overflow="fold")
     for row in report["components"]:
-        description = row["description"] + (f" [dim](defaults: {row['defaults']})[/dim]" if "defaults" in row else "")
+        description = row["description"]
+        if "defaults" in row:
+            clock = row["clock"] + ("" if row["clock_declared"] else ", not declared")
+            description += f" [dim](clock {clock}: {row['family']}; defaults: {row['defaults']})[/dim]"
         table.add_row(row["kind"], row["name"], description, f"{row['plugin']} ({row['package']} {row['version']})")
     console.print(table)
     for conflict in report["conflicts"]:

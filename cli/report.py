@@ -91,10 +91,34 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
     return tables
 
 
+def _report_single_run(run_id: str, tracking_uri: str | None, format: str) -> bool:
+    """The summary and per-epoch curves of run ``run_id`` if it is a single run; False if not."""
+    from initmem_core.tracking.single_run import (  # lazy: keeps MLflow out of the CLI's start-up
+        load_single_run,
+        looks_like_run_id,
+    )
+
+    if not looks_like_run_id(run_id):
+        return False
+    run = load_single_run(run_id, tracking_uri)
+    if run is None:
+        return False
+    from . import run_report
+
+    if format == "table":
+        Console().print(*run_report.rich_tables(run))
+    else:
+        typer.echo(run_report.as_text(run, format), nl=False)
+    return True
+
+
 @user_errors
 def report_command(
     ctx: typer.Context,
-    sweep: Annotated[str | None, typer.Argument(help="Sweep name or parent run id (or --from FILE)")] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Argument(help="Sweep name or parent run id, or the run id of one run (or --from FILE)"),
+    ] = None,
     format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Output format")] = ReportFormat.table,
     out: Annotated[
         Path | None, typer.Option(help="Folder for the table and plots (default: initmem-output/<name>)")
@@ -106,7 +130,8 @@ def report_command(
         typer.Option("--from", help="Read the sweep from an `initmem export` file instead of a tracking store"),
     ] = None,
 ) -> None:
-    """Print a sweep's report (spread per group, per-sigma figures) and save its plots."""
+    """Print a sweep's report (spread per group, per-sigma figures) and save its plots; for one run, its
+    summary and per-epoch curves."""
     from initmem_core.report.assessment import (  # lazy: keeps the report code out of the CLI's start-up
         build_assessed_report,
     )
@@ -121,7 +146,13 @@ def report_command(
         load_sweep_records,
     )
 
-    if (sweep is None) == (from_file is None):
+    if sweep is None and from_file is None:
+        raise UsageError(
+            "give a sweep name or parent run id (read from the tracking store), a run id (one run's "
+            "summary and curves) or --from FILE (an export); `initmem ui` lists what the store holds",
+            ctx,
+        )
+    if sweep is not None and from_file is not None:
         raise UsageError("give a sweep name (read from the tracking store) or --from FILE (an export), not both", ctx)
     if from_file is not None:
         from initmem_core.tracking.export import read_export  # lazy: keeps tracking.export out of the CLI's start-up
@@ -130,7 +161,12 @@ def report_command(
         name, records = exported.name, exported.records
     else:
         assert sweep is not None
-        name, records = load_sweep_records(sweep, tracking_uri, experiment)
+        try:
+            name, records = load_sweep_records(sweep, tracking_uri, experiment)
+        except ConfigError:
+            if not _report_single_run(sweep, tracking_uri, format.value):  # a run id, of a run that is no sweep
+                raise
+            return
     if not records:
         raise ConfigError(f"sweep '{name}' has no cells yet; launch it with `initmem sweep --name {name} ...`")
     report = build_assessed_report(records)  # the claims evaluated with it (report/assessment.py)

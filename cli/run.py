@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,8 @@ from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
 from .script_output import JSON_HELP, ScriptOutput, finite
 
+#: ``--progress`` (``cli.progress.PROGRESS_MODES``).
+ProgressMode = StrEnum("ProgressMode", {mode: mode for mode in ("auto", "lines", "bar")})  # type: ignore[misc]
 SUMMARY_KEYS = (BEST_VAL_TEST_ACC, BEST_VAL_EPOCH, FINAL_TEST_ACC, TAU_INTERP, REPAIR_GAP)
 FINAL_KEYS = (*WEIGHT_NORMS, *CLOCKS)
 
@@ -90,15 +93,37 @@ def run_command(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP, rich_help_panel=TRACKING)] = False,
+    progress: Annotated[
+        ProgressMode,
+        typer.Option(
+            "--progress",
+            help=(
+                "auto: a progress bar, and one line per epoch (loss, train/val/test accuracy, clocks) when "
+                "stderr is a terminal; lines: the epoch lines wherever stderr goes (a log); bar: the bar only"
+            ),
+            rich_help_panel=TRACKING,
+        ),
+    ] = ProgressMode.auto,
 ) -> None:
     """Train one model, e.g. `initmem run --arch resnet56 --opt muon --sigma 2.0`."""
     run_config = resolve_config(config, config_values)
     output = ScriptOutput(as_json)
     with output.redirected():
-        _run_and_report(run_config, output, no_tracking, tracking_uri, experiment, resume, system_metrics)
+        _run_and_report(
+            run_config, output, no_tracking, tracking_uri, experiment, resume, system_metrics, progress.value
+        )
 
 
-def _run_and_report(run_config, output: ScriptOutput, no_tracking, tracking_uri, experiment, resume, system_metrics):
+def _run_and_report(
+    run_config,
+    output: ScriptOutput,
+    no_tracking,
+    tracking_uri,
+    experiment,
+    resume,
+    system_metrics,
+    progress_mode: str = "auto",
+):
     from initmem_core.training.checkpoint_store import (  # lazy: keeps the checkpoint code out of the CLI's start-up
         CheckpointNotWritten,
     )
@@ -107,7 +132,7 @@ def _run_and_report(run_config, output: ScriptOutput, no_tracking, tracking_uri,
 
     console = output.console
     try:
-        with RunProgress(console, label=run_config.run_name()) as progress:
+        with RunProgress(console, label=run_config.run_name(), mode=progress_mode) as progress:
             result = initmem_core.run(
                 run_config,
                 tracking=not no_tracking,

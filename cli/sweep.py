@@ -282,7 +282,10 @@ def sweep_command(
     name: Annotated[
         str | None,
         typer.Option(
-            help="Sweep name (default: generated from the grid, and printed); relaunching a name resumes that sweep",
+            help=(
+                "Sweep name (default: generated from the grid, and printed; a preset's, with any override, "
+                "e.g. paper-mini+epochs=3); relaunching a name with the same grid resumes that sweep"
+            ),
             rich_help_panel=SWEEP,
         ),
     ] = None,
@@ -297,6 +300,17 @@ def sweep_command(
             help=(
                 "Run again the cells that diverged in an earlier launch (a divergence "
                 "is otherwise final; other failures always run again)"
+            ),
+            rich_help_panel=SWEEP,
+        ),
+    ] = False,
+    extend: Annotated[
+        bool,
+        typer.Option(
+            "--extend",
+            help=(
+                "Add this launch's cells to the sweep --name, whose grid differs (a sweep's name is bound "
+                "to its grid: a relaunch with other cells is otherwise refused)"
             ),
             rich_help_panel=SWEEP,
         ),
@@ -452,12 +466,21 @@ def sweep_command(
     output = ScriptOutput(as_json)
     with output.redirected():
         _sweep_or_dry_run(
-            plan, executor, output, dry_run, workers, tracking_uri, experiment, retry_failed, system_metrics
+            plan, executor, output, dry_run, workers, tracking_uri, experiment, retry_failed, system_metrics, extend
         )
 
 
 def _sweep_or_dry_run(
-    plan, executor, output: ScriptOutput, dry_run, workers, tracking_uri, experiment, retry_failed, system_metrics
+    plan,
+    executor,
+    output: ScriptOutput,
+    dry_run,
+    workers,
+    tracking_uri,
+    experiment,
+    retry_failed,
+    system_metrics,
+    extend=False,
 ) -> None:
     from initmem_core.sweep.grid import estimate_work  # lazy: keeps sweep.grid out of the CLI's start-up
     from initmem_core.sweep.launch import (  # lazy: keeps the sweep, training and report code out of the CLI's start-up
@@ -509,6 +532,7 @@ def _sweep_or_dry_run(
                 progress=display,
                 retry_failed=retry_failed,
                 system_metrics=system_metrics,
+                extend=extend,
             )
     except KeyboardInterrupt:
         # The first Ctrl-C ends the sweep, whose cells are stopped by now; another one during the

@@ -126,6 +126,9 @@ CELLS_TAG = "initmem.cells"
 CELLS_FAILED_TAG = "initmem.cells_failed"
 CELLS_UNSYNCED_TAG = "initmem.cells_unsynced"
 VARYING_TAG = "initmem.varying"
+#: On a sweep's parent run: the grids it holds, each as a digest of its cells' config hashes
+#: (``sweep.identity``), comma-separated; a relaunch with another grid is refused unless ``--extend``.
+GRID_TAG = "initmem.grid"
 #: On a sweep's parent run, one tag per claim of ``report/findings.py``: ``initmem.verdict.<claim
 #: name>`` = its verdict, so the MLflow UI can filter sweeps by what they decided.
 VERDICT_TAG_PREFIX = "initmem.verdict."
@@ -160,5 +163,6 @@ TAG_KEYS = (
     CELLS_FAILED_TAG,
     CELLS_UNSYNCED_TAG,
     VARYING_TAG,
+    GRID_TAG,
     VERDICT_TAG_PREFIX,
 )

@@ -137,6 +137,35 @@ def test_initmem_plugins_lists_every_generated_plugin(generated, initmem_subproc
     listed = {(row["kind"], row["name"]): row["package"] for row in report["components"]}
     for kind, name in GENERATED.items():
         assert listed.get((kind, name)) == f"initmem-{name}"
+    [optimizer] = [row for row in report["components"] if row["name"] == GENERATED["optimizer"]]
+    assert optimizer["clock"] == "lr" and optimizer["clock_declared"] and optimizer["family"] == "adaptive"
+    assert optimizer["default_lr"] == 0.001 and optimizer["lr_declared"]
+
+
+@pytest.mark.slow(seconds=120)  # pip-installs the generated packages, then a 12-cell sweep
+def test_a_generated_optimizer_enters_the_sgd_against_adaptive_claim(
+    generated, initmem_subprocess, tracking_uri, tmp_path
+):
+    _, env = generated
+    opt = GENERATED["optimizer"]
+    sweep = initmem_subprocess(
+        env,
+        "sweep",
+        *("--opt", f"sgd,adam,{opt}", "--sigma", "0.5,2", "--seed", "0,1", "--epochs", "3"),
+        *("--train-size", "256", "--batch-size", "32", "--eval-size", "100", "--threads", "1", "--workers", "2"),
+        *("--name", "scaffold", "--tracking-uri", tracking_uri, "--out", str(tmp_path / "out")),
+        cwd=tmp_path,
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    report = initmem_subprocess(env, "report", "scaffold", "--format", "json", "--tracking-uri", tracking_uri)
+    assert report.returncode == 0, report.stderr
+    [claim] = [f for f in json.loads(report.stdout)["findings"] if f["name"] == "sgd_remembers_more_than_adaptive"]
+    compared = json.dumps(claim, ensure_ascii=False)
+    assert claim["verdict"] != "not evaluated", compared
+    # classed adaptive by its declared clock: compared with SGD beside Adam
+    labels = [q["label"] for q in claim["quantities"]]
+    assert any(label.endswith(f"− {opt}") for label in labels), compared
+    assert any(label.endswith("− adam") for label in labels), compared
 
 
 @pytest.mark.slow  # pip-installs the generated packages

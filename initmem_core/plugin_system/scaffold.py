@@ -47,6 +47,11 @@ KIND_TEMPLATES = {
 }
 
 
+#: Kinds whose ``plugin.py`` registers more than a name and a factory (an optimizer declares its
+#: default rate and its clock convention): ``templates/<kind>/plugin.py.tmpl``.
+OWN_PLUGIN_MODULE = ("optimizer",)
+
+
 def run_options(kind: str, name: str) -> str:
     """How ``initmem run`` selects the new component, e.g. ``--reg l1 --l2 0.001``."""
     return f"{BY_NAME[kind].flag} {name}{KIND_TEMPLATES[kind].extra_options}"
@@ -109,7 +114,7 @@ def planned_files(kind: str, names: PluginNames) -> dict[str, str]:
         "pyproject.toml": "common/pyproject.toml.tmpl",
         "README.md": "common/README.md.tmpl",
         f"{source}/__init__.py": "common/__init__.py.tmpl",
-        f"{source}/plugin.py": "common/plugin.py.tmpl",
+        f"{source}/plugin.py": f"{kind}/plugin.py.tmpl" if kind in OWN_PLUGIN_MODULE else "common/plugin.py.tmpl",
         f"{source}/{kind}.py": f"{kind}/component.py.tmpl",
         f"tests/test_{names.package}.py": f"{kind}/test.py.tmpl",
     }

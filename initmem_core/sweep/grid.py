@@ -121,9 +121,29 @@ class SweepSpec:
         groups = tuple({k: v for k, v in group.items() if k not in other.axes} for group in self.groups)
         return SweepSpec(
             {**self.axes, **other.axes},
-            other.name or self.name,
+            other.name or self._overridden_name(other),
             tuple(group for group in groups if group) if any(groups) else (),
         )
+
+    def _overridden_name(self, other: SweepSpec) -> str | None:
+        """This spec's name with what ``other`` changes in the grid, e.g. ``paper-mini+epochs=3``:
+        a preset (or a named sweep file) with overrides is another sweep, and its name says so."""
+        if self.name is None:
+            return None
+        changes = []
+        for key, values in other.axes.items():
+            if not FIELDS[key].metadata["hashed"]:
+                continue  # --threads, --data-dir...: the same cells, the same sweep
+            before = self.axes.get(key) or tuple(g[key] for g in self.groups if key in g) or (getattr(_DEFAULTS, key),)
+            if [exact_text(v) for v in dict.fromkeys(before)] != [exact_text(v) for v in values]:
+                changes.append(f"{key}={','.join(exact_text(v) for v in values)}")
+        if not changes:
+            return self.name
+        suffix = re.sub(r"[^\w.,=+:@ -]", "_", "+".join(changes))
+        name = f"{self.name}+{suffix}"
+        if len(name) > 200:  # a sweep name's limit: the changes as a digest
+            name = f"{self.name}+{hashlib.sha256(suffix.encode()).hexdigest()[:8]}"
+        return name
 
     def group_axes(self) -> list[dict[str, tuple[Any, ...]]]:
         """The product grids whose union is the sweep."""

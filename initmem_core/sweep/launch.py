@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from initmem_core.config import FIELDS, RunConfig
+from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
@@ -33,6 +33,7 @@ from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
+from initmem_core.sweep.identity import GridIdentity
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.sweep_runs import StoredRun, SweepRuns
@@ -51,6 +52,7 @@ from initmem_core.vocabulary import (
     FAILED,
     FAILURE_REASON_TAG,
     FINISHED,
+    GRID_TAG,
     GROUP_TAG,
     KILLED,
     NOTE_TAG,
@@ -60,10 +62,6 @@ from initmem_core.vocabulary import (
     SWEEP_TAG,
     VARYING_TAG,
 )
-
-
-def _param_text(value: Any) -> str:
-    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 class SweepProgress(Protocol):
@@ -109,9 +107,25 @@ class _Sweep:
     """One launch of a sweep: the parent run and its children. Implements the ``SweepCells``
     an executor works with (``executors.base``)."""
 
-    def __init__(self, name: str, uri: str, experiment: str, progress: SweepProgress, registry: Registry):
+    def __init__(
+        self,
+        name: str,
+        uri: str,
+        experiment: str,
+        progress: SweepProgress,
+        registry: Registry,
+        identity: GridIdentity | None = None,
+        extend: bool = False,
+    ):
         self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
-        self.runs = SweepRuns(uri, experiment, name)
+        self.identity = identity
+        admit = None
+        if identity is not None:
+
+            def admit(tags: Mapping[str, str], params: Mapping[str, str]) -> None:
+                identity.admit(name, tags, params, extend)
+
+        self.runs = SweepRuns(uri, experiment, name, admit)
         self.experiment_id, self.parent_id = self.runs.experiment_id, self.runs.parent_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
         self.restarted: set[str] = set()  # child runs an earlier launch left with no checkpoint: run again
@@ -121,16 +135,13 @@ class _Sweep:
         """Give the parent the sweep's grid as params (a fixed field's value, a varying one's
         values, e.g. ``sigma=0.5,2``) and the cells their names. A relaunch with another grid
         adds params it lacks (MLflow never changes a logged param); the grid of every launch
-        is in ``sweep.json`` and the tag ``initmem.varying``."""
+        is in ``sweep.json`` and the tag ``initmem.varying``; the digest of every grid admitted
+        (``sweep.identity``) in the tag ``initmem.grid``."""
         self.names = {config.config_hash(): name for config, name in zip(plan.cells, plan.names)}
         held = self.runs.parent_params()
-        grid = {
-            name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in plan.cells))
-            for name, f in FIELDS.items()
-            if f.metadata["hashed"]
-        }
-        grid["cells"] = str(len(plan.cells))
-        self.runs.add_parent_params({k: v for k, v in grid.items() if k not in held})
+        identity = self.identity or GridIdentity.of(plan.cells)
+        self.runs.add_parent_params({k: v for k, v in identity.values.items() if k not in held})
+        self.runs.set_parent_tags({GRID_TAG: identity.tag_value(self.runs.parent_tags())})
 
     def earlier_runs(
         self, configs: list[RunConfig], retry_failed: bool = False
@@ -281,6 +292,7 @@ def run_sweep(
     registry: Registry | None = None,
     retry_failed: bool = False,
     system_metrics: bool = False,
+    extend: bool = False,
 ) -> SweepResult:
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
@@ -301,6 +313,10 @@ def run_sweep(
 
     ``system_metrics``: MLflow's system metrics of this machine on the parent run while the sweep
     runs (``tracking.system_metrics``).
+
+    A sweep's name is bound to its grid (``sweep.identity``): relaunching a name with the same
+    cells resumes it; with other cells it is refused (``ConfigError``, nothing written) unless
+    ``extend``, which adds them to the sweep.
     """
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
@@ -323,7 +339,7 @@ def run_sweep(
     progress = progress or NoSweepProgress()
     executor.start()  # workers import torch while the store opens
     try:
-        return _launch(plan, executor, uri, experiment, progress, registry, retry_failed, system_metrics)
+        return _launch(plan, executor, uri, experiment, progress, registry, retry_failed, system_metrics, extend)
     finally:
         executor.stop()  # workers no cell needed (every cell was done)
 
@@ -337,8 +353,9 @@ def _launch(
     registry: Registry,
     retry_failed: bool,
     system_metrics: bool = False,
+    extend: bool = False,
 ) -> SweepResult:
-    sweep = _Sweep(plan.name, uri, experiment, progress, registry)
+    sweep = _Sweep(plan.name, uri, experiment, progress, registry, GridIdentity.of(plan.cells), extend)
     sweep.describe(plan)
     configs = [executor.pin(config) for config in plan.cells]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.

@@ -99,15 +99,22 @@ def error_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def open_client(uri: str | None = None, probe: bool = True):
+def open_client(uri: str | None = None, probe: bool = True, create: bool = True):
     """An ``MlflowClient`` on a store that is known to answer; ``ConfigError`` if it does not.
-    ``probe=False``: the caller's own first request, under ``store_must_answer``, is the probe."""
+    ``probe=False``: the caller's own first request, under ``store_must_answer``, is the probe.
+    ``create=False`` (commands that only read: report, export, clean): a SQLite store that does
+    not exist is a ``ConfigError`` naming where it was looked for, and nothing is created."""
+    uri = check_tracking_uri(resolve_tracking_uri(uri))
+    database = sqlite_path(uri)
+    if database and not create and not database.exists():
+        raise ConfigError(
+            f"no tracking store at {uri} ({database} does not exist); give --tracking-uri "
+            "(or MLFLOW_TRACKING_URI) the store the sweep was tracked in"
+        )
     from mlflow.tracking import MlflowClient
 
     quiet_mlflow()
 
-    uri = check_tracking_uri(resolve_tracking_uri(uri))
-    database = sqlite_path(uri)
     if database:
         _check_writable(uri, database.parent)
         # The first request creates or migrates the database; two commands doing so at once on a

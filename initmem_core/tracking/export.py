@@ -91,8 +91,9 @@ class SweepExport:
 def export_sweep(name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = "") -> SweepExport:
     """Read sweep ``name_or_parent_run_id`` from the store (MLflow is imported when the client opens)."""
     experiment = experiment or DEFAULT_EXPERIMENT
-    client = open_client(resolve_tracking_uri(tracking_uri))
-    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    uri = resolve_tracking_uri(tracking_uri)
+    client = open_client(uri, create=False)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
     children = child_runs(client, parent)
     runs = latest_per_cell(children)
     ended = [r for r in children if r.info.end_time]

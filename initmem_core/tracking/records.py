@@ -158,13 +158,13 @@ def find_parent(client, experiment_id: str, name: str):
     return runs[0] if runs else None
 
 
-def resolve_parent(client, experiment: str, name_or_run_id: str):
-    """A sweep by name (in ``experiment``) or by its parent run id."""
+def resolve_parent(client, experiment: str, name_or_run_id: str, uri: str = ""):
+    """A sweep by name (in ``experiment``) or by its parent run id; ``uri``: the store, which an
+    error names."""
+    store = f"the tracking store {uri}" if uri else "this tracking store"
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise ConfigError(
-            f"experiment '{experiment}' does not exist in this tracking store; check --experiment and --tracking-uri"
-        )
+        raise ConfigError(f"experiment '{experiment}' does not exist in {store}; check --experiment and --tracking-uri")
     parent = find_parent(client, found.experiment_id, name_or_run_id)
     if parent is None and len(name_or_run_id) == 32 and all(c in "0123456789abcdef" for c in name_or_run_id):
         try:
@@ -181,7 +181,7 @@ def resolve_parent(client, experiment: str, name_or_run_id: str):
         listing = f"; sweeps there: {', '.join(known)}" if known else "; it has no sweeps"
         raise ConfigError(
             f"no sweep '{name_or_run_id}' in experiment '{experiment}'{listing} "
-            "(check the name, --experiment and --tracking-uri)"
+            f"(check the name, --experiment and --tracking-uri; looked in {uri or 'this tracking store'})"
         )
     return parent
 
@@ -256,8 +256,9 @@ def load_sweep_records(
     name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
 ) -> tuple[str, list[CellRecord]]:
     """The sweep's name and one record per cell, read from the tracking store alone."""
-    client = open_client(resolve_tracking_uri(tracking_uri))
-    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    uri = resolve_tracking_uri(tracking_uri)
+    client = open_client(uri, create=False)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
     runs = latest_per_cell(child_runs(client, parent))
     return sweep_name_of(parent), [record_from_run(client, run) for run in runs]
 

@@ -13,7 +13,7 @@ or locked store fails in one line) and writes batches through ``writing.log_in_b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,16 +60,25 @@ class StoredRun:
 def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
     """An existing sweep's name and every child run of it, the sweep found by name or by its
     parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
-    client = open_client(uri)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id)
+    client = open_client(uri, create=False)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
     return sweep_name_of(parent), [StoredRun.of(run) for run in child_runs(client, parent)]
 
 
 class SweepRuns:
     """The parent run of sweep ``name`` in ``experiment`` (created if the store has none, set
-    RUNNING again if it has: a relaunch) and the child runs under it."""
+    RUNNING again if it has: a relaunch) and the child runs under it.
 
-    def __init__(self, uri: str, experiment: str, name: str):
+    ``admit``: called with an existing parent's tags and params before anything is written; it
+    raises to refuse the relaunch (``sweep.identity``: another grid under the same name)."""
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        name: str,
+        admit: Callable[[Mapping[str, str], Mapping[str, str]], None] | None = None,
+    ):
         self.uri, self.name = uri, name
         quiet_run_links()
         self._client = open_client(uri)
@@ -82,6 +91,8 @@ class SweepRuns:
                 self.experiment_id, run_name=name, tags={**self.source, SWEEP_TAG: name, ROLE_TAG: PARENT_ROLE}
             )
         else:  # a relaunch: the parent says which code ran last
+            if admit is not None:
+                admit(dict(parent.data.tags), dict(parent.data.params))
             self._client.update_run(parent.info.run_id, status=RUNNING)
             _set_tags(self._client, parent.info.run_id, self.source)
         self._parent = parent
@@ -94,6 +105,10 @@ class SweepRuns:
     def parent_params(self) -> dict[str, str]:
         """The params the parent holds now (every launch's grid adds those it lacked)."""
         return dict(self._client.get_run(self.parent_id).data.params)
+
+    def parent_tags(self) -> dict[str, str]:
+        """The tags the parent holds now."""
+        return dict(self._client.get_run(self.parent_id).data.tags)
 
     def add_parent_params(self, params: Mapping[str, str]) -> None:
         """Log params onto the parent, each value cut to MLflow's limit. MLflow never changes a

@@ -1,0 +1,99 @@
+"""A sweep's identity: its name is bound to the grid it was launched with.
+
+Relaunching a sweep is how it resumes, so a relaunch must tell a resume (the same grid) from a
+different sweep given the same name (``--epochs 3`` where the sweep trained 2). The grid is the
+set of its cells' config hashes; its digest goes on the parent run (tag ``initmem.grid``), and a
+relaunch whose digest the parent does not hold is refused in one line, before anything is
+written, unless ``extend`` (``--extend``) adds its cells to the sweep on purpose.
+
+>>> identity = GridIdentity.of(plan)
+>>> identity.admit("mix", parent, extend=False)   # ConfigError naming what differs
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from initmem_core.config import FIELDS, RunConfig
+from initmem_core.errors import ConfigError
+from initmem_core.vocabulary import GRID_TAG
+
+#: The longest param value MLflow stores (``tracking.sweep_runs.PARAM_VALUE_LIMIT``).
+_PARAM_VALUE_LIMIT = 6000
+
+
+def _param_text(value: Any) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def grid_values(cells: list[RunConfig]) -> dict[str, str]:
+    """The grid as the parent run's params hold it: each hashed field's values in cell order
+    (``sigma=0.5,2``, ``epochs=3``), and the number of cells."""
+    grid = {
+        name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in cells))
+        for name, f in FIELDS.items()
+        if f.metadata["hashed"]
+    }
+    grid["cells"] = str(len(cells))
+    return grid
+
+
+def grid_digest(cells: list[RunConfig]) -> str:
+    """12 hex digits naming the set of the cells' config hashes (order and repeats aside)."""
+    hashes = sorted({config.config_hash() for config in cells})
+    return hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:12]
+
+
+def held_digests(tags: Mapping[str, str]) -> list[str]:
+    """The grid digests a parent run holds (none on a sweep launched before identities)."""
+    return [d for d in tags.get(GRID_TAG, "").split(",") if d]
+
+
+@dataclass(frozen=True)
+class GridIdentity:
+    """What a launch's grid is: its digest and its values per field."""
+
+    digest: str
+    values: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cells: list[RunConfig]) -> GridIdentity:
+        return cls(grid_digest(cells), grid_values(cells))
+
+    def differences(self, params: Mapping[str, str]) -> list[str]:
+        """Each field whose values differ from the parent's params (the first launch's grid),
+        as ``epochs 2 (this launch: 3)``; ``cells`` only when nothing else tells them apart."""
+        differ = [
+            f"{name} {params[name]} (this launch: {value[:_PARAM_VALUE_LIMIT]})"
+            for name, value in self.values.items()
+            if name != "cells" and name in params and params[name] != value[:_PARAM_VALUE_LIMIT]
+        ]
+        if not differ and params.get("cells", self.values["cells"]) != self.values["cells"]:
+            differ = [f"cells {params['cells']} (this launch: {self.values['cells']})"]
+        return differ
+
+    def matches(self, tags: Mapping[str, str], params: Mapping[str, str]) -> bool:
+        """Whether this launch resumes the sweep: its digest is one the parent holds, or (a sweep
+        launched before identities, with no digest) its grid's values are the parent's params."""
+        held = held_digests(tags)
+        if held:
+            return self.digest in held
+        return not self.differences(params) and params.get("cells", self.values["cells"]) == self.values["cells"]
+
+    def admit(self, name: str, tags: Mapping[str, str], params: Mapping[str, str], extend: bool) -> None:
+        """``ConfigError`` (one line) unless this launch resumes sweep ``name`` or ``extend``s it."""
+        if extend or self.matches(tags, params):
+            return
+        differ = self.differences(params)
+        what = "; ".join(differ) if differ else "other cells"
+        raise ConfigError(
+            f"sweep '{name}' was launched with another grid ({what}); relaunch that grid to resume it, "
+            f"give --name OTHER to start a new sweep, or add --extend to add this launch's cells to '{name}' on purpose"
+        )
+
+    def tag_value(self, tags: Mapping[str, str]) -> str:
+        """The parent's ``initmem.grid`` once this launch is admitted: every grid it holds, this one included."""
+        return ",".join(dict.fromkeys([*held_digests(tags), self.digest]))
