@@ -185,6 +185,7 @@ SMALL_SWEEP = [
 @pytest.mark.slow  # a real sweep
 def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_path, store_in):
     import shutil
+    import subprocess
 
     store = tmp_path / "store"
     store.mkdir()
@@ -206,6 +207,10 @@ def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_p
     assert all(r.trained and r.histories and r.test_correct is not None for r in export.records)
     # the training-accuracy history and whether each run fit travel with the file
     assert all("train_acc" in r.histories and r.fit_source == FIT_LOGGED for r in export.records)
+    # which code made it: the commit of the repository the sweep ran in (a confirmatory export's proof)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    if head.returncode == 0:
+        assert export.parent_tags["mlflow.source.git.commit"] == head.stdout.strip()
     shutil.rmtree(store)  # the database, its artifacts, the report's folders: no store left
     for form in ("markdown", "json"):
         done = runner.invoke(app, ["report", "--from", str(path), "-f", form, "--out", str(tmp_path / "again")])

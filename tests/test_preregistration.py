@@ -4,8 +4,11 @@ constants must equal its table, and its confirmatory seeds must be unused by eve
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from initmem_core.config import RunConfig
 from initmem_core.report import findings, inference, regime
@@ -15,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "PREREGISTRATION.md"
 #: The first seed the pre-registration keeps for confirmatory runs.
 CONFIRMATORY_SEEDS_FROM = 1000
+PRESETS = ROOT / "initmem_core" / "sweep" / "presets"
 
 
 def table() -> dict[str, float]:
@@ -46,15 +50,60 @@ def test_every_claim_is_pre_registered():
     assert all(f"| `{name}`" in text for name in findings.CLAIMS_BY_NAME)
 
 
-def test_no_export_or_preset_uses_a_confirmatory_seed():
+def confirmatory_presets() -> dict[str, tuple[set[int], list[str]]]:
+    """The pre-registered presets: name -> (seeds, primary claims), from the page's table."""
+    text = PAGE.read_text()
+    block = text.split("<!-- confirmatory presets: begin")[1].split("<!-- confirmatory presets: end -->")[0]
+    presets = {}
+    for name, first, last, primary in re.findall(r"^\| `([^`]+)` \| (\d+)-(\d+) \| [^|]* \| ([^|]*) \|", block, re.M):
+        presets[name] = (set(range(int(first), int(last) + 1)), re.findall(r"`([^`]+)`", primary))
+    return presets
+
+
+def preset_seeds(path: Path) -> set[int]:
+    seeds = tomllib.loads(path.read_text()).get("grid", {}).get("seed", [])
+    return set(seeds if isinstance(seeds, list) else [seeds])
+
+
+def test_no_exploratory_export_pilot_or_preset_uses_a_confirmatory_seed():
+    confirmatory = confirmatory_presets()
     used = set()
-    for path in (ROOT / "docs" / "results").glob("*.json.gz"):
+    for path in (ROOT / "docs" / "results").glob("*.json.gz"):  # exploratory: confirmatory/ is below
         used |= {record.config.seed for record in read_export(path).records}
-    for path in [
-        *(ROOT / "initmem_core" / "sweep" / "presets").glob("*.toml"),
-        *(ROOT / "docs" / "pilots").glob("*.toml"),
-    ]:
-        grid = tomllib.loads(path.read_text()).get("grid", {})
-        seeds = grid.get("seed", [])
-        used |= set(seeds if isinstance(seeds, list) else [seeds])
+    for path in [*PRESETS.glob("*.toml"), *(ROOT / "docs" / "pilots").glob("*.toml")]:
+        if path.stem not in confirmatory:
+            used |= preset_seeds(path)
     assert used and max(used) < CONFIRMATORY_SEEDS_FROM
+
+
+def test_the_confirmatory_presets_are_the_pre_registered_ones_on_disjoint_fresh_seeds():
+    confirmatory = confirmatory_presets()
+    assert len(confirmatory) >= 4
+    seen: set[int] = set()
+    for name, (seeds, primary) in confirmatory.items():
+        assert preset_seeds(PRESETS / f"{name}.toml") == seeds and min(seeds) >= CONFIRMATORY_SEEDS_FROM
+        assert not seeds & seen, name  # no two confirmatory presets share a seed
+        seen |= seeds
+        assert primary and set(primary) <= set(findings.CLAIMS_BY_NAME), name
+
+
+def _git(*args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+def test_every_confirmatory_export_ran_from_the_commit_that_froze_this_page():
+    """Its commit holds this page and its preset as they are now, and is in this history."""
+    exports = sorted((ROOT / "docs" / "results" / "confirmatory").glob("*.json.gz"))
+    if _git("rev-parse", "HEAD") is None:
+        pytest.skip("not a git checkout: the commits cannot be read")
+    confirmatory = confirmatory_presets()
+    for path in exports:
+        export = read_export(path)
+        assert export.name in confirmatory, path
+        commit = export.parent_tags["mlflow.source.git.commit"]
+        assert _git("merge-base", "--is-ancestor", commit, "HEAD") is not None, (path, commit)
+        assert _git("show", f"{commit}:docs/PREREGISTRATION.md") == PAGE.read_text(), (path, commit)
+        preset = f"initmem_core/sweep/presets/{export.name}.toml"
+        assert _git("show", f"{commit}:{preset}") is not None, (path, preset)
+        assert {record.config.seed for record in export.records} == confirmatory[export.name][0]

@@ -23,6 +23,10 @@ def cells(name):
 
 def test_every_preset_is_listed_and_valid():
     assert preset_names() == [
+        "confirm-mini-adam",
+        "confirm-mini-batch",
+        "confirm-mini-muon",
+        "confirm-mini-rate",
         "paper-batch",
         "paper-clocks",
         "paper-depth",

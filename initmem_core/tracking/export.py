@@ -103,12 +103,17 @@ def export_sweep(name_or_parent_run_id: str, tracking_uri: str | None = None, ex
         parent_run_id=parent.info.run_id,
         experiment=experiment,
         parent_params=dict(parent.data.params),
-        parent_tags={k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.")},
+        parent_tags={k: v for k, v in parent.data.tags.items() if not k.startswith("mlflow.") or k in KEPT_MLFLOW_TAGS},
         started_ms=min((r.info.start_time for r in ended), default=0) or 0,
         ended_ms=max((r.info.end_time for r in ended), default=0) or 0,
         exported_at=datetime.now(UTC).isoformat(timespec="seconds"),
         initmem_version=_version(),
     )
+
+
+#: MLflow's own tags an export keeps: which code made the sweep (a confirmatory export must show it
+#: ran from the commit that froze docs/PREREGISTRATION.md). The rest are MLflow's bookkeeping.
+KEPT_MLFLOW_TAGS = ("mlflow.source.git.commit", "mlflow.source.name")
 
 
 def _version() -> str:
