@@ -130,6 +130,29 @@ def test_rows_rerun_alone_replace_only_their_own_lines_in_the_docs_table(tmp_pat
     assert lines[0] == "before" and lines[-1] == "after" and "--rows 2" in docs.read_text()
 
 
+def test_the_regime_rows_are_copied_into_the_regime_block_of_the_docs(tmp_path):
+    calibration = load_calibration()
+    regime = calibration.regime_row_numbers()
+    assert regime and regime == list(range(regime[0], regime[0] + len(regime)))  # one run of rows: 147-156
+    docs = tmp_path / "STATISTICS.md"
+    docs.write_text(
+        f"a\n{calibration.REGIME_BEGIN}\n{calibration.REGIME_END}\nb\n{calibration.BEGIN}\n{calibration.END}\n"
+    )
+    rows = [calibration.Row(f"check {n}", "noise", 6, "<= 10%", "1.0%", number=n, sweeps=50) for n in (1, regime[0])]
+    calibration.write_docs(calibration.markdown(rows, 50, 6.0), docs, merge=True)
+    text = docs.read_text()
+    block = text[text.index(calibration.REGIME_BEGIN) : text.index(calibration.REGIME_END)]
+    assert f"| {regime[0]} | check {regime[0]} |" in block and "| 1 | check 1 |" not in block
+    assert calibration.COLUMNS in block
+    table = text[text.index(calibration.BEGIN) :]
+    assert "| 1 | check 1 |" in table and f"| {regime[0]} | check {regime[0]} |" in table  # the table keeps both
+    again = [calibration.Row(f"check {regime[1]}", "noise", 6, "<= 10%", "2.0%", number=regime[1], sweeps=50)]
+    calibration.write_docs(calibration.markdown(again, 50, 6.0), docs, merge=True)  # a later row alone
+    text = docs.read_text()
+    block = text[text.index(calibration.REGIME_BEGIN) : text.index(calibration.REGIME_END)]
+    assert f"| {regime[0]} | check {regime[0]} |" in block and f"| {regime[1]} | check {regime[1]} |" in block
+
+
 # -- The regime a verdict needs (report/regime.py), on the noise fitted to the exports. Each test
 # asserts the bound against the simulated rate and checks, on the same sweeps, that the rate would
 # break it with the regime's check undone: the test fails if the check stops working.
@@ -243,3 +266,34 @@ def test_the_fitted_figures_in_the_calibration_are_the_exports():
             "specific": round(f.specific, 2),
             "run": round(f.run, 2),
         }
+
+
+def measured_rows() -> dict[int, list[str]]:
+    """The calibration table of docs/STATISTICS.md: row number -> its cells."""
+    from pathlib import Path
+
+    calibration = load_calibration()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "STATISTICS.md").read_text()
+    table = text[text.index(calibration.BEGIN) : text.index(calibration.END)]
+    return {
+        int(line.split("|")[1]): [cell.strip() for cell in line.split("|")[1:-1]]
+        for line in table.splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    }
+
+
+def test_the_regime_rows_in_the_docs_meet_the_issues_bounds():
+    """What docs/STATISTICS.md says rows 147-156 measured: never fit at large sigma, not reproduced in more
+    than 10%; T_adapt far below the threshold, not contradicted in more than 10%; far above, in most."""
+    calibration = load_calibration()
+    rows = measured_rows()
+    numbers = calibration.regime_row_numbers()
+    rate = {n: float(rows[n][6].split("%")[0]) / 100 for n in numbers}
+    for (check, args), n in zip(calibration.regime_checks(), numbers):
+        assert rows[n][2] == args[0].name and int(rows[n][3]) == args[1]  # the row as the code defines it
+        if check is calibration.never_fits_at_large_sigma:
+            assert rate[n] <= 0.10 and "under-trained 100.0%" in rows[n][7]
+        elif check is calibration.adam_keeps_most:
+            assert rate[n] <= 0.10 if args[2] < 3 else rate[n] > 0.5
+        else:
+            assert rate[n] <= 0.06

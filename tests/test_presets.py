@@ -190,6 +190,35 @@ def test_every_preset_states_the_power_of_its_seeds(name):
     assert "# power: " in shown.stdout
 
 
+#: Presets whose power is not that of a spread on a test set (interpolation shares, forgetting half-lives),
+#: calibrated in their own sections of docs/STATISTICS.md rather than in numbered rows on the fitted noise.
+NOT_ON_THE_TEST_SET_NOISE = {"paper-clocks", "paper-depth", "paper-depth-mini"}
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_a_presets_power_figure_is_the_calibration_row_it_cites_on_the_fitted_noise(name):
+    """The first figure of a `# power:` line is the measured figure of the first calibration row it cites,
+    and that row draws the noise fitted to the exports (docs/STATISTICS.md, issue 45)."""
+    import re
+    from pathlib import Path
+
+    from benchmarks import calibration
+    from initmem_core.sweep.presets import preset_power
+
+    power = preset_power(name)
+    cited = re.search(r"\brows? (\d+)", power)
+    if name in NOT_ON_THE_TEST_SET_NOISE:
+        assert cited is None, power
+        return
+    assert cited, f"{name}: its power line names no calibration row: {power}"
+    text = (Path(__file__).resolve().parents[1] / "docs" / "STATISTICS.md").read_text()
+    table = text[text.index(calibration.BEGIN) : text.index(calibration.END)]
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| {cited.group(1)} |")]
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[2].startswith("fitted"), row
+    assert re.search(r"(\d+(?:\.\d+)?%)", power).group(1) == cells[6], (power, row)
+
+
 def test_the_new_claims_digits_presets_vary_one_setting_each():
     lr, long, depth = cells("paper-lr-mini"), cells("paper-long-mini"), cells("paper-depth-mini")
     assert {c.lr for c in lr} == {0.01, 0.1} and {c.epochs for c in lr} == {15}
