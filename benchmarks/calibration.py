@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from initmem_core.config import RunConfig
-from initmem_core.report.findings import CLAIMS_BY_NAME, read_sweep
 from initmem_core.report.inference import MIN_SEEDS
 from initmem_core.report.memory import build_report
 from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, HORIZON_SHORT, REPRODUCED, UNDER_TRAINED
 from initmem_core.tracking.records import CellRecord
+from initmem_plugins.claims.paper import CLAIMS_BY_NAME, read_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGMAS = (0.1, 0.5, 1.4, 2.5)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from initmem_core.report.findings import CLAIMS, evaluate_findings, quantity_text
 from initmem_core.report.verdicts import NOT_EVALUATED, Quantity
+from initmem_plugins.claims.paper import CLAIMS, evaluate_findings, quantity_text
 
 #: Datasets by their ``config.data`` name, as the table's columns title them (these first, in this order).
 DATASET_TITLES = {"digits": "digits", "fashion-mnist": "Fashion-MNIST"}

@@ -5,6 +5,7 @@ Builds nothing and imports neither torch nor mlflow.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated
 
@@ -43,6 +44,13 @@ def optimizer_declarations(spec) -> dict:
     }
 
 
+def claim_declarations(spec) -> dict:
+    """What a claim declares beside its evaluator (``contracts.ClaimInfo``): axis, quantities, margin,
+    the clock its mechanism needs and its threshold, the paper or note it tests."""
+    info = spec.claim
+    return {"declared": {} if info is None else {**dataclasses.asdict(info), "axis": list(info.axis)}}
+
+
 def plugins_report(registry) -> dict:
     """The listing as plain data: the JSON output, and what the table shows."""
     order = list(KIND_NAMES)
@@ -57,6 +65,7 @@ def plugins_report(registry) -> dict:
                 "package": s.provider.package,
                 "version": s.provider.version,
                 **(optimizer_declarations(s) if s.kind == "optimizer" else {}),
+                **(claim_declarations(s) if s.kind == "claim" else {}),
             }
             for s in specs
         ],
@@ -75,7 +84,7 @@ def plugins_report(registry) -> dict:
 def plugins_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
 ) -> None:
-    """List every architecture, optimizer, initializer, regularizer, metric and dataset."""
+    """List every architecture, optimizer, initializer, regularizer, metric, dataset, claim and preset."""
     report = plugins_report(get_registry())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -92,6 +101,10 @@ def plugins_command(
         if "defaults" in row:
             clock = row["clock"] + ("" if row["clock_declared"] else ", not declared")
             description += f" [dim](clock {clock}: {row['family']}; defaults: {row['defaults']})[/dim]"
+        if row.get("declared"):
+            declared = row["declared"]
+            clock = f"; clock {declared['clock']}" if declared["clock"] else ""
+            description += f" [dim](axis {', '.join(declared['axis'])}{clock})[/dim]"
         table.add_row(row["kind"], row["name"], description, f"{row['plugin']} ({row['package']} {row['version']})")
     console.print(table)
     for conflict in report["conflicts"]:

@@ -202,6 +202,33 @@ class DatasetFactory(Protocol):
     def __call__(self, *, config: RunConfig, variant: str | None = None) -> DatasetBundle: ...
 
 
+class ClaimEvaluator(Protocol):
+    """A claim: from the sweep view (``initmem_core.report.claim_groups.Sweep``: the report, its
+    groups with their optimizer family and clocks, its strata along an axis) to its ``Finding``
+    (``initmem_core.report.verdicts``), built with the core's helpers (``initmem_core.report.claims``:
+    ``per_stratum``, ``difference``, the verdict rule and the regime checks)."""
+
+    def __call__(self, sweep: Any) -> Any: ...  # Sweep -> Finding (the report's layer, above this module)
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """What a claim declares beside its evaluator (``register(name, evaluate, statement, **info)``),
+    shown by ``initmem plugins`` and read by the core: ``axis``, the settings it compares (its
+    strata hold everything else equal); ``quantities``, what it decides on, in words; ``margin``,
+    the margin fixed before any run, in words; ``clock`` and ``threshold``, the clock its mechanism
+    needs and the value that clock must reach before the claim can be contradicted (empty clock:
+    none, a claim that memory is kept; no threshold: ``report.regime.CLOCK_THRESHOLDS``);
+    ``source``, the paper or note it tests."""
+
+    axis: tuple[str, ...] = ()
+    quantities: str = ""
+    margin: str = ""
+    clock: str = ""
+    threshold: float | None = None
+    source: str = ""
+
+
 #: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
 FACTORIES = {
     cls.__name__: cls
@@ -212,5 +239,6 @@ FACTORIES = {
         RegularizerFactory,
         MetricFactory,
         DatasetFactory,
+        ClaimEvaluator,
     )
 }

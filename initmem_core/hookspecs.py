@@ -13,12 +13,15 @@ Every hook receives ``register(name, factory, description, *, default=False, **d
   weight norms, interpolation and best-validation selection are).
 - ``defaults`` and ``clock``: for optimizers, their declared settings and clock convention
   (see ``initmem_register_optimizers``).
+- ``axis``, ``quantities``, ``margin``, ``clock``, ``threshold``, ``source``: for claims, what
+  ``initmem_core.contracts.ClaimInfo`` holds (see ``initmem_register_claims``).
 
 Each hook is called once per plugin, one implementation at a time, and what each registers is
 collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwrapper``) mean
 nothing here. Implementations may accept a subset of a hook's arguments, so hooks can grow
 without breaking plugins. Which hook registers which kind, and the config field and flag that
-select it, is the table in ``initmem_core.kinds``.
+select it, is the table in ``initmem_core.kinds``. Claims and presets are kinds no run selects:
+every registered claim is evaluated on a sweep's report, and a preset is a sweep file.
 """
 
 from __future__ import annotations
@@ -160,4 +163,47 @@ def initmem_register_datasets(register):
         @hookimpl
         def initmem_register_datasets(register):
             register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir")
+    """
+
+
+@hookspec
+def initmem_register_claims(register):
+    """Register claims: statements a sweep's report decides (``initmem report``, a sweep's parent run).
+
+    The factory is the claim's evaluator, called as ``evaluate(sweep)`` with the sweep view
+    (``initmem_core.report.claim_groups.Sweep``) and returning a ``Finding``; the description is
+    the claim's statement. The core's helpers (``initmem_core.report.claims``) compare like with
+    like (``per_stratum``: the strata along ``axis``), turn debiased spreads into quantities claimed
+    above zero (``difference``, ``from_spread``) and apply the one verdict rule and the regime
+    checks (fit; the clock the mechanism needs). A claim that raises is reported as not evaluated
+    with its error; the other claims are unaffected. Keyword arguments of ``register``
+    (``initmem_core.contracts.ClaimInfo``): ``axis`` (the settings it compares), ``quantities``
+    (what it decides on, in words), ``margin``, ``clock`` and ``threshold`` (the clock its mechanism
+    needs, ``T_SGD``/``T_L2``/``T_adapt`` as ``clock_sgd``/``clock_l2``/``clock_adapt``, and the value
+    it must reach before the claim can be contradicted), ``source`` (the paper or note it tests).
+    The paper's claims are the built-in plugin ``claims`` (``INITMEM_LOAD_PLUGINS`` can leave it out).
+
+    Example::
+
+        @hookimpl
+        def initmem_register_claims(register):
+            register("lion_forgets", "my_claims:lion_forgets", "Lion forgets sigma like Adam",
+                     axis=("opt", "lr"), clock="clock_adapt", threshold=3.0, source="my note, 2026")
+    """
+
+
+@hookspec
+def initmem_register_presets(register):
+    """Register sweep presets (``initmem sweep --preset NAME``, ``initmem presets``).
+
+    The factory is the path of a sweep file (TOML, as ``--config`` reads it), as a string; the
+    description is left empty to take the file's opening comment. A package ships its presets as
+    package data and registers the folder in one call with
+    ``initmem_core.sweep.presets.register_folder``.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_presets(register):
+            register("lion-mini", str(files("my_claims") / "presets" / "lion-mini.toml"))
     """

@@ -8,8 +8,9 @@ import tomllib
 from pathlib import Path
 
 from initmem_core.config import RunConfig
-from initmem_core.report import findings, inference, regime
+from initmem_core.report import inference, regime
 from initmem_core.tracking.export import read_export
+from initmem_plugins.claims import declared as findings
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "PREREGISTRATION.md"
@@ -43,7 +44,7 @@ def test_the_codes_margins_and_thresholds_are_the_pre_registered_ones():
 
 def test_every_claim_is_pre_registered():
     text = PAGE.read_text()
-    assert all(f"| `{name}`" in text for name in findings.CLAIMS_BY_NAME)
+    assert all(f"| `{name}`" in text for name in findings.STATEMENTS)
 
 
 def test_no_export_or_preset_uses_a_confirmatory_seed():
@@ -51,7 +52,7 @@ def test_no_export_or_preset_uses_a_confirmatory_seed():
     for path in (ROOT / "docs" / "results").glob("*.json.gz"):
         used |= {record.config.seed for record in read_export(path).records}
     for path in [
-        *(ROOT / "initmem_core" / "sweep" / "presets").glob("*.toml"),
+        *(ROOT / "plugins" / "claims" / "presets").glob("*.toml"),
         *(ROOT / "docs" / "pilots").glob("*.toml"),
     ]:
         grid = tomllib.loads(path.read_text()).get("grid", {})

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from initmem_core.contracts import ClaimInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
 FAMILY_SUFFIX = ":*"
@@ -44,6 +45,8 @@ class ComponentSpec:
     #: empty means the default convention. A family (``timm:*``) may give an import string of
     #: ``f(variant) -> convention`` instead, read lazily like its defaults.
     clock: str = ""
+    #: Claims: what the claim declares beside its evaluator (``contracts.ClaimInfo``).
+    claim: ClaimInfo | None = None
 
     @property
     def is_family(self) -> bool:
