@@ -150,3 +150,36 @@ def test_a_claim_with_an_unknown_declaration_is_a_plugin_that_fails_to_load():
     with pytest.warns(UserWarning, match="misspelt"):
         registry = load_registry(extra_plugins=[("misspelt", Misspelt())], strict=False)
     assert "x" not in registry.names("claim") and "axes" in registry.failures[-1].error
+
+
+def always_reproduced(sweep: Sweep) -> object:
+    """A claim that is miscalibrated by construction: reproduced whatever the sweep says."""
+    from initmem_core.report.verdicts import Finding
+
+    return Finding("always", "nothing read", REPRODUCED, "always")
+
+
+def test_the_calibration_check_measures_false_verdicts_and_power(with_claims):
+    from initmem_core.testing import calibrate_claim
+
+    class Claims:
+        @hookimpl
+        def initmem_register_claims(self, register):
+            register("sgd_beats_adam", sgd_minus_adam, "SGD remembers more than Adam", axis=("opt", "lr"))
+            register("always", always_reproduced, "Always reproduced")
+
+    with_claims(Claims())
+    sigmas = (0.1, 1.4, 2.5)
+    remembers, forgets = dict(zip(sigmas, (97, 94, 91))), dict(zip(sigmas, (95, 95, 95)))
+    worlds = {
+        "null": {"sgd": remembers, "adam": remembers},
+        "true": {"sgd": remembers, "adam": forgets},
+        "configs": {"sgd": {"opt": "sgd", "lr": 0.01}, "adam": {"opt": "adam", "lr": 0.001}},
+    }
+    good = calibrate_claim("sgd_beats_adam", seeds=4, sweeps=8, **worlds)
+    bad = calibrate_claim("always", seeds=4, sweeps=8, **worlds)
+    assert bad.false_verdict_rate == 1.0 and bad.power == 1.0  # it cannot tell the worlds apart
+    assert good.false_verdict_rate <= 1 / 8 and good.power >= 6 / 8
+    assert sum(good.null.values()) == pytest.approx(1.0) and good.sweeps == 8
+    again = calibrate_claim("sgd_beats_adam", seeds=4, sweeps=8, **worlds)
+    assert again == good  # seeded
