@@ -183,3 +183,24 @@ def test_the_calibration_check_measures_false_verdicts_and_power(with_claims):
     assert sum(good.null.values()) == pytest.approx(1.0) and good.sweeps == 8
     again = calibrate_claim("sgd_beats_adam", seeds=4, sweeps=8, **worlds)
     assert again == good  # seeded
+
+
+@pytest.mark.slow(seconds=40)  # a pytest subprocess calibrating the generated claim on 80 sweeps
+def test_a_generated_claim_package_passes_its_own_calibration_test(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "pkg"
+    assert runner.invoke(app, ["new-plugin", "claim", "adam-forgets", "--dir", str(folder)]).exit_code == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder / "src"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:randomly", "-p", "no:cacheprovider", "tests"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "claim 'adam-forgets' on 40 sweeps" in result.stdout and "1 passed" in result.stdout
