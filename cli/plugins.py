@@ -24,23 +24,24 @@ from .errors import user_errors
 def optimizer_declarations(spec) -> dict:
     """An optimizer's clock convention, its family in the report's claims and its default rate,
     as declared (a family such as ``timm:*`` declares them per variant: read only when used)."""
-    if ":" in spec.clock:
+    info = spec.optimizer
+    if ":" in info.clock:
         clock, family = "per variant", "per variant"
     else:
-        clock = spec.clock or DEFAULT_CONVENTION
+        clock = info.clock or DEFAULT_CONVENTION
         family = CONVENTION_FAMILIES.get(clock, "unknown")
-    if isinstance(spec.defaults, str):
+    if isinstance(info.defaults, str):
         lr = None
     else:
-        lr = float((spec.defaults or {}).get("lr", FALLBACK_LR))
+        lr = float((info.defaults or {}).get("lr", FALLBACK_LR))
     return {
         "clock": clock,
-        "clock_declared": bool(spec.clock),
+        "clock_declared": bool(info.clock),
         "family": family,
         "default_lr": lr,
-        "lr_declared": isinstance(spec.defaults, str) or "lr" in (spec.defaults or {}),
+        "lr_declared": isinstance(info.defaults, str) or "lr" in (info.defaults or {}),
         # the declared lr and --opt-arg options (a family's are read only when used)
-        "defaults": describe(spec.defaults),
+        "defaults": describe(info.defaults),
     }
 
 

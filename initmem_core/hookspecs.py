@@ -1,6 +1,7 @@
 """The hooks a plugin implements. Each one *registers* named components; none builds them.
 
-Every hook receives ``register(name, factory, description, *, default=False, **declared)``:
+Every hook receives ``register(name, factory, description, *, default=False, **declared)``
+(``initmem_core.contracts.Register``):
 
 - ``name``: what users type (``--opt lion``). A name ending in ``:*`` registers a family:
   ``timm:*`` answers to every ``timm:<variant>`` and the factory receives ``variant=``.
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import pluggy
 
+from initmem_core.contracts import Register
+
 PROJECT_NAME = "initmem"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -35,7 +38,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def initmem_register_architectures(register):
+def initmem_register_architectures(register: Register) -> None:
     """Register model architectures (``--arch``).
 
     The factory is called as ``factory(in_channels=..., num_classes=..., image_size=...,
@@ -46,13 +49,13 @@ def initmem_register_architectures(register):
     Example::
 
         @hookimpl
-        def initmem_register_architectures(register):
+        def initmem_register_architectures(register: Register) -> None:
             register("mlp", "my_models.mlp:build_mlp", "Two-layer MLP on flattened pixels")
     """
 
 
 @hookspec
-def initmem_register_optimizers(register):
+def initmem_register_optimizers(register: Register) -> None:
     """Register optimizers (``--opt``).
 
     The factory is called as ``factory(model=..., config=..., options=..., variant=None)`` with
@@ -79,14 +82,14 @@ def initmem_register_optimizers(register):
     Example::
 
         @hookimpl
-        def initmem_register_optimizers(register):
+        def initmem_register_optimizers(register: Register) -> None:
             register("lion", "my_lion.optim:build_lion", "Lion: sign of interpolated momentum",
                      defaults={"lr": 1e-4, "betas": (0.9, 0.99)}, clock="lr")
     """
 
 
 @hookspec
-def initmem_register_initializers(register):
+def initmem_register_initializers(register: Register) -> None:
     """Register initializers (``--init``): where sigma_w enters a run.
 
     The factory is called as ``factory(model=..., sigma=..., generator=...)`` and re-initializes
@@ -97,13 +100,13 @@ def initmem_register_initializers(register):
     Example::
 
         @hookimpl
-        def initmem_register_initializers(register):
+        def initmem_register_initializers(register: Register) -> None:
             register("orthogonal", "my_inits:orthogonal", "sigma x orthogonal kernels")
     """
 
 
 @hookspec
-def initmem_register_regularizers(register):
+def initmem_register_regularizers(register: Register) -> None:
     """Register explicit regularizers (``--reg``, strength ``--l2``).
 
     The factory is called as ``factory(coefficient=...)`` and returns an object with
@@ -115,13 +118,13 @@ def initmem_register_regularizers(register):
     Example::
 
         @hookimpl
-        def initmem_register_regularizers(register):
+        def initmem_register_regularizers(register: Register) -> None:
             register("l1", "my_regs:L1Penalty", "lambda * ||W||_1")
     """
 
 
 @hookspec
-def initmem_register_metrics(register):
+def initmem_register_metrics(register: Register) -> None:
     """Register metrics (``--metric``), computed at every evaluation point.
 
     The factory is called as ``factory(config=...)`` with the run's ``RunConfig`` and returns an
@@ -142,13 +145,13 @@ def initmem_register_metrics(register):
     Example::
 
         @hookimpl
-        def initmem_register_metrics(register):
+        def initmem_register_metrics(register: Register) -> None:
             register("effective-rank", "my_metrics:EffectiveRank", "Effective rank per layer")
     """
 
 
 @hookspec
-def initmem_register_datasets(register):
+def initmem_register_datasets(register: Register) -> None:
     """Register datasets (``--data``).
 
     The factory is called as ``factory(config=..., variant=None)`` and returns an
@@ -161,13 +164,13 @@ def initmem_register_datasets(register):
     Example::
 
         @hookimpl
-        def initmem_register_datasets(register):
+        def initmem_register_datasets(register: Register) -> None:
             register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir")
     """
 
 
 @hookspec
-def initmem_register_claims(register):
+def initmem_register_claims(register: Register) -> None:
     """Register claims: statements a sweep's report decides (``initmem report``, a sweep's parent run).
 
     The factory is the claim's evaluator, called as ``evaluate(sweep)`` with the sweep view
@@ -186,14 +189,14 @@ def initmem_register_claims(register):
     Example::
 
         @hookimpl
-        def initmem_register_claims(register):
+        def initmem_register_claims(register: Register) -> None:
             register("lion_forgets", "my_claims:lion_forgets", "Lion forgets sigma like Adam",
                      axis=("opt", "lr"), clock="clock_adapt", threshold=3.0, source="my note, 2026")
     """
 
 
 @hookspec
-def initmem_register_presets(register):
+def initmem_register_presets(register: Register) -> None:
     """Register sweep presets (``initmem sweep --preset NAME``, ``initmem presets``).
 
     The factory is the path of a sweep file (TOML, as ``--config`` reads it), as a string; the
@@ -204,6 +207,6 @@ def initmem_register_presets(register):
     Example::
 
         @hookimpl
-        def initmem_register_presets(register):
+        def initmem_register_presets(register: Register) -> None:
             register("lion-mini", str(files("my_claims") / "presets" / "lion-mini.toml"))
     """

@@ -204,3 +204,22 @@ def test_a_generated_claim_package_passes_its_own_calibration_test(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "claim 'adam-forgets' on 40 sweeps" in result.stdout and "1 passed" in result.stdout
+
+
+def test_what_a_kind_declares_becomes_its_record_and_other_keywords_fail_the_plugin():
+    from initmem_core.contracts import OptimizerInfo
+
+    class Declares:
+        @hookimpl
+        def initmem_register_optimizers(self, register):
+            register("my-opt", "torch.optim:SGD", "SGD again", defaults={"lr": 0.2}, clock="heavy-ball")
+
+        @hookimpl
+        def initmem_register_architectures(self, register):
+            register("my-arch", "x:y", "an architecture that declares a clock", clock="lr")
+
+    with pytest.warns(UserWarning, match="takes no clock"):
+        registry = load_registry(extra_plugins=[("declares", Declares())], strict=False)
+    spec, _ = registry.lookup("optimizer", "my-opt")
+    assert spec.optimizer == OptimizerInfo({"lr": 0.2}, "heavy-ball") and spec.declared_defaults() == {"lr": 0.2}
+    assert "my-arch" not in registry.names("architecture")

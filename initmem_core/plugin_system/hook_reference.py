@@ -47,7 +47,7 @@ def hook_specs() -> dict[str, Callable]:
 
 
 def signature(name: str) -> str:
-    return f"{name}{inspect.signature(hook_specs()[name])}"
+    return f"{name}{inspect.signature(hook_specs()[name])}".replace("'", "")
 
 
 def markdown(docstring: str) -> str:

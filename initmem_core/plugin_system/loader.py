@@ -25,7 +25,7 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.contracts import ClaimInfo
+from initmem_core.contracts import ClaimInfo, OptimizerInfo, Register
 from initmem_core.errors import PluginLoadError, RunWarning
 from initmem_core.kinds import PLUGIN_KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
@@ -143,6 +143,21 @@ class _Loader:
             return
         self.registry.plugins[provider.plugin] = provider
 
+    @staticmethod
+    def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
+        """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
+        what a kind declares beside its factory becomes its record (``contracts.OptimizerInfo``,
+        ``contracts.ClaimInfo``), an unknown keyword a ``TypeError`` (the plugin fails to load)."""
+        records = {"optimizer": OptimizerInfo, "claim": ClaimInfo}
+
+        def register(name: str, factory: Any, description: str = "", *, default: bool = False, **declared: Any) -> None:
+            info = {kind: records[kind](**declared)} if kind in records else {}
+            if declared and not info:
+                raise TypeError(f"register() of a {kind} takes no {', '.join(declared)}")
+            specs.append(ComponentSpec(kind, str(name), factory, str(description), provider, bool(default), **info))
+
+        return register
+
     def collect(self) -> Registry:
         self.pm.check_pending()  # every hook implemented must match a spec (checked above too)
         for kind in PLUGIN_KINDS:
@@ -152,24 +167,7 @@ class _Loader:
                 provider = self.registry.plugins[impl.plugin_name]
                 specs: list[ComponentSpec] = []
 
-                def register(
-                    name: str,
-                    factory: Any,
-                    description: str = "",
-                    *,
-                    default: bool = False,
-                    _kind=kind.name,
-                    _p=provider,
-                    _specs=specs,
-                    **declared: Any,
-                ):
-                    # declared: an optimizer's defaults and clock convention, a claim's ClaimInfo (see ComponentSpec)
-                    if _kind == "claim":
-                        declared = {"claim": ClaimInfo(**declared)}
-                    _specs.append(
-                        ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default), **declared)
-                    )
-
+                register = self.register_for(kind.name, provider, specs)
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
                 except (PluginLoadError, KeyboardInterrupt):
