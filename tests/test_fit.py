@@ -36,3 +36,14 @@ def test_an_old_record_fit_when_it_interpolated_by_its_selection_and_ended_fitte
 def test_a_run_that_did_not_train_never_fit():
     assert not cell("sgd", 1.0, 0, fit=None, metrics={"fit": 1.0}, diverged=True).fit
     assert not cell("sgd", 1.0, 0, fit=None, metrics={"fit": 1.0}, status="FAILED").fit
+
+
+def test_a_capped_run_scored_on_the_whole_split_shares_its_test_set_with_an_uncapped_one():
+    from initmem_core.report.memory import accuracy_matrix
+
+    whole = [cell("sgd", s, 0, 0.9, metrics={"test_examples": 10000}) for s in (0.5, 1.0)]
+    capped = cell("sgd", 2.0, 0, 0.9)
+    capped.config = capped.config.replace(eval_size=500)  # an export from before the whole-split scoring
+    uncapped = cell("sgd", 2.0, 1, 0.9)
+    assert accuracy_matrix([*whole, uncapped]).test_set is not None
+    assert accuracy_matrix([*whole, capped]).test_set is None  # 500 images are another test set

@@ -215,6 +215,14 @@ def _accuracy(cell: CellRecord) -> float:
     return 100 * cell.metrics[BEST_VAL_TEST_ACC]
 
 
+def test_set_of(cell: CellRecord) -> tuple:
+    """Which test examples a cell's selected accuracy and records score: the whole split when the run
+    says so (``test_examples``: runs that score the selected checkpoint on it, capped or not) or
+    nothing capped it, else the ``--eval-size`` subset drawn by ``data_seed``."""
+    whole = "test_examples" in cell.metrics or cell.config.eval_size == 0
+    return cell.config.data, cell.config.data_seed, "whole split" if whole else cell.config.eval_size
+
+
 def accuracy_matrix(cells: Iterable[CellRecord], metric: str = BEST_VAL_TEST_ACC) -> AccuracyTable:
     """Accuracy (pp) by sigma and seed of the trained cells that logged ``metric``: what the
     spread is estimated from. A failed cell is simply absent. It carries the cells' per-example
@@ -225,7 +233,7 @@ def accuracy_matrix(cells: Iterable[CellRecord], metric: str = BEST_VAL_TEST_ACC
     for cell in cells:
         if cell.trained and metric in cell.metrics:
             table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[metric]
-            test_sets.add((cell.config.data, cell.config.data_seed, cell.config.eval_size))
+            test_sets.add(test_set_of(cell))
             if cell.test_correct is not None:
                 correct.setdefault(cell.config.sigma, {})[cell.config.seed] = cell.test_correct
     return AccuracyTable(table, correct, test_sets.pop() if len(test_sets) == 1 else None)
