@@ -131,6 +131,13 @@ def test_the_allow_list_can_leave_the_papers_claims_and_presets_out(monkeypatch)
     registry = load_registry()
     assert registry.names("claim") == [] and registry.names("preset") == []
     assert "sgd" in registry.names("optimizer")  # the run's built-in components always load
+    previous = set_registry(registry)
+    try:
+        result = runner.invoke(app, ["sweep", "--preset", "paper-mini", "--dry-run"])
+    finally:
+        set_registry(previous)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "unknown preset 'paper-mini'; valid presets: none (the plugin 'claims' has the paper's)" in result.stderr
     monkeypatch.setenv("INITMEM_LOAD_PLUGINS", "claims")
     assert "sgd_keeps_memory" in load_registry().names("claim")
 

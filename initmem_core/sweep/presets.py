@@ -34,10 +34,9 @@ def preset_names() -> list[str]:
 
 def preset_text(name: str) -> str:
     """The preset's sweep file, comments included."""
-    if name not in preset_names():
-        valid = (
-            ", ".join(ordered_by_similarity(name, preset_names())) or "none (the paper's come with the plugin 'claims')"
-        )
+    names = preset_names()
+    if name not in names:
+        valid = ", ".join(ordered_by_similarity(name, names)) if names else "none (the plugin 'claims' has the paper's)"
         raise ConfigError(f"unknown preset '{name}'; valid presets: {valid}")
     return Path(str(get_registry().lookup(PRESET, name)[0].factory)).read_text()
 
