@@ -39,12 +39,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def initmem_register_architectures(register: Register) -> None:
-    """Register model architectures (``--arch``).
-
-    The factory is called as ``factory(in_channels=..., num_classes=..., image_size=...,
-    variant=None)`` and returns an untrained ``torch.nn.Module`` mapping a batch of
-    ``(N, in_channels, image_size, image_size)`` images to ``(N, num_classes)`` logits.
-    The initializer (``--init``) later rescales its kernels by sigma.
+    """Register model architectures (``--arch``): factories following
+    ``initmem_core.contracts.ArchitectureFactory`` (an untrained model; ``--init`` rescales its
+    kernels by sigma).
 
     Example::
 
@@ -56,17 +53,12 @@ def initmem_register_architectures(register: Register) -> None:
 
 @hookspec
 def initmem_register_optimizers(register: Register) -> None:
-    """Register optimizers (``--opt``).
+    """Register optimizers (``--opt``): factories following ``initmem_core.contracts.OptimizerFactory``
+    (``options``: every option the optimizer declared, with the run's ``--opt-arg`` values read as
+    the type of the declared default; ``optimizer.initmem_param_groups``, if set, is logged as an
+    artifact).
 
-    The factory is called as ``factory(model=..., config=..., options=..., variant=None)`` with
-    the ``torch.nn.Module``, the run's ``RunConfig`` (``config.lr``, ``config.momentum``,
-    ``config.weight_decay``, ...) and ``options``: every option it declared, with the run's
-    ``--opt-arg`` values read as the type of the declared default. It returns a
-    ``torch.optim.Optimizer`` over all trainable parameters. It may set
-    ``optimizer.initmem_param_groups`` (a dict of group name to parameter names) to record which
-    parameters went where; the run logs it as an artifact.
-
-    Two keyword arguments of ``register`` are for optimizers only:
+    Two keyword arguments of ``register`` are for optimizers only (``contracts.OptimizerInfo``):
 
     - ``defaults``: a dict of ``lr`` (what ``--lr`` left unset means; 0.05 when not declared) and
       every option ``--opt-arg key=value`` may set, with its default value. An unknown key is
@@ -90,12 +82,10 @@ def initmem_register_optimizers(register: Register) -> None:
 
 @hookspec
 def initmem_register_initializers(register: Register) -> None:
-    """Register initializers (``--init``): where sigma_w enters a run.
-
-    The factory is called as ``factory(model=..., sigma=..., generator=...)`` and re-initializes
-    the model in place. It must be *paired*: draw a unit-scale ``Z`` from ``generator`` (a
-    ``torch.Generator`` seeded from the run seed, identical at every sigma) and set the kernels
-    to ``sigma * Z``, so that sigma is the only thing that changes across a sweep.
+    """Register initializers (``--init``): where sigma_w enters a run, through factories following
+    ``initmem_core.contracts.InitializerFactory``. They must be *paired*: ``generator`` is seeded
+    from the run seed, identical at every sigma, so that sigma is the only thing that changes
+    across a sweep.
 
     Example::
 
@@ -107,13 +97,10 @@ def initmem_register_initializers(register: Register) -> None:
 
 @hookspec
 def initmem_register_regularizers(register: Register) -> None:
-    """Register explicit regularizers (``--reg``, strength ``--l2``).
-
-    The factory is called as ``factory(coefficient=...)`` and returns an object with
-    ``add_gradient(params, initial_params)``, which adds the gradient of its penalty to each
-    ``param.grad`` in place after backward (cheaper than a second autograd graph and exactly the
-    same update), and ``penalty(params, initial_params)``, which returns the penalty value for
-    logging. ``params`` and ``initial_params`` are matching lists of tensors.
+    """Register explicit regularizers (``--reg``, strength ``--l2``): factories following
+    ``initmem_core.contracts.RegularizerFactory``, returning a ``contracts.Regularizer``. Adding
+    the penalty's gradient after backward is cheaper than a second autograd graph and exactly the
+    same update; ``params`` and ``initial_params`` are matching lists of tensors.
 
     Example::
 
@@ -152,14 +139,9 @@ def initmem_register_metrics(register: Register) -> None:
 
 @hookspec
 def initmem_register_datasets(register: Register) -> None:
-    """Register datasets (``--data``).
-
-    The factory is called as ``factory(config=..., variant=None)`` and returns an
-    ``initmem_core.contracts.DatasetBundle``: train/val/test tensors (images ``N x C x H x W``,
-    ``uint8`` or ``float32``; labels ``int64``), the number of classes, the normalisation to
-    apply, and whether augmentation is on by default. Splits must be a pure function of
-    ``config.data_seed`` (so every sigma sees the same data), and ``config.train_size > 0`` must
-    keep only the first N training examples.
+    """Register datasets (``--data``): factories following ``initmem_core.contracts.DatasetFactory``,
+    returning a ``contracts.DatasetBundle``. Splits must be a pure function of
+    ``config.data_seed`` so that every sigma sees the same data.
 
     Example::
 
