@@ -10,7 +10,7 @@ from pathlib import Path
 from initmem_core.config import RunConfig
 from initmem_core.report import inference, regime
 from initmem_core.tracking.export import read_export
-from initmem_plugins.claims import declared as findings
+from initmem_plugins.claims import paper as findings
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "PREREGISTRATION.md"
@@ -44,7 +44,7 @@ def test_the_codes_margins_and_thresholds_are_the_pre_registered_ones():
 
 def test_every_claim_is_pre_registered():
     text = PAGE.read_text()
-    assert all(f"| `{name}`" in text for name in findings.STATEMENTS)
+    assert all(f"| `{name}`" in text for name in findings.CLAIMS_BY_NAME)
 
 
 def test_no_export_or_preset_uses_a_confirmatory_seed():
