@@ -23,7 +23,6 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import math
 import time
 from dataclasses import dataclass
@@ -32,10 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from initmem_core.config import RunConfig
-from initmem_core.report.findings import CLAIMS_BY_NAME, read_sweep
+from initmem_core.report.claim_groups import read_sweep
+from initmem_core.report.claims import claim_named, evaluate_claim
 from initmem_core.report.inference import MIN_SEEDS
 from initmem_core.report.memory import build_report
 from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, HORIZON_SHORT, REPRODUCED, UNDER_TRAINED
+from initmem_core.testing import calibration as synthetic
+
+# population_level: the tests read it here, beside the noise it is fitted with
+from initmem_core.testing.calibration import DIGITS_FITTED, FITTED, SharedTestSet, Unfit, population_level  # noqa: F401
 from initmem_core.tracking.records import CellRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,8 +87,9 @@ FIRST_CLAIM = "sgd_remembers_more_than_adaptive"
 
 
 def claim_verdict(records: list[CellRecord], claim: str = FIRST_CLAIM) -> str:
-    """One claim's verdict on a synthetic sweep, read as a real one is (``read_sweep``, then the claim)."""
-    return CLAIMS_BY_NAME[claim](read_sweep(records)).verdict
+    """One registered claim's verdict on a synthetic sweep, read as a real one is (``read_sweep``, then
+    the claim as ``initmem report`` evaluates it)."""
+    return evaluate_claim(claim_named(claim), read_sweep(records)).verdict
 
 
 #: The clocks a synthetic run ends on when a row names none: the paper's own regime (docs/STATISTICS.md,
@@ -157,7 +162,7 @@ class Row:
 def verdict_rate(
     rng, sweeps: int, truths, seeds: int, noise: Noise | SharedTestSet, claim: str = FIRST_CLAIM, **design
 ) -> dict[str, float]:
-    """Share of sweeps with each verdict on the claim named ``claim`` (findings.CLAIMS_BY_NAME).
+    """Share of sweeps with each verdict on the registered claim named ``claim`` (``report.claims.claim_named``).
     ``design``: more of ``synthetic_sweep``'s arguments."""
     counts: dict[str, int] = {}
     for _ in range(sweeps):
@@ -593,29 +598,6 @@ def new_claim_checks() -> list[tuple]:
 # against the *population* spread, and identical groups' false verdicts.
 
 
-@dataclass(frozen=True)
-class SharedTestSet:
-    """Every run scored on one test set of ``n_test`` examples drawn afresh from a population each
-    sweep. A run's log-odds of getting example i right is its sigma's level plus normal parts with
-    these sds: the example's ``difficulty`` (shared by every run), a part ``specific`` to the group
-    and sigma (what that model finds hard), a part of the seed and example (``seed_example``, shared
-    by every sigma and group of the seed: its data order and Z), a shift of the run (``run``) and of
-    the seed (``seed``). The level is set so that accuracy over the population of examples and seeds
-    is the truth."""
-
-    name: str
-    difficulty: float = 3.5
-    specific: float = 1.5
-    seed_example: float = 0.0
-    run: float = 0.0
-    seed: float = 0.0
-    n_test: int = 360
-
-    @property
-    def total_sd(self) -> float:
-        return math.sqrt(self.difficulty**2 + self.specific**2 + self.seed_example**2 + self.run**2 + self.seed**2)
-
-
 #: Two mixes: per-example noise alone (two runs of one sigma share 52% of their errors, of two
 #: sigmas 38%), and one with seed-shared and run-level parts too (48% and 38%).
 SHARED_TEST_SETS = (
@@ -624,33 +606,10 @@ SHARED_TEST_SETS = (
 )
 
 
-@functools.cache
-def population_level(accuracy: float, sd: float) -> float:
-    """The log-odds level whose population accuracy (pp), over a normal spread of sd ``sd``, is ``accuracy``."""
-    from scipy import optimize, special
-
-    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
-    weights = weights / weights.sum()
-    return optimize.brentq(lambda a: float((weights * special.expit(a + sd * nodes)).sum()) - accuracy / 100, -30, 30)
-
-
-#: The noise fitted to the committed exports (``benchmarks/noise_model.py``; docs/STATISTICS.md, "The noise
-#: model, fitted to the exports"), among the runs that fit: log-odds sds of the example's difficulty
-#: (shared by every cell of a test set), the cell's own part and the run's shift, per dataset. A slow
-#: test refits them from docs/results and checks these figures.
-FITTED = {
-    "digits": {"difficulty": 3.53, "specific": 0.13, "run": 0.17},
-    "fashion-mnist": {"difficulty": 3.09, "specific": 0.35, "run": 0.10},
-}
-DIGITS_FITTED = SharedTestSet("fitted digits, 360 examples", **FITTED["digits"], n_test=360)
 FMNIST_FITTED = SharedTestSet("fitted Fashion-MNIST, 500 examples", **FITTED["fashion-mnist"], n_test=500)
 #: A CIFAR-size test set: no CIFAR export is committed, so Fashion-MNIST's fitted noise (the harder of the
 #: two datasets, its run-level shift included) on 10,000 examples.
 LARGE_FITTED = SharedTestSet("fitted Fashion-MNIST, 10,000 examples", **FITTED["fashion-mnist"], n_test=10_000)
-
-#: (group, sigma) -> (runs that do not fit, their population accuracy in pp): a run that never fit its
-#: training set, scored far below the runs that did, with ``fit`` 0 (the regime rows).
-Unfit = dict[tuple[str, float], tuple[int, float]]
 
 
 def shared_test_sweep(
@@ -661,40 +620,10 @@ def shared_test_sweep(
     clocks: dict[str, float] | None = None,
     unfit: Unfit | None = None,
 ) -> list[CellRecord]:
-    """One sweep on one freshly drawn test set: ``truths`` maps a group (a key of GROUPS) to its true
-    population accuracy (pp) per sigma; every cell trains and logs its per-example record. ``unfit``:
-    the last runs of a cell (by seed) that did not fit, at their own accuracy, ``fit`` 0."""
-    from scipy import special
-
-    n = model.n_test
-    difficulty = rng.normal(0, model.difficulty, n)
-    seed_example = rng.normal(0, model.seed_example, (seeds, n))
-    seed_shift = rng.normal(0, model.seed, seeds)
-    records = []
-    for group, truth in truths.items():
-        for sigma, accuracy in truth.items():
-            count, low = (unfit or {}).get((group, sigma), (0, accuracy))
-            fits = np.arange(seeds) < seeds - count
-            level = np.where(fits, population_level(accuracy, model.total_sd), population_level(low, model.total_sd))
-            logits = (
-                level[:, None]
-                + difficulty
-                + rng.normal(0, model.specific, n)
-                + seed_example
-                + (seed_shift + rng.normal(0, model.run, seeds))[:, None]
-            )
-            right = rng.random((seeds, n)) < special.expit(logits)
-            clock = clock_metrics(group, clocks)
-            records += [
-                CellRecord(
-                    RunConfig(**GROUPS[group], sigma=sigma, seed=seed),
-                    num_classes=10,
-                    metrics={"best_val_test_acc": float(right[seed].mean()), "fit": float(fits[seed]), **clock},
-                    test_correct=right[seed],
-                )
-                for seed in range(seeds)
-            ]
-    return records
+    """``testing.calibration.shared_test_sweep`` of the groups of ``GROUPS``, each ending on its
+    ``clock_metrics``: one sweep on one freshly drawn test set, every cell trained."""
+    ends = {group: clock_metrics(group, clocks) for group in truths}
+    return synthetic.shared_test_sweep(rng, truths, seeds, model, GROUPS, ends, unfit)
 
 
 #: Population truths with a 5 pp spread whose best or worst sigma has a close rival.

@@ -1,6 +1,6 @@
 """RESULTS.md's opening table, rebuilt from the sweeps' exports (docs/results/<sweep>.json.gz).
 
-One row per claim of ``findings.CLAIMS``, one column per dataset the exports trained on (digits and
+One row per claim of ``initmem_plugins.claims.paper.CLAIMS``, one column per dataset the exports trained on (digits and
 Fashion-MNIST always, others as they appear): in each cell, every export that evaluates the claim
 on that dataset, with its verdict and the claim's key interval (``Finding.key``: the quantity least
 clear of zero), or "not run" where none does. ``table_problems`` compares a page's table with what
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from initmem_core.report.findings import CLAIMS, evaluate_findings, quantity_text
 from initmem_core.report.verdicts import NOT_EVALUATED, Quantity
+from initmem_plugins.claims.paper import CLAIMS, evaluate_findings, quantity_text
 
 #: Datasets by their ``config.data`` name, as the table's columns title them (these first, in this order).
 DATASET_TITLES = {"digits": "digits", "fashion-mnist": "Fashion-MNIST"}

@@ -140,8 +140,8 @@ def without_accuracy(records: list[CellRecord]) -> list[CellRecord]:
 def measure_finding(sweeps: int) -> dict[str, float]:
     """How often "forgetting follows the clocks" is reproduced / contradicted when the groups
     forget on T_L2 (it holds) and when they forget on epochs whatever their clocks (it fails)."""
-    from initmem_core.report.findings import forgetting_follows_the_clocks, read_sweep
     from initmem_core.report.verdicts import CONTRADICTED, REPRODUCED
+    from initmem_plugins.claims.paper import forgetting_follows_the_clocks, read_sweep
 
     counts = {"clock_reproduced": 0, "clock_contradicted": 0, "epoch_reproduced": 0, "epoch_contradicted": 0}
     for sweep in range(sweeps):

@@ -6,7 +6,7 @@ Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fm
 each claim as reproduced / contradicted / not resolved at this scale with its numbers and 95%
 intervals, and writes its section of docs/RESULTS.md with the main plots (the other sweeps'
 sections and the part written by hand below the marker stay as they are). A claim is reproduced only when the
-interval of its difference excludes zero in the claimed direction (initmem_core/report/findings.py).
+interval of its difference excludes zero in the claimed direction (plugins/claims/paper.py).
 
 With `--from docs/results/NAME.json.gz` (repeatable; `initmem export NAME --out FILE` writes one) it
 reads a sweep's export instead of a tracking store, and needs no store. The page's opening table of

@@ -7,15 +7,14 @@ from typing import Annotated
 
 import typer
 
-from initmem_core.kinds import KIND_NAMES
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.scaffold import create_plugin, run_options
+from initmem_core.plugin_system.scaffold import SCAFFOLD_KINDS, create_plugin, try_it
 
 from .errors import user_errors
 
 
 def complete_kind(incomplete: str) -> list[str]:
-    return [kind for kind in KIND_NAMES if kind.startswith(incomplete)]
+    return [kind for kind in SCAFFOLD_KINDS if kind.startswith(incomplete)]
 
 
 @user_errors
@@ -24,7 +23,7 @@ def new_plugin_command(
         str,
         typer.Argument(
             metavar="KIND",
-            help=f"Kind of component: {', '.join(KIND_NAMES)}",
+            help=f"Kind of component: {', '.join(SCAFFOLD_KINDS)}",
             autocompletion=complete_kind,
             show_default=False,
         ),
@@ -41,9 +40,4 @@ def new_plugin_command(
     typer.echo(f"Created the {kind} plugin '{name}' in {folder}:")
     for path in written:
         typer.echo(f"  {path.relative_to(folder)}")
-    typer.echo(
-        "Next:\n"
-        f"  pip install -e {folder}\n"
-        f"  python -m pytest {folder}\n"
-        f"  initmem run {run_options(kind, name)} --epochs 1"
-    )
+    typer.echo(f"Next:\n  pip install -e {folder}\n  python -m pytest {folder}\n  {try_it(kind, name)}")

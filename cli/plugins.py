@@ -5,6 +5,7 @@ Builds nothing and imports neither torch nor mlflow.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated
 
@@ -23,24 +24,32 @@ from .errors import user_errors
 def optimizer_declarations(spec) -> dict:
     """An optimizer's clock convention, its family in the report's claims and its default rate,
     as declared (a family such as ``timm:*`` declares them per variant: read only when used)."""
-    if ":" in spec.clock:
+    info = spec.optimizer
+    if ":" in info.clock:
         clock, family = "per variant", "per variant"
     else:
-        clock = spec.clock or DEFAULT_CONVENTION
+        clock = info.clock or DEFAULT_CONVENTION
         family = CONVENTION_FAMILIES.get(clock, "unknown")
-    if isinstance(spec.defaults, str):
+    if isinstance(info.defaults, str):
         lr = None
     else:
-        lr = float((spec.defaults or {}).get("lr", FALLBACK_LR))
+        lr = float((info.defaults or {}).get("lr", FALLBACK_LR))
     return {
         "clock": clock,
-        "clock_declared": bool(spec.clock),
+        "clock_declared": bool(info.clock),
         "family": family,
         "default_lr": lr,
-        "lr_declared": isinstance(spec.defaults, str) or "lr" in (spec.defaults or {}),
+        "lr_declared": isinstance(info.defaults, str) or "lr" in (info.defaults or {}),
         # the declared lr and --opt-arg options (a family's are read only when used)
-        "defaults": describe(spec.defaults),
+        "defaults": describe(info.defaults),
     }
+
+
+def claim_declarations(spec) -> dict:
+    """What a claim declares beside its evaluator (``contracts.ClaimInfo``): axis, quantities, margin,
+    the clock its mechanism needs and its threshold, the paper or note it tests."""
+    info = spec.claim
+    return {"declared": {} if info is None else {**dataclasses.asdict(info), "axis": list(info.axis)}}
 
 
 def plugins_report(registry) -> dict:
@@ -57,6 +66,7 @@ def plugins_report(registry) -> dict:
                 "package": s.provider.package,
                 "version": s.provider.version,
                 **(optimizer_declarations(s) if s.kind == "optimizer" else {}),
+                **(claim_declarations(s) if s.kind == "claim" else {}),
             }
             for s in specs
         ],
@@ -75,7 +85,7 @@ def plugins_report(registry) -> dict:
 def plugins_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
 ) -> None:
-    """List every architecture, optimizer, initializer, regularizer, metric and dataset."""
+    """List every architecture, optimizer, initializer, regularizer, metric, dataset, claim and preset."""
     report = plugins_report(get_registry())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -92,6 +102,10 @@ def plugins_command(
         if "defaults" in row:
             clock = row["clock"] + ("" if row["clock_declared"] else ", not declared")
             description += f" [dim](clock {clock}: {row['family']}; defaults: {row['defaults']})[/dim]"
+        if row.get("declared"):
+            declared = row["declared"]
+            clock = f"; clock {declared['clock']}" if declared["clock"] else ""
+            description += f" [dim](axis {', '.join(declared['axis'])}{clock})[/dim]"
         table.add_row(row["kind"], row["name"], description, f"{row['plugin']} ({row['package']} {row['version']})")
     console.print(table)
     for conflict in report["conflicts"]:

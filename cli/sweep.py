@@ -104,9 +104,7 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def forecasts_of(plan, horizons) -> list:
     """Each planned group's mechanism clock against the threshold its claims need (report/regime.py)."""
-    from initmem_core.report.claim_groups import (
-        clock_forecasts,
-    )  # lazy: keeps the report code out of the CLI's start-up
+    from initmem_core.report.claim_groups import clock_forecasts  # lazy: keeps the report out of the CLI's start-up
 
     ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
     return clock_forecasts(plan.groups, plan.cells, ends)
@@ -115,14 +113,20 @@ def forecasts_of(plan, horizons) -> list:
 def regime_table(plan, forecasts) -> Table:
     """The dry run's forecast: each group's mechanism clock at the end against its threshold, and
     which groups will not reach it (their claims can then not be contradicted: horizon short)."""
-    from initmem_core.report.claim_groups import CLOCK_CLAIMS  # lazy: keeps the report code out of the CLI's start-up
+    from initmem_core.report.claims import claims_by_clock  # lazy: keeps the report code out of the CLI's start-up
+
+    claims = {clock: ", ".join(names) for clock, names in claims_by_clock().items()}
 
     numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
     table = Table(title="the regime: each group's forgetting clock at the end, against the threshold its claims need")
     for header in ("group", "clock", "reaches", "threshold", "forecast"):
         table.add_column(header, justify="right" if header != "forecast" else "left", overflow="fold")
     for f in forecasts:
-        verdict = "?" if f.reached != f.reached else ("short: " if f.short else "reaches it: ") + CLOCK_CLAIMS[f.clock]
+        verdict = (
+            "?"
+            if f.reached != f.reached
+            else ("short: " if f.short else "reaches it: ") + claims.get(f.clock, "no claim")
+        )
         table.add_row(str(numbers[f.group]), CLOCK_SYMBOLS[f.clock], f"{f.reached:.3g}", f"{f.threshold:g}", verdict)
     return table
 

@@ -10,7 +10,8 @@ no torch: the types are for readers, type checkers and the generated hook refere
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -202,6 +203,81 @@ class DatasetFactory(Protocol):
     def __call__(self, *, config: RunConfig, variant: str | None = None) -> DatasetBundle: ...
 
 
+class Register(Protocol):
+    """What every hook receives (``hookspecs``): ``register(name, factory, description, *,
+    default=False, **declared)``. ``factory`` is a callable or an import string
+    ``"package.module:function"``; ``declared`` is what the kind declares beside it: an
+    optimizer's ``OptimizerInfo`` fields, a claim's ``ClaimInfo`` fields (an unknown keyword is a
+    plugin that fails to load)."""
+
+    def __call__(
+        self,
+        name: str,
+        factory: Callable[..., Any] | str,
+        description: str = "",
+        *,
+        default: bool = False,
+        **declared: Any,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """What an optimizer declares beside its factory (``register(name, factory, description,
+    defaults=..., clock=...)``), in the manner of timm's ``OptimInfo``: ``defaults``, what ``--lr``
+    left unset means and every option ``--opt-arg`` may set, as a mapping or, for a family
+    (``timm:*``), an import string of ``f(variant) -> mapping``; ``clock``, its clock convention
+    (``"heavy-ball"``, ``"lr"``; empty: the default), or an import string of ``f(variant) -> str``.
+    Import strings are resolved only when a run uses the optimizer."""
+
+    defaults: Mapping[str, Any] | str | None = None
+    clock: str = ""
+
+    def declared_defaults(self, variant: str | None = None) -> dict[str, Any]:
+        """The declared defaults (an import string is resolved here, not before)."""
+        if self.defaults is None:
+            return {}
+        if isinstance(self.defaults, str):
+            return dict(_resolve(self.defaults)(variant))
+        return dict(self.defaults)
+
+    def declared_clock(self, variant: str | None = None) -> str:
+        """The declared clock convention ("" when none), an import string resolved here."""
+        return str(_resolve(self.clock)(variant)) if ":" in self.clock else self.clock
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+class ClaimEvaluator(Protocol):
+    """A claim: from the sweep view (``initmem_core.report.claim_groups.Sweep``: the report, its
+    groups with their optimizer family and clocks, its strata along an axis) to its ``Finding``
+    (``initmem_core.report.verdicts``), built with the core's helpers (``initmem_core.report.claims``:
+    ``per_stratum``, ``difference``, the verdict rule and the regime checks)."""
+
+    def __call__(self, sweep: Any) -> Any: ...  # Sweep -> Finding (the report's layer, above this module)
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """What a claim declares beside its evaluator (``register(name, evaluate, statement, **info)``),
+    shown by ``initmem plugins`` and read by the core: ``axis``, the settings it compares (its
+    strata hold everything else equal); ``quantities``, what it decides on, in words; ``margin``,
+    the margin fixed before any run, in words; ``clock`` and ``threshold``, the clock its mechanism
+    needs and the value that clock must reach before the claim can be contradicted (empty clock:
+    none, a claim that memory is kept; no threshold: ``report.regime.CLOCK_THRESHOLDS``);
+    ``source``, the paper or note it tests."""
+
+    axis: tuple[str, ...] = ()
+    quantities: str = ""
+    margin: str = ""
+    clock: str = ""
+    threshold: float | None = None
+    source: str = ""
+
+
 #: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
 FACTORIES = {
     cls.__name__: cls
@@ -212,5 +288,6 @@ FACTORIES = {
         RegularizerFactory,
         MetricFactory,
         DatasetFactory,
+        ClaimEvaluator,
     )
 }

@@ -1,6 +1,7 @@
 """The hooks a plugin implements. Each one *registers* named components; none builds them.
 
-Every hook receives ``register(name, factory, description, *, default=False, **declared)``:
+Every hook receives ``register(name, factory, description, *, default=False, **declared)``
+(``initmem_core.contracts.Register``):
 
 - ``name``: what users type (``--opt lion``). A name ending in ``:*`` registers a family:
   ``timm:*`` answers to every ``timm:<variant>`` and the factory receives ``variant=``.
@@ -13,17 +14,22 @@ Every hook receives ``register(name, factory, description, *, default=False, **d
   weight norms, interpolation and best-validation selection are).
 - ``defaults`` and ``clock``: for optimizers, their declared settings and clock convention
   (see ``initmem_register_optimizers``).
+- ``axis``, ``quantities``, ``margin``, ``clock``, ``threshold``, ``source``: for claims, what
+  ``initmem_core.contracts.ClaimInfo`` holds (see ``initmem_register_claims``).
 
 Each hook is called once per plugin, one implementation at a time, and what each registers is
 collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwrapper``) mean
 nothing here. Implementations may accept a subset of a hook's arguments, so hooks can grow
 without breaking plugins. Which hook registers which kind, and the config field and flag that
-select it, is the table in ``initmem_core.kinds``.
+select it, is the table in ``initmem_core.kinds``. Claims and presets are kinds no run selects:
+every registered claim is evaluated on a sweep's report, and a preset is a sweep file.
 """
 
 from __future__ import annotations
 
 import pluggy
+
+from initmem_core.contracts import Register
 
 PROJECT_NAME = "initmem"
 
@@ -32,35 +38,27 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def initmem_register_architectures(register):
-    """Register model architectures (``--arch``).
-
-    The factory is called as ``factory(in_channels=..., num_classes=..., image_size=...,
-    variant=None)`` and returns an untrained ``torch.nn.Module`` mapping a batch of
-    ``(N, in_channels, image_size, image_size)`` images to ``(N, num_classes)`` logits.
-    The initializer (``--init``) later rescales its kernels by sigma.
+def initmem_register_architectures(register: Register) -> None:
+    """Register model architectures (``--arch``): factories following
+    ``initmem_core.contracts.ArchitectureFactory`` (an untrained model; ``--init`` rescales its
+    kernels by sigma).
 
     Example::
 
         @hookimpl
-        def initmem_register_architectures(register):
+        def initmem_register_architectures(register: Register) -> None:
             register("mlp", "my_models.mlp:build_mlp", "Two-layer MLP on flattened pixels")
     """
 
 
 @hookspec
-def initmem_register_optimizers(register):
-    """Register optimizers (``--opt``).
+def initmem_register_optimizers(register: Register) -> None:
+    """Register optimizers (``--opt``): factories following ``initmem_core.contracts.OptimizerFactory``
+    (``options``: every option the optimizer declared, with the run's ``--opt-arg`` values read as
+    the type of the declared default; ``optimizer.initmem_param_groups``, if set, is logged as an
+    artifact).
 
-    The factory is called as ``factory(model=..., config=..., options=..., variant=None)`` with
-    the ``torch.nn.Module``, the run's ``RunConfig`` (``config.lr``, ``config.momentum``,
-    ``config.weight_decay``, ...) and ``options``: every option it declared, with the run's
-    ``--opt-arg`` values read as the type of the declared default. It returns a
-    ``torch.optim.Optimizer`` over all trainable parameters. It may set
-    ``optimizer.initmem_param_groups`` (a dict of group name to parameter names) to record which
-    parameters went where; the run logs it as an artifact.
-
-    Two keyword arguments of ``register`` are for optimizers only:
+    Two keyword arguments of ``register`` are for optimizers only (``contracts.OptimizerInfo``):
 
     - ``defaults``: a dict of ``lr`` (what ``--lr`` left unset means; 0.05 when not declared) and
       every option ``--opt-arg key=value`` may set, with its default value. An unknown key is
@@ -76,49 +74,44 @@ def initmem_register_optimizers(register):
     Example::
 
         @hookimpl
-        def initmem_register_optimizers(register):
+        def initmem_register_optimizers(register: Register) -> None:
             register("lion", "my_lion.optim:build_lion", "Lion: sign of interpolated momentum",
                      defaults={"lr": 1e-4, "betas": (0.9, 0.99)}, clock="lr")
     """
 
 
 @hookspec
-def initmem_register_initializers(register):
-    """Register initializers (``--init``): where sigma_w enters a run.
-
-    The factory is called as ``factory(model=..., sigma=..., generator=...)`` and re-initializes
-    the model in place. It must be *paired*: draw a unit-scale ``Z`` from ``generator`` (a
-    ``torch.Generator`` seeded from the run seed, identical at every sigma) and set the kernels
-    to ``sigma * Z``, so that sigma is the only thing that changes across a sweep.
+def initmem_register_initializers(register: Register) -> None:
+    """Register initializers (``--init``): where sigma_w enters a run, through factories following
+    ``initmem_core.contracts.InitializerFactory``. They must be *paired*: ``generator`` is seeded
+    from the run seed, identical at every sigma, so that sigma is the only thing that changes
+    across a sweep.
 
     Example::
 
         @hookimpl
-        def initmem_register_initializers(register):
+        def initmem_register_initializers(register: Register) -> None:
             register("orthogonal", "my_inits:orthogonal", "sigma x orthogonal kernels")
     """
 
 
 @hookspec
-def initmem_register_regularizers(register):
-    """Register explicit regularizers (``--reg``, strength ``--l2``).
-
-    The factory is called as ``factory(coefficient=...)`` and returns an object with
-    ``add_gradient(params, initial_params)``, which adds the gradient of its penalty to each
-    ``param.grad`` in place after backward (cheaper than a second autograd graph and exactly the
-    same update), and ``penalty(params, initial_params)``, which returns the penalty value for
-    logging. ``params`` and ``initial_params`` are matching lists of tensors.
+def initmem_register_regularizers(register: Register) -> None:
+    """Register explicit regularizers (``--reg``, strength ``--l2``): factories following
+    ``initmem_core.contracts.RegularizerFactory``, returning a ``contracts.Regularizer``. Adding
+    the penalty's gradient after backward is cheaper than a second autograd graph and exactly the
+    same update; ``params`` and ``initial_params`` are matching lists of tensors.
 
     Example::
 
         @hookimpl
-        def initmem_register_regularizers(register):
+        def initmem_register_regularizers(register: Register) -> None:
             register("l1", "my_regs:L1Penalty", "lambda * ||W||_1")
     """
 
 
 @hookspec
-def initmem_register_metrics(register):
+def initmem_register_metrics(register: Register) -> None:
     """Register metrics (``--metric``), computed at every evaluation point.
 
     The factory is called as ``factory(config=...)`` with the run's ``RunConfig`` and returns an
@@ -139,25 +132,63 @@ def initmem_register_metrics(register):
     Example::
 
         @hookimpl
-        def initmem_register_metrics(register):
+        def initmem_register_metrics(register: Register) -> None:
             register("effective-rank", "my_metrics:EffectiveRank", "Effective rank per layer")
     """
 
 
 @hookspec
-def initmem_register_datasets(register):
-    """Register datasets (``--data``).
-
-    The factory is called as ``factory(config=..., variant=None)`` and returns an
-    ``initmem_core.contracts.DatasetBundle``: train/val/test tensors (images ``N x C x H x W``,
-    ``uint8`` or ``float32``; labels ``int64``), the number of classes, the normalisation to
-    apply, and whether augmentation is on by default. Splits must be a pure function of
-    ``config.data_seed`` (so every sigma sees the same data), and ``config.train_size > 0`` must
-    keep only the first N training examples.
+def initmem_register_datasets(register: Register) -> None:
+    """Register datasets (``--data``): factories following ``initmem_core.contracts.DatasetFactory``,
+    returning a ``contracts.DatasetBundle``. Splits must be a pure function of
+    ``config.data_seed`` so that every sigma sees the same data.
 
     Example::
 
         @hookimpl
-        def initmem_register_datasets(register):
+        def initmem_register_datasets(register: Register) -> None:
             register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir")
+    """
+
+
+@hookspec
+def initmem_register_claims(register: Register) -> None:
+    """Register claims: statements a sweep's report decides (``initmem report``, a sweep's parent run).
+
+    The factory is the claim's evaluator, called as ``evaluate(sweep)`` with the sweep view
+    (``initmem_core.report.claim_groups.Sweep``) and returning a ``Finding``; the description is
+    the claim's statement. The core's helpers (``initmem_core.report.claims``) compare like with
+    like (``per_stratum``: the strata along ``axis``), turn debiased spreads into quantities claimed
+    above zero (``difference``, ``from_spread``) and apply the one verdict rule and the regime
+    checks (fit; the clock the mechanism needs). A claim that raises is reported as not evaluated
+    with its error; the other claims are unaffected. Keyword arguments of ``register``
+    (``initmem_core.contracts.ClaimInfo``): ``axis`` (the settings it compares), ``quantities``
+    (what it decides on, in words), ``margin``, ``clock`` and ``threshold`` (the clock its mechanism
+    needs, ``T_SGD``/``T_L2``/``T_adapt`` as ``clock_sgd``/``clock_l2``/``clock_adapt``, and the value
+    it must reach before the claim can be contradicted), ``source`` (the paper or note it tests).
+    The paper's claims are the built-in plugin ``claims`` (``INITMEM_LOAD_PLUGINS`` can leave it out).
+
+    Example::
+
+        @hookimpl
+        def initmem_register_claims(register: Register) -> None:
+            register("lion_forgets", "my_claims:lion_forgets", "Lion forgets sigma like Adam",
+                     axis=("opt", "lr"), clock="clock_adapt", threshold=3.0, source="my note, 2026")
+    """
+
+
+@hookspec
+def initmem_register_presets(register: Register) -> None:
+    """Register sweep presets (``initmem sweep --preset NAME``, ``initmem presets``).
+
+    The factory is the path of a sweep file (TOML, as ``--config`` reads it), as a string; the
+    description is left empty to take the file's opening comment. A package ships its presets as
+    package data and registers the folder in one call with
+    ``initmem_core.sweep.presets.register_folder``.
+
+    Example::
+
+        @hookimpl
+        def initmem_register_presets(register: Register) -> None:
+            register("lion-mini", str(files("my_claims") / "presets" / "lion-mini.toml"))
     """

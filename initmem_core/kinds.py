@@ -17,13 +17,13 @@ from initmem_core.errors import ConfigError, ordered_by_similarity
 class ComponentKind:
     name: str  # what users call it: "optimizer"
     hook: str  # the hook that registers it: "initmem_register_optimizers"
-    field: str  # the RunConfig field that selects it: "opt"
+    field: str  # the RunConfig field that selects it: "opt" ("" for the report's kinds: no run selects them)
     flag: str  # that field's command-line flag: "--opt"
     contract: str  # the factory's protocol in initmem_core.contracts: "OptimizerFactory"
     many: bool = False  # the field holds several names (metrics)
 
 
-#: In the order ``initmem plugins`` lists them.
+#: The kinds a run is built of, in the order ``initmem plugins`` lists them.
 KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("architecture", "initmem_register_architectures", "arch", "--arch", "ArchitectureFactory"),
     ComponentKind("optimizer", "initmem_register_optimizers", "opt", "--opt", "OptimizerFactory"),
@@ -33,7 +33,16 @@ KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("dataset", "initmem_register_datasets", "data", "--data", "DatasetFactory"),
 )
 
-BY_NAME = {kind.name: kind for kind in KINDS}
+#: The kinds a sweep and its report read: claims (each registered claim is evaluated on every sweep's
+#: report) and presets (sweep files, ``initmem sweep --preset NAME``). No run selects them.
+REPORT_KINDS: tuple[ComponentKind, ...] = (
+    ComponentKind("claim", "initmem_register_claims", "", "", "ClaimEvaluator"),
+    ComponentKind("preset", "initmem_register_presets", "", "--preset", ""),
+)
+#: Every kind a plugin may register, in the order ``initmem plugins`` lists them.
+PLUGIN_KINDS = KINDS + REPORT_KINDS
+
+BY_NAME = {kind.name: kind for kind in PLUGIN_KINDS}
 BY_FIELD = {kind.field: kind for kind in KINDS}
 KIND_NAMES = tuple(BY_NAME)
 

@@ -129,7 +129,7 @@ VARYING_TAG = "initmem.varying"
 #: On a sweep's parent run: the grids it holds, each as a digest of its cells' config hashes
 #: (``sweep.identity``), comma-separated; a relaunch with another grid is refused unless ``--extend``.
 GRID_TAG = "initmem.grid"
-#: On a sweep's parent run, one tag per claim of ``report/findings.py``: ``initmem.verdict.<claim
+#: On a sweep's parent run, one tag per registered claim (``report/claims.py``): ``initmem.verdict.<claim
 #: name>`` = its verdict, so the MLflow UI can filter sweeps by what they decided.
 VERDICT_TAG_PREFIX = "initmem.verdict."
 

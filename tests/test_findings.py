@@ -9,7 +9,11 @@ import pytest
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.report.claim_groups import forgetting_clock, optimizer_family, read_sweep
-from initmem_core.report.findings import (
+from initmem_core.report.inference import POPULATION
+from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED, REPRODUCED
+from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
+from initmem_plugins.claims.paper import (
     CLAIMS,
     CLAIMS_BY_NAME,
     adaptive_optimizers_forget,
@@ -17,10 +21,6 @@ from initmem_core.report.findings import (
     longer_training_keeps_sgd_memory,
     sgd_remembers_more_than_adaptive,
 )
-from initmem_core.report.inference import POPULATION
-from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED, REPRODUCED
-from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
 from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)

@@ -8,15 +8,7 @@ import math
 
 import pytest
 
-from initmem_core.report.findings import (
-    CLAIMS,
-    deep_nets_fail_to_interpolate,
-    larger_batch_increases_spread,
-    larger_lr_makes_sgd_forget,
-    longer_training_keeps_sgd_memory,
-    rate_difference,
-    read_sweep,
-)
+from initmem_core.report.claims import rate_difference
 from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
     CONTRADICTED,
@@ -26,6 +18,14 @@ from initmem_core.report.verdicts import (
     REPRODUCED,
 )
 from initmem_core.tracking.records import CellRecord
+from initmem_plugins.claims.paper import (
+    CLAIMS,
+    deep_nets_fail_to_interpolate,
+    larger_batch_increases_spread,
+    larger_lr_makes_sgd_forget,
+    longer_training_keeps_sgd_memory,
+    read_sweep,
+)
 from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)
@@ -221,7 +221,7 @@ def horizon_cells(config: dict, accuracy: tuple[float, float], last_epoch: int) 
 def test_a_group_trained_to_a_clock_is_compared_by_the_epochs_the_clock_set(plain_epochs, compared):
     # paper-l2-horizon: L2 trained --until clock_l2=0.25 (capped at 200 epochs, reached at 74),
     # the plain group given 74 epochs: the same horizon, so they differ only in L2.
-    from initmem_core.report.findings import l2_shrinks_sgd_spread
+    from initmem_plugins.claims.paper import l2_shrinks_sgd_spread
 
     plain = horizon_cells({**SHORT, "epochs": plain_epochs}, (0.97, 0.91), plain_epochs)
     l2 = horizon_cells({**SHORT, "l2": 0.01, "until": "clock_l2=0.25", "epochs": 200}, (0.96, 0.95), 74)

@@ -8,14 +8,14 @@ import math
 import pytest
 
 from initmem_core.report.claim_groups import baseline_sgd
-from initmem_core.report.findings import (
+from initmem_core.report.verdicts import CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide
+from initmem_plugins.claims.paper import (
     evaluate_findings,
     norm_forgetting,
     norms_coupled_for_sgd_not_adaptive,
     read_sweep,
     spread_orders_by_clock_within_family,
 )
-from initmem_core.report.verdicts import CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide
 from tests.builders import clocks, record
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from initmem_core import hookspecs
-from initmem_core.kinds import KINDS
+from initmem_core.kinds import KINDS, PLUGIN_KINDS
 
 
 def hook_functions():
@@ -14,7 +14,7 @@ def hook_functions():
 
 def test_every_hook_is_prefixed_documented_and_has_an_example():
     hooks = hook_functions()
-    assert set(hooks) == {kind.hook for kind in KINDS}
+    assert set(hooks) == {kind.hook for kind in PLUGIN_KINDS}
     for name, fn in hooks.items():
         assert name.startswith("initmem_")
         doc = inspect.getdoc(fn) or ""

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
-from initmem_core.kinds import BY_NAME, KIND_NAMES
+from initmem_core.kinds import BY_NAME
+from initmem_core.plugin_system.scaffold import SCAFFOLD_KINDS
 from tests.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
@@ -24,6 +25,7 @@ GENERATED = {
     "regularizer": "l1",
     "metric": "weight-change",
     "dataset": "quadrants",
+    "claim": "adam-forgets",
 }
 
 
@@ -31,7 +33,7 @@ def new_plugin(*args: str):
     return runner.invoke(app, ["new-plugin", *args])
 
 
-@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("kind", SCAFFOLD_KINDS)
 def test_writes_a_complete_package_for_every_kind(kind, tmp_path):
     folder = tmp_path / "pkg"
     result = new_plugin(kind, "my-thing", "--dir", str(folder))

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from initmem_core.config import RunConfig
-from initmem_core.report import findings, inference, regime
+from initmem_core.report import inference, regime
 from initmem_core.tracking.export import read_export
+from initmem_plugins.claims import paper as findings
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "PREREGISTRATION.md"
 #: The first seed the pre-registration keeps for confirmatory runs.
 CONFIRMATORY_SEEDS_FROM = 1000
-PRESETS = ROOT / "initmem_core" / "sweep" / "presets"
+PRESETS = ROOT / "plugins" / "claims" / "presets"
 
 
 def table() -> dict[str, float]:
@@ -104,6 +105,7 @@ def test_every_confirmatory_export_ran_from_the_commit_that_froze_this_page():
         commit = export.parent_tags["mlflow.source.git.commit"]
         assert _git("merge-base", "--is-ancestor", commit, "HEAD") is not None, (path, commit)
         assert _git("show", f"{commit}:docs/PREREGISTRATION.md") == PAGE.read_text(), (path, commit)
-        preset = f"initmem_core/sweep/presets/{export.name}.toml"
-        assert _git("show", f"{commit}:{preset}") is not None, (path, preset)
+        # the preset it ran, where that commit kept presets (the core's folder before they became a plugin's)
+        kept = [f"{folder}/{export.name}.toml" for folder in ("initmem_core/sweep/presets", "plugins/claims/presets")]
+        assert any(_git("show", f"{commit}:{preset}") is not None for preset in kept), (path, kept)
         assert {record.config.seed for record in export.records} == confirmatory[export.name][0]

@@ -193,6 +193,10 @@ def test_every_preset_states_the_power_of_its_seeds(name):
 #: Presets whose power is not that of a spread on a test set (interpolation shares, forgetting half-lives),
 #: calibrated in their own sections of docs/STATISTICS.md rather than in numbered rows on the fitted noise.
 NOT_ON_THE_TEST_SET_NOISE = {"paper-clocks", "paper-depth", "paper-depth-mini"}
+#: The confirmatory presets, frozen with docs/PREREGISTRATION.md before the calibration moved to the
+#: fitted noise: their power line is the one they were pre-registered with (rows "power: larger rate" on
+#: per-example noise, 85.0%); changing it would be a new pre-registration. The fitted rows read higher.
+FROZEN_BEFORE_THE_FIT = {"confirm-mini-adam", "confirm-mini-batch", "confirm-mini-muon", "confirm-mini-rate"}
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -209,6 +213,9 @@ def test_a_presets_power_figure_is_the_calibration_row_it_cites_on_the_fitted_no
     cited = re.search(r"\brows? (\d+)", power)
     if name in NOT_ON_THE_TEST_SET_NOISE:
         assert cited is None, power
+        return
+    if name in FROZEN_BEFORE_THE_FIT:
+        assert "85.0%" in power and "power: larger rate" in power, power
         return
     assert cited, f"{name}: its power line names no calibration row: {power}"
     text = (Path(__file__).resolve().parents[1] / "docs" / "STATISTICS.md").read_text()

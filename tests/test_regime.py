@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from initmem_core.report.claim_groups import read_sweep
-from initmem_core.report.findings import (
+from initmem_core.report.regime import CLOCK_THRESHOLDS
+from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, REPRODUCED, UNDER_TRAINED
+from initmem_plugins.claims.paper import (
     adaptive_optimizers_forget,
     larger_batch_increases_spread,
     sgd_keeps_memory,
     sgd_remembers_more_than_adaptive,
 )
-from initmem_core.report.regime import CLOCK_THRESHOLDS
-from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, REPRODUCED, UNDER_TRAINED
 from tests.builders import clocks, record
 
 SIGMAS = (0.1, 1.0, 2.5)

@@ -10,10 +10,10 @@ import pytest
 
 from initmem_core.report.assessment import build_assessed_report, evaluated, not_evaluated, verdict_tags
 from initmem_core.report.description import description
-from initmem_core.report.findings import CLAIMS_BY_NAME
 from initmem_core.report.render import interval, to_json, to_markdown
 from initmem_core.report.verdicts import NOT_EVALUATED, REPRODUCED, VERDICTS
 from initmem_core.vocabulary import VERDICT_TAG_PREFIX, verdict_tag
+from initmem_plugins.claims.paper import CLAIMS_BY_NAME
 from tests.builders import clocks, record
 
 SIGMAS = (0.1, 2.5)

@@ -113,9 +113,9 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
     )
     assert "| spread pp |" in parent.data.tags["mlflow.note.content"]
     # the paper's claims on the parent: one verdict tag each (one seed: SGD against Adam cannot be decided)
-    from initmem_core.report.findings import CLAIMS_BY_NAME
     from initmem_core.report.verdicts import CANNOT_DECIDE
     from initmem_core.vocabulary import verdict_tag
+    from initmem_plugins.claims.paper import CLAIMS_BY_NAME
 
     assert all(verdict_tag(name) in parent.data.tags for name in CLAIMS_BY_NAME)
     assert parent.data.tags[verdict_tag("sgd_remembers_more_than_adaptive")] == CANNOT_DECIDE

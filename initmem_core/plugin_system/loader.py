@@ -1,12 +1,15 @@
 """Load plugins into a pluggy manager and collect what they register.
 
 Built-in plugins always load (from ``BUILTIN_PLUGINS``, so a source checkout works even when
-the installed entry-point metadata is stale). Third-party plugins load from the ``initmem``
+the installed entry-point metadata is stale), but for the paper's claims and presets
+(``OPTIONAL_BUILTINS``), which load from the source too but, like a third-party plugin, only when
+``INITMEM_LOAD_PLUGINS`` admits them. Third-party plugins load from the ``initmem``
 entry-point group, one at a time: a plugin that fails to import, has an invalid or misspelt
 hook, or raises while registering is skipped with a one-line warning, and everything else keeps
 working. So is a plugin whose declared ``INITMEM_API`` range excludes this initmem's
-``API_VERSION``. ``INITMEM_LOAD_PLUGINS`` allow-lists third-party plugins (unset: all; empty:
-none); ``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns every load failure into an error.
+``API_VERSION``. ``INITMEM_LOAD_PLUGINS`` allow-lists third-party plugins and the optional
+built-ins (unset: all; empty: none); ``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns
+every load failure into an error.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
+from initmem_core.contracts import ClaimInfo, OptimizerInfo, Register
 from initmem_core.errors import PluginLoadError, RunWarning
-from initmem_core.kinds import KINDS
+from initmem_core.kinds import PLUGIN_KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
 from initmem_core.plugin_system.registry import ComponentSpec, PluginFailure, Provider, Registry
 
@@ -40,6 +44,8 @@ BUILTIN_PLUGINS = {
     "metrics": "initmem_plugins.metrics",
     "datasets": "initmem_plugins.datasets",
 }
+#: Built-in plugins that ``INITMEM_LOAD_PLUGINS`` may leave out: the paper's claims and presets.
+OPTIONAL_BUILTINS = {"claims": "initmem_plugins.claims"}
 
 
 class PluginLoadWarning(UserWarning):
@@ -87,8 +93,8 @@ def third_party_entry_points() -> list[metadata.EntryPoint]:
     selected = []
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         package = entry_point.dist.name if entry_point.dist else "?"
-        if package == "initmem" and entry_point.name in BUILTIN_PLUGINS:
-            continue  # already loaded from BUILTIN_PLUGINS
+        if package == "initmem" and entry_point.name in {**BUILTIN_PLUGINS, **OPTIONAL_BUILTINS}:
+            continue  # loaded from BUILTIN_PLUGINS and OPTIONAL_BUILTINS
         if allowed is not None and not ({entry_point.name, package} & allowed):
             continue
         selected.append(entry_point)
@@ -127,7 +133,7 @@ class _Loader:
             ]
             if unknown:
                 raise pluggy.PluginValidationError(
-                    plugin, f"unknown hook {unknown[0]}; valid hooks: {', '.join(kind.hook for kind in KINDS)}"
+                    plugin, f"unknown hook {unknown[0]}; valid hooks: {', '.join(kind.hook for kind in PLUGIN_KINDS)}"
                 )
             self.pm.register(plugin, name=provider.plugin)
         except (PluginLoadError, KeyboardInterrupt):
@@ -137,31 +143,31 @@ class _Loader:
             return
         self.registry.plugins[provider.plugin] = provider
 
+    @staticmethod
+    def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
+        """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
+        what a kind declares beside its factory becomes its record (``contracts.OptimizerInfo``,
+        ``contracts.ClaimInfo``), an unknown keyword a ``TypeError`` (the plugin fails to load)."""
+        records = {"optimizer": OptimizerInfo, "claim": ClaimInfo}
+
+        def register(name: str, factory: Any, description: str = "", *, default: bool = False, **declared: Any) -> None:
+            info = {kind: records[kind](**declared)} if kind in records else {}
+            if declared and not info:
+                raise TypeError(f"register() of a {kind} takes no {', '.join(declared)}")
+            specs.append(ComponentSpec(kind, str(name), factory, str(description), provider, bool(default), **info))
+
+        return register
+
     def collect(self) -> Registry:
         self.pm.check_pending()  # every hook implemented must match a spec (checked above too)
-        for kind in KINDS:
+        for kind in PLUGIN_KINDS:
             # One implementation at a time: what each plugin registers is kept apart, so a plugin
             # that raises half-way registers nothing and takes no sibling down.
             for impl in getattr(self.pm.hook, kind.hook).get_hookimpls():
                 provider = self.registry.plugins[impl.plugin_name]
                 specs: list[ComponentSpec] = []
 
-                def register(
-                    name: str,
-                    factory: Any,
-                    description: str = "",
-                    *,
-                    default: bool = False,
-                    _kind=kind.name,
-                    _p=provider,
-                    _specs=specs,
-                    **declared: Any,
-                ):
-                    # declared: an optimizer's defaults and clock convention (see ComponentSpec)
-                    _specs.append(
-                        ComponentSpec(_kind, str(name), factory, str(description), _p, bool(default), **declared)
-                    )
-
+                register = self.register_for(kind.name, provider, specs)
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
                 except (PluginLoadError, KeyboardInterrupt):
@@ -192,6 +198,10 @@ def load_registry(
     version = initmem_version()
     for name, module_name in BUILTIN_PLUGINS.items():
         loader.add(Provider(name, "initmem", version), lambda m=module_name: importlib.import_module(m))
+    allowed = allowed_plugins()
+    for name, module_name in OPTIONAL_BUILTINS.items():
+        if allowed is None or name in allowed:
+            loader.add(Provider(name, "initmem", version), lambda m=module_name: importlib.import_module(m))
     if entry_points:
         for entry_point in third_party_entry_points():
             dist = entry_point.dist

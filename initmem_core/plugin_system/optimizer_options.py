@@ -126,7 +126,8 @@ def resolved_for(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, 
     """``config`` with ``lr`` = the optimizer's declared default when unset (0) and the
     ``--opt-arg``s checked, typed and spelled canonically (sorted ``key=value``, without those
     equal to the declared default). ``spec``: the optimizer's; ``defaults``: what it declares."""
-    if config.lr_match_sigma and spec.clock == "lr":  # a step normalised, or averaged: not SGD's (a family: when built)
+    # a step normalised, or averaged: not SGD's (a family: when built)
+    if config.lr_match_sigma and spec.optimizer.clock == "lr":
         raise not_sgd_family(config.opt, "normalises or averages its step")
     typed = typed_given(config, defaults)
     # A value equal to the declared default changes nothing, so it leaves the hash alone too.

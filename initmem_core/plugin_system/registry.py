@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from initmem_core.contracts import ClaimInfo, OptimizerInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
 FAMILY_SUFFIX = ":*"
@@ -37,13 +38,10 @@ class ComponentSpec:
     description: str
     provider: Provider
     default: bool = False  # built into every run (the built-in metrics), whatever the config names
-    #: Optimizers: the declared defaults, ``lr`` and every option ``--opt-arg`` may set, as a mapping
-    #: or an import string of ``f(variant) -> mapping`` (a family such as ``timm:*``: read lazily).
-    defaults: Mapping[str, Any] | str | None = None
-    #: Optimizers: how a step maps to the forgetting clocks (``initmem_core.training.clocks``);
-    #: empty means the default convention. A family (``timm:*``) may give an import string of
-    #: ``f(variant) -> convention`` instead, read lazily like its defaults.
-    clock: str = ""
+    #: Optimizers: their declared defaults and clock convention (``contracts.OptimizerInfo``).
+    optimizer: OptimizerInfo = OptimizerInfo()
+    #: Claims: what the claim declares beside its evaluator (``contracts.ClaimInfo``).
+    claim: ClaimInfo | None = None
 
     @property
     def is_family(self) -> bool:
@@ -57,20 +55,12 @@ class ComponentSpec:
         return getattr(importlib.import_module(module_name), attribute)
 
     def declared_defaults(self, variant: str | None = None) -> dict[str, Any]:
-        """The defaults the component declared (an import string is resolved here, not before)."""
-        if self.defaults is None:
-            return {}
-        if isinstance(self.defaults, str):
-            module_name, _, attribute = self.defaults.partition(":")
-            return dict(getattr(importlib.import_module(module_name), attribute)(variant))
-        return dict(self.defaults)
+        """The defaults an optimizer declared (``OptimizerInfo.declared_defaults``)."""
+        return self.optimizer.declared_defaults(variant)
 
     def declared_clock(self, variant: str | None = None) -> str:
-        """The clock convention the component declared ("" when none), an import string resolved here."""
-        if ":" not in self.clock:
-            return self.clock
-        module_name, _, attribute = self.clock.partition(":")
-        return str(getattr(importlib.import_module(module_name), attribute)(variant))
+        """The clock convention an optimizer declared ("" when none: ``OptimizerInfo.declared_clock``)."""
+        return self.optimizer.declared_clock(variant)
 
     def build(self, variant: str | None = None, **kwargs: Any) -> Any:
         """Call the factory with the keyword arguments of its kind's contract that it accepts

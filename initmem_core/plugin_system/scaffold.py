@@ -33,6 +33,7 @@ class KindTemplate:
     factory: str  # the callable in ``<package>/<kind>.py`` that the hook registers
     description: str  # shown by ``initmem plugins``
     extra_options: str = ""  # what ``initmem run`` needs besides the kind's flag to use it
+    try_it: str = ""  # the command that uses it, when it is not ``initmem run`` (a claim: a report)
 
 
 KIND_TEMPLATES = {
@@ -44,17 +45,29 @@ KIND_TEMPLATES = {
     "regularizer": KindTemplate("L1Penalty", "L1: lambda * sum |W|", " --l2 0.001"),
     "metric": KindTemplate("MeanAbsoluteChange", "Mean |W - W0| over all trainable parameters"),
     "dataset": KindTemplate("load_quadrants", "Generated 1x8x8 images, 4 classes: the class is the bright quadrant"),
+    "claim": KindTemplate(
+        "evaluate", "Low-rate SGD remembers sigma more than each adaptive optimizer", try_it="initmem report SWEEP"
+    ),
 }
+#: The kinds ``initmem new-plugin`` writes a package for (a preset is a file, not a package).
+SCAFFOLD_KINDS = tuple(KIND_TEMPLATES)
 
 
 #: Kinds whose ``plugin.py`` registers more than a name and a factory (an optimizer declares its
 #: default rate and its clock convention): ``templates/<kind>/plugin.py.tmpl``.
-OWN_PLUGIN_MODULE = ("optimizer",)
+OWN_PLUGIN_MODULE = ("optimizer", "claim")
+#: Kinds with their own README (``templates/<kind>/README.md.tmpl``): not used through ``initmem run``.
+OWN_README = ("claim",)
 
 
 def run_options(kind: str, name: str) -> str:
     """How ``initmem run`` selects the new component, e.g. ``--reg l1 --l2 0.001``."""
     return f"{BY_NAME[kind].flag} {name}{KIND_TEMPLATES[kind].extra_options}"
+
+
+def try_it(kind: str, name: str) -> str:
+    """The command that uses the new component: ``initmem run ... --epochs 1``, or a report for a claim."""
+    return KIND_TEMPLATES[kind].try_it or f"initmem run {run_options(kind, name)} --epochs 1"
 
 
 @dataclass(frozen=True)
@@ -73,7 +86,10 @@ class PluginNames:
 
 
 def check_kind(kind: str) -> str:
-    return kind_named(kind).name
+    name = kind_named(kind).name
+    if name not in KIND_TEMPLATES:
+        raise ConfigError(f"new-plugin writes no {name} package; kinds it writes: {', '.join(SCAFFOLD_KINDS)}")
+    return name
 
 
 def check_name(kind: str, name: str, registry: Registry) -> PluginNames:
@@ -102,6 +118,7 @@ def template_values(kind: str, names: PluginNames) -> dict[str, str]:
         "factory": template.factory,
         "description": template.description,
         "usage": run_options(kind, names.name),
+        "try_it": try_it(kind, names.name),
         "metric_key": names.name.replace("-", "_"),
         "api_range": f">={API_VERSION},<{major + 1}",
     }
@@ -112,7 +129,7 @@ def planned_files(kind: str, names: PluginNames) -> dict[str, str]:
     source = f"src/{names.package}"
     return {
         "pyproject.toml": "common/pyproject.toml.tmpl",
-        "README.md": "common/README.md.tmpl",
+        "README.md": f"{kind}/README.md.tmpl" if kind in OWN_README else "common/README.md.tmpl",
         f"{source}/__init__.py": "common/__init__.py.tmpl",
         f"{source}/plugin.py": f"{kind}/plugin.py.tmpl" if kind in OWN_PLUGIN_MODULE else "common/plugin.py.tmpl",
         f"{source}/{kind}.py": f"{kind}/component.py.tmpl",

@@ -1,25 +1,27 @@
-"""The report with the paper's claims evaluated on it: what ``initmem report`` and a sweep's parent
-run show. One reading of the records: ``read_sweep`` builds the report, the claims read the same
-groups (``report/findings.py``), and the report carries their findings (``Report.findings``);
-``report/render_findings.py`` writes them out, ``report/verdict_plot.py`` draws them.
+"""The report with every registered claim evaluated on it: what ``initmem report`` and a sweep's
+parent run show. One reading of the records: ``read_sweep`` builds the report, the claims read the
+same groups (``report/claims.py``), and the report carries their findings (``Report.findings``);
+``report/render.py`` writes them out, ``report/verdict_plot.py`` draws them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from initmem_core.plugin_system.registry import Registry
 from initmem_core.report.claim_groups import read_sweep
-from initmem_core.report.findings import evaluate_sweep
+from initmem_core.report.claims import evaluate_claims
 from initmem_core.report.memory import Report
 from initmem_core.report.verdicts import NOT_EVALUATED, Finding
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import verdict_tag
 
 
-def build_assessed_report(records: Iterable[CellRecord]) -> Report:
-    """``memory.build_report`` of ``records`` with every claim of ``findings.CLAIMS`` evaluated on it."""
+def build_assessed_report(records: Iterable[CellRecord], registry: Registry | None = None) -> Report:
+    """``memory.build_report`` of ``records`` with every claim registered (in ``registry``, default
+    the process's) evaluated on it."""
     sweep = read_sweep(records)
-    sweep.report.findings = evaluate_sweep(sweep)
+    sweep.report.findings = evaluate_claims(sweep, registry)
     return sweep.report
 
 

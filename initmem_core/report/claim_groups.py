@@ -6,7 +6,7 @@ the strata that keep every comparison like with like.
 only groups that agree on every other setting that tells groups apart: the architecture, the
 dataset and its size, the horizon, the schedule, the initializer, everything but sigma, seed and
 the axis. Those sets of groups are the claim's *strata*; a sweep over three depths has three, and
-the claim is evaluated in each (``findings.per_stratum``).
+the claim is evaluated in each (``claims.per_stratum``).
 
 **Families from the plugins.** Whether an optimizer is SGD-like or adaptive, and so which clock it
 forgets by, comes from the clock convention its plugin declares (``training.clocks``): the one each
@@ -17,7 +17,7 @@ plugin declares. A third-party optimizer is classed by its own declaration, neve
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from initmem_core.config import FIELDS, RunConfig
@@ -67,14 +67,6 @@ def mechanism_clock(config: RunConfig, family: str) -> str:
     if family == ADAPTIVE_FAMILY:
         return CLOCK_ADAPT
     return CLOCK_L2 if config.l2 + config.weight_decay > 0 else CLOCK_SGD
-
-
-#: What a group's mechanism clock decides, by clock (the dry run's forecast says it beside the clock).
-CLOCK_CLAIMS = {
-    CLOCK_ADAPT: "adaptive forgetting, SGD vs adaptive, norm convergence",
-    CLOCK_L2: "the L2 claims",
-    CLOCK_SGD: "rate and batch (as the larger rate or the smaller batch); low-rate SGD is short by design",
-}
 
 
 @dataclass(frozen=True)
@@ -185,6 +177,8 @@ class Sweep:
     groups: list[Group]
     #: every group's cells, trained or not, by group key (the depth claim counts runs that never trained)
     cells: dict[str, list[CellRecord]] = field(default_factory=dict)
+    #: the clock thresholds of the claim reading it (``claims.thresholds_of``): what ``regime.assess`` checks
+    thresholds: Mapping[str, float] = field(default_factory=lambda: CLOCK_THRESHOLDS)
 
     def strata(self, axis: Iterable[str]) -> list[tuple[str, list[Group]]]:
         """The groups in sets that agree on every setting but ``axis`` (and sigma and seed), each

@@ -2,7 +2,7 @@
 
 The paper reads memory as a spread among selected predictors that *fit* their training set, at a
 horizon where the mechanism that would make them forget has had time to act. Two checks follow,
-applied to the groups a claim compares (``findings.per_stratum``) before its verdict stands:
+applied to the groups a claim compares (``claims.per_stratum``) before its verdict stands:
 
 - **Fit.** A group with a run whose selected predictor did not fit (``CellRecord.fit``; a run that
   diverged did not fit either) cannot be read as remembering or forgetting: the claim's verdict is
@@ -22,7 +22,7 @@ applied to the groups a claim compares (``findings.per_stratum``) before its ver
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -105,8 +105,9 @@ def _last_epoch(cell: CellRecord) -> float:
     return max((epoch for history in cell.histories.values() for epoch, _ in history), default=math.inf)
 
 
-def assess(check: Check) -> Regime:
-    """Where ``check``'s groups stand: which did not fit, and why the horizon is short, if it is."""
+def assess(check: Check, thresholds: Mapping[str, float] = CLOCK_THRESHOLDS) -> Regime:
+    """Where ``check``'s groups stand: which did not fit, and why the horizon is short, if it is
+    (a clock short of its value in ``thresholds``: a claim's own, ``claims.thresholds_of``)."""
     regime = Regime()
     for group in check.compared:
         fit, total = fit_counts(group.cells)
@@ -118,7 +119,7 @@ def assess(check: Check) -> Regime:
         if trained and last > EDGE_SHARE * trained:
             regime.short.append(f"{group.label()} selected at its last epoch in {last} of {trained} runs")
     for group, clock in check.clocked:
-        reached, needed = getattr(group.summary, clock), CLOCK_THRESHOLDS[clock]
+        reached, needed = getattr(group.summary, clock), thresholds[clock]
         if not reached >= needed:
             regime.short.append(f"{group.label()} {CLOCK_SYMBOLS[clock]} {reached:.3g} < {needed:g}")
     return regime

@@ -281,10 +281,11 @@ def to_json(report: Report) -> str:
     return json.dumps(clean(data), indent=2)
 
 
-# -- the paper's claims (report/findings.py, report/assessment.py) --------------------------
+# -- the claims (report/claims.py, report/assessment.py) ------------------------------------
 
 CLAIMS_EXPLAINED = (
-    "Each claim of the paper (`initmem_core/report/findings.py`) that this sweep's groups let it evaluate, "
+    "Each registered claim (the paper's: the plugin `claims`, `plugins/claims/`) that this sweep's groups let it "
+    "evaluate, "
     "comparing only groups that differ in nothing but the claim's own axis (a stratum each, when the sweep varies "
     "more). Every number a claim decides on is claimed above zero; the key is the one whose 95% interval is least "
     "clear of zero. Reproduced: every interval above zero; contradicted: one below zero at the Bonferroni level; "

@@ -1,8 +1,9 @@
 """How a claim's numbers become its verdict, and the record of one finding.
 
-Every claim of ``report/findings.py`` is written as quantities *claimed above zero*: a difference
-of debiased spreads (SGD − Adam), a margin less a spread (0.25 × SGD's spread − Adam's: Adam
-keeps at most a quarter of SGD's memory), a share less a threshold. The rule is one for all:
+Every claim (``report/claims.py``: the paper's and any plugin's) is written as quantities
+*claimed above zero*: a difference of debiased spreads (SGD − Adam), a margin less a spread
+(0.25 × SGD's spread − Adam's: Adam keeps at most a quarter of SGD's memory), a share less a
+threshold. The rule is one for all:
 
 - *reproduced* when the 95% interval of every quantity excludes zero above it (an
   intersection-union test: its false-positive rate is at most one quantity's 2.5%);
@@ -207,7 +208,7 @@ def verdict_of(quantities: list[Quantity]) -> str:
 
 @dataclass
 class Finding:
-    """One claim's outcome on a sweep. ``name``: the claim function's name (what the JSON key, the
+    """One claim's outcome on a sweep. ``name``: the claim's registered name (what the JSON key, the
     parent run's tag and the figure use); ``quantities``: every number the verdict was decided on,
     from every stratum; ``margin``: the margin the claim was fixed with, in words, if it has one;
     ``parts``: the claim within each stratum (groups that differ in nothing but the claim's axis),

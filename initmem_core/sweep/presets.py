@@ -1,4 +1,5 @@
-"""The paper as presets: sweep files shipped with initmem (``initmem_core/presets/*.toml``).
+"""Presets: sweep files a plugin provides (``hookspecs.initmem_register_presets``); the paper's are
+the plugin ``claims``' package data (``initmem_plugins/claims/presets/*.toml``).
 
 Each preset is a plain sweep file with a comment on why each value was chosen, so
 ``initmem presets show NAME > sweep.toml`` gives a user a copy to edit and run with ``--config``.
@@ -6,33 +7,45 @@ Each preset is a plain sweep file with a comment on why each value was chosen, s
 
 from __future__ import annotations
 
-from importlib import resources
+from collections.abc import Callable
+from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Any
 
 from initmem_core.errors import ConfigError, ordered_by_similarity
-from initmem_core.sweep.grid import spec_from_toml
+from initmem_core.plugin_system.loader import get_registry
 
-_FOLDER = resources.files(__package__) / "presets"
+#: The kind presets register as (``kinds.REPORT_KINDS``).
+PRESET = "preset"
+
+
+def register_folder(register: Callable[..., Any], folder: Traversable) -> None:
+    """Register every ``*.toml`` in ``folder`` (a package's data: ``importlib.resources.files(...)``)
+    as a preset named by its file, described by its opening comment."""
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            name = entry.name[: -len(".toml")]
+            register(name, str(entry), opening_comment(name, entry.read_text()))
 
 
 def preset_names() -> list[str]:
-    return sorted(entry.name[: -len(".toml")] for entry in _FOLDER.iterdir() if entry.name.endswith(".toml"))
+    return get_registry().names(PRESET)
 
 
 def preset_text(name: str) -> str:
     """The preset's sweep file, comments included."""
-    if name not in preset_names():
-        raise ConfigError(
-            f"unknown preset '{name}'; valid presets: {', '.join(ordered_by_similarity(name, preset_names()))}"
-        )
-    return (_FOLDER / f"{name}.toml").read_text()
+    names = preset_names()
+    if name not in names:
+        valid = ", ".join(ordered_by_similarity(name, names)) if names else "none (the plugin 'claims' has the paper's)"
+        raise ConfigError(f"unknown preset '{name}'; valid presets: {valid}")
+    return Path(str(get_registry().lookup(PRESET, name)[0].factory)).read_text()
 
 
-def preset_description(name: str) -> str:
-    """The file's opening comment up to the end of the sentence its first line begins (a sentence
+def opening_comment(name: str, text: str) -> str:
+    """A sweep file's opening comment up to the end of the sentence its first line begins (a sentence
     may run onto the next lines), without the ``# name:`` prefix."""
     lines = []
-    for line in preset_text(name).splitlines():
+    for line in text.splitlines():
         if not line.startswith("#"):
             break
         lines.append(line.lstrip("# ").strip())
@@ -40,6 +53,12 @@ def preset_description(name: str) -> str:
             break
     text = " ".join(lines)
     return text.split(":", 1)[1].strip() if text.startswith(f"{name}:") else text
+
+
+def preset_description(name: str) -> str:
+    """What the preset is for: its registered description, else its file's opening comment."""
+    text = preset_text(name)
+    return get_registry().lookup(PRESET, name)[0].description or opening_comment(name, text)
 
 
 #: The comment line that opens a preset's statement of power: what its seeds give the claim it serves.
@@ -67,6 +86,7 @@ def preset_power(name: str) -> str:
 
 def preset_spec(name: str):
     """The preset as a ``SweepSpec``, parsed exactly as ``--config`` would parse the file."""
-    with resources.as_file(_FOLDER / f"{name}.toml") as path:
-        preset_text(name)  # a clear error for an unknown name
-        return spec_from_toml(Path(path))
+    from initmem_core.sweep.grid import spec_from_toml  # lazy: the plugin registering presets imports this module
+
+    preset_text(name)  # a clear error for an unknown name
+    return spec_from_toml(Path(str(get_registry().lookup(PRESET, name)[0].factory)))

@@ -44,6 +44,9 @@ _LAZY = {
     )
 }
 
+#: The claim's calibration on synthetic sweeps (numpy and scipy), imported on first use.
+_LAZY.update({name: "initmem_core.testing.calibration" for name in ("calibrate_claim", "ClaimCalibration")})
+
 __all__ = ["initmem_registry", "registered_plugins", *_LAZY]
 
 

@@ -83,9 +83,10 @@ def quiet_run_links() -> None:
 
 
 def config_params(config: RunConfig) -> dict[str, Any]:
-    """The config exactly as ``run`` logs it. Logged when the child is created, so even a cell
-    that fails before ``run`` logs anything (or is still running) carries its config."""
-    # List fields as ``run`` logs them, comma-joined (MLflow refuses a param logged twice unequal).
+    """The config as every run logs it (``training.runner.run_params`` starts from it). Logged when a
+    sweep's child is created too, so even a cell that fails before ``run`` logs anything (or is
+    still running) carries its config."""
+    # List fields comma-joined (read back by config.coerce, which splits --opt-arg before key=).
     values = {key: ",".join(value) if isinstance(value, list) else value for key, value in config.to_dict().items()}
     return {**values, CONFIG_HASH_TAG: config.config_hash()}
 

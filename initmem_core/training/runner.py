@@ -31,7 +31,7 @@ from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, Diverged, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, config_params
 from initmem_core.tracking.locks import lock_holder
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.system_metrics import require_psutil
@@ -92,17 +92,15 @@ def _version(package: str) -> str:
 
 
 def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
-    """Every config value as is, plus what the run resolved and which packages provided it."""
-    params: dict[str, Any] = config.to_dict()
-    params["metrics"] = ",".join(config.metrics)
-    params["opt_arg"] = ",".join(config.opt_arg)  # read back by config.coerce (splits before key=)
+    """The config as a sweep's cell logs it (``tracking.cells.config_params``: one decision, so the
+    two agree), plus what the run resolved and which packages provided it."""
+    params: dict[str, Any] = config_params(config)
     for item in config.opt_arg:
         key, _, value = item.partition("=")
         params[f"opt_arg.{key}"] = value
     params["clock_convention"] = f"{setup.rule.convention}: {CONVENTIONS[setup.rule.convention]}"
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
-    params[CONFIG_HASH_TAG] = config.config_hash()
     if config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
         params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)

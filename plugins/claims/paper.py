@@ -1,13 +1,8 @@
-"""The paper's findings as checks on a sweep's results: each claim is one function of a ``Sweep``
-(``report/claim_groups.py``) returning a ``Finding`` (``report/verdicts.py``) with its numbers, the
-quantities it decided on and its verdict.
-
-Every claim compares like with like: only groups that differ in nothing but the claim's own axis
-(``claim_groups``: its strata). A sweep that varies more (three architectures, two datasets) is
-evaluated in each stratum, each stratum's verdict and numbers are kept (``Finding.parts``), and the
-claim's verdict is the rule of ``report/verdicts.py`` over the quantities of every stratum together:
-reproduced only when it is reproduced in each stratum that can evaluate it, contradicted when any
-quantity of any stratum is below zero at the Bonferroni level over all of them.
+"""The paper's claims (docs/PAPER.md, docs/PREREGISTRATION.md), each one function of the sweep view
+(``initmem_core.report.claim_groups.Sweep``) returning a ``Finding`` with its numbers, the quantities
+it decided on and its verdict; ``initmem_plugins.claims`` registers them (``CLAIMS``: name, statement
+and what each declares). They are written with the core's helpers (``initmem_core.report.claims``:
+the strata, the verdict rule, the regime checks), as any claim plugin is.
 
 Comparisons of spreads use the *debiased* (cross-fitted) spread with its 95% interval for the
 population of test examples (``report/inference.py``); a derived table (a share of a spread, a
@@ -27,14 +22,10 @@ interpolation comparisons use intervals over seeds, the only thing that varies t
 - ``COUPLED_AT_MOST`` / ``CONVERGED_AT_LEAST``: of the initial log norm ratio across sigma, SGD's
   final norms have forgotten at most a quarter (coupled) and each adaptive optimizer's at least
   three quarters (converged to a common scale); one verdict line per optimizer.
-
-A claim whose groups are missing is *not evaluated*, never reproduced, and says which groups it
-would need (``Finding.needs``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import statistics
@@ -54,21 +45,26 @@ from initmem_core.report.claim_groups import (
     read_sweep,
     settings,
 )
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, measured_sigmas, spread_difference
+from initmem_core.report.claims import (
+    Evaluated,
+    difference,
+    family_ends,
+    per_stratum,
+    quantity_text,
+    scaled,
+    share_difference,
+    texts,
+)
+from initmem_core.report.inference import LEVEL, MIN_SEEDS
 from initmem_core.report.memory import percentile_interval
 from initmem_core.report.regime import Check, assess
-from initmem_core.report.render import interval
 from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
-    HORIZON_SHORT,
     NOT_EVALUATED,
     NOT_RESOLVED,
-    OUT_OF_REGIME,
     SEEDS_ONLY,
-    UNDER_TRAINED,
     Finding,
     Quantity,
-    from_difference,
     from_seeds,
     from_spread,
     negated,
@@ -85,108 +81,24 @@ from initmem_core.vocabulary import (
     FINISHED,
     SGD_FAMILY,
 )
+from initmem_plugins.claims.declared import (
+    CONVERGED_AT_LEAST,
+    COUPLED_AT_MOST,
+    DECLARED,
+    FORGETS_MARGIN,
+    FORGOTTEN_SHARE,
+    KEPT_AT_LEAST,
+    KEPT_HALF,
+    L2_AXIS,
+    LARGER_LR,
+    LONGER,
+    STATEMENTS,
+)
 
-__all__ = ["CLAIMS", "evaluate_findings", "read_sweep"]
-
-#: The margins (module docstring): fixed before any run.
-FORGOTTEN_SHARE = 0.25
-KEPT_AT_LEAST = 0.75
-COUPLED_AT_MOST, CONVERGED_AT_LEAST = 0.25, 0.75
-#: The earlier non-inferiority of longer training, kept as a note beside the claim.
-KEPT_HALF = 0.5
-#: Training longer: the longer horizon at least this many times the shorter (in T_SGD, same rate and batch).
-LONGER = 5.0
-#: A larger learning rate: at least this many times the smaller one, at the same batch and horizon.
-LARGER_LR = 3.0
 #: Draws of the groups' debiased spreads behind a rank correlation's interval, and their fixed seed.
 CLOCK_DRAWS, CLOCK_DRAWS_SEED = 2000, 0
 #: The CIFAR ResNets by depth (He et al. 2016): the depth claim compares the shallowest with the deeper.
 CIFAR_DEPTH = re.compile(r"resnet(20|32|44|56|110)$")
-
-#: What a stratum's evaluation gives: its measured text, the quantities it decides on, its notes,
-#: and what it compared (the groups whose runs must fit, those whose clock must have run: regime.py).
-Evaluated = tuple[str, list[Quantity], list[Quantity], Check]
-
-
-def scaled(accuracy: Matrix, factor: float) -> Matrix:
-    """``accuracy`` times ``factor``, keeping the per-example records (``AccuracyTable.scaled``)."""
-    if isinstance(accuracy, AccuracyTable):
-        return accuracy.scaled(factor)
-    return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
-
-
-def difference(label: str, a: Matrix, b: Matrix) -> Quantity:
-    """The debiased spread of ``a`` minus that of ``b`` over the sigmas both measured. Fewer than two
-    shared sigmas because sigmas were left out for too few trained runs (a one-seed sweep) is too few
-    seeds, not groups that measured different sigmas."""
-    found = from_difference(label, spread_difference(a, b))
-    if not found.decided and (measured_sigmas(a)[1] or measured_sigmas(b)[1]):
-        found = dataclasses.replace(found, too_few_seeds=True)
-    return found
-
-
-def quantity_text(q: Quantity, spec: str = "+.2f") -> str:
-    unit = f" {q.unit}" if q.unit else ""
-    value = "–" if math.isnan(q.estimate) else format(q.estimate, spec)
-    shown = interval(q.lo, q.hi, spec) if q.decided else f"(no interval: {q.reason})"
-    return f"{q.label}: {value}{unit} {shown}"
-
-
-def per_stratum(
-    sweep: Sweep,
-    name: str,
-    claim: str,
-    axis: Iterable[str],
-    evaluate: Callable[[list[Group]], Evaluated | None],
-    needs: str,
-    margin: str = "",
-) -> Finding:
-    """``claim`` evaluated in every stratum of ``sweep`` along ``axis`` that has its groups, and
-    decided over all their quantities together (module docstring)."""
-    parts = []
-    for stratum, groups in sweep.strata(axis):
-        found = evaluate(groups)
-        if found is None:
-            continue
-        measured, quantities, notes, check = found
-        verdict, regime = regime_verdict(quantities, assess(check))
-        parts.append(Finding(claim, measured, verdict, name, quantities, margin, [], stratum, "", notes, regime))
-    if not parts:
-        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, margin=margin, needs=needs)
-    if len(parts) == 1:
-        return parts[0]
-    # what the verdict was decided on: the strata inside the regime (all of them when none is)
-    inside = [part for part in parts if part.verdict not in OUT_OF_REGIME] or parts
-    quantities = [q for part in inside for q in part.quantities]
-    notes = [q for part in parts for q in part.notes]
-    measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
-    return Finding(
-        claim,
-        measured,
-        across_strata(parts),
-        name,
-        quantities,
-        margin,
-        parts,
-        "",
-        "",
-        notes,
-        [f"[{part.stratum}] {part.verdict_text}" for part in parts if part.regime],
-    )
-
-
-def across_strata(parts: list[Finding]) -> str:
-    """A claim's verdict from its strata: the rule over the quantities of every stratum inside the
-    regime together; with none inside it, under-trained if any stratum is, else horizon short."""
-    inside = [part for part in parts if part.verdict not in OUT_OF_REGIME]
-    if inside:
-        return verdict_of([q for part in inside for q in part.quantities])
-    return UNDER_TRAINED if any(part.verdict == UNDER_TRAINED for part in parts) else HORIZON_SHORT
-
-
-def _texts(quantities: list[Quantity], verdicts: bool = False) -> str:
-    return "; ".join(quantity_text(q) + (f" ({q.verdict})" if verdicts else "") for q in quantities)
-
 
 # -- the optimizers ---------------------------------------------------------------------------
 
@@ -222,12 +134,12 @@ def sgd_keeps_memory(sweep: Sweep) -> Finding:
         if base is None:
             return None
         quantities = [from_spread(f"{base.label()} debiased spread", sweep.report.estimates[base.summary.group])]
-        return f"{base.spread_text()} | {_texts(quantities)}", quantities, [], Check.of([base])
+        return f"{base.spread_text()} | {texts(quantities)}", quantities, [], Check.of([base])
 
     return per_stratum(
         sweep,
         "sgd_keeps_memory",
-        "Low-rate SGD remembers sigma: its debiased spread is above zero, every run fitting its training set",
+        STATEMENTS["sgd_keeps_memory"],
         OPTIMIZER_AXIS,
         evaluate,
         "a plain low-rate SGD group over two or more sigmas",
@@ -243,12 +155,12 @@ def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
         momentum = _momentum(groups)
         notes = [difference(f"momentum: {base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in momentum]
         shown = "; ".join(g.spread_text() for g in [base, *adaptive, *momentum])
-        return f"{shown} | debiased {_texts(quantities + notes)}", quantities, notes, _adaptive_check(base, adaptive)
+        return f"{shown} | debiased {texts(quantities + notes)}", quantities, notes, _adaptive_check(base, adaptive)
 
     return per_stratum(
         sweep,
         "sgd_remembers_more_than_adaptive",
-        "SGD's spread is larger than each adaptive optimizer's",
+        STATEMENTS["sgd_remembers_more_than_adaptive"],
         OPTIMIZER_AXIS,
         evaluate,
         ADAPTIVE_NEEDS,
@@ -262,12 +174,6 @@ def _forgets(base: Group, other: Group, what: str) -> Quantity:
     )
 
 
-FORGETS_MARGIN = (
-    f"forgets: debiased spread below {FORGOTTEN_SHARE:.0%} of low-rate SGD's in the same stratum "
-    "(one-sided equivalence at 2.5%)"
-)
-
-
 def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
     def evaluate(groups: list[Group]) -> Evaluated | None:
         base, adaptive = baseline_sgd(groups), _adaptive(groups)
@@ -277,14 +183,14 @@ def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
         momentum = _momentum(groups)
         notes = [_forgets(base, g, f"momentum: {g.label()}") for g in momentum]
         shown = "; ".join(g.spread_text() for g in [base, *adaptive, *momentum])
-        measured = f"{shown} | {_texts(quantities, verdicts=len(quantities) > 1)}"
-        measured += f" | notes: {_texts(notes)}" if notes else ""
+        measured = f"{shown} | {texts(quantities, verdicts=len(quantities) > 1)}"
+        measured += f" | notes: {texts(notes)}" if notes else ""
         return measured, quantities, notes, _adaptive_check(base, adaptive)
 
     return per_stratum(
         sweep,
         "adaptive_optimizers_forget",
-        f"Adaptive optimizers forget: each one's debiased spread is below {FORGOTTEN_SHARE:.0%} of low-rate SGD's",
+        STATEMENTS["adaptive_optimizers_forget"],
         OPTIMIZER_AXIS,
         evaluate,
         ADAPTIVE_NEEDS,
@@ -294,7 +200,6 @@ def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
 
 # -- explicit L2 ------------------------------------------------------------------------------
 
-L2_AXIS = ("l2", "reg", "weight_decay")
 L2_NEEDS = "a plain low-rate SGD group and the same with L2 (--l2 or --weight-decay above 0), nothing else different"
 
 
@@ -320,9 +225,9 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
         notes = [difference(f"dose-response: {base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in l2[:-1]]
         shown = "; ".join(g.spread_text() for g in [base, *l2])
         check = Check.of([base, strongest], [(strongest, CLOCK_L2)])
-        return f"{shown} | debiased {_texts(quantities + notes)}", quantities, notes, check
+        return f"{shown} | debiased {texts(quantities + notes)}", quantities, notes, check
 
-    return per_stratum(sweep, "l2_shrinks_sgd_spread", "L2 shrinks SGD's spread", L2_AXIS, evaluate, L2_NEEDS)
+    return per_stratum(sweep, "l2_shrinks_sgd_spread", STATEMENTS["l2_shrinks_sgd_spread"], L2_AXIS, evaluate, L2_NEEDS)
 
 
 def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
@@ -340,12 +245,12 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
         ]  # each weaker coefficient against the same margin
         shown = "; ".join(g.spread_text() for g in [base, *l2])
         check = Check.of([base, strongest], [(strongest, CLOCK_L2)])
-        return f"{shown} | {_texts(quantities + notes)}", quantities, notes, check
+        return f"{shown} | {texts(quantities + notes)}", quantities, notes, check
 
     return per_stratum(
         sweep,
         "l2_brings_spread_near_zero",
-        f"The strongest L2 brings SGD's spread near zero: below {FORGOTTEN_SHARE:.0%} of plain SGD's",
+        STATEMENTS["l2_brings_spread_near_zero"],
         L2_AXIS,
         evaluate,
         L2_NEEDS,
@@ -368,12 +273,12 @@ def larger_batch_increases_spread(sweep: Sweep) -> Finding:
         shown = "; ".join(g.spread_text() for g in same)
         # the smaller batch is the one whose noise should have made it forget: its T_SGD must have run
         check = Check.of([large, small], [(small, CLOCK_SGD)])
-        return f"{shown} | debiased {_texts(quantities)}", quantities, [], check
+        return f"{shown} | debiased {texts(quantities)}", quantities, [], check
 
     return per_stratum(
         sweep,
         "larger_batch_increases_spread",
-        "A larger batch increases SGD's spread",
+        STATEMENTS["larger_batch_increases_spread"],
         ("batch_size",),
         evaluate,
         "two plain low-rate SGD groups that differ only in batch size",
@@ -427,19 +332,18 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
         )
         measured = (
             "share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled, "
-            f"1 = converged: {shown} | {_texts(quantities, verdicts=True)}"
+            f"1 = converged: {shown} | {texts(quantities, verdicts=True)}"
         )
         return measured, quantities, notes, _adaptive_check(base, adaptive)
 
     return per_stratum(
         sweep,
         "norms_coupled_for_sgd_not_adaptive",
-        f"SGD's final ||W||_F stays coupled to sigma (at most {COUPLED_AT_MOST:.0%} of the initial log ratio "
-        f"forgotten); each adaptive optimizer's converges (at least {CONVERGED_AT_LEAST:.0%})",
+        STATEMENTS["norms_coupled_for_sgd_not_adaptive"],
         OPTIMIZER_AXIS,
         evaluate,
         ADAPTIVE_NEEDS,
-        f"coupled: at most {COUPLED_AT_MOST:.0%}; converged: at least {CONVERGED_AT_LEAST:.0%} (t over seeds)",
+        DECLARED["norms_coupled_for_sgd_not_adaptive"].margin,
     )
 
 
@@ -495,7 +399,7 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
     with the larger clock has the smaller debiased spread: Spearman's rho below zero in every family.
     Comparing across families would restate the optimizer claims (T_adapt = Σ η is far above
     T_SGD = Σ η²/b whenever η ≪ b: docs/STATISTICS.md); within one it is not given by the definitions."""
-    claim = "Within one optimizer family, the larger the family's clock, the smaller the debiased spread"
+    claim = STATEMENTS["spread_orders_by_clock_within_family"]
     every = clock_families(sweep)
     families = {key: groups for key, groups in every.items() if len(groups) >= 3}
     if not families:
@@ -522,10 +426,10 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
         if len(groups) < 3
     ]
     measured = (
-        f"Spearman's rho (ties averaged) of clock and debiased spread within each family, negated: {_texts(quantities)}"
+        f"Spearman's rho (ties averaged) of clock and debiased spread within each family, negated: {texts(quantities)}"
         + "".join(f"; {text}" for text in left_out)
     )
-    verdict, regime = regime_verdict(quantities, assess(check))
+    verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
     return Finding(claim, measured, verdict, "spread_orders_by_clock_within_family", quantities, regime=regime)
 
 
@@ -562,10 +466,7 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     least ``MIN_SEEDS`` seeds). A family whose memory never halves says nothing either way and is
     named as left out; with none left the claim is not resolved."""
     name = "forgetting_follows_the_clocks"
-    claim = (
-        "Forgetting follows the clocks, not the epochs: radial half-lives agree better in the mechanism's "
-        "clock than in epochs"
-    )
+    claim = STATEMENTS["forgetting_follows_the_clocks"]
     families = clock_families(sweep)
     needs = "two groups of one family that differ in lr, batch size or lambda, with per-epoch histories"
     if not families:
@@ -605,31 +506,15 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     if too_few:
         verdict = CANNOT_DECIDE
     elif quantities:
-        verdict, regime = regime_verdict(quantities, assess(check))
+        verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
     else:
         verdict = NOT_RESOLVED
     if notes:
-        parts.append(f"against the other clocks (notes): {_texts(notes)}")
+        parts.append(f"against the other clocks (notes): {texts(notes)}")
     return Finding(claim, "; ".join(parts), verdict, name, quantities, needs=needs, notes=notes, regime=regime)
 
 
 # -- horizon and rate -------------------------------------------------------------------------
-
-
-def _family_ends(
-    groups: list[Group], free: tuple[str, ...], key: Callable[[Group], float], ratio: float
-) -> list[tuple[Group, Group]]:
-    """Within each family of ``groups`` that differ only in ``free``: its (smallest, largest)
-    by ``key``, where the largest is at least ``ratio`` times the smallest."""
-    families: dict[tuple, list[Group]] = {}
-    for group in groups:
-        families.setdefault(settings(group.compared, free), []).append(group)
-    ends = []
-    for members in families.values():
-        low, high = min(members, key=key), max(members, key=key)
-        if low is not high and key(low) > 0 and key(high) >= ratio * key(low) * (1 - 1e-9):
-            ends.append((low, high))
-    return ends
 
 
 def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
@@ -639,11 +524,8 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
     (long − 0.75 × short > 0, a non-inferiority on the scaled table, records kept). Notes: the
     earlier 50% margin and the plain difference short − long."""
     name = "longer_training_keeps_sgd_memory"
-    claim = (
-        f"Training {LONGER:g}x longer does not reduce low-rate SGD's memory: its debiased spread stays above zero "
-        f"and keeps at least {KEPT_AT_LEAST:.0%} of the shorter horizon's"
-    )
-    pairs = _family_ends(
+    claim = STATEMENTS["longer_training_keeps_sgd_memory"]
+    pairs = family_ends(
         [g for g in sweep.groups if g.plain_sgd], ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER
     )
     if not pairs:
@@ -672,10 +554,10 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
             f"{short.label()} lr={short.config.lr:g}, {horizon} "
             f"({long.summary.clock_sgd / short.summary.clock_sgd:.3g}x): "
             f"short {short.spread_text().split(' ', 2)[-1]}; long {long.spread_text().split(' ', 2)[-1]}"
-            f" | {_texts(mine)} | notes: {_texts(extra)}"
+            f" | {texts(mine)} | notes: {texts(extra)}"
         )
-    margin = f"non-inferiority: the long horizon keeps at least {KEPT_AT_LEAST:.0%} of the short one's debiased spread"
-    verdict, regime = regime_verdict(quantities, assess(check))
+    margin = DECLARED[name].margin
+    verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
     return Finding(claim, "; ".join(parts), verdict, name, quantities, margin, notes=notes, regime=regime)
 
 
@@ -684,8 +566,8 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
     largest at least ``LARGER_LR`` times the smallest: the small rate's debiased spread is above the
     large rate's."""
     name = "larger_lr_makes_sgd_forget"
-    claim = f"A larger learning rate ({LARGER_LR:g}x or more, same epochs) makes SGD forget: a smaller debiased spread"
-    pairs = _family_ends([g for g in sweep.groups if g.plain_sgd], ("lr",), lambda g: g.config.lr, LARGER_LR)
+    claim = STATEMENTS["larger_lr_makes_sgd_forget"]
+    pairs = family_ends([g for g in sweep.groups if g.plain_sgd], ("lr",), lambda g: g.config.lr, LARGER_LR)
     if not pairs:
         return Finding(
             claim,
@@ -705,7 +587,7 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
             f"{low.spread_text().split(' ', 2)[-1]}; lr={high.config.lr:g} "
             f"(T_SGD {high.summary.clock_sgd:.3g}) {high.spread_text().split(' ', 2)[-1]} | {quantity_text(found)}"
         )
-    verdict, regime = regime_verdict(quantities, assess(check))
+    verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
     return Finding(claim, "; ".join(parts), verdict, name, quantities, regime=regime)
 
 
@@ -719,36 +601,6 @@ def interpolation_counts(cells: list[CellRecord], sigma: float) -> tuple[int, in
     return sum(1 for c in ran if c.trained and "tau_interp" in c.metrics), len(ran)
 
 
-def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (1998, method 10) for p1 − p2 of two independent binomial
-    proportions, from each one's Wilson score interval: near its nominal coverage at small n, and
-    defined at 0/n and n/n (where a Wald interval collapses). Runs of one seed in both, if
-    correlated, only make it conservative."""
-    from scipy import stats
-
-    if min(n1, n2) == 0:
-        return math.nan, math.nan
-    p1, p2 = k1 / n1, k2 / n2
-    l1, u1 = stats.binomtest(k1, n1).proportion_ci(level, method="wilson")
-    l2, u2 = stats.binomtest(k2, n2).proportion_ci(level, method="wilson")
-    return p1 - p2 - math.hypot(p1 - l1, u2 - p2), p1 - p2 + math.hypot(u1 - p1, p2 - l2)
-
-
-def _share_difference(label: str, k1: int, n1: int, k2: int, n2: int) -> Quantity:
-    low, high = rate_difference(k1, n1, k2, n2)
-    return Quantity(
-        label,
-        k1 / n1 - k2 / n2 if min(n1, n2) else math.nan,
-        low,
-        high,
-        "",
-        SEEDS_ONLY,
-        "" if min(n1, n2) else "no runs",
-        min(n1, n2) < MIN_SEEDS,
-        lambda level: rate_difference(k1, n1, k2, n2, level),
-    )
-
-
 def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     """Plain-SGD groups (the paper's bad forgetting is low-rate SGD's) that differ only in
     architecture, among the CIFAR ResNets: for each deeper net, (a) at the largest sigma the
@@ -757,10 +609,7 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     large sigma). Each share difference has Newcombe's interval (``rate_difference``). Reads every
     cell, trained or not (a group that never trained still counts its runs)."""
     name = "deep_nets_fail_to_interpolate"
-    claim = (
-        "Deeper nets at the largest sigma interpolate in fewer runs than the shallowest by the same horizon, "
-        "while at the smallest sigma they do"
-    )
+    claim = STATEMENTS["deep_nets_fail_to_interpolate"]
     needs = "plain SGD on two CIFAR ResNet depths (resnet20 and resnet56, say), nothing else different"
     families: dict[tuple, list[list[CellRecord]]] = {}
     for cells in sweep.cells.values():
@@ -795,14 +644,14 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
         for deep in members[1:]:
             deep_name, base = deep[0].config.arch, shallow[0].config.arch
             quantities.append(
-                _share_difference(
+                share_difference(
                     f"{base} − {deep_name} at sigma {high:g}",
                     *interpolation_counts(shallow, high),
                     *interpolation_counts(deep, high),
                 )
             )
             quantities.append(
-                _share_difference(
+                share_difference(
                     f"{deep_name} at sigma {low:g} − at {high:g}",
                     *interpolation_counts(deep, low),
                     *interpolation_counts(deep, high),
@@ -811,10 +660,7 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     if not quantities:
         return Finding(claim, "groups missing from the sweep (no two sigmas shared)", NOT_EVALUATED, name, needs=needs)
     measured = (
-        "runs that interpolated: "
-        + " | ".join(shown)
-        + " | share differences: "
-        + _texts(quantities).replace(" :", ":")
+        "runs that interpolated: " + " | ".join(shown) + " | share differences: " + texts(quantities).replace(" :", ":")
     )
     return Finding(claim, measured, verdict_of(quantities), name, quantities)
 
@@ -837,13 +683,12 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
         base = min(plain, key=lambda g: (g.config.opt != "sgd", g.config.lr))
         quantities = [_forgets(base, g, f"{g.label()} matched to sigma {g.config.lr_match_sigma:g}") for g in matched]
         shown = "; ".join(g.spread_text() + (" matched" if g.config.lr_match_sigma else "") for g in [base, *matched])
-        return f"{shown} | {_texts(quantities)}", quantities, [], Check.of([base, *matched])
+        return f"{shown} | {texts(quantities)}", quantities, [], Check.of([base, *matched])
 
     return per_stratum(
         sweep,
         "effective_step_explains_memory",
-        "With the effective step matched across sigma, low-rate SGD's spread falls near zero: below "
-        f"{FORGOTTEN_SHARE:.0%} of the plain run's",
+        STATEMENTS["effective_step_explains_memory"],
         ("lr_match_sigma",),
         evaluate,
         "plain low-rate SGD with and without --lr-match-sigma, nothing else different",
@@ -851,29 +696,12 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
     )
 
 
-CLAIMS: tuple[Callable[[Sweep], Finding], ...] = (
-    sgd_remembers_more_than_adaptive,
-    adaptive_optimizers_forget,
-    l2_shrinks_sgd_spread,
-    l2_brings_spread_near_zero,
-    larger_batch_increases_spread,
-    norms_coupled_for_sgd_not_adaptive,
-    spread_orders_by_clock_within_family,
-    forgetting_follows_the_clocks,
-    longer_training_keeps_sgd_memory,
-    larger_lr_makes_sgd_forget,
-    deep_nets_fail_to_interpolate,
-    effective_step_explains_memory,
-    sgd_keeps_memory,
-)
-#: Each claim by its name (what a Finding's ``name``, the report's JSON and the parent run's tags use).
-CLAIMS_BY_NAME = {claim.__name__: claim for claim in CLAIMS}
-
-
-def evaluate_sweep(sweep: Sweep) -> list[Finding]:
-    """Every claim on one sweep, in ``CLAIMS``' order."""
+def evaluate_findings(records: Iterable[CellRecord]) -> list[Finding]:
+    """Every claim of the paper on the sweep of ``records`` (the registry's other claims left out)."""
+    sweep = read_sweep(records)
     return [claim(sweep) for claim in CLAIMS]
 
 
-def evaluate_findings(records: Iterable[CellRecord]) -> list[Finding]:
-    return evaluate_sweep(read_sweep(records))
+#: Each claim's evaluator by its name, in the report's order (``declared.STATEMENTS``).
+CLAIMS_BY_NAME: dict[str, Callable[[Sweep], Finding]] = {name: globals()[name] for name in STATEMENTS}
+CLAIMS = tuple(CLAIMS_BY_NAME.values())

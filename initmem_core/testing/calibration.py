@@ -1,0 +1,195 @@
+"""A claim calibrated on synthetic sweeps with a known truth: how often it gives a false verdict, and
+how often it reproduces what is true (its power), read exactly as ``initmem report`` reads a sweep.
+
+A sweep here is what a real one would log: every run scored on one test set of examples drawn afresh
+from a population each sweep (``SharedTestSet``: one test set shared by every run, as a real sweep's
+is), every sigma of a seed sharing that seed's parts (its data order and its Z: seeds shared across
+sigma). ``calibrate_claim`` draws sweeps from two worlds, one where the claim is false (``null``)
+and one where it is true (``true``), and counts the claim's verdicts in each: the paper's claims
+were calibrated so (``benchmarks/calibration.py``, docs/STATISTICS.md), and a third-party claim is
+calibrated the same way (``initmem new-plugin claim``'s generated test runs it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from initmem_core.config import RunConfig
+from initmem_core.plugin_system.registry import Registry
+from initmem_core.report.claim_groups import read_sweep
+from initmem_core.report.claims import claim_named, evaluate_claim
+from initmem_core.report.verdicts import CONTRADICTED, REPRODUCED
+from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import CLOCKS
+
+#: A world: group -> its true population accuracy (pp) per sigma.
+Truths = Mapping[str, Mapping[float, float]]
+#: (group, sigma) -> (runs that do not fit, their population accuracy in pp): the last runs of the cell
+#: (by seed) never fit their training set, scored far below the runs that did, with ``fit`` 0.
+Unfit = dict[tuple[str, float], tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class SharedTestSet:
+    """Every run scored on one test set of ``n_test`` examples drawn afresh from a population each
+    sweep. A run's log-odds of getting example i right is its sigma's level plus normal parts with
+    these sds: the example's ``difficulty`` (shared by every run), a part ``specific`` to the group
+    and sigma (what that model finds hard), a part of the seed and example (``seed_example``, shared
+    by every sigma and group of the seed: its data order and Z), a shift of the run (``run``) and of
+    the seed (``seed``). The level is set so that accuracy over the population of examples and seeds
+    is the truth."""
+
+    name: str
+    difficulty: float = 3.5
+    specific: float = 1.5
+    seed_example: float = 0.0
+    run: float = 0.0
+    seed: float = 0.0
+    n_test: int = 360
+
+    @property
+    def total_sd(self) -> float:
+        return math.sqrt(self.difficulty**2 + self.specific**2 + self.seed_example**2 + self.run**2 + self.seed**2)
+
+
+#: The noise fitted to the committed exports (``benchmarks/noise_model.py``; docs/STATISTICS.md, "The noise
+#: model, fitted to the exports"), among the runs that fit: log-odds sds of the example's difficulty
+#: (shared by every cell of a test set), the cell's own part and the run's shift, per dataset. A slow
+#: test refits them from docs/results and checks these figures.
+FITTED = {
+    "digits": {"difficulty": 3.53, "specific": 0.13, "run": 0.17},
+    "fashion-mnist": {"difficulty": 3.09, "specific": 0.35, "run": 0.10},
+}
+DIGITS_FITTED = SharedTestSet("fitted digits, 360 examples", **FITTED["digits"], n_test=360)
+
+
+@functools.cache
+def population_level(accuracy: float, sd: float) -> float:
+    """The log-odds level whose population accuracy (pp), over a normal spread of sd ``sd``, is ``accuracy``."""
+    from scipy import optimize, special
+
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    weights = weights / weights.sum()
+    return optimize.brentq(lambda a: float((weights * special.expit(a + sd * nodes)).sum()) - accuracy / 100, -30, 30)
+
+
+def shared_test_sweep(
+    rng: np.random.Generator,
+    truths: Truths,
+    seeds: int,
+    model: SharedTestSet,
+    configs: Mapping[str, Mapping[str, Any]],
+    clocks: Mapping[str, Mapping[str, float]],
+    unfit: Unfit | None = None,
+) -> list[CellRecord]:
+    """One sweep on one freshly drawn test set: ``truths`` maps a group to its true population accuracy
+    (pp) per sigma, ``configs`` each group to its ``RunConfig`` settings, ``clocks`` each group to the
+    clock metrics its runs end on (``clock_sgd``, ``clock_l2``, ``clock_adapt``); every cell trains and
+    logs its per-example record. ``unfit``: the last runs of a cell (by seed) that did not fit."""
+    from scipy import special
+
+    n = model.n_test
+    difficulty = rng.normal(0, model.difficulty, n)
+    seed_example = rng.normal(0, model.seed_example, (seeds, n))
+    seed_shift = rng.normal(0, model.seed, seeds)
+    records = []
+    for group, truth in truths.items():
+        for sigma, accuracy in truth.items():
+            count, low = (unfit or {}).get((group, sigma), (0, accuracy))
+            fits = np.arange(seeds) < seeds - count
+            level = np.where(fits, population_level(accuracy, model.total_sd), population_level(low, model.total_sd))
+            logits = (
+                level[:, None]
+                + difficulty
+                + rng.normal(0, model.specific, n)
+                + seed_example
+                + (seed_shift + rng.normal(0, model.run, seeds))[:, None]
+            )
+            right = rng.random((seeds, n)) < special.expit(logits)
+            records += [
+                CellRecord(
+                    RunConfig(**configs[group], sigma=sigma, seed=seed),
+                    num_classes=10,
+                    metrics={
+                        "best_val_test_acc": float(right[seed].mean()),
+                        "fit": float(fits[seed]),
+                        **clocks[group],
+                    },
+                    test_correct=right[seed],
+                )
+                for seed in range(seeds)
+            ]
+    return records
+
+
+@dataclass(frozen=True)
+class ClaimCalibration:
+    """A claim's verdicts on ``sweeps`` synthetic sweeps of each world: the share of each verdict
+    where the claim is false (``null``) and where it is true (``true``)."""
+
+    claim: str
+    sweeps: int
+    seeds: int
+    null: dict[str, float] = field(default_factory=dict)
+    true: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def false_verdict_rate(self) -> float:
+        """Where the claim is false, the share of sweeps that reproduced it."""
+        return self.null.get(REPRODUCED, 0.0)
+
+    @property
+    def power(self) -> float:
+        """Where the claim is true, the share of sweeps that reproduced it."""
+        return self.true.get(REPRODUCED, 0.0)
+
+    @property
+    def wrong_way_rate(self) -> float:
+        """Where the claim is true, the share of sweeps that contradicted it."""
+        return self.true.get(CONTRADICTED, 0.0)
+
+    def __str__(self) -> str:
+        return (
+            f"claim '{self.claim}' on {self.sweeps} sweeps of {self.seeds} seeds per world: false verdicts "
+            f"{self.false_verdict_rate:.1%}, power {self.power:.1%}, contradicted where true {self.wrong_way_rate:.1%}"
+        )
+
+
+def calibrate_claim(
+    claim: str,
+    *,
+    null: Truths,
+    true: Truths,
+    configs: Mapping[str, Mapping[str, Any]],
+    clocks: Mapping[str, Mapping[str, float]] | None = None,
+    seeds: int = 4,
+    sweeps: int = 100,
+    model: SharedTestSet = DIGITS_FITTED,
+    seed: int = 0,
+    registry: Registry | None = None,
+) -> ClaimCalibration:
+    """The registered claim ``claim`` on ``sweeps`` synthetic sweeps of the world ``null`` (where it is
+    false) and as many of ``true`` (where it is true), each read as ``initmem report`` reads a sweep
+    (``read_sweep``, then the claim with its declared threshold). ``configs``: each group's ``RunConfig``
+    settings (``{"sgd": {"opt": "sgd", "lr": 0.01}, ...}``); ``clocks``: the clock metrics each group's
+    runs end on (default: every clock at 35, past every threshold: inside the regime). Seeded: the
+    same call gives the same figures."""
+    spec = claim_named(claim, registry)
+    inside = dict.fromkeys(CLOCKS, 35.0)
+    ends = {group: (clocks or {}).get(group, inside) for group in configs}
+    rng = np.random.default_rng(seed)
+    shares = []
+    for world in (null, true):
+        counts: dict[str, int] = {}
+        for _ in range(sweeps):
+            records = shared_test_sweep(rng, world, seeds, model, configs, ends)
+            verdict = evaluate_claim(spec, read_sweep(records)).verdict
+            counts[verdict] = counts.get(verdict, 0) + 1
+        shares.append({verdict: count / sweeps for verdict, count in counts.items()})
+    return ClaimCalibration(claim, sweeps, seeds, *shares)
