@@ -103,7 +103,7 @@ def _report_single_run(run_id: str, tracking_uri: str | None, format: str) -> bo
     run = load_single_run(run_id, tracking_uri)
     if run is None:
         return False
-    from . import run_report
+    from . import run_report  # lazy: its tables import the report's renderers, needed only for a run id
 
     if format == "table":
         Console().print(*run_report.rich_tables(run))
