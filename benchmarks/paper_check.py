@@ -86,6 +86,8 @@ KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
 OPENING_BEGIN, OPENING_END = findings_table.BEGIN, findings_table.END
 #: Where a sweep's export is kept, under --docs: results/<sweep>.json.gz.
 RESULTS_FOLDER = "results"
+#: Under RESULTS_FOLDER: the pre-registered sweeps' exports (docs/PREREGISTRATION.md), their own columns.
+CONFIRMATORY_FOLDER = "confirmatory"
 
 
 def opening_table(page: str) -> str:
@@ -274,7 +276,8 @@ def findings_opening(given: list[tuple[Path, object, list]], docs: Path) -> str:
     from initmem_core.tracking.export import SUFFIX
 
     seen = {path.resolve() for path, _, _ in given}
-    others = [p for p in sorted((docs / RESULTS_FOLDER).glob(f"*{SUFFIX}")) if p.resolve() not in seen]
+    folders = (docs / RESULTS_FOLDER, docs / RESULTS_FOLDER / CONFIRMATORY_FOLDER)
+    others = [p for folder in folders for p in sorted(folder.glob(f"*{SUFFIX}")) if p.resolve() not in seen]
     everything = [*given, *((path, export, None) for path, export in read_exports(others))]
     evaluated, files = {}, {}
     for path, export, findings in everything:
@@ -283,10 +286,14 @@ def findings_opening(given: list[tuple[Path, object, list]], docs: Path) -> str:
                 f"paper_check.py: two exports of sweep {export.name}: {files[export.name]} and {display_path(path)}"
             )
         files[export.name] = display_path(path)
-        evaluated[export.name] = findings_table.findings_by_dataset(export, findings)
+        confirmatory = path.resolve().parent.name == CONFIRMATORY_FOLDER
+        evaluated[export.name] = findings_table.findings_by_dataset(export, findings, confirmatory)
     if not evaluated:
         return ""
-    return findings_table.table_markdown(findings_table.decided_by(evaluated), files)
+    table = findings_table.decided_by(evaluated)
+    prereg = docs / "PREREGISTRATION.md"
+    familywise = findings_table.familywise_line(table, findings_table.preregistered(prereg)) if prereg.exists() else ""
+    return findings_table.table_markdown(table, files, familywise)
 
 
 def main() -> None:

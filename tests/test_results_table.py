@@ -149,10 +149,45 @@ def test_a_bad_export_stops_paper_check_in_one_line(tmp_path, monkeypatch, capsy
 @pytest.mark.slow  # evaluates every committed export
 def test_the_results_page_table_is_what_the_committed_exports_give():
     paths = sorted((DOCS / "results").glob("*.json.gz"))
+    confirmatory = sorted((DOCS / "results" / "confirmatory").glob("*.json.gz"))
     if not paths:
         pytest.skip("no exports in docs/results/ yet: the page's table is checked once there are")
     page = (DOCS / "RESULTS.md").read_text()
-    exports = [read_export(p) for p in paths]
-    evaluated = {e.name: findings_table.findings_by_dataset(e) for e in exports}
-    files = {e.name: p.relative_to(DOCS.parent).as_posix() for e, p in zip(exports, paths)}
-    assert findings_table.table_problems(page, findings_table.decided_by(evaluated), files) == []
+    evaluated, files = {}, {}
+    for path in [*paths, *confirmatory]:
+        export = read_export(path)
+        evaluated[export.name] = findings_table.findings_by_dataset(export, confirmatory=path in confirmatory)
+        files[export.name] = path.relative_to(DOCS.parent).as_posix()
+    table = findings_table.decided_by(evaluated)
+    familywise = findings_table.familywise_line(table, findings_table.preregistered(DOCS / "PREREGISTRATION.md"))
+    assert findings_table.table_problems(page, table, files, familywise) == []
+
+
+def test_confirmatory_exports_have_their_own_columns_and_the_family_wise_line_counts_them(tmp_path):
+    page = tmp_path / "PREREGISTRATION.md"
+    page.write_text(
+        "<!-- confirmatory presets: begin -->\n| preset | seeds | groups | decides | also |\n|---|---|---|---|---|\n"
+        "| `conf-world` | 1000-1003 | x | `sgd_remembers_more_than_adaptive`, `adaptive_optimizers_forget` | "
+        "`sgd_keeps_memory` |\n| `conf-never-ran` | 1010-1013 | x | `larger_batch_increases_spread` | |\n"
+        "<!-- confirmatory presets: end -->\n"
+    )
+    decides = findings_table.preregistered(page)
+    assert decides["conf-world"][-1] == "sgd_keeps_memory" and len(decides) == 2
+    explored = SweepExport("world-digits", records(REMEMBERING_WORLD, seeds=4, data="digits"))
+    confirmed = SweepExport("conf-world", records(REMEMBERING_WORLD, seeds=4, data="digits"))
+    evaluated = {
+        "world-digits": findings_table.findings_by_dataset(explored),
+        "conf-world": findings_table.findings_by_dataset(confirmed, confirmatory=True),
+    }
+    table = findings_table.decided_by(evaluated)
+    row = table["sgd_remembers_more_than_adaptive"]
+    assert [d.export for d in row["digits"]] == ["world-digits"]
+    assert [d.export for d in row["digits/confirmatory"]] == ["conf-world"]
+    verdicts = [table[name]["digits/confirmatory"][0].verdict for name in decides["conf-world"]]
+    line = findings_table.familywise_line(table, decides)
+    decided = sum(v in ("reproduced", "contradicted") for v in verdicts)
+    assert "3 of the 4 pre-registered verdicts have run" in line and f"; {decided} decided" in line
+    assert f"at most {0.06 * decided:.2f} false" in line
+    markdown = findings_table.table_markdown(table, {"world-digits": "a", "conf-world": "b"}, line)
+    header = next(row for row in markdown.splitlines() if row.startswith("| #"))
+    assert "digits, exploratory" in header and "digits, confirmatory" in header and line in markdown
