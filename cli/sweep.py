@@ -145,14 +145,22 @@ def cost_lines(cost) -> list[str]:
         + (f" (scaled from {t.measured_batch})" if t.measured_batch != t.batch_size else "")
         for t in cost.step_times
     )
+    evaluation = (
+        f"; evaluation {duration(cost.eval_seconds)} of it, {cost.evaluated_examples:,} examples scored"
+        if cost.eval_seconds is not None and cost.evaluated_examples is not None
+        else ""
+    )
     lines = [
-        f"estimated training time here: {duration(cost.cpu_seconds)} with {cost.workers} worker(s) "
-        f"({steps}; measured on 1 thread; training steps only, evaluation not counted)"
+        f"estimated time here: {duration(cost.cpu_seconds)} with {cost.workers} worker(s), training and "
+        f"evaluation ({steps}; measured on 1 thread{evaluation}; start-up not counted)"
     ]
     if cost.unknown:
         lines.append(f"  not counted: {'; '.join(cost.unknown)}")
     if cost.gpu_seconds is not None:
-        lines.append(f"estimated on a GPU: {duration(cost.gpu_seconds)}, one cell at a time ({cost.gpu_source})")
+        lines.append(
+            f"estimated on a GPU: {duration(cost.gpu_seconds)} of training steps, one cell at a time "
+            f"({cost.gpu_source})"
+        )
     else:
         lines.append(f"estimated on a GPU: none ({cost.gpu_source})")
     return lines
@@ -196,6 +204,8 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
             "workers": cost.workers,
             "steps": cost.steps,
             "seconds_here": finite(cost.cpu_seconds),
+            "seconds_evaluation_here": finite(cost.eval_seconds),
+            "evaluated_examples": cost.evaluated_examples,
             "seconds_gpu": finite(cost.gpu_seconds),
             "gpu_source": cost.gpu_source,
             "step_seconds": [

@@ -154,7 +154,13 @@ class RunConfig:
     augment: str = knob(
         "auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off")
     )
-    train_size: int = knob(0, "Use only the first N training examples (0: all)", DATA, check="non-negative")
+    train_size: int = knob(
+        0,
+        "Train on the first N training examples (0: all); the validation and test splits are still scored "
+        "whole at every evaluation unless --eval-size caps them",
+        DATA,
+        check="non-negative",
+    )
     # Metrics
     metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL)
     train_eval_size: int = knob(
@@ -166,7 +172,8 @@ class RunConfig:
     eval_size: int = knob(
         0,
         "Score a fixed, data-seeded subset of at most N validation and N test examples every epoch (0: all); "
-        "the selected checkpoint is scored once on the whole test split",
+        "the selected checkpoint is scored once on the whole test split. With a small --train-size on a large "
+        "dataset evaluation is most of a run's time (the sweep's --dry-run counts it)",
         DATA,
         check="non-negative",
     )
