@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError, did_you_mean
 from initmem_core.sweep.grid import spec_from_toml
 
 _FOLDER = resources.files(__package__) / "presets"
@@ -23,7 +23,8 @@ def preset_text(name: str) -> str:
     """The preset's sweep file, comments included."""
     if name not in preset_names():
         raise ConfigError(
-            f"unknown preset '{name}'; valid presets: {', '.join(ordered_by_similarity(name, preset_names()))}"
+            f"unknown preset '{name}'{did_you_mean(name, preset_names())}; "
+            f"valid presets: {', '.join(sorted(preset_names()))}"
         )
     return (_FOLDER / f"{name}.toml").read_text()
 
