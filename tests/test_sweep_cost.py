@@ -45,7 +45,7 @@ def test_eval_size_caps_what_each_evaluation_scores_and_adds_the_whole_test_spli
     [plan] = plan_sweep({"epochs": 4, "eval_size": 50, "eval_every": 2, "train_eval_size": 100}).plans
     # evaluation points 0, 2, 4; each 100 training, 50 validation, 50 test examples; then 10,000 once
     assert cost.evaluated_examples(plan.config, 4, 5000, (6000, 10_000)) == 3 * (100 + 50 + 50) + 10_000
-    assert cost.evaluated_examples(plan.config, 5, 5000, (40, 40)) == 4 * (100 + 40 + 40)  # a cap above the splits: no rescoring
+    assert cost.evaluated_examples(plan.config, 5, 5000, (40, 40)) == 4 * (100 + 40 + 40)  # cap above: no rescoring
     [described] = plan_sweep({"data": "fashion-mnist"}).plans
     assert cost.split_sizes(described) == (6000, 10_000)  # from its description: no files needed
 
