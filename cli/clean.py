@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from initmem_core.errors import ConfigError
+
 from .errors import UsageError, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 from .script_output import JSON_HELP, ScriptOutput
@@ -39,7 +41,6 @@ def clean_command(
     """Remove a sweep's leftover checkpoints and cell leases (its report and plots with --reports), or
     the checkpoints of single runs by id, name or age (--runs --older-than 7d). The tracking store's
     runs stay."""
-    from initmem_core.errors import ConfigError
     from initmem_core.sweep.clean import (  # lazy: keeps mlflow out of the CLI's start-up
         clean_sweep,
         human_size,

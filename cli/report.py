@@ -109,7 +109,7 @@ def _report_single_run(run_id: str, tracking_uri: str | None, format: str) -> bo
     run = load_single_run(run_id, tracking_uri)
     if run is None:
         return False
-    from . import run_report
+    from . import run_report  # lazy: only for a single run's report
 
     if format == "table":
         output_console().print(*run_report.rich_tables(run))

@@ -105,9 +105,9 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def forecasts_of(plan, horizons) -> list:
     """Each planned group's mechanism clock against the threshold its claims need (report/regime.py)."""
-    from initmem_core.report.claim_groups import (
+    from initmem_core.report.claim_groups import (  # lazy: keeps the report code out of the CLI's start-up
         clock_forecasts,
-    )  # lazy: keeps the report code out of the CLI's start-up
+    )
 
     ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
     return clock_forecasts(plan.groups, plan.cells, ends)

@@ -170,7 +170,7 @@ def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
     [
         (["report", "some-sweep", "--format", "xml"], "'xml' is not one of 'table', 'markdown', 'csv', 'json'"),
         (["sweep", "--executor", "dask", "--dry-run"], "'dask' is not one of 'local', 'ray', 'slurm'"),
-        (["report"], "give a sweep name (read from the tracking store) or --from FILE (an export), not both"),
+        (["report"], "give a sweep name or parent run id (read from the tracking store), a run id"),
         (["runn"], "No such command 'runn'"),
     ],
 )

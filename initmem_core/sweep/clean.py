@@ -23,6 +23,7 @@ from pathlib import Path
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.grid import DEFAULT_OUTPUT
 from initmem_core.tracking.cells import LEASES_FOLDER
+from initmem_core.tracking.single_run import stored_runs
 from initmem_core.tracking.sweep_runs import stored_sweep
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.training.checkpoint_store import default_root
@@ -108,8 +109,6 @@ def run_leftovers(
     ``names``, else (``older_than``, seconds) those last written longer ago, else all of them. Each
     with the run's name; ``ConfigError`` when a name is no single run's."""
     import time
-
-    from initmem_core.tracking.single_run import stored_runs
 
     uri = resolve_tracking_uri(tracking_uri)
     singles, cells = stored_runs(uri, experiment)
