@@ -10,7 +10,6 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from initmem_core.kinds import KIND_NAMES
@@ -19,6 +18,7 @@ from initmem_core.plugin_system.optimizer_options import FALLBACK_LR, describe
 from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
 
 from .errors import user_errors
+from .tables import output_console
 
 
 def optimizer_declarations(spec) -> dict:
@@ -90,7 +90,7 @@ def plugins_command(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    console = Console()
+    console = output_console()
     table = Table(title="initmem components")
     # fold, never an ellipsis: a name or version cut short on a narrow terminal is a wrong name
     table.add_column("kind", overflow="fold")

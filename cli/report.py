@@ -15,7 +15,7 @@ from initmem_core.tracking.uris import resolve_tracking_uri
 
 from .errors import UsageError, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
-from .tables import fitted_tables
+from .tables import fitted_tables, one_table, output_console
 from .ui import DEFAULT_UI, sweep_urls
 
 
@@ -32,16 +32,21 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
     from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
         TABLE_COLUMNS,
         formatted,
+        spread_cell,
         table_rows,
     )
 
     keys = [c for c, _, _ in TABLE_COLUMNS if c != "group"]
     headers = [h for c, h, _ in TABLE_COLUMNS if c != "group"]
     rows = table_rows(report)
+    summaries = {g.group: g for g in report.groups}
     tables = []
     for group in dict.fromkeys(row["group"] for row in rows):
         cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
-        tables += fitted_tables(f"sweep {name}, group {group}", headers, cells, width, right=tuple(range(len(keys))))
+        title = f"sweep {name}, group {group}"
+        if group in summaries and (why := spread_cell(summaries[group])).startswith(("did not", "no run")):
+            title += f": {why}"  # said once, rather than a dash in its spread column
+        tables += fitted_tables(title, headers, cells, width, right=tuple(range(len(keys))))
     if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
         from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
             DASH,
@@ -87,7 +92,8 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         )
 
         headers, cells = findings_rows(report.findings)
-        tables += fitted_tables(f"sweep {name}, the paper's claims on this sweep", headers, cells, width, keys=0)
+        # One table, however narrow the terminal: a claim never sits apart from its verdict.
+        tables.append(one_table(f"sweep {name}, the paper's claims on this sweep", headers, cells, width))
     return tables
 
 
@@ -106,7 +112,7 @@ def _report_single_run(run_id: str, tracking_uri: str | None, format: str) -> bo
     from . import run_report  # lazy: its tables import the report's renderers, needed only for a run id
 
     if format == "table":
-        Console().print(*run_report.rich_tables(run))
+        output_console().print(*run_report.rich_tables(run))
     else:
         typer.echo(run_report.as_text(run, format), nl=False)
     return True
@@ -180,7 +186,7 @@ def report_command(
     if format.value in text:
         typer.echo(text[format.value](), nl=False)
     else:
-        console = Console()
+        console = output_console()
         console.print(*rich_tables(report, name, console.width))
     errors = Console(stderr=True, soft_wrap=True)  # a URL must not be cut or broken across lines
     errors.print(f"table and plots written to {files[0].parent}")

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from rich.console import Console
+from .tables import output_console
 
 JSON_HELP = "Print one JSON document on stdout for scripts; everything else goes to stderr"
 
@@ -26,7 +26,7 @@ class ScriptOutput:
 
     def __init__(self, as_json: bool):
         self.as_json = as_json
-        self.console = Console(stderr=as_json)
+        self.console = output_console(stderr=as_json)  # no word broken when piped to a log
         self._stdout: Any = None
         self._emitted = False
 

@@ -21,6 +21,7 @@ from .entry import handled_from_here
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
 from .script_output import JSON_HELP, ScriptOutput, finite
+from .tables import one_table
 
 SWEEP, EXECUTOR = "Sweep", "Executor"
 ExecutorName = Enum("ExecutorName", {name: name for name in EXECUTORS}, type=str)
@@ -104,7 +105,9 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
 
 def forecasts_of(plan, horizons) -> list:
     """Each planned group's mechanism clock against the threshold its claims need (report/regime.py)."""
-    from initmem_core.report.claim_groups import clock_forecasts  # lazy: keeps the report out of the CLI's start-up
+    from initmem_core.report.claim_groups import (  # lazy: keeps the report code out of the CLI's start-up
+        clock_forecasts,
+    )
 
     ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
     return clock_forecasts(plan.groups, plan.cells, ends)
@@ -148,14 +151,22 @@ def cost_lines(cost) -> list[str]:
         + (f" (scaled from {t.measured_batch})" if t.measured_batch != t.batch_size else "")
         for t in cost.step_times
     )
+    evaluation = (
+        f"; evaluation {duration(cost.eval_seconds)} of it, {cost.evaluated_examples:,} examples scored"
+        if cost.eval_seconds is not None and cost.evaluated_examples is not None
+        else ""
+    )
     lines = [
-        f"estimated training time here: {duration(cost.cpu_seconds)} with {cost.workers} worker(s) "
-        f"({steps}; measured on 1 thread; training steps only, evaluation not counted)"
+        f"estimated time here: {duration(cost.cpu_seconds)} with {cost.workers} worker(s), training and "
+        f"evaluation ({steps}; measured on 1 thread{evaluation}; start-up not counted)"
     ]
     if cost.unknown:
         lines.append(f"  not counted: {'; '.join(cost.unknown)}")
     if cost.gpu_seconds is not None:
-        lines.append(f"estimated on a GPU: {duration(cost.gpu_seconds)}, one cell at a time ({cost.gpu_source})")
+        lines.append(
+            f"estimated on a GPU: {duration(cost.gpu_seconds)} of training steps, one cell at a time "
+            f"({cost.gpu_source})"
+        )
     else:
         lines.append(f"estimated on a GPU: none ({cost.gpu_source})")
     return lines
@@ -199,6 +210,8 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
             "workers": cost.workers,
             "steps": cost.steps,
             "seconds_here": finite(cost.cpu_seconds),
+            "seconds_evaluation_here": finite(cost.eval_seconds),
+            "evaluated_examples": cost.evaluated_examples,
             "seconds_gpu": finite(cost.gpu_seconds),
             "gpu_source": cost.gpu_source,
             "step_seconds": [
@@ -211,33 +224,43 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
     }
 
 
-def groups_table(report) -> Table:
-    """Groups by what tells them apart; what they all share goes once, under the table."""
+def groups_table(report, width: int | None = None) -> Table:
+    """Groups by what tells them apart; what they all share goes once, under the table. A group
+    that did not train, or of which no run ended, says so in its spread column. ``width``: the
+    console's, so that no label breaks mid-word where there is room."""
     from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
+        DASH,
         debiased_cell,
         formatted,
+        spread_cell,
     )
 
     names, shared = short_group_names([g.group for g in report.groups])
-    table = Table(title="initialization memory per group", caption=f"every group: {shared}" if shared else None)
-    headers = ("group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "runs fit")
-    for header in (*headers, "failed"):
-        table.add_column(header, justify="left" if header == "group" else "right", overflow="fold")  # never cut
-    for g in report.groups:
-        table.add_row(
+    headers = ["group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "runs fit"]
+    rows = [
+        [
             names[g.group],
-            formatted("spread", g.spread),
-            debiased_cell(g),
+            spread_cell(g),  # "did not train", not a dash
+            DASH if g.did_not_train or not g.runs_ran else debiased_cell(g),
             formatted("sigma", g.best_sigma),
             formatted("sigma", g.worst_sigma),
             str(g.never_interp_sigmas),
             f"{g.runs_fit}/{g.runs_ran}",
             str(g.failed),
-        )
-    return table
+        ]
+        for g in report.groups
+    ]
+    return one_table(
+        "initialization memory per group",
+        [*headers, "failed"],
+        rows,
+        width,
+        right=tuple(range(1, len(headers) + 1)),
+        caption=f"every group: {shared}" if shared else None,
+    )
 
 
-def verdicts_table(report) -> Table | None:
+def verdicts_table(report, width: int | None = None) -> Table | None:
     """Each claim the sweep evaluated and its verdict, with the regime's reasons (runs that did not
     fit, a horizon short of the mechanism): the closing lines a sweep prints."""
     from initmem_core.report.assessment import evaluated  # lazy: keeps the report code out of the CLI's start-up
@@ -245,12 +268,12 @@ def verdicts_table(report) -> Table | None:
     done = evaluated(report.findings)
     if not done:
         return None
-    table = Table(title="the paper's claims on this sweep (`initmem report` has their numbers)")
-    table.add_column("claim", overflow="fold")
-    table.add_column("verdict", overflow="fold")
-    for finding in done:
-        table.add_row(finding.name, finding.verdict_text)
-    return table
+    return one_table(
+        "the paper's claims on this sweep (`initmem report` has their numbers)",
+        ["claim", "verdict"],
+        [[finding.name, finding.verdict_text] for finding in done],
+        width,
+    )
 
 
 def failures_table(failed) -> Table:
@@ -544,8 +567,8 @@ def _sweep_or_dry_run(
         # had already interrupted the sweep) would end it killed by SIGINT instead of with code 130.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise fail(f"interrupted; launch `initmem sweep ... --name {plan.name}` again to resume", 130) from None
-    console.print(groups_table(result.report))
-    if (verdicts := verdicts_table(result.report)) is not None:
+    console.print(groups_table(result.report, console.width))
+    if (verdicts := verdicts_table(result.report, console.width)) is not None:
         console.print(verdicts)
     skipped = sum(cell.skipped for cell in result.cells)
     finished_now = sum(not cell.skipped and cell.status == FINISHED for cell in result.cells)

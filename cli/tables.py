@@ -1,16 +1,92 @@
-"""Terminal tables that never cut a value or a header, however narrow the terminal.
+"""Terminal tables that never cut a value or a header, however narrow the terminal, and never
+break a word when the output goes to a file or a pipe.
 
 Rich's default overflow is an ellipsis: a group label or a number can lose its end on an 80-column
 terminal. Here every cell folds instead of being cut, and a table too wide for the terminal is
-split into several, each repeating the key columns, so numbers stay whole on one line.
+split into several, each repeating the key columns, so numbers stay whole on one line. Written to
+a log (``initmem sweep ... > log``), where no one resizes a window, the console is as wide as
+the widest table needs (``output_console``): rich's default of 80 columns would fold a group's
+label mid-word ("opt=adam,l" / "r=0.001"). ``COLUMNS`` set by hand still wins.
 """
 
 from __future__ import annotations
 
+import os
+
 from rich.cells import cell_len
+from rich.console import Console
 from rich.table import Table
 
 BORDER = 3  # a column's padding and rule in rich's default box
+#: A header's words are kept whole up to this length when room is short (the values' words first)
+HEADER_WORD = 6
+#: The narrowest a column with long words gets before the others fold theirs too
+FOLDED = 10
+#: The width of a console that is not a terminal: wide enough that no table of ours wraps
+LOG_WIDTH = 1000
+
+
+def output_console(stderr: bool = False, **options) -> Console:
+    """A rich console on stdout (or stderr): the terminal's width on a terminal, else ``LOG_WIDTH``
+    (unless ``COLUMNS`` says otherwise), so that a table piped to a file keeps every word whole."""
+    console = Console(stderr=stderr, **options)
+    if not console.is_terminal and "width" not in options and not os.environ.get("COLUMNS"):
+        console.width = LOG_WIDTH
+    return console
+
+
+def longest_word(texts: list[str]) -> int:
+    return max((cell_len(word) for text in texts for word in text.split()), default=1)
+
+
+def word_widths(headers: list[str], rows: list[list[str]], width: int) -> list[int] | None:
+    """Column widths (text only, no padding) for a table on ``width`` columns that breaks no word:
+    each column gets at least its longest word and the room left goes to the columns that wrap
+    most, in proportion to what they lack. Where even the longest words do not fit, the columns
+    with the longest words give way first (down to ``FOLDED``), and only they fold a word. ``None``
+    when the table fits as it is (rich lays it out) or is beyond help (rich folds everything)."""
+    columns = range(len(headers))
+    natural = [max([cell_len(headers[i]), *(cell_len(r[i]) for r in rows)]) for i in columns]
+    # A value's words before a header's: a header is read once, a label or a number in every row.
+    least = [max(longest_word([r[i] for r in rows]), min(longest_word([headers[i]]), HEADER_WORD)) for i in columns]
+    room = width - BORDER * len(headers) - 1
+    if sum(natural) <= room:
+        return None
+    for i in sorted(columns, key=least.__getitem__, reverse=True):
+        excess = sum(least) - room
+        if excess <= 0:
+            break
+        least[i] -= min(excess, max(0, least[i] - FOLDED))
+    if sum(least) > room:
+        return None
+    spare, lacking = room - sum(least), [n - m for n, m in zip(natural, least)]
+    widths = [m + spare * lack // sum(lacking) for m, lack in zip(least, lacking)]
+    return widths
+
+
+def one_table(
+    title: str,
+    headers: list[str],
+    rows: list[list[str]],
+    width: int | None,
+    right: tuple[int, ...] = (),
+    caption: str | None = None,
+) -> Table:
+    """``rows`` as a single table, however narrow ``width`` (``None``: the console's, unknown
+    here): cells wrap between words and no word is broken while the terminal has room for the
+    longest, so that a claim never sits apart from its verdict, nor a label breaks mid-word."""
+    widths = word_widths(headers, rows, width) if width else None
+    table = Table(title=title, caption=caption)
+    for i, header in enumerate(headers):
+        table.add_column(
+            header,
+            justify="right" if i in right else "left",
+            overflow="fold",  # never an ellipsis: only when no room is left for a whole word
+            width=widths[i] if widths else None,
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def column_width(header: str, values: list[str]) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError, did_you_mean
 from initmem_core.kinds import flag_for
 from initmem_core.vocabulary import CLOCKS
 
@@ -154,7 +154,13 @@ class RunConfig:
     augment: str = knob(
         "auto", "Augmentation: auto (the dataset's default), on, off", DATA, choices=("auto", "on", "off")
     )
-    train_size: int = knob(0, "Use only the first N training examples (0: all)", DATA, check="non-negative")
+    train_size: int = knob(
+        0,
+        "Train on the first N training examples (0: all); the validation and test splits are still scored "
+        "whole at every evaluation unless --eval-size caps them",
+        DATA,
+        check="non-negative",
+    )
     # Metrics
     metrics: tuple[str, ...] = knob((), "Extra metric plugins to compute every epoch", EVAL)
     train_eval_size: int = knob(
@@ -166,7 +172,8 @@ class RunConfig:
     eval_size: int = knob(
         0,
         "Score a fixed, data-seeded subset of at most N validation and N test examples every epoch (0: all); "
-        "the selected checkpoint is scored once on the whole test split",
+        "the selected checkpoint is scored once on the whole test split. With a small --train-size on a large "
+        "dataset evaluation is most of a run's time (the sweep's --dry-run counts it)",
         DATA,
         check="non-negative",
     )
@@ -298,8 +305,11 @@ def parse_until(text: str) -> tuple[str, float] | None:
         return None
     clock, equals, value = (part.strip() for part in text.partition("="))
     if not equals or clock not in UNTIL_CLOCKS:
-        valid = ", ".join(ordered_by_similarity(clock, list(UNTIL_CLOCKS)))
-        raise ConfigError(f"--until {text!r}: write CLOCK=VALUE with CLOCK one of {valid}, e.g. --until clock_l2=2.0")
+        valid = ", ".join(sorted(UNTIL_CLOCKS))
+        raise ConfigError(
+            f"--until {text!r}{did_you_mean(clock, list(UNTIL_CLOCKS))}: write CLOCK=VALUE with CLOCK one of {valid}, "
+            "e.g. --until clock_l2=2.0"
+        )
     try:
         target = float(value)
     except ValueError:
@@ -329,8 +339,9 @@ def field_type(name: str) -> type:
 
 
 def unknown_key_error(key: str, source: str) -> ConfigError:
-    valid = ordered_by_similarity(key, list(FIELDS))
-    return ConfigError(f"unknown key '{key}' in {source}; valid keys: {', '.join(valid)}")
+    return ConfigError(
+        f"unknown key '{key}' in {source}{did_you_mean(key, list(FIELDS))}; valid keys: {', '.join(sorted(FIELDS))}"
+    )
 
 
 def coerce(name: str, value: Any) -> Any:
@@ -429,8 +440,11 @@ def validate(config: RunConfig) -> RunConfig:
                 else f"{flag} must be at most {int(top)}, got {value}"
             )
         if f.metadata["choices"] and value not in f.metadata["choices"]:
-            choices = ordered_by_similarity(str(value), list(f.metadata["choices"]))
-            raise ConfigError(f"{flag}: unknown value '{value}'; valid values: {', '.join(choices)}")
+            choices = list(f.metadata["choices"])
+            raise ConfigError(
+                f"{flag}: unknown value '{value}'{did_you_mean(str(value), choices)}; "
+                f"valid values: {', '.join(sorted(choices))}"
+            )
     if config.momentum >= 1:
         raise ConfigError(f"--momentum must be below 1, got {config.momentum}")
     if config.lr_match_sigma:  # the kernels' rate, lr * (sigma / REF)^2, must be a rate too

@@ -21,9 +21,9 @@ class UnknownComponentError(InitmemError):
     """A component name that no plugin registered."""
 
     def __init__(self, kind: str, name: str, valid: list[str]):
-        self.kind, self.name, self.valid = kind, name, ordered_by_similarity(name, valid)
+        self.kind, self.name, self.valid = kind, name, sorted(valid)
         listing = ", ".join(self.valid) if self.valid else "(none registered)"
-        super().__init__(f"unknown {kind} '{name}'; valid names: {listing}")
+        super().__init__(f"unknown {kind} '{name}'{did_you_mean(name, valid)}; valid names: {listing}")
 
 
 class DuplicateComponentError(InitmemError):
@@ -36,6 +36,13 @@ class PluginLoadError(InitmemError):
 
 class RunWarning(UserWarning):
     """Something a run worked around (a corrupt checkpoint skipped, metrics left unsynced); one line."""
+
+
+def did_you_mean(name: str, candidates: list[str] | tuple[str, ...]) -> str:
+    """`` (did you mean 'adam'?)`` when one of ``candidates`` is close to ``name`` (difflib's
+    ratio of at least 0.6), else nothing: what an unknown name's message puts before the sorted list."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def ordered_by_similarity(name: str, candidates: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ KIND_NAMES = tuple(BY_NAME)
 def kind_named(name: str) -> ComponentKind:
     """The kind called ``name``; a ``ConfigError`` listing the valid kinds otherwise."""
     if name not in BY_NAME:
-        valid = ordered_by_similarity(name, list(BY_NAME))
-        raise ConfigError(f"unknown kind '{name}'; valid kinds: {', '.join(valid)}")
+        raise ConfigError(
+            f"unknown kind '{name}'{did_you_mean(name, list(BY_NAME))}; valid kinds: {', '.join(sorted(BY_NAME))}"
+        )
     return BY_NAME[name]
 
 

@@ -98,14 +98,16 @@ def test_a_finished_sweep_keeps_one_checkpoint_per_cell_and_clean_removes_them(t
 
     dry = runner.invoke(app, ["clean", "tidy", "--dry-run", "--tracking-uri", tracking_uri])
     assert dry.exit_code == 0, dry.output
-    assert dry.output.count("would remove checkpoints:") == 4 and "would remove report output:" in dry.output
-    assert "would remove lease:" in dry.output and " KB)" in dry.output
+    assert dry.output.count("would remove checkpoints:") == 4 and "would remove report output:" not in dry.output
+    assert "kept report output:" in dry.output and "--reports removes it" in dry.output
+    assert "would remove lease:" in dry.output and " MB)" in dry.output
     assert len([p for p in root.iterdir() if p.is_dir()]) == 4 and (tmp_path / "initmem-output" / "tidy").is_dir()
     as_json = runner.invoke(app, ["clean", "tidy", "--dry-run", "--json", "--tracking-uri", tracking_uri])
     assert as_json.exit_code == 0, as_json.output
     answer = json.loads(as_json.stdout)  # one document: the lines for people went to stderr
     assert answer["sweep"] == "tidy" and answer["dry_run"] is True
     assert [item["what"] for item in answer["items"]].count("checkpoints") == 4
+    assert [item["what"] for item in answer["kept"]] == ["report output"]
     assert answer["bytes"] == sum(item["bytes"] for item in answer["items"]) > 0
 
     held = FileLock(next((root.parent / "initmem-leases").glob("*.lock")), timeout=0)
@@ -118,7 +120,68 @@ def test_a_finished_sweep_keeps_one_checkpoint_per_cell_and_clean_removes_them(t
     assert done.exit_code == 0, done.output
     assert "removed" in done.output
     assert not [p for p in root.iterdir() if p.is_dir()]
-    assert not (tmp_path / "initmem-output" / "tidy").exists()
+    assert (tmp_path / "initmem-output" / "tidy" / "report.md").exists()  # the report stays unless asked
     assert not list((root.parent / "initmem-leases").glob("*.lock"))
     again = runner.invoke(app, ["clean", "tidy", "--tracking-uri", tracking_uri])
     assert "nothing left to clean" in again.output
+    reports = runner.invoke(app, ["clean", "tidy", "--reports", "--tracking-uri", tracking_uri])
+    assert reports.exit_code == 0 and "removed report output:" in reports.output
+    assert not (tmp_path / "initmem-output" / "tidy").exists()
+
+
+def single_runs_store(tmp_path: Path, tracking_uri: str) -> dict[str, Path]:
+    """A store with three single runs (one old, two new) and a sweep's cell, each with a checkpoint
+    folder under the default root: run name -> folder."""
+    import os
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.vocabulary import CONFIG_HASH_TAG, PARENT_TAG
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.create_experiment("initmem")
+    root = Path(tracking_uri[len("sqlite:///") :]).parent / CHECKPOINTS_FOLDER
+    folders = {}
+    for name, age_days, cell in (("old", 10, False), ("new", 0, False), ("other", 0, False), ("cell", 10, True)):
+        tags = {CONFIG_HASH_TAG: f"hash-{name}"} | ({PARENT_TAG: "0" * 32} if cell else {})
+        client.create_run(experiment, run_name=name, tags=tags)
+        folder = root / f"hash-{name}"
+        folder.mkdir(parents=True)
+        checkpoint = folder / "ckpt-e000001-s000000.pt"
+        checkpoint.write_bytes(b"x" * 1000)
+        then = time.time() - age_days * 86400
+        os.utime(checkpoint, (then, then))
+        folders[name] = folder
+    return folders
+
+
+def test_clean_removes_single_runs_checkpoints_by_name_or_age_and_never_a_sweeps(tmp_path, tracking_uri):
+    folders = single_runs_store(tmp_path, tracking_uri)
+    dry = runner.invoke(app, ["clean", "--runs", "--older-than", "7d", "--dry-run", "--tracking-uri", tracking_uri])
+    assert dry.exit_code == 0, dry.output
+    assert "would remove checkpoints of run old:" in dry.output and "run new" not in dry.output
+    assert "cell" not in dry.output and all(folder.exists() for folder in folders.values())  # a sweep's: kept
+    as_json = runner.invoke(app, ["clean", "--runs", "--older-than", "7d", "--json", "--tracking-uri", tracking_uri])
+    answer = json.loads(as_json.stdout)
+    assert answer["runs"] == ["old"] and answer["bytes"] == 1000 and not answer["dry_run"]
+    assert not folders["old"].exists() and folders["new"].exists() and folders["cell"].exists()
+    named = runner.invoke(app, ["clean", "new", "--tracking-uri", tracking_uri])
+    assert named.exit_code == 0 and "removed checkpoints of run new:" in named.output, named.output
+    assert not folders["new"].exists() and folders["other"].exists() and folders["cell"].exists()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["clean"], "give a sweep's name, single runs' ids or names, or --runs"),
+        (["clean", "--runs", "--older-than", "7days"], "--older-than '7days': give a number and a unit"),
+        (["clean", "nosuch"], "no sweep or single run 'nosuch'"),
+        (["clean", "new", "--runs"], "not both"),
+    ],
+)
+def test_clean_refuses_what_it_cannot_read_in_one_line(args, says, tmp_path, tracking_uri):
+    single_runs_store(tmp_path, tracking_uri)
+    result = runner.invoke(app, [*args, "--tracking-uri", tracking_uri])
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output, result.output
+    assert len(result.stderr.strip().splitlines()) == 1

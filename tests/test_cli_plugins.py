@@ -50,12 +50,15 @@ def test_help_and_plugins_import_neither_torch_nor_mlflow():
 
 def test_unknown_name_is_one_line_exit_2_and_tracks_nothing(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    result = runner.invoke(app, ["run", "--opt", "mun", "--tracking-uri", uri])
+    result = runner.invoke(app, ["run", "--opt", "adma", "--tracking-uri", uri])
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        "Error: unknown optimizer 'mun'; valid names: " + result.stderr.split("valid names: ")[1].strip()
+        "Error: unknown optimizer 'adma' (did you mean 'adam'?); valid names: "
+        + result.stderr.split("valid names: ")[1].strip()
     )
-    assert "valid names: muon" in result.stderr and "Traceback" not in result.output
+    listed = result.stderr.split("valid names: ")[1].strip().split(", ")
+    assert listed == sorted(listed) and {"adam", "muon", "sgd"} <= set(listed)  # sorted, not by likeness
+    assert "Traceback" not in result.output
     assert not (tmp_path / "mlflow.db").exists()
 
 

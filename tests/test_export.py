@@ -157,12 +157,12 @@ def test_bad_files_are_refused_in_one_line(tmp_path):
 
 
 def test_report_takes_a_sweep_or_a_file_not_both(tmp_path):
-    for args, said in (
-        (["report"], "or --from FILE (an export)"),
+    for args, says in (
+        (["report"], "give a sweep name or parent run id"),  # neither: what to give, not "not both"
         (["report", "x", "--from", str(tmp_path / "f.json.gz")], "not both"),
     ):
         result = runner.invoke(app, args)
-        assert result.exit_code == 2 and said in result.stderr and "Traceback" not in result.output
+        assert result.exit_code == 2 and says in result.stderr and "Traceback" not in result.output
 
 
 @pytest.mark.slow  # draws the report's plots

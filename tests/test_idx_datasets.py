@@ -80,8 +80,9 @@ def test_torchvision_layout_and_the_dataset_contract(tmp_path):
 def test_missing_files_are_the_same_one_line_error_as_cifar(tmp_path):
     write_idx(tmp_path, gzipped=True)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
-    with pytest.raises(ConfigError, match=rf"fashion-mnist not found in {tmp_path}: put .* \(or pass --data-dir\)"):
+    with pytest.raises(ConfigError, match=rf"fashion-mnist not found in {tmp_path}: put .* there, e.g. ") as error:
         load("fashion-mnist", tmp_path)
+    assert "--data-dir" not in str(error.value)  # it was given: the folder named is where it looked
     result = CliRunner().invoke(app, ["run", "--data", "mnist", "--data-dir", str(tmp_path / "none"), "--no-tracking"])
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
     assert "mnist not found in" in result.stderr

@@ -101,7 +101,9 @@ def test_rejects_a_name_already_registered_for_that_kind(tmp_path):
 def test_unknown_kind_lists_the_valid_ones_closest_first(tmp_path):
     result = new_plugin("optimiser", "lion", "--dir", str(tmp_path / "pkg"))
     assert result.exit_code == 2
-    assert result.stderr.strip().startswith("Error: unknown kind 'optimiser'; valid kinds: optimizer, ")
+    assert result.stderr.strip().startswith(
+        "Error: unknown kind 'optimiser' (did you mean 'optimizer'?); valid kinds: architecture, "
+    )
 
 
 @pytest.mark.slow  # starts a process

@@ -63,7 +63,9 @@ def test_opt_args_are_canonical_in_the_hash():
 @pytest.mark.parametrize(
     "items, message",
     [
-        (("momentum=0.9",), "--opt-arg momentum: optimizer adam has no option 'momentum'; valid keys: "),
+        (("momentum=0.9",), "--opt-arg momentum: momentum is initmem's own option; set it with --momentum 0.9"),
+        (("weight_decay=0.1",), "set it with --weight-decay 0.1"),
+        (("beta=0.9,0.99",), "has no option 'beta' (did you mean 'betas'?); valid keys: amsgrad, betas,"),
         (("betas=0.9",), "--opt-arg betas=0.9: expected 2 comma-separated values like 0.9,0.999"),
         (("lr=0.1",), "--opt-arg lr: set the learning rate with --lr"),
         (("betas",), "--opt-arg 'betas': write key=value"),
@@ -79,7 +81,7 @@ def test_unknown_key_on_the_command_line_is_one_line_naming_the_valid_ones():
     result = CliRunner().invoke(app, ["run", "--opt", "adam", "--opt-arg", "beta=0.9,0.99", "--no-tracking"])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "has no option 'beta'; valid keys: betas, " in lines[0], result.stderr
+    assert len(lines) == 1 and "has no option 'beta' (did you mean 'betas'?); valid keys: " in lines[0], result.stderr
     assert {"amsgrad", "eps"} <= set(lines[0].split("valid keys: ")[1].split(", "))
 
 

@@ -61,13 +61,16 @@ def test_family_lookup_passes_the_variant():
         registry.lookup("optimizer", "timm:")
 
 
-def test_unknown_name_lists_valid_names_closest_first():
+def test_unknown_name_says_the_closest_and_lists_valid_names_sorted():
     registry = load_registry(entry_points=False)
     with pytest.raises(UnknownComponentError) as error:
         registry.lookup("optimizer", "mun")
     message = str(error.value)
-    assert message.startswith("unknown optimizer 'mun'; valid names: muon")
-    assert "adamw" in message and "\n" not in message
+    assert message.startswith("unknown optimizer 'mun' (did you mean 'muon'?); valid names: adam, adamw, ")
+    assert error.value.valid == sorted(error.value.valid) and "\n" not in message
+    with pytest.raises(UnknownComponentError) as error:
+        registry.lookup("optimizer", "zzzz")
+    assert str(error.value).startswith("unknown optimizer 'zzzz'; valid names: adam")  # nothing close: no guess
 
 
 def test_third_party_plugin_loads_from_entry_point(install_fake_plugin):

@@ -281,7 +281,7 @@ def measured_apart(text: str) -> str:
         estimate = line.startswith("estimated ") or (estimate and line.startswith(" "))
         if not estimate:
             kept.append(line)
-    assert "estimated training time here" in text and "estimated on a GPU" in text
+    assert "estimated time here" in text and "estimated on a GPU" in text
     return "\n".join(kept)
 
 
@@ -294,7 +294,9 @@ def test_cli_options_override_a_preset():
 
 
 def test_unknown_preset_names_the_closest():
-    with pytest.raises(ConfigError, match="unknown preset 'paper-mni'; valid presets: paper-mini"):
+    with pytest.raises(
+        ConfigError, match=r"unknown preset 'paper-mni' \(did you mean 'paper-mini'\?\); valid presets: "
+    ):
         preset_spec("paper-mni")
     result = runner.invoke(app, ["presets", "show", "paper-mni"])
-    assert result.exit_code == 2 and "valid presets: paper-mini" in result.stderr
+    assert result.exit_code == 2 and "(did you mean 'paper-mini'?)" in result.stderr

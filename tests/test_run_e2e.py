@@ -81,7 +81,7 @@ def test_config_file_with_cli_override(tracking_uri, tmp_path):
         (["--batch-size", "5000"], "--batch-size 5000 is larger than the training set"),
         (["--sigma", "-1"], "--sigma must be greater than 0"),
         (["--lr", "nan"], "--lr must be a finite number"),
-        (["--arch", "resnet57"], "unknown architecture 'resnet57'; valid names: resnet56"),
+        (["--arch", "resnet57"], "unknown architecture 'resnet57' (did you mean 'resnet56'?); valid names: "),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_leaves_no_run(tracking_uri, args, message):

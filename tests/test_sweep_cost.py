@@ -28,12 +28,26 @@ def test_the_estimate_is_the_measured_step_times_the_steps_over_the_workers(tmp_
     assert one.steps == sum(h.epochs * h.steps_per_epoch for h in horizons) > 0
     [step] = one.step_times  # one architecture, batch size and shape: measured once
     assert (step.arch, step.batch_size, step.shape) == ("resnet20", 32, (1, 8, 8)) and step.seconds > 0
-    assert one.cpu_seconds == pytest.approx(one.steps * step.seconds)
+    assert step.eval_seconds_per_example > 0
+    # Evaluation counted: epochs 0, 1 and 2 each score the training set and both splits, whole.
+    (_, _, n_train), (val, test) = cost.dataset_facts(plan.plans[0]), cost.split_sizes(plan.plans[0])
+    assert one.evaluated_examples == 3 * 3 * (n_train + val + test)
+    assert one.eval_seconds == pytest.approx(one.evaluated_examples * step.eval_seconds_per_example)
+    assert one.cpu_seconds == pytest.approx(one.steps * step.seconds + one.eval_seconds)
     two = cost.estimate_cost(
         plan.plans, workers=2, horizons=horizons, gpu_figures=tmp_path / "none.json", budget_s=0.05
     )
-    assert two.cpu_seconds == pytest.approx(two.steps * two.step_times[0].seconds / 2)
+    assert two.cpu_seconds == pytest.approx((two.steps * two.step_times[0].seconds + 2 * two.eval_seconds) / 2)
     assert one.gpu_seconds is None and "no gpu_check figures exist yet" in one.gpu_source
+
+
+def test_eval_size_caps_what_each_evaluation_scores_and_adds_the_whole_test_split_once():
+    [plan] = plan_sweep({"epochs": 4, "eval_size": 50, "eval_every": 2, "train_eval_size": 100}).plans
+    # evaluation points 0, 2, 4; each 100 training, 50 validation, 50 test examples; then 10,000 once
+    assert cost.evaluated_examples(plan.config, 4, 5000, (6000, 10_000)) == 3 * (100 + 50 + 50) + 10_000
+    assert cost.evaluated_examples(plan.config, 5, 5000, (40, 40)) == 4 * (100 + 40 + 40)  # cap above: no rescoring
+    [described] = plan_sweep({"data": "fashion-mnist"}).plans
+    assert cost.split_sizes(described) == (6000, 10_000)  # from its description: no files needed
 
 
 def test_on_a_gpu_the_estimate_reads_gpu_checks_step_figure(tmp_path):
@@ -70,6 +84,36 @@ def test_the_dry_run_states_the_estimated_time():
         app, ["sweep", "--sigma", "0.5,1", "--epochs", "1", "--workers", "2", "--dry-run"], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
-    assert "estimated training time here:" in result.stdout and "with 2 worker(s)" in result.stdout
+    assert "estimated time here:" in result.stdout and "with 2 worker(s)" in result.stdout
     assert "resnet20" in result.stdout and "ms/step at batch 64" in result.stdout
     assert "estimated on a GPU:" in result.stdout
+
+
+@pytest.mark.slow  # a real 2-cell digits sweep, and the dry run's measurement beside it (~20 s)
+def test_the_estimate_is_within_twice_a_measured_small_sweep(tracking_uri, tmp_path, monkeypatch):
+    """The dry run's estimate (training and evaluation, on this machine, now) against the cells'
+    own durations in the store (from start to end of each run: data, model, training, every
+    evaluation, logging). The sweep's own start-up, report and plots are in neither. The estimate
+    is taken before and after the sweep and averaged: a machine shared with other work is not
+    equally loaded at every moment, and the sweep runs through both."""
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.sweep.launch import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    spec = {"sigma": [0.5, 2.0], "data": "digits", "epochs": 6, "train_size": 512, "threads": 1, "checkpoint_every": 0}
+    plan = plan_sweep(spec)
+
+    def estimate() -> cost.CostEstimate:  # at the dry run's own budget (conftest lowers it for the others)
+        return cost.estimate_cost(plan.plans, horizons=plan_horizons(plan.plans), budget_s=0.5)
+
+    before = estimate()
+    assert before.eval_seconds is not None and before.eval_seconds > 0
+    result = run_sweep(spec, name="timed", tracking_uri=tracking_uri, out=tmp_path / "out")
+    after = estimate()
+    client = MlflowClient(tracking_uri)
+    runs = [client.get_run(cell.run_id).info for cell in result.cells]
+    measured = sum((run.end_time - run.start_time) / 1e3 for run in runs)
+    assert len(runs) == 2 and measured > 0
+    estimated = (before.cpu_seconds + after.cpu_seconds) / 2
+    assert measured / 2 <= estimated <= measured * 2, (before.cpu_seconds, after.cpu_seconds, measured)

@@ -178,7 +178,8 @@ def test_until_is_spelt_one_way_and_bad_values_are_one_line():
         from_mapping({"until": "clock_l2=2"}).until == from_mapping({"until": "clock_l2=2.0"}).until == "clock_l2=2.0"
     )
     for bad, says in [
-        ("l2=2", "CLOCK one of clock_l2"),
+        ("l2=2", "CLOCK one of clock_adapt, clock_l2, clock_sgd"),
+        ("clock_l=2", "(did you mean 'clock_l2'?)"),
         ("clock_l2", "CLOCK=VALUE"),
         ("clock_l2=0", "greater than 0"),
         ("clock_l2=nan", "greater than 0"),

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from initmem_core.config import RunConfig
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.config import FIELDS, RunConfig
+from initmem_core.errors import ConfigError, did_you_mean
+from initmem_core.kinds import flag_for
 from initmem_core.plugin_system.registry import ComponentSpec
 
 #: The rate of an optimizer that declares none (the old global default of ``--lr``).
@@ -98,12 +99,17 @@ def typed_given(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any
 
 def _check_keys(opt: str, given: dict[str, str], defaults: Mapping[str, Any]) -> None:
     valid = sorted(key for key in defaults if key != "lr")
-    for key in given:
+    for key, text in given.items():
         if key == "lr":
             raise ConfigError("--opt-arg lr: set the learning rate with --lr")
+        if key in FIELDS and key not in valid:  # momentum, weight_decay: the run's own knobs
+            raise ConfigError(f"--opt-arg {key}: {key} is initmem's own option; set it with {flag_for(key)} {text}")
         if key not in valid:
-            listing = ", ".join(ordered_by_similarity(key, valid)) if valid else "none (it declares no options)"
-            raise ConfigError(f"--opt-arg {key}: optimizer {opt} has no option '{key}'; valid keys: {listing}")
+            listing = ", ".join(valid) if valid else "none (it declares no options)"
+            raise ConfigError(
+                f"--opt-arg {key}: optimizer {opt} has no option '{key}'{did_you_mean(key, valid)}; "
+                f"valid keys: {listing}"
+            )
 
 
 def not_sgd_family(opt: str, built: str) -> ConfigError:

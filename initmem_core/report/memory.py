@@ -93,6 +93,7 @@ class GroupSummary:
     clock_adapt: float
     did_not_train: bool = False  # best accuracy within CHANCE_MARGIN_PP of chance
     best_acc: float = NAN  # % the best mean over sigma
+    chance_acc: float = NAN  # % the dataset's chance level, 100 / classes (nan: classes unknown)
     #: pp: the cross-fitted spread, not biased up by noise (0 for a group that remembers nothing)
     debiased_spread: float = NAN
     debiased_spread_lo: float = NAN  # its 95% t interval (nan: too few seeds, see debiased_note)
@@ -347,6 +348,7 @@ def _summary(
         spread_lo=low,
         spread_hi=high,
         did_not_train=stuck,
+        chance_acc=100 / classes if classes else NAN,
         debiased_spread=estimate.estimate,
         debiased_spread_lo=estimate.lo,
         debiased_spread_hi=estimate.hi,

@@ -118,16 +118,23 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     for group in report.groups:
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
         values = [r.test_acc for r in rows]
+        # A t interval over three seeds can reach past 0 or 100: an accuracy cannot.
+        lows = [lo if math.isnan(lo) else max(lo, 0.0) for lo in (r.test_acc_lo for r in rows)]
+        highs = [hi if math.isnan(hi) else min(hi, 100.0) for hi in (r.test_acc_hi for r in rows)]
         ax.errorbar(
             [r.sigma for r in rows],
             values,
-            yerr=_error_bars(values, [r.test_acc_lo for r in rows], [r.test_acc_hi for r in rows]),
+            yerr=_error_bars(values, lows, highs),
             marker="o",
             capsize=3,
             color=colours[group.group],
             label=_spread_label(group, names[group.group]),
             gid=group.group,
         )
+    for chance in sorted({g.chance_acc for g in report.groups if not math.isnan(g.chance_acc)}):
+        ax.axhline(chance, color="0.4", linestyle="--", linewidth=1.0, label=f"chance ({chance:.3g}%)", gid="chance")
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(low, 0.0), min(high, 100.0))
     ax.set(
         xlabel="σ_w",
         ylabel="test accuracy at best-val checkpoint (%)",
@@ -206,36 +213,81 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
     return save_figure(figure, path)
 
 
+#: The band above the epochs where runs that never interpolated are drawn, as a share of the axis
+NEVER_BAND = 0.12
+
+
 def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
-    """First epoch with train accuracy >= threshold; sigmas that never interpolated are marked x."""
+    """First epoch with train accuracy >= threshold (mean over the seeds that got there), and in a
+    band above every epoch the runs that never interpolated, at each sigma where any did, their
+    number beside the marker and in the legend: never at y = 0, which reads as epoch 0."""
+    from matplotlib.transforms import blended_transform_factory
+
     figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
     names, shared = legend_names([g.group for g in report.groups])
     colours = group_colours(report)
     sigmas = [r.sigma for r in report.rows] or [0.0]
     dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # x markers of different groups side by side
+    band = blended_transform_factory(ax.transData, ax.transAxes)  # x in sigma, y in axes fraction
+    never_total = 0
     for index, group in enumerate(report.groups):
         rows = [r for r in report.rows if r.group == group.group]
         reached = [r for r in rows if not math.isnan(r.tau_interp)]
+        never = [r for r in rows if r.never_interp > 0]
+        trained = sum(r.runs - r.failed for r in rows)
+        missing = sum(r.never_interp for r in never)
+        never_total += missing
+        label = names[group.group] + (f" ({missing} of {trained} runs never interpolated)" if missing else "")
         (line,) = ax.plot(
             [r.sigma for r in reached],
             [r.tau_interp for r in reached],
             marker="o",
             color=colours[group.group],
-            label=names[group.group],
+            label=label,
             gid=group.group,
         )
-        never = [r.sigma for r in rows if math.isnan(r.tau_interp) and r.runs > r.failed]
         if never:
             offset = (index - (len(report.groups) - 1) / 2) * dodge
+            xs = [r.sigma + offset for r in never]
             ax.scatter(
-                [sigma + offset for sigma in never],
-                [0.0] * len(never),
+                xs,
+                [1 - NEVER_BAND / 2] * len(never),
                 marker="x",
                 color=line.get_color(),
-                clip_on=False,
+                transform=band,
+                gid=f"{group.group}|never",
             )
-    ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title="Interpolation epoch vs σ_w (x at 0: never interpolated)")
+            for x, r in zip(xs, never):
+                ax.annotate(
+                    f"{r.never_interp}/{r.runs - r.failed}",
+                    (x, 1 - NEVER_BAND / 2),
+                    xycoords=band,
+                    xytext=(4, 3),
+                    textcoords="offset points",
+                    fontsize="x-small",
+                    color=line.get_color(),
+                )
+    epochs = [r.tau_interp for r in report.rows if not math.isnan(r.tau_interp)]
+    top = max(epochs, default=1.0)
+    # The epochs take the axis below the band; the band holds no epoch.
+    ax.set_ylim(0.0, top * 1.08 / (1 - NEVER_BAND) + 1e-9 if top > 0 else 1.0)
+    if never_total:
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((0.0, 1 - NEVER_BAND), 1.0, NEVER_BAND, transform=ax.transAxes, color="0.92", zorder=0))
+        ax.text(
+            0.01,
+            1 - NEVER_BAND / 2,
+            "never\ninterpolated",
+            transform=ax.transAxes,
+            fontsize="x-small",
+            va="center",
+            color="0.35",
+        )
+        ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= top * 1.08])
+    title = "Interpolation epoch vs σ_w (mean over the seeds that interpolated)"
+    ax.set(xlabel="σ_w", ylabel="τ_interp (epoch)", title=title)
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
     return save_figure(figure, path)
@@ -311,6 +363,24 @@ def _mark_half_life(ax, half, unit: str, colour: str) -> None:
         ax.plot([low, high], [half.initial / 2] * 2, color=colour, linewidth=3, alpha=0.6, solid_capstyle="butt")
 
 
+def _mark_half_level(ax, half, colour: str, gid: str) -> None:
+    """Half the memory's initial value, a dashed line across the panel: where the curve crosses it
+    is the half-life (drawn whether or not it was reached within the horizon)."""
+    if half is None or math.isnan(half.initial) or half.initial <= 0:
+        return
+    ax.axhline(half.initial / 2, color=colour, linestyle="--", linewidth=0.9, alpha=0.7, gid=f"{gid}|half")
+
+
+def _memory_axis(ax, memory: str) -> None:
+    """Radial and directional memory are shares of the initial state: from 0 to 1 (further up only
+    if a value is), so that a change of 0.3% looks like one. Accuracy memory (pp) keeps 0 in view."""
+    low, high = ax.get_ylim()
+    if memory == "accuracy":
+        ax.set_ylim(min(low, 0.0), max(high, 0.0))
+    else:
+        ax.set_ylim(min(low, 0.0), max(high, 1.0) if high > 1.0 else 1.0)
+
+
 def _memory_groups(report: Report) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
     groups = list(report.forgetting)
     names, shared = legend_names([g.group for g in report.groups] or groups)
@@ -340,10 +410,12 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
                 f"{group}|{memory}",
             )
             _mark_half_life(ax, found.half_lives.get(memory), "epoch", colours[group])
+            _mark_half_level(ax, found.half_lives.get(memory), colours[group], f"{group}|{memory}")
+        _memory_axis(ax, memory)
         ax.set(xlabel="epoch", title=MEMORY_LABELS[memory])
         ax.title.set_fontsize("small")
         ax.grid(alpha=0.3)
-    figure.suptitle("Memory over training (bands: 95% CI; dotted: half-life)")
+    figure.suptitle("Memory over training (bands: 95% CI; dashed: half the initial value; dotted: half-life)")
     _say_if_empty(figure, groups)
     if groups:
         _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
@@ -383,11 +455,16 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
                     log,
                 )
                 _mark_half_life(ax, found.half_lives.get(memory), clock, colours[group])
+                _mark_half_level(ax, found.half_lives.get(memory), colours[group], f"{group}|{memory}|{clock}")
+            _memory_axis(ax, memory)
             edge = f" (log; {EPOCH_ZERO_MARKER} at the left edge: epoch 0)" if log and moving else ""
             ax.set_xlabel(CLOCK_FORMULAS[clock] + edge, fontsize="small" if edge else None)
             ax.grid(alpha=0.3)
         row[0].set_ylabel(MEMORY_LABELS[memory], fontsize="small")
-    figure.suptitle("Memory against the forgetting clocks that moved (bands: 95% CI; dotted: half-life)")
+    figure.suptitle(
+        "Memory against the forgetting clocks that moved (bands: 95% CI; dashed: half the initial value; "
+        "dotted: half-life)"
+    )
     _say_if_empty(figure, groups)
     handles = [h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]]
     if handles:

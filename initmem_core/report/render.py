@@ -122,8 +122,14 @@ def to_csv(report: Report) -> str:
     return csv_table((c for c, _, _ in TABLE_COLUMNS), table_rows(report))
 
 
-def _spread_cell(g: GroupSummary) -> str:
-    return f"did not train (best {g.best_acc:.1f}%)" if g.did_not_train else number(g.spread, ".2f")
+def spread_cell(g: GroupSummary) -> str:
+    """The group's spread, or why it has none: a group that did not train (its best accuracy at
+    chance) or one of which no run ended (all failed) says so instead of showing a dash."""
+    if g.did_not_train:
+        return f"did not train (best {g.best_acc:.1f}%)"
+    if g.runs_ran == 0:
+        return f"no run ended ({g.failed} failed)" if g.failed else "no run ended"
+    return number(g.spread, ".2f")
 
 
 def debiased_cell(g: GroupSummary) -> str:
@@ -174,7 +180,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
         [
             [
                 g.group,
-                _spread_cell(g),
+                spread_cell(g),
                 interval(g.spread_lo, g.spread_hi, ".2f"),
                 debiased_cell(g),
                 *(number(v, "g") for v in (g.best_sigma, g.worst_sigma)),

@@ -52,11 +52,15 @@ class Row:
     verdict: str
 
 
+#: Characters a line of a row's label holds: longer text goes on to the next line, never cut.
+LABEL_WIDTH = 60
+
+
 def _label(finding: Finding, quantity: Quantity, part: bool) -> str:
     head = f"  ↳ [{finding.stratum}]" if part else finding.name
-    lines = [head, textwrap.shorten(quantity.label, 60, placeholder="…")]
+    lines = [head, *textwrap.wrap(quantity.label, LABEL_WIDTH)]
     if finding.margin and not part:
-        lines.append(textwrap.shorten(f"margin: {finding.margin}", 60, placeholder="…"))
+        lines += textwrap.wrap(f"margin: {finding.margin}", LABEL_WIDTH)
     return "\n".join(lines)
 
 

@@ -1,12 +1,18 @@
-"""What a sweep leaves on disk once it is done, and removing it: ``initmem clean NAME``.
+"""What a sweep or a single run leaves on disk once it is done, and removing it: ``initmem clean``.
 
 A sweep's cells keep checkpoints in ``<checkpoint root>/<config hash>/`` (``--checkpoint-dir``, else
 ``initmem-checkpoints/`` beside the SQLite store), take leases in ``initmem-leases/<config hash>.lock``
 beside the store, and the sweep writes its report into ``--out`` (``initmem-output/<name>/`` by
 default). The tracking store itself (runs, metrics, the report on the parent run) is never touched.
+The report folder is what a researcher reads: it goes only when asked (``reports=True``), and is
+otherwise listed as kept.
 
 A cell is found by its config hash, which another sweep running the very same cell shares: its
 checkpoint folder is that sweep's too. A sweep whose leases are held (it is running) is refused.
+
+A single run (``initmem run``, no sweep) keeps its checkpoints in the same layout;
+``run_leftovers`` finds them by the run's id or name, or by age, and leaves alone a folder that a
+sweep's cell shares (the same config): that sweep's resume needs it.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from pathlib import Path
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.grid import DEFAULT_OUTPUT
 from initmem_core.tracking.cells import LEASES_FOLDER
+from initmem_core.tracking.single_run import stored_runs
 from initmem_core.tracking.sweep_runs import stored_sweep
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.training.checkpoint_store import default_root
 from initmem_core.vocabulary import CONFIG_HASH_TAG
 
 CHECKPOINTS, LEASE, OUTPUT = "checkpoints", "lease", "report output"
+#: ``--older-than``'s units, in seconds
+AGE_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,63 @@ def sweep_leftovers(
     return name, [Leftover(what, path, size_of(path)) for path, what in found.items() if path.exists()]
 
 
+def parse_age(text: str) -> float:
+    """``--older-than``'s value in seconds: a number and a unit (``30m``, ``12h``, ``7d``, ``2w``);
+    ``ConfigError`` saying the form otherwise."""
+    number, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in AGE_UNITS or value < 0:
+        raise ConfigError(f"--older-than {text!r}: give a number and a unit, m, h, d or w (e.g. 7d, 12h)")
+    return value * AGE_UNITS[unit]
+
+
+def last_written(path: Path) -> float:
+    """When anything in ``path`` (a folder) was last written, as a POSIX time."""
+    return max((p.stat().st_mtime for p in path.rglob("*") if p.is_file()), default=path.stat().st_mtime)
+
+
+def run_leftovers(
+    tracking_uri: str | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+    names: tuple[str, ...] = (),
+    older_than: float | None = None,
+    now: float | None = None,
+) -> list[tuple[str, Leftover]]:
+    """The checkpoint folders of single runs (no sweep's): those of the runs whose id or name is in
+    ``names``, else (``older_than``, seconds) those last written longer ago, else all of them. Each
+    with the run's name; ``ConfigError`` when a name is no single run's."""
+    import time
+
+    uri = resolve_tracking_uri(tracking_uri)
+    singles, cells = stored_runs(uri, experiment)
+    shared = {run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG) for run in cells}
+    if unknown := [n for n in names if not any(n in (run.run_id, run.name) for run in singles)]:
+        known = sorted({run.name for run in singles if run.name})
+        listing = f"; single runs there: {', '.join(known[:10])}{', ...' if len(known) > 10 else ''}" if known else ""
+        raise ConfigError(
+            f"no sweep or single run '{unknown[0]}' in experiment '{experiment}' (looked in {uri}){listing}"
+        )
+    now = time.time() if now is None else now
+    found: dict[Path, str] = {}
+    for run in singles:
+        config_hash = run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG)
+        if not config_hash or config_hash in shared:
+            continue
+        told = run.params.get("checkpoint_dir", "")
+        folder = (Path(told).expanduser() if told else default_root(uri)) / config_hash
+        if not folder.is_dir() or folder in found:
+            continue
+        if names and not (run.run_id in names or run.name in names):
+            continue
+        if not names and older_than is not None and now - last_written(folder) < older_than:
+            continue
+        found[folder] = run.name or run.run_id
+    return [(name, Leftover(CHECKPOINTS, folder, size_of(folder))) for folder, name in found.items()]
+
+
 def refuse_if_running(name: str, leftovers: list[Leftover]) -> None:
     """``ConfigError`` when a lease of the sweep is held: a live sweep process owns that cell."""
     from filelock import FileLock, Timeout
@@ -107,10 +173,15 @@ def clean_sweep(
     experiment: str = DEFAULT_EXPERIMENT,
     out: str | Path | None = None,
     dry_run: bool = False,
-) -> tuple[str, list[Leftover]]:
-    """Remove what the sweep left on disk (``dry_run``: only say it); returns its name and the leftovers."""
+    reports: bool = False,
+) -> tuple[str, list[Leftover], list[Leftover]]:
+    """Remove what the sweep left on disk (``dry_run``: only say it): its checkpoints and leases,
+    and its report output only with ``reports``. Returns its name, what was (or would be) removed
+    and what was kept."""
     name, leftovers = sweep_leftovers(name_or_parent_run_id, tracking_uri, experiment, out)
     refuse_if_running(name, leftovers)
+    kept = [] if reports else [item for item in leftovers if item.what == OUTPUT]
+    removed = [item for item in leftovers if item not in kept]
     if not dry_run:
-        remove(leftovers)
-    return name, leftovers
+        remove(removed)
+    return name, removed, kept

@@ -13,9 +13,15 @@ the JSON of a complete gpu_check run, copied into this package as ``gpu_check.js
 with it as package data, so an installed wheel reads it as the source tree does), times the steps,
 one cell at a time. No such file: the estimate says that none exist.
 
-Training steps only: evaluation (about a third of an epoch's time, more with large evaluation
-sets) and start-up are not counted. The input shape and training-set size come from the built
-dataset when it can be read here, else from the dataset's description ("3x32x32", "45k/5k").
+Evaluation is counted here: at every evaluation point (epoch 0, every ``--eval-every``-th and the
+last) a cell scores its training set (or ``--train-eval-size`` of it), ``--eval-size`` validation
+and test examples (all of them at 0), and once more the whole test split when ``--eval-size``
+capped it; each example at the measured forward time per example (no gradient, eval mode). With
+a small ``--train-size`` on a large dataset evaluation is most of a run's time. The GPU figure is
+of training steps only (gpu_check measures no evaluation). Start-up (data, model, the tracking
+store) is not counted. The input shape and split sizes come from the built dataset when it can
+be read here, else from the dataset's description ("3x32x32", "45k/5k", an official test set of
+10,000).
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ MEASURE_BUDGET_S, SMALL_BATCH = 0.5, 4
 
 _SHAPE = re.compile(r"\b(\d+)x(\d+)x(\d+)\b")
 _CLASSES = re.compile(r"\b(\d+) classes\b")
-_TRAIN = re.compile(r"\b(\d+)k/\d+k\b")
+_TRAIN = re.compile(r"\b(\d+)k/(\d+)k\b")
+#: The official test sets of the described datasets (CIFAR, MNIST, Fashion-MNIST)
+OFFICIAL_TEST = 10_000
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,8 @@ class StepTime:
     shape: tuple[int, int, int]  # C, H, W
     seconds: float  # per step at batch_size (scaled when measured_batch is smaller)
     measured_batch: int
+    #: a forward pass without gradient, per example (evaluation)
+    eval_seconds_per_example: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -61,11 +71,43 @@ class CostEstimate:
     cells: int
     workers: int
     steps: int | None  # optimizer steps of every cell counted
-    cpu_seconds: float | None
+    cpu_seconds: float | None  # training and evaluation, with ``workers``
     step_times: list[StepTime] = field(default_factory=list)
     gpu_seconds: float | None = None
     gpu_source: str = ""  # where the GPU figures come from, or that none exist
     unknown: list[str] = field(default_factory=list)
+    #: of ``cpu_seconds``: the evaluation's share (examples scored, forward passes only)
+    eval_seconds: float | None = None
+    evaluated_examples: int | None = None
+
+
+def split_sizes(plan: RunPlan) -> tuple[int, int] | None:
+    """(validation, test) examples of a cell's dataset: declared in its description, else read
+    from the built dataset; ``None`` when neither says."""
+    config, dataset = plan.config, plan.components["dataset"]
+    text = dataset.spec.description
+    if (split := _TRAIN.search(text)) and "official test set" in text:
+        return int(split.group(2)) * 1000, OFFICIAL_TEST
+    try:
+        bundle = dataset.build(config=config)
+    except Exception:  # a dataset not on this machine, undescribed
+        return None
+    return len(bundle.val_y), len(bundle.test_y)
+
+
+def evaluated_examples(config: Any, epochs: int, n_train: int, splits: tuple[int, int]) -> int:
+    """The examples a run scores over its evaluation points (epoch 0, every ``eval_every``-th,
+    the last), and the whole test split once more when ``eval_size`` capped it."""
+    val, test = splits
+    every = max(1, int(config.eval_every))
+    points = sum(1 for epoch in range(epochs + 1) if epoch % every == 0 or epoch == epochs)
+    cap = int(config.eval_size)
+    per_point = (
+        min(int(config.train_eval_size) or n_train, n_train)
+        + (min(cap, val) if cap else val)
+        + (min(cap, test) if cap else test)
+    )
+    return points * per_point + (test if cap and cap < test else 0)
 
 
 def dataset_facts(plan: RunPlan) -> tuple[tuple[int, int, int], int, int] | None:
@@ -114,11 +156,30 @@ def measure_step(
 
         small = min(batch_size, SMALL_BATCH)
         step(small)  # warm-up: allocations, kernel choice
-        per_example = step(small) / small
-        # The largest batch (up to the sweep's) of which three steps fit the budget.
-        batch = max(small, min(batch_size, int(budget_s / 3 / per_example)))
+        batch, per_example = small, step(small) / small
+        # The largest batch (up to the sweep's) of which three steps fit the budget. A small batch's
+        # time per example holds the step's fixed cost, which makes the first guess small: it is
+        # guessed again from the larger batch once, and the larger the batch, the less scaling.
+        for _ in range(2):
+            guess = max(small, min(batch_size, int(budget_s / 3 / per_example)))
+            if guess <= batch:
+                break
+            batch, per_example = guess, step(guess) / guess
         seconds = sorted(step(batch) for _ in range(3))[1] * batch_size / batch
-        return StepTime(arch, batch_size, shape, seconds, batch)
+
+        model.eval()  # evaluation: a forward pass without gradient, at up to the evaluation batch
+        with torch.no_grad():
+            size = max(1, min(plan.config.eval_batch_size, 4 * batch))
+            x = torch.randn(size, *shape)
+            model(x)  # warm-up
+
+            def forward_pass() -> float:
+                began = time.perf_counter()
+                model(x)
+                return time.perf_counter() - began
+
+            forward = sorted(forward_pass() for _ in range(3))[1] / size
+        return StepTime(arch, batch_size, shape, seconds, batch, forward)
     finally:
         torch.set_num_threads(threads)
 
@@ -171,7 +232,8 @@ def estimate_cost(
     facts: dict[tuple[Any, ...], Any] = {}
     measured: dict[tuple[Any, ...], StepTime] = {}
     gpu: dict[str, tuple[float, str] | None] = {}
-    steps_total, cpu_total, gpu_total = 0, 0.0, 0.0
+    splits: dict[tuple[Any, ...], tuple[int, int] | None] = {}
+    steps_total, cpu_total, gpu_total, eval_total, examples_total = 0, 0.0, 0.0, 0.0, 0
     unknown: list[str] = []
     for index, plan in enumerate(plans):
         cell = plan.config
@@ -192,6 +254,15 @@ def estimate_cost(
             measured[key] = measure_step(plan, shape, classes, budget)
         steps_total += steps
         cpu_total += steps * measured[key].seconds
+        if data not in splits:
+            splits[data] = split_sizes(plan)
+        if (sizes := splits[data]) is None:
+            unknown.append(f"{cell.data}: the evaluation (validation and test sizes unknown here)")
+        else:
+            epochs = horizon.epochs if horizon else cell.epochs
+            scored = evaluated_examples(cell, epochs, examples, sizes)
+            examples_total += scored
+            eval_total += scored * measured[key].eval_seconds_per_example
         if cell.arch not in gpu:
             gpu[cell.arch] = gpu_step_ms(cell.arch, gpu_figures)
         figure = gpu[cell.arch]
@@ -211,7 +282,9 @@ def estimate_cost(
         cells=len(plans),
         workers=workers,
         steps=steps_total if counted else None,
-        cpu_seconds=cpu_total / workers if counted else None,
+        cpu_seconds=(cpu_total + eval_total) / workers if counted else None,
+        eval_seconds=eval_total / workers if counted else None,
+        evaluated_examples=examples_total if counted else None,
         step_times=list(measured.values()),
         gpu_seconds=gpu_total if counted and not math.isnan(gpu_total) and gpu else None,
         gpu_source=source,

@@ -12,7 +12,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError, did_you_mean
 from initmem_core.plugin_system.loader import get_registry
 
 #: The kind presets register as (``kinds.REPORT_KINDS``).
@@ -36,8 +36,8 @@ def preset_text(name: str) -> str:
     """The preset's sweep file, comments included."""
     names = preset_names()
     if name not in names:
-        valid = ", ".join(ordered_by_similarity(name, names)) if names else "none (the plugin 'claims' has the paper's)"
-        raise ConfigError(f"unknown preset '{name}'; valid presets: {valid}")
+        valid = ", ".join(sorted(names)) if names else "none (the plugin 'claims' has the paper's)"
+        raise ConfigError(f"unknown preset '{name}'{did_you_mean(name, names)}; valid presets: {valid}")
     return Path(str(get_registry().lookup(PRESET, name)[0].factory)).read_text()
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
-from initmem_core.tracking.records import metric_history
+from initmem_core.tracking.records import metric_history, search_all
 from initmem_core.tracking.uris import resolve_tracking_uri
 from initmem_core.vocabulary import (
     FIT,
     PARENT_ROLE,
+    PARENT_TAG,
     PER_EPOCH_METRICS,
     REPAIR_GAP,
     ROLE_TAG,
@@ -49,6 +51,24 @@ class SingleRun:
             "summary": self.summary,
             "epochs": self.epochs,
         }
+
+
+def stored_runs(uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
+    """The runs of ``experiment`` as ``StoredRun``: the single runs (no sweep's parent nor cell)
+    and the sweeps' cells. Creates no store; ``ConfigError`` when the experiment is not there."""
+    from initmem_core.tracking.sweep_runs import StoredRun  # lazy: the sweep's store operations
+
+    client = open_client(uri, create=False)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ConfigError(f"experiment '{experiment}' does not exist in the tracking store {uri}; check --experiment")
+    singles: list[Any] = []
+    cells: list[Any] = []
+    for run in search_all(client, [found.experiment_id], ""):
+        if run.data.tags.get(ROLE_TAG) == PARENT_ROLE:
+            continue
+        (cells if PARENT_TAG in run.data.tags else singles).append(StoredRun.of(run))  # a cell has a parent
+    return singles, cells
 
 
 def load_single_run(run_id: str, tracking_uri: str | None = None) -> SingleRun | None:

@@ -49,7 +49,8 @@ def _required_files(dataset_class: Any) -> list[str]:
     return [f for f, _ in dataset_class.train_list + dataset_class.test_list] + [dataset_class.meta["filename"]]
 
 
-def _read(dataset_class: Any, name: str, root: Path, download: bool = False) -> tuple[Any, Any]:
+def _read(dataset_class: Any, name: str, root: Path, download: bool = False, given: bool = False) -> tuple[Any, Any]:
+    """``given``: ``root`` is the user's --data-dir (the message then suggests no other)."""
     folder = root / dataset_class.base_folder
     archive = root / dataset_class.filename
     missing = [f for f in _required_files(dataset_class) if not (folder / f).is_file()]
@@ -68,8 +69,9 @@ def _read(dataset_class: Any, name: str, root: Path, download: bool = False) -> 
             ) from None
         missing = [f for f in _required_files(dataset_class) if not (folder / f).is_file()]
     if missing:
+        other = "" if given else " (or pass --data-dir)"  # given: it is where it was looked for
         raise ConfigError(
-            f"{name} not found in {root}: put {dataset_class.base_folder} there (or pass --data-dir), "
+            f"{name} not found in {root}: put {dataset_class.base_folder} there{other}, "
             f"e.g. extracted from {dataset_class.filename} at {HOMEPAGE}, or pass --download"
         )
     try:
@@ -98,7 +100,8 @@ def load_cifar(config: Any, name: str) -> DatasetBundle:
         "cifar100": (CIFAR100, CIFAR100_MEAN, CIFAR100_STD, 100),
     }[name]
     root = resolve_root(config, name, dataset_class.base_folder)
-    train, test = _read(dataset_class, name, root, bool(getattr(config, "download", False)))
+    given = bool(getattr(config, "data_dir", ""))
+    train, test = _read(dataset_class, name, root, bool(getattr(config, "download", False)), given)
     images, labels = _to_tensors(train)
     test_x, test_y = _to_tensors(test)
     # 5,000 of CIFAR's 50,000 for validation

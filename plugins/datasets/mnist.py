@@ -91,9 +91,10 @@ def find_files(config: Any, name: str) -> dict[str, Path]:
         if located:
             return located
     where = " or ".join(str(b) for b in bases)
+    other = "" if given else " (or pass --data-dir)"  # given: it is where they were looked for
     raise ConfigError(
-        f"{name} not found in {where}: put {', '.join(FILES)} (each plain or .gz) there "
-        f"(or pass --data-dir), e.g. downloaded from {homepage}, or pass --download"
+        f"{name} not found in {where}: put {', '.join(FILES)} (each plain or .gz) there{other}, "
+        f"e.g. downloaded from {homepage}, or pass --download"
     )
 
 
