@@ -93,7 +93,7 @@ def table_rows(table: dict[str, dict[str, list[Decided]]], datasets: list[str]) 
     claims = {f.name: f.claim for f in evaluate_findings([])}  # every claim's wording, evaluated on nothing
     header = [
         "#",
-        "claim (`findings.CLAIMS`)",
+        "claim (its name in `plugins/claims/paper.py`)",
         *(f"{column_title(d)}: verdict, key interval (export)" for d in datasets),
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

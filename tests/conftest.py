@@ -103,9 +103,19 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 _STATE_BEFORE = pytest.StashKey[dict[str, object]]()
 #: Variables a library sets for its process when first imported or used, whichever test does that
 #: first (private ones, named with a leading underscore, are skipped too): scikit-learn's OpenMP
-#: settings, Ray's client mode, and initmem's own quieting of MLflow's run links in a sweep.
+#: settings, Ray's client mode and what ``ray.init`` sets for its driver (usage stats off, its
+#: debugger hook), initmem's own quieting of MLflow's run links in a sweep, and pytest's own
+#: PYTEST_CURRENT_TEST, which a pytest started inside a test inherits and then pops.
 SET_FOR_THE_PROCESS = frozenset(
-    {"KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "RAY_CLIENT_MODE", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"}
+    {
+        "KMP_DUPLICATE_LIB_OK",
+        "KMP_INIT_AT_FORK",
+        "RAY_CLIENT_MODE",
+        "RAY_USAGE_STATS_ENABLED",
+        "PYTHONBREAKPOINT",
+        "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",
+        "PYTEST_CURRENT_TEST",
+    }
 )
 _MISSING = object()
 
