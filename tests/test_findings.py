@@ -81,7 +81,7 @@ def test_every_claim_holds_where_the_numbers_say_so():
     assert list(found) == [claim.__name__ for claim in CLAIMS] == list(CLAIMS_BY_NAME)
     assert all(found[name].verdict == REPRODUCED for name in ALL_HOLD), [(f.name, f.measured) for f in found.values()]
     # Forgetting follows the clocks reads per-epoch histories these records lack (tests/test_forgetting.py);
-    # horizon, rate and depth have no groups here (tests/test_findings_new_claims.py).
+    # horizon, rate and depth have no groups here (tests/test_claims_horizon_rate_depth.py).
     assert found["forgetting_follows_the_clocks"].measured == "no per-epoch histories in these records"
     rest = [f for name, f in found.items() if name not in ALL_HOLD]
     assert {f.verdict for f in rest} == {NOT_EVALUATED}

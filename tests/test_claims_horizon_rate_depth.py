@@ -1,4 +1,4 @@
-"""The three claims added for issue 29 (training longer, a larger rate, depth) on hand-made sweeps:
+"""The claims on training longer, a larger rate and depth, on hand-made sweeps:
 each holds where the numbers say so, fails where they say the opposite, and reads only the groups
 that differ in the one setting it is about."""
 
