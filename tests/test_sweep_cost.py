@@ -56,7 +56,7 @@ def test_on_a_gpu_the_estimate_reads_gpu_checks_step_figure(tmp_path):
         {"arch": "resnet20", "precision": "bf16", "compile_mode": "default", "channels_last": True, "step_ms": 1.0},
         {"arch": "resnet20", "precision": "fp32", "compile_mode": "", "channels_last": False, "step_ms": 4.0},
     ]
-    figures.write_text(json.dumps({"device": "NVIDIA H200", "steps": {"speed": {"rows": rows}}}))
+    figures.write_text(json.dumps({"machine": {"gpu": "NVIDIA H200"}, "steps": {"speed": {"rows": rows}}}))
     plan = small_plan()
     estimate = cost.estimate_cost(plan.plans, gpu_figures=figures, budget_s=0.05)
     assert estimate.gpu_seconds == pytest.approx(estimate.steps * 4.0 / 1e3)  # the fp32 eager figure
@@ -65,6 +65,17 @@ def test_on_a_gpu_the_estimate_reads_gpu_checks_step_figure(tmp_path):
         plan_sweep({"arch": ["resnet56"], "epochs": 1}).plans, gpu_figures=figures, budget_s=0.05
     )
     assert other.gpu_seconds is None and "measured no step of resnet56" in other.gpu_source
+
+
+def test_the_installed_gpu_figures_are_a_complete_gpu_check_run_naming_its_gpu():
+    """The package data `initmem sweep --dry-run` reads: a complete run, with a figure for both
+    architectures it measures and the GPU it ran on named in the estimate."""
+    results = json.loads(cost.GPU_FIGURES.read_text())
+    assert results["complete"] and not results["dry_run"]
+    for arch in ("resnet20", "resnet9"):
+        found = cost.gpu_step_ms(arch)
+        assert found is not None and found[0] > 0
+        assert found[1].startswith(f"{results['machine']['gpu']}, fp32 eager"), found
 
 
 def test_a_dataset_not_on_this_machine_is_sized_from_its_description():

@@ -210,7 +210,8 @@ def gpu_step_ms(arch: str, path: Path | Traversable = GPU_FIGURES) -> tuple[floa
         r for r in rows if r.get("precision") == "fp32" and not r.get("compile_mode") and not r.get("channels_last")
     ]
     row = plain[0] if plain else min(rows, key=lambda r: r["step_ms"])
-    device = results.get("device") if isinstance(results, dict) else None
+    machine = results.get("machine") if isinstance(results, dict) else None
+    device = machine.get("gpu") if isinstance(machine, dict) else None  # gpu_check's machine record
     what = "fp32 eager" if plain else f"{row.get('precision', '?')}, compile {row.get('compile_mode') or 'off'}"
     return float(row["step_ms"]), f"{device or 'GPU'}, {what}, gpu_check batch {row.get('batch', 128)}"
 
