@@ -99,6 +99,17 @@ class ChromiumPage:
             time.sleep(0.5)
         return value
 
+    def settled(self, expression: str, timeout: float = 30) -> Any:
+        """The expression's value once two reads a second apart agree: a panel that opens late
+        (MLflow's Assistant) narrows the page after it first draws."""
+        deadline, value = time.monotonic() + timeout, self.evaluate(expression)
+        while True:
+            time.sleep(1)
+            again = self.evaluate(expression)
+            if again == value or time.monotonic() > deadline:
+                return again
+            value = again
+
     def screenshot(self, path: Path) -> None:
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
 

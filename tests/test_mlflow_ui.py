@@ -188,7 +188,8 @@ def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_gro
     url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
     with _page(url, tmp_path) as page:
         page.wait_for("document.querySelectorAll('.ag-row').length >= 6")  # two groups, four cells
-        text, table = _text(page), page.evaluate(TABLE)
+        table = page.settled(TABLE)
+        text = _text(page)
         _screenshot(page, "mlflow-prepared-view.png")
         headers = dict(page.evaluate(HEADERS))
         page.evaluate(SCROLL_RIGHT)  # the grid draws only the columns near its visible width
