@@ -1,6 +1,11 @@
 """Issue 13 end to end: `initmem ui` over a store with a finished sweep prints its URLs only once the
 server answers, the prepared view renders in headless Chromium with the sweep's cells, columns and
-groups and no manual step, and SIGTERM leaves no process and no listening port behind."""
+groups and no manual step, and SIGTERM leaves no process and no listening port behind.
+
+Issue 47: in a 1400 x 900 window, MLflow's Assistant panel open as on a first visit, the runs
+table shows sigma and the key metrics without scrolling, group rows show no average of a config
+value, and the chart tab draws its charts a card a row. ``INITMEM_UI_SCREENSHOTS=1`` writes what
+the window shows to docs/images (the README's pictures of the view)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from pathlib import Path
 import pytest
 
 # Skipped, not an error, where MLflow is not installed (the GPU machine has none).
+from tests.chromium_page import ChromiumPage
 from tests.local_services import STARTUP_S, _alive, _children, free_port, stop_session
 
 MlflowClient = pytest.importorskip("mlflow").MlflowClient
@@ -24,6 +30,9 @@ MlflowClient = pytest.importorskip("mlflow").MlflowClient
 pytestmark = pytest.mark.slow  # a sweep, an MLflow server and a browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: The window a researcher's laptop gives the browser.
+WIDTH, HEIGHT = 1400, 900
+DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 def _descendants(pid: int) -> set[int]:
@@ -102,29 +111,37 @@ def test_ui_prints_the_runs_page_and_the_view_only_once_the_server_answers(ui):
     assert f"{base}?viewStateShareKey={result.view_key}&workflowType=machine_learning\n" in text
 
 
-def _dom(url: str, profile: Path) -> str:
-    """The page's DOM once its scripts have run. Every compositor stage runs before the dump, so
-    what draws only once on screen (the charts) is drawn too."""
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--run-all-compositor-stages-before-draw",
-        f"--user-data-dir={profile}",
-        "--window-size=1800,1000",
-        "--virtual-time-budget=30000",
-    ]
-    return subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=180).stdout
+def _page(url: str, folder: Path) -> ChromiumPage:
+    return ChromiumPage(CHROMIUM, url, folder / "profile", free_port(), WIDTH, HEIGHT)
 
 
-def _text(dom: str) -> str:
-    text = re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S)
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
+def _screenshot(page: ChromiumPage, name: str) -> None:
+    if os.environ.get("INITMEM_UI_SCREENSHOTS") == "1":
+        page.screenshot(DOCS_IMAGES / name)
+
+
+#: The runs table as laid out: the header cells wholly inside the table's visible width, left to
+#: right, and each row's text by column id.
+TABLE = """(() => {
+  const clip = document.querySelector('.ag-center-cols-viewport').getBoundingClientRect();
+  const right = Math.min(clip.right, window.innerWidth);
+  const visible = [...document.querySelectorAll('.ag-header-row-column .ag-header-cell[col-id]')]
+    .map((cell) => [cell.getAttribute('col-id'), cell.getBoundingClientRect()])
+    .filter(([, box]) => box.width > 0 && box.left >= 0 && box.right <= right + 1)
+    .sort((a, b) => a[1].left - b[1].left)
+    .map(([id]) => id);
+  const rows = {};
+  for (const cell of document.querySelectorAll('.ag-row [col-id]')) {
+    const index = cell.closest('.ag-row').getAttribute('row-index');
+    (rows[index] = rows[index] || {})[cell.getAttribute('col-id')] = cell.innerText.trim();
+  }
+  return {visible, rows: Object.keys(rows).sort((a, b) => a - b).map((index) => rows[index])};
+})()"""
+HTML = "document.documentElement.outerHTML"
+#: The scatter plot's box on the page.
+PLOT_BOX = "document.querySelector('.trace.scatter').closest('.js-plotly-plot').getBoundingClientRect().toJSON()"
+SCROLL_TO_PARALLEL = """[...document.querySelectorAll('*')].find((element) =>
+  element.children.length === 0 && element.textContent.startsWith('Parallel Coor')).scrollIntoView()"""
 
 
 def _need_chromium() -> None:
@@ -134,48 +151,93 @@ def _need_chromium() -> None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
 
 
-#: A runs-table header cell: its place among the headers and its column id (``params.`sigma```).
-HEADER = re.compile(r'<div[^>]*role="columnheader"[^>]*aria-colindex="(\d+)"[^>]*col-id="([^"]+)"')
+#: Every header cell the grid has drawn: its column id and its place among all columns.
+HEADERS = """[...document.querySelectorAll('.ag-header-row-column .ag-header-cell[col-id]')]
+  .map((cell) => [cell.getAttribute('col-id'), Number(cell.getAttribute('aria-colindex'))])"""
+SCROLL_RIGHT = """for (const box of document.querySelectorAll(
+  '.ag-body-horizontal-scroll-viewport, .ag-center-cols-viewport')) box.scrollLeft = box.scrollWidth"""
 
 
-def _headers(dom: str, wanted: list[str]) -> list[str]:
+def _headers(place: dict[str, int], wanted: list[str]) -> list[str]:
     """Of the ``wanted`` column ids, those the table shows, in the order it shows them."""
-    place = {column: int(index) for index, column in HEADER.findall(dom) if column in wanted}
-    return sorted(place, key=place.__getitem__)
+    return sorted((column for column in place if column in wanted), key=place.__getitem__)
 
 
-def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_groups(ui, tmp_path):
-    """What the saved view sets is what the page shows: its filter (the sweep's cells, no other
-    run), its columns (exactly those, in its order) and its grouping (one group per label)."""
-    from initmem_core.tracking.ui_view import view_state
-
-    _need_chromium()
+def _cells(ui) -> list:
     result = ui["result"]
-    url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
-    dom = _dom(url, tmp_path / "profile")
-    text = _text(dom)
-    assert "viewing a shared view" in text, text[:2000]
     runs = MlflowClient(ui["uri"]).search_runs(
         [result.experiment_id], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
     )
     assert len(runs) == 4
+    return runs
+
+
+def _text(page: ChromiumPage) -> str:
+    return re.sub(r"\s+", " ", page.evaluate("document.body.innerText"))
+
+
+@pytest.mark.slow(seconds=90)  # the module's sweep and server, then a browser
+def test_the_prepared_view_opens_in_chromium_on_the_sweeps_cells_columns_and_groups(ui, tmp_path):
+    """What the saved view sets is what the page shows: its filter (the sweep's cells, no other
+    run), its columns (exactly those, in its order) and its grouping (one group per label); at
+    1400 px, sigma and the key metrics in view, and config values as logged, never averaged."""
+    from initmem_core.tracking.ui_view import view_state
+
+    _need_chromium()
+    result, runs = ui["result"], _cells(ui)
+    url = next(line.split()[-1] for line in ui["lines"] if "prepared comparison" in line)
+    with _page(url, tmp_path) as page:
+        page.wait_for("document.querySelectorAll('.ag-row').length >= 6")  # two groups, four cells
+        table = page.settled(TABLE)
+        text = _text(page)
+        _screenshot(page, "mlflow-prepared-view.png")
+        headers = dict(page.evaluate(HEADERS))
+        page.evaluate(SCROLL_RIGHT)  # the grid draws only the columns near its visible width
+        time.sleep(1)
+        headers |= dict(page.evaluate(HEADERS))
+    assert "viewing a shared view" in text, text[:2000]
     for run in runs:
         assert run.info.run_name in text
     assert f"{len(runs)} matching runs" in text  # the sweep's cells, not its parent nor other runs
 
+    # at 1400 px, beside the Assistant panel: metric columns in view, not off to the right
+    assert any(column.startswith("metrics.") for column in table["visible"]), table["visible"]
+    name = "attributes.`Run Name`"
+    group_rows = [row for row in table["rows"] if row[name].startswith("Group: ")]
+    cell_rows = {row[name].splitlines()[-1]: row for row in table["rows"] if row not in group_rows}
+    assert len(group_rows) == 2 and len(cell_rows) == 4
+    for row in group_rows:  # a metric's mean is the point; a number in any other column is a config value's
+        assert all(
+            not re.fullmatch(r"[-+.\de]+", v) or v == "-" for k, v in row.items() if not k.startswith("metrics.")
+        ), row
+        assert row["metrics.`best_val_test_acc`"].endswith("(average)"), row
+
     state = view_state(result.parent_run_id)
-    held = {f"params.`{key}`" for run in runs for key in run.data.params}
-    held |= {f"metrics.`{key}`" for run in runs for key in run.data.metrics}
+    held = {
+        f"{kind}.`{key}`" for run in runs for kind in ("params", "metrics", "tags") for key in getattr(run.data, kind)
+    }
     # the table draws a chosen column only where some run holds it (tau_interp needs an interpolation)
     shown = [c for c in state["columnOrder"] if c in held or c.startswith("attributes.")]
-    assert {"params.`sigma`", "params.`opt`", "metrics.`best_val_test_acc`", "attributes.`Dataset`"} <= set(shown)
-    every_column = sorted(held | set(state["columnOrder"]))  # a param or metric the view did not choose is not shown
-    assert _headers(dom, every_column) == shown
+    assert {"tags.`sigma`", "tags.`lr`", "metrics.`best_val_test_acc`", "attributes.`Dataset`"} <= set(shown)
+    every_column = sorted(held | set(state["columnOrder"]))  # a column the view did not choose is not shown
+    assert _headers(headers, every_column) == shown
+    # in view without scrolling: sigma, then test accuracy at the selected checkpoint and fit
+    in_view = [column for column in table["visible"] if column in every_column]
+    assert in_view[:3] == ["tags.`sigma`", "metrics.`best_val_test_acc`", "metrics.`fit`"], table["visible"]
+
     groups = {cell.group for cell in result.cells}
     assert len(groups) == 2
     for group in groups:
         assert f"Group: {group}" in text
     assert len(re.findall(r"Group: ", text)) == len(groups)  # no group for the parent or runs outside the sweep
+    for row in group_rows:  # no mean of a config value (sigma 1.25, lr 0.049999…): empty
+        assert row["tags.`sigma`"] == row["tags.`lr`"] == row["tags.`seed`"] == "", row
+    for run in runs:  # a cell's values as its params hold them: "2.0", "0.05"
+        row = cell_rows[run.info.run_name]
+        assert [row[f"tags.`{key}`"] for key in ("sigma", "lr", "seed")] == [
+            run.data.params[key] for key in ("sigma", "lr", "seed")
+        ], row
+    assert {row["tags.`lr`"] for row in cell_rows.values()} == {"0.05", "0.001"}  # SGD's and Adam's defaults
 
 
 RUN_COLOR = re.compile(r'value="#([0-9a-f]{6})"></label><a[^>]*href="#/experiments/\d+/runs/([0-9a-f]{32})"')
@@ -185,20 +247,26 @@ POINT = re.compile(
 )
 
 
+@pytest.mark.slow(seconds=45)
 def test_the_views_chart_tab_draws_test_accuracy_against_sigma_for_every_cell_of_every_group(ui, tmp_path):
     """The saved view's chart, drawn by MLflow (plotly) in Chromium: one point per cell in the
-    cell's colour from the runs list, across by sigma and up by best_val_test_acc on linear axes."""
+    cell's colour from the runs list, across by sigma and up by best_val_test_acc on linear axes,
+    a card as wide as the chart area (three a row draw it too small to read at 1400 px)."""
     from initmem_core.tracking.ui_view import view_url
 
     _need_chromium()
     result = ui["result"]
-    dom = _dom(
-        view_url(f"http://127.0.0.1:{ui['port']}", result.experiment_id, result.view_key, charts=True),
-        tmp_path / "profile",
-    )
-    text = _text(dom)
+    url = view_url(f"http://127.0.0.1:{ui['port']}", result.experiment_id, result.view_key, charts=True)
+    with _page(url, tmp_path) as page:
+        page.wait_for("document.querySelectorAll('.trace.scatter .point').length >= 4")
+        _screenshot(page, "mlflow-prepared-charts.png")
+        text, dom = _text(page), page.evaluate(HTML)
+        plot = page.evaluate(PLOT_BOX)
+        # the parallel-coordinates chart below it, drawn once scrolled into view (not hidden as empty)
+        page.evaluate(SCROLL_TO_PARALLEL)
+        page.wait_for("!!document.querySelector('.parcoords')", timeout=30)
+    assert plot["width"] >= 400 and plot["height"] >= 300, plot  # MLflow's three a row: 140 px wide
     assert "viewing a shared view" in text and "initmem: accuracy against sigma (2)" in text, text[:2000]
-    assert 'class="parcoords"' in dom  # the parallel-coordinates chart beside it, not hidden as empty
     for group in {cell.group for cell in result.cells}:
         assert f"Group: {group}" in text  # the runs list beside the chart, grouped
     scatters = re.findall(r'<g class="trace scatter.*?</g></g>', dom, flags=re.S)

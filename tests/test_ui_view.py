@@ -58,22 +58,36 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
     state = view_state("a" * 32)
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{'a' * 32}'"
     assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "initmem.group"}]
-    for column in (
-        "params.`sigma`",
-        "params.`opt`",
-        "params.`lr`",
-        "params.`batch_size`",
-        "params.`seed`",
-        "metrics.`best_val_test_acc`",
-        "metrics.`tau_interp`",
-        "metrics.`weight_norm_ratio`",
-    ):
-        assert column in state["selectedColumns"]
+    # sigma first, the key metrics next (what a 1400 px window shows), then the rest
+    assert (
+        state["selectedColumns"]
+        == state["columnOrder"]
+        == [
+            "tags.`sigma`",
+            "metrics.`best_val_test_acc`",
+            "metrics.`fit`",
+            "metrics.`tau_interp`",
+            "metrics.`weight_norm_ratio`",
+            "tags.`seed`",
+            "tags.`lr`",
+            "attributes.`Dataset`",
+        ]
+    )
+    # no param column: a group row would show its mean over the group's cells (sigma 1.25)
+    assert not [column for column in state["selectedColumns"] if column.startswith("params.")]
     [scatter] = [c for c in state["compareRunCharts"] if c["type"] == "SCATTER"]
     assert (scatter["xaxis"]["key"], scatter["yaxis"]["key"]) == ("sigma", "best_val_test_acc")
+    assert [section["columns"] for section in state["compareRunSections"]] == [1]  # a chart as wide as the area
     json.dumps(state)  # stored as JSON in an experiment tag
     assert view_key("a") == view_key("a") != view_key("b")
     assert re.fullmatch(r"[\w\-.]+", view_key("sweep with spaces/and:colons"))
+
+
+def test_a_run_logs_its_table_columns_as_tags_with_the_text_of_its_params():
+    from initmem_core.tracking.cells import config_params, table_tags
+
+    params = config_params(RunConfig(opt="sgd", lr=0.05, sigma=2.0, seed=3))
+    assert table_tags(params) == {"sigma": "2.0", "seed": "3", "lr": "0.05"}
 
 
 def test_the_parent_description_holds_the_spread_table_and_links_its_view_and_plots():

@@ -34,7 +34,7 @@ from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.sweep.identity import GridIdentity
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params, table_tags
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.sweep_runs import StoredRun, SweepRuns
 from initmem_core.tracking.system_metrics import require_psutil
@@ -188,6 +188,7 @@ class _Sweep:
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         config = cell.config
         restart = cell.run_id in self.restarted  # its earlier launch died before a checkpoint
+        params = config_params(config)
         if restart:
             cell.resume = False
         elif not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
@@ -198,6 +199,7 @@ class _Sweep:
                     SWEEP_TAG: self.name,
                     GROUP_TAG: cell.group,
                     CONFIG_HASH_TAG: config.config_hash(),
+                    **table_tags(params),  # the values its row in the runs table shows
                 },
             )
         if scheduled:
@@ -206,7 +208,7 @@ class _Sweep:
         if restart:
             writer.resume_run(cell.run_id)  # RUNNING again; steps it holds are not written twice
         if not cell.resume:
-            writer.start_run(self.run_name(config), config_params(config), {})
+            writer.start_run(self.run_name(config), params, {})
         return Job(cell, writer, self.progress.cell_started(cell.run_id, cell.label))
 
     def run_name(self, config: RunConfig) -> str:

@@ -91,6 +91,16 @@ def config_params(config: RunConfig) -> dict[str, Any]:
     return {**values, CONFIG_HASH_TAG: config.config_hash()}
 
 
+#: The config fields a run also logs as tags, for the MLflow runs table (``ui_view``): those a
+#: sweep's group label leaves out (sigma, seed), and the rate.
+TABLE_FIELDS = ("sigma", "seed", "lr")
+
+
+def table_tags(params: dict[str, Any]) -> dict[str, str]:
+    """``TABLE_FIELDS`` of ``params`` (``config_params``) as tags, each the very text of its param."""
+    return {key: str(params[key]) for key in TABLE_FIELDS if key in params}
+
+
 def _log_params(client, run_id: str, params: dict[str, Any]) -> None:
     from mlflow.entities import Param
 

@@ -15,8 +15,10 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from initmem_core.tracking.cells import TABLE_FIELDS
 from initmem_core.vocabulary import (
     BEST_VAL_TEST_ACC,
+    FIT,
     GROUP_TAG,
     KIND_TAG,
     PARENT_TAG,
@@ -27,9 +29,11 @@ from initmem_core.vocabulary import (
 
 #: The experiment kind (``KIND_TAG``) that makes the UI show the model-training runs table, not the GenAI overview.
 MODEL_TRAINING = "custom_model_development"
-#: What a sweep's view shows, in this order.
-VIEW_PARAMS = ("sigma", "opt", "lr", "batch_size", "seed")
-VIEW_METRICS = (BEST_VAL_TEST_ACC, TAU_INTERP, WEIGHT_NORM_RATIO)
+#: The runs table's columns: sigma, these metrics (in view at 1400 px, beside MLflow's Assistant
+#: panel), then seed, lr and the data. Config values come from tags (``cells.TABLE_FIELDS``), not
+#: params: the table averages every param column over a group's cells (a group row read sigma 1.25,
+#: and lr 0.049999… for six cells of 0.05), and leaves a tag's cell empty there.
+VIEW_METRICS = (BEST_VAL_TEST_ACC, FIT, TAU_INTERP, WEIGHT_NORM_RATIO)
 PRIMARY_METRIC = BEST_VAL_TEST_ACC
 #: Metrics every finished run has: the parallel-coordinates chart draws only runs holding all its
 #: metrics, so tau_interp (logged only when a run interpolates) would empty it.
@@ -69,15 +73,12 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
             "deleted": False,
             "runsCountToCompare": 1000,
             "showAllRuns": True,
-            "selectedParams": ["sigma", "opt", "lr", "batch_size"],
+            "selectedParams": ["sigma", "opt", "lr"],
             "selectedMetrics": list(PARALLEL_METRICS),
         },
     ]
-    columns = [
-        *(_column("params", p) for p in VIEW_PARAMS),
-        *(_column("metrics", m) for m in VIEW_METRICS),
-        _column("attributes", "Dataset"),
-    ]
+    sigma, *others = (_column("tags", field) for field in TABLE_FIELDS)  # sigma comes first
+    columns = [sigma, *(_column("metrics", m) for m in VIEW_METRICS), *others, _column("attributes", "Dataset")]
     return {
         # search facets
         "searchFilter": f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
@@ -101,6 +102,9 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
                 "isReordered": False,
                 "deleted": False,
                 "isGenerated": False,
+                # MLflow's default, three 360 px cards a row, draws the two charts too small to read
+                "columns": 1,
+                "cardHeight": 420,
             }
         ],
     }

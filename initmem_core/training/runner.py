@@ -31,7 +31,7 @@ from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, Diverged, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, config_params
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, config_params, table_tags
 from initmem_core.tracking.locks import lock_holder
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.system_metrics import require_psutil
@@ -175,14 +175,15 @@ def _open_run(
         for row in state["history"]:
             tracker.log_metrics({key: value for key, value in row.items() if key != "epoch"}, int(row["epoch"]))
         return state["run_id"], checkpoints, state
+    params = run_params(config, setup)
     run_tags = {
         "arch": config.arch,
         "opt": config.opt,
-        "sigma": f"{config.sigma:g}",
+        **table_tags(params),  # as the params read: a tag "2" beside a param "2.0" reads as two values
         CONFIG_HASH_TAG: config.config_hash(),
         **(tags or {}),
     }
-    run_id = tracker.start_run(config.run_name(), run_params(config, setup), run_tags)
+    run_id = tracker.start_run(config.run_name(), params, run_tags)
     for split in dataset_inputs(config, setup.dataset):
         tracker.log_dataset(*split)
     checkpoints = CheckpointStore(root / config.config_hash(), config.keep_checkpoints) if root else None
