@@ -175,6 +175,44 @@ def test_a_ctrl_c_while_the_sweep_command_starts_ends_it_in_one_line(tracking_ur
     assert children(tracking_uri, "starting") == []
 
 
+#: ``initmem sweep`` whose Ctrl-C comes while MLflow is imported, and meets what pydantic does with a
+#: KeyboardInterrupt raised while it builds one of MLflow's models: a SchemaError in its place.
+CTRL_C_IN_MLFLOWS_IMPORT = """
+import os, signal, sys, time
+from pydantic_core import SchemaError
+
+
+class PydanticBuildingAModel:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mlflow.tracking":
+            sys.meta_path.remove(self)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, now
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                raise SchemaError("Error building a model: KeyboardInterrupt") from None
+        return None
+
+
+sys.meta_path.insert(0, PydanticBuildingAModel())
+from initmem_cli.entry import main
+sys.argv = ["initmem", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_while_the_sweep_imports_mlflow_ends_it_in_one_line(tracking_uri, tmp_path):
+    command = [sys.executable, "-c", CTRL_C_IN_MLFLOWS_IMPORT, "sweep", *TINY_ARGS, "--sigma", "1", "--name", "import"]
+    done = subprocess.run(
+        [*command, "--tracking-uri", tracking_uri], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    # was: pydantic's SchemaError as a rich traceback, exit 1 (chaos.py, seed 24)
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == ["Error: interrupted; launch `initmem sweep ... --name import` again to resume"]
+    assert children(tracking_uri, "import") == []
+
+
 @pytest.mark.slow
 @linux_only
 def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finishes_each_cell_once(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -49,6 +51,28 @@ def fail_fast_http() -> Iterator[None]:
     finally:
         for key in added:
             os.environ.pop(key, None)
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """A Ctrl-C while MLflow is imported lands inside pydantic, which turns the KeyboardInterrupt
+    into a ``SchemaError`` (a traceback, exit 1): it is held until the import is done (a second
+    or two), then raised where it would have been. Only where Python's own handler is in place
+    (``initmem sweep`` once it handles Ctrl-C itself); other handlers are left to act at once."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _check_writable(uri: str, folder: Path) -> None:
@@ -111,9 +135,10 @@ def open_client(uri: str | None = None, probe: bool = True, create: bool = True)
             f"no tracking store at {uri} ({database} does not exist); give --tracking-uri "
             "(or MLFLOW_TRACKING_URI) the store the sweep was tracked in"
         )
-    from mlflow.tracking import MlflowClient
+    with ctrl_c_held():
+        from mlflow.tracking import MlflowClient
 
-    quiet_mlflow()
+        quiet_mlflow()
 
     if database:
         _check_writable(uri, database.parent)
@@ -122,7 +147,8 @@ def open_client(uri: str | None = None, probe: bool = True, create: bool = True)
         wait_while_database_locked(database, uri)  # before the file lock: others then name the real holder
         # MLflow's SQL store module takes over a second to import: not while holding the lock
         # every other command opening this store waits on.
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+        with ctrl_c_held():
+            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
         with creating_store(database, uri), store_must_answer(uri):
             forget_interrupted_creation(uri, database)
