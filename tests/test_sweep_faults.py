@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -272,6 +273,61 @@ def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_s
     with pytest.raises(InitmemError, match="queue process.* died .* launch the sweep again to resume"):
         local._Workers(2, [])  # was: EOFError, which click ends with a bare "Aborted."
     assert list(tmp_path.iterdir()) == []
+
+
+def ctrl_c_as_each_child_is_forked(monkeypatch, sweep_too: bool = False) -> list[int]:
+    """multiprocessing's spawn, with a Ctrl-C sent to each spawned child as soon as it is forked,
+    in Python's own start (and, ``sweep_too``, to this process's main thread, as a terminal sends
+    it to the whole group); returns the children's pids."""
+    from multiprocessing import util
+
+    spawn, forked = util.spawnv_passfds, []
+
+    def ctrl_c_at_once(path, args, passfds):
+        pid = spawn(path, args, passfds)
+        if any(b"spawn_main" in os.fsencode(arg) for arg in args):  # not the resource tracker, which ignores it
+            forked.append(pid)
+            os.kill(pid, signal.SIGINT)
+            if sweep_too:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        return pid
+
+    monkeypatch.setattr(util, "spawnv_passfds", ctrl_c_at_once)
+    return forked
+
+
+@linux_only
+def test_a_ctrl_c_as_a_worker_starts_waits_in_it_and_reaches_the_sweep_once_the_start_is_done(monkeypatch, capfd):
+    from initmem_core.sweep.executors import local
+
+    forked = ctrl_c_as_each_child_is_forked(monkeypatch, sweep_too=True)
+    process = local.QuietStartContext().Process(target=local.leave_ctrl_c_to_the_sweep)
+    with pytest.raises(KeyboardInterrupt):  # the sweep's Ctrl-C, neither lost nor raised half-way through the start
+        process.start()
+    assert forked == [process.pid]
+    process.join(timeout=60)
+    assert process.exitcode == 0  # the child's: held while Python started it, then dropped
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_ctrl_c_while_the_workers_and_the_queue_process_start_prints_nothing_in_them(short_tmp, monkeypatch, capfd):
+    from initmem_core.sweep.executors import local
+
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the queue's socket path must fit AF_UNIX's 107 bytes
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+    forked = ctrl_c_as_each_child_is_forked(monkeypatch)
+    workers = local._Workers(2, [])  # was: the queue process died of it (EOFError: "its queue process died")
+    try:
+        assert len(forked) == 3  # the queue's manager and two workers, each sent a Ctrl-C in its start
+        assert [pool.submit(abs, -1).result(timeout=120) for pool in workers.pools] == [1, 1]
+        workers.events.put("still here")
+        assert workers.events.get(timeout=10) == "still here"
+    finally:
+        workers.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
 def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_one_was_larger(tmp_path):

@@ -55,9 +55,10 @@ def fail_fast_http() -> Iterator[None]:
 
 @contextlib.contextmanager
 def ctrl_c_held() -> Iterator[None]:
-    """A Ctrl-C while MLflow is imported lands inside pydantic, which turns the KeyboardInterrupt
-    into a ``SchemaError`` (a traceback, exit 1): it is held until the import is done (a second
-    or two), then raised where it would have been. Only where Python's own handler is in place
+    """A Ctrl-C inside is held until the block is done (a second or two), then raised: while MLflow
+    is imported it would land inside pydantic, which turns the KeyboardInterrupt into a
+    ``SchemaError`` (a traceback, exit 1); while a worker is spawned it would leave the start
+    half-done (``sweep.executors.local``). Only where Python's own handler is in place
     (``initmem sweep`` once it handles Ctrl-C itself); other handlers are left to act at once."""
     if (
         threading.current_thread() is not threading.main_thread()
