@@ -353,7 +353,59 @@ def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_on
     time.sleep(0.01)
     runs = SweepRuns(uri, "x", "s")  # the relaunch finds the same parent
     log_report_metrics(runs, Report(27.86, [1.0, 0.8]))
-    assert MlflowClient(uri).get_run(runs.parent_id).data.metrics == {"spread_g": 27.86, "radial_memory_g": 0.8}
+    metrics = MlflowClient(uri).get_run(runs.parent_id).data.metrics
+    assert metrics == {"spread_g": 27.86, "report-1/radial_memory_g": 0.9, "report-2/radial_memory_g": 0.8}
+
+
+class CurvesReport:
+    """A report of one figure and one memory curve (``log_report_metrics`` reads no more)."""
+
+    def __init__(self, curve: list[float]):
+        self.curve = curve
+
+    def parent_metrics(self) -> dict[str, float]:
+        return {"spread_g": 27.86}
+
+    def parent_step_metrics(self) -> list[tuple[str, float, int]]:
+        return [("radial_memory_g", value, epoch) for epoch, value in enumerate(self.curve)]
+
+
+def test_a_relaunchs_memory_curves_are_charted_apart_from_an_earlier_launchs(tracking_uri):
+    """Found by chaos.py (RELIABILITY item 9): MLflow's metrics are append-only, and a relaunch whose
+    report differed drew its curve's points beside the earlier launch's at every step of one chart."""
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.sweep.launch import log_report_metrics
+    from initmem_core.tracking.sweep_runs import SweepRuns
+
+    def charted(run_id: str) -> dict[str, list[tuple[int, float]]]:
+        keys = client.get_run(run_id).data.metrics
+        return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+    client = MlflowClient(tracking_uri)
+    log_report_metrics(SweepRuns(tracking_uri, "x", "s"), CurvesReport([1.0, 0.9]))  # a cell failed
+    runs = SweepRuns(tracking_uri, "x", "s")  # the relaunch runs it again: another curve
+    log_report_metrics(runs, CurvesReport([1.0, 0.8]))
+    histories = charted(runs.parent_id)
+    # A curve's chart holds one point a step (was: radial_memory_g [(0, 1.0), (0, 1.0), (1, 0.8), (1, 0.9)]);
+    # a figure (step 0 alone) is charted by its latest value, the latest launch's.
+    for key, points in histories.items():
+        if key != "spread_g":
+            assert len({step for step, _ in points}) == len(points), f"{key}: two points at one step, {points}"
+    assert histories["report-1/radial_memory_g"] == [(0, 1.0), (1, 0.9)]
+    assert histories["report-2/radial_memory_g"] == [(0, 1.0), (1, 0.8)]
+    assert "radial_memory_g" not in histories
+    parent = client.get_run(runs.parent_id).data
+    assert parent.tags["initmem.curves"] == "report-2"
+    from initmem_core.tracking.sweep_runs import current_curves  # what chaos.py compares with the twin
+
+    assert current_curves(parent.metrics, parent.tags) == {"spread_g": 27.86, "radial_memory_g": 0.8}
+
+    log_report_metrics(SweepRuns(tracking_uri, "x", "s"), CurvesReport([1.0, 0.8]))  # a relaunch that changes nothing
+    again = charted(runs.parent_id)
+    del again["spread_g"], histories["spread_g"]  # its latest value is the latest launch's (the test above)
+    assert again == histories  # no point added to any curve, no section added
+    assert client.get_run(runs.parent_id).data.tags["initmem.curves"] == "report-2"
 
 
 # -- diverged cells are final -----------------------------------------------------------------
