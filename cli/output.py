@@ -33,6 +33,7 @@ class PipeSafeStream:
         self._stream = stream
         self.broken = False
         self.full: OSError | None = None  # the write a full disk refused
+        self.path = ""  # the file it was written to, where one can tell
 
     def write(self, text: str) -> int:
         if not (self.broken or self.full):
@@ -53,7 +54,7 @@ class PipeSafeStream:
         if isinstance(error, BrokenPipeError):
             self.broken = True
         elif error.errno in DISK_FULL:
-            self.full = error
+            self.full, self.path = error, _path_of(self._stream)  # before the descriptor is /dev/null
         else:
             raise error
         self._write_nowhere()
@@ -70,6 +71,14 @@ class PipeSafeStream:
         return getattr(self._stream, name)
 
 
+def _path_of(stream: Any) -> str:
+    """The file behind a stream's descriptor (Linux's /proc); empty where that cannot be told."""
+    try:
+        return os.readlink(f"/proc/self/fd/{stream.fileno()}")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
 def guard_standard_streams() -> None:
     """Wrap ``sys.stdout`` and ``sys.stderr`` (those that are open) in ``PipeSafeStream``."""
     for name in ("stdout", "stderr"):
@@ -84,10 +93,10 @@ def unwritten_line() -> str:
     error = getattr(stream, "full", None)
     if error is None:
         return ""
+    where = f" ({stream.path})" if getattr(stream, "path", "") else ""
     return (
-        f"Error: standard output ({getattr(stream, 'name', 'its file')}) could not be written: "
-        f"{error.strerror or error}; the rest of this command's output was dropped; free space on that "
-        "disk or send the output elsewhere"
+        f"Error: standard output{where} could not be written: {error.strerror or error}; the rest of "
+        "this command's output was dropped; free space on that disk or send the output elsewhere"
     )
 
 

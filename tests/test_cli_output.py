@@ -73,7 +73,7 @@ def test_output_on_a_full_disk_is_dropped_and_the_command_ends_in_one_line(tmp_p
     # was: the OSError as Typer's rich traceback, exit 1
     assert done.returncode == 1, done.stderr
     [line] = done.stderr.splitlines()
-    assert line.startswith("Error: standard output") and "No space left on device" in line, line
+    assert line.startswith("Error: standard output (/dev/full) could not be written: No space left on device"), line
     assert "free space on that disk or send the output elsewhere" in line
 
 
