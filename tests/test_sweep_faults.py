@@ -330,6 +330,26 @@ def test_a_ctrl_c_while_the_workers_and_the_queue_process_start_prints_nothing_i
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
 
+@pytest.mark.slow
+@linux_only
+def test_workers_no_cell_needed_are_killed_not_waited_for_while_they_import_torch(short_tmp, monkeypatch):
+    """A sweep ended before its first cell (a Ctrl-C as its workers start): its exit waited for each
+    worker to finish importing torch, seconds during which they ignore Ctrl-C."""
+    from initmem_core.sweep.executors.local import LocalExecutor
+
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the queue's socket path must fit AF_UNIX's 107 bytes
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+    executor = LocalExecutor(2)
+    executor.start()
+    assert executor._started is not None
+    workers = [process for pool in executor._started.pools for process in pool._processes.values()]
+    executor.stop()
+    deadline = time.monotonic() + 1.0
+    while any(process.is_alive() for process in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(workers) == 2 and not any(process.is_alive() for process in workers)
+
+
 def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_one_was_larger(tmp_path):
     """Found by chaos.py: a launch with a failed cell reported a spread of 30.64, its relaunch 27.86,
     and the parent showed 30.64 (both were logged at timestamp 0: MLflow's latest is then the largest)."""

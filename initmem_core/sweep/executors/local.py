@@ -207,10 +207,15 @@ class _Workers:
         process = getattr(self.manager, "_process", None)
         return process is None or process.is_alive()
 
-    def close(self) -> None:
+    def close(self, unused: bool = False) -> None:
         """Every cell has ended or been given up (Ctrl-C): the workers exit while the sweep
-        writes its report, and die with it if it is quicker."""
+        writes its report, and die with it if it is quicker. ``unused``: no cell ever ran in
+        them (the sweep ended before its first, a Ctrl-C as they start): killed, where the sweep's
+        exit would wait for each to finish importing torch (seconds) while it ignores Ctrl-C."""
         for pool in self.pools:
+            if unused:
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.kill()
             pool.shutdown(wait=False, cancel_futures=True)
         self.manager.shutdown()
         self.staging.cleanup()
@@ -249,7 +254,7 @@ class LocalExecutor(Executor):
     def stop(self) -> None:
         """Stop workers started but never used (the sweep failed before its first cell)."""
         if self._started is not None:
-            self._started.close()
+            self._started.close(unused=True)
             self._started = None
 
     def run(self, cells: list, sweep: SweepCells) -> None:
