@@ -31,8 +31,9 @@ SQLite store:
 - each cell's metric histories (every key, every step, every value, bit for bit: float.hex)
   equal the twin's, and so do its artifacts (config.json, layer_norms.csv, test_correct.json)
   byte for byte;
-- the parent's report is the twin's: every parent metric (spread, debiased spread, memory curves,
-  with their steps) and the report's tables (report.csv, report.md but for its title);
+- the parent's report is the twin's: every parent metric (spread, debiased spread, the latest
+  report's memory curves, with their steps) and the report's tables (report.csv, report.md but for
+  its title);
 - no process is left (none of those seen, none working in the round's folder), no lease is
   held, no temporary file is left (in the round's folder and in the sweep's TMPDIR), the spool
   (initmem-unsynced) is empty.
@@ -680,8 +681,14 @@ def end_state(uri: str, name: str) -> dict:
     }
     if len(parents) == 1:
         parent = parents[0]
-        state["parent_metrics"] = histories(client, parent)
-        state["parent_latest"] = {key: float(value).hex() for key, value in parent.data.metrics.items()}
+        from initmem_core.tracking.sweep_runs import current_curves
+
+        # The latest report's: an earlier launch's curves are in charts of their own (report-<n>/)
+        tags = parent.data.tags
+        state["parent_metrics"] = current_curves(histories(client, parent), tags)
+        state["parent_latest"] = current_curves(
+            {key: float(value).hex() for key, value in parent.data.metrics.items()}, tags
+        )
         folder = Path(tempfile.mkdtemp(prefix="chaos-report-"))
         try:
             state["report"] = {}
@@ -780,9 +787,9 @@ def unclear_ending(code: int, log: str) -> list[str]:
 
 
 def parent_history_notes(state: dict, twin: dict) -> list[str]:
-    """Parent metrics whose history holds more than the twin's: an earlier launch's report (MLflow's
-    metrics are append-only), so that the UI's step charts draw both; the latest values are compared
-    in ``compare``."""
+    """Parent metrics whose history holds more than the twin's: an earlier launch's figures at step 0
+    (MLflow's metrics are append-only; the UI charts a figure's latest value); the latest values are
+    compared in ``compare``. An earlier launch's memory curves are in charts of their own, left out."""
     notes = []
     for metric in sorted(set(state.get("parent_metrics", {})) & set(twin["parent_metrics"])):
         got, want = state["parent_metrics"][metric], twin["parent_metrics"][metric]

@@ -19,7 +19,7 @@ from .errors import OneLineUsageErrors
 from .export import export_command
 from .new_plugin import new_plugin_command
 from .options import ENVIRONMENT_HELP
-from .output import BROKEN_PIPE_EXIT, flush_standard_streams, guard_standard_streams
+from .output import BROKEN_PIPE_EXIT, UNWRITTEN_EXIT, flush_standard_streams, guard_standard_streams, unwritten_line
 from .plugins import plugins_command
 from .presets import presets_app
 from .report import report_command
@@ -86,8 +86,15 @@ def main() -> None:
 
 
 def exit_code_after_flushing(code: int | str | None) -> int | str | None:
-    """``code``, or 141 if the command would have succeeded but the reader of its output left."""
+    """``code``, or 141 if the command would have succeeded but the reader of its output left, or
+    1 with one line on stderr if a full disk cut its output short."""
     broken = flush_standard_streams()
+    line = unwritten_line()
+    if line:
+        if sys.stderr is not None:  # on the full disk too, it drops the line: the exit code remains
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        return code or UNWRITTEN_EXIT
     return BROKEN_PIPE_EXIT if broken and not code else code
 
 

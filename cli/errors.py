@@ -18,6 +18,8 @@ from initmem_core.errors import InitmemError
 from initmem_core.tracking.login import refusal
 from initmem_core.tracking.uris import resolve_tracking_uri
 
+from .output import DISK_FULL
+
 USER_ERROR = 2
 
 
@@ -36,6 +38,8 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except InitmemError as error:
             raise fail(str(error)) from None
         except OSError as error:
+            if error.errno in DISK_FULL:  # a file's write (no path named) as well as its opening
+                raise fail(disk_full(error)) from None
             if error.filename is None:  # not about a path the user can fix
                 raise
             raise fail(f"{error.filename}: {error.strerror or error}; choose a path this user can write") from None
@@ -46,6 +50,15 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise fail(refused) from None
 
     return wrapper
+
+
+def disk_full(error: OSError) -> str:
+    """One line for a write a full disk refused; ``write_text`` and savefig name no path."""
+    where = f"{error.filename}: " if error.filename else "a file could not be written: "
+    return (
+        f"{where}{error.strerror or error}; free space on that disk (the output folder, checkpoints or "
+        "tracking store) or write elsewhere, and run the command again"
+    )
 
 
 def _refused_login(error: Exception, tracking_uri: str | None) -> str:

@@ -129,6 +129,11 @@ VARYING_TAG = "initmem.varying"
 #: On a sweep's parent run: the grids it holds, each as a digest of its cells' config hashes
 #: (``sweep.identity``), comma-separated; a relaunch with another grid is refused unless ``--extend``.
 GRID_TAG = "initmem.grid"
+#: On a sweep's parent run: the section of its charts (``report-<n>/``) whose metrics are the latest
+#: report's memory curves, and a digest of those curves (``SweepRuns.log_figures``).
+CURVES_TAG = "initmem.curves"
+CURVES_DIGEST_TAG = "initmem.curves_digest"
+CURVES_SECTION_PREFIX = "report-"
 #: On a sweep's parent run, one tag per registered claim (``report/claims.py``): ``initmem.verdict.<claim
 #: name>`` = its verdict, so the MLflow UI can filter sweeps by what they decided.
 VERDICT_TAG_PREFIX = "initmem.verdict."
@@ -164,5 +169,7 @@ TAG_KEYS = (
     CELLS_UNSYNCED_TAG,
     VARYING_TAG,
     GRID_TAG,
+    CURVES_TAG,
+    CURVES_DIGEST_TAG,
     VERDICT_TAG_PREFIX,
 )

@@ -1,17 +1,20 @@
 """`initmem`'s output into a closed pipe (initmem_cli/output.py): a stream whose reader left, a
-run piped into `head`, a run with stdout closed. The whole-process cases are in the slow suite."""
+run piped into `head`, a run with stdout closed; and onto a full disk (/dev/full: every write
+refused with ENOSPC): a command's output, a sweep's, a sweep's report files. The whole-process
+cases are in the slow suite."""
 
 from __future__ import annotations
 
 import io
 import os
 import subprocess
+import sys
 
 import pytest
 
 from initmem_cli.output import BROKEN_PIPE_EXIT, PipeSafeStream
 from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from tests.cli_processes import initmem_command, runs_in
+from tests.cli_processes import TINY_SWEEP_ARGS, initmem_command, runs_in
 
 
 class ClosedPipe(io.StringIO):
@@ -60,3 +63,55 @@ def test_a_run_with_stdout_closed_lands_without_a_traceback(tmp_path, tracking_u
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
+
+
+def test_output_on_a_full_disk_is_dropped_and_the_command_ends_in_one_line(tmp_path):
+    with open("/dev/full", "w") as full:  # every write: ENOSPC, as a file on a full disk
+        done = subprocess.run(
+            initmem_command("presets"), cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    # was: the OSError as Typer's rich traceback, exit 1
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("Error: standard output (/dev/full) could not be written: No space left on device"), line
+    assert "free space on that disk or send the output elsewhere" in line
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_output_file_is_on_a_full_disk_runs_and_ends_in_one_line(tmp_path, tracking_uri):
+    command = initmem_command(
+        "sweep", *TINY_SWEEP_ARGS, "--sigma", "1", "--name", "full", "--tracking-uri", tracking_uri
+    )
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("Error: standard output"), done.stderr
+    assert sorted(runs_in(tracking_uri)) == [("full", "FINISHED"), ("resnet20-sgd-s1.0-seed0", "FINISHED")]
+
+
+#: ``initmem sweep`` whose report files meet a full disk (``write_text`` raises ENOSPC naming no path).
+REPORT_ON_A_FULL_DISK = """
+import errno, os, sys
+from initmem_core.sweep import launch
+
+def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+launch.write_report_files = full
+from initmem_cli.entry import main
+sys.argv = ["initmem", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_report_file_on_a_full_disk_ends_the_sweep_in_one_line(tmp_path, tracking_uri):
+    command = [sys.executable, "-c", REPORT_ON_A_FULL_DISK, "sweep", *TINY_SWEEP_ARGS, "--sigma", "1"]
+    done = subprocess.run(
+        [*command, "--tracking-uri", tracking_uri], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    # was: the OSError, which user_errors re-raised (it names no path): a traceback, exit 1
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.splitlines()[-1]
+    assert line.startswith("Error: a file could not be written: No space left on device"), done.stderr
+    assert "free space on that disk" in line

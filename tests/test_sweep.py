@@ -139,12 +139,14 @@ def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
         assert parent.data.metrics[f"spread_{suffix}"] == pytest.approx(max(accs) - min(accs), abs=0.005)
         assert f"never_interp_sigmas_{suffix}" in parent.data.metrics
         assert parent.data.metrics[f"failed_cells_{suffix}"] == 0
-        # memory over training as step metrics (step = epoch): MLflow charts them as curves
-        radial = client.get_metric_history(parent.info.run_id, f"radial_memory_{suffix}")
+        # memory over training as step metrics (step = epoch), in the first report's section of the
+        # charts (report-1/): MLflow charts them as curves
+        radial = client.get_metric_history(parent.info.run_id, f"report-1/radial_memory_{suffix}")
         assert sorted(m.step for m in radial) == [0, 1, 2]
         assert next(m.value for m in radial if m.step == 0) == pytest.approx(1.0, abs=0.05)  # ||W0|| ~ sigma
-        cosine = client.get_metric_history(parent.info.run_id, f"directional_memory_{suffix}")
+        cosine = client.get_metric_history(parent.info.run_id, f"report-1/directional_memory_{suffix}")
         assert {m.step: m.value for m in cosine}[0] == pytest.approx(1.0)
+    assert parent.data.tags["initmem.curves"] == "report-1"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {f"report/{name}" for name in ("report.csv", "report.md", *PLOTS)} <= artifacts
     assert "sweep.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}

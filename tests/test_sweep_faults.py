@@ -1,7 +1,9 @@
 """What benchmarks/chaos.py found in a local sweep with workers (issue 30), each fixed and pinned here:
 a Ctrl-C while the workers import torch, the queue's process killed, and a SIGKILLed sweep's
-scratch folders in TMPDIR; and (issue 15) a diverged cell final unless retried, no worker
-outliving a killed sweep. The whole-process cases run the real CLI and are slow."""
+scratch folders in TMPDIR; (issue 48) a Ctrl-C in a spawned process's own start or while the sweep
+imports MLflow, a relaunch's memory curves charted beside an earlier launch's; and (issue 15) a
+diverged cell final unless retried, no worker outliving a killed sweep. The whole-process cases run
+the real CLI and are slow."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -175,6 +178,44 @@ def test_a_ctrl_c_while_the_sweep_command_starts_ends_it_in_one_line(tracking_ur
     assert children(tracking_uri, "starting") == []
 
 
+#: ``initmem sweep`` whose Ctrl-C comes while MLflow is imported, and meets what pydantic does with a
+#: KeyboardInterrupt raised while it builds one of MLflow's models: a SchemaError in its place.
+CTRL_C_IN_MLFLOWS_IMPORT = """
+import os, signal, sys, time
+from pydantic_core import SchemaError
+
+
+class PydanticBuildingAModel:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mlflow.tracking":
+            sys.meta_path.remove(self)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, now
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                raise SchemaError("Error building a model: KeyboardInterrupt") from None
+        return None
+
+
+sys.meta_path.insert(0, PydanticBuildingAModel())
+from initmem_cli.entry import main
+sys.argv = ["initmem", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_while_the_sweep_imports_mlflow_ends_it_in_one_line(tracking_uri, tmp_path):
+    command = [sys.executable, "-c", CTRL_C_IN_MLFLOWS_IMPORT, "sweep", *TINY_ARGS, "--sigma", "1", "--name", "import"]
+    done = subprocess.run(
+        [*command, "--tracking-uri", tracking_uri], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    # was: pydantic's SchemaError as a rich traceback, exit 1 (chaos.py, seed 24)
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == ["Error: interrupted; launch `initmem sweep ... --name import` again to resume"]
+    assert children(tracking_uri, "import") == []
+
+
 @pytest.mark.slow
 @linux_only
 def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finishes_each_cell_once(
@@ -236,6 +277,81 @@ def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_s
     assert list(tmp_path.iterdir()) == []
 
 
+def ctrl_c_as_each_child_is_forked(monkeypatch, sweep_too: bool = False) -> list[int]:
+    """multiprocessing's spawn, with a Ctrl-C sent to each spawned child as soon as it is forked,
+    in Python's own start (and, ``sweep_too``, to this process's main thread, as a terminal sends
+    it to the whole group); returns the children's pids."""
+    from multiprocessing import util
+
+    spawn, forked = util.spawnv_passfds, []
+
+    def ctrl_c_at_once(path, args, passfds):
+        pid = spawn(path, args, passfds)
+        if any(b"spawn_main" in os.fsencode(arg) for arg in args):  # not the resource tracker, which ignores it
+            forked.append(pid)
+            os.kill(pid, signal.SIGINT)
+            if sweep_too:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        return pid
+
+    monkeypatch.setattr(util, "spawnv_passfds", ctrl_c_at_once)
+    return forked
+
+
+@linux_only
+def test_a_ctrl_c_as_a_worker_starts_waits_in_it_and_reaches_the_sweep_once_the_start_is_done(monkeypatch, capfd):
+    from initmem_core.sweep.executors import local
+
+    forked = ctrl_c_as_each_child_is_forked(monkeypatch, sweep_too=True)
+    process = local.QuietStartContext().Process(target=local.leave_ctrl_c_to_the_sweep)
+    with pytest.raises(KeyboardInterrupt):  # the sweep's Ctrl-C, neither lost nor raised half-way through the start
+        process.start()
+    assert forked == [process.pid]
+    process.join(timeout=60)
+    assert process.exitcode == 0  # the child's: held while Python started it, then dropped
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_ctrl_c_while_the_workers_and_the_queue_process_start_prints_nothing_in_them(short_tmp, monkeypatch, capfd):
+    from initmem_core.sweep.executors import local
+
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the queue's socket path must fit AF_UNIX's 107 bytes
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+    forked = ctrl_c_as_each_child_is_forked(monkeypatch)
+    workers = local._Workers(2, [])  # was: the queue process died of it (EOFError: "its queue process died")
+    try:
+        assert len(forked) == 3  # the queue's manager and two workers, each sent a Ctrl-C in its start
+        assert [pool.submit(abs, -1).result(timeout=120) for pool in workers.pools] == [1, 1]
+        workers.events.put("still here")
+        assert workers.events.get(timeout=10) == "still here"
+    finally:
+        workers.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+@pytest.mark.slow
+@linux_only
+def test_workers_no_cell_needed_are_killed_not_waited_for_while_they_import_torch(short_tmp, monkeypatch):
+    """A sweep ended before its first cell (a Ctrl-C as its workers start): its exit waited for each
+    worker to finish importing torch, seconds during which they ignore Ctrl-C."""
+    from initmem_core.sweep.executors.local import LocalExecutor
+
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the queue's socket path must fit AF_UNIX's 107 bytes
+    monkeypatch.setattr(scratch.tempfile, "tempdir", None)
+    executor = LocalExecutor(2)
+    executor.start()
+    assert executor._started is not None
+    workers = [process for pool in executor._started.pools for process in pool._processes.values()]
+    executor.stop()
+    deadline = time.monotonic() + 1.0
+    while any(process.is_alive() for process in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(workers) == 2 and not any(process.is_alive() for process in workers)
+
+
 def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_one_was_larger(tmp_path):
     """Found by chaos.py: a launch with a failed cell reported a spread of 30.64, its relaunch 27.86,
     and the parent showed 30.64 (both were logged at timestamp 0: MLflow's latest is then the largest)."""
@@ -259,7 +375,59 @@ def test_a_relaunchs_report_is_the_parents_latest_value_even_where_an_earlier_on
     time.sleep(0.01)
     runs = SweepRuns(uri, "x", "s")  # the relaunch finds the same parent
     log_report_metrics(runs, Report(27.86, [1.0, 0.8]))
-    assert MlflowClient(uri).get_run(runs.parent_id).data.metrics == {"spread_g": 27.86, "radial_memory_g": 0.8}
+    metrics = MlflowClient(uri).get_run(runs.parent_id).data.metrics
+    assert metrics == {"spread_g": 27.86, "report-1/radial_memory_g": 0.9, "report-2/radial_memory_g": 0.8}
+
+
+class CurvesReport:
+    """A report of one figure and one memory curve (``log_report_metrics`` reads no more)."""
+
+    def __init__(self, curve: list[float]):
+        self.curve = curve
+
+    def parent_metrics(self) -> dict[str, float]:
+        return {"spread_g": 27.86}
+
+    def parent_step_metrics(self) -> list[tuple[str, float, int]]:
+        return [("radial_memory_g", value, epoch) for epoch, value in enumerate(self.curve)]
+
+
+def test_a_relaunchs_memory_curves_are_charted_apart_from_an_earlier_launchs(tracking_uri):
+    """Found by chaos.py (RELIABILITY item 9): MLflow's metrics are append-only, and a relaunch whose
+    report differed drew its curve's points beside the earlier launch's at every step of one chart."""
+    from mlflow.tracking import MlflowClient
+
+    from initmem_core.sweep.launch import log_report_metrics
+    from initmem_core.tracking.sweep_runs import SweepRuns
+
+    def charted(run_id: str) -> dict[str, list[tuple[int, float]]]:
+        keys = client.get_run(run_id).data.metrics
+        return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+    client = MlflowClient(tracking_uri)
+    log_report_metrics(SweepRuns(tracking_uri, "x", "s"), CurvesReport([1.0, 0.9]))  # a cell failed
+    runs = SweepRuns(tracking_uri, "x", "s")  # the relaunch runs it again: another curve
+    log_report_metrics(runs, CurvesReport([1.0, 0.8]))
+    histories = charted(runs.parent_id)
+    # A curve's chart holds one point a step (was: radial_memory_g [(0, 1.0), (0, 1.0), (1, 0.8), (1, 0.9)]);
+    # a figure (step 0 alone) is charted by its latest value, the latest launch's.
+    for key, points in histories.items():
+        if key != "spread_g":
+            assert len({step for step, _ in points}) == len(points), f"{key}: two points at one step, {points}"
+    assert histories["report-1/radial_memory_g"] == [(0, 1.0), (1, 0.9)]
+    assert histories["report-2/radial_memory_g"] == [(0, 1.0), (1, 0.8)]
+    assert "radial_memory_g" not in histories
+    parent = client.get_run(runs.parent_id).data
+    assert parent.tags["initmem.curves"] == "report-2"
+    from initmem_core.tracking.sweep_runs import current_curves  # what chaos.py compares with the twin
+
+    assert current_curves(parent.metrics, parent.tags) == {"spread_g": 27.86, "radial_memory_g": 0.8}
+
+    log_report_metrics(SweepRuns(tracking_uri, "x", "s"), CurvesReport([1.0, 0.8]))  # a relaunch that changes nothing
+    again = charted(runs.parent_id)
+    del again["spread_g"], histories["spread_g"]  # its latest value is the latest launch's (the test above)
+    assert again == histories  # no point added to any curve, no section added
+    assert client.get_run(runs.parent_id).data.tags["initmem.curves"] == "report-2"
 
 
 # -- diverged cells are final -----------------------------------------------------------------

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -49,6 +51,59 @@ def fail_fast_http() -> Iterator[None]:
     finally:
         for key in added:
             os.environ.pop(key, None)
+
+
+def _python_handles_ctrl_c() -> bool:
+    """Python's own handler is in place (``initmem sweep`` once it handles Ctrl-C itself): other
+    handlers (the CLI's early ones, a run's StopSignals, a worker's SIG_IGN) are left to act."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """A Ctrl-C inside is held until the block is done, then raised: while a worker is spawned
+    it would leave the start half-done (``sweep.executors.local``). For blocks of milliseconds."""
+    if not _python_handles_ctrl_c():
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ctrl_c_stays_an_interrupt() -> Iterator[None]:
+    """A Ctrl-C inside ends the block at once with ``KeyboardInterrupt``, whatever the code inside
+    made of it: pydantic, building one of MLflow's models as MLflow is imported, turns it into a
+    ``SchemaError`` (a traceback, exit 1), and code that catches that may even go on."""
+    if not _python_handles_ctrl_c():
+        yield
+        return
+    pressed: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        pressed.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    except BaseException:
+        if pressed:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def _check_writable(uri: str, folder: Path) -> None:
@@ -111,9 +166,10 @@ def open_client(uri: str | None = None, probe: bool = True, create: bool = True)
             f"no tracking store at {uri} ({database} does not exist); give --tracking-uri "
             "(or MLFLOW_TRACKING_URI) the store the sweep was tracked in"
         )
-    from mlflow.tracking import MlflowClient
+    with ctrl_c_stays_an_interrupt():
+        from mlflow.tracking import MlflowClient
 
-    quiet_mlflow()
+        quiet_mlflow()
 
     if database:
         _check_writable(uri, database.parent)
@@ -122,7 +178,8 @@ def open_client(uri: str | None = None, probe: bool = True, create: bool = True)
         wait_while_database_locked(database, uri)  # before the file lock: others then name the real holder
         # MLflow's SQL store module takes over a second to import: not while holding the lock
         # every other command opening this store waits on.
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+        with ctrl_c_stays_an_interrupt():
+            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
         with creating_store(database, uri), store_must_answer(uri):
             forget_interrupted_creation(uri, database)

@@ -12,6 +12,8 @@ or locked store fails in one line) and writes batches through ``writing.log_in_b
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,7 +35,16 @@ from initmem_core.tracking.records import (
 from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.ui_view import write_view
 from initmem_core.tracking.writing import log_in_batches, to_json
-from initmem_core.vocabulary import PARENT_ROLE, ROLE_TAG, RUNNING, SCHEDULED, SWEEP_TAG
+from initmem_core.vocabulary import (
+    CURVES_DIGEST_TAG,
+    CURVES_SECTION_PREFIX,
+    CURVES_TAG,
+    PARENT_ROLE,
+    ROLE_TAG,
+    RUNNING,
+    SCHEDULED,
+    SWEEP_TAG,
+)
 
 #: The longest param value MLflow stores; a sweep's grid can list more values than that.
 PARAM_VALUE_LIMIT = 6000
@@ -127,13 +138,27 @@ class SweepRuns:
     def log_figures(self, figures: Mapping[str, float], curves: Iterable[tuple[str, float, int]]) -> None:
         """Metrics onto the parent: ``figures`` at step 0, ``curves`` as ``(key, value, step)``.
         Stamped with the time, so a relaunch's value is the parent's latest at each step (with one
-        timestamp for every launch, MLflow's latest is the largest ever logged)."""
+        timestamp for every launch, MLflow's latest is the largest ever logged).
+
+        The curves go into a section of the parent's charts of their own, ``report-<n>/<key>``:
+        MLflow's metrics are append-only, so a relaunch whose curves differ (a cell run again,
+        cells added) would draw its points beside an earlier launch's at every step of one chart.
+        A relaunch whose curves are the latest section's logs none; the tag ``initmem.curves``
+        names the latest section."""
         from mlflow.entities import Metric
 
+        curves = sorted(curves)
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, 0) for key, value in figures.items()]
-        metrics += [Metric(key, value, now, step) for key, value, step in curves]
+        parent = self._client.get_run(self.parent_id).data
+        digest = hashlib.sha256(repr(curves).encode()).hexdigest()[:16]
+        section = ""
+        if curves and parent.tags.get(CURVES_DIGEST_TAG) != digest:
+            section = f"{CURVES_SECTION_PREFIX}{last_section(parent.metrics) + 1}"
+            metrics += [Metric(f"{section}/{key}", value, now, step) for key, value, step in curves]
         log_in_batches(self._client, self.parent_id, "metrics", metrics)
+        if section:  # only once every point is in: a launch killed half-way leaves the tag on the whole earlier section
+            _set_tags(self._client, self.parent_id, {CURVES_TAG: section, CURVES_DIGEST_TAG: digest})
 
     def write_view(self) -> str:
         """The sweep's prepared view in the MLflow UI (``ui_view``); returns its share key."""
@@ -173,3 +198,21 @@ def _set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
     from mlflow.entities import RunTag
 
     log_in_batches(client, run_id, "tags", [RunTag(key, value) for key, value in tags.items()])
+
+
+def last_section(metrics: Mapping[str, float]) -> int:
+    """The highest ``n`` of the ``report-<n>/`` sections among a parent's metric keys; 0 if none.
+    Counted from the keys, not the tag: a launch killed while it logged leaves a section the next skips."""
+    found = (re.match(rf"{CURVES_SECTION_PREFIX}(\d+)/", key) for key in metrics)
+    return max((int(match.group(1)) for match in found if match), default=0)
+
+
+def current_curves(metrics: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
+    """A parent's metrics as its latest report logged them: the figures, and the curves of the
+    section ``initmem.curves`` names under their own keys (the earlier sections left out)."""
+    section = tags.get(CURVES_TAG, "") + "/"
+    return {
+        key.removeprefix(section): value
+        for key, value in metrics.items()
+        if key.startswith(section) or not re.match(rf"{CURVES_SECTION_PREFIX}\d+/", key)
+    }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import ctypes
 import multiprocessing
+import multiprocessing.context
 import os
 import pickle
 import queue as queues
@@ -31,6 +32,7 @@ from initmem_core.sweep.executors.base import Executor, Job, SweepCells, replay_
 from initmem_core.sweep.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_core.sweep.scratch import ScratchFolder
 from initmem_core.tracking.cells import TRACKER_CALLS, QueueProgress, QueueTracker
+from initmem_core.tracking.client import ctrl_c_held
 from initmem_core.vocabulary import FAILED
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
@@ -73,10 +75,45 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+class QuietStartProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process that starts with Ctrl-C blocked: one pressed while Python starts it
+    (importing ``site``, reading its task) waits instead of printing a KeyboardInterrupt traceback
+    there, and is dropped by ``leave_ctrl_c_to_the_sweep``. The sweep blocks SIGINT only for the
+    start, a mask the child keeps across exec (a handler it would not); one that comes meanwhile
+    waits too, and is raised in the sweep once the start is done: none is lost (SIG_IGN lost them)."""
+
+    def start(self) -> None:
+        from multiprocessing import resource_tracker
+
+        # Started here if need be: it unblocks SIGINT once it has started its own process.
+        resource_tracker.ensure_running()
+        # Held too: taken by another thread of the sweep, it would interrupt the start half-way.
+        with ctrl_c_held():
+            before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                super().start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+class QuietStartContext(multiprocessing.context.SpawnContext):
+    """multiprocessing's spawn, whose processes start with Ctrl-C blocked (``QuietStartProcess``)."""
+
+    Process = QuietStartProcess
+
+
+def leave_ctrl_c_to_the_sweep() -> None:
+    """Ctrl-C reaches the whole terminal group: it is the sweep's to handle (a cell's run still
+    stops on it, with StopSignals). Ignored from here on, then let through: one that came while
+    this process started (blocked, ``QuietStartProcess``) is dropped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def start_manager(parent_pid: int) -> None:
     """For the queue's manager process: Ctrl-C is for the sweep, which still drains the queue."""
     die_with_parent(parent_pid)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    leave_ctrl_c_to_the_sweep()
 
 
 def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
@@ -84,9 +121,7 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
     before torch is imported) and warns in one line, as the CLI does. It imports torch and the
     training code at once, while the sweep opens the store."""
     die_with_parent(parent_pid)
-    # Ctrl-C reaches the whole terminal group: it is the sweep's to handle (a cell's run still
-    # stops on it, with StopSignals); a worker still importing torch would print a traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    leave_ctrl_c_to_the_sweep()  # a worker importing torch would print a traceback on Ctrl-C
     pin_process(environment)
 
     one_line_warnings()
@@ -134,7 +169,7 @@ class _Workers:
 
         self.workers, self.gpus = workers, gpus
         self.environments = worker_environments(workers, gpus)
-        self.context = multiprocessing.get_context("spawn")
+        self.context = QuietStartContext()
         # First: the manager listens in it, and a killed sweep's is removed by the next (sweep.scratch).
         self.staging = ScratchFolder()
         self.manager = SyncManager(address=self.staging.socket, ctx=self.context)
@@ -172,10 +207,15 @@ class _Workers:
         process = getattr(self.manager, "_process", None)
         return process is None or process.is_alive()
 
-    def close(self) -> None:
+    def close(self, unused: bool = False) -> None:
         """Every cell has ended or been given up (Ctrl-C): the workers exit while the sweep
-        writes its report, and die with it if it is quicker."""
+        writes its report, and die with it if it is quicker. ``unused``: no cell ever ran in
+        them (the sweep ended before its first, a Ctrl-C as they start): killed, where the sweep's
+        exit would wait for each to finish importing torch (seconds) while it ignores Ctrl-C."""
         for pool in self.pools:
+            if unused:
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.kill()
             pool.shutdown(wait=False, cancel_futures=True)
         self.manager.shutdown()
         self.staging.cleanup()
@@ -214,7 +254,7 @@ class LocalExecutor(Executor):
     def stop(self) -> None:
         """Stop workers started but never used (the sweep failed before its first cell)."""
         if self._started is not None:
-            self._started.close()
+            self._started.close(unused=True)
             self._started = None
 
     def run(self, cells: list, sweep: SweepCells) -> None:
