@@ -13,6 +13,7 @@ import pytest
 from initmem_core.config import RunConfig
 from initmem_core.report import inference, regime
 from initmem_core.tracking.export import read_export
+from initmem_core.tracking.records import FINISHED, fit_counts
 from initmem_plugins.claims import paper as findings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,3 +110,15 @@ def test_every_confirmatory_export_ran_from_the_commit_that_froze_this_page():
         kept = [f"{folder}/{export.name}.toml" for folder in ("initmem_core/sweep/presets", "plugins/claims/presets")]
         assert any(_git("show", f"{commit}:{preset}") is not None for preset in kept), (path, kept)
         assert {record.config.seed for record in export.records} == confirmatory[export.name][0]
+
+
+def test_every_confirmatory_export_is_complete_and_in_the_regime():
+    """Every pre-registered preset exported, each cell trained, and at least 95% of the trained
+    cells fit their training set (PREREGISTRATION.md: the regime the verdicts need)."""
+    read = [read_export(path) for path in (ROOT / "docs" / "results" / "confirmatory").glob("*.json.gz")]
+    exports = {export.name: export for export in read}
+    assert set(exports) == set(confirmatory_presets())
+    for name, export in exports.items():
+        assert all(record.status == FINISHED for record in export.records), name
+        fit, ran = fit_counts(export.records)
+        assert ran == len(export.records) and fit >= 0.95 * ran, (name, fit, ran)
