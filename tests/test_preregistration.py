@@ -104,6 +104,11 @@ def test_every_confirmatory_export_ran_from_the_commit_that_froze_this_page():
         export = read_export(path)
         assert export.name in confirmatory, path
         commit = export.parent_tags["mlflow.source.git.commit"]
+        if (
+            _git("cat-file", "-e", f"{commit}^{{commit}}") is None
+            and _git("rev-parse", "--is-shallow-repository") == "true\n"
+        ):
+            pytest.skip(f"a shallow clone: {commit[:7]}, which froze the page, is not in it")
         assert _git("merge-base", "--is-ancestor", commit, "HEAD") is not None, (path, commit)
         assert _git("show", f"{commit}:docs/PREREGISTRATION.md") == PAGE.read_text(), (path, commit)
         # the preset it ran, where that commit kept presets (the core's folder before they became a plugin's)
