@@ -46,6 +46,8 @@ from initmem_core.vocabulary import (
     SWEEP_TAG,
 )
 
+#: A metric key in one report's section of the parent's charts: ``report-<n>/<key>``.
+_SECTION = re.compile(rf"{re.escape(CURVES_SECTION_PREFIX)}(\d+)/")
 #: The longest param value MLflow stores; a sweep's grid can list more values than that.
 PARAM_VALUE_LIMIT = 6000
 #: Where the report's files go on the parent run, and the sweep's grid beside them.
@@ -203,7 +205,7 @@ def _set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
 def last_section(metrics: Mapping[str, float]) -> int:
     """The highest ``n`` of the ``report-<n>/`` sections among a parent's metric keys; 0 if none.
     Counted from the keys, not the tag: a launch killed while it logged leaves a section the next skips."""
-    found = (re.match(rf"{CURVES_SECTION_PREFIX}(\d+)/", key) for key in metrics)
+    found = (_SECTION.match(key) for key in metrics)
     return max((int(match.group(1)) for match in found if match), default=0)
 
 
@@ -214,5 +216,5 @@ def current_curves(metrics: Mapping[str, Any], tags: Mapping[str, str]) -> dict[
     return {
         key.removeprefix(section): value
         for key, value in metrics.items()
-        if key.startswith(section) or not re.match(rf"{CURVES_SECTION_PREFIX}\d+/", key)
+        if key.startswith(section) or not _SECTION.match(key)
     }
