@@ -246,6 +246,18 @@ class OptimizerInfo:
         return str(_resolve(self.clock)(variant)) if ":" in self.clock else self.clock
 
 
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a dataset declares beside its factory (``register(name, factory, description, shape=...,
+    classes=..., splits=...)``), so that ``initmem sweep --dry-run`` can size it without its files:
+    ``shape``, (C, H, W) of an image; ``classes``; ``splits``, the (train, validation, test) examples
+    of the whole dataset. Left undeclared, the dry run builds the dataset to read them."""
+
+    shape: tuple[int, int, int] | None = None
+    classes: int | None = None
+    splits: tuple[int, int, int] | None = None
+
+
 def _resolve(target: str) -> Callable[..., Any]:
     module_name, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module_name), attribute)

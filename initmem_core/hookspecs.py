@@ -141,13 +141,16 @@ def initmem_register_metrics(register: Register) -> None:
 def initmem_register_datasets(register: Register) -> None:
     """Register datasets (``--data``): factories following ``initmem_core.contracts.DatasetFactory``,
     returning a ``contracts.DatasetBundle``. Splits must be a pure function of
-    ``config.data_seed`` so that every sigma sees the same data.
+    ``config.data_seed`` so that every sigma sees the same data. Keyword arguments of ``register``
+    (``initmem_core.contracts.DatasetInfo``): ``shape``, ``classes`` and ``splits`` (train,
+    validation, test), which let a dry run size a dataset that is not on its machine.
 
     Example::
 
         @hookimpl
         def initmem_register_datasets(register: Register) -> None:
-            register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir")
+            register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir",
+                     shape=(3, 32, 32), classes=10, splits=(68_257, 5_000, 26_032))
     """
 
 

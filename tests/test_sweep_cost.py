@@ -30,8 +30,8 @@ def test_the_estimate_is_the_measured_step_times_the_steps_over_the_workers(tmp_
     assert (step.arch, step.batch_size, step.shape) == ("resnet20", 32, (1, 8, 8)) and step.seconds > 0
     assert step.eval_seconds_per_example > 0
     # Evaluation counted: epochs 0, 1 and 2 each score the training set and both splits, whole.
-    (_, _, n_train), (val, test) = cost.dataset_facts(plan.plans[0]), cost.split_sizes(plan.plans[0])
-    assert one.evaluated_examples == 3 * 3 * (n_train + val + test)
+    facts = cost.dataset_facts(plan.plans[0])
+    assert one.evaluated_examples == 3 * 3 * (facts.train + facts.val + facts.test)
     assert one.eval_seconds == pytest.approx(one.evaluated_examples * step.eval_seconds_per_example)
     assert one.cpu_seconds == pytest.approx(one.steps * step.seconds + one.eval_seconds)
     two = cost.estimate_cost(
@@ -46,8 +46,9 @@ def test_eval_size_caps_what_each_evaluation_scores_and_adds_the_whole_test_spli
     # evaluation points 0, 2, 4; each 100 training, 50 validation, 50 test examples; then 10,000 once
     assert cost.evaluated_examples(plan.config, 4, 5000, (6000, 10_000)) == 3 * (100 + 50 + 50) + 10_000
     assert cost.evaluated_examples(plan.config, 5, 5000, (40, 40)) == 4 * (100 + 40 + 40)  # cap above: no rescoring
-    [described] = plan_sweep({"data": "fashion-mnist"}).plans
-    assert cost.split_sizes(described) == (6000, 10_000)  # from its description: no files needed
+    [declared] = plan_sweep({"data": "fashion-mnist"}).plans
+    facts = cost.dataset_facts(declared)  # what its plugin declares: no files needed
+    assert (facts.val, facts.test) == (6000, 10_000)
 
 
 def test_on_a_gpu_the_estimate_reads_gpu_checks_step_figure(tmp_path):
@@ -78,9 +79,18 @@ def test_the_installed_gpu_figures_are_a_complete_gpu_check_run_naming_its_gpu()
         assert found[1].startswith(f"{results['machine']['gpu']}, fp32 eager"), found
 
 
-def test_a_dataset_not_on_this_machine_is_sized_from_its_description():
+def test_a_dataset_not_on_this_machine_is_sized_from_what_its_plugin_declares():
     [cell] = plan_sweep({"data": "cifar10", "train_size": 1000}).plans
-    assert cost.dataset_facts(cell) == ((3, 32, 32), 10, 1000)
+    assert cost.dataset_facts(cell) == cost.DatasetFacts((3, 32, 32), 10, 1000, 5000, 10_000)
+    [cifar100] = plan_sweep({"data": "cifar100"}).plans
+    assert cost.dataset_facts(cifar100).classes == 100
+
+
+def test_a_dataset_that_declares_nothing_is_sized_from_the_dataset_built_here():
+    [cell] = plan_sweep({"data": "synthetic:1x8x8-c4-n40"}).plans
+    assert cell.components["dataset"].spec.dataset.splits is None
+    facts = cost.dataset_facts(cell)
+    assert (facts.shape, facts.classes, facts.train) == ((1, 8, 8), 4, 40)
 
 
 def test_a_step_too_long_for_the_budget_is_measured_at_a_smaller_batch_and_scaled():

@@ -25,7 +25,7 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.contracts import ClaimInfo, OptimizerInfo, Register
+from initmem_core.contracts import ClaimInfo, DatasetInfo, OptimizerInfo, Register
 from initmem_core.errors import PluginLoadError, RunWarning
 from initmem_core.kinds import PLUGIN_KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
@@ -147,8 +147,9 @@ class _Loader:
     def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
         """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
         what a kind declares beside its factory becomes its record (``contracts.OptimizerInfo``,
-        ``contracts.ClaimInfo``), an unknown keyword a ``TypeError`` (the plugin fails to load)."""
-        records = {"optimizer": OptimizerInfo, "claim": ClaimInfo}
+        ``contracts.ClaimInfo``, ``contracts.DatasetInfo``), an unknown keyword a ``TypeError`` (the
+        plugin fails to load)."""
+        records = {"optimizer": OptimizerInfo, "claim": ClaimInfo, "dataset": DatasetInfo}
 
         def register(name: str, factory: Any, description: str = "", *, default: bool = False, **declared: Any) -> None:
             info = {kind: records[kind](**declared)} if kind in records else {}

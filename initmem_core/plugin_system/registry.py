@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.contracts import ClaimInfo, OptimizerInfo
+from initmem_core.contracts import ClaimInfo, DatasetInfo, OptimizerInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
 FAMILY_SUFFIX = ":*"
@@ -42,6 +42,8 @@ class ComponentSpec:
     optimizer: OptimizerInfo = OptimizerInfo()
     #: Claims: what the claim declares beside its evaluator (``contracts.ClaimInfo``).
     claim: ClaimInfo | None = None
+    #: Datasets: their declared image shape, classes and split sizes (``contracts.DatasetInfo``).
+    dataset: DatasetInfo = DatasetInfo()
 
     @property
     def is_family(self) -> bool:

@@ -1,34 +1,16 @@
-"""What a sweep costs before it runs (``initmem sweep --dry-run``): its training time estimated
-on this machine from a measured step, and on a GPU from ``benchmarks/gpu_check.py``'s figures.
+"""What a sweep costs before it runs (``initmem sweep --dry-run``): its training time on this machine,
+from a few measured steps of each architecture on one thread (as a local worker runs), and on a
+GPU, from ``benchmarks/gpu_check.py``'s figures (``GPU_FIGURES``, package data).
 
-On this machine: a few training steps of each architecture of the sweep, at its batch size and
-input shape, on one thread as a local worker's cell uses (``--threads``); the time per step,
-times the cells' optimizer steps, divided by the workers. A step that would take longer than
-the measurement's budget is measured at a smaller batch and scaled linearly to the sweep's (CPU
-convolutions cost about linearly in the batch; the fixed cost per step makes it an upper bound),
-so a dry run stays within a couple of seconds whatever the depth.
-
-On a GPU: the ms per training step that gpu_check measured for the architecture (``GPU_FIGURES``,
-the JSON of a complete gpu_check run, copied into this package as ``gpu_check.json`` and installed
-with it as package data, so an installed wheel reads it as the source tree does), times the steps,
-one cell at a time. No such file: the estimate says that none exist.
-
-Evaluation is counted here: at every evaluation point (epoch 0, every ``--eval-every``-th and the
-last) a cell scores its training set (or ``--train-eval-size`` of it), ``--eval-size`` validation
-and test examples (all of them at 0), and once more the whole test split when ``--eval-size``
-capped it; each example at the measured forward time per example (no gradient, eval mode). With
-a small ``--train-size`` on a large dataset evaluation is most of a run's time. The GPU figure is
-of training steps only (gpu_check measures no evaluation). Start-up (data, model, the tracking
-store) is not counted. The input shape and split sizes come from the built dataset when it can
-be read here, else from the dataset's description ("3x32x32", "45k/5k", an official test set of
-10,000).
+Evaluation is counted at every evaluation point (``evaluated_examples``) at the measured forward
+time per example; start-up (data, model, the tracking store) is not. A dataset's sizes are what its
+plugin declares (``contracts.DatasetInfo``), else read from the dataset built here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,12 +25,6 @@ from initmem_core.training.plan import RunPlan
 GPU_FIGURES: Traversable = resources.files(__package__) / "gpu_check.json"
 #: Time one architecture's measurement may take, and the smallest batch it scales from.
 MEASURE_BUDGET_S, SMALL_BATCH = 0.5, 4
-
-_SHAPE = re.compile(r"\b(\d+)x(\d+)x(\d+)\b")
-_CLASSES = re.compile(r"\b(\d+) classes\b")
-_TRAIN = re.compile(r"\b(\d+)k/(\d+)k\b")
-#: The official test sets of the described datasets (CIFAR, MNIST, Fashion-MNIST)
-OFFICIAL_TEST = 10_000
 
 
 @dataclass(frozen=True)
@@ -81,20 +57,6 @@ class CostEstimate:
     evaluated_examples: int | None = None
 
 
-def split_sizes(plan: RunPlan) -> tuple[int, int] | None:
-    """(validation, test) examples of a cell's dataset: declared in its description, else read
-    from the built dataset; ``None`` when neither says."""
-    config, dataset = plan.config, plan.components["dataset"]
-    text = dataset.spec.description
-    if (split := _TRAIN.search(text)) and "official test set" in text:
-        return int(split.group(2)) * 1000, OFFICIAL_TEST
-    try:
-        bundle = dataset.build(config=config)
-    except Exception:  # a dataset not on this machine, undescribed
-        return None
-    return len(bundle.val_y), len(bundle.test_y)
-
-
 def evaluated_examples(config: Any, epochs: int, n_train: int, splits: tuple[int, int]) -> int:
     """The examples a run scores over its evaluation points (epoch 0, every ``eval_every``-th,
     the last), and the whole test split once more when ``eval_size`` capped it."""
@@ -110,24 +72,33 @@ def evaluated_examples(config: Any, epochs: int, n_train: int, splits: tuple[int
     return points * per_point + (test if cap and cap < test else 0)
 
 
-def dataset_facts(plan: RunPlan) -> tuple[tuple[int, int, int], int, int] | None:
-    """(C x H x W, classes, training examples) of a cell's dataset: declared in its description,
-    else read from the built dataset; ``None`` when neither says."""
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What the estimate needs of a cell's dataset: its image shape (C, H, W), classes and split sizes
+    (``train`` cut to ``--train-size``)."""
+
+    shape: tuple[int, int, int]
+    classes: int
+    train: int
+    val: int
+    test: int
+
+
+def dataset_facts(plan: RunPlan) -> DatasetFacts | None:
+    """A cell's dataset as its plugin declares it (``contracts.DatasetInfo``), else as built here;
+    ``None`` when neither says (a dataset not on this machine that declares nothing)."""
     config, dataset = plan.config, plan.components["dataset"]
-    text = dataset.spec.description
-    shape, classes, train = _SHAPE.search(text), _CLASSES.search(text), _TRAIN.search(text)
-    if shape and train:
-        examples = int(train.group(1)) * 1000
-        return (
-            tuple(int(v) for v in shape.groups()),  # type: ignore[return-value]
-            int(classes.group(1)) if classes else 10,
-            min(examples, config.train_size) if config.train_size else examples,
-        )
+    info = dataset.spec.dataset
+    if info.shape and info.classes and info.splits:
+        train, val, test = info.splits
+        train = min(train, config.train_size) if config.train_size else train
+        return DatasetFacts(info.shape, info.classes, train, val, test)
     try:
         bundle = dataset.build(config=config)
-    except Exception:  # a dataset not on this machine, undescribed: the cell is left out
+    except Exception:  # not on this machine
         return None
-    return (bundle.in_channels, *bundle.train_x.shape[2:]), bundle.num_classes, len(bundle.train_y)
+    shape = (bundle.in_channels, *bundle.train_x.shape[2:])
+    return DatasetFacts(shape, bundle.num_classes, len(bundle.train_y), len(bundle.val_y), len(bundle.test_y))
 
 
 def measure_step(
@@ -230,10 +201,9 @@ def estimate_cost(
     taking up to ``budget_s`` (``MEASURE_BUDGET_S``, read at the call: the tests lower it)."""
     budget = MEASURE_BUDGET_S if budget_s is None else budget_s
     workers = max(1, int(workers))
-    facts: dict[tuple[Any, ...], Any] = {}
+    facts: dict[tuple[Any, ...], DatasetFacts | None] = {}
     measured: dict[tuple[Any, ...], StepTime] = {}
     gpu: dict[str, tuple[float, str] | None] = {}
-    splits: dict[tuple[Any, ...], tuple[int, int] | None] = {}
     steps_total, cpu_total, gpu_total, eval_total, examples_total = 0, 0.0, 0.0, 0.0, 0
     unknown: list[str] = []
     for index, plan in enumerate(plans):
@@ -243,27 +213,19 @@ def estimate_cost(
             facts[data] = dataset_facts(plan)
         known = facts[data]
         if known is None:
-            unknown.append(f"{cell.data}: neither readable here nor described (shape, size)")
+            unknown.append(f"{cell.data}: neither readable here nor declared by its plugin (shape, sizes)")
             continue
-        shape, classes, examples = known
         horizon = horizons[index] if horizons else None
-        steps = (
-            horizon.epochs * horizon.steps_per_epoch if horizon else cell.epochs * math.ceil(examples / cell.batch_size)
-        )
-        key = (cell.arch, shape, classes, cell.batch_size)
+        epochs = horizon.epochs if horizon else cell.epochs
+        steps = epochs * (horizon.steps_per_epoch if horizon else math.ceil(known.train / cell.batch_size))
+        key = (cell.arch, known.shape, known.classes, cell.batch_size)
         if key not in measured:
-            measured[key] = measure_step(plan, shape, classes, budget)
+            measured[key] = measure_step(plan, known.shape, known.classes, budget)
+        scored = evaluated_examples(cell, epochs, known.train, (known.val, known.test))
         steps_total += steps
         cpu_total += steps * measured[key].seconds
-        if data not in splits:
-            splits[data] = split_sizes(plan)
-        if (sizes := splits[data]) is None:
-            unknown.append(f"{cell.data}: the evaluation (validation and test sizes unknown here)")
-        else:
-            epochs = horizon.epochs if horizon else cell.epochs
-            scored = evaluated_examples(cell, epochs, examples, sizes)
-            examples_total += scored
-            eval_total += scored * measured[key].eval_seconds_per_example
+        examples_total += scored
+        eval_total += scored * measured[key].eval_seconds_per_example
         if cell.arch not in gpu:
             gpu[cell.arch] = gpu_step_ms(cell.arch, gpu_figures)
         figure = gpu[cell.arch]

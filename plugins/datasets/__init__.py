@@ -23,23 +23,35 @@ def initmem_register_datasets(register):
         "cifar10",
         f"{_HERE}.cifar:load_cifar10",
         "CIFAR-10 from --data-dir, 3x32x32, 10 classes, 45k/5k train/val split + official test set",
+        shape=(3, 32, 32),
+        classes=10,
+        splits=(45_000, 5_000, 10_000),
     )
     register(
         "cifar100",
         f"{_HERE}.cifar:load_cifar100",
         "CIFAR-100 (fine labels) from --data-dir, 3x32x32, 100 classes, 45k/5k train/val split + official test set",
+        shape=(3, 32, 32),
+        classes=100,
+        splits=(45_000, 5_000, 10_000),
     )
     register(
         "fashion-mnist",
         f"{_HERE}.mnist:load_fashion_mnist",
         "Fashion-MNIST from IDX files (--data-dir, ~/.cache/initmem/fashion-mnist or Debian's "
         "dataset-fashion-mnist), 1x28x28, 54k/6k train/val split + official test set",
+        shape=(1, 28, 28),
+        classes=10,
+        splits=(54_000, 6_000, 10_000),
     )
     register(
         "mnist",
         f"{_HERE}.mnist:load_mnist",
         "MNIST from IDX files (--data-dir or ~/.cache/initmem/mnist), 1x28x28, "
         "54k/6k train/val split + official test set",
+        shape=(1, 28, 28),
+        classes=10,
+        splits=(54_000, 6_000, 10_000),
     )
     register(
         "synthetic",
