@@ -1,63 +1,17 @@
 """Calibrated inference on spreads: how much a group's accuracy truly depends on sigma, and whether
-one group's dependence is larger than another's.
+one group's dependence is larger than another's. docs/STATISTICS.md gives the method, why it is so,
+and the simulations that measured its error rates; the section named beside each part here.
 
-The input is one group's accuracies (pp) per sigma and seed, trained runs only: a failed cell is
-simply absent. Two facts shape the method (docs/STATISTICS.md has the simulations behind them):
-
-* The paper's spread, max − min over sigma of the mean accuracy, is biased upward by noise: the
-  sigma that looks best is partly the one whose seeds were lucky. A group that remembers nothing
-  shows a spread of about 2 x (seed sd) / sqrt(seeds), always "significant".
-* Seeds are the unit of replication. Everything that moves a run (which test examples it gets
-  right, the data order a seed fixes) is already inside the seed-to-seed variation, so it is
-  counted once, there, and never resampled a second time.
-
-**Cross-fitted spread.** Hold out one run at every sigma; choose the best and the worst sigma by
-the mean of the runs *not* held out, and measure the gap between those two sigmas on their held-out
-runs. The held-out runs played no part in choosing the pair, so a group whose accuracy does not
-depend on sigma has an estimate centred on zero; a real spread is slightly underestimated when its
-best or worst sigma is nearly tied with another (choosing the runner-up costs only the small
-difference between them). The estimate is the average of that gap over *every* way of holding out
-one run per sigma, computed exactly rather than by enumeration: averaging over all the choices
-(Rao-Blackwell) keeps the mean of a single choice and lowers its variance. Runs of one seed are
-not tied together here (they are independent draws of noise at different sigmas), which also lets
-a sigma with a failed run take part with the runs it has.
-
-**Its interval.** The estimate's variance is not a textbook formula (the pair chosen can change from
-sweep to sweep), so it is measured: ``REPLICATES`` tables of the same design (same sigmas, same
-failed runs) are drawn with each sigma's observed mean and its own sd across seeds (each run's
-draws centred and scaled to exactly that mean and sd, which removes most of the Monte Carlo error
-of a finite number of draws), the estimate is recomputed on each by the same rule, and its sd over
-the draws is the standard error. The t interval uses the Welch-Satterthwaite degrees of freedom of
-the per-sigma variances that error rests on (each sigma weighted by how much it enters the estimate,
-with its trained runs − 1), not the seeds − 1 of a plain t interval (too few to decide anything at
-4 or 6 seeds). A seed effect shared by every sigma of a seed enters each sigma's sd, and the
-simulation draws it as independent noise, as the estimate treats it.
-
-**Differences of two groups** are taken over the sigmas both measured; the two estimates'
-variances add (runs of the same seed in two groups, if correlated, only make this conservative).
-
-**For the population, not this test set.** Every run is scored on the same test examples, and
-examples differ in difficulty, so the test set's own sampling error is shared by every run: no seed
-varies it, and the seed-to-seed spread does not hold it. Where the runs logged which test examples
-they got right (``AccuracyTable.correct``), the estimate's per-example contrast, sum over sigma of
-its weight in the estimate times the share of that sigma's runs that got example i right, carries
-it: its variance over examples, less the part the runs' own flips put in (each sigma's per-example
-binomial variance over its runs, already counted by the seeds), divided by the number of test
-examples, is the variance of the test set's error in the estimate. It is added to the seed-based
-variance, with the degrees of freedom of a variance from that many examples (their fourth moment:
-a few hard examples carry it); a difference of two groups scored on one test set takes the
-contrast of their difference, so what the two share cancels. Without the records (older runs) the
-interval is for this test set, and says so (``interval_for``, ``scope_note``).
-
-**Seeds to resolve a difference** (``SpreadDifference.seeds_needed``): the seeds per sigma at
-which a new sweep's 95% interval would exclude zero with 80% power if the true difference were the
-observed one. The seed-based variance shrinks as 1 / seeds (each sigma's share by its own trained
-runs), the test set's part does not (more seeds never shrink it; a larger test set would), and the
-power is that of the noncentral t at the new degrees of freedom.
-
-A sigma with fewer than ``MIN_SEEDS_PER_SIGMA`` trained runs has no variance and is left out of
-the estimate, and named as such; an estimate whose best or worst sigma has fewer than ``MIN_SEEDS``
-trained runs is reported without an interval, as *too few seeds to decide*.
+The input is one group's accuracy (pp) by sigma and seed, trained runs only (a failed cell is
+absent). ``cross_fit_spread``: the cross-fitted spread, averaged exactly over every way of holding
+out one run per sigma ("The debiased spread (cross-fitting)"); its standard error measured on
+``REPLICATES`` noise draws of the same design, its t interval on Welch-Satterthwaite degrees of
+freedom; and, where the runs logged which test examples they got right, the test set's own sampling
+variance added, so that the interval is for the population ("For the population"). Without those
+records the interval is for this test set, and says so. ``spread_difference``: two groups over the
+sigmas both measured ("Comparing two groups"), and the seeds per sigma that would resolve it
+("A next step for what did not resolve"). A sigma with fewer than ``MIN_SEEDS_PER_SIGMA`` trained
+runs is left out and named; fewer than ``MIN_SEEDS`` at the best or worst sigma gives no interval.
 """
 
 from __future__ import annotations
@@ -88,15 +42,13 @@ POPULATION, THIS_TEST_SET = "population", "this test set"
 
 
 class AccuracyTable(dict):
-    """A ``Matrix`` (accuracy in pp by sigma, then seed) that also carries, for the runs that
-    logged them, which test examples each got right (``correct``: sigma -> seed -> bool array) and
-    which test set those are (``test_set``: any hashable, equal for two groups scored on the same
-    examples). A plain mapping has neither: its intervals are for this test set."""
+    """A ``Matrix`` that also carries which test examples each run got right (``correct``: sigma ->
+    seed -> bool array, for the runs that logged them) and which test set those are (``test_set``:
+    equal for two groups scored on the same examples). A plain mapping has neither."""
 
     def scaled(self, factor: float) -> AccuracyTable:
-        """Every accuracy times ``factor``, with the records kept (each run's per-example record
-        then enters the population interval ``factor`` times): what a derived difference such as
-        long − 0.5 × short needs to stay an interval for the population."""
+        """Every accuracy times ``factor``, the records kept (each then counts ``factor`` times): a
+        derived difference such as long − 0.5 × short stays an interval for the population."""
         return AccuracyTable(
             {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in self.items()},
             self.correct,
@@ -121,8 +73,25 @@ class AccuracyTable(dict):
         self.memo: dict = {}
 
 
+class Interval:
+    """What a spread and a difference of spreads share: a t interval, at 95% and at any level."""
+
+    estimate: float
+    lo: float
+    se: float
+    df: float
+
+    @property
+    def decided(self) -> bool:
+        return not math.isnan(self.lo)
+
+    def interval_at(self, level: float) -> tuple[float, float]:
+        """The interval at another level (a multiplicity-corrected one, say)."""
+        return interval_around(self.estimate, self.se, self.df, level) if self.decided else (NAN, NAN)
+
+
 @dataclass(frozen=True)
-class SpreadEstimate:
+class SpreadEstimate(Interval):
     """A cross-fitted spread (pp) and its t interval; ``reason`` says why an interval is missing."""
 
     estimate: float
@@ -149,10 +118,6 @@ class SpreadEstimate:
     #: per test example, the estimate's contrast (pp) and the runs' own flips' share of its variance
     contrast: Any = field(default=None, repr=False, compare=False)
     flip_variance: float = field(default=NAN, repr=False)
-
-    @property
-    def decided(self) -> bool:
-        return not math.isnan(self.lo)
 
 
 def t_quantile(df: float, level: float = LEVEL) -> float:
@@ -259,12 +224,9 @@ def _standard_noise(replicates: int, shape: tuple[int, ...], seed: int) -> Any:
 
 
 def noise_draws(table: Any, replicates: int = REPLICATES, seed: int = SIMULATION_SEED) -> tuple[Any, Any]:
-    """The cross-fitted spread of ``replicates`` tables like ``table`` (same missing runs) whose
-    runs are drawn around each sigma's mean with that sigma's own sd: what the estimate would
-    be in other sweeps of the same design, choosing its pairs by the same rule. Each run's draws
-    are centred and scaled so that, over the replicates, they have exactly that mean and sd.
-    Also returns how much each sigma's variance weighs in those estimates (the mean over the
-    replicates of its squared weights)."""
+    """The cross-fitted spread of ``replicates`` tables like ``table`` (same missing runs), each run
+    drawn around its sigma's mean with that sigma's sd, and each sigma's weight in their variance
+    (the mean over the replicates of its squared weights)."""
     import numpy as np
 
     means = np.nanmean(table, -1, keepdims=True)
@@ -338,10 +300,9 @@ def _population(accuracy: Matrix, found: SpreadEstimate, level: float) -> Spread
 
 
 def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple[float, ...]) -> tuple[Any, float, str]:
-    """Per test example, 100 x sum over ``sigmas`` of weight x the share of the sigma's runs that got
-    it right (pp), and how much of its variance over examples the runs' own flips put there:
-    sum of weight^2 x (mean over examples of the unbiased binomial variance over the sigma's runs) /
-    runs. ``(None, nan, why)`` when a weighted sigma's runs did not all log their records."""
+    """The estimate's per-example contrast (pp) and the share of its variance the runs' own flips put
+    there (docs/STATISTICS.md, "For the population"); ``(None, nan, why)`` when a weighted sigma's
+    runs did not all log their records."""
     import numpy as np
 
     correct = getattr(accuracy, "correct", None) or {}
@@ -372,10 +333,9 @@ def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple
 
 
 def sampling_variance(contrast: Any, flips: float) -> tuple[float, float]:
-    """The test set's sampling variance in an estimate (pp^2) from its per-example ``contrast`` and
-    the part ``flips`` of the contrast's variance the runs' own flips put there (at least 0), and
-    the degrees of freedom of that variance: 2 x its square over the variance of the contrast's
-    sample variance, (fourth central moment - second^2) / examples."""
+    """The test set's sampling variance in an estimate (pp^2), its per-example ``contrast``'s variance
+    less the runs' own ``flips`` (at least 0), and that variance's degrees of freedom (from the
+    contrast's fourth moment)."""
     import numpy as np
 
     n = len(contrast)
@@ -391,21 +351,22 @@ def sampling_variance(contrast: Any, flips: float) -> tuple[float, float]:
     return excess / n, (2 * excess * excess / spread if spread > 0 else math.inf)
 
 
-def combined_df(components: tuple[tuple[float, float], ...], seed_var: float, test_var: float, test_df: float) -> float:
-    """Welch-Satterthwaite degrees of freedom of the seed-based variance (its ``components``, rescaled
-    to sum to ``seed_var``, the variance the draws measured) plus the test set's."""
+def rescaled(components: tuple[tuple[float, float], ...], seed_var: float) -> tuple[tuple[float, float], ...]:
+    """The seed-based variance's ``components`` rescaled to sum to ``seed_var``, what the draws measured."""
     total = sum(part for part, _ in components)
-    scale = seed_var / total if total > 0 else 0.0
-    parts = tuple((part * scale, df) for part, df in components)
-    return satterthwaite(parts + (((test_var, test_df),) if test_var > 0 else ()))[1]
+    return tuple((part * seed_var / total if total > 0 else 0.0, df) for part, df in components)
+
+
+def combined_df(components: tuple[tuple[float, float], ...], seed_var: float, test_var: float, test_df: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of the seed-based variance plus the test set's."""
+    return satterthwaite(rescaled(components, seed_var) + (((test_var, test_df),) if test_var > 0 else ()))[1]
 
 
 @functools.lru_cache(maxsize=512)
 def _spread_of_table(
     data: bytes, shape: tuple[int, int], kept: tuple[float, ...], left_out: tuple[tuple[float, int], ...], level: float
 ) -> SpreadEstimate:
-    """``cross_fit_spread`` of one table, kept for the next caller: a report and its findings
-    ask for the same groups' spreads over the same sigmas several times."""
+    """``cross_fit_spread`` of one table, cached: a report and its findings ask for it several times."""
     import numpy as np
 
     table = np.frombuffer(data, dtype=float).reshape(shape)
@@ -440,7 +401,7 @@ def interval_around(estimate: float, se: float, df: float, level: float = LEVEL)
 
 
 @dataclass(frozen=True)
-class SpreadDifference:
+class SpreadDifference(Interval):
     """Group a's cross-fitted spread minus group b's, over the sigmas both measured."""
 
     a: SpreadEstimate
@@ -459,28 +420,14 @@ class SpreadDifference:
     interval_for: str = THIS_TEST_SET
     scope_note: str = ""
 
-    @property
-    def decided(self) -> bool:
-        return not math.isnan(self.lo)
-
-    def interval_at(self, level: float) -> tuple[float, float]:
-        """The interval at another level (a multiplicity-corrected one, say)."""
-        if not self.decided:
-            return NAN, NAN
-        return interval_around(self.estimate, self.se, self.df, level)
-
     def se_df_at(self, seeds: Any) -> tuple[Any, Any]:
-        """The standard error and degrees of freedom a sweep of ``seeds`` trained runs at every sigma
-        would have (an array of seed counts gives arrays): each sigma's share of the seed-based
-        variance scaled by its trained runs now over ``seeds``, its degrees of freedom seeds - 1;
-        the test set's share unchanged."""
+        """The standard error and degrees of freedom with ``seeds`` trained runs at every sigma (an
+        array gives arrays): the seed-based variance shrinks, the test set's does not."""
         import numpy as np
 
         seeds = np.asarray(seeds, dtype=float)
-        components = self.a.components + self.b.components
-        total = sum(part for part, _ in components)
-        scale = self.seed_var / total if total > 0 else 0.0
-        parts = [part * scale * (df + 1) / seeds for part, df in components]  # df + 1: its trained runs
+        components = rescaled(self.a.components + self.b.components, self.seed_var)
+        parts = [part * (df + 1) / seeds for part, df in components]  # df + 1: its trained runs
         variance = sum(parts) + self.test_set_var
         denominator = sum(part * part / (seeds - 1) for part in parts)
         if self.test_set_var > 0 and math.isfinite(self.test_set_df):
@@ -490,9 +437,8 @@ class SpreadDifference:
         return np.sqrt(variance), df
 
     def power_at(self, seeds: Any, level: float = LEVEL) -> Any:
-        """The chance that a sweep of ``seeds`` seeds resolves this difference (its interval at
-        ``level`` excludes zero on the observed side) if the true difference is the observed one:
-        the noncentral t of effect / standard error at that sweep's degrees of freedom."""
+        """The chance that a sweep of ``seeds`` seeds resolves this difference if the true difference
+        is the observed one (the noncentral t)."""
         import numpy as np
         from scipy import stats
 
@@ -502,10 +448,9 @@ class SpreadDifference:
         return stats.nct.sf(critical, df, abs(self.estimate) / se)
 
     def seeds_needed(self, power: float = PLANNED_POWER, most: int = MOST_SEEDS) -> tuple[int | None, str]:
-        """The fewest seeds per sigma (at least ``MIN_SEEDS``, at most ``most``) at which a new sweep
-        would resolve this difference with ``power`` if the true difference were the observed one,
-        and a sentence saying so; ``None`` and why when it is resolved, when no count up to ``most``
-        would do (the observed difference is too close to zero) or when there is nothing to plan from."""
+        """The fewest seeds per sigma (``MIN_SEEDS`` to ``most``) that would resolve this difference
+        with ``power`` if the true difference were the observed one, and a sentence saying so; ``None``
+        and why when it is resolved, when no count would do, or with nothing to plan from."""
         import numpy as np
 
         if self.decided and (self.lo > 0 or self.hi < 0):
@@ -537,11 +482,9 @@ class SpreadDifference:
 
 
 def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDifference:
-    """Cross-fitted spread of ``a`` minus that of ``b``, both over the sigmas they share (each with
-    enough trained runs in both): like is compared with like. The two estimates' seed-based
-    variances add (runs of one seed in both groups, if correlated, make this conservative). The
-    test set's: when both were scored on one test set, that of the difference of their per-example
-    contrasts (what they share cancels); on two test sets, the sum of each one's."""
+    """Cross-fitted spread of ``a`` minus that of ``b`` over the sigmas both measured; on one test set
+    the test set's variance is that of the difference of their contrasts (what they share cancels),
+    on two the sum of each one's."""
     shared = tuple(sorted(set(measured_sigmas(a)[0]) & set(measured_sigmas(b)[0])))
     first, second = cross_fit_spread(a, shared, level), cross_fit_spread(b, shared, level)
     if len(shared) < 2:
@@ -562,14 +505,8 @@ def spread_difference(a: Matrix, b: Matrix, level: float = LEVEL) -> SpreadDiffe
         )
         scope = POPULATION
     else:  # two test sets, sampled independently
-        test_var = first.test_set_var + second.test_set_var
-        test_df = satterthwaite(
-            tuple(
-                (v, d)
-                for v, d in ((first.test_set_var, first.test_set_df), (second.test_set_var, second.test_set_df))
-                if v > 0
-            )
-        )[1]
+        parts = ((first.test_set_var, first.test_set_df), (second.test_set_var, second.test_set_df))
+        test_var, test_df = satterthwaite(parts)
         scope = POPULATION
     se = math.sqrt(seed_var + test_var)
     df = combined_df(first.components + second.components, seed_var, test_var, test_df)

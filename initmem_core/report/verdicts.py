@@ -12,23 +12,16 @@ threshold. The rule is one for all:
 - *cannot be decided* when a quantity rests on fewer trained seeds than the rule was calibrated
   for (``inference.MIN_SEEDS``); *not resolved at this scale* otherwise.
 
-Before any of these, the regime (``report/regime.py``): a comparison among groups with a run that
-did not fit is *under-trained*, never reproduced or contradicted; one whose mechanism's clock is
-short of its threshold, or whose runs were selected at their last epoch, is *horizon short of the
-mechanism* where it would otherwise be contradicted or not resolved (``regime_verdict``).
-
-An equivalence ("forgets", "near zero") is a quantity of this kind too: a debiased spread cannot
-truly be below zero (max − min over sigma never is), so "within the margin of zero" is the one-sided
-test that the spread is below the margin, at the same 2.5% level as every other claim (the
-two one-sided tests, with the lower side true by construction). At a true value exactly on the
-margin a false verdict of either kind then has at most 2.5% + 2.5% = 5%.
+Before any of these, the regime (``report/regime.py``, ``regime_verdict``): *under-trained* or
+*horizon short of the mechanism*. An equivalence ("near zero") is a quantity of this kind too: the
+margin less the spread, claimed above zero (docs/STATISTICS.md, "Verdicts").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from initmem_core.report.inference import (
     LEVEL,
@@ -37,7 +30,6 @@ from initmem_core.report.inference import (
     POPULATION,
     SpreadDifference,
     SpreadEstimate,
-    interval_around,
     mean_interval,
 )
 from initmem_core.report.regime import Regime
@@ -95,39 +87,15 @@ class Quantity:
         return verdict_of([self])
 
 
-def from_difference(label: str, difference: SpreadDifference, unit: str = "pp") -> Quantity:
-    """A difference of debiased spreads (a − b), claimed above zero."""
-    too_few = "too few seeds" in difference.reason
-    return Quantity(
-        label,
-        difference.estimate,
-        difference.lo,
-        difference.hi,
-        unit,
-        difference.interval_for,
-        difference.reason,
-        too_few,
-        difference.interval_at if difference.decided else None,
-    )
+def from_estimate(label: str, found: SpreadEstimate | SpreadDifference, unit: str = "pp") -> Quantity:
+    """A group's debiased spread, or a difference of two (a − b), claimed above zero."""
+    at = found.interval_at if found.decided else None
+    too_few = "too few seeds" in found.reason
+    return Quantity(label, found.estimate, found.lo, found.hi, unit, found.interval_for, found.reason, too_few, at)
 
 
-def from_spread(label: str, spread: SpreadEstimate) -> Quantity:
-    """One group's debiased spread, claimed above zero."""
-
-    def at(level: float) -> tuple[float, float]:
-        return interval_around(spread.estimate, spread.se, spread.df, level)
-
-    return Quantity(
-        label,
-        spread.estimate,
-        spread.lo,
-        spread.hi,
-        "pp",
-        spread.interval_for,
-        spread.reason,
-        "too few seeds" in spread.reason,
-        at if spread.decided else None,
-    )
+#: What claims call it by: one group's spread, and a difference of two.
+from_spread = from_difference = from_estimate
 
 
 def from_seeds(label: str, values: list[float], unit: str = "", threshold: float = 0.0) -> Quantity:
@@ -156,16 +124,13 @@ def negated(quantity: Quantity, label: str) -> Quantity:
         low, high = at(level)
         return -high, -low
 
-    return Quantity(
-        label,
-        -quantity.estimate,
-        -quantity.hi,
-        -quantity.lo,
-        quantity.unit,
-        quantity.interval_for,
-        quantity.reason,
-        quantity.too_few_seeds,
-        flipped if at is not None else None,
+    return replace(
+        quantity,
+        label=label,
+        estimate=-quantity.estimate,
+        lo=-quantity.hi,
+        hi=-quantity.lo,
+        at=flipped if at is not None else None,
     )
 
 
