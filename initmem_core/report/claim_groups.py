@@ -1,17 +1,10 @@
 """What the claims read: a sweep's groups, each with its optimizer family and forgetting clock, and
-the strata that keep every comparison like with like.
+the strata that keep every comparison like with like (docs/STATISTICS.md, "Like with like: strata").
 
-**Like with like.** A claim has an *axis*: the settings its comparison is about (the optimizer for
-"SGD remembers more than Adam", the batch size for "a larger batch remembers more"). It compares
-only groups that agree on every other setting that tells groups apart: the architecture, the
-dataset and its size, the horizon, the schedule, the initializer, everything but sigma, seed and
-the axis. Those sets of groups are the claim's *strata*; a sweep over three depths has three, and
-the claim is evaluated in each (``claims.per_stratum``).
-
-**Families from the plugins.** Whether an optimizer is SGD-like or adaptive, and so which clock it
-forgets by, comes from the clock convention its plugin declares (``training.clocks``): the one each
-run logged as its ``clock_convention`` param, or, for a record without it, the one the installed
-plugin declares. A third-party optimizer is classed by its own declaration, never by its name.
+A claim's *axis* is the settings its comparison is about; its *strata* are the sets of groups that
+agree on every other setting that tells groups apart (``Sweep.strata``). Whether an optimizer is
+SGD-like or adaptive comes from the clock convention its plugin declares (as each run logged it,
+else as the installed plugin declares it), never from its name.
 """
 
 from __future__ import annotations
@@ -117,11 +110,6 @@ def settings(config: RunConfig, free: Iterable[str]) -> tuple:
     )
 
 
-def is_plain_sgd(config: RunConfig, family: str) -> bool:
-    """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
-    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
-
-
 @dataclass
 class Group:
     """One group of a sweep as the claims read it: its summary, first config, family, cells and
@@ -145,10 +133,6 @@ class Group:
     def shrink(self) -> float:
         """lambda: every force that shrinks the weights (the L2 coefficient and weight decay)."""
         return self.config.l2 + self.config.weight_decay
-
-    @property
-    def plain_sgd(self) -> bool:
-        return is_plain_sgd(self.config, self.family)
 
     def label(self) -> str:
         """The optimizer and what tells SGD-like lines apart: "sgd b=32", "sgd m=0.9 b=32", "adam"."""
@@ -235,13 +219,3 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
             )
         )
     return Sweep(report, groups, cells)
-
-
-def baseline_sgd(groups: list[Group]) -> Group | None:
-    """Of a stratum's plain-SGD groups, the paper's remembering baseline: torch's SGD before any
-    other SGD-like plugin, then the lowest rate, then the shortest horizon (T_SGD)."""
-    return min(
-        (g for g in groups if g.plain_sgd),
-        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
-        default=None,
-    )

@@ -2,23 +2,12 @@
 a sweep (``evaluate_claims``).
 
 A claim is a plugin component (``hookspecs.initmem_register_claims``): a function of the sweep view
-(``report/claim_groups.py``: the report, its groups with their family and clocks, its strata) that
-returns a ``Finding`` (``report/verdicts.py``), and what it declares beside it
-(``contracts.ClaimInfo``: its axis, quantities, margin, the clock its mechanism needs and the
-threshold that clock must reach, the paper or note it tests). The paper's claims are one such
-plugin (``initmem_plugins.claims``). The core keeps what serves every claim alike: the verdict rule
-(``verdicts``), the strata (like with like: ``per_stratum``), the regime checks (``regime``: fit,
-the mechanism's clock), the quantities' intervals (``difference``, ``rate_difference``), the
-calibration on synthetic sweeps (``initmem_core.testing``) and the forest plot (``verdict_plot``).
-
-Every claim compares like with like: only groups that differ in nothing but the claim's own axis
-(``claim_groups``: its strata). A sweep that varies more (three architectures, two datasets) is
-evaluated in each stratum, each stratum's verdict and numbers are kept (``Finding.parts``), and the
-claim's verdict is the rule of ``report/verdicts.py`` over the quantities of every stratum together:
-reproduced only when it is reproduced in each stratum that can evaluate it, contradicted when any
-quantity of any stratum is below zero at the Bonferroni level over all of them. A claim whose groups
-are missing is *not evaluated*, never reproduced, and says which groups it would need
-(``Finding.needs``).
+(``report/claim_groups.py``) that returns a ``Finding`` (``report/verdicts.py``), with what it
+declares beside it (``contracts.ClaimInfo``). The paper's claims are one such plugin
+(``initmem_plugins.claims``). A claim compares like with like: ``per_stratum`` evaluates it in each
+stratum along its axis, keeps each stratum's verdict (``Finding.parts``) and decides over the
+quantities of every stratum together, by the one rule of ``report/verdicts.py``. A claim whose
+groups are missing is *not evaluated* and says which groups it would need (``Finding.needs``).
 """
 
 from __future__ import annotations

@@ -1,42 +1,13 @@
 """Memory over training and forgetting times: when a group forgets its initialization, in epochs
-and in each forgetting clock.
+and in each forgetting clock (docs/STATISTICS.md, "How a half-life is found").
 
 Pure, like ``report/memory.py``: it reads the per-epoch histories a record carries
-(``CellRecord.histories``: step = epoch, 0 = the initialization) and writes nothing
-(``report/render.py`` writes the "Forgetting times" section and ``forgetting.csv``). Per group
-and evaluation epoch t, three memories:
-
-* **radial**: per seed, the least-squares slope of log ||W_t|| against log sigma over the group's
-  sigmas (1 = the norm still carries the initial scale, 0 = forgotten); the group's value is the
-  mean over seeds with its t interval over seeds.
-* **directional**: per seed, the mean ``init_cosine`` over the seed's runs (how much of the
-  initial direction is left); mean over seeds, t interval over seeds.
-* **accuracy**: the cross-fitted (debiased) spread over sigma of test accuracy at epoch t, in pp,
-  with its t interval (``report/inference.cross_fit_spread`` on the epoch-t table).
-
-Each point also carries the group's mean clocks at that epoch, so every memory reads against
-the epoch and against each clock.
-
-**Forgetting time (half-life)**: the first time a memory falls to half its initial value.
-Radial and directional memory start at epoch 0 (the initialization). Accuracy memory does not:
-at initialization every sigma is at chance, and the spread forms while the nets learn (in a
-3-epoch digits sweep it went from 1.6 pp at epoch 1 to 15 pp at epoch 3), so its initial value is
-its *peak*, the largest debiased spread after epoch 0, and its half-life is the first epoch after
-the peak at which it is down to half of it (a peak picked among noisy epochs is biased up a
-little: this half-life errs early). A peak at the last epoch means it was still forming: not
-within the horizon. Half-lives are counted from epoch 0 in every memory. The crossing is
-interpolated linearly between the two evaluation points that bracket it, and each clock is read
-at the same fraction of the way between them (clocks are interpolated linearly in epoch too).
-Radial and directional half-lives are found per seed; the group's half-life is their geometric
-mean with a t interval over seeds in log units (half-lives are positive and skewed), in epochs
-and in every clock that moved. A seed that never falls to half within the horizon has no
-half-life: if every seed crosses, the group has one; if none does, it is *not within the
-horizon*, with the epochs and clocks reached; if only some do, the group has no estimate and
-says how many seeds did not cross (averaging only those that did would bias it down). Accuracy
-memory has one curve per group: its half-life is where the estimate crosses half its peak, and
-the interval is where the curve's 95% band crosses that same line after the peak (the lower band
-first, the upper band last; an upper band that never crosses leaves the interval open). The
-uncertainty of the peak itself is not in that interval.
+(``CellRecord.histories``: step = epoch, 0 = the initialization); ``report/render.py`` writes it
+out. Per group and evaluation epoch, three memories, each with the group's mean clocks there:
+**radial** (per seed, the slope of log ||W|| on log sigma; mean and t interval over seeds),
+**directional** (per seed, the mean ``init_cosine``; the same) and **accuracy** (the debiased
+spread of test accuracy at that epoch, pp). A half-life is when a memory first falls to half its
+initial value: its value at epoch 0, or for accuracy memory its peak after epoch 0.
 """
 
 from __future__ import annotations
@@ -78,7 +49,7 @@ class MemoryPoint:
 
 @dataclass
 class HalfLife:
-    """When one memory of one group first fell to half its initial value (see module docstring)."""
+    """When one memory of one group first fell to half its initial value."""
 
     memory: str
     reached: bool  # the group has a half-life within the horizon
@@ -302,7 +273,7 @@ def per_seed_half_life(
 
 def accuracy_half_life(points: list[MemoryPoint], epochs: list[int], clocks: dict[str, list[float]]) -> HalfLife:
     """Half-life of the debiased spread from its peak after epoch 0; interval where its 95% band
-    crosses the same line after the peak (module docstring)."""
+    crosses the same line after the peak."""
     horizon = _horizon(epochs, clocks)
     trained = [i for i, p in enumerate(points) if p.epoch >= 1 and not math.isnan(p.value)]
     if not trained:

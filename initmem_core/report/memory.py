@@ -1,24 +1,13 @@
 """The initialization-memory report: per group, how much the selected predictor depends on sigma.
 
 Pure: ``build_report(records)`` reads nothing and writes nothing, so it can be checked against a
-hand computation; ``report/render.py`` turns a ``Report`` into Markdown, CSV and JSON. Accuracies
-arrive as fractions and leave in percent; the spread is in percentage points (the paper's unit).
-
-A group is every cell that differs only in sigma and seed (``groups.group_fields``). Per group and
-sigma: test accuracy at the best-validation checkpoint (mean, std and a 95% t interval over
-seeds), tau_interp and how many seeds never interpolated, the repair gap, the final ||W||_F and
-||W||/||W0||, and the forgetting clocks at the end. Cells that failed or diverged count as
-failures to train and are left out of every mean.
-
-Uncertainty (``report/inference.py``, docs/STATISTICS.md): the paper's ``spread`` (max − min over
-sigma of the mean) is kept as its headline figure, with a percentile interval that resamples each
-sigma's trained runs; it is biased upward by noise, so a group that remembers nothing still shows
-one. Beside it, ``debiased_spread`` is the cross-fitted spread (best and worst sigma chosen on the
-other runs, their gap measured on runs held out of that choice), centred on zero for such a group,
-with a 95% t interval whose error rate was checked by simulation. Paired differences of groups compare
-cross-fitted spreads over the sigmas both groups measured; next to them, the mean paired
-difference of accuracy over cells of equal sigma and seed. A group whose best accuracy is within
-``CHANCE_MARGIN_PP`` of chance *did not train*: it gets no spread.
+hand computation; ``report/render.py`` writes it out. Accuracies arrive as fractions and leave in
+percent; spreads are in percentage points. A group is every cell that differs only in sigma and
+seed (``groups.group_fields``); cells that failed or diverged are failures to train, left out of
+every mean. Per group: the paper's ``spread`` (max − min over sigma of the mean, biased upward by
+noise) with a percentile interval, and the ``debiased_spread`` (``report/inference.py``,
+docs/STATISTICS.md) by which groups are compared; a group within ``CHANCE_MARGIN_PP`` of chance
+*did not train* and gets no spread.
 """
 
 from __future__ import annotations

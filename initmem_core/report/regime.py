@@ -1,22 +1,9 @@
-"""The regime a verdict needs (docs/STATISTICS.md, "The regime a verdict needs").
-
-The paper reads memory as a spread among selected predictors that *fit* their training set, at a
-horizon where the mechanism that would make them forget has had time to act. Two checks follow,
-applied to the groups a claim compares (``claims.per_stratum``) before its verdict stands:
-
-- **Fit.** A group with a run whose selected predictor did not fit (``CellRecord.fit``; a run that
-  diverged did not fit either) cannot be read as remembering or forgetting: the claim's verdict is
-  ``UNDER_TRAINED``, never reproduced or contradicted, and says how many runs did not fit where.
-  Not fitting is an outcome of its own (the depth claim is about it and is exempt).
-- **Horizon.** "X forgets" can be contradicted only where X's clock has run well past 1: each claim
-  names the groups whose mechanism must have acted and its clock (``Check.clocked``), and a
-  contradiction, or an unresolved reading, of a group short of ``CLOCK_THRESHOLDS`` is
-  ``HORIZON_SHORT`` instead ("T_adapt 0.51 < 3"). A reproduction stands: a mechanism that acted
-  before its clock ran out says as much. A group whose selection was at its last epoch in most runs
-  (``EDGE_SHARE``: still improving when the horizon ended) is short by the same rule.
-
-``CLOCK_THRESHOLDS`` and ``EDGE_SHARE`` were fixed here before any confirmatory run
-(docs/PREREGISTRATION.md holds them too, and a test keeps the two equal).
+"""The regime a verdict needs (docs/STATISTICS.md, "The regime a verdict needs"), checked on the
+groups a claim compares before its verdict stands: every run's selected predictor must *fit* its
+training set (else ``UNDER_TRAINED``), and a group whose forgetting a claim could contradict must
+have run its mechanism's clock to ``CLOCK_THRESHOLDS`` without most runs selected at their last
+epoch (``EDGE_SHARE``; else ``HORIZON_SHORT``). Both thresholds were fixed before any confirmatory
+run (docs/PREREGISTRATION.md holds them too, and a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -40,11 +27,7 @@ class Group(Protocol):
 
 
 #: The clock value a mechanism must reach before a claim that it makes a group forget can be
-#: contradicted: "well past 1" (the paper's organising principle: a mechanism acts on a time of order
-#: 1 in its clock), as 3, where the plain decay exp(-T_L2) has left 5% of the initial log norm. The
-#: paper's own setting passes it for the mechanisms it says forget: Adam at lr 1e-3 reaches T_adapt 35
-#: and L2 1e-2 at lr 0.01 T_L2 3.5 in 100 CIFAR epochs; its low-rate SGD stays at T_SGD 0.03 (and
-#: remembers, which no threshold stops a sweep from reproducing).
+#: contradicted: "well past 1", as 3 (docs/STATISTICS.md gives the paper's own setting against it).
 CLOCK_THRESHOLDS = {CLOCK_SGD: 3.0, CLOCK_L2: 3.0, CLOCK_ADAPT: 3.0}
 #: A group is at the horizon's edge when more than this share of its trained runs selected their last epoch.
 EDGE_SHARE = 0.5
