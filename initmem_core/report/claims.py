@@ -23,7 +23,7 @@ from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.report.claim_groups import Group, Sweep, read_sweep, settings
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, measured_sigmas, spread_difference
 from initmem_core.report.regime import CLOCK_THRESHOLDS, Check, assess
-from initmem_core.report.render import interval
+from initmem_core.report.render import quantity_cell
 from initmem_core.report.verdicts import (
     HORIZON_SHORT,
     NOT_EVALUATED,
@@ -63,11 +63,8 @@ def difference(label: str, a: Matrix, b: Matrix) -> Quantity:
     return found
 
 
-def quantity_text(q: Quantity, spec: str = "+.2f") -> str:
-    unit = f" {q.unit}" if q.unit else ""
-    value = "–" if math.isnan(q.estimate) else format(q.estimate, spec)
-    shown = interval(q.lo, q.hi, spec) if q.decided else f"(no interval: {q.reason})"
-    return f"{q.label}: {value}{unit} {shown}"
+#: A quantity as a claim's measured text shows it: ``label: estimate unit [lo, hi]``.
+quantity_text = quantity_cell
 
 
 def per_stratum(

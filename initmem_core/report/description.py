@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from initmem_core.report.plots import PLOTS
 from initmem_core.report.render import (
     DASH,
     debiased_cell,
@@ -23,15 +24,7 @@ from initmem_core.tracking.ui_view import artifact_url, view_url
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 
 #: The report's plots, as the parent run holds them under ``report/``.
-REPORT_PLOTS = (
-    "test_acc_vs_sigma.png",
-    "weight_norm_vs_epoch.png",
-    "spread_vs_clocks.png",
-    "tau_interp_vs_sigma.png",
-    "memory_vs_epoch.png",
-    "memory_vs_clock.png",
-    VERDICTS_PLOT,
-)
+REPORT_PLOTS = (*PLOTS, VERDICTS_PLOT)
 
 
 def claims_lines(findings: list[Any]) -> list[str]:

@@ -1,5 +1,4 @@
-"""The report's figures as PNG files, drawn with matplotlib's Agg canvas (``report/figures.py``);
-the claims' forest plot is ``report/verdict_plot.py``."""
+"""The report's figures as PNG files (``PLOTS``); the claims' forest plot is ``report/verdict_plot.py``."""
 
 from __future__ import annotations
 
@@ -72,14 +71,10 @@ def _wrapped(label: str, width: int) -> str:
     return "\n".join(textwrap.wrap(label.replace(",", ", "), width)).replace(", ", ",")
 
 
-def _shared_text(shared: str) -> str | None:
-    return f"every group: {shared}" if shared else None
-
-
 def _caption(figure, shared: str) -> None:
     """What every group shares, under a figure without a legend."""
     if shared:
-        figure.supxlabel(_shared_text(shared), fontsize="small", color="0.35")
+        figure.supxlabel(f"every group: {shared}", fontsize="small", color="0.35")
 
 
 def _legend_below(figure, shared: str, columns: int = 1) -> None:
@@ -88,9 +83,8 @@ def _legend_below(figure, shared: str, columns: int = 1) -> None:
     if not any(ax.get_legend_handles_labels()[0] for ax in figure.axes):
         _caption(figure, shared)
         return
-    figure.legend(
-        loc="outside lower center", fontsize="small", title=_shared_text(shared), title_fontsize="small", ncols=columns
-    )
+    title = f"every group: {shared}" if shared else None
+    figure.legend(loc="outside lower center", fontsize="small", title=title, title_fontsize="small", ncols=columns)
 
 
 def _spread_label(group, name: str) -> str:
@@ -206,10 +200,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("debiased spread over σ_w (pp, 95% CI)")
     figure.suptitle("Debiased spread vs the forgetting clocks that moved, at the end of training")
-    if groups:
-        _legend_below(figure, shared, columns)
-    else:
-        _caption(figure, shared)
+    _legend_below(figure, shared, columns)
     return save_figure(figure, path)
 
 
@@ -291,23 +282,6 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
     return save_figure(figure, path)
-
-
-PLOTS = {
-    "test_acc_vs_sigma.png": accuracy_vs_sigma,
-    "weight_norm_vs_epoch.png": weight_norm_curves,
-    "spread_vs_clocks.png": spread_vs_clocks,
-    "tau_interp_vs_sigma.png": tau_interp_vs_sigma,
-}
-
-
-def write_plots(report: Report, folder: str | Path) -> list[Path]:
-    """Every report figure into ``folder``; returns the paths written."""
-    folder = Path(folder)
-    written = [draw(report, folder / name) for name, draw in PLOTS.items()]
-    if report.findings:  # the claims were evaluated on this report (report/assessment.py)
-        written.append(verdict_plot(report, folder / VERDICTS_PLOT))
-    return written
 
 
 # -- memory over training (report/forgetting.py) --------------------------------------------
@@ -417,10 +391,7 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
     figure.suptitle("Memory over training (bands: 95% CI; dashed: half the initial value; dotted: half-life)")
     _say_if_empty(figure, groups)
-    if groups:
-        _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
-    else:
-        _caption(figure, shared)
+    _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     return save_figure(figure, path)
 
 
@@ -466,13 +437,24 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
         "dotted: half-life)"
     )
     _say_if_empty(figure, groups)
-    handles = [h for ax in axes.flat for h in ax.get_legend_handles_labels()[0]]
-    if handles:
-        _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
-    else:
-        _caption(figure, shared)
+    _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     return save_figure(figure, path)
 
 
-PLOTS["memory_vs_epoch.png"] = memory_vs_epoch
-PLOTS["memory_vs_clock.png"] = memory_vs_clock
+PLOTS = {
+    "test_acc_vs_sigma.png": accuracy_vs_sigma,
+    "weight_norm_vs_epoch.png": weight_norm_curves,
+    "spread_vs_clocks.png": spread_vs_clocks,
+    "tau_interp_vs_sigma.png": tau_interp_vs_sigma,
+    "memory_vs_epoch.png": memory_vs_epoch,
+    "memory_vs_clock.png": memory_vs_clock,
+}
+
+
+def write_plots(report: Report, folder: str | Path) -> list[Path]:
+    """Every report figure into ``folder``; returns the paths written."""
+    folder = Path(folder)
+    written = [draw(report, folder / name) for name, draw in PLOTS.items()]
+    if report.findings:  # the claims were evaluated on this report (report/assessment.py)
+        written.append(verdict_plot(report, folder / VERDICTS_PLOT))
+    return written

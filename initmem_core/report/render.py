@@ -1,10 +1,7 @@
-"""How a report reads: the one place that turns the report's numbers into text.
-
-``report/memory.py`` and ``report/forgetting.py`` compute (dataclasses of numbers); this module
-writes them out: the report's Markdown, CSV and JSON, the half-lives' CSV (``forgetting.csv``),
-the cells the terminal tables show, and the parent run's description in the MLflow UI. Every
-table, interval and missing value goes through the few formatters at the top, so a missing
-value reads the same (``DASH``) everywhere.
+"""How a report reads: the one place that turns its numbers (``report/memory.py``,
+``report/forgetting.py``, the claims' findings) into text: report.md, report.csv, the JSON,
+forgetting.csv, and the cells the terminal tables and the parent run's description show. Every
+value goes through the formatters at the top, so a missing one reads ``DASH`` everywhere.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from initmem_core.report.forgetting import MEMORIES, UNITS, GroupForgetting, HalfLife
@@ -34,22 +31,19 @@ def _missing(value: Any) -> bool:
 
 
 def number(value: Any, spec: str = "", unit: str = "") -> str:
-    """``value`` formatted by ``spec`` (a format spec, e.g. ``+.2f``) and followed by ``unit``, or
-    ``DASH`` alone when it is nan (an int or a string is never missing)."""
+    """``value`` formatted by ``spec`` (e.g. ``+.2f``) and followed by ``unit``; ``DASH`` when it is nan."""
     return DASH if _missing(value) else f"{format(value, spec)}{unit}"
 
 
 def interval(low: float, high: float, spec: str = "+.2f", open_ends: bool = False) -> str:
-    """``[low, high]``. A missing end makes it ``DASH`` as a whole, or with ``open_ends`` that end
-    alone reads ``DASH`` (an interval open on that side)."""
+    """``[low, high]``; ``DASH`` when an end is missing, or with ``open_ends`` that end alone."""
     if not open_ends and (math.isnan(low) or math.isnan(high)):
         return DASH
     return f"[{number(low, spec)}, {number(high, spec)}]"
 
 
 def estimate(value: float, low: float, high: float, spec: str = ".3g") -> str:
-    """A figure and its interval, ``value [low, high]``: the value alone when it has no interval,
-    an open end as ``DASH``, and ``DASH`` when there is no value."""
+    """``value [low, high]``, the value alone without an interval, an open end as ``DASH``."""
     if math.isnan(value):
         return DASH
     if math.isnan(low) and math.isnan(high):
@@ -58,7 +52,7 @@ def estimate(value: float, low: float, high: float, spec: str = ".3g") -> str:
 
 
 def markdown_table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> list[str]:
-    """A Markdown table's lines: the header, its rule and one line per row of cells."""
+    """A Markdown table's lines."""
     headers = list(headers)
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
@@ -123,8 +117,7 @@ def to_csv(report: Report) -> str:
 
 
 def spread_cell(g: GroupSummary) -> str:
-    """The group's spread, or why it has none: a group that did not train (its best accuracy at
-    chance) or one of which no run ended (all failed) says so instead of showing a dash."""
+    """The group's spread, or why it has none (it did not train; no run ended)."""
     if g.did_not_train:
         return f"did not train (best {g.best_acc:.1f}%)"
     if g.runs_ran == 0:
@@ -133,14 +126,12 @@ def spread_cell(g: GroupSummary) -> str:
 
 
 def debiased_cell(g: GroupSummary) -> str:
-    """The cross-fitted spread with its interval, or why there is none (the report's tables, the
-    sweep's summary table and the parent run's description all show it so)."""
+    """The cross-fitted spread with its interval, or why there is none."""
     if math.isnan(g.debiased_spread):
         return f"{DASH} ({g.debiased_note})" if g.debiased_note else DASH
-    shown = f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
-    return (
-        shown if not math.isnan(g.debiased_spread_lo) else f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
-    )
+    if math.isnan(g.debiased_spread_lo):
+        return f"{g.debiased_spread:+.2f} (no interval: {g.debiased_note})"
+    return f"{g.debiased_spread:+.2f} {interval(g.debiased_spread_lo, g.debiased_spread_hi)}"
 
 
 SPREADS_EXPLAINED = (
@@ -156,7 +147,7 @@ SPREADS_EXPLAINED = (
 
 
 def seeds_needed_cell(p: PairedDifference) -> str:
-    """What a paired difference needs next: resolved (``DASH``), a seed count, or why no count would do."""
+    """Resolved (``DASH``), the seeds a paired difference needs, or why no count would do."""
     if p.seeds_needed is not None:
         return f"{p.seeds_needed} seeds"
     return p.seeds_needed_note or DASH
@@ -303,13 +294,13 @@ CLAIMS_EXPLAINED = (
 )
 
 
-def quantity_cell(q: Quantity | None) -> str:
-    """A claim's quantity as ``label: estimate [lo, hi] unit``, or why it has no interval."""
+def quantity_cell(q: Quantity | None, spec: str = "+.2f") -> str:
+    """A claim's quantity as ``label: estimate unit [lo, hi]``, or why it has no interval."""
     if q is None:
         return DASH
     unit = f" {q.unit}" if q.unit else ""
-    shown = interval(q.lo, q.hi) if q.decided else f"(no interval: {q.reason or 'not measured'})"
-    return f"{q.label}: {number(q.estimate, '+.2f')}{unit} {shown}"
+    shown = interval(q.lo, q.hi, spec) if q.decided else f"(no interval: {q.reason or 'not measured'})"
+    return f"{q.label}: {number(q.estimate, spec)}{unit} {shown}"
 
 
 def _cell(text: str) -> str:
@@ -320,8 +311,8 @@ FINDINGS_HEADERS = ["claim", "verdict", "key quantity [95% CI]", "interval for",
 
 
 def findings_rows(findings: list[Finding], markdown: bool = False) -> tuple[list[str], list[list[str]]]:
-    """The evaluated claims as table rows (``FINDINGS_HEADERS``), each followed by a row per stratum
-    when it was decided in more than one; ``markdown``: cells escaped, the claim's name as code."""
+    """The evaluated claims as rows under ``FINDINGS_HEADERS``, each followed by its strata's;
+    ``markdown``: cells escaped, the claim's name as code."""
     cell = _cell if markdown else (lambda text: text or DASH)
     rows = []
     for f in (f for f in findings if f.verdict != NOT_EVALUATED):
@@ -336,8 +327,8 @@ def findings_rows(findings: list[Finding], markdown: bool = False) -> tuple[list
 
 
 def findings_markdown(findings: list[Finding]) -> list[str]:
-    """The report's section "The paper's claims on this sweep" (no lines when none were evaluated
-    on it): a row per evaluated claim and per stratum, then what each claim left out would need."""
+    """The report's section on the claims (none when they were not evaluated), then what each
+    claim left out would need."""
     if not findings:
         return []
     headers, rows = findings_rows(findings, markdown=True)
@@ -351,15 +342,11 @@ def findings_markdown(findings: list[Finding]) -> list[str]:
 
 
 def quantity_data(q: Quantity | None) -> dict[str, Any] | None:
-    if q is None:
-        return None
-    fields = ("label", "estimate", "lo", "hi", "unit", "interval_for", "reason", "too_few_seeds")
-    return {name: getattr(q, name) for name in fields}
+    return None if q is None else {f.name: getattr(q, f.name) for f in fields(q) if f.name != "at"}
 
 
 def finding_data(f: Finding) -> dict[str, Any]:
-    """One finding as JSON data: its verdict, its key quantity's fields, every quantity, its margin,
-    its per-stratum parts and, when not evaluated, what it would need."""
+    """One finding as JSON data."""
     return {
         "name": f.name,
         "claim": f.claim,
@@ -381,7 +368,7 @@ def finding_data(f: Finding) -> dict[str, Any]:
 
 
 def horizon_text(half: HalfLife) -> str:
-    """What was reached when a memory did not fall to half: the last epoch and its clocks."""
+    """What a memory that did not fall to half reached: the last epoch and its clocks."""
     clocks = ", ".join(
         f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}"
         for c in CLOCKS
