@@ -171,13 +171,36 @@ def seeds_of(name):
 DRAFTS: set[str] = set()
 
 
+#: The comment line that opens a preset's statement of power: what its seeds give the claim it serves.
+POWER = "# power:"
+
+
+def preset_power(name: str) -> str:
+    """The preset's ``# power:`` comment, to the end of its sentence: the power its seeds give the
+    claim it serves (docs/STATISTICS.md's calibration)."""
+    lines: list[str] = []
+    found = False
+    for line in preset_text(name).splitlines():
+        if line.startswith(POWER):
+            found = True
+            line = line[len(POWER) :]
+        elif not found:
+            continue
+        if not line.startswith("#") and lines:
+            break
+        lines.append(line.lstrip("# ").strip())
+        if lines[-1].endswith("."):
+            break
+    return " ".join(lines)
+
+
 @pytest.mark.parametrize("name", preset_names())
 def test_every_preset_states_the_power_of_its_seeds(name):
     """`presets show` prints a `# power:` statement naming the seeds the preset has, at least the
     calibrated rule's three, and where the calibration measured it."""
     import re
 
-    from initmem_core.sweep.presets import preset_power, preset_text
+    from initmem_core.sweep.presets import preset_text
 
     power = preset_power(name)
     if name in DRAFTS:
@@ -207,7 +230,6 @@ def test_a_presets_power_figure_is_the_calibration_row_it_cites_on_the_fitted_no
     from pathlib import Path
 
     from benchmarks import calibration
-    from initmem_core.sweep.presets import preset_power
 
     power = preset_power(name)
     cited = re.search(r"\brows? (\d+)", power)

@@ -80,22 +80,18 @@ class ClockForecast:
 def clock_forecasts(
     groups: list[str], configs: list[RunConfig], clocks: list[dict[str, float] | None]
 ) -> list[ClockForecast]:
-    """Per planned group (in first order), its mechanism's clock (from the optimizer plugin's declared
-    family) and the least value its cells' ``clocks`` (``training.horizons``: the clocks each cell ends
-    with; None where unknown) reach, against the threshold a contradiction needs."""
+    """Per planned group (in first order), its mechanism's clock (by its optimizer plugin's declared
+    family) and the least value its cells end with (``clocks``: per cell, from ``training.horizons``;
+    None where unknown), against the threshold a contradiction needs."""
+    clock_of: dict[str, str] = {}
     reached: dict[str, list[float]] = {}
-    first: dict[str, RunConfig] = {}
     for group, config, ends in zip(groups, configs, clocks):
-        first.setdefault(group, config)
         family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
-        clock = mechanism_clock(config, family)
+        clock = clock_of.setdefault(group, mechanism_clock(config, family))
         reached.setdefault(group, []).append(ends[clock] if ends and clock in ends else math.nan)
     forecasts = []
-    for group, config in first.items():
-        family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
-        clock = mechanism_clock(config, family)
-        values = reached[group]
-        least = math.nan if any(math.isnan(v) for v in values) else min(values)
+    for group, clock in clock_of.items():
+        least = math.nan if any(math.isnan(v) for v in reached[group]) else min(reached[group])
         forecasts.append(ClockForecast(group, clock, least, CLOCK_THRESHOLDS[clock]))
     return forecasts
 

@@ -1,19 +1,10 @@
-"""What a sweep or a single run leaves on disk once it is done, and removing it: ``initmem clean``.
+"""What a sweep or a single run leaves on disk, and removing it: ``initmem clean``.
 
-A sweep's cells keep checkpoints in ``<checkpoint root>/<config hash>/`` (``--checkpoint-dir``, else
-``initmem-checkpoints/`` beside the SQLite store), take leases in ``initmem-leases/<config hash>.lock``
-beside the store, and the sweep writes its report into ``--out`` (``initmem-output/<name>/`` by
-default). The tracking store itself (runs, metrics, the report on the parent run) is never touched.
-The report folder is what a researcher reads: it goes only when asked (``reports=True``), and is
-otherwise listed as kept.
-
-A cell is found by its config hash, which another sweep running the very same cell shares: its
-checkpoint folder is that sweep's too. A sweep whose leases are held (it is running) is refused.
-
-A single run (``initmem run``, no sweep) keeps its checkpoints in the same layout;
-``run_leftovers`` finds them by the run's id or name, or by age, and leaves alone a folder that a
-sweep's cell shares (the same config): that sweep's resume needs it.
-"""
+A cell's checkpoints are in ``<checkpoint root>/<config hash>/`` and its lease in
+``initmem-leases/<config hash>.lock`` beside the store; a sweep's report in its ``--out`` folder,
+removed only when asked (``reports=True``). The tracking store is never touched. A checkpoint
+folder is found by its config hash, which another sweep or run of the very same cell shares; a
+sweep that holds its leases (it is running) is refused."""
 
 from __future__ import annotations
 
@@ -49,6 +40,16 @@ def size_of(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def config_hash_of(run) -> str:
+    return run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG) or ""
+
+
+def checkpoint_folder(run, uri: str) -> Path:
+    """Where ``run`` keeps its checkpoints: its ``--checkpoint-dir``, else the store's default root."""
+    told = run.params.get("checkpoint_dir", "")
+    return (Path(told).expanduser() if told else default_root(uri)) / config_hash_of(run)
+
+
 def human_size(size: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1000 or unit == "GB":
@@ -63,26 +64,21 @@ def sweep_leftovers(
     experiment: str = DEFAULT_EXPERIMENT,
     out: str | Path | None = None,
 ) -> tuple[str, list[Leftover]]:
-    """The sweep's name and what it left on disk: each cell's checkpoint folder, each cell's lease
-    file, and the report's output folder (``out``, default ``initmem-output/<name>``)."""
+    """The sweep's name and what it left on disk: each cell's checkpoint folder and lease file,
+    and the report's folder (``out``, default ``initmem-output/<name>``)."""
     uri = resolve_tracking_uri(tracking_uri)
     name, children = stored_sweep(uri, experiment, name_or_parent_run_id)
     found: dict[Path, str] = {}
     for run in children:
-        config_hash = run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG)
-        if not config_hash:
-            continue
-        told = run.params.get("checkpoint_dir", "")
-        root = Path(told).expanduser() if told else default_root(uri)
-        found[root / config_hash] = CHECKPOINTS
-        found[store_folder(uri) / LEASES_FOLDER / f"{config_hash}.lock"] = LEASE
+        if config_hash := config_hash_of(run):
+            found[checkpoint_folder(run, uri)] = CHECKPOINTS
+            found[store_folder(uri) / LEASES_FOLDER / f"{config_hash}.lock"] = LEASE
     found[Path(out) if out else DEFAULT_OUTPUT / name] = OUTPUT
     return name, [Leftover(what, path, size_of(path)) for path, what in found.items() if path.exists()]
 
 
 def parse_age(text: str) -> float:
-    """``--older-than``'s value in seconds: a number and a unit (``30m``, ``12h``, ``7d``, ``2w``);
-    ``ConfigError`` saying the form otherwise."""
+    """``--older-than``'s value in seconds (``30m``, ``12h``, ``7d``, ``2w``); ``ConfigError`` otherwise."""
     number, unit = text.strip()[:-1], text.strip()[-1:].lower()
     try:
         value = float(number)
@@ -105,14 +101,14 @@ def run_leftovers(
     older_than: float | None = None,
     now: float | None = None,
 ) -> list[tuple[str, Leftover]]:
-    """The checkpoint folders of single runs (no sweep's): those of the runs whose id or name is in
-    ``names``, else (``older_than``, seconds) those last written longer ago, else all of them. Each
-    with the run's name; ``ConfigError`` when a name is no single run's."""
+    """The checkpoint folders of single runs, with each run's name: those of the runs in ``names``
+    (ids or names), else those last written more than ``older_than`` seconds ago, else all; never
+    a folder a sweep's cell shares (its resume needs it)."""
     import time
 
     uri = resolve_tracking_uri(tracking_uri)
     singles, cells = stored_runs(uri, experiment)
-    shared = {run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG) for run in cells}
+    shared = {config_hash_of(run) for run in cells}
     if unknown := [n for n in names if not any(n in (run.run_id, run.name) for run in singles)]:
         known = sorted({run.name for run in singles if run.name})
         listing = f"; single runs there: {', '.join(known[:10])}{', ...' if len(known) > 10 else ''}" if known else ""
@@ -122,11 +118,9 @@ def run_leftovers(
     now = time.time() if now is None else now
     found: dict[Path, str] = {}
     for run in singles:
-        config_hash = run.tags.get(CONFIG_HASH_TAG) or run.params.get(CONFIG_HASH_TAG)
-        if not config_hash or config_hash in shared:
+        if not config_hash_of(run) or config_hash_of(run) in shared:
             continue
-        told = run.params.get("checkpoint_dir", "")
-        folder = (Path(told).expanduser() if told else default_root(uri)) / config_hash
+        folder = checkpoint_folder(run, uri)
         if not folder.is_dir() or folder in found:
             continue
         if names and not (run.run_id in names or run.name in names):
@@ -175,9 +169,8 @@ def clean_sweep(
     dry_run: bool = False,
     reports: bool = False,
 ) -> tuple[str, list[Leftover], list[Leftover]]:
-    """Remove what the sweep left on disk (``dry_run``: only say it): its checkpoints and leases,
-    and its report output only with ``reports``. Returns its name, what was (or would be) removed
-    and what was kept."""
+    """Remove the sweep's checkpoints and leases, and its report output only with ``reports``
+    (``dry_run``: only say so). Returns its name, what was (or would be) removed and what was kept."""
     name, leftovers = sweep_leftovers(name_or_parent_run_id, tracking_uri, experiment, out)
     refuse_if_running(name, leftovers)
     kept = [] if reports else [item for item in leftovers if item.what == OUTPUT]

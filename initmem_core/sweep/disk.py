@@ -1,15 +1,10 @@
-"""How much disk a sweep's checkpoints take: what ``initmem sweep --dry-run`` states before it runs.
+"""How much disk a sweep's checkpoints take, as ``initmem sweep --dry-run`` states it.
 
-A checkpoint holds the model's fp32 parameters and the optimizer's state: none for plain SGD, one
-buffer per parameter with momentum, two for an adaptive optimizer (Adam's moments; an upper bound
-for those that keep one), and, with ``--eval-size``, the selected checkpoint's weights, kept to be
-scored on the whole test split at the end (an upper bound: none are kept where the cap exceeds the
-test split). Parameters are counted on a model built on torch's meta device (no
-memory, no data read) for a 3-channel 32x32 input with 10 classes: the convolutional trunk, which
-holds nearly all of them, does not depend on the dataset. A running cell keeps two checkpoints
-(the last two, so a crash while writing leaves one); a finished one what ``--keep-checkpoints``
-says. Each finished cell also logs its final weights (one model's parameters) to MLflow.
-"""
+A checkpoint holds the model's fp32 parameters, the optimizer's state (none for plain SGD, one
+buffer per parameter with momentum, two for an adaptive optimizer) and, with ``--eval-size``, the
+selected weights. Parameters are counted on torch's meta device for a nominal input (``NOMINAL``:
+the trunk, nearly all of them, does not depend on the dataset). A running cell keeps two
+checkpoints, a finished one what ``--keep-checkpoints`` says, and logs its final weights."""
 
 from __future__ import annotations
 
@@ -29,8 +24,8 @@ NOMINAL = {"in_channels": 3, "num_classes": 10, "image_size": 32}
 
 @dataclass(frozen=True)
 class DiskEstimate:
-    """Bytes: the checkpoints of every cell running at once (``peak``, two each), those left once
-    the sweep is done (``kept``) and the final weights logged to the tracking store (``artifacts``)."""
+    """Bytes: the checkpoints of every cell running at once (``peak``), those left once the sweep
+    is done (``kept``), and the final weights logged to the tracking store (``artifacts``)."""
 
     peak: int
     kept: int
@@ -48,8 +43,7 @@ def parameter_count(plan: RunPlan) -> int:
 
 
 def state_factor(plan: RunPlan) -> int:
-    """Optimizer state per parameter: 2 for an adaptive optimizer (its plan's clock convention), 1
-    for SGD with momentum, else 0."""
+    """Optimizer state per parameter: 2 adaptive (by the plan's clock convention), 1 with momentum, else 0."""
     if CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY:
         return 2
     return 1 if plan.config.momentum > 0 else 0

@@ -1,13 +1,9 @@
 """A sweep's grid: which values each config field takes, and the cells (validated configs) it spans.
 
-Every field is an *axis*: a tuple of values, one value for a fixed field, several for a varying
-one. Values come from the command line (``0.1,0.5,1`` or a range ``0.1:2.5:7``), from a TOML
-sweep file (``[base]`` fixed values, ``[grid]`` lists or ranges) or from a Python mapping, and are
-converted with ``config.coerce`` so a cell means exactly what a single ``initmem run`` would.
-
-Cells that differ only in sigma and seed form a *group* (``initmem_core.groups`` names them): the
-report measures the spread of test accuracy over sigma inside each group.
-"""
+Every field is an *axis*, a tuple of one value (fixed) or several (varying), from the command line
+(``0.1,0.5,1``, or a range ``0.1:2.5:7``), a TOML sweep file or a Python mapping, converted with
+``config.coerce`` so that a cell means exactly what a single ``initmem run`` would. Cells that differ
+only in sigma and seed form a *group* (``initmem_core.groups``)."""
 
 from __future__ import annotations
 
@@ -74,12 +70,8 @@ def parse_range(name: str, text: str) -> tuple[Any, ...]:
 
 
 def parse_values(name: str, spec: Any) -> tuple[Any, ...]:
-    """The values of one axis from CLI text, a TOML value or a Python value.
-
-    Text is a comma list or a numeric range. A list holds one value per item. For a list-typed
-    field (``metrics``) text is *one* value (``a,b`` means both metrics in every cell); vary it
-    with a list of lists.
-    """
+    """The values of one axis from CLI text (a comma list or a numeric range), a TOML value or a
+    Python value. For a list-typed field (``metrics``) text is *one* value: vary it with a list of lists."""
     if name not in FIELDS:
         raise unknown_key_error(name, "the sweep")
     if isinstance(spec, str):
@@ -105,12 +97,9 @@ def parse_values(name: str, spec: Any) -> tuple[Any, ...]:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The axes of a sweep (field -> values), optional groups, and, from a sweep file, its name.
-
-    ``groups`` are alternative sets of fixed values (``[[groups]]`` in a sweep file), each crossed
-    with the axes: the paper compares SGD at a low learning rate, Adam at its own rate, SGD with
-    L2, ... over one sigma grid, which is a union of grids rather than one product.
-    """
+    """The axes of a sweep (field -> values), its name from a sweep file, and its ``groups``:
+    alternative sets of fixed values (``[[groups]]``), each crossed with the axes, so that a sweep can
+    be a union of grids (SGD at one rate, Adam at its own, over one sigma grid)."""
 
     axes: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     name: str | None = None
@@ -126,8 +115,8 @@ class SweepSpec:
         )
 
     def _overridden_name(self, other: SweepSpec) -> str | None:
-        """This spec's name with what ``other`` changes in the grid, e.g. ``paper-mini+epochs=3``:
-        a preset (or a named sweep file) with overrides is another sweep, and its name says so."""
+        """This spec's name with what ``other`` changes in the grid (``paper-mini+epochs=3``): a named
+        sweep with overrides is another sweep."""
         if self.name is None:
             return None
         changes = []
@@ -222,16 +211,15 @@ def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
 
 
 def expand(spec: SweepSpec, registry: Registry | None = None) -> list[RunConfig]:
-    """Every cell of the grid as a validated ``RunConfig``; any bad value raises ``ConfigError``.
-    With a registry, each cell's config is its plan's (``expand_plans``), as it will run."""
+    """Every cell of the grid as a validated ``RunConfig`` (``ConfigError`` for a bad value); with a
+    registry, each cell's config as its plan (``expand_plans``) will run it."""
     if registry is not None:
         return [plan.config for plan in expand_plans(spec, registry)]
     return _expanded(spec, validate, lambda config: config)
 
 
 def expand_plans(spec: SweepSpec, registry: Registry) -> list[RunPlan]:
-    """Every cell of the grid as its ``RunPlan`` (``training.plan``): made once, here, for the
-    sweep's horizons, cost and in-process cells. The lr a cell runs with is in its hash."""
+    """Every cell of the grid as its ``RunPlan``, made once, here."""
     return _expanded(spec, lambda config: plan_run(config, registry), lambda plan: plan.config)
 
 
@@ -269,8 +257,8 @@ NAME_PREFIX = {
 
 
 def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
-    """A run name per cell that carries every value telling it apart in its sweep, e.g.
-    ``resnet20-lion-lr0.001-s0.5-seed0``; names stay unique (a config hash is appended on a clash)."""
+    """A unique run name per cell with every value that tells it apart in its sweep, e.g.
+    ``resnet20-lion-lr0.001-s0.5-seed0`` (a config hash is appended on a clash)."""
     extra = [
         n
         for n in FIELDS
@@ -300,8 +288,8 @@ def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
 
 
 def default_name(spec: SweepSpec) -> str:
-    """A readable name that is the same for the same grid, so relaunching without ``--name``
-    resumes the sweep: e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
+    """A readable name, the same for the same grid (so a relaunch without ``--name`` resumes it),
+    e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
     base = RunConfig()
     data, arch = (spec.axes.get(n, (getattr(base, n),)) for n in ("data", "arch"))
     hashed = {
@@ -315,8 +303,8 @@ def default_name(spec: SweepSpec) -> str:
 
 
 def estimate_work(cells: list[RunConfig], horizons: list[Any] | None = None) -> str:
-    """Optimizer steps when every cell's are known (``horizons``, from
-    ``training.horizons.plan_horizons``) or every cell fixes ``train_size``; otherwise the total epochs."""
+    """Optimizer steps when every cell's are known (``horizons``) or every cell fixes
+    ``train_size``; otherwise the total epochs."""
     if cells and horizons and all(h is not None for h in horizons):
         return f"{sum(h.epochs * h.steps_per_epoch for h in horizons):,} optimizer steps"
     if cells and all(c.train_size > 0 for c in cells):
@@ -342,8 +330,8 @@ def as_spec(spec: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """What a sweep will run, known before anything runs: its validated cells, each cell's group,
-    its name and its output folder. ``initmem sweep --dry-run`` prints it; ``run_sweep`` runs it."""
+    """What a sweep will run, known before anything runs: each cell's plan, group and run name, the
+    sweep's name and output folder (``initmem sweep --dry-run`` prints it)."""
 
     spec: SweepSpec
     plans: list[RunPlan]  # each cell's plan (``training.plan``), made once
@@ -365,9 +353,8 @@ def plan_sweep(
     out: str | Path | None = None,
     registry: Registry | None = None,
 ) -> SweepPlan:
-    """Expand the grid and plan each cell (``ConfigError`` for any bad value or name; the
-    installed plugins' registry unless ``registry``), and settle the sweep's name (given, the
-    file's, or generated from the grid) and output folder."""
+    """Expand the grid and plan each cell (``ConfigError`` for a bad value or name), and settle
+    the sweep's name (given, the file's, or generated) and output folder."""
     spec = as_spec(spec)
     plans = expand_plans(spec, registry or get_registry())
     cells = [plan.config for plan in plans]

@@ -1,14 +1,9 @@
 """A sweep's identity: its name is bound to the grid it was launched with.
 
-Relaunching a sweep is how it resumes, so a relaunch must tell a resume (the same grid) from a
-different sweep given the same name (``--epochs 3`` where the sweep trained 2). The grid is the
-set of its cells' config hashes; its digest goes on the parent run (tag ``initmem.grid``), and a
-relaunch whose digest the parent does not hold is refused in one line, before anything is
-written, unless ``extend`` (``--extend``) adds its cells to the sweep on purpose.
-
->>> identity = GridIdentity.of(plan)
->>> identity.admit("mix", parent, extend=False)   # ConfigError naming what differs
-"""
+A relaunch is how a sweep resumes, so it must tell a resume (the same grid) from another sweep
+given the same name. The digest of the cells' config hashes goes on the parent run (tag
+``initmem.grid``); a relaunch whose digest the parent does not hold is refused in one line, before
+anything is written, unless ``--extend`` adds its cells on purpose."""
 
 from __future__ import annotations
 
@@ -30,8 +25,8 @@ def _param_text(value: Any) -> str:
 
 
 def grid_values(cells: list[RunConfig]) -> dict[str, str]:
-    """The grid as the parent run's params hold it: each hashed field's values in cell order
-    (``sigma=0.5,2``, ``epochs=3``), and the number of cells."""
+    """The grid as the parent run's params hold it: each hashed field's values in cell order, and
+    the number of cells."""
     grid = {
         name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in cells))
         for name, f in FIELDS.items()
@@ -64,8 +59,8 @@ class GridIdentity:
         return cls(grid_digest(cells), grid_values(cells))
 
     def differences(self, params: Mapping[str, str]) -> list[str]:
-        """Each field whose values differ from the parent's params (the first launch's grid),
-        as ``epochs 2 (this launch: 3)``; ``cells`` only when nothing else tells them apart."""
+        """Each field whose values differ from the parent's params (the first launch's grid), as
+        ``epochs 2 (this launch: 3)``; ``cells`` only when nothing else tells them apart."""
         differ = [
             f"{name} {params[name]} (this launch: {value[:_PARAM_VALUE_LIMIT]})"
             for name, value in self.values.items()
@@ -76,8 +71,8 @@ class GridIdentity:
         return differ
 
     def matches(self, tags: Mapping[str, str], params: Mapping[str, str]) -> bool:
-        """Whether this launch resumes the sweep: its digest is one the parent holds, or (a sweep
-        launched before identities, with no digest) its grid's values are the parent's params."""
+        """Whether this launch resumes the sweep: its digest is one the parent holds, or, for a sweep
+        launched before identities, its grid's values are the parent's params."""
         held = held_digests(tags)
         if held:
             return self.digest in held

@@ -1,9 +1,6 @@
-"""Presets: sweep files a plugin provides (``hookspecs.initmem_register_presets``); the paper's are
-the plugin ``claims``' package data (``initmem_plugins/claims/presets/*.toml``).
-
-Each preset is a plain sweep file with a comment on why each value was chosen, so
-``initmem presets show NAME > sweep.toml`` gives a user a copy to edit and run with ``--config``.
-"""
+"""Presets: sweep files a plugin provides (``hookspecs.initmem_register_presets``), each with a
+comment on why each value was chosen: ``initmem presets show NAME > sweep.toml`` gives a copy to
+edit and run with ``--config``. The paper's are the plugin ``claims``' package data."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ def preset_text(name: str) -> str:
 
 
 def opening_comment(name: str, text: str) -> str:
-    """A sweep file's opening comment up to the end of the sentence its first line begins (a sentence
-    may run onto the next lines), without the ``# name:`` prefix."""
+    """A sweep file's opening comment, to the end of its first sentence, without ``# name:``."""
     lines = []
     for line in text.splitlines():
         if not line.startswith("#"):
@@ -59,29 +55,6 @@ def preset_description(name: str) -> str:
     """What the preset is for: its registered description, else its file's opening comment."""
     text = preset_text(name)
     return get_registry().lookup(PRESET, name)[0].description or opening_comment(name, text)
-
-
-#: The comment line that opens a preset's statement of power: what its seeds give the claim it serves.
-POWER = "# power:"
-
-
-def preset_power(name: str) -> str:
-    """The preset's statement of the power its seeds give the claim it serves (docs/STATISTICS.md's
-    calibration): its ``# power:`` comment, to the end of its sentence, as ``initmem presets show`` prints it."""
-    lines: list[str] = []
-    found = False
-    for line in preset_text(name).splitlines():
-        if line.startswith(POWER):
-            found = True
-            line = line[len(POWER) :]
-        elif not found:
-            continue
-        if not line.startswith("#") and lines:
-            break
-        lines.append(line.lstrip("# ").strip())
-        if lines[-1].endswith("."):
-            break
-    return " ".join(lines)
 
 
 def preset_spec(name: str):

@@ -1,11 +1,7 @@
-"""A sweep process's scratch folder in TMPDIR, which the next launch removes if the sweep was killed.
-
-The local executor stages its workers' artifact files there, and its queue's manager listens on
-a socket there. A sweep that ends in any ordinary way removes the folder; one killed outright
-(SIGKILL, out of memory) cannot, so each folder holds an exclusive lock on its ``owner`` file
-for as long as its sweep lives (the kernel drops it when the process dies, however it dies), and
-every new scratch folder first removes the folders whose lock is free: their sweep is dead.
-"""
+"""A sweep process's scratch folder in TMPDIR (the local executor's staged artifacts and queue
+socket). A sweep killed outright cannot remove it, so each folder's ``owner`` file stays locked
+while its sweep lives (the kernel drops the lock when the process dies), and each new scratch
+folder first removes those whose lock is free."""
 
 from __future__ import annotations
 
