@@ -162,17 +162,20 @@ def radial_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list
     return out
 
 
+def _mean_by_epoch(cells: Iterable[CellRecord], metric: str, epochs: list[int]) -> list[float]:
+    """The mean of ``metric``'s history over ``cells`` at each epoch (nan where none has a value)."""
+    histories = [dict(c.histories.get(metric, ())) for c in cells]
+    means = []
+    for epoch in epochs:
+        values = [h[epoch] for h in histories if epoch in h and not math.isnan(h[epoch])]
+        means.append(sum(values) / len(values) if values else NAN)
+    return means
+
+
 def directional_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list[float]]:
     """Per seed, the mean init_cosine over the seed's runs at each epoch."""
-    out = {}
-    for seed in sorted({c.config.seed for c in cells}):
-        cosines = [dict(c.histories.get("init_cosine", ())) for c in cells if c.config.seed == seed]
-        row = []
-        for epoch in epochs:
-            values = [h[epoch] for h in cosines if epoch in h and not math.isnan(h[epoch])]
-            row.append(sum(values) / len(values) if values else NAN)
-        out[seed] = row
-    return out
+    seeds = sorted({c.config.seed for c in cells})
+    return {seed: _mean_by_epoch((c for c in cells if c.config.seed == seed), "init_cosine", epochs) for seed in seeds}
 
 
 def accuracy_at(cells: list[CellRecord], epoch: int) -> dict[float, dict[int, float]]:
@@ -186,18 +189,6 @@ def accuracy_at(cells: list[CellRecord], epoch: int) -> dict[float, dict[int, fl
 
 
 # -- a group --------------------------------------------------------------------------------
-
-
-def _mean_clocks(cells: list[CellRecord], epochs: list[int]) -> dict[str, list[float]]:
-    out = {}
-    for clock in CLOCKS:
-        histories = [dict(c.histories.get(clock, ())) for c in cells]
-        row = []
-        for epoch in epochs:
-            values = [h[epoch] for h in histories if epoch in h]
-            row.append(sum(values) / len(values) if values else NAN)
-        out[clock] = row
-    return out
 
 
 def _over_seeds(by_seed: dict[int, list[float]], index: int) -> tuple[float, float, float, int]:
@@ -324,7 +315,7 @@ def group_forgetting(group: str, cells: Iterable[CellRecord], accuracy: bool = T
             for epoch, _ in c.histories.get(key, ())
         }
     )
-    clocks = _mean_clocks(cells, epochs)
+    clocks = {clock: _mean_by_epoch(cells, clock, epochs) for clock in CLOCKS}
     result = GroupForgetting(group)
     if not epochs:
         return result

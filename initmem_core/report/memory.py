@@ -201,10 +201,6 @@ def percentile_interval(samples: Any, level: float = 0.95) -> tuple[float, float
     return float(low), float(high)
 
 
-def _accuracy(cell: CellRecord) -> float:
-    return 100 * cell.metrics[BEST_VAL_TEST_ACC]
-
-
 def test_set_of(cell: CellRecord) -> tuple:
     """Which test examples a cell's selected accuracy and records score: the whole split when the run
     says so (``test_examples``: runs that score the selected checkpoint on it, capped or not) or
@@ -256,21 +252,14 @@ def debiased_note(estimate: SpreadEstimate) -> str:
     return "; ".join(parts + [text for text in (estimate.reason, estimate.scope_note) if text])
 
 
-def _paired(
-    a: GroupSummary,
-    b: GroupSummary,
-    cells_a: list[CellRecord],
-    cells_b: list[CellRecord],
-    accuracy: Mapping[str, Matrix],
-) -> PairedDifference:
-    difference = spread_difference(accuracy[a.group], accuracy[b.group])
-    theirs = {
-        (c.config.sigma, c.config.seed): _accuracy(c) for c in cells_b if c.trained and BEST_VAL_TEST_ACC in c.metrics
-    }
+def _paired(a: GroupSummary, b: GroupSummary, accuracy: Mapping[str, Matrix]) -> PairedDifference:
+    mine, theirs = accuracy[a.group], accuracy[b.group]
+    difference = spread_difference(mine, theirs)
     diffs = [
-        _accuracy(c) - theirs[(c.config.sigma, c.config.seed)]
-        for c in cells_a
-        if c.trained and BEST_VAL_TEST_ACC in c.metrics and (c.config.sigma, c.config.seed) in theirs
+        value - theirs[sigma][seed]
+        for sigma, runs in mine.items()
+        for seed, value in runs.items()
+        if seed in theirs.get(sigma, {})
     ]
     needed, why = difference.seeds_needed()
     return PairedDifference(
@@ -293,7 +282,7 @@ def _paired(
 
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     trained = [c for c in cells if c.trained]
-    acc = [_accuracy(c) for c in trained if BEST_VAL_TEST_ACC in c.metrics]
+    acc = [100 * c.metrics[BEST_VAL_TEST_ACC] for c in trained if BEST_VAL_TEST_ACC in c.metrics]
     interpolated = [c for c in trained if "tau_interp" in c.metrics]
 
     def mean_of(key: str, among: list[CellRecord] = trained, scale: float = 1.0) -> float:
@@ -382,10 +371,6 @@ def build_report(records: Iterable[CellRecord]) -> Report:
             if not c.trained
         )
     trained = [g for g in groups if not math.isnan(g.spread)]
-    pairs = [
-        _paired(a, b, by_group[a.group], by_group[b.group], accuracy)
-        for i, a in enumerate(trained)
-        for b in trained[i + 1 :]
-    ]
+    pairs = [_paired(a, b, accuracy) for i, a in enumerate(trained) for b in trained[i + 1 :]]
 
     return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))
