@@ -1,6 +1,5 @@
-"""The parent run's description: the Markdown a sweep's parent run shows in the MLflow UI (tag
-``mlflow.note.content``): the headline table of the report, links to the prepared view
-(``tracking.ui_view``) and to the report's plots."""
+"""The parent run's description (tag ``mlflow.note.content``): the report's headline table, the
+claims' verdicts, and links to the prepared view (``tracking.ui_view``) and the report's plots."""
 
 from __future__ import annotations
 
@@ -28,8 +27,8 @@ REPORT_PLOTS = (*PLOTS, VERDICTS_PLOT)
 
 
 def claims_lines(findings: list[Any]) -> list[str]:
-    """The paper's claims this sweep decided (each its verdict and key interval; the parent run's
-    ``initmem.verdict.<name>`` tags hold the same verdicts) and those it could not evaluate."""
+    """The claims this sweep decided, each with its verdict and key interval (the parent run's
+    ``initmem.verdict.<name>`` tags hold the same), and those it could not evaluate."""
     if not findings:
         return []
     done = [f for f in findings if f.verdict != NOT_EVALUATED]
@@ -57,7 +56,7 @@ def claims_lines(findings: list[Any]) -> list[str]:
 
 def radial_half_life_text(report: Any, group: str) -> str:
     """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
-    reached without one (``Report.forgetting``, report/forgetting.py)."""
+    reached without one."""
     found = getattr(report, "forgetting", {}).get(group)
     half = found.half_lives.get("radial") if found is not None else None
     if half is None:
@@ -69,9 +68,7 @@ def radial_half_life_text(report: Any, group: str) -> str:
 
 
 def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
-    """Markdown for the parent run (tag ``mlflow.note.content``): the headline table, links to
-    the prepared view (tracking/ui_view.py) and to the report's plots. Links are relative: they
-    work on any host."""
+    """Markdown for the parent run; its links are relative, so they work on any host."""
     lines = [
         f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
         "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "

@@ -1,11 +1,9 @@
-"""``verdicts.png``: the paper's claims on a sweep as a forest plot.
+"""``verdicts.png``: the claims on a sweep as a forest plot.
 
-One row per evaluated claim (and, below it, one per stratum when it was decided in more than one):
-its key quantity's estimate and 95% interval, the zero line (every quantity is claimed above zero,
-with the claim's margin already in it, so zero is the decision threshold), the margin named in the
-row's label and the verdict beside the row. Quantities in different units (pp, shares, log units,
-rank correlations) get a panel each, so no axis mixes them.
-"""
+A row per evaluated claim (and below it one per stratum, when it was decided in more than one):
+its key quantity's estimate and 95% interval against the zero line (every quantity is claimed above
+zero, its margin already in it), the margin in the row's label and the verdict beside it. Each unit
+(pp, shares, log units) gets a panel of its own."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ UNIT_TITLES = {"pp": "percentage points", "": "share / correlation (no unit)", "
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the forest plot: whose it is (``gid``: the claim's name, and its stratum for a
-    part), its label, the quantity drawn and the verdict beside it."""
+    """One row of the forest plot: ``gid`` (the claim's name, and its stratum for a part), label,
+    quantity and verdict."""
 
     gid: str
     label: str

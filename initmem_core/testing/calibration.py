@@ -1,14 +1,11 @@
 """A claim calibrated on synthetic sweeps with a known truth: how often it gives a false verdict, and
 how often it reproduces what is true (its power), read exactly as ``initmem report`` reads a sweep.
 
-A sweep here is what a real one would log: every run scored on one test set of examples drawn afresh
-from a population each sweep (``SharedTestSet``: one test set shared by every run, as a real sweep's
-is), every sigma of a seed sharing that seed's parts (its data order and its Z: seeds shared across
-sigma). ``calibrate_claim`` draws sweeps from two worlds, one where the claim is false (``null``)
-and one where it is true (``true``), and counts the claim's verdicts in each: the paper's claims
-were calibrated so (``benchmarks/calibration.py``, docs/STATISTICS.md), and a third-party claim is
-calibrated the same way (``initmem new-plugin claim``'s generated test runs it).
-"""
+Each synthetic sweep scores every run on one test set drawn afresh from a population
+(``SharedTestSet``), with every sigma of a seed sharing that seed's parts. ``calibrate_claim`` counts
+a claim's verdicts in a world where it is false (``null``) and one where it is true (``true``): the
+paper's claims were calibrated so (``benchmarks/calibration.py``, docs/STATISTICS.md), and
+``initmem new-plugin claim``'s generated test calibrates a new claim the same way."""
 
 from __future__ import annotations
 
@@ -88,10 +85,10 @@ def shared_test_sweep(
     clocks: Mapping[str, Mapping[str, float]],
     unfit: Unfit | None = None,
 ) -> list[CellRecord]:
-    """One sweep on one freshly drawn test set: ``truths`` maps a group to its true population accuracy
-    (pp) per sigma, ``configs`` each group to its ``RunConfig`` settings, ``clocks`` each group to the
-    clock metrics its runs end on (``clock_sgd``, ``clock_l2``, ``clock_adapt``); every cell trains and
-    logs its per-example record. ``unfit``: the last runs of a cell (by seed) that did not fit."""
+    """One sweep on one freshly drawn test set: ``truths`` (group -> true population accuracy per
+    sigma), ``configs`` (group -> its ``RunConfig`` settings), ``clocks`` (group -> the clock metrics
+    its runs end on), ``unfit`` (the last runs of a cell, by seed, that did not fit). Every cell
+    trains and logs its per-example record."""
     from scipy import special
 
     n = model.n_test
@@ -175,11 +172,10 @@ def calibrate_claim(
     registry: Registry | None = None,
 ) -> ClaimCalibration:
     """The registered claim ``claim`` on ``sweeps`` synthetic sweeps of the world ``null`` (where it is
-    false) and as many of ``true`` (where it is true), each read as ``initmem report`` reads a sweep
-    (``read_sweep``, then the claim with its declared threshold). ``configs``: each group's ``RunConfig``
-    settings (``{"sgd": {"opt": "sgd", "lr": 0.01}, ...}``); ``clocks``: the clock metrics each group's
-    runs end on (default: every clock at 35, past every threshold: inside the regime). Seeded: the
-    same call gives the same figures."""
+    false) and as many of ``true`` (where it is true), each read as ``initmem report`` reads a sweep.
+    ``configs``: each group's ``RunConfig`` settings (``{"sgd": {"opt": "sgd", "lr": 0.01}, ...}``);
+    ``clocks``: the clock metrics each group's runs end on (default: every clock at 35, inside the
+    regime). Seeded: the same call gives the same figures."""
     spec = claim_named(claim, registry)
     inside = dict.fromkeys(CLOCKS, 35.0)
     ends = {group: (clocks or {}).get(group, inside) for group in configs}

@@ -1,10 +1,8 @@
 """Contract checks and a smoke run for plugin components (import them from ``initmem_core.testing``).
 
-Each ``check_<kind>(name)`` builds the component through the registry, as a run does, and
-raises an ``AssertionError`` that says which part of its contract (docs/plugins.md) is broken.
-Every helper uses the process-wide registry (set by the ``initmem_registry`` fixture) unless
-given ``registry=``.
-"""
+Each ``check_<kind>(name)`` builds the component through the registry (the process-wide one,
+which the ``initmem_registry`` fixture sets, unless given ``registry=``), as a run does, and raises
+an ``AssertionError`` saying which part of its contract (docs/plugins.md) is broken."""
 
 from __future__ import annotations
 
@@ -36,12 +34,10 @@ def _registry(registry: Registry | None) -> Registry:
 
 
 def smoke_train(kind: str, name: str, steps: int = 3, *, registry: Registry | None = None, **config: Any):
-    """Train for ``steps`` optimizer steps with the ``kind`` component ``name``; return the ``RunResult``.
-
-    Runs the real training loop (``initmem_core.run``, tracking off). Everything else is small:
-    ResNet-20 on ``steps * batch_size`` synthetic 8x8 images, one epoch, on the CPU (a
-    regularizer runs with ``l2=1e-3``). ``config`` overrides any ``RunConfig`` field.
-    """
+    """Train ``steps`` optimizer steps with the ``kind`` component ``name`` through the real loop
+    (``initmem_core.run``, tracking off) and return the ``RunResult``. All else is small: ResNet-20
+    on synthetic 8x8 images, one epoch, on the CPU (a regularizer at ``l2=1e-3``); ``config``
+    overrides any ``RunConfig`` field."""
     from initmem_core.training.runner import run  # lazy: the contract checks alone never load the tracking stack
 
     try:
@@ -113,11 +109,10 @@ def check_architecture(
 
 
 def check_optimizer(name: str, *, registry: Registry | None = None, **config: Any) -> None:
-    """The factory, given what a run gives it (the planned config and typed options), returns a
-    ``torch.optim.Optimizer`` holding every trainable parameter; one step after a backward pass
-    changes every one of them and leaves them finite; and its first param group steps as its
-    declared clock convention says (the clocks and ``--until`` count the declaration, not the
-    built optimizer). ``config`` overrides ``RunConfig`` fields (``lr`` defaults to 0.01)."""
+    """Given what a run gives it (the planned config and typed options), the factory returns a
+    ``torch.optim.Optimizer`` holding every trainable parameter; one step changes every one and
+    leaves them finite; and its first param group steps as its declared clock convention says.
+    ``config`` overrides ``RunConfig`` fields (``lr`` defaults to 0.01)."""
     torch.manual_seed(0)
     model = _toy_model()
     plan = plan_run(RunConfig(opt=name, **{"lr": 0.01, **config}), _registry(registry))
@@ -270,11 +265,12 @@ def check_metric(name: str, epochs: int = 2, *, registry: Registry | None = None
 
 
 def check_dataset(name: str, *, registry: Registry | None = None, **config: Any) -> None:
-    """The factory returns a ``DatasetBundle`` whose splits hold ``(N, C, S, S)`` images (``uint8``
-    with ``pixel_scale=255``, or ``float32`` in 0..1 with ``pixel_scale=1``) of one shape, and
-    ``int64`` labels in ``0..num_classes-1`` with every class in the training split; ``mean`` and
-    ``std`` have one entry per channel; ``--train-size k`` keeps the first k training examples
-    and leaves validation and test alone. ``config`` overrides ``RunConfig`` fields."""
+    """The factory returns a ``DatasetBundle`` whose splits hold ``(N, C, S, S)`` images of one shape
+    (``uint8`` with ``pixel_scale=255`` or ``float32`` in 0..1 with ``pixel_scale=1``) and ``int64``
+    labels in ``0..num_classes-1``, every class in the training split; ``mean`` and ``std`` per
+    channel; ``--train-size k`` keeps the first k training examples and leaves the other splits
+    alone; and what the plugin declares (``contracts.DatasetInfo``) is what it builds. ``config``
+    overrides ``RunConfig`` fields."""
     registry = _registry(registry)
 
     def build(**changes: Any) -> DatasetBundle:
@@ -310,6 +306,14 @@ def check_dataset(name: str, *, registry: Registry | None = None, **config: Any)
         f"{where}: mean and std need one entry per channel ({channels}), got {len(bundle.mean)} and {len(bundle.std)}"
     )
     assert all(s > 0 for s in bundle.std), f"{where}: std must be positive, got {bundle.std}"
+    declared = registry.lookup("dataset", name)[0].dataset
+    sizes = (len(bundle.train_y), len(bundle.val_y), len(bundle.test_y))
+    for what, said, built in (("shape", declared.shape, image_shape), ("splits", declared.splits, sizes)):
+        if said is not None and not (what == "splits" and config.get("train_size")):
+            assert tuple(said) == built, f"{where}: declares {what} {tuple(said)} but builds {built}"
+    assert declared.classes in (None, bundle.num_classes), (
+        f"{where}: declares {declared.classes} classes but builds {bundle.num_classes}"
+    )
     _check_train_size(build, bundle, where)
 
 
