@@ -41,9 +41,7 @@ EPOCH_ZERO_MARKER = ">"
 
 def group_colours(report: Report) -> dict[str, str]:
     """One colour per group, the same in every figure: by the group's place in the report."""
-    groups = [g.group for g in report.groups] + [
-        g for g in report.forgetting if g not in {x.group for x in report.groups}
-    ]
+    groups = dict.fromkeys([*(g.group for g in report.groups), *report.forgetting])
     return {group: f"C{index % 10}" for index, group in enumerate(groups)}
 
 
@@ -287,11 +285,18 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
 # -- memory over training (report/forgetting.py) --------------------------------------------
 
 
-def _memory_curve(ax, points, x_of, colour: str, label: str | None, gid: str = "", log: bool = False) -> None:
-    """One group's memory against ``x_of(point)``, with its 95% band where it has one. On a log
-    axis (``log``) the points at clock 0 (epoch 0, before the clock moved) have no place: each is a
-    marker at the axis' left edge, apart from the curve, not a line drawn across decades to it."""
-    shown = [p for p in points if not math.isnan(p.value) and not math.isnan(x_of(p))]
+def _draw_memory(
+    ax, found, memory: str, unit: str, colour: str, label: str | None, gid: str, log: bool = False
+) -> None:
+    """One group's ``memory`` against ``unit`` (the epoch or a clock), with its 95% band, its
+    half-life and half its initial value marked. On a log axis (``log``) the points at clock 0 (epoch
+    0, before the clock moved) have no place: each is a marker at the axis' left edge, apart from the
+    curve, not a line drawn across decades to it."""
+
+    def x_of(point) -> float:
+        return getattr(point, unit)
+
+    shown = [p for p in found.curves.get(memory, []) if not math.isnan(p.value) and not math.isnan(x_of(p))]
     if log:
         start = [p for p in shown if x_of(p) <= 0]
         shown = [p for p in shown if x_of(p) > 0]
@@ -308,20 +313,17 @@ def _memory_curve(ax, points, x_of, colour: str, label: str | None, gid: str = "
                 clip_on=False,
                 gid=f"{gid}|epoch0",
             )
-    if not shown:
-        return
-    xs = [x_of(p) for p in shown]
-    ax.plot(xs, [p.value for p in shown], color=colour, label=label, marker="." if len(shown) < 30 else None, gid=gid)
-    banded = [(x, p) for x, p in zip(xs, shown) if not math.isnan(p.lo) and not math.isnan(p.hi)]
-    if banded:
-        ax.fill_between(
-            [x for x, _ in banded],
-            [p.lo for _, p in banded],
-            [p.hi for _, p in banded],
-            color=colour,
-            alpha=0.18,
-            linewidth=0,
+    if shown:
+        xs = [x_of(p) for p in shown]
+        ax.plot(
+            xs, [p.value for p in shown], color=colour, label=label, marker="." if len(shown) < 30 else None, gid=gid
         )
+        banded = [(x, p) for x, p in zip(xs, shown) if not math.isnan(p.lo) and not math.isnan(p.hi)]
+        if banded:
+            lows, highs = [p.lo for _, p in banded], [p.hi for _, p in banded]
+            ax.fill_between([x for x, _ in banded], lows, highs, color=colour, alpha=0.18, linewidth=0)
+    _mark_half_life(ax, found.half_lives.get(memory), unit, colour)
+    _mark_half_level(ax, found.half_lives.get(memory), colour, gid)
 
 
 def _mark_half_life(ax, half, unit: str, colour: str) -> None:
@@ -374,17 +376,8 @@ def memory_vs_epoch(report: Report, path: Path) -> Path:
     axes = figure.subplots(1, len(MEMORIES))
     for ax, memory in zip(axes, MEMORIES):
         for group in groups:
-            found = report.forgetting[group]
-            _memory_curve(
-                ax,
-                found.curves.get(memory, []),
-                lambda p: p.epoch,
-                colours[group],
-                names[group] if ax is axes[0] else None,
-                f"{group}|{memory}",
-            )
-            _mark_half_life(ax, found.half_lives.get(memory), "epoch", colours[group])
-            _mark_half_level(ax, found.half_lives.get(memory), colours[group], f"{group}|{memory}")
+            label = names[group] if ax is axes[0] else None
+            _draw_memory(ax, report.forgetting[group], memory, "epoch", colours[group], label, f"{group}|{memory}")
         _memory_axis(ax, memory)
         ax.set(xlabel="epoch", title=MEMORY_LABELS[memory])
         ax.title.set_fontsize("small")
@@ -415,18 +408,9 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
             ]
             log = clock_axis(ax, positive)
             for group in moving:
-                found = report.forgetting[group]
-                _memory_curve(
-                    ax,
-                    found.curves[memory],
-                    lambda p, c=clock: getattr(p, c),
-                    colours[group],
-                    names[group] if memory == memories[0] and clock == clocks[0] else None,
-                    f"{group}|{memory}|{clock}",
-                    log,
-                )
-                _mark_half_life(ax, found.half_lives.get(memory), clock, colours[group])
-                _mark_half_level(ax, found.half_lives.get(memory), colours[group], f"{group}|{memory}|{clock}")
+                label = names[group] if memory == memories[0] and clock == clocks[0] else None
+                gid = f"{group}|{memory}|{clock}"
+                _draw_memory(ax, report.forgetting[group], memory, clock, colours[group], label, gid, log)
             _memory_axis(ax, memory)
             edge = f" (log; {EPOCH_ZERO_MARKER} at the left edge: epoch 0)" if log and moving else ""
             ax.set_xlabel(CLOCK_FORMULAS[clock] + edge, fontsize="small" if edge else None)
