@@ -49,43 +49,14 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         tables += fitted_tables(title, headers, cells, width, right=tuple(range(len(keys))))
     if report.pairs:  # a − b: debiased spreads over the sigmas both measured (see report.inference)
         from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
-            DASH,
-            interval,
-            number,
-            seeds_needed_cell,
+            PAIR_HEADERS,
+            pair_cells,
         )
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
-            cells = [
-                [
-                    number(p.spread_diff, "+.2f"),
-                    p.note or interval(p.spread_diff_lo, p.spread_diff_hi),
-                    DASH if p.note else p.interval_for,
-                    seeds_needed_cell(p),
-                    str(p.shared_sigmas),
-                    f"{p.acc_diff:+.2f}",
-                    interval(p.acc_diff_lo, p.acc_diff_hi),
-                    str(p.pairs),
-                ]
-            ]
-            tables += fitted_tables(
-                f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}",
-                [
-                    "debiased spread diff pp",
-                    "95% CI",
-                    "interval for",
-                    "seeds to resolve (80% power)",
-                    "sigmas",
-                    "acc diff pp",
-                    "95% CI",
-                    "pairs",
-                ],
-                cells,
-                width,
-                keys=0,
-                right=(0, 1, 4, 5, 6, 7),
-            )
+            title = f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}"
+            tables += fitted_tables(title, PAIR_HEADERS, [pair_cells(p)], width, keys=0, right=(0, 1, 4, 5, 6, 7))
     if report.findings:
         from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
             findings_rows,

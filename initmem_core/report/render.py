@@ -153,6 +153,33 @@ def seeds_needed_cell(p: PairedDifference) -> str:
     return p.seeds_needed_note or DASH
 
 
+#: The columns of a paired difference (a − b), after its two groups' labels.
+PAIR_HEADERS = [
+    "spread diff pp",
+    "95% CI",
+    "interval for",
+    "seeds to resolve",
+    "sigmas",
+    "acc diff pp",
+    "95% CI",
+    "pairs",
+]
+
+
+def pair_cells(p: PairedDifference) -> list[str]:
+    """A paired difference's cells under ``PAIR_HEADERS``."""
+    return [
+        number(p.spread_diff, "+.2f"),
+        interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"{DASH} ({p.note})",
+        DASH if p.note else p.interval_for,
+        seeds_needed_cell(p),
+        str(p.shared_sigmas),
+        number(p.acc_diff, "+.2f"),
+        interval(p.acc_diff_lo, p.acc_diff_hi),
+        str(p.pairs),
+    ]
+
+
 def to_markdown(report: Report, title: str = "Initialization memory") -> str:
     lines = [f"# {title}", "", SPREADS_EXPLAINED.format(margin=CHANCE_MARGIN_PP), ""]
     lines += markdown_table(
@@ -199,35 +226,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
             "interval over those pairs (this test set).",
             "",
         ]
-        lines += markdown_table(
-            [
-                "a",
-                "b",
-                "spread diff pp",
-                "95% CI",
-                "interval for",
-                "seeds to resolve",
-                "sigmas",
-                "acc diff pp",
-                "95% CI",
-                "pairs",
-            ],
-            [
-                [
-                    p.a,
-                    p.b,
-                    number(p.spread_diff, "+.2f"),
-                    interval(p.spread_diff_lo, p.spread_diff_hi) if not p.note else f"{DASH} ({p.note})",
-                    DASH if p.note else p.interval_for,
-                    seeds_needed_cell(p),
-                    str(p.shared_sigmas),
-                    number(p.acc_diff, "+.2f"),
-                    interval(p.acc_diff_lo, p.acc_diff_hi),
-                    str(p.pairs),
-                ]
-                for p in report.pairs
-            ],
-        )
+        lines += markdown_table(["a", "b", *PAIR_HEADERS], [[p.a, p.b, *pair_cells(p)] for p in report.pairs])
         scoped = [f"- `{p.a}` − `{p.b}`: {p.scope_note}" for p in report.pairs if p.scope_note]
         if scoped:
             lines += ["", *scoped]
