@@ -173,9 +173,7 @@ def spec_from_toml(path: str | Path) -> SweepSpec:
             if key in axes:
                 raise ConfigError(f"'{key}' is in both [base] and [grid] of {path}; keep it in one")
             if table == "base":
-                if isinstance(value, (list, dict)) and field_type(key) is not tuple:
-                    raise ConfigError(f"[base] {key} in {path} must be one value; put lists in [grid]")
-                axes[key] = (coerce(key, value),)
+                axes[key] = (_one_value(key, value, "[base]", path),)
             else:
                 if not isinstance(value, (list, str)):
                     raise ConfigError(f"[grid] {key} in {path} must be a list or a range string 'start:stop:count'")
@@ -184,6 +182,13 @@ def spec_from_toml(path: str | Path) -> SweepSpec:
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ConfigError(f"'name' in {path} must be a non-empty string")
     return SweepSpec(axes, name.strip() if name else None, _groups_from_toml(data.get("groups", []), axes, path))
+
+
+def _one_value(key: str, value: Any, table: str, path: str | Path) -> Any:
+    """A fixed value of a sweep file's ``table``, coerced (a list there is a mistake, but for a list-typed field)."""
+    if isinstance(value, (list, dict)) and field_type(key) is not tuple:
+        raise ConfigError(f"{table} {key} in {path} must be one value; put lists in [grid]")
+    return coerce(key, value)
 
 
 def _groups_from_toml(groups: Any, axes: dict[str, tuple[Any, ...]], path: str | Path) -> tuple[dict[str, Any], ...]:
@@ -197,9 +202,7 @@ def _groups_from_toml(groups: Any, axes: dict[str, tuple[Any, ...]], path: str |
                 raise unknown_key_error(key, f"[[groups]] number {number} of {path}")
             if key in axes and len(axes[key]) > 1:
                 raise ConfigError(f"'{key}' is in both [grid] and [[groups]] of {path}; keep it in one")
-            if isinstance(value, (list, dict)) and field_type(key) is not tuple:
-                raise ConfigError(f"[[groups]] {key} in {path} must be one value; put lists in [grid]")
-            values[key] = coerce(key, value)
+            values[key] = _one_value(key, value, "[[groups]]", path)
         parsed.append(values)
     return tuple(parsed)
 
