@@ -90,33 +90,17 @@ def per_stratum(
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, margin=margin, needs=needs)
     if len(parts) == 1:
         return parts[0]
-    # what the verdict was decided on: the strata inside the regime (all of them when none is)
-    inside = [part for part in parts if part.verdict not in OUT_OF_REGIME] or parts
-    quantities = [q for part in inside for q in part.quantities]
-    notes = [q for part in parts for q in part.notes]
-    measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
-    return Finding(
-        claim,
-        measured,
-        across_strata(parts),
-        name,
-        quantities,
-        margin,
-        parts,
-        "",
-        "",
-        notes,
-        [f"[{part.stratum}] {part.verdict_text}" for part in parts if part.regime],
-    )
-
-
-def across_strata(parts: list[Finding]) -> str:
-    """A claim's verdict from its strata: the rule over the quantities of every stratum inside the
-    regime together; with none inside it, under-trained if any stratum is, else horizon short."""
+    # The rule over the strata inside the regime; with none inside it, under-trained if any stratum is.
     inside = [part for part in parts if part.verdict not in OUT_OF_REGIME]
     if inside:
-        return verdict_of([q for part in inside for q in part.quantities])
-    return UNDER_TRAINED if any(part.verdict == UNDER_TRAINED for part in parts) else HORIZON_SHORT
+        verdict = verdict_of([q for part in inside for q in part.quantities])
+    else:
+        verdict = UNDER_TRAINED if any(part.verdict == UNDER_TRAINED for part in parts) else HORIZON_SHORT
+    quantities = [q for part in inside or parts for q in part.quantities]
+    notes = [q for part in parts for q in part.notes]
+    measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
+    regime = [f"[{part.stratum}] {part.verdict_text}" for part in parts if part.regime]
+    return Finding(claim, measured, verdict, name, quantities, margin, parts, notes=notes, regime=regime)
 
 
 def texts(quantities: list[Quantity], verdicts: bool = False) -> str:

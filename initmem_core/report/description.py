@@ -4,8 +4,8 @@ claims' verdicts, and links to the prepared view (``tracking.ui_view``) and the 
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from initmem_core.report.memory import Report
 from initmem_core.report.plots import PLOTS
 from initmem_core.report.render import (
     DASH,
@@ -18,7 +18,7 @@ from initmem_core.report.render import (
     seeds_needed_cell,
 )
 from initmem_core.report.verdict_plot import VERDICTS_PLOT
-from initmem_core.report.verdicts import NOT_EVALUATED
+from initmem_core.report.verdicts import NOT_EVALUATED, Finding
 from initmem_core.tracking.ui_view import artifact_url, view_url
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 
@@ -26,7 +26,7 @@ from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
 REPORT_PLOTS = (*PLOTS, VERDICTS_PLOT)
 
 
-def claims_lines(findings: list[Any]) -> list[str]:
+def claims_lines(findings: list[Finding]) -> list[str]:
     """The claims this sweep decided, each with its verdict and key interval (the parent run's
     ``initmem.verdict.<name>`` tags hold the same), and those it could not evaluate."""
     if not findings:
@@ -54,10 +54,10 @@ def claims_lines(findings: list[Any]) -> list[str]:
     return lines
 
 
-def radial_half_life_text(report: Any, group: str) -> str:
+def radial_half_life_text(report: Report, group: str) -> str:
     """The group's radial-memory half-life in epochs and in the clocks that moved, or the horizon
     reached without one."""
-    found = getattr(report, "forgetting", {}).get(group)
+    found = report.forgetting.get(group)
     half = found.half_lives.get("radial") if found is not None else None
     if half is None:
         return DASH
@@ -67,7 +67,7 @@ def radial_half_life_text(report: Any, group: str) -> str:
     return " · ".join([f"{half_life_text(half)} ep", *clocks])
 
 
-def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
+def description(report: Report, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
     """Markdown for the parent run; its links are relative, so they work on any host."""
     lines = [
         f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
@@ -91,7 +91,7 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
                 [
                     g.group,
                     number(g.spread, ".2f"),
-                    interval(getattr(g, "spread_lo", math.nan), getattr(g, "spread_hi", math.nan), ".2f"),
+                    interval(g.spread_lo, g.spread_hi, ".2f"),
                     debiased_cell(g),
                     number(g.best_sigma, "g"),
                     number(g.worst_sigma, "g"),
@@ -102,8 +102,8 @@ def description(report: Any, sweep: str, experiment_id: str, parent_run_id: str,
             ],
         ),
     ]
-    lines += claims_lines(getattr(report, "findings", []))
-    unresolved = [p for p in getattr(report, "pairs", []) if p.seeds_needed is not None or p.seeds_needed_note]
+    lines += claims_lines(report.findings)
+    unresolved = [p for p in report.pairs if p.seeds_needed is not None or p.seeds_needed_note]
     if unresolved:
         lines += [
             "",

@@ -258,20 +258,12 @@ def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None, 
     found = _spread_of_table(table.tobytes(), table.shape, kept, left_out, level)
     if not found.decided:
         return found
-    memo = getattr(accuracy, "memo", None)  # an AccuracyTable keeps its population intervals
-    key = (
-        table.tobytes(),
-        kept,
-        level,
-        sum(len(runs) for runs in getattr(accuracy, "correct", {}).values()),
-        getattr(accuracy, "scale", 1.0),
-    )
-    if memo is not None and key in memo:
-        return memo[key]
-    found = _population(accuracy, found, level)
-    if memo is not None:
-        memo[key] = found
-    return found
+    memo = getattr(accuracy, "memo", {})  # an AccuracyTable keeps its population intervals
+    records = sum(len(runs) for runs in getattr(accuracy, "correct", {}).values())
+    key = (table.tobytes(), kept, level, records, getattr(accuracy, "scale", 1.0))
+    if key not in memo:
+        memo[key] = _population(accuracy, found, level)
+    return memo[key]
 
 
 def _population(accuracy: Matrix, found: SpreadEstimate, level: float) -> SpreadEstimate:
