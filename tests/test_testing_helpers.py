@@ -229,7 +229,7 @@ class Broken:
     def initmem_register_datasets(self, register):
         register("bad-labels", _dataset(labels_offset=1), "")
         register("ignores-train-size", _dataset(honour_train_size=False), "")
-        register("misdeclared-splits", _dataset(), "", shape=(1, 4, 4), classes=3, splits=(45, 10, 10))
+        register("misdeclared-shape", _dataset(), "", shape=(3, 4, 4), classes=3, splits=(40, 10, 10))
         register("misdeclared-classes", _dataset(), "", shape=(1, 4, 4), classes=10, splits=(40, 10, 10))
 
 
@@ -250,7 +250,7 @@ class Broken:
         (check_metric, "tensor", "return plain numbers"),
         (check_dataset, "bad-labels", "labels span 1..3, outside 0..2"),
         (check_dataset, "ignores-train-size", "--train-size 20 gave 40 training examples instead of 20"),
-        (check_dataset, "misdeclared-splits", "declares splits (45, 10, 10) but builds (40, 10, 10)"),
+        (check_dataset, "misdeclared-shape", "declares images (3, 4, 4) but builds (1, 4, 4)"),
         (check_dataset, "misdeclared-classes", "declares 10 classes but builds 3"),
     ],
 )

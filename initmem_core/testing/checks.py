@@ -269,8 +269,8 @@ def check_dataset(name: str, *, registry: Registry | None = None, **config: Any)
     (``uint8`` with ``pixel_scale=255`` or ``float32`` in 0..1 with ``pixel_scale=1``) and ``int64``
     labels in ``0..num_classes-1``, every class in the training split; ``mean`` and ``std`` per
     channel; ``--train-size k`` keeps the first k training examples and leaves the other splits
-    alone; and what the plugin declares (``contracts.DatasetInfo``) is what it builds. ``config``
-    overrides ``RunConfig`` fields."""
+    alone; and the image shape and classes the plugin declares (``contracts.DatasetInfo``) are what
+    it builds. ``config`` overrides ``RunConfig`` fields."""
     registry = _registry(registry)
 
     def build(**changes: Any) -> DatasetBundle:
@@ -306,11 +306,9 @@ def check_dataset(name: str, *, registry: Registry | None = None, **config: Any)
         f"{where}: mean and std need one entry per channel ({channels}), got {len(bundle.mean)} and {len(bundle.std)}"
     )
     assert all(s > 0 for s in bundle.std), f"{where}: std must be positive, got {bundle.std}"
+    # What it declares for a dry run (not its split sizes: a test's files may be a small stand-in).
     declared = registry.lookup("dataset", name)[0].dataset
-    sizes = (len(bundle.train_y), len(bundle.val_y), len(bundle.test_y))
-    for what, said, built in (("shape", declared.shape, image_shape), ("splits", declared.splits, sizes)):
-        if said is not None and not (what == "splits" and config.get("train_size")):
-            assert tuple(said) == built, f"{where}: declares {what} {tuple(said)} but builds {built}"
+    assert declared.shape in (None, image_shape), f"{where}: declares images {declared.shape} but builds {image_shape}"
     assert declared.classes in (None, bundle.num_classes), (
         f"{where}: declares {declared.classes} classes but builds {bundle.num_classes}"
     )
