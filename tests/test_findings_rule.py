@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from initmem_core.report.claim_groups import baseline_sgd
 from initmem_core.report.verdicts import CONTRADICTED, NOT_RESOLVED, REPRODUCED, bonferroni_level, decide
 from initmem_plugins.claims.paper import (
-    baseline_sgd,
     evaluate_findings,
     norm_forgetting,
     norms_coupled_for_sgd_not_adaptive,

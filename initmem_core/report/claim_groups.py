@@ -106,6 +106,11 @@ def settings(config: RunConfig, free: Iterable[str]) -> tuple:
     )
 
 
+def is_plain_sgd(config: RunConfig, family: str) -> bool:
+    """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
+    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
+
+
 @dataclass
 class Group:
     """One group of a sweep as the claims read it: its summary, first config, family, cells and
@@ -129,6 +134,10 @@ class Group:
     def shrink(self) -> float:
         """lambda: every force that shrinks the weights (the L2 coefficient and weight decay)."""
         return self.config.l2 + self.config.weight_decay
+
+    @property
+    def plain_sgd(self) -> bool:
+        return is_plain_sgd(self.config, self.family)
 
     def label(self) -> str:
         """The optimizer and what tells SGD-like lines apart: "sgd b=32", "sgd m=0.9 b=32", "adam"."""
@@ -215,3 +224,14 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
             )
         )
     return Sweep(report, groups, cells)
+
+
+def baseline_sgd(groups: list[Group]) -> Group | None:
+    """Of a stratum's plain-SGD groups, the remembering baseline (the paper's, and the claim
+    template's): torch's SGD before any other SGD-like plugin, then the lowest rate, then the
+    shortest horizon (T_SGD)."""
+    return min(
+        (g for g in groups if g.plain_sgd),
+        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
+        default=None,
+    )

@@ -32,13 +32,14 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from initmem_core.config import RunConfig
 from initmem_core.groups import group_fields, short_group_names
 from initmem_core.report.claim_groups import (
     FAMILY_FREE,
     OPTIMIZER_AXIS,
     Group,
     Sweep,
+    baseline_sgd,
+    is_plain_sgd,
     mechanism_clock,
     optimizer_family,
     read_sweep,
@@ -93,26 +94,6 @@ from initmem_plugins.claims.declared import (
     LONGER,
     STATEMENTS,
 )
-
-
-def plain_sgd_config(config: RunConfig, family: str) -> bool:
-    """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
-    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
-
-
-def is_plain_sgd(group: Group) -> bool:
-    return plain_sgd_config(group.config, group.family)
-
-
-def baseline_sgd(groups: list[Group]) -> Group | None:
-    """Of a stratum's plain-SGD groups, the paper's remembering baseline: torch's SGD before any
-    other SGD-like plugin, then the lowest rate, then the shortest horizon (T_SGD)."""
-    return min(
-        (g for g in groups if is_plain_sgd(g)),
-        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
-        default=None,
-    )
-
 
 #: Draws of the groups' debiased spreads behind a rank correlation's interval, and their fixed seed.
 CLOCK_DRAWS, CLOCK_DRAWS_SEED = 2000, 0
@@ -284,7 +265,7 @@ def larger_batch_increases_spread(sweep: Sweep) -> Finding:
     """Plain-SGD groups that differ only in batch size: the largest batch against the smallest."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        same = sorted((g for g in groups if is_plain_sgd(g)), key=lambda g: g.config.batch_size)
+        same = sorted((g for g in groups if g.plain_sgd), key=lambda g: g.config.batch_size)
         if len({g.config.batch_size for g in same}) < 2:
             return None
         large, small = same[-1], same[0]
@@ -545,7 +526,7 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
     name = "longer_training_keeps_sgd_memory"
     claim = STATEMENTS["longer_training_keeps_sgd_memory"]
     pairs = family_ends(
-        [g for g in sweep.groups if is_plain_sgd(g)], ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER
+        [g for g in sweep.groups if g.plain_sgd], ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER
     )
     if not pairs:
         return Finding(
@@ -586,7 +567,7 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
     large rate's."""
     name = "larger_lr_makes_sgd_forget"
     claim = STATEMENTS["larger_lr_makes_sgd_forget"]
-    pairs = family_ends([g for g in sweep.groups if is_plain_sgd(g)], ("lr",), lambda g: g.config.lr, LARGER_LR)
+    pairs = family_ends([g for g in sweep.groups if g.plain_sgd], ("lr",), lambda g: g.config.lr, LARGER_LR)
     if not pairs:
         return Finding(
             claim,
@@ -633,7 +614,7 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     families: dict[tuple, list[list[CellRecord]]] = {}
     for cells in sweep.cells.values():
         config = cells[0].config
-        if CIFAR_DEPTH.match(config.arch) and plain_sgd_config(config, optimizer_family(cells[0])):
+        if CIFAR_DEPTH.match(config.arch) and is_plain_sgd(config, optimizer_family(cells[0])):
             families.setdefault(settings(config, ("arch",)), []).append(cells)
 
     def depth(cells: list[CellRecord]) -> int:
@@ -695,8 +676,8 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
     effective step is remembered."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        plain = [g for g in groups if is_plain_sgd(g) and g.config.lr_match_sigma == 0]
-        matched = [g for g in groups if is_plain_sgd(g) and g.config.lr_match_sigma > 0]
+        plain = [g for g in groups if g.plain_sgd and g.config.lr_match_sigma == 0]
+        matched = [g for g in groups if g.plain_sgd and g.config.lr_match_sigma > 0]
         if not plain or not matched:
             return None
         base = min(plain, key=lambda g: (g.config.opt != "sgd", g.config.lr))
