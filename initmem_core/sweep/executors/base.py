@@ -36,6 +36,7 @@ class CellOutcome:
     skipped: bool = False  # finished in an earlier launch
     resume: bool = False  # an earlier launch left it KILLED or RUNNING with a checkpoint: continue run_id
     unsynced: str = ""  # writes the store did not take (they wait for `initmem sync`), and where
+    config_hash: str = ""  # its plan's (``RunPlan.config_hash``), set by the sweep
 
     @property
     def label(self) -> str:

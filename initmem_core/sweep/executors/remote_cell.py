@@ -14,8 +14,8 @@ from typing import Any
 
 from initmem_core.sweep.executors.base import CellTask, run_cell
 from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
+from initmem_core.training.plan import checkpoint_folder
 from initmem_core.training.resume import find_resumable
-from initmem_core.training.runner import checkpoint_root
 from initmem_core.vocabulary import FINISHED
 
 
@@ -27,7 +27,7 @@ def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     if writer.finished:  # an earlier attempt finished, and its worker died before it could say so
         return FINISHED, ""
     writer.begin_attempt()
-    root = checkpoint_root(task.config, writer.uri)
-    point = find_resumable(task.config.config_hash(), root) if root else None
+    # This node's checkpoint folder: a shared --checkpoint-dir, else beside the store as seen here.
+    point = find_resumable(checkpoint_folder(task.config, task.config.config_hash(), writer.uri))
     resume = point is not None and point.run_id == task.run_id  # else a checkpoint of another launch
     return run_cell(task.config, tracker=writer, progress=progress, resume=resume)
