@@ -300,26 +300,18 @@ def run_sweep(
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
 
-    ``spec``: a ``SweepPlan`` (``plan_sweep``, which the CLI prints before it runs), a
-    ``SweepSpec``, a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML
-    sweep file. Every cell is validated before anything is tracked (``ConfigError`` otherwise).
-    With ``workers > 1`` cells run in that many spawned processes: plugins then come from the
-    installed entry points, not from a registry set in this process, and a script that calls
-    this needs the usual ``if __name__ == "__main__":`` guard of multiprocessing.
+    ``spec``: a ``SweepPlan`` (``plan_sweep``), a ``SweepSpec``, a mapping of field -> values
+    (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file; every cell is validated before
+    anything is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come
+    from the installed entry points, and a calling script needs the usual
+    ``if __name__ == "__main__":`` guard. ``executor``: ``"local"``, ``"ray"`` or ``"slurm"``, or
+    one built with its options (``make_executor``); Ray and Slurm workers write to the store
+    themselves, so it must be a server.
 
-    ``executor``: ``"local"`` (with ``workers``), ``"ray"`` or ``"slurm"`` with their defaults, or
-    an executor built with its options (``make_executor("ray", address="auto", gpus_per_cell=0.5)``).
-    Ray and Slurm workers write to the tracking store themselves: it must be a server.
-
-    A cell that diverged in an earlier launch is final, like a finished one; ``retry_failed``
-    runs it again (cells that failed otherwise, a crash, run again on every launch).
-
-    ``system_metrics``: MLflow's system metrics of this machine on the parent run while the sweep
-    runs (``tracking.system_metrics``).
-
-    A sweep's name is bound to its grid (``sweep.identity``): relaunching a name with the same
-    cells resumes it; with other cells it is refused (``ConfigError``, nothing written) unless
-    ``extend``, which adds them to the sweep.
+    A cell that diverged in an earlier launch is final, like a finished one, unless
+    ``retry_failed`` (cells that failed otherwise run again on every launch). ``system_metrics``:
+    MLflow's system metrics of this machine on the parent run. A sweep's name is bound to its
+    grid (``sweep.identity``): a relaunch with other cells is refused unless ``extend``.
     """
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)

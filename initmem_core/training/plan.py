@@ -30,10 +30,9 @@ from initmem_core.vocabulary import CONFIG_HASH_TAG
 @dataclass(frozen=True)
 class StepRule:
     """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
-    it shrinks the weights. The one owner of that rule: the training loop ticks its clocks with
-    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and its
-    ``--until`` plan count alike by construction. It follows the optimizer's *declared* convention
-    and settings; ``testing.check_optimizer`` checks that a plugin builds what it declares."""
+    it shrinks the weights, as the optimizer declares them. The loop ticks its clocks with
+    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and
+    its ``--until`` plan count alike by construction."""
 
     lr: float  # the peak rate (the param group's initial lr)
     convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr

@@ -1,16 +1,12 @@
 """``run``: one training run from a config, tracked in MLflow. The CLI's ``initmem run`` calls it.
 
-Everything that can be wrong with the input is checked, and every component built, before the
-tracked run is created: bad input (a checkpoint to resume included) leaves nothing half-written
-in the store. Once the run exists, any failure marks it FAILED (a divergence is tagged
-``diverged=true``), SIGTERM, SIGHUP and Ctrl-C write a checkpoint and mark it KILLED, and the exception
-is re-raised. ``resume=True`` continues the run of the newest checkpoint of this config, in the
-same MLflow run, logging only the steps that run does not hold yet.
-
-The store is opened first, by a helper process (``tracking.tracker_process``) while this one
-builds data and model, so that MLflow's import and the store's set-up cost no wall time; the run
-itself is created only once everything is built. (A bad input found while the data is read may
-thus leave a new, empty store behind: never a run.)
+The run is planned once (``training.plan.plan_run``: the config checked, the store's URI, the
+hash, the params and the checkpoint folder derived) and every component built before the
+tracked run is created: bad input (a checkpoint to resume included) leaves no run in the store.
+The store itself is opened meanwhile by a helper process (``tracking.tracker_process``), so a
+bad input found while the data is read may leave a new, empty store behind. Once the run
+exists, any failure marks it FAILED (a divergence is tagged ``diverged=true``), SIGTERM, SIGHUP
+and Ctrl-C write a checkpoint and mark it KILLED, and the exception is re-raised.
 """
 
 from __future__ import annotations
@@ -219,20 +215,16 @@ def run(
 
     ``config`` may be a ``RunConfig`` or a mapping; keyword ``overrides`` replace its values.
     With ``tracking=False`` nothing is written anywhere (a ``MemoryTracker`` records the run, and
-    there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue from the
-    newest checkpoint of this config, in its run (``tracker`` must then be able to reopen it).
-    Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
-    that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM, SIGHUP or Ctrl-C.
+    there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue the run of the
+    newest checkpoint of this config, logging only the steps it does not hold yet. Raises
+    ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run that
+    diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM, SIGHUP or Ctrl-C.
 
-    ``helper_process``: track through a helper process (``tracking.tracker_process``) that imports
-    MLflow, opens the store and writes the run on another core while this one builds the data
-    and model and trains. ``None`` (the default) chooses it when MLflow is not imported in this
-    process yet, as in ``initmem run``; in a notebook that has it already, tracking in process
-    costs less than starting a helper.
-
-    ``system_metrics``: MLflow's system metrics (CPU, memory, disk, network, GPUs) of this machine
-    on the run, recorded by the process that writes it (``tracking.system_metrics``); a sweep
-    records them on its parent run instead, so it ignores this for its cells (``tracker`` given).
+    ``helper_process``: track through a helper process that imports MLflow, opens the store and
+    writes on another core; ``None`` (the default) chooses it when MLflow is not imported in this
+    process yet (in a notebook that has it, tracking in process costs less). ``system_metrics``:
+    MLflow's system metrics of this machine on the run (a sweep records them on its parent run,
+    so its cells, given a ``tracker``, ignore this).
     """
     registry = registry or get_registry()
     if isinstance(config, RunConfig):
