@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.client import ensure_experiment, error_line, fail_fast_http, open_client, store_must_answer
 from initmem_core.tracking.login import PASSWORD_ENV, USERNAME_ENV, login_must_be_taken, refusal
-from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
+from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, keep_for_sync, unsynced_folder
 from initmem_core.tracking.provenance import REQUIREMENTS_ARTIFACT, requirements_text, source_tags
 from initmem_core.tracking.sqlite_store import wait_while_database_locked
 from initmem_core.tracking.system_metrics import SystemMetrics
@@ -336,35 +336,21 @@ class MlflowTracker(TrackerDefaults):
         file cannot be written either, ``lost`` is set and ``unsynced`` says what was not recorded
         (the run's checkpoint still holds its figures: a resume records them)."""
         self.flush(force=True)
+        if not (self.pending or self._not_kept):
+            return
         folder = unsynced_folder(store_folder(self.uri))
-        if self.pending:
-            count = self.pending.count()
-            ended = ", its end included" if self.pending.status else ""
-            try:
-                path = spill(self.pending, folder, self._started(), self.uri)
-            except OSError as error:
-                self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
-            else:
-                self.unsynced = (
-                    f"{count} write(s){ended} wait in {path}: "
-                    f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}"
-                )
-                warnings.warn(
-                    f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
-                    f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                    f"{self._sync_when()}",
-                    RunWarning,
-                    stacklevel=3,
-                )
-            self.pending = PendingWrites()
-        if self._not_kept:
-            self.lost = True
-            kept = f"; {self.unsynced}" if self.unsynced else ""
-            self.unsynced = (
-                f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
-                f"not recorded, and the store shows the run RUNNING{kept}"
+        run_id = self.run_id or ""
+        self.unsynced, path = keep_for_sync(self.pending, folder, run_id, self.uri, self._not_kept, self._sync_when())
+        if path is not None:
+            warnings.warn(
+                f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}",
+                RunWarning,
+                stacklevel=3,
             )
-            self._not_kept = []
+        self.pending = PendingWrites()
+        self.lost = self.lost or bool(self._not_kept)
+        self._not_kept = []
 
     def flush(self, force: bool = False) -> None:
         """Write what is pending if ``flush_every_s`` has passed since the last write and the
