@@ -106,8 +106,8 @@ def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
     for key, value in setup.optimizer.defaults.items():
         if isinstance(value, (int, float, str, bool, tuple)) or value is None:
             params[f"optimizer.{key}"] = value
-    for kind, spec in setup.components.items():
-        params[f"provider.{kind}"] = f"{spec.provider.package} {spec.provider.version}"
+    for kind, component in plan.components.items():
+        params[f"provider.{kind}"] = f"{component.spec.provider.package} {component.spec.provider.version}"
     return params
 
 
