@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.metadata as metadata
 import os
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, table_tags
 from initmem_core.tracking.locks import lock_holder
 from initmem_core.tracking.paths import check_writable_folder
+from initmem_core.tracking.provenance import installed_version
 from initmem_core.tracking.system_metrics import require_psutil
 from initmem_core.tracking.tracker import TESTING, TRAINING, VALIDATION, MemoryTracker, MlflowTracker, Tracker
 from initmem_core.tracking.tracker_process import OpeningAbandoned, TrackerProcess
@@ -80,13 +80,6 @@ class RunResult:
     config_hash: str = ""  # the run's (its plan's)
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
     """The plan's params (as a sweep's cell logs them), plus what the built run resolved and
     which packages provided it."""
@@ -101,7 +94,7 @@ def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
     for split, size in setup.dataset.sizes().items():
         params[f"data_{split}_size"] = size
     for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
-        params[f"version.{package}"] = _version(package)
+        params[f"version.{package}"] = installed_version(package)
     # What the optimizer actually uses, defaults included (e.g. Muon's momentum), as logged truth.
     for key, value in setup.optimizer.defaults.items():
         if isinstance(value, (int, float, str, bool, tuple)) or value is None:
