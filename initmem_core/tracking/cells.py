@@ -1,15 +1,11 @@
 """How a sweep cell's run and progress reach the tracking store and the sweep's display.
 
-The sweep creates each child run itself, before the cell is handed to an executor, so it knows
-the real run id and can end the cell FAILED whatever happens to it; it holds a
-``ChildRunWriter`` on that run. Then one of two routes:
-
-- **Through the sweep process** (local workers): a worker gets a ``QueueTracker`` and a
-  ``QueueProgress``; every call travels through one queue to the sweep process, which replays it
-  into the ``ChildRunWriter``. Workers never open the store, so N workers on one SQLite file
-  cannot lose a row or die on a locked database.
-- **Straight to a server** (Ray, Slurm): a worker on another machine writes into the same child
-  run with a ``ServerCellWriter``; only progress events travel back to the sweep.
+The sweep creates each child run itself, before the cell is handed to an executor, so it can end
+the cell FAILED whatever happens to it; it holds a ``ChildRunWriter`` on that run. Then either a
+local worker's ``QueueTracker`` and ``QueueProgress`` send every call through one queue to the
+sweep process, which replays it there (workers never open the store, so N workers on one SQLite
+file cannot lose a row or die on a locked database), or a remote worker (Ray, Slurm) writes into
+the same child run with a ``ServerCellWriter`` and only progress travels back.
 """
 
 from __future__ import annotations

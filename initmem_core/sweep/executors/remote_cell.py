@@ -1,11 +1,7 @@
 """What a Ray task or a Slurm job runs: one cell, written straight into its child run on the
-tracking server, safe to run again for the same cell.
-
-Ray runs a cell again when its worker died; Slurm when its job was preempted or timed out. The
-new attempt logs into the same child run (``ServerCellWriter`` skips what the run holds). If
-the cell's newest checkpoint belongs to that run (the checkpoint folder is shared, or the
-attempt landed on the same machine), the attempt resumes from it; otherwise it trains the
-config from the start.
+tracking server (``ServerCellWriter``), safe to run again for the same cell: an attempt resumes
+from the cell's newest checkpoint when it belongs to that run (a shared checkpoint folder, or
+the same machine), and otherwise trains the config from the start.
 """
 
 from __future__ import annotations
