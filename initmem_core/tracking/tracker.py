@@ -5,11 +5,8 @@ sweeps and threads cannot cross wires). Writes are batched: metrics, tags and te
 memory and go to the store at most every ``flush_every_s`` seconds (and whenever the run ends),
 since each write is a database transaction that costs as much as a short epoch. A run killed
 outright loses nothing by it: its checkpoint holds every epoch's metrics up to that checkpoint,
-and a resume logs the ones the store lacks. A store that stops answering mid-run does not stop
-training: what could not be written waits in memory and is retried with backoff at the next
-logging point; a run that ends before the store is back leaves it in a local file for
-``initmem sync`` (see ``pending`` and ``sync``). ``MemoryTracker`` keeps everything in memory: unit tests
-and ``tracking=False`` runs use it.
+and a resume logs the ones the store lacks. ``MemoryTracker`` keeps everything in memory: unit
+tests and ``tracking=False`` runs use it.
 """
 
 from __future__ import annotations
@@ -181,8 +178,9 @@ class MlflowTracker(TrackerDefaults):
     """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
 
     Starting or reopening a run must succeed (it is how a bad store is reported before anything
-    trains). After that every write goes through ``pending``: a failing store is retried at later
-    logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
+    trains). After that a store that stops answering does not stop training: every write goes
+    through ``pending``, retried at later logging points, backing off, and ``end_run`` leaves
+    whatever the store still refuses in a local file for ``initmem sync``.
     """
 
     uri: str
