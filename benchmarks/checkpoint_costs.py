@@ -66,7 +66,7 @@ def payload_at(setup, config: RunConfig, epochs: int) -> dict[str, Any]:
     state = snapshot(
         setup, (epochs, 0), ForgettingClocks(), history, EpochSums.zero(setup.device), setup.train_loader.state_dict()
     )
-    return {**header(config, "0" * 32), **state}
+    return {**header(config, config.config_hash(), "0" * 32), **state}
 
 
 def main() -> None:

@@ -167,7 +167,7 @@ def run_document(result, tracked: bool = True) -> dict[str, Any]:
         "run_id": result.run_id if tracked else None,
         "run_name": result.config.run_name(),
         "status": result.status,
-        CONFIG_HASH_TAG: result.config.config_hash(),
+        CONFIG_HASH_TAG: result.config_hash,
         "summary": {key: finite(value) for key, value in result.summary.items()},
         "final": {key: finite(final[key]) for key in FINAL_KEYS if key in final},
         "unsynced": result.unsynced or None,
@@ -187,7 +187,7 @@ def _emit_ended_early(output: ScriptOutput, run_config, error: BaseException) ->
             "run_id": run_id,
             "run_name": run_config.run_name(),
             "status": status,
-            CONFIG_HASH_TAG: run_config.config_hash(),
+            CONFIG_HASH_TAG: error.config_hash,  # type: ignore[attr-defined]  # the run's: its lr resolved
             "summary": {},
             "error": str(error),
             "unsynced": getattr(error, "unsynced", "") or None,

@@ -185,7 +185,7 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
                 "group": group,
                 "sigma": cell.sigma,
                 "seed": cell.seed,
-                CONFIG_HASH_TAG: cell.config_hash(),
+                CONFIG_HASH_TAG: plan.plans[index].config_hash,
                 "epochs": horizon.epochs if horizon else None,
                 "clocks": {clock: finite(value) for clock, value in horizon.clocks.items()} if horizon else None,
             }
@@ -614,7 +614,7 @@ def sweep_document(plan, result, finished_now: int, skipped: int) -> dict[str, A
         "cells": [
             {
                 "label": cell.label,
-                CONFIG_HASH_TAG: cell.config.config_hash(),
+                CONFIG_HASH_TAG: cell.config_hash,
                 "run_id": cell.run_id,
                 "status": cell.status,
                 "skipped": cell.skipped,

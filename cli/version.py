@@ -5,19 +5,17 @@ device needs torch, imported when the option is given."""
 from __future__ import annotations
 
 import platform
-from importlib import metadata
 
 import typer
+
+from initmem_core.tracking.provenance import installed_version
 
 #: What a run stands on, in the order printed.
 PACKAGES = ("torch", "mlflow", "timm", "pluggy")
 
 
 def installed(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    return installed_version(package, "not installed")
 
 
 def device_text() -> str:

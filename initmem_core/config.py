@@ -268,7 +268,8 @@ class RunConfig:
         }
 
     def config_hash(self) -> str:
-        """Identifies what a run computes; sweeps use it to skip cells that already finished."""
+        """Identifies what a run computes; sweeps use it to skip cells that already finished.
+        A run's is derived once, by its plan (``training.plan.RunPlan.config_hash``)."""
         hashed = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)

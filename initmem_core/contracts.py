@@ -147,7 +147,7 @@ class OptimizerFactory(Protocol):
 
 class InitializerFactory(Protocol):
     """Re-initializes ``model`` in place, *paired*: a unit-scale ``Z`` drawn from ``generator``
-    (the same at every sigma), kernels set to ``sigma * Z``. Returns nothing."""
+    (seeded from the run seed, the same at every sigma), kernels set to ``sigma * Z``. Returns nothing."""
 
     def __call__(
         self, *, model: torch.nn.Module, sigma: float, generator: torch.Generator, variant: str | None = None
@@ -156,7 +156,9 @@ class InitializerFactory(Protocol):
 
 @runtime_checkable
 class Regularizer(Protocol):
-    """An explicit penalty on the weights, applied after every backward pass."""
+    """An explicit penalty on the weights, applied after every backward pass (adding its gradient
+    is cheaper than a second autograd graph and exactly the same update). ``params`` and
+    ``initial_params`` are matching lists of tensors."""
 
     def add_gradient(self, params: list[torch.Tensor], initial_params: list[torch.Tensor]) -> None:
         """Add the penalty's gradient to each ``param.grad`` in place."""
@@ -183,10 +185,8 @@ class SummaryMetric(Protocol):
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]: ...
 
 
-#: A metric implements ``compute``, ``summarize`` or both. Optional too: ``artifacts() -> dict[str,
-#: str]`` (text files logged at the end), ``state_dict()``/``load_state_dict(state)`` for state
-#: that must survive a resume, and ``take_selected(predictor)``, which receives the run's
-#: ``SelectedPredictor`` once, before ``summarize``.
+#: A metric implements ``compute``, ``summarize`` or both, and the optional methods that
+#: ``hookspecs.initmem_register_metrics`` lists.
 Metric = Any
 
 
@@ -204,11 +204,8 @@ class DatasetFactory(Protocol):
 
 
 class Register(Protocol):
-    """What every hook receives (``hookspecs``): ``register(name, factory, description, *,
-    default=False, **declared)``. ``factory`` is a callable or an import string
-    ``"package.module:function"``; ``declared`` is what the kind declares beside it: an
-    optimizer's ``OptimizerInfo`` fields, a claim's ``ClaimInfo`` fields (an unknown keyword is a
-    plugin that fails to load)."""
+    """What every hook receives; its arguments are described in ``hookspecs`` (an unknown
+    ``declared`` keyword is a plugin that fails to load)."""
 
     def __call__(
         self,
@@ -224,11 +221,17 @@ class Register(Protocol):
 @dataclass(frozen=True)
 class OptimizerInfo:
     """What an optimizer declares beside its factory (``register(name, factory, description,
-    defaults=..., clock=...)``), in the manner of timm's ``OptimInfo``: ``defaults``, what ``--lr``
-    left unset means and every option ``--opt-arg`` may set, as a mapping or, for a family
-    (``timm:*``), an import string of ``f(variant) -> mapping``; ``clock``, its clock convention
-    (``"heavy-ball"``, ``"lr"``; empty: the default), or an import string of ``f(variant) -> str``.
-    Import strings are resolved only when a run uses the optimizer."""
+    defaults=..., clock=...)``), in the manner of timm's ``OptimInfo``.
+
+    ``defaults``: ``lr`` (what ``--lr`` left unset means; 0.05 when not declared) and every option
+    ``--opt-arg key=value`` may set, with its default value, which gives the type a command-line
+    value is read as (an unknown key is refused with the valid ones). ``clock``: how a step maps
+    to the forgetting clocks: ``"heavy-ball"`` (the default), effective step
+    ``lr * (1 - dampening) / (1 - momentum)``, for momentum that sums gradients (torch SGD);
+    ``"lr"``, the step is ``lr``, for momentum that averages them (Adam, Lion, Muon) or none. The
+    clocks count the declaration (``testing.check_optimizer`` checks the built optimizer agrees);
+    the run logs it as ``clock_convention``. A family (``timm:*``) may give either as an import
+    string of ``f(variant)``, resolved only when a run uses it."""
 
     defaults: Mapping[str, Any] | str | None = None
     clock: str = ""
@@ -278,9 +281,9 @@ class ClaimInfo:
     shown by ``initmem plugins`` and read by the core: ``axis``, the settings it compares (its
     strata hold everything else equal); ``quantities``, what it decides on, in words; ``margin``,
     the margin fixed before any run, in words; ``clock`` and ``threshold``, the clock its mechanism
-    needs and the value that clock must reach before the claim can be contradicted (empty clock:
-    none, a claim that memory is kept; no threshold: ``report.regime.CLOCK_THRESHOLDS``);
-    ``source``, the paper or note it tests."""
+    needs (``clock_sgd``, ``clock_l2``, ``clock_adapt``) and the value it must reach before the
+    claim can be contradicted (empty clock: none, a claim that memory is kept; no threshold:
+    ``report.regime.CLOCK_THRESHOLDS``); ``source``, the paper or note it tests."""
 
     axis: tuple[str, ...] = ()
     quantities: str = ""

@@ -12,10 +12,8 @@ Every hook receives ``register(name, factory, description, *, default=False, **d
 - ``description``: one line shown by ``initmem plugins``.
 - ``default``: for metrics, computed in every run whatever ``--metric`` says (the built-in
   weight norms, interpolation and best-validation selection are).
-- ``defaults`` and ``clock``: for optimizers, their declared settings and clock convention
-  (see ``initmem_register_optimizers``).
-- ``axis``, ``quantities``, ``margin``, ``clock``, ``threshold``, ``source``: for claims, what
-  ``initmem_core.contracts.ClaimInfo`` holds (see ``initmem_register_claims``).
+- ``**declared``: what a kind declares beside its factory: an optimizer's
+  ``contracts.OptimizerInfo`` fields, a claim's ``contracts.ClaimInfo`` fields.
 
 Each hook is called once per plugin, one implementation at a time, and what each registers is
 collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwrapper``) mean
@@ -53,23 +51,9 @@ def initmem_register_architectures(register: Register) -> None:
 
 @hookspec
 def initmem_register_optimizers(register: Register) -> None:
-    """Register optimizers (``--opt``): factories following ``initmem_core.contracts.OptimizerFactory``
-    (``options``: every option the optimizer declared, with the run's ``--opt-arg`` values read as
-    the type of the declared default; ``optimizer.initmem_param_groups``, if set, is logged as an
-    artifact).
-
-    Two keyword arguments of ``register`` are for optimizers only (``contracts.OptimizerInfo``):
-
-    - ``defaults``: a dict of ``lr`` (what ``--lr`` left unset means; 0.05 when not declared) and
-      every option ``--opt-arg key=value`` may set, with its default value. An unknown key is
-      refused with the valid ones. A family (``name:*``) may give an import string of a function
-      ``f(variant) -> dict``, read only when a run uses it.
-    - ``clock``: how a step maps to the forgetting clocks. ``"heavy-ball"`` (the default):
-      effective step ``lr * (1 - dampening) / (1 - momentum)`` from ``--lr``, ``--momentum`` and
-      the ``dampening`` option, for momentum that sums gradients (torch SGD); ``"lr"``: the step
-      is ``lr``, for momentum that averages them (Adam, Lion, Muon) or none. The clocks count
-      the declaration (``testing.check_optimizer`` checks the built optimizer agrees); a family
-      may give an import string of ``f(variant) -> str``. The run logs it as ``clock_convention``.
+    """Register optimizers (``--opt``): factories following ``initmem_core.contracts.OptimizerFactory``,
+    with their ``defaults`` and ``clock`` declared as ``register`` keywords
+    (``initmem_core.contracts.OptimizerInfo``).
 
     Example::
 
@@ -82,10 +66,9 @@ def initmem_register_optimizers(register: Register) -> None:
 
 @hookspec
 def initmem_register_initializers(register: Register) -> None:
-    """Register initializers (``--init``): where sigma_w enters a run, through factories following
-    ``initmem_core.contracts.InitializerFactory``. They must be *paired*: ``generator`` is seeded
-    from the run seed, identical at every sigma, so that sigma is the only thing that changes
-    across a sweep.
+    """Register initializers (``--init``), where sigma_w enters a run: factories following
+    ``initmem_core.contracts.InitializerFactory``, *paired* so that sigma is the only thing that
+    changes across a sweep.
 
     Example::
 
@@ -98,9 +81,7 @@ def initmem_register_initializers(register: Register) -> None:
 @hookspec
 def initmem_register_regularizers(register: Register) -> None:
     """Register explicit regularizers (``--reg``, strength ``--l2``): factories following
-    ``initmem_core.contracts.RegularizerFactory``, returning a ``contracts.Regularizer``. Adding
-    the penalty's gradient after backward is cheaper than a second autograd graph and exactly the
-    same update; ``params`` and ``initial_params`` are matching lists of tensors.
+    ``initmem_core.contracts.RegularizerFactory``, returning a ``contracts.Regularizer``.
 
     Example::
 
@@ -112,19 +93,14 @@ def initmem_register_regularizers(register: Register) -> None:
 
 @hookspec
 def initmem_register_metrics(register: Register) -> None:
-    """Register metrics (``--metric``), computed at every evaluation point.
-
-    The factory is called as ``factory(config=...)`` with the run's ``RunConfig`` and returns an
-    object with ``compute(state) -> dict[str, float]``, called once at initialization (epoch 0)
-    and after every epoch with an ``EvalState`` (``model``, ``initial_params``, ``epoch``,
-    ``history``, ``config``, ``dataset``, ``device``, ``evaluate``), and/or
-    ``summarize(history) -> dict[str, float]``, called once at the end. Returned names become
-    MLflow metrics. Optional too:
+    """Register metrics (``--metric``): factories following ``initmem_core.contracts.MetricFactory``,
+    returning an object with ``compute(state)`` (``contracts.EpochMetric``: at initialization, epoch
+    0, and at every evaluation point) and/or ``summarize(history)`` (``contracts.SummaryMetric``:
+    once, at the end). Returned names become MLflow metrics. Optional too:
     ``artifacts() -> dict[str, str]``, text files logged with the run at its end (``weight-norms``
     writes ``layer_norms.csv``); ``take_selected(predictor)``, given the run's
-    ``SelectedPredictor`` (the best-validation checkpoint on the whole test split) once, before
-    ``summarize``; and, for a metric that accumulates across epochs,
-    ``state_dict()``/``load_state_dict(state)`` of plain data and tensors, saved in every
+    ``SelectedPredictor`` once, before ``summarize``; and, for a metric that accumulates across
+    epochs, ``state_dict()``/``load_state_dict(state)`` of plain data and tensors, saved in every
     checkpoint so that a resumed run continues it (without them, its attributes are saved when
     they are plain data). Keep large accumulations in tensors: they are packed into the
     checkpoint in one piece, where Python lists are pickled value by value at every epoch.
@@ -158,18 +134,13 @@ def initmem_register_datasets(register: Register) -> None:
 def initmem_register_claims(register: Register) -> None:
     """Register claims: statements a sweep's report decides (``initmem report``, a sweep's parent run).
 
-    The factory is the claim's evaluator, called as ``evaluate(sweep)`` with the sweep view
-    (``initmem_core.report.claim_groups.Sweep``) and returning a ``Finding``; the description is
-    the claim's statement. The core's helpers (``initmem_core.report.claims``) compare like with
-    like (``per_stratum``: the strata along ``axis``), turn debiased spreads into quantities claimed
-    above zero (``difference``, ``from_spread``) and apply the one verdict rule and the regime
-    checks (fit; the clock the mechanism needs). A claim that raises is reported as not evaluated
-    with its error; the other claims are unaffected. Keyword arguments of ``register``
-    (``initmem_core.contracts.ClaimInfo``): ``axis`` (the settings it compares), ``quantities``
-    (what it decides on, in words), ``margin``, ``clock`` and ``threshold`` (the clock its mechanism
-    needs, ``T_SGD``/``T_L2``/``T_adapt`` as ``clock_sgd``/``clock_l2``/``clock_adapt``, and the value
-    it must reach before the claim can be contradicted), ``source`` (the paper or note it tests).
-    The paper's claims are the built-in plugin ``claims`` (``INITMEM_LOAD_PLUGINS`` can leave it out).
+    The factory is the claim's evaluator (``initmem_core.contracts.ClaimEvaluator``: the sweep
+    view to a ``Finding``, written with ``initmem_core.report.claims``: ``per_stratum``,
+    ``difference``, the verdict rule and the regime checks) and the description its statement;
+    what it declares beside them are ``register`` keywords (``initmem_core.contracts.ClaimInfo``).
+    A claim that raises is reported as not evaluated with its error; the other claims are
+    unaffected. The paper's claims are the built-in plugin ``claims`` (``INITMEM_LOAD_PLUGINS``
+    can leave it out).
 
     Example::
 

@@ -1,14 +1,6 @@
-"""Names every layer shares, spelled here once and imported everywhere else. Imports nothing, so
-config, training, tracking, report and the CLI may all import it.
-
-A run's statuses (MLflow's), the keys of the tags initmem writes and reads on its runs and
-experiments, and the forgetting clocks.
-
-The forgetting clocks: what a run logs each clock as, its symbol in the paper, and the formula a
-plot's axis shows.
-
-eta is the effective step (eta/(1-beta) for heavy-ball momentum); lambda is every force that
-shrinks the weights (see ``initmem_core.training.clocks``).
+"""Names every layer shares, spelled here once: the forgetting clocks (``training.clocks``), the
+metrics, a run's statuses (MLflow's) and the keys of the tags initmem writes and reads. Imports
+nothing, so every layer and the CLI may import it.
 """
 
 from __future__ import annotations
@@ -54,14 +46,9 @@ INIT_DISTANCE, INIT_COSINE = "init_distance", "init_cosine"
 WEIGHT_NORMS = (WEIGHT_NORM, WEIGHT_NORM_RATIO, INIT_DISTANCE, INIT_COSINE)
 #: Every figure a run with the built-in metrics logs at every evaluation point, epoch 0 included.
 PER_EPOCH_METRICS = (TRAIN_LOSS, TRAIN_ACC, VAL_LOSS, VAL_ACC, TEST_LOSS, TEST_ACC, *WEIGHT_NORMS, *CLOCKS, LR)
-#: A run's summary (plugins/metrics/selection.py): the selected predictor, the checkpoint of the
-#: lowest validation loss over epochs >= 1 (its epoch, loss, test and clean training accuracy), and
-#: the last epoch's test accuracy; interpolation's epoch and repair gap, only when the run
-#: interpolated; and whether the selected predictor fit its training set (1 or 0: its training
-#: accuracy at or above the interpolation threshold), what every memory claim reads. The selected
-#: test accuracy is over the whole test split (``test_examples`` of them), also when
-#: ``--eval-size`` capped the per-epoch ``test_acc``: then ``best_val_test_acc_capped`` is the
-#: capped subset's figure at the same checkpoint.
+#: A run's summary (plugins/metrics/selection.py, training/selection.py): the selected predictor
+#: (the lowest validation loss over epochs >= 1) and the last epoch's test accuracy; interpolation's
+#: epoch and repair gap; whether the selected predictor fit its training set.
 BEST_VAL_EPOCH, BEST_VAL_LOSS = "best_val_epoch", "best_val_loss"
 BEST_VAL_TEST_ACC, FINAL_TEST_ACC = "best_val_test_acc", "final_test_acc"
 BEST_VAL_TRAIN_ACC = "best_val_train_acc"

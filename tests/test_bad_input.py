@@ -295,14 +295,14 @@ def fake_sweep(uri: str, name: str) -> str:
     from mlflow.tracking import MlflowClient
 
     from initmem_core.config import RunConfig
-    from initmem_core.tracking.cells import config_params
+    from initmem_core.training.plan import config_params
     from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG, SWEEP_TAG
 
     client = MlflowClient(uri)
     experiment = client.create_experiment("initmem")
     parent = client.create_run(experiment, tags={SWEEP_TAG: name, ROLE_TAG: "parent"}).info.run_id
     child = client.create_run(experiment, tags={PARENT_TAG: parent, "config_hash": RunConfig().config_hash()})
-    params = [Param(key, str(value)) for key, value in config_params(RunConfig()).items()]
+    params = [Param(key, str(value)) for key, value in config_params(RunConfig(), RunConfig().config_hash()).items()]
     client.log_batch(
         child.info.run_id,
         params=params[:100],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -78,10 +79,14 @@ def test_a_nan_loss_stops_the_run_at_the_next_step(tracking_uri):
 
 
 def test_a_non_finite_weight_stops_the_run_before_its_epoch_is_logged(tracking_uri):
-    result = runner.invoke(app, ["run", *ARGS, "--opt", "inf-bn-after-step-4", "--tracking-uri", tracking_uri])
+    args = ["run", *ARGS, "--opt", "inf-bn-after-step-4", "--tracking-uri", tracking_uri, "--json"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
     assert "diverged in epoch 1: a weight or BatchNorm statistic is not finite" in result.stderr
     assert "diverged=true" in result.stderr and "Traceback" not in result.output
     client, run = only_run(tracking_uri)
     assert run.info.status == "FAILED" and run.data.tags["diverged_epoch"] == "1"
+    # --json describes the run as stored: its hash is of the config with the optimizer's lr resolved
+    answer = json.loads(result.stdout)
+    assert answer["run_id"] == run.info.run_id and answer["config_hash"] == run.data.tags["config_hash"]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")] == [0]

@@ -5,6 +5,8 @@ rule that decides whether a knob is part of the config hash: a knob that changes
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
@@ -104,11 +106,12 @@ def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits
     values = {**TINY, "epochs": 3, "train_size": 512}
     del values["tracking"]
     plan = plan_run(initmem_core.RunConfig(**values), get_registry())
-    config = plan.config
     built = setup.build_setup(plan)
     loop.train(built, lambda metrics, step: None)
     _, fp32_acc, _ = loop.evaluate_correct(built, "test")
-    bf16 = setup.TrainingSetup(**{**vars(built), "config": config.replace(amp="bf16")})
+    bf16 = setup.TrainingSetup(
+        **{**vars(built), "plan": dataclasses.replace(plan, config=plan.config.replace(amp="bf16"))}
+    )
     _, bf16_acc, _ = loop.evaluate_correct(bf16, "test")
     assert 0.5 < fp32_acc  # a model that learnt something, so the comparison means something
     assert abs(bf16_acc - fp32_acc) <= 0.005

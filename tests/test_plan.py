@@ -79,3 +79,33 @@ def test_from_build_setup_the_config_enters_optimizer_options_and_horizons_at_mo
     assert path.entered("horizons") == 1  # resolve_until, once: the tracer sees the plan pass
     assert path.entered("optimizer_options") == 0  # the plan holds the settings already
     assert path.climbs == 0 and path.returns <= 1
+
+
+def test_a_run_derives_its_hash_params_and_checkpoint_folder_once(tmp_path, monkeypatch):
+    """The plan carries the config hash, the MLflow params and the checkpoint folder: the runner,
+    the checkpoint header and the lease read them from it, never from the config again."""
+    hashed = Counter()
+    config_hash = RunConfig.config_hash
+
+    def counted(self):
+        hashed[self] += 1
+        return config_hash(self)
+
+    monkeypatch.setattr(RunConfig, "config_hash", counted)
+    config = RunConfig(**{**SYNTHETIC, "checkpoint_every": 1}, batch_size=32, epochs=2, checkpoint_dir=str(tmp_path))
+    result = initmem_core.run(config, tracking=False, registry=load_registry(entry_points=False))
+    assert sum(hashed.values()) == 1
+    [folder] = tmp_path.iterdir()  # <checkpoint dir>/<config hash>/
+    assert folder.name == result.config_hash == config_hash(result.config)
+
+
+def test_the_plan_places_its_checkpoints_beside_the_store_or_in_the_folder_given(tmp_path):
+    registry = load_registry(entry_points=False)
+    every = {**SYNTHETIC, "checkpoint_every": 1}
+    plan = plan_run(RunConfig(**every), registry, f"sqlite:///{tmp_path}/mlflow.db")
+    assert plan.checkpoints == tmp_path / "initmem-checkpoints" / plan.config_hash
+    assert plan.params["config_hash"] == plan.config_hash and plan.params["clock_convention"].startswith("heavy-ball")
+    assert plan_run(RunConfig(**every), registry).checkpoints is None  # no store, no --checkpoint-dir
+    given = plan_run(RunConfig(**every, checkpoint_dir=str(tmp_path / "c")), registry)
+    assert given.checkpoints == tmp_path / "c" / given.config_hash
+    assert plan_run(RunConfig(**SYNTHETIC), registry, "sqlite:///x.db").checkpoints is None  # --checkpoint-every 0

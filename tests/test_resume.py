@@ -173,7 +173,8 @@ def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(
     assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000002-s000000.pt", newest.name]  # two kept
     _, [run] = store_runs(tracking_uri)
     assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == signum.name
-    point = find_resumable(CONFIG_HASH, folder.parent)
+    assert folder.name == CONFIG_HASH
+    point = find_resumable(folder)
     assert (point.run_id, point.epoch, point.step) == (run.info.run_id, 2, 5)
 
     if damage:

@@ -84,9 +84,11 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
 
 
 def test_a_run_logs_its_table_columns_as_tags_with_the_text_of_its_params():
-    from initmem_core.tracking.cells import config_params, table_tags
+    from initmem_core.tracking.cells import table_tags
+    from initmem_core.training.plan import config_params
 
-    params = config_params(RunConfig(opt="sgd", lr=0.05, sigma=2.0, seed=3))
+    config = RunConfig(opt="sgd", lr=0.05, sigma=2.0, seed=3)
+    params = config_params(config, config.config_hash())
     assert table_tags(params) == {"sigma": "2.0", "seed": "3", "lr": "0.05"}
 
 

@@ -27,7 +27,13 @@ START = (
 END = "<!-- hook-reference:end -->"
 
 #: The records factories receive or return, documented next to the hooks.
-RECORDS = (contracts.EvalState, contracts.SelectedPredictor, contracts.DatasetBundle, contracts.ClaimInfo)
+RECORDS = (
+    contracts.EvalState,
+    contracts.SelectedPredictor,
+    contracts.DatasetBundle,
+    contracts.OptimizerInfo,
+    contracts.ClaimInfo,
+)
 #: The protocols an object a factory returns follows.
 RETURNED = (
     contracts.Regularizer,

@@ -34,14 +34,14 @@ from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.sweep.identity import GridIdentity
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, config_params, table_tags
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, table_tags
 from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.sweep_runs import StoredRun, SweepRuns
 from initmem_core.tracking.system_metrics import require_psutil
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.training.horizons import plan_horizons
+from initmem_core.training.plan import RunPlan, config_params
 from initmem_core.training.resume import find_resumable
-from initmem_core.training.runner import checkpoint_root
 from initmem_core.vocabulary import (
     CELLS_FAILED_TAG,
     CELLS_TAG,
@@ -137,40 +137,41 @@ class _Sweep:
         adds params it lacks (MLflow never changes a logged param); the grid of every launch
         is in ``sweep.json`` and the tag ``initmem.varying``; the digest of every grid admitted
         (``sweep.identity``) in the tag ``initmem.grid``."""
-        self.names = {config.config_hash(): name for config, name in zip(plan.cells, plan.names)}
+        self.names = {cell.config_hash: name for cell, name in zip(plan.plans, plan.names)}
         held = self.runs.parent_params()
         identity = self.identity or GridIdentity.of(plan.cells)
         self.runs.add_parent_params({k: v for k, v in identity.values.items() if k not in held})
         self.runs.set_parent_tags({GRID_TAG: identity.tag_value(self.runs.parent_tags())})
 
     def earlier_runs(
-        self, configs: list[RunConfig], retry_failed: bool = False
+        self, cells: list[CellOutcome], plans: Mapping[str, RunPlan], retry_failed: bool = False
     ) -> tuple[dict[str, StoredRun], dict[str, str]]:
         """From earlier launches: (config hash -> run) of the children whose cell is done, FINISHED
         or diverged (a divergence is a result, not a fault: ``retry_failed`` runs it again), and
         (config hash -> run id) of those left KILLED or RUNNING (a Ctrl-C, a machine that died)
-        whose newest checkpoint belongs to them, so a relaunch continues them in the same run."""
-        by_hash = {config.config_hash(): config for config in configs}
+        whose newest checkpoint belongs to them, so a relaunch continues them in the same run.
+        ``plans``: each cell's plan at this store, by config hash (its checkpoint folder)."""
+        by_hash = {cell.config_hash: cell.config for cell in cells}
         finished: dict[str, StoredRun] = {}
         resumable: dict[str, str] = {}
         restartable: dict[str, str] = {}
         for run in self.runs.children():
-            config = by_hash.get(run.tags.get(CONFIG_HASH_TAG, ""))
+            key = run.tags.get(CONFIG_HASH_TAG, "")
+            config = by_hash.get(key)
             if config is None:
                 continue
             diverged = run.status == FAILED and run.tags.get(DIVERGED_TAG) == "true"
             if run.status == FINISHED or (diverged and not retry_failed):
                 self._same_threads(run, config)
-                if finished.get(config.config_hash()) is None or run.status == FINISHED:
-                    finished[config.config_hash()] = run
+                if finished.get(key) is None or run.status == FINISHED:
+                    finished[key] = run
             elif run.status in (KILLED, RUNNING):
-                root = checkpoint_root(config, self.uri)
-                point = find_resumable(config.config_hash(), root) if root else None
+                point = find_resumable(plans[key].checkpoints)
                 if point is not None and point.run_id == run.run_id:
                     self._same_threads(run, config)
-                    resumable[config.config_hash()] = run.run_id
+                    resumable[key] = run.run_id
                 else:  # stopped before its first checkpoint: start over, in that run, not a second one
-                    restartable.setdefault(config.config_hash(), run.run_id)
+                    restartable.setdefault(key, run.run_id)
         resumable = {**restartable, **resumable}
         self.restarted = {run_id for h, run_id in restartable.items() if resumable[h] == run_id}
         return finished, {h: r for h, r in resumable.items() if h not in finished}
@@ -188,17 +189,17 @@ class _Sweep:
     def submit(self, cell: CellOutcome, scheduled: bool = False) -> Job:
         config = cell.config
         restart = cell.run_id in self.restarted  # its earlier launch died before a checkpoint
-        params = config_params(config)
+        params = config_params(config, cell.config_hash)  # the config as pinned for this executor
         if restart:
             cell.resume = False
         elif not cell.resume:  # a resumed cell reopens its run when it restores its checkpoint
             cell.run_id = self.runs.create_child(
-                self.run_name(config),
+                self.run_name(cell),
                 {
                     PARENT_TAG: self.parent_id,
                     SWEEP_TAG: self.name,
                     GROUP_TAG: cell.group,
-                    CONFIG_HASH_TAG: config.config_hash(),
+                    CONFIG_HASH_TAG: cell.config_hash,
                     **table_tags(params),  # the values its row in the runs table shows
                 },
             )
@@ -208,11 +209,11 @@ class _Sweep:
         if restart:
             writer.resume_run(cell.run_id)  # RUNNING again; steps it holds are not written twice
         if not cell.resume:
-            writer.start_run(self.run_name(config), params, {})
+            writer.start_run(self.run_name(cell), params, {})
         return Job(cell, writer, self.progress.cell_started(cell.run_id, cell.label))
 
-    def run_name(self, config: RunConfig) -> str:
-        return self.names.get(config.config_hash()) or config.run_name()
+    def run_name(self, cell: CellOutcome) -> str:
+        return self.names.get(cell.config_hash) or cell.config.run_name()
 
     def close(self, job: Job, error: str = "") -> None:
         if error:
@@ -272,12 +273,12 @@ def _warm_up_drawing() -> None:
         pass
 
 
-def _check_where_it_writes(plan: SweepPlan, executor: Executor, uri: str) -> None:
+def _check_where_it_writes(out: Path, plans: Iterable[RunPlan], executor: Executor) -> None:
     """Every folder the sweep will write to, before its first cell: a bad one fails in one
     line, not once every cell has trained."""
-    check_writable_folder(plan.out, "--out")
+    check_writable_folder(out, "--out")
     if not executor.remote:  # remote cells write their checkpoints on their own machines
-        for root in {root for config in plan.cells if (root := checkpoint_root(config, uri)) is not None}:
+        for root in {plan.checkpoints.parent for plan in plans if plan.checkpoints is not None}:
             check_writable_folder(root, "--checkpoint-dir")
 
 
@@ -299,26 +300,18 @@ def run_sweep(
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
 
-    ``spec``: a ``SweepPlan`` (``plan_sweep``, which the CLI prints before it runs), a
-    ``SweepSpec``, a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML
-    sweep file. Every cell is validated before anything is tracked (``ConfigError`` otherwise).
-    With ``workers > 1`` cells run in that many spawned processes: plugins then come from the
-    installed entry points, not from a registry set in this process, and a script that calls
-    this needs the usual ``if __name__ == "__main__":`` guard of multiprocessing.
+    ``spec``: a ``SweepPlan`` (``plan_sweep``), a ``SweepSpec``, a mapping of field -> values
+    (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file; every cell is validated before
+    anything is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come
+    from the installed entry points, and a calling script needs the usual
+    ``if __name__ == "__main__":`` guard. ``executor``: ``"local"``, ``"ray"`` or ``"slurm"``, or
+    one built with its options (``make_executor``); Ray and Slurm workers write to the store
+    themselves, so it must be a server.
 
-    ``executor``: ``"local"`` (with ``workers``), ``"ray"`` or ``"slurm"`` with their defaults, or
-    an executor built with its options (``make_executor("ray", address="auto", gpus_per_cell=0.5)``).
-    Ray and Slurm workers write to the tracking store themselves: it must be a server.
-
-    A cell that diverged in an earlier launch is final, like a finished one; ``retry_failed``
-    runs it again (cells that failed otherwise, a crash, run again on every launch).
-
-    ``system_metrics``: MLflow's system metrics of this machine on the parent run while the sweep
-    runs (``tracking.system_metrics``).
-
-    A sweep's name is bound to its grid (``sweep.identity``): relaunching a name with the same
-    cells resumes it; with other cells it is refused (``ConfigError``, nothing written) unless
-    ``extend``, which adds them to the sweep.
+    A cell that diverged in an earlier launch is final, like a finished one, unless
+    ``retry_failed`` (cells that failed otherwise run again on every launch). ``system_metrics``:
+    MLflow's system metrics of this machine on the parent run. A sweep's name is bound to its
+    grid (``sweep.identity``): a relaunch with other cells is refused unless ``extend``.
     """
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
@@ -337,17 +330,21 @@ def run_sweep(
     if system_metrics:
         require_psutil()
     check_store(executor, uri)
-    _check_where_it_writes(plan, executor, uri)
+    placed = {cell.config_hash: cell.at(uri) for cell in plan.plans}  # each cell's checkpoint folder
+    _check_where_it_writes(plan.out, placed.values(), executor)
     progress = progress or NoSweepProgress()
     executor.start()  # workers import torch while the store opens
     try:
-        return _launch(plan, executor, uri, experiment, progress, registry, retry_failed, system_metrics, extend)
+        return _launch(
+            plan, placed, executor, uri, experiment, progress, registry, retry_failed, system_metrics, extend
+        )
     finally:
         executor.stop()  # workers no cell needed (every cell was done)
 
 
 def _launch(
     plan: SweepPlan,
+    placed: Mapping[str, RunPlan],
     executor: Executor,
     uri: str,
     experiment: str,
@@ -359,47 +356,34 @@ def _launch(
 ) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry, GridIdentity.of(plan.cells), extend)
     sweep.describe(plan)
-    configs = [executor.pin(config) for config in plan.cells]
+    # Each cell as this executor pins it (its threads: not hashed), under its plan's hash.
+    pinned = [
+        CellOutcome(executor.pin(config), key, PENDING, "", config_hash=cell.config_hash)
+        for config, key, cell in zip(plan.cells, plan.groups, plan.plans)
+    ]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
     leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
-    owned_elsewhere = {
-        config.config_hash() for config in configs if leases is not None and not leases.take(config.config_hash())
-    }
+    owned_elsewhere = {cell.config_hash for cell in pinned if leases is not None and not leases.take(cell.config_hash)}
     try:
-        finished, resumable = sweep.earlier_runs(configs, retry_failed)
+        finished, resumable = sweep.earlier_runs(pinned, placed, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
         before = sweep.runs.status_before
         sweep.runs.end(before if before in ENDED else FAILED)
         if leases is not None:
             leases.release()
         raise
-    cells = []
-    for config, key in zip(configs, plan.groups):
-        earlier, interrupted = finished.get(config.config_hash()), resumable.get(config.config_hash())
-        if config.config_hash() in owned_elsewhere and earlier is None:
-            cells.append(
-                CellOutcome(
-                    config,
-                    key,
-                    RUNNING,
-                    interrupted or "",
-                    "running in another live sweep process; relaunch once it has ended",
-                    skipped=True,
-                )
-            )
+    for cell in pinned:
+        earlier, interrupted = finished.get(cell.config_hash), resumable.get(cell.config_hash)
+        cell.run_id = interrupted or ""
+        if cell.config_hash in owned_elsewhere and earlier is None:
+            cell.status, cell.skipped = RUNNING, True
+            cell.error = "running in another live sweep process; relaunch once it has ended"
         elif earlier is not None:
-            cells.append(
-                CellOutcome(
-                    config,
-                    key,
-                    earlier.status,
-                    earlier.run_id,
-                    earlier.tags.get(FAILURE_REASON_TAG, ""),
-                    skipped=True,
-                )
-            )
+            cell.status, cell.run_id, cell.skipped = earlier.status, earlier.run_id, True
+            cell.error = earlier.tags.get(FAILURE_REASON_TAG, "")
         else:
-            cells.append(CellOutcome(config, key, PENDING, interrupted or "", resume=bool(interrupted)))
+            cell.resume = bool(interrupted)
+    cells = pinned
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
     status = FAILED

@@ -1,15 +1,11 @@
 """How a sweep cell's run and progress reach the tracking store and the sweep's display.
 
-The sweep creates each child run itself, before the cell is handed to an executor, so it knows
-the real run id and can end the cell FAILED whatever happens to it; it holds a
-``ChildRunWriter`` on that run. Then one of two routes:
-
-- **Through the sweep process** (local workers): a worker gets a ``QueueTracker`` and a
-  ``QueueProgress``; every call travels through one queue to the sweep process, which replays it
-  into the ``ChildRunWriter``. Workers never open the store, so N workers on one SQLite file
-  cannot lose a row or die on a locked database.
-- **Straight to a server** (Ray, Slurm): a worker on another machine writes into the same child
-  run with a ``ServerCellWriter``; only progress events travel back to the sweep.
+The sweep creates each child run itself, before the cell is handed to an executor, so it can end
+the cell FAILED whatever happens to it; it holds a ``ChildRunWriter`` on that run. Then either a
+local worker's ``QueueTracker`` and ``QueueProgress`` send every call through one queue to the
+sweep process, which replays it there (workers never open the store, so N workers on one SQLite
+file cannot lose a row or die on a locked database), or a remote worker (Ray, Slurm) writes into
+the same child run with a ``ServerCellWriter`` and only progress travels back.
 """
 
 from __future__ import annotations
@@ -19,15 +15,14 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from initmem_core.config import RunConfig
 from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
 from initmem_core.tracking.writing import log_in_batches
 from initmem_core.vocabulary import (
     ATTEMPTS_TAG,
-    CONFIG_HASH_TAG,
     ENDED,
     FAILED,
     FAILURE_REASON_TAG,
@@ -82,22 +77,14 @@ def quiet_run_links() -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
-def config_params(config: RunConfig) -> dict[str, Any]:
-    """The config as every run logs it (``training.runner.run_params`` starts from it). Logged when a
-    sweep's child is created too, so even a cell that fails before ``run`` logs anything (or is
-    still running) carries its config."""
-    # List fields comma-joined (read back by config.coerce, which splits --opt-arg before key=).
-    values = {key: ",".join(value) if isinstance(value, list) else value for key, value in config.to_dict().items()}
-    return {**values, CONFIG_HASH_TAG: config.config_hash()}
-
-
 #: The config fields a run also logs as tags, for the MLflow runs table (``ui_view``): those a
 #: sweep's group label leaves out (sigma, seed), and the rate.
 TABLE_FIELDS = ("sigma", "seed", "lr")
 
 
-def table_tags(params: dict[str, Any]) -> dict[str, str]:
-    """``TABLE_FIELDS`` of ``params`` (``config_params``) as tags, each the very text of its param."""
+def table_tags(params: Mapping[str, Any]) -> dict[str, str]:
+    """``TABLE_FIELDS`` of a run's params as tags, each the very text of its param (a tag "2"
+    beside a param "2.0" would read as two values)."""
     return {key: str(params[key]) for key in TABLE_FIELDS if key in params}
 
 

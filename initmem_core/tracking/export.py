@@ -38,6 +38,7 @@ from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
 from initmem_core.tracking.correct_sets import packed, unpacked
+from initmem_core.tracking.provenance import installed_version
 from initmem_core.tracking.records import (
     CellRecord,
     child_runs,
@@ -107,22 +108,13 @@ def export_sweep(name_or_parent_run_id: str, tracking_uri: str | None = None, ex
         started_ms=min((r.info.start_time for r in ended), default=0) or 0,
         ended_ms=max((r.info.end_time for r in ended), default=0) or 0,
         exported_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        initmem_version=_version(),
+        initmem_version=installed_version("initmem", ""),
     )
 
 
 #: MLflow's own tags an export keeps: which code made the sweep (a confirmatory export must show it
 #: ran from the commit that froze docs/PREREGISTRATION.md). The rest are MLflow's bookkeeping.
 KEPT_MLFLOW_TAGS = ("mlflow.source.git.commit", "mlflow.source.name")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("initmem")
-    except PackageNotFoundError:
-        return ""
 
 
 # -- a SweepExport to and from JSON -------------------------------------------------------------

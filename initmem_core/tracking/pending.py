@@ -141,6 +141,31 @@ def discard_copy(path: Path) -> None:
             return
 
 
+def keep_for_sync(
+    pending: PendingWrites, folder: Path, run_id: str, uri: str, not_kept: list[str], sync_when: str
+) -> tuple[str, Path | None]:
+    """Spill what the store did not take into ``folder`` for ``initmem sync``; returns what the
+    run's ``unsynced`` says (empty: nothing waits) and the file written (``None``: none). What the
+    folder refuses too joins ``not_kept`` (what is lost), which the message then names."""
+    unsynced, path = "", None
+    if pending:
+        count = pending.count()
+        ended = ", its end included" if pending.status else ""
+        try:
+            path = spill(pending, folder, run_id, uri)
+        except OSError as error:
+            not_kept.insert(0, f"{count} write(s){ended} ({error.strerror or error})")
+        else:
+            unsynced = f"{count} write(s){ended} wait in {path}: run `initmem sync --tracking-uri {uri}` {sync_when}"
+    if not_kept:
+        kept = f"; {unsynced}" if unsynced else ""
+        unsynced = (
+            f"tracking store {uri} and {folder} both refused {', '.join(not_kept)}: "
+            f"not recorded, and the store shows the run RUNNING{kept}"
+        )
+    return unsynced, path
+
+
 def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) -> Path:
     """Append what is still pending to ``<folder>/<run_id>.jsonl`` (written whole, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)

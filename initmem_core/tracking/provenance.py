@@ -66,7 +66,7 @@ def _source_tags(source_name: str, folder: str) -> tuple[tuple[str, str], ...]:
     tags = {key: str(value) for key, value in DefaultRunContext().tags().items()}  # user, source type
     tags[MLFLOW_SOURCE_NAME] = source_name
     tags.update(_git_tags(folder))
-    tags[INITMEM_VERSION_TAG] = _version("initmem")
+    tags[INITMEM_VERSION_TAG] = installed_version("initmem")
     return tuple(tags.items())
 
 
@@ -76,11 +76,12 @@ def source_tags(source_name: str | None = None, folder: str | Path | None = None
     return dict(_source_tags(source_name or command_source(), str(Path(folder or Path.cwd()).resolve())))
 
 
-def _version(distribution: str) -> str:
+def installed_version(distribution: str, missing: str = "unknown") -> str:
+    """The installed version of ``distribution``, or ``missing`` when it is not installed."""
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
-        return "unknown"
+        return missing
 
 
 @functools.cache

@@ -5,11 +5,8 @@ sweeps and threads cannot cross wires). Writes are batched: metrics, tags and te
 memory and go to the store at most every ``flush_every_s`` seconds (and whenever the run ends),
 since each write is a database transaction that costs as much as a short epoch. A run killed
 outright loses nothing by it: its checkpoint holds every epoch's metrics up to that checkpoint,
-and a resume logs the ones the store lacks. A store that stops answering mid-run does not stop
-training: what could not be written waits in memory and is retried with backoff at the next
-logging point; a run that ends before the store is back leaves it in a local file for
-``initmem sync`` (see ``pending`` and ``sync``). ``MemoryTracker`` keeps everything in memory: unit tests
-and ``tracking=False`` runs use it.
+and a resume logs the ones the store lacks. ``MemoryTracker`` keeps everything in memory: unit
+tests and ``tracking=False`` runs use it.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from typing import Any, Protocol
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.client import ensure_experiment, error_line, fail_fast_http, open_client, store_must_answer
 from initmem_core.tracking.login import PASSWORD_ENV, USERNAME_ENV, login_must_be_taken, refusal
-from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, spill, unsynced_folder
+from initmem_core.tracking.pending import Backoff, PendingWrites, keep_copy, keep_for_sync, unsynced_folder
 from initmem_core.tracking.provenance import REQUIREMENTS_ARTIFACT, requirements_text, source_tags
 from initmem_core.tracking.sqlite_store import wait_while_database_locked
 from initmem_core.tracking.system_metrics import SystemMetrics
@@ -181,8 +178,9 @@ class MlflowTracker(TrackerDefaults):
     """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
 
     Starting or reopening a run must succeed (it is how a bad store is reported before anything
-    trains). After that every write goes through ``pending``: a failing store is retried at later
-    logging points, backing off, and ``end_run`` leaves whatever it still refuses in a local file.
+    trains). After that a store that stops answering does not stop training: every write goes
+    through ``pending``, retried at later logging points, backing off, and ``end_run`` leaves
+    whatever the store still refuses in a local file for ``initmem sync``.
     """
 
     uri: str
@@ -336,35 +334,21 @@ class MlflowTracker(TrackerDefaults):
         file cannot be written either, ``lost`` is set and ``unsynced`` says what was not recorded
         (the run's checkpoint still holds its figures: a resume records them)."""
         self.flush(force=True)
+        if not (self.pending or self._not_kept):
+            return
         folder = unsynced_folder(store_folder(self.uri))
-        if self.pending:
-            count = self.pending.count()
-            ended = ", its end included" if self.pending.status else ""
-            try:
-                path = spill(self.pending, folder, self._started(), self.uri)
-            except OSError as error:
-                self._not_kept.insert(0, f"{count} write(s){ended} ({_reason(error)})")
-            else:
-                self.unsynced = (
-                    f"{count} write(s){ended} wait in {path}: "
-                    f"run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}"
-                )
-                warnings.warn(
-                    f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
-                    f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` "
-                    f"{self._sync_when()}",
-                    RunWarning,
-                    stacklevel=3,
-                )
-            self.pending = PendingWrites()
-        if self._not_kept:
-            self.lost = True
-            kept = f"; {self.unsynced}" if self.unsynced else ""
-            self.unsynced = (
-                f"tracking store {self.uri} and {folder} both refused {', '.join(self._not_kept)}: "
-                f"not recorded, and the store shows the run RUNNING{kept}"
+        run_id = self.run_id or ""
+        self.unsynced, path = keep_for_sync(self.pending, folder, run_id, self.uri, self._not_kept, self._sync_when())
+        if path is not None:
+            warnings.warn(
+                f"tracking store {self.uri} did not take everything run {self.run_id} logged; "
+                f"it is kept in {path}: run `initmem sync --tracking-uri {self.uri}` {self._sync_when()}",
+                RunWarning,
+                stacklevel=3,
             )
-            self._not_kept = []
+        self.pending = PendingWrites()
+        self.lost = self.lost or bool(self._not_kept)
+        self._not_kept = []
 
     def flush(self, force: bool = False) -> None:
         """Write what is pending if ``flush_every_s`` has passed since the last write and the

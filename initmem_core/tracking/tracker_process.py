@@ -46,7 +46,7 @@ from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.tracking.client import error_line
-from initmem_core.tracking.pending import PendingWrites, keep_copy, spill, unsynced_folder
+from initmem_core.tracking.pending import PendingWrites, keep_copy, keep_for_sync, unsynced_folder
 from initmem_core.tracking.provenance import command_source
 from initmem_core.tracking.sqlite_store import discard_store_being_created
 from initmem_core.tracking.tracker import FLUSH_EVERY_S, ForwardedCalls, MlflowTracker
@@ -291,25 +291,10 @@ class TrackerProcess(ForwardedCalls):
             pending.files.append(args)
         elif call == "end_run":
             pending.status = None if self._not_kept else (args[0], when)  # as MlflowTracker.end_run
-            count = pending.count()
-            ended = ", its end included" if pending.status else ""
             self._orphaned = PendingWrites()
-            try:
-                path = spill(pending, folder, self.run_id or "", self.uri)
-            except OSError as error:
-                self._not_kept.insert(0, f"{count} write(s){ended} ({error.strerror or error})")
-            else:
-                kept = (
-                    f"{count} write(s){ended} wait in {path}: "
-                    f"run `initmem sync --tracking-uri {self.uri}` once the store answers"
-                )
-                if not self._not_kept:
-                    return {"unsynced": kept, "lost": False}
-            return {
-                "unsynced": f"{folder} refused {', '.join(self._not_kept)}: not recorded, and the store "
-                "shows the run RUNNING",
-                "lost": True,
-            }
+            run_id, waits = self.run_id or "", "once the store answers"
+            unsynced, _ = keep_for_sync(pending, folder, run_id, self.uri, self._not_kept, waits)
+            return {"unsynced": unsynced, "lost": bool(self._not_kept)}
         elif call in ("start_run", "resume_run"):
             raise ConfigError(
                 f"the tracking helper process ended before run {self.run_id} was opened; run the command again"

@@ -27,9 +27,9 @@ NAME = re.compile(r"ckpt-e(\d{6})-s(\d{6})\.pt")  # epochs done, steps into the 
 REQUIRED = ("format", "config", "config_hash", "run_id", "epoch", "step", "model", "optimizer", "scheduler")
 
 
-def header(config: RunConfig, run_id: str | None) -> dict[str, Any]:
-    """What identifies a checkpoint: ours, of which config, of which tracked run."""
-    return {"format": FORMAT, "config": config.to_dict(), "config_hash": config.config_hash(), "run_id": run_id}
+def header(config: RunConfig, config_hash: str, run_id: str | None) -> dict[str, Any]:
+    """What identifies a checkpoint: ours, of which config (and its hash), of which tracked run."""
+    return {"format": FORMAT, "config": config.to_dict(), "config_hash": config_hash, "run_id": run_id}
 
 
 class UnusableCheckpoint(Exception):

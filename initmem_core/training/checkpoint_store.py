@@ -7,10 +7,9 @@ file is encoded, written, synced and renamed on a background thread while traini
 One write is in flight at most; ``wait()`` blocks until it is on disk and raises what went wrong
 with it (a full disk, say).
 
-A run's checkpoints live in ``<root>/<config hash>/`` (root: ``--checkpoint-dir``, else
-``initmem-checkpoints`` beside the SQLite database or in the current folder). A file is written
-to a temporary name, flushed to disk and renamed over, so a crash leaves either the old file or
-the new one. A file that still cannot be read (truncated by a disk that lied, corrupted, or not
+A run's checkpoints live in its plan's folder (``training.plan.checkpoint_folder``). A file is
+written to a temporary name, flushed to disk and renamed over, so a crash leaves either the old
+file or the new one. A file that still cannot be read (truncated by a disk that lied, corrupted, or not
 ours) is skipped, with a warning, for the one before it (``CheckpointStore.latest``).
 
 torch is imported where it is used: a sweep process finds and names checkpoints without it.

@@ -7,15 +7,11 @@ force that shrinks the weights:
 - ``T_L2    = lambda * sum_k eta_k`` explicit norm decay
 - ``T_adapt = sum_k eta_k``          adaptive preconditioning
 
-Conventions (an optimizer plugin declares one with ``register(..., clock=...)``; logged as the
-run's ``clock_convention`` param):
-
-- ``heavy-ball`` (the default for a plugin that declares none): ``eta = lr * (1 - dampening) /
-  (1 - momentum)``, from the run's plan (``training.plan.StepRule``; ``effective_step`` reads a
-  param group the same way, for ``testing.check_optimizer``). Backward-error analysis of
-  heavy-ball and Nesterov momentum beta gives a gradient flow with step ``lr / (1 - beta)``.
-- ``lr``: ``eta = lr``, for optimizers whose momentum is an average (Adam's, Lion's, Muon's EMA)
-  or that have none.
+eta follows the optimizer's declared convention (``contracts.OptimizerInfo``: ``heavy-ball``,
+``lr * (1 - dampening) / (1 - momentum)``, since backward-error analysis of heavy-ball and
+Nesterov momentum beta gives a gradient flow with step ``lr / (1 - beta)``; or ``lr``), through
+the run's ``training.plan.StepRule``; ``effective_step`` reads a param group the same way, for
+``testing.check_optimizer``.
 
 lambda = the coupled ``--l2`` coefficient (when its regularizer is built) + ``--weight-decay``,
 coupled or decoupled: a decoupled step ``W <- (1 - lr*lambda) W`` shrinks by the same lambda*eta.

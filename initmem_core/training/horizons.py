@@ -1,29 +1,18 @@
 """Horizons set by a clock: ``--until clock_l2=2.0`` trains the fewest epochs whose final T_L2 reaches 2.0.
 
-The clocks a run logs (``training.clocks``) are sums over its optimizer steps of the effective step
-``eta_k = effective_step(lr * lr_multiplier(k))`` (``training.schedules``): ``T_SGD = sum eta_k^2 / b_k``,
-``T_L2 = lambda * sum eta_k``, ``T_adapt = sum eta_k``. Everything they depend on is known once the
-training set's size is: the schedule (whose cosine spans the whole run, so the number of epochs
-changes every step's rate), the peak rate, the optimizer's clock convention and momentum
-(heavy-ball SGD counts ``lr / (1 - momentum)``), lambda (``--l2`` + ``--weight-decay``), the batch
-size and the batches of an epoch (``ceil(n / b)``, the last one smaller when ``b`` does not divide
-``n``: the training loader keeps it).
+The clocks (``training.clocks``) are known once the training set's size is: they follow from the
+schedule (a cosine spans the whole run, so the number of epochs changes every step's rate), the
+plan's ``StepRule`` and the batches of an epoch (``ceil(n / b)``, the last one smaller).
+``final_clocks`` replays them step by step with the very calls the training loop makes, in the
+same order, so its clocks are bit-identical to the ones the run logs. ``epochs_until`` searches
+the fewest epochs whose final clock reaches the target (each clock grows with the number of
+epochs under every schedule); a clock within ``TOLERANCE`` (relative) below its target has
+reached it, since a float sum of equal steps can land one rounding short.
 
-``final_clocks`` replays those sums step by step with the very functions the training loop calls
-(``lr_multiplier``, ``effective_step``, ``ForgettingClocks.tick``), in the same order, so the clocks
-it returns are bit-identical to the ones the run logs. ``epochs_until`` searches the fewest epochs
-whose final clock reaches the target: each clock grows with the number of epochs, under every
-schedule (a longer cosine decays more slowly), so doubling, then interpolating and bisecting, finds it; for
-``constant`` and ``step`` schedules a step's rate does not depend on the run's length, and one pass
-suffices. A clock within ``TOLERANCE`` (relative) below its target has reached it: a float sum of
-equal steps can land one rounding short of the exact value.
-
-The step rule a run follows is its plan's (``training.plan.RunPlan.rule``, derived once from the
-config and the optimizer's declarations). ``resolve_until`` applies ``--until`` to a plan once the
-training set's size is known (the run's setup calls it before it builds the optimizer and the
-schedule); ``plan_horizons`` does it for a sweep's cells before anything runs (``initmem sweep
---dry-run`` prints it). Nothing here imports torch; ``training_set_size`` builds the dataset
-through its plugin, which may.
+``resolve_until`` applies ``--until`` to a plan once the training set's size is known (the
+setup calls it before it builds the optimizer and the schedule); ``plan_horizons`` does it for a
+sweep's cells before anything runs (``initmem sweep --dry-run``). Imports no torch;
+``training_set_size`` builds the dataset through its plugin, which may.
 """
 
 from __future__ import annotations
@@ -147,12 +136,10 @@ def epochs_until(
     """The fewest epochs (at most ``limit``) whose final ``clock`` reaches ``target`` under
     ``schedule`` (its own ``epochs`` is ignored), ``rule`` and an epoch of ``batches``.
 
-    ``constant`` and ``step``: one pass over the epochs (a step's rate does not depend on the run's
-    length). ``cosine``: the final clock grows with the run's length, so doubling from the
-    constant schedule's answer (a lower bound: cosine never exceeds 1), then interpolating and
-    bisecting, finds it.
-    At most ``max_steps`` steps are replayed; past that ``epochs`` is ``None`` with
-    ``searched_to`` the most epochs known to fall short.
+    ``constant`` and ``step``: one pass (a step's rate does not depend on the run's length).
+    ``cosine``: doubling from the constant schedule's answer (a lower bound: cosine never exceeds
+    1), then interpolating and bisecting. At most ``max_steps`` steps are replayed; past that
+    ``epochs`` is ``None`` with ``searched_to`` the most epochs known to fall short.
     """
     if clock not in UNTIL_CLOCKS:
         raise ValueError(f"unknown clock {clock!r}; valid clocks: {', '.join(UNTIL_CLOCKS)}")

@@ -88,26 +88,54 @@ def _stats(values: Sequence[float], channels: int, what: str, device: torch.devi
     return tensor.expand(channels).reshape(1, channels, 1, 1).clone()
 
 
-def _check_data(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> None:
-    if x.ndim != 4:
-        raise ValueError(f"images must be N x C x H x W, got shape {tuple(x.shape)}")
-    if len(x) != len(y):
-        raise ValueError(f"{len(x)} images but {len(y)} labels")
-    if int(batch_size) < 1:
-        raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
+class _Batches:
+    """What every loader shares: a split's images ``x`` and labels ``y``, checked, batched by
+    ``batch_size`` and normalised with ``mean``, ``std`` and ``pixel_scale``, held on ``device``
+    unless ``data_on_cpu``."""
 
+    data_on_cpu = False
 
-def _num_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    return n // batch_size if drop_last else math.ceil(n / batch_size)
+    def __init__(self, x, y, batch_size, mean, std, pixel_scale, device, drop_last):
+        if x.ndim != 4:
+            raise ValueError(f"images must be N x C x H x W, got shape {tuple(x.shape)}")
+        if len(x) != len(y):
+            raise ValueError(f"{len(x)} images but {len(y)} labels")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
+        self.device = torch.device(device)
+        held = torch.device("cpu") if self.data_on_cpu else self.device
+        self.x = x.to(held)  # the one transfer; keeps the dtype (uint8 stays uint8)
+        self.y = y.to(held, torch.int64)
+        self.batch_size, self.drop_last = int(batch_size), bool(drop_last)
+        self.pixel_scale = float(pixel_scale)
+        channels = int(x.shape[1])
+        self.mean = _stats(mean, channels, "mean", held)
+        self.std = _stats(std, channels, "std", held)
+
+    def __len__(self) -> int:
+        n = len(self.y)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.y)
 
 
 # -- training loaders ---------------------------------------------------------------------------
 
 
-class _TrainingLoader:
-    """What the training loaders share: resuming restores the state of their ``generator``."""
+class _TrainingLoader(_Batches):
+    """What the training loaders share: a seeded ``generator``, required when ``shuffle`` or
+    ``augment`` is on; resuming restores its state."""
 
-    generator: torch.Generator | None
+    def __init__(
+        self, x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
+    ):
+        super().__init__(x, y, batch_size, mean, std, pixel_scale, device, drop_last)
+        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
+        self.generator: torch.Generator | None = generator
+        if (self.shuffle or self.augment) and self.generator is None:
+            raise ValueError("a torch.Generator is required when shuffle or augment is on")
 
     def state_dict(self) -> dict[str, Any]:
         """What resuming needs: the generator's state (save it at an epoch boundary)."""
@@ -146,26 +174,9 @@ class DeviceLoader(_TrainingLoader):
         drop_last: bool = False,
         padding: int = DEFAULT_PADDING,
     ):
-        _check_data(x, y, batch_size)
-        if (shuffle or augment) and generator is None:
-            raise ValueError("a torch.Generator is required when shuffle or augment is on")
-        self.device = torch.device(device)
-        self.x = x.to(self.device)  # the one transfer; keeps the dtype (uint8 stays uint8)
-        self.y = y.to(self.device, torch.int64)
-        self.batch_size, self.drop_last = int(batch_size), bool(drop_last)
-        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
-        self.generator = generator
-        self.pixel_scale = float(pixel_scale)
-        channels = int(x.shape[1])
-        self.mean = _stats(mean, channels, "mean", self.device)
-        self.std = _stats(std, channels, "std", self.device)
-
-    def __len__(self) -> int:
-        return _num_batches(len(self.y), self.batch_size, self.drop_last)
-
-    @property
-    def num_examples(self) -> int:
-        return len(self.y)
+        super().__init__(
+            x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
+        )
 
     def __iter__(self) -> Iterator[Batch]:
         return self.epoch()
@@ -254,6 +265,8 @@ class TorchvisionLoader(_TrainingLoader):
     flip are drawn; the global RNG is not consumed.
     """
 
+    data_on_cpu = True  # each batch is moved to the device once transformed
+
     def __init__(
         self,
         x: torch.Tensor,
@@ -273,18 +286,10 @@ class TorchvisionLoader(_TrainingLoader):
     ):
         from torchvision.transforms import v2
 
-        _check_data(x, y, batch_size)
-        if (shuffle or augment) and generator is None:
-            raise ValueError("a torch.Generator is required when shuffle or augment is on")
-        self.device = torch.device(device)
-        self.x, self.y = x.cpu(), y.cpu().to(torch.int64)
-        self.batch_size, self.drop_last = int(batch_size), bool(drop_last)
-        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
-        self.generator = generator
-        self.pixel_scale = float(pixel_scale)
-        channels, height, width = (int(s) for s in x.shape[1:])
-        mean_values = _stats(mean, channels, "mean", torch.device("cpu")).flatten().tolist()
-        std_values = _stats(std, channels, "std", torch.device("cpu")).flatten().tolist()
+        super().__init__(
+            x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
+        )
+        height, width = (int(s) for s in x.shape[2:])
 
         steps: list[Any] = []
         if self.augment:
@@ -297,7 +302,7 @@ class TorchvisionLoader(_TrainingLoader):
         else:
             scale = 1.0 / self.pixel_scale
             steps.append(v2.Lambda(lambda image: image.to(torch.float32) * scale))
-        steps.append(v2.Normalize(mean=mean_values, std=std_values))
+        steps.append(v2.Normalize(mean=self.mean.flatten().tolist(), std=self.std.flatten().tolist()))
         self.transform = v2.Compose(steps)
 
         self.dataset = _TransformedTensors(self.x, self.y, self.transform, seeded=self.augment)
@@ -313,13 +318,6 @@ class TorchvisionLoader(_TrainingLoader):
             # ours nor the global one is consumed.
             generator=torch.Generator().manual_seed(0),
         )
-
-    def __len__(self) -> int:
-        return _num_batches(len(self.y), self.batch_size, self.drop_last)
-
-    @property
-    def num_examples(self) -> int:
-        return len(self.y)
 
     def __iter__(self) -> Iterator[Batch]:
         n = len(self.y)
@@ -340,7 +338,7 @@ class TorchvisionLoader(_TrainingLoader):
 # -- evaluation ----------------------------------------------------------------------------------
 
 
-class EvalLoader:
+class EvalLoader(_Batches):
     """Re-iterable, unshuffled, unaugmented batches of a device-resident split."""
 
     def __init__(
@@ -354,22 +352,7 @@ class EvalLoader:
         pixel_scale: float = 1.0,
         device: torch.device | str = "cpu",
     ):
-        _check_data(x, y, batch_size)
-        self.device = torch.device(device)
-        self.x = x.to(self.device)
-        self.y = y.to(self.device, torch.int64)
-        self.batch_size = int(batch_size)
-        self.pixel_scale = float(pixel_scale)
-        channels = int(x.shape[1])
-        self.mean = _stats(mean, channels, "mean", self.device)
-        self.std = _stats(std, channels, "std", self.device)
-
-    def __len__(self) -> int:
-        return _num_batches(len(self.y), self.batch_size, False)
-
-    @property
-    def num_examples(self) -> int:
-        return len(self.y)
+        super().__init__(x, y, batch_size, mean, std, pixel_scale, device, drop_last=False)
 
     def __iter__(self) -> Iterator[Batch]:
         for start in range(0, len(self.y), self.batch_size):

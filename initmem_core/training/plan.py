@@ -1,15 +1,12 @@
-"""A run's plan: everything a run derives from its config and the registry, worked out once.
+"""A run's plan: everything a run derives from its config, the registry and its store, worked out once.
 
-``plan_run(config, registry)`` checks the config (``config.validate``), looks each component it
-names up once (and the metrics every run computes), resolves the optimizer's settings (its
-declared ``lr`` and canonical ``--opt-arg``s, as ``optimizer_options.settle`` spells them),
-types its options and settles its clock convention and ``StepRule``: how a scheduled rate
-becomes the clocks' effective step. The setup, the runner and ``training.horizons`` read the
-``RunPlan``; none looks the config up in the registry again. ``--until``'s epochs need the
-training set's size: ``horizons.resolve_until(plan, n_train)`` returns the plan with them.
-The clocks count the plan's ``StepRule``, never what the built optimizer holds, so nothing is
-reconciled at run time.
-Imports no torch.
+``plan_run(config, registry, store_uri)`` checks the config (``config.validate``), looks each
+component it names up once (and the metrics every run computes), resolves the optimizer's
+settings (``optimizer_options.settle``), settles its clock convention and ``StepRule`` (how a
+scheduled rate becomes the clocks' effective step), and derives the config hash, the MLflow
+params and the checkpoint folder. The setup, the runner, the sweep and ``training.horizons``
+read the ``RunPlan``; none derives these again. ``--until``'s epochs need the training set's
+size: ``horizons.resolve_until(plan, n_train)`` returns the plan with them. Imports no torch.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -24,16 +22,17 @@ from initmem_core.config import RunConfig, validate
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
-from initmem_core.training.clocks import DEFAULT_CONVENTION, check_convention, effective_step
+from initmem_core.training.checkpoint_store import default_root
+from initmem_core.training.clocks import CONVENTIONS, DEFAULT_CONVENTION, check_convention, effective_step
+from initmem_core.vocabulary import CONFIG_HASH_TAG
 
 
 @dataclass(frozen=True)
 class StepRule:
     """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
-    it shrinks the weights. The one owner of that rule: the training loop ticks its clocks with
-    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and its
-    ``--until`` plan count alike by construction. It follows the optimizer's *declared* convention
-    and settings; ``testing.check_optimizer`` checks that a plugin builds what it declares."""
+    it shrinks the weights, as the optimizer declares them. The loop ticks its clocks with
+    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and
+    its ``--until`` plan count alike by construction."""
 
     lr: float  # the peak rate (the param group's initial lr)
     convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
@@ -59,11 +58,34 @@ class Component:
         return self.spec.build(self.variant, **kwargs)
 
 
+def config_params(config: RunConfig, config_hash: str) -> dict[str, Any]:
+    """The config as every run logs it, and as a sweep logs its cell's child run when it creates
+    it (so even a cell that fails before ``run`` logs anything carries its config). List fields
+    are comma-joined (``config.coerce`` reads them back), each ``--opt-arg`` is also its own param."""
+    values = {key: ",".join(value) if isinstance(value, list) else value for key, value in config.to_dict().items()}
+    for item in config.opt_arg:
+        key, _, value = item.partition("=")
+        values[f"opt_arg.{key}"] = value
+    return {**values, CONFIG_HASH_TAG: config_hash}
+
+
+def checkpoint_folder(config: RunConfig, config_hash: str, store_uri: str | None) -> Path | None:
+    """Where a run of ``config`` keeps its checkpoints: ``<root>/<config hash>``, the root being
+    ``--checkpoint-dir``, else beside the tracking store; ``None`` (no checkpoints) with
+    ``--checkpoint-every 0`` or with no store and no ``--checkpoint-dir``."""
+    if config.checkpoint_every == 0:
+        return None
+    if config.checkpoint_dir:
+        return Path(config.checkpoint_dir).expanduser() / config_hash
+    return default_root(store_uri) / config_hash if store_uri else None
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """What a run of ``config`` is, before anything is built. ``config``: validated, with the
     optimizer's ``lr`` and ``--opt-arg``s resolved (what is hashed and logged); after
-    ``horizons.resolve_until`` its ``epochs`` are those the ``--until`` target set."""
+    ``horizons.resolve_until`` its ``epochs`` are those the ``--until`` target set (the hash,
+    params and checkpoint folder stay those of the config as given)."""
 
     config: RunConfig
     components: Mapping[str, Component]  # kind -> the one component of that kind the config names
@@ -71,6 +93,10 @@ class RunPlan:
     options: Mapping[str, Any]  # the optimizer's options, typed: declared defaults, then --opt-arg
     clock: str  # the optimizer's declared clock convention (training.clocks)
     rule: StepRule  # how its steps count on the clocks, as declared
+    config_hash: str  # what identifies the run (sweep cells, checkpoint folders, leases)
+    params: Mapping[str, Any]  # the config as MLflow params, with the clock convention
+    store_uri: str | None = None  # the tracking store, resolved; None: not tracked
+    checkpoints: Path | None = None  # the run's checkpoint folder; None: it keeps none
 
     @property
     def optimizer(self) -> Component:
@@ -79,10 +105,16 @@ class RunPlan:
     def with_epochs(self, epochs: int) -> RunPlan:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, epochs=int(epochs)))
 
+    def at(self, store_uri: str | None) -> RunPlan:
+        """The plan of this run tracked in ``store_uri`` (resolved): its checkpoints go beside it."""
+        folder = checkpoint_folder(self.config, self.config_hash, store_uri)
+        return dataclasses.replace(self, store_uri=store_uri, checkpoints=folder)
 
-def plan_run(config: RunConfig, registry: Registry) -> RunPlan:
+
+def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None) -> RunPlan:
     """The ``RunPlan`` of ``config``: every value checked, every component looked up once (an
-    unknown name raises as ``config.validate`` would), the optimizer's settings resolved."""
+    unknown name raises as ``config.validate`` would), the optimizer's settings resolved.
+    ``store_uri``: the resolved tracking store the run writes to (its checkpoints go beside it)."""
     config = validate(config)
     components: dict[str, Component] = {}
     named: dict[str, Component] = {}
@@ -105,6 +137,8 @@ def plan_run(config: RunConfig, registry: Registry) -> RunPlan:
     momentum = float(config.momentum)
     dampening = float(options.get("dampening", 0.0) or 0.0) if momentum else 0.0
     shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay
+    config_hash = config.config_hash()
+    params = {**config_params(config, config_hash), "clock_convention": f"{clock}: {CONVENTIONS[clock]}"}
     return RunPlan(
         config,
         MappingProxyType(components),
@@ -112,4 +146,6 @@ def plan_run(config: RunConfig, registry: Registry) -> RunPlan:
         MappingProxyType(options),
         clock,
         StepRule(float(config.lr), clock, momentum, dampening, shrink),
-    )
+        config_hash,
+        MappingProxyType(params),
+    ).at(store_uri)

@@ -26,19 +26,20 @@ def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
     ]
 
 
-def load_for_resume(root: Path, config: RunConfig) -> tuple[CheckpointStore, dict[str, Any]]:
-    """The store of ``config``'s run and its newest usable checkpoint; ``ConfigError`` naming the
-    differing keys if the checkpoint is of another config, or saying there is nothing to resume."""
-    store = CheckpointStore(root / config.config_hash(), config.keep_checkpoints)
+def load_for_resume(folder: Path, config: RunConfig, config_hash: str) -> tuple[CheckpointStore, dict[str, Any]]:
+    """The store of ``config``'s run (its checkpoint ``folder``) and its newest usable checkpoint;
+    ``ConfigError`` naming the differing keys if the checkpoint is of another config, or saying
+    there is nothing to resume."""
+    store = CheckpointStore(folder, config.keep_checkpoints)
     found = store.latest()
     if found is None:
         raise ConfigError(
-            f"nothing to resume: no checkpoint in {store.folder}{_nearest_hint(root, config)}; "
+            f"nothing to resume: no checkpoint in {store.folder}{_nearest_hint(folder.parent, config)}; "
             "start afresh without --resume"
         )
     path, payload = found
     differences = config_differences(payload["config"], config)
-    if differences or payload["config_hash"] != config.config_hash():
+    if differences or payload["config_hash"] != config_hash:
         raise ConfigError(
             f"checkpoint {path} is of a different config: {', '.join(differences) or 'config hash'}; "
             "resume with the values it was run with"
@@ -46,19 +47,18 @@ def load_for_resume(root: Path, config: RunConfig) -> tuple[CheckpointStore, dic
     return store, payload
 
 
-def resume_candidates(root: Path, config: RunConfig):
+def resume_candidates(folder: Path, config: RunConfig, config_hash: str):
     """``load_for_resume``'s store and checkpoint, then those of the unfinished runs a later run of
     this config set aside (``run-<run id>/``), newest first: the caller resumes the first whose
     run its store can reopen (a finished run cannot be)."""
-    yield load_for_resume(root, config)
-    folder = root / config.config_hash()
+    yield load_for_resume(folder, config, config_hash)
     for parked in sorted(folder.glob(f"{PARKED}*/"), key=lambda p: p.stat().st_mtime, reverse=True):
         store = CheckpointStore(parked, config.keep_checkpoints)
         try:
             found = store.latest()
         except ConfigError:
             continue
-        if found is not None and found[1]["config_hash"] == config.config_hash():
+        if found is not None and found[1]["config_hash"] == config_hash:
             yield store, found[1]
 
 
@@ -84,11 +84,13 @@ class ResumePoint:
     step: int  # steps done into the next epoch
 
 
-def find_resumable(config_hash: str, checkpoint_root: str | Path) -> ResumePoint | None:
-    """The newest usable checkpoint of a config, or ``None``. For a sweep relaunch: reopen
-    ``run_id`` and call ``run(config, ..., resume=True)``."""
+def find_resumable(folder: Path | None) -> ResumePoint | None:
+    """The newest usable checkpoint in a config's checkpoint ``folder`` (``RunPlan.checkpoints``),
+    or ``None``. For a sweep relaunch: reopen ``run_id`` and call ``run(config, ..., resume=True)``."""
+    if folder is None:
+        return None
     try:
-        found = CheckpointStore(Path(checkpoint_root) / config_hash).latest(mmap=True)
+        found = CheckpointStore(folder).latest(mmap=True)
     except ConfigError:
         return None
     if found is None:

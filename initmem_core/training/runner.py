@@ -1,23 +1,18 @@
 """``run``: one training run from a config, tracked in MLflow. The CLI's ``initmem run`` calls it.
 
-Everything that can be wrong with the input is checked, and every component built, before the
-tracked run is created: bad input (a checkpoint to resume included) leaves nothing half-written
-in the store. Once the run exists, any failure marks it FAILED (a divergence is tagged
-``diverged=true``), SIGTERM, SIGHUP and Ctrl-C write a checkpoint and mark it KILLED, and the exception
-is re-raised. ``resume=True`` continues the run of the newest checkpoint of this config, in the
-same MLflow run, logging only the steps that run does not hold yet.
-
-The store is opened first, by a helper process (``tracking.tracker_process``) while this one
-builds data and model, so that MLflow's import and the store's set-up cost no wall time; the run
-itself is created only once everything is built. (A bad input found while the data is read may
-thus leave a new, empty store behind: never a run.)
+The run is planned once (``training.plan.plan_run``: the config checked, the store's URI, the
+hash, the params and the checkpoint folder derived) and every component built before the
+tracked run is created: bad input (a checkpoint to resume included) leaves no run in the store.
+The store itself is opened meanwhile by a helper process (``tracking.tracker_process``), so a
+bad input found while the data is read may leave a new, empty store behind. Once the run
+exists, any failure marks it FAILED (a divergence is tagged ``diverged=true``), SIGTERM, SIGHUP
+and Ctrl-C write a checkpoint and mark it KILLED, and the exception is re-raised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.metadata as metadata
 import os
 import sys
 import tempfile
@@ -31,9 +26,10 @@ from initmem_core.config import RunConfig, from_mapping
 from initmem_core.errors import ConfigError, Diverged, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, config_params, table_tags
+from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, table_tags
 from initmem_core.tracking.locks import lock_holder
 from initmem_core.tracking.paths import check_writable_folder
+from initmem_core.tracking.provenance import installed_version
 from initmem_core.tracking.system_metrics import require_psutil
 from initmem_core.tracking.tracker import TESTING, TRAINING, VALIDATION, MemoryTracker, MlflowTracker, Tracker
 from initmem_core.tracking.tracker_process import OpeningAbandoned, TrackerProcess
@@ -46,10 +42,9 @@ from initmem_core.tracking.uris import (
 )
 from initmem_core.tracking.writing import to_json
 from initmem_core.training.checkpoint_format import header
-from initmem_core.training.checkpoint_store import CheckpointStore, default_root
-from initmem_core.training.clocks import CONVENTIONS
+from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
-from initmem_core.training.plan import plan_run
+from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.resume import resume_candidates
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
@@ -82,26 +77,16 @@ class RunResult:
     #: Some writes could not even be kept for `initmem sync`: a --resume from ``checkpoint`` records them.
     lost: bool = False
     checkpoint: str | None = None  # the run's last checkpoint, if it keeps any
+    config_hash: str = ""  # the run's (its plan's)
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
-    """The config as a sweep's cell logs it (``tracking.cells.config_params``: one decision, so the
-    two agree), plus what the run resolved and which packages provided it."""
-    params: dict[str, Any] = config_params(config)
-    for item in config.opt_arg:
-        key, _, value = item.partition("=")
-        params[f"opt_arg.{key}"] = value
-    params["clock_convention"] = f"{setup.rule.convention}: {CONVENTIONS[setup.rule.convention]}"
+def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
+    """The plan's params (as a sweep's cell logs them), plus what the built run resolved and
+    which packages provided it."""
+    params: dict[str, Any] = dict(plan.params)
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
-    if config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
+    if plan.config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
         params["resolved_epochs"] = setup.config.epochs
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
@@ -109,13 +94,13 @@ def run_params(config: RunConfig, setup: TrainingSetup) -> dict[str, Any]:
     for split, size in setup.dataset.sizes().items():
         params[f"data_{split}_size"] = size
     for package in ("initmem", "torch", "torchvision", "timm", "mlflow"):
-        params[f"version.{package}"] = _version(package)
+        params[f"version.{package}"] = installed_version(package)
     # What the optimizer actually uses, defaults included (e.g. Muon's momentum), as logged truth.
     for key, value in setup.optimizer.defaults.items():
         if isinstance(value, (int, float, str, bool, tuple)) or value is None:
             params[f"optimizer.{key}"] = value
-    for kind, spec in setup.components.items():
-        params[f"provider.{kind}"] = f"{spec.provider.package} {spec.provider.version}"
+    for kind, component in plan.components.items():
+        params[f"provider.{kind}"] = f"{component.spec.provider.package} {component.spec.provider.version}"
     return params
 
 
@@ -146,58 +131,49 @@ def dataset_inputs(config: RunConfig, dataset: DatasetBundle) -> list[tuple[str,
     ]
 
 
-def checkpoint_root(config: RunConfig, store_uri: str | None) -> Path | None:
-    """``--checkpoint-dir``, else beside the tracking store; ``None`` (no checkpoints) when
-    ``--checkpoint-every 0`` or when there is no store (``tracking=False``)."""
-    if config.checkpoint_every == 0:
-        return None
-    if config.checkpoint_dir:
-        return Path(config.checkpoint_dir).expanduser()
-    return default_root(store_uri) if store_uri else None
-
-
 def _open_run(
-    config: RunConfig, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
+    plan: RunPlan, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
 ) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
     store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
-    root = checkpoint_root(config, tracker.uri)
+    config = plan.config
     checkpoints: CheckpointStore | None
     if resume:
-        if root is None:
+        if plan.checkpoints is None:
             raise ConfigError(
                 "--resume needs checkpoints, which this run does not keep "
                 "(--checkpoint-every 0, or no tracking without --checkpoint-dir)"
             )
-        checkpoints, state = _reopen_unfinished(root, config, tracker)
+        checkpoints, state = _reopen_unfinished(plan, tracker)
         # Metrics are written in batches: a run killed outright may not have written the last
         # epochs before its checkpoint. The checkpoint has them; the tracker skips steps it holds.
         for row in state["history"]:
             tracker.log_metrics({key: value for key, value in row.items() if key != "epoch"}, int(row["epoch"]))
         return state["run_id"], checkpoints, state
-    params = run_params(config, setup)
+    params = run_params(plan, setup)
     run_tags = {
         "arch": config.arch,
         "opt": config.opt,
-        **table_tags(params),  # as the params read: a tag "2" beside a param "2.0" reads as two values
-        CONFIG_HASH_TAG: config.config_hash(),
+        **table_tags(params),
+        CONFIG_HASH_TAG: plan.config_hash,
         **(tags or {}),
     }
     run_id = tracker.start_run(config.run_name(), params, run_tags)
     for split in dataset_inputs(config, setup.dataset):
         tracker.log_dataset(*split)
-    checkpoints = CheckpointStore(root / config.config_hash(), config.keep_checkpoints) if root else None
+    checkpoints = CheckpointStore(plan.checkpoints, config.keep_checkpoints) if plan.checkpoints else None
     if checkpoints:
         checkpoints.start_fresh(setup.config.epochs)
     return run_id, checkpoints, None
 
 
-def _reopen_unfinished(root: Path, config: RunConfig, tracker: Tracker) -> tuple[CheckpointStore, dict[str, Any]]:
-    """Reopen the run of the newest checkpoint of ``config`` whose run is not finished: the newest
-    one's, or, if that run finished, one a later run set aside (``checkpoints.resume_candidates``),
+def _reopen_unfinished(plan: RunPlan, tracker: Tracker) -> tuple[CheckpointStore, dict[str, Any]]:
+    """Reopen the run of the newest checkpoint of the plan's config whose run is not finished: the
+    newest one's, or, if that run finished, one a later run set aside (``resume.resume_candidates``),
     so a run whose process died can be resumed whatever another run of its config did since."""
+    assert plan.checkpoints is not None
     refusal: InitmemError | None = None
-    for checkpoints, state in resume_candidates(root, config):
+    for checkpoints, state in resume_candidates(plan.checkpoints, plan.config, plan.config_hash):
         try:
             tracker.resume_run(state["run_id"])
         except InitmemError as error:  # finished, or not in this store: an earlier one may still be open
@@ -232,39 +208,37 @@ def run(
 
     ``config`` may be a ``RunConfig`` or a mapping; keyword ``overrides`` replace its values.
     With ``tracking=False`` nothing is written anywhere (a ``MemoryTracker`` records the run, and
-    there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue from the
-    newest checkpoint of this config, in its run (``tracker`` must then be able to reopen it).
-    Raises ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run
-    that diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM, SIGHUP or Ctrl-C.
+    there are no checkpoints unless ``checkpoint_dir`` is set). ``resume``: continue the run of the
+    newest checkpoint of this config, logging only the steps it does not hold yet. Raises
+    ``InitmemError`` for bad input before anything is tracked, ``Diverged`` for a run that
+    diverged and ``Stopped`` (a ``KeyboardInterrupt``) after SIGTERM, SIGHUP or Ctrl-C.
 
-    ``helper_process``: track through a helper process (``tracking.tracker_process``) that imports
-    MLflow, opens the store and writes the run on another core while this one builds the data
-    and model and trains. ``None`` (the default) chooses it when MLflow is not imported in this
-    process yet, as in ``initmem run``; in a notebook that has it already, tracking in process
-    costs less than starting a helper.
-
-    ``system_metrics``: MLflow's system metrics (CPU, memory, disk, network, GPUs) of this machine
-    on the run, recorded by the process that writes it (``tracking.system_metrics``); a sweep
-    records them on its parent run instead, so it ignores this for its cells (``tracker`` given).
+    ``helper_process``: track through a helper process that imports MLflow, opens the store and
+    writes on another core; ``None`` (the default) chooses it when MLflow is not imported in this
+    process yet (in a notebook that has it, tracking in process costs less). ``system_metrics``:
+    MLflow's system metrics of this machine on the run (a sweep records them on its parent run,
+    so its cells, given a ``tracker``, ignore this).
     """
     registry = registry or get_registry()
     if isinstance(config, RunConfig):
         config = config.replace(**overrides) if overrides else config
     else:
         config = from_mapping({**dict(config or {}), **overrides})
-    plan = plan_run(config, registry)  # checks the config, resolves the optimizer's lr and --opt-arg
-    config = plan.config
-    _check_where_it_writes(config, tracker, tracking, tracking_uri, experiment)
+    plan = plan_run(config, registry, _store_uri(tracker, tracking, tracking_uri))
+    if tracker is None and tracking:
+        check_experiment_name(experiment)
+    if plan.checkpoints is not None:  # a bad folder fails in one line, before anything is built
+        check_writable_folder(plan.checkpoints.parent, "--checkpoint-dir")
     if system_metrics:
         if not tracking:
             raise ConfigError("--system-metrics records into the tracking store: it needs tracking (no --no-tracking)")
         require_psutil()
     owned = tracker is None
     # A sweep holds its cells' leases itself (and passes the tracker); anyone else takes one here.
-    lease = _take_lease(config, resolve_tracking_uri(tracking_uri), resume) if owned and tracking else None
+    lease = _take_lease(plan, resume) if owned and tracking else None
     try:
         if tracker is None:  # first: a helper process sets the store up while the setup is built
-            tracker = _new_tracker(tracking, tracking_uri, experiment, parent_run_id, helper_process, system_metrics)
+            tracker = _new_tracker(plan.store_uri, experiment, parent_run_id, helper_process, system_metrics)
         freeze = gc.get_freeze_count() == 0  # a caller that froze objects itself keeps its own scheme
         try:
             with contextlib.ExitStack() as kept:
@@ -273,7 +247,7 @@ def run(
 
                     kept.enter_context(process_settings_kept())  # threads, determinism, TF32: as they were after
                     setup = build_setup(plan)
-                return _train_tracked(config, setup, tracker, tags, progress, resume)
+                return _train_tracked(plan, setup, tracker, tags, progress, resume)
         finally:
             if freeze:
                 gc.unfreeze()
@@ -284,21 +258,30 @@ def run(
             lease.release()
 
 
-def _take_lease(config: RunConfig, uri: str, resume: bool):
+def _store_uri(tracker: Tracker | None, tracking: bool, tracking_uri: str | None) -> str | None:
+    """The store the run writes to, resolved and checked once: a given tracker's, else the one
+    ``tracking_uri`` names (``None`` without tracking)."""
+    if tracker is not None:
+        return tracker.uri
+    return check_tracking_uri(resolve_tracking_uri(tracking_uri)) if tracking else None
+
+
+def _take_lease(plan: RunPlan, resume: bool):
     """The run's lease: the lock a sweep takes for a cell of this config (``CellLeases``), held
     until the run ends and dropped by the kernel if its process dies. Held by another live
     process, a second run of the config, or a resume of the one still running, is refused in
     one line naming that process; once its owner is dead, a run can always be resumed."""
-    folder = store_folder(uri) / LEASES_FOLDER
+    folder = store_folder(plan.store_uri) / LEASES_FOLDER
     if not folder.parent.is_dir():  # opening the store says what is wrong: nothing is made here first
         return None
     lease = CellLeases(folder)
     try:
-        if lease.take(config.config_hash()):
+        if lease.take(plan.config_hash):
             return lease
     except OSError:  # a read-only folder: opening the store says so, in its own words
         return None
-    holder = lock_holder(folder / f"{config.config_hash()}.lock") or "another live process"
+    holder = lock_holder(folder / f"{plan.config_hash}.lock") or "another live process"
+    config = plan.config
     if resume:
         raise ConfigError(
             f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
@@ -328,14 +311,9 @@ def _setup_out_of_the_collectors_way(freeze: bool) -> Iterator[None]:
 
 
 def _new_tracker(
-    tracking: bool,
-    uri: str | None,
-    experiment: str,
-    parent_run_id: str | None,
-    helper_process: bool | None,
-    system_metrics: bool = False,
+    uri: str | None, experiment: str, parent_run_id: str | None, helper_process: bool | None, system_metrics: bool
 ) -> Tracker:
-    if not tracking:
+    if uri is None:
         return MemoryTracker()
     if helper_process or (helper_process is None and "mlflow" not in sys.modules and os.name == "posix"):
         return TrackerProcess(uri, experiment, parent_run_id=parent_run_id, system_metrics=system_metrics)
@@ -343,7 +321,7 @@ def _new_tracker(
 
 
 def _train_tracked(
-    config: RunConfig,
+    plan: RunPlan,
     setup: TrainingSetup,
     tracker: Tracker,
     tags: Mapping[str, str] | None,
@@ -353,15 +331,20 @@ def _train_tracked(
     from initmem_core.training import compiling  # lazy: imports torch
     from initmem_core.training.loop import train  # lazy: imports torch
 
+    config = plan.config
     # Installed before the run exists and kept until it is ended: no signal leaves it RUNNING.
     with StopSignals() as stop:
         # A helper still opening the store asks this: a signal then ends it at once.
         tracker.give_up_opening = lambda: stop.signum
         try:
-            run_id, checkpoints, resume_from = _open_run(config, setup, tracker, tags, resume)
+            run_id, checkpoints, resume_from = _open_run(plan, setup, tracker, tags, resume)
         except OpeningAbandoned as gave_up:  # a signal before the helper began to open it: no run
             raise Stopped(gave_up.signum, status=NOT_TRACKED) from None
-        save = (lambda state: checkpoints.save({**header(config, run_id), **state})) if checkpoints else None
+        save = (
+            (lambda state: checkpoints.save({**header(config, plan.config_hash, run_id), **state}))
+            if checkpoints
+            else None
+        )
         try:
             if stop.requested:  # came while the run was being opened: end it before anything trains
                 assert stop.signum is not None  # requested: a signal came
@@ -396,6 +379,7 @@ def _train_tracked(
                 history,
                 setup.model,
                 checkpoints.seconds_waited if checkpoints else 0.0,
+                config_hash=plan.config_hash,
             )
         except BaseException as error:
             stop.finishing = True
@@ -404,6 +388,7 @@ def _train_tracked(
             error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
             error.lost = tracker.lost  # type: ignore[attr-defined]
             error.run_id = run_id  # type: ignore[attr-defined]
+            error.config_hash = plan.config_hash  # type: ignore[attr-defined]
             raise
         unsynced = _end_run(tracker, checkpoints, status)
     result.unsynced, result.lost = unsynced, tracker.lost
@@ -453,20 +438,6 @@ def _record_failure(tracker: Tracker, error: BaseException) -> str:
     else:
         tracker.set_tags({FAILURE_REASON_TAG: f"{type(error).__name__}: {error}"[:5000]})
     return FAILED
-
-
-def _check_where_it_writes(
-    config: RunConfig, tracker: Tracker | None, tracking: bool, tracking_uri: str | None, experiment: str
-) -> None:
-    """The store's URI, the experiment and the checkpoint folder, before anything is built or
-    trained: a bad one fails in one line, not after the run."""
-    uri = tracker.uri if tracker is not None else None
-    if tracker is None and tracking:
-        uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
-        check_experiment_name(experiment)
-    root = checkpoint_root(config, uri)
-    if root is not None:
-        check_writable_folder(root, "--checkpoint-dir")
 
 
 def _finish_checkpoint(checkpoints: CheckpointStore) -> None:

@@ -1,10 +1,8 @@
 """Learning-rate schedules as a pure function of the optimizer step.
 
 ``lr_multiplier(config, step, steps_per_epoch)`` is the factor applied to ``config.lr`` at
-optimizer step ``step`` (0-based, counted over the whole run): the learning rate used by the
-``k``-th call to ``optimizer.step()`` is ``eta_k = config.lr * lr_multiplier(config, k, spe)``.
-The forgetting clocks (``T_SGD = sum_k eta_k^2 / b``, ``T_L2 = lambda * sum_k eta_k``,
-``T_adapt = sum_k eta_k``) are accumulated from exactly these values.
+optimizer step ``step`` (0-based, counted over the whole run); the forgetting clocks
+(``training.clocks``) are accumulated from exactly these values.
 
 Schedules (``config.schedule``), with ``W = round(warmup_epochs * steps_per_epoch)`` warm-up
 steps and ``T = epochs * steps_per_epoch`` steps in all:
@@ -17,16 +15,11 @@ steps and ``T = epochs * steps_per_epoch`` steps in all:
   multiplier is small but not 0; it reaches 0 only after the last step).
 
 Warm-up (``W > 0``): for ``step < W`` the schedule's value is multiplied by
-``(step + 1) / W``, a linear ramp from ``lr / W`` at step 0 to ``lr`` at step ``W - 1``. (For
-``constant`` and ``cosine`` the schedule's value during warm-up is 1, so the multiplier is
-exactly ``(step + 1) / W``.)
+``(step + 1) / W``, a linear ramp from ``lr / W`` at step 0 to ``lr`` at step ``W - 1``.
 
-``build_scheduler`` wraps this in ``torch.optim.lr_scheduler.LambdaLR``. The convention: call
-``scheduler.step()`` once after every ``optimizer.step()``. LambdaLR applies multiplier 0 at
-construction, so the first optimizer step uses ``lr_multiplier(..., 0, ...)``, the ``k``-th
-(0-based) uses ``lr_multiplier(..., k, ...)``, matching the clocks above.
-
-No torch at import time: only ``build_scheduler`` imports it.
+``build_scheduler`` wraps this in ``torch.optim.lr_scheduler.LambdaLR``, stepped once after every
+``optimizer.step()``: the ``k``-th (0-based) step uses ``lr_multiplier(..., k, ...)``. Only
+``build_scheduler`` imports torch.
 """
 
 from __future__ import annotations

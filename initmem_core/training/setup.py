@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,7 +16,6 @@ import torch
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
-from initmem_core.plugin_system.registry import ComponentSpec
 from initmem_core.training import horizons
 from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
@@ -52,9 +51,9 @@ def resolve_device(name: str) -> torch.device:
 
 @dataclass
 class TrainingSetup:
-    """Everything a run is made of, built from the config before any tracking starts."""
+    """Everything a run is made of, built from its plan before any tracking starts."""
 
-    config: RunConfig
+    plan: RunPlan  # with --until, the epochs the target set (training.horizons.resolve_until)
     device: torch.device
     dataset: DatasetBundle
     model: torch.nn.Module
@@ -65,14 +64,20 @@ class TrainingSetup:
     train_loader: TrainLoader
     eval_loaders: dict[str, EvalLoader]
     initial_params: dict[str, torch.Tensor]
-    components: dict[str, ComponentSpec] = field(default_factory=dict)  # kind -> what provided it
-    rule: StepRule = StepRule(lr=0.0)  # how a step counts on the clocks: the plan's (training.plan)
-
     forward: Callable[..., torch.Tensor] | None = None  # the model, compiled with --compile (built once)
 
     def __post_init__(self) -> None:
         if self.forward is None:
             self.forward = compiled(self.model, self.config)
+
+    @property
+    def config(self) -> RunConfig:
+        return self.plan.config
+
+    @property
+    def rule(self) -> StepRule:
+        """How a step counts on the clocks: the plan's (``training.plan``)."""
+        return self.plan.rule
 
     def forward_pass(self) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
         """The model call and the autocast context that training and evaluation both use (see
@@ -250,9 +255,8 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
     regularizer = component["regularizer"].build(coefficient=config.l2) if config.l2 > 0 else None
     # The metrics every run computes (registered with default=True), then the config's own.
     metrics = {name: metric.build(config=config) for name, metric in plan.metrics.items()}
-    components = {kind: found.spec for kind, found in component.items()}
     return TrainingSetup(
-        config,
+        plan,
         device,
         dataset,
         model,
@@ -263,6 +267,4 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
         train_loader,
         eval_loaders,
         initial_params,
-        components,
-        plan.rule,
     )

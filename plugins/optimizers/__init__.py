@@ -17,11 +17,11 @@ so theirs is eta.
 from __future__ import annotations
 
 from initmem_core import hookimpl
+from initmem_core.config import EXECUTION_OPT_ARGS
 
 _BUILTIN = "initmem_plugins.optimizers.builtin"
-#: How torch's own optimizers execute a step (None: torch chooses, foreach on GPUs); a choice of
-#: speed, not of what is computed, so these options stay out of the config hash.
-_EXECUTION = {"foreach": None, "fused": None}
+#: How torch's own optimizers execute a step (None: torch chooses, foreach on GPUs).
+_EXECUTION = dict.fromkeys(EXECUTION_OPT_ARGS)
 _ADAM_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False, **_EXECUTION}
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from initmem_core.config import EXECUTION_OPT_ARGS
 from initmem_core.errors import ConfigError, ordered_by_similarity
 
 #: Muon's momentum when ``--momentum`` is left at 0 (timm's and Keller Jordan's default).
@@ -168,8 +169,6 @@ def _timm_name(variant: str | None) -> str:
 
 #: Set through initmem's own knobs (or not options at all), so never an --opt-arg.
 _NOT_OPTIONS = {"self", "params", "weight_decay", "momentum", "maximize", "capturable", "differentiable", "verbose"}
-#: How a step executes, where the class takes it (None: the library chooses).
-_EXECUTION_OPTIONS = ("foreach", "fused")
 
 
 def timm_defaults(variant: str | None) -> dict:
@@ -185,7 +184,7 @@ def timm_defaults(variant: str | None) -> dict:
         value = parameter.default
         if name in _NOT_OPTIONS or value is inspect.Parameter.empty:
             continue
-        if name in _EXECUTION_OPTIONS and value is None:
+        if name in EXECUTION_OPT_ARGS and value is None:  # how a step executes (None: the library chooses)
             defaults[name] = None
             continue
         if isinstance(value, (bool, int, float, str)) or (

@@ -1,12 +1,7 @@
-"""What an executor is: it runs a sweep's cells somewhere and says how each one ended.
-
-The sweep keeps everything else, whichever executor runs the cells: the parent run, one child
-run per cell created before the cell is handed over, skipping cells that finished before, the
-progress display and the report. An executor calls ``sweep.submit(cell)`` to get the cell's
-``Job`` (its child run, its progress bar) as it hands the cell over, and ``sweep.close(job,
-error)`` once the cell ended or its worker is gone for good. ``run_sweep`` also calls an
-executor's ``start()`` before it opens the store (to start workers meanwhile) and ``stop()``
-for workers started but not needed; the base's do nothing.
+"""What an executor is: it runs a sweep's cells somewhere and says how each one ended, through
+the ``SweepCells`` the sweep offers it. The sweep keeps everything else, whichever executor runs
+the cells: the parent run, one child run per cell, skipping cells done before, the progress
+display and the report.
 """
 
 from __future__ import annotations
@@ -36,6 +31,7 @@ class CellOutcome:
     skipped: bool = False  # finished in an earlier launch
     resume: bool = False  # an earlier launch left it KILLED or RUNNING with a checkpoint: continue run_id
     unsynced: str = ""  # writes the store did not take (they wait for `initmem sync`), and where
+    config_hash: str = ""  # its plan's (``RunPlan.config_hash``), set by the sweep
 
     @property
     def label(self) -> str:

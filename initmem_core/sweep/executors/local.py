@@ -1,13 +1,8 @@
 """``--executor local``: cells in this process, or in N spawned worker processes on this machine.
 
-With workers, this process stays the tracking store's only writer: each worker sends its
-tracker calls and progress through one queue, replayed here into the cell's child run (see
-``initmem_core.tracking.cells``), so N workers on one SQLite file lose nothing.
-
-On a GPU machine each worker process keeps one GPU for its whole life (``placement``): worker
-``slot`` sees only GPU ``slot % GPUs``, set before it imports torch, so N workers spread evenly
-over the GPUs and N > GPUs shares each GPU between N/GPUs cells. A cell left at ``--device auto``
-runs on its worker's GPU (``cuda:0`` there).
+With workers, this process stays the tracking store's only writer: each worker's tracker calls
+and progress come through one queue (``tracking.cells``). On a GPU machine each worker process
+keeps one GPU for its whole life (``placement``); a cell left at ``--device auto`` runs on it.
 """
 
 from __future__ import annotations

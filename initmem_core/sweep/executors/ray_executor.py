@@ -6,9 +6,9 @@ lost) is run again by Ray, up to ``max_retries`` times, into the same child run 
 ``remote_cell``); a cell that raises is not retried: it failed. Progress comes back through a
 Ray queue, so the display is the same as with local workers.
 
-GPUs: a task that asks for some runs alone in its worker process (``max_calls=1``: Ray starts a
-new process for the next one), and sees only the GPUs Ray assigned it, so a fraction of a GPU
-(``--gpus-per-cell 0.25``) shares one GPU between four cells, each in its own process.
+GPUs: a task that asks for some runs alone in its worker process (``RayExecutor.remote_task``)
+and sees only the GPUs Ray assigned it, so ``--gpus-per-cell 0.25`` shares one GPU between four
+cells, each in its own process.
 """
 
 from __future__ import annotations

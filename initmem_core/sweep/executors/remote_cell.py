@@ -1,11 +1,7 @@
 """What a Ray task or a Slurm job runs: one cell, written straight into its child run on the
-tracking server, safe to run again for the same cell.
-
-Ray runs a cell again when its worker died; Slurm when its job was preempted or timed out. The
-new attempt logs into the same child run (``ServerCellWriter`` skips what the run holds). If
-the cell's newest checkpoint belongs to that run (the checkpoint folder is shared, or the
-attempt landed on the same machine), the attempt resumes from it; otherwise it trains the
-config from the start.
+tracking server (``ServerCellWriter``), safe to run again for the same cell: an attempt resumes
+from the cell's newest checkpoint when it belongs to that run (a shared checkpoint folder, or
+the same machine), and otherwise trains the config from the start.
 """
 
 from __future__ import annotations
@@ -14,8 +10,8 @@ from typing import Any
 
 from initmem_core.sweep.executors.base import CellTask, run_cell
 from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
+from initmem_core.training.plan import checkpoint_folder
 from initmem_core.training.resume import find_resumable
-from initmem_core.training.runner import checkpoint_root
 from initmem_core.vocabulary import FINISHED
 
 
@@ -27,7 +23,7 @@ def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     if writer.finished:  # an earlier attempt finished, and its worker died before it could say so
         return FINISHED, ""
     writer.begin_attempt()
-    root = checkpoint_root(task.config, writer.uri)
-    point = find_resumable(task.config.config_hash(), root) if root else None
+    # This node's checkpoint folder: a shared --checkpoint-dir, else beside the store as seen here.
+    point = find_resumable(checkpoint_folder(task.config, task.config.config_hash(), writer.uri))
     resume = point is not None and point.run_id == task.run_id  # else a checkpoint of another launch
     return run_cell(task.config, tracker=writer, progress=progress, resume=resume)
