@@ -31,6 +31,7 @@ RECORDS = (
     contracts.EvalState,
     contracts.SelectedPredictor,
     contracts.DatasetBundle,
+    contracts.DatasetInfo,
     contracts.OptimizerInfo,
     contracts.ClaimInfo,
 )
