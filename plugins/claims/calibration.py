@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
+
 SIGMAS = (0.1, 0.5, 1.4, 2.5)
 FOUR_PP, TWO_PP, FIVE_PP, FLAT = (97, 96, 95, 93), (97, 96.5, 96, 95), (97, 95, 94, 92), (95, 95, 95, 95)
 #: The horizon and rate presets (paper-long-mini, paper-lr-mini) train at the two ends of sigma only.
@@ -28,7 +30,7 @@ def on(values: tuple[float, ...], sigmas: tuple[float, ...] = SIGMAS) -> dict[fl
 
 def clocks(t_sgd: float, t_l2: float = 0.0) -> dict[str, float]:
     """The clock metrics a run ends on: T_SGD (and T_adapt alike) and T_L2."""
-    return {"clock_sgd": t_sgd, "clock_l2": t_l2, "clock_adapt": t_sgd}
+    return {CLOCK_SGD: t_sgd, CLOCK_L2: t_l2, CLOCK_ADAPT: t_sgd}
 
 
 @dataclass(frozen=True)

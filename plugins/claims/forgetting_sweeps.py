@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
 
 SIGMAS = (0.25, 0.5, 1.0, 2.0, 4.0)
 SEEDS = 4
@@ -64,9 +65,9 @@ def group_records(
                 "weight_norm": list(enumerate(np.exp(log_norm).tolist())),
                 "init_cosine": list(enumerate(cosine.tolist())),
                 "test_acc": list(enumerate(accuracy.tolist())),
-                "clock_sgd": list(enumerate(clock_sgd.tolist())),
-                "clock_l2": list(enumerate(clock_l2.tolist())),
-                "clock_adapt": list(enumerate(clock_adapt.tolist())),
+                CLOCK_SGD: list(enumerate(clock_sgd.tolist())),
+                CLOCK_L2: list(enumerate(clock_l2.tolist())),
+                CLOCK_ADAPT: list(enumerate(clock_adapt.tolist())),
             }
             records.append(
                 CellRecord(
@@ -77,9 +78,9 @@ def group_records(
                         "weight_norm": float(np.exp(log_norm[-1])),
                         "weight_norm_ratio": float(np.exp(log_norm[-1])) / sigma,
                         "init_cosine": float(cosine[-1]),
-                        "clock_sgd": float(clock_sgd[-1]),
-                        "clock_l2": float(clock_l2[-1]),
-                        "clock_adapt": float(clock_adapt[-1]),
+                        CLOCK_SGD: float(clock_sgd[-1]),
+                        CLOCK_L2: float(clock_l2[-1]),
+                        CLOCK_ADAPT: float(clock_adapt[-1]),
                     },
                     histories=histories,
                     weight_norms=histories["weight_norm"],
@@ -107,7 +108,7 @@ def measure(sweeps: int) -> dict[str, float]:
         for record, key in zip(records, group_keys(r.config for r in records)):
             by_group.setdefault(key, []).append(record)
         for found in build_forgetting(by_group, accuracy=False).values():
-            estimate, low, high = found.half_lives["radial"].value("clock_l2")
+            estimate, low, high = found.half_lives["radial"].value(CLOCK_L2)
             total += 1
             errors.append(estimate / HALF_LIFE - 1)
             within += abs(estimate / HALF_LIFE - 1) <= 0.10
