@@ -245,7 +245,7 @@ def gpu_machine(plan: Plan) -> dict[str, Any]:
 
 def code_version() -> dict[str, Any]:
     try:
-        from benchmarks.bench import code_version as version
+        from benchmarks.timing import code_version as version
 
         return version()
     except Exception as error:  # initmem not importable in this process: the steps say so themselves

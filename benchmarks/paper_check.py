@@ -10,23 +10,30 @@ interval of its difference excludes zero in the claimed direction (plugins/claim
 
 With `--from docs/results/NAME.json.gz` (repeatable; `initmem export NAME --out FILE` writes one) it
 reads a sweep's export instead of a tracking store, and needs no store. The page's opening table of
-every claim is rebuilt from every export given and every one in docs/results/ (benchmarks/findings_table.py);
+every claim is rebuilt from every export given and every one in docs/results/ (plugins/claims/findings_table.py);
 a page with no exports to read keeps the table it has.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 from datetime import date
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks import findings_table
 from benchmarks.machine_info import describe
 from initmem_core.report.description import REPORT_PLOTS
+from initmem_plugins.claims import findings_table
+from initmem_plugins.claims.findings_table import (
+    KEPT_BELOW,
+    merge_sections,
+    opening_table,
+    preset_to_run,
+    results_markdown,
+    when_cells_ran,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The report's figures, as RESULTS.md shows them (the claims' forest plot, verdicts.png, last).
@@ -79,20 +86,10 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
     return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
 
 
-#: Everything below this line in RESULTS.md is written by hand and kept when the page is regenerated.
-KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
-#: The page's opening table of every claim sits between these lines: rebuilt from the exports
-#: (findings_table.py), or kept as it is when there are none to read.
-OPENING_BEGIN, OPENING_END = findings_table.BEGIN, findings_table.END
 #: Where a sweep's export is kept, under --docs: results/<sweep>.json.gz.
 RESULTS_FOLDER = "results"
 #: Under RESULTS_FOLDER: the pre-registered sweeps' exports (docs/PREREGISTRATION.md), their own columns.
 CONFIRMATORY_FOLDER = "confirmatory"
-
-
-def opening_table(page: str) -> str:
-    """The page's opening table with its two marker lines, or "" when it has none."""
-    return findings_table.page_table(page)
 
 
 def sweep_section(
@@ -139,26 +136,6 @@ Reading these numbers:
 """
 
 
-def results_markdown(sections: list[str], kept: str, opening: str = "") -> str:
-    """The page: its title, ``opening`` (the findings table, kept as it was), the sweeps' sections
-    and the part written by hand."""
-    return f"""# Results: the paper's findings at small scale
-
-{opening + chr(10) + chr(10) if opening else ""}One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
-tracking store or from its export in docs/results/. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
-the paper's figure, max - min over sigma of the mean over seeds, in percentage points (biased upward
-by noise); *debiased* is the cross-fitted spread with its 95% t interval, near zero for a group that
-does not remember, and what groups are compared by (docs/STATISTICS.md). A claim is *reproduced*
-only when the 95% interval of every difference it makes excludes zero in the claimed direction,
-*contradicted* when any one excludes zero the other way at the Bonferroni level, *not resolved at
-this scale* otherwise, and *cannot be decided* with fewer than three seeds
-(`initmem_core/report/findings.py`; its error rates were measured by simulation in
-docs/STATISTICS.md); nothing here was tuned toward the paper's answer.
-
-{"".join(sections)}{KEPT_BELOW}
-{kept}"""
-
-
 def evaluate(
     name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None, console: Console
 ) -> str:
@@ -169,28 +146,6 @@ def evaluate(
     if seconds is None:
         seconds = cells_wall_seconds(name, tracking_uri)
     return evaluate_records(name, records, preset, docs, seconds, console)[0]
-
-
-def when_cells_ran(export) -> str:
-    """How long and on which days an export's cells ran, as the store recorded them: the span from
-    the first cell's start to the last one's end (pauses and gaps between launches included)."""
-    from datetime import UTC, datetime
-
-    def day(ms: int) -> str:
-        return datetime.fromtimestamp(ms / 1000, UTC).date().isoformat()
-
-    seconds = export.wall_seconds
-    took = (
-        f" over {seconds / 60:.1f} minutes from the first cell's start to the last one's end (pauses and "
-        "gaps between launches included)"
-        if seconds
-        else ""
-    )
-    when = ""
-    if export.started_ms and export.ended_ms:
-        first, last = day(export.started_ms), day(export.ended_ms)
-        when = f", {first}" if first == last else f", {first} to {last}"
-    return f"Cells ran{took}{when}, as the tracking store recorded them"
 
 
 def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[str, list]:
@@ -363,29 +318,6 @@ def main() -> None:
         f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
         "kept from the page, and the part written by hand)"
     )
-
-
-def preset_to_run(preset: str, data_dir: str = ""):
-    """The preset's sweep, reading its dataset from ``data_dir`` when one is given (as
-    `initmem sweep --preset NAME --data-dir DIR` does)."""
-    from initmem_core.sweep.grid import SweepSpec
-    from initmem_core.sweep.presets import preset_spec
-
-    spec = preset_spec(preset)
-    return spec.override(SweepSpec({"data_dir": (data_dir,)})) if data_dir else spec
-
-
-def merge_sections(page: str, fresh: list[str]) -> list[str]:
-    """The page's sweep sections, in their order, with those of the sweeps just evaluated replaced
-    (new sweeps go last): regenerating one sweep never drops another's section."""
-
-    def sweep_of(section: str) -> str:
-        return section.split("`", 2)[1]
-
-    old = re.split(r"(?m)^(?=## Sweep `)", page)[1:]
-    new = {sweep_of(section): section for section in fresh}
-    merged = [new.pop(sweep_of(section), section) for section in old]
-    return [section.rstrip("\n") + "\n\n" for section in merged + list(new.values())]
 
 
 if __name__ == "__main__":

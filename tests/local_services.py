@@ -1,4 +1,6 @@
-"""Real services for tests, on this machine: an MLflow tracking server and a Ray head node.
+"""Real services for tests, on this machine: an MLflow tracking server (with or without a login) and a
+Ray head node. Tests only: no benchmark starts a service any more (server_load.py and login_cost.py,
+the last that did, are retired; docs/distributed.md), so the one home of these starters is here.
 
 Each starts in a session of its own, so that stopping it ends every process it started (Ray's
 worker processes, which are put in sessions of their own, are found as the head's descendants).
@@ -12,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -19,8 +22,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-
-from benchmarks.basic_auth_setup import ADMIN, cheapen_password_hash, login_environment, users_database
 
 STARTUP_S = 120  # a loaded 2-core machine starts an MLflow server in 20 s; leave room
 
@@ -92,8 +93,7 @@ def _alive(pid: int) -> bool:
 @contextlib.contextmanager
 def serve(options: list[str], log: Path, env: dict[str, str], startup_s: float = STARTUP_S) -> Iterator[str]:
     """``mlflow server OPTIONS`` on 127.0.0.1 and a free port, in a session of its own, its output
-    in ``log``; yields its URL once ``/health`` answers, and stops the whole session on the way out.
-    (The one start-up loop: tests' servers and benchmarks/server_load.py's.)"""
+    in ``log``; yields its URL once ``/health`` answers, and stops the whole session on the way out."""
     port = free_port()
     with open(log, "wb") as output:
         server = subprocess.Popen(
@@ -204,3 +204,43 @@ def ray_head(num_cpus: int, env: dict[str, str]) -> Iterator[str]:
     finally:
         stop_session(start.pid)  # the session outlives `ray start`, which exits once the head is up
         shutil.rmtree(temp, ignore_errors=True)
+
+
+# -- What MLflow's login server (``mlflow server --app-name basic-auth``) needs in a folder
+
+ADMIN = "admin"
+
+
+def users_database(folder: Path) -> Path:
+    """Where the login server in ``folder`` keeps its users and permissions."""
+    return folder / "basic_auth.db"
+
+
+def login_environment(folder: Path, admin_password: str) -> dict[str, str]:
+    """Write ``folder/basic_auth.ini`` (every user may read, none may write what another made: MLflow's
+    default; the admin is ``ADMIN``) and return the variables the server reads it and its secrets from."""
+    config = folder / "basic_auth.ini"
+    config.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{users_database(folder)}\nadmin_username = {ADMIN}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    return {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex(),
+    }
+
+
+def cheapen_password_hash(users: Path, user: str, password: str) -> None:
+    """Store ``user``'s password hash with one round of PBKDF2 in place of werkzeug's scrypt. The
+    server checks the hash on every request, and scrypt costs about 0.4 s of server CPU each time
+    on a 2-core machine (docs/distributed.md): a tracked run's hundreds of requests would take
+    minutes. Which login is accepted does not depend on the hash's cost."""
+    from werkzeug.security import generate_password_hash
+
+    cheap = generate_password_hash(password, method="pbkdf2:sha256:1")
+    with contextlib.closing(sqlite3.connect(users)) as connection, connection:
+        changed = connection.execute("UPDATE users SET password_hash = ? WHERE username = ?", (cheap, user)).rowcount
+    if changed != 1:
+        raise ValueError(f"no user {user!r} in {users}")

@@ -15,8 +15,9 @@ from initmem_core.config import RunConfig
 from initmem_core.report import plots, verdict_plot
 from initmem_core.report.assessment import build_assessed_report, evaluated
 from initmem_core.report.memory import build_report
+from initmem_plugins.claims import forgetting_sweeps
 from tests.builders import record
-from tests.test_report_figures import _benchmark, drawn
+from tests.test_report_figures import drawn
 from tests.test_report_findings import two_optimizers
 
 pytestmark = pytest.mark.slow  # each draws and renders a whole figure (1-3 s)
@@ -82,7 +83,7 @@ def test_accuracy_intervals_stay_within_0_and_100_and_chance_is_drawn(tmp_path, 
 
 @pytest.fixture(scope="module")
 def forgetting():
-    return build_report(_benchmark().synthetic_sweep(0, groups=((0.0, 0.01), (0.0, 0.1)), epochs=6))
+    return build_report(forgetting_sweeps.synthetic_sweep(0, groups=((0.0, 0.01), (0.0, 0.1)), epochs=6))
 
 
 @pytest.mark.parametrize("draw", [plots.memory_vs_epoch, plots.memory_vs_clock], ids=lambda d: d.__name__)

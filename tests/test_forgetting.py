@@ -18,6 +18,7 @@ from initmem_core.report.render import forgetting_csv, to_json, to_markdown
 from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
+from initmem_plugins.claims import forgetting_sweeps
 from initmem_plugins.claims.paper import (
     evaluate_findings,
     forgetting_follows_the_clocks,
@@ -26,15 +27,6 @@ from initmem_plugins.claims.paper import (
 from tests.builders import record as cell_record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def _benchmark():
-    from benchmarks import forgetting_times
-
-    return forgetting_times
-
-
-bench = _benchmark()
 
 
 # -- crossings by hand ----------------------------------------------------------------------
@@ -148,14 +140,14 @@ def test_accuracy_memory_counts_from_its_peak_and_its_band_gives_the_interval():
 
 @pytest.mark.slow  # simulates sweeps with a known half-life
 def test_a_known_half_life_in_t_l2_is_recovered_and_covered():
-    report = build_report(bench.synthetic_sweep(3))
-    assert len(report.forgetting) == len(bench.GROUPS)
+    report = build_report(forgetting_sweeps.synthetic_sweep(3))
+    assert len(report.forgetting) == len(forgetting_sweeps.GROUPS)
     epochs = []
     for found in report.forgetting.values():
         half = found.half_lives["radial"]
         estimate, low, high = half.value("clock_l2")
-        assert estimate == pytest.approx(bench.HALF_LIFE, rel=0.10)
-        assert low <= bench.HALF_LIFE <= high
+        assert estimate == pytest.approx(forgetting_sweeps.HALF_LIFE, rel=0.10)
+        assert low <= forgetting_sweeps.HALF_LIFE <= high
         epochs.append(half.epoch)
         # every memory of the report has a curve against the epoch and the clocks
         assert {"radial", "directional", "accuracy"} <= set(found.curves)
@@ -164,9 +156,9 @@ def test_a_known_half_life_in_t_l2_is_recovered_and_covered():
     assert max(epochs) / min(epochs) > 1.6
 
 
-@pytest.mark.slow  # 60 simulated sweeps; the benchmark measures 200 (docs/STATISTICS.md)
+@pytest.mark.slow  # 60 simulated sweeps; benchmarks/forgetting_times.py measures 200 (docs/STATISTICS.md)
 def test_the_interval_covers_a_known_half_life_in_most_simulated_sweeps():
-    result = bench.measure(60)
+    result = forgetting_sweeps.measure(60)
     assert result["within_10pct"] >= 0.85 and result["coverage"] >= 0.85, result
 
 
@@ -175,7 +167,7 @@ def test_the_interval_covers_a_known_half_life_in_most_simulated_sweeps():
 
 @pytest.fixture(scope="module")
 def report():
-    return build_report(bench.synthetic_sweep(0, epochs=30))
+    return build_report(forgetting_sweeps.synthetic_sweep(0, epochs=30))
 
 
 def test_json_csv_and_markdown_carry_every_groups_half_lives(report):
@@ -228,7 +220,7 @@ def test_memory_plots_are_valid_pngs(tmp_path):
 
     from initmem_core.report.plots import memory_vs_clock, memory_vs_epoch
 
-    report = build_report(bench.synthetic_sweep(0, groups=bench.GROUPS[:2], epochs=10))
+    report = build_report(forgetting_sweeps.synthetic_sweep(0, groups=forgetting_sweeps.GROUPS[:2], epochs=10))
     for draw in (memory_vs_epoch, memory_vs_clock):
         path = draw(report, tmp_path / f"{draw.__name__}.png")
         assert path.read_bytes()[:8] == PNG_SIGNATURE
@@ -242,7 +234,7 @@ def test_memory_curves_with_nothing_to_draw_get_the_caption_not_an_empty_legend(
 
     from initmem_core.report import plots
 
-    report = build_report(bench.synthetic_sweep(0, groups=bench.GROUPS[:1], epochs=3))
+    report = build_report(forgetting_sweeps.synthetic_sweep(0, groups=forgetting_sweeps.GROUPS[:1], epochs=3))
     for found in report.forgetting.values():  # as when every run of a group failed before its first epoch
         for memory, points in found.curves.items():
             found.curves[memory] = [dataclasses.replace(p, value=math.nan) for p in points]
@@ -268,7 +260,9 @@ def test_mechanism_clocks():
 
 @pytest.mark.slow  # simulates sweeps with a known half-life
 def test_forgetting_follows_the_clocks_when_half_lives_agree_in_t_l2():
-    finding = next(f for f in evaluate_findings(bench.synthetic_sweep(1)) if f.claim.startswith("Forgetting follows"))
+    finding = next(
+        f for f in evaluate_findings(forgetting_sweeps.synthetic_sweep(1)) if f.claim.startswith("Forgetting follows")
+    )
     assert finding.verdict == REPRODUCED, finding.measured
     assert "T_L2 family [opt=sgd,lr=0.05,l2=0.01, opt=sgd,lr=0.05,l2=0.02, opt=sgd,lr=0.1,l2=0.01]" in finding.measured
 
@@ -276,12 +270,12 @@ def test_forgetting_follows_the_clocks_when_half_lives_agree_in_t_l2():
 @pytest.mark.slow  # simulates sweeps with a known half-life
 def test_forgetting_that_follows_the_epochs_contradicts_it():
     # the same groups, each forgetting with a half-life of 12 epochs whatever its lambda and lr
-    finding = forgetting_follows_the_clocks(read_sweep(bench.synthetic_sweep(1, in_epochs=12.0)))
+    finding = forgetting_follows_the_clocks(read_sweep(forgetting_sweeps.synthetic_sweep(1, in_epochs=12.0)))
     assert finding.verdict == CONTRADICTED, finding.measured
 
 
 def test_with_two_seeds_it_cannot_be_decided():
-    finding = forgetting_follows_the_clocks(read_sweep(bench.synthetic_sweep(1, seeds=2)))
+    finding = forgetting_follows_the_clocks(read_sweep(forgetting_sweeps.synthetic_sweep(1, seeds=2)))
     assert finding.verdict == CANNOT_DECIDE, finding.measured
 
 
@@ -290,13 +284,13 @@ def test_a_family_whose_memory_never_halves_is_left_out_and_named():
 
     import numpy as np
 
-    records = bench.without_accuracy(bench.synthetic_sweep(1))
+    records = forgetting_sweeps.without_accuracy(forgetting_sweeps.synthetic_sweep(1))
     rng = np.random.default_rng(5)
     for batch_size in (32, 128):  # plain SGD (T_SGD) whose radial memory halves only after 400 epochs
-        for record in bench.group_records(0.0, 0.05, rng, in_epochs=400.0):
+        for record in forgetting_sweeps.group_records(0.0, 0.05, rng, in_epochs=400.0):
             record.config = dataclasses.replace(record.config, batch_size=batch_size)
             records.append(record)
-    finding = forgetting_follows_the_clocks(read_sweep(bench.without_accuracy(records)))
+    finding = forgetting_follows_the_clocks(read_sweep(forgetting_sweeps.without_accuracy(records)))
     assert finding.verdict == REPRODUCED, finding.measured  # decided by the T_L2 family alone
     assert (
         "T_SGD family [opt=sgd,lr=0.05,batch_size=128, opt=sgd,lr=0.05,batch_size=32]: left out "

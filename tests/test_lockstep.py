@@ -1,4 +1,4 @@
-"""The fused model of K CIFAR ResNets (benchmarks/gpu_steps/fused.py) computes what K separate
+"""The fused model of K CIFAR ResNets (plugins/architectures/fused_cifar_resnet.py) computes what K separate
 models do: the same K outputs, and after SGD steps with momentum and weight decay the same
 parameters, BatchNorm statistics and momentum buffers, in fp32 to a tight tolerance."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.gpu_steps.fused import FusedCifarResNet, lockstep_loss, merge_states, split_state
 from initmem_plugins.architectures.cifar_resnet import CifarResNet
+from initmem_plugins.architectures.fused_cifar_resnet import FusedCifarResNet, lockstep_loss, merge_states, split_state
 from initmem_plugins.initializers.fan_in import fan_in_init
 
 SIGMAS = (0.5, 1.41, 2.0)  # each model its own initialization scale

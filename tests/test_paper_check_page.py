@@ -1,13 +1,14 @@
-"""benchmarks/paper_check.py regenerates RESULTS.md one sweep at a time: the other sweeps' sections
-and the part written by hand stay as they were."""
+"""RESULTS.md is regenerated one sweep at a time (plugins/claims/findings_table.py, which
+benchmarks/paper_check.py writes it with): the other sweeps' sections and the part written by hand
+stay as they were."""
 
 from __future__ import annotations
 
 
 def paper_check():
-    from benchmarks import paper_check as module
+    from initmem_plugins.claims import findings_table
 
-    return module
+    return findings_table
 
 
 def test_regenerating_one_sweep_keeps_the_others_and_the_hand_written_part():
@@ -27,7 +28,7 @@ def test_regenerating_one_sweep_keeps_the_others_and_the_hand_written_part():
 
 def test_the_opening_table_of_findings_is_kept_when_the_page_is_regenerated():
     check = paper_check()
-    table = f"{check.OPENING_BEGIN}\n| finding | digits |\n|---|---|\n| one | reproduced |\n{check.OPENING_END}"
+    table = f"{check.BEGIN}\n| finding | digits |\n|---|---|\n| one | reproduced |\n{check.END}"
     page = check.results_markdown(["## Sweep `a`\n\nold a\n"], "by hand\n", table)
     assert page.index(table) < page.index("One section per sweep") < page.index("old a")
     generated, _, kept = page.partition(check.KEPT_BELOW)

@@ -5,38 +5,29 @@ group in every figure. Each figure's drawn data is read back from its artists.""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 
 from initmem_core.report import plots
 from initmem_core.report.memory import build_report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCKS
+from initmem_plugins.claims import forgetting_sweeps
 
 pytestmark = pytest.mark.slow  # each test draws and renders whole figures (1-5 s each)
-
-
-def _benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "forgetting_times.py"
-    spec = importlib.util.spec_from_file_location("forgetting_times", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def no_l2():
     """Two plain-SGD groups a decade of learning rate apart, no L2: T_L2 never moves, T_SGD spans
     two decades (a log axis)."""
-    return build_report(_benchmark().synthetic_sweep(0, groups=((0.0, 0.01), (0.0, 0.1)), epochs=6))
+    return build_report(forgetting_sweeps.synthetic_sweep(0, groups=((0.0, 0.01), (0.0, 0.1)), epochs=6))
 
 
 @pytest.fixture(scope="module")
 def with_l2():
-    return build_report(_benchmark().synthetic_sweep(0, groups=((0.01, 0.05), (0.02, 0.05)), epochs=6))
+    return build_report(forgetting_sweeps.synthetic_sweep(0, groups=((0.01, 0.05), (0.02, 0.05)), epochs=6))
 
 
 def drawn(report, draw, tmp_path, monkeypatch):

@@ -1,20 +1,21 @@
-"""RESULTS.md's opening table is rebuilt from the sweeps' exports (benchmarks/findings_table.py):
+"""RESULTS.md's opening table is rebuilt from the sweeps' exports (plugins/claims/findings_table.py):
 every number in it is what the exports give, so a number edited by hand is found."""
 
 from __future__ import annotations
 
 import re
-import sys
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from benchmarks import findings_table
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
+from initmem_plugins.claims import findings_table
+from initmem_plugins.claims.findings_table import KEPT_BELOW
 from initmem_plugins.claims.paper import CLAIMS, evaluate_findings
+from tests.long_commands import benchmark, run_command
 from tests.test_findings import REMEMBERING_WORLD, records
-from tests.test_paper_check_page import paper_check
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OLD_PAGE = f"""# Results
@@ -27,7 +28,7 @@ OLD_PAGE = f"""# Results
 
 One section per sweep.
 
-{paper_check().KEPT_BELOW}
+{KEPT_BELOW}
 ## Notes
 
 by hand, 1.23 stays
@@ -91,16 +92,18 @@ def number_problems(page: str, paths: list[Path]) -> list[str]:
 
 
 @pytest.mark.slow  # draws three sweeps' plots
-def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path, monkeypatch):
-    check = paper_check()
+def paper_check(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m benchmarks.paper_check ARGS`` run in ``folder``, as a user runs it."""
+    return run_command(benchmark("paper_check", *args), folder, timeout_s=600)
+
+
+def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path):
     docs = tmp_path / "docs"
     paths = fixture_exports(docs / "results")
     (docs / "RESULTS.md").write_text(OLD_PAGE)
     # Two given on the command line, the third found in docs/results/.
-    monkeypatch.setattr(
-        sys, "argv", ["paper_check.py", "--docs", str(docs), "--from", str(paths[0]), "--from", str(paths[2])]
-    )
-    check.main()
+    done = paper_check(tmp_path, "--docs", str(docs), "--from", str(paths[0]), "--from", str(paths[2]))
+    assert done.returncode == 0, done.stderr[-3000:]
     page = (docs / "RESULTS.md").read_text()
     assert "+9.99" not in page and "written by hand; paper_check.py keeps it" not in page
     assert page.endswith("## Notes\n\nby hand, 1.23 stays\n")
@@ -130,21 +133,19 @@ def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path, monkeypatch)
     assert number_problems(edited, paths) and findings_table.table_problems(edited, table, files)
 
     # Regenerating again from the same exports gives the same page.
-    monkeypatch.setattr(sys, "argv", ["paper_check.py", "--docs", str(docs), "--from", str(paths[1])])
-    check.main()
+    assert paper_check(tmp_path, "--docs", str(docs), "--from", str(paths[1])).returncode == 0
     again = (docs / "RESULTS.md").read_text()
     assert findings_table.page_table(again) == findings_table.page_table(page) and "## Sweep `batch-digits`" in again
 
 
-def test_a_bad_export_stops_paper_check_in_one_line(tmp_path, monkeypatch, capsys):
-    check = paper_check()
+@pytest.mark.slow(seconds=20)  # two processes importing the report
+def test_a_bad_export_stops_paper_check_in_one_line(tmp_path):
     (tmp_path / "bad.json.gz").write_text("not an export")
     for path in (tmp_path / "bad.json.gz", tmp_path / "missing.json.gz"):
-        monkeypatch.setattr(sys, "argv", ["paper_check.py", "--docs", str(tmp_path), "--from", str(path)])
-        with pytest.raises(SystemExit) as stopped:
-            check.main()
-        message = str(stopped.value.code)
-        assert message.startswith("paper_check.py: ") and str(path) in message and "\n" not in message
+        done = paper_check(tmp_path, "--docs", str(tmp_path), "--from", str(path))
+        message = done.stderr.strip()
+        assert done.returncode != 0 and message.startswith("paper_check.py: ") and str(path) in message
+        assert "\n" not in message and "Traceback" not in done.stderr
     assert not (tmp_path / "RESULTS.md").exists()
 
 

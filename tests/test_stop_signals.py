@@ -36,7 +36,7 @@ TRAINING = "training"  # the moment: once the run has begun training (its label 
         ("SIGINT", TRAINING, "copied"),
         ("SIGHUP", TRAINING, "copied"),
     ],
-)  # (SIGTERM during training: test_resume.py) benchmarks/signal_moments.py tries many more moments
+)  # (SIGTERM during training: test_resume.py) benchmarks/signal_moments.py (retired at bf423f4) tried many more
 def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_running(
     tmp_path, store_in, signal_name, moment, store
 ):

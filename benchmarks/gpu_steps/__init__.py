@@ -3,8 +3,8 @@
 ``common``: the plan of sizes and deadlines, the step context, worker processes, the synthetic
 CIFAR files and the comparisons; ``report``: the goals and the docs section. Each step module
 holds a ``run(ctx) -> dict`` and the worker processes it starts; ``STEPS`` lists them in order.
-``fused``: the fused model of K CIFAR ResNets that ``lockstep`` measures (a benchmark, not a
-product feature).
+The fused model of K CIFAR ResNets that ``lockstep`` measures is
+``initmem_plugins.architectures.fused_cifar_resnet`` (tests/test_lockstep.py checks it).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def worker_throughput(spec: dict[str, Any]) -> None:
     import torch
 
     import initmem_core
-    from benchmarks.bench import synchronizer
+    from benchmarks.timing import synchronizer
 
     window = Window(spec, synchronizer(torch.device(spec["knobs"]["device"])))
     try:

@@ -1,6 +1,7 @@
-"""(g) ``lockstep``: K ResNet-20s trained in one fused model (``fused.py``) against K concurrent
-processes training one each, in training images/s (K models x batch per step), in bf16 with
-channels-last first, then fp32 if time is left.
+"""(g) ``lockstep``: K ResNet-20s trained in one fused model
+(``initmem_plugins.architectures.fused_cifar_resnet``) against K concurrent processes training one
+each, in training images/s (K models x batch per step), in bf16 with channels-last first, then fp32
+if time is left.
 
 Both sides run the same bare loop: synthetic batches resident on the device, SGD with momentum
 and weight decay, no evaluation, no tracking, each model initialized with its own sigma. The
@@ -43,10 +44,10 @@ class Trainer:
         import torch
         import torch.nn.functional as F
 
-        from benchmarks.bench import synchronizer
-        from benchmarks.gpu_steps.fused import FusedCifarResNet, lockstep_loss
+        from benchmarks.timing import synchronizer
         from initmem_core.training.setup import use_precision
         from initmem_plugins.architectures.cifar_resnet import CifarResNet
+        from initmem_plugins.architectures.fused_cifar_resnet import FusedCifarResNet, lockstep_loss
         from initmem_plugins.initializers.fan_in import fan_in_init
 
         self.torch, self.device = torch, torch.device(spec["device"])

@@ -1,7 +1,7 @@
 """(e) ``speed``: ms per training step and evaluation seconds per epoch of ResNet-20 and ResNet-9
 on the synthetic CIFAR files (read by the built-in ``cifar10`` plugin with ``--data-dir``), in
 fp32, TF32 and bf16, each with and without channels-last and ``--compile`` (modes default and
-reduce-overhead), against ``bench.BareLoop``: an airbench-style bare loop at the same precision
+reduce-overhead), against ``timing.BareLoop``: an airbench-style bare loop at the same precision
 and layout (the data one normalised tensor on the device, the same model, optimizer and batch, no
 tracking, no eval). Configurations run in order of importance while the step's time lasts; the
 rest are listed as not measured. Every clock read is preceded by a device synchronisation.
@@ -127,7 +127,7 @@ def measure_speed(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any
     import torch
 
     import initmem_core
-    from benchmarks.bench import BareLoop, synchronizer
+    from benchmarks.timing import BareLoop, synchronizer
     from initmem_core.config import RunConfig
     from initmem_core.training import setup as setup_module
 

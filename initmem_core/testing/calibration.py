@@ -55,10 +55,10 @@ class SharedTestSet:
         return math.sqrt(self.difficulty**2 + self.specific**2 + self.seed_example**2 + self.run**2 + self.seed**2)
 
 
-#: The noise fitted to the committed exports (``benchmarks/noise_model.py``; docs/STATISTICS.md, "The noise
-#: model, fitted to the exports"), among the runs that fit: log-odds sds of the example's difficulty
-#: (shared by every cell of a test set), the cell's own part and the run's shift, per dataset. A slow
-#: test refits them from docs/results and checks these figures.
+#: The noise fitted to the committed exports (docs/STATISTICS.md, "The noise model, fitted to the exports"),
+#: among the runs that fit: log-odds sds of the example's difficulty (shared by every cell of a test set),
+#: the cell's own part and the run's shift, per dataset. Refit by ``benchmarks/noise_model.py`` at bf423f4
+#: (retired since: ``git show bf423f4:benchmarks/noise_model.py``).
 FITTED = {
     "digits": {"difficulty": 3.53, "specific": 0.13, "run": 0.17},
     "fashion-mnist": {"difficulty": 3.09, "specific": 0.35, "run": 0.10},

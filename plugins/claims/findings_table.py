@@ -1,4 +1,5 @@
-"""RESULTS.md's opening table, rebuilt from the sweeps' exports (docs/results/<sweep>.json.gz).
+"""RESULTS.md's opening table, rebuilt from the sweeps' exports (docs/results/<sweep>.json.gz), and the
+page around it: one section per sweep, the part written by hand kept (``benchmarks/paper_check.py``).
 
 One row per claim of ``initmem_plugins.claims.paper.CLAIMS``, one column per dataset the exports trained on (digits and
 Fashion-MNIST always, others as they appear): in each cell, every export that evaluates the claim
@@ -201,3 +202,79 @@ def familywise_line(table: dict[str, dict[str, list[Decided]]], decides: dict[st
         f"{sure} decided (reproduced or contradicted), among which the calibrated rule expects at most "
         f"{FALSE_VERDICT_RATE * sure:.2f} false ({FALSE_VERDICT_RATE:.0%} of each, docs/STATISTICS.md)."
     )
+
+
+# -- The whole page (RESULTS.md), as benchmarks/paper_check.py writes it
+
+#: Everything below this line in RESULTS.md is written by hand and kept when the page is regenerated.
+KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
+
+
+def opening_table(page: str) -> str:
+    """The page's opening table with its two marker lines, or "" when it has none."""
+    return page_table(page)
+
+
+def results_markdown(sections: list[str], kept: str, opening: str = "") -> str:
+    """The page: its title, ``opening`` (the findings table, kept as it was), the sweeps' sections
+    and the part written by hand."""
+    return f"""# Results: the paper's findings at small scale
+
+{opening + chr(10) + chr(10) if opening else ""}One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
+tracking store or from its export in docs/results/. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
+the paper's figure, max - min over sigma of the mean over seeds, in percentage points (biased upward
+by noise); *debiased* is the cross-fitted spread with its 95% t interval, near zero for a group that
+does not remember, and what groups are compared by (docs/STATISTICS.md). A claim is *reproduced*
+only when the 95% interval of every difference it makes excludes zero in the claimed direction,
+*contradicted* when any one excludes zero the other way at the Bonferroni level, *not resolved at
+this scale* otherwise, and *cannot be decided* with fewer than three seeds
+(`initmem_core/report/findings.py`; its error rates were measured by simulation in
+docs/STATISTICS.md); nothing here was tuned toward the paper's answer.
+
+{"".join(sections)}{KEPT_BELOW}
+{kept}"""
+
+
+def when_cells_ran(export) -> str:
+    """How long and on which days an export's cells ran, as the store recorded them: the span from
+    the first cell's start to the last one's end (pauses and gaps between launches included)."""
+    from datetime import UTC, datetime
+
+    def day(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).date().isoformat()
+
+    seconds = export.wall_seconds
+    took = (
+        f" over {seconds / 60:.1f} minutes from the first cell's start to the last one's end (pauses and "
+        "gaps between launches included)"
+        if seconds
+        else ""
+    )
+    when = ""
+    if export.started_ms and export.ended_ms:
+        first, last = day(export.started_ms), day(export.ended_ms)
+        when = f", {first}" if first == last else f", {first} to {last}"
+    return f"Cells ran{took}{when}, as the tracking store recorded them"
+
+
+def preset_to_run(preset: str, data_dir: str = ""):
+    """The preset's sweep, reading its dataset from ``data_dir`` when one is given (as
+    `initmem sweep --preset NAME --data-dir DIR` does)."""
+    from initmem_core.sweep.grid import SweepSpec
+    from initmem_core.sweep.presets import preset_spec
+
+    spec = preset_spec(preset)
+    return spec.override(SweepSpec({"data_dir": (data_dir,)})) if data_dir else spec
+
+
+def merge_sections(page: str, fresh: list[str]) -> list[str]:
+    """The page's sweep sections, in their order, with those of the sweeps just evaluated replaced
+    (new sweeps go last): regenerating one sweep never drops another's section."""
+
+    def sweep_of(section: str) -> str:
+        return section.split("`", 2)[1]
+
+    old = re.split(r"(?m)^(?=## Sweep `)", page)[1:]
+    new = {sweep_of(section): section for section in fresh}
+    merged = [new.pop(sweep_of(section), section) for section in old]
+    return [section.rstrip("\n") + "\n\n" for section in merged + list(new.values())]

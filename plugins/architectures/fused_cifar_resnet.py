@@ -16,8 +16,8 @@ per element, so one optimizer over the fused parameters is K optimizers, one per
 
 ``merge_states`` builds the fused state from K ``CifarResNet`` state dicts (each model initialized
 with its own sigma) and ``split_state`` takes it apart again; tests/test_lockstep.py checks that the
-K outputs and the updates of a training step equal those of K separate models. A benchmark, not a
-product feature: benchmarks/gpu_steps/lockstep.py measures whether it beats K processes.
+K outputs and the updates of a training step equal those of K separate models. Not a registered
+architecture yet: benchmarks/gpu_steps/lockstep.py measures whether it beats K processes.
 """
 
 from __future__ import annotations
