@@ -21,18 +21,8 @@ from initmem_plugins.claims.paper import (
     longer_training_keeps_sgd_memory,
     sgd_remembers_more_than_adaptive,
 )
-from tests.builders import clocks, record
+from tests.builders import REMEMBERING_WORLD, records
 
-SIGMAS = (0.1, 2.5)
-# group -> (fixed config, test accuracy at each sigma, final ||W|| at each sigma, clocks)
-REMEMBERING_WORLD = {
-    "sgd": ({"opt": "sgd", "batch_size": 32}, (0.90, 0.60), (1.0, 25.0), (0.01, 0.0, 5.0)),
-    "sgd-big-batch": ({"opt": "sgd", "batch_size": 128}, (0.90, 0.50), (1.0, 25.0), (0.002, 0.0, 1.2)),
-    "sgd-small-batch": ({"opt": "sgd", "batch_size": 8}, (0.90, 0.70), (1.0, 25.0), (0.05, 0.0, 20.0)),
-    "sgd-l2": ({"opt": "sgd", "batch_size": 32, "l2": 0.01}, (0.90, 0.88), (3.0, 4.0), (0.01, 0.05, 5.0)),
-    "adam": ({"opt": "adam", "batch_size": 32, "lr": 0.001}, (0.91, 0.89), (30.0, 33.0), (0.0001, 0.0, 50.0)),
-    "muon": ({"opt": "muon", "batch_size": 32, "lr": 0.02}, (0.92, 0.90), (20.0, 21.0), (0.01, 0.0, 100.0)),
-}
 ALL_HOLD = (
     "sgd_remembers_more_than_adaptive",
     "adaptive_optimizers_forget",
@@ -43,33 +33,6 @@ ALL_HOLD = (
     "spread_orders_by_clock_within_family",
     "sgd_keeps_memory",
 )
-
-
-#: Seed-to-seed wobble of accuracy (fractions) at each sigma; each column averages to 0.0005.
-WOBBLE = {0.1: (0.0, 0.004, -0.004, 0.002), 2.5: (0.002, -0.004, 0.004, 0.0)}
-
-
-def records(world, seeds=4, **extra):
-    out = []
-    for config, accs, norms, (t_sgd, t_l2, t_adapt) in world.values():
-        for sigma, acc, norm in zip(SIGMAS, accs, norms):
-            for seed in range(seeds):
-                acc_seed = acc + WOBBLE[sigma][seed % 4] + 0.001 * (seed // 4)
-                out.append(
-                    record(
-                        {**config, **extra, "sigma": sigma, "seed": seed},
-                        acc_seed,
-                        metrics={
-                            "final_test_acc": acc_seed,
-                            "tau_interp": 5,
-                            "repair_gap": 0.0,
-                            "weight_norm": norm,
-                            "weight_norm_ratio": norm / sigma,
-                            **clocks(t_sgd, t_l2, t_adapt),
-                        },
-                    )
-                )
-    return out
 
 
 def by_name(found):

@@ -15,9 +15,8 @@ from initmem_core.config import RunConfig
 from initmem_core.report import plots, verdict_plot
 from initmem_core.report.assessment import build_assessed_report, evaluated
 from initmem_core.report.memory import build_report
-from tests.builders import record
+from tests.builders import record, two_optimizers
 from tests.test_report_figures import _benchmark, drawn
-from tests.test_verdicts import two_optimizers
 
 pytestmark = pytest.mark.slow  # each draws and renders a whole figure (1-3 s)
 

@@ -13,7 +13,7 @@ from benchmarks import findings_table
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
 from initmem_plugins.claims.paper import CLAIMS, evaluate_findings
-from tests.test_claims import REMEMBERING_WORLD, records
+from tests.builders import REMEMBERING_WORLD, records
 from tests.test_paper_check_page import paper_check
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

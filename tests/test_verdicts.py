@@ -14,25 +14,7 @@ from initmem_core.report.render import interval, to_json, to_markdown
 from initmem_core.report.verdicts import NOT_EVALUATED, REPRODUCED, VERDICTS
 from initmem_core.vocabulary import VERDICT_TAG_PREFIX, verdict_tag
 from initmem_plugins.claims.paper import CLAIMS_BY_NAME
-from tests.builders import clocks, record
-
-SIGMAS = (0.1, 2.5)
-WOBBLE = (0.0, 0.004, -0.004, 0.002, 0.001, -0.003)
-
-
-def two_optimizers(seeds: int = 6, sgd=(0.90, 0.60), adam=(0.91, 0.90), **extra):
-    """A user's first sweep: SGD against Adam, two sigmas; SGD remembers, Adam forgets."""
-    out = []
-    for config, accs, norms, clock in (
-        ({"opt": "sgd"}, sgd, (1.0, 25.0), clocks(0.01, 0.0, 5.0)),
-        ({"opt": "adam", "lr": 0.001}, adam, (30.0, 33.0), clocks(0.0001, 0.0, 50.0)),
-    ):
-        for sigma, acc, norm in zip(SIGMAS, accs, norms):
-            for seed in range(seeds):
-                value = acc + WOBBLE[seed % len(WOBBLE)]
-                metrics = {"weight_norm": norm, "weight_norm_ratio": norm / sigma, "tau_interp": 5, **clock}
-                out.append(record({**config, **extra, "sigma": sigma, "seed": seed}, value, metrics=metrics))
-    return out
+from tests.builders import two_optimizers
 
 
 def test_the_report_carries_every_claim_and_decides_the_ones_its_groups_allow():
