@@ -45,7 +45,7 @@ from initmem_core.sweep.executors.base import CellTask, RetriedCellProgress  # n
 from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E402
 from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
 from tests import pausing_plugin  # noqa: E402  (the workers get it from plugin_site)
-from tests.cli_processes import SMALL_CELL_ARGS  # noqa: E402
+from tests.cli_processes import SMALL_CELL_ARGS, history, mlflow_client, stored_runs  # noqa: E402
 from tests.local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -55,28 +55,20 @@ PER_EPOCH = ("train_loss", "train_acc", "val_acc", "test_acc", "weight_norm", "c
 PAUSE_S = 150  # how long a test waits for a cell to pause
 
 
-def client_for(uri):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(uri)
-
-
 def children(uri: str, sweep: str) -> list:
-    client = client_for(uri)
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
     return [
-        r for r in runs if r.data.tags.get("initmem.sweep") == sweep and r.data.tags.get("initmem.role") != "parent"
+        r
+        for r in stored_runs(uri)
+        if r.data.tags.get("initmem.sweep") == sweep and r.data.tags.get("initmem.role") != "parent"
     ]
 
 
 def figures(uri: str, run) -> dict:
     """What the report reads from a cell, with every logged row of the per-epoch metrics."""
-    client = client_for(uri)
-    history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] for key in PER_EPOCH}
     return {
         "best_val_test_acc": run.data.metrics["best_val_test_acc"],
         "final_test_acc": run.data.metrics["final_test_acc"],
-        **{key: sorted(rows) for key, rows in history.items()},
+        **{key: history(uri, run.info.run_id, key) for key in PER_EPOCH},
     }
 
 
@@ -483,7 +475,7 @@ def test_an_attempt_after_a_lost_one_writes_no_step_twice(server):
         data="digits", arch="resnet20", epochs=2, train_size=64, batch_size=32, threads=1, checkpoint_every=0, sigma=0.7
     )
     run_id = open_cell(server, config)
-    client = client_for(server)
+    client = mlflow_client(server)
     client.log_batch(run_id, metrics=[Metric("train_loss", 99.0, 0, step) for step in (0, 1)], params=[], tags=[])
     client.set_tag(run_id, "initmem.attempts", "1")  # as a worker that died after epoch 1 leaves it
     assert run_remote_cell(CellTask(config, run_id, server, "initmem")) == ("FINISHED", "")
@@ -501,7 +493,7 @@ def test_an_attempt_after_a_lost_one_writes_no_step_twice(server):
 def test_an_attempt_after_a_finished_one_does_nothing(server):
     config = RunConfig(data="digits", arch="resnet20", epochs=1, train_size=64, batch_size=32, sigma=0.9)
     run_id = open_cell(server, config)
-    client = client_for(server)
+    client = mlflow_client(server)
     client.set_terminated(run_id, "FINISHED")  # as a worker that died just after ending its run leaves it
     assert run_remote_cell(CellTask(config, run_id, server, "initmem")) == ("FINISHED", "")
     run = client.get_run(run_id)

@@ -22,23 +22,19 @@ from initmem_cli.app import app
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.tracker_process import TrackerProcess
 from initmem_core.training.loop import NoProgress
-from tests.cli_processes import SMALL
+from tests.cli_processes import SMALL, history, mlflow_client, only_run
 
 runner = CliRunner()
 
 
 def stored(uri: str, run_id: str) -> dict:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     run = client.get_run(run_id)
     return {
         "status": run.info.status,
         "params": run.data.params,
         "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-        "metrics": {
-            key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in run.data.metrics
-        },
+        "metrics": {key: history(uri, run_id, key) for key in run.data.metrics},
         "artifacts": sorted(a.path for a in client.list_artifacts(run_id)),
         "datasets": [(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs],
     }
@@ -207,11 +203,7 @@ def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_r
     while Path(f"/proc/{helper}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(f"/proc/{helper}").exists(), "the helper outlived its training process"
-    from mlflow.tracking import MlflowClient
-
-    (run,) = MlflowClient(tracking_uri).search_runs(
-        [MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id]
-    )
+    run = only_run(tracking_uri)
     held = stored(tracking_uri, run.info.run_id)
     # Written at the end of the input although the 5 s batching interval had not passed.
     assert held["status"] == "RUNNING" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2]
