@@ -16,19 +16,11 @@ from initmem_core.training.effective_step import scale_invariant_names, traced_s
 from initmem_core.training.plan import plan_run
 from initmem_core.training.schedules import lr_match_factor, lr_multiplier
 from initmem_core.training.setup import build_setup, process_settings_kept
+from tests import cli_processes
 from tests.cli_processes import only_run
 
-TINY = dict(
-    arch="resnet20",
-    epochs=2,
-    train_size=64,
-    batch_size=32,
-    eval_size=64,
-    train_eval_size=64,
-    threads=1,
-    eval_batch_size=512,
-    checkpoint_every=0,
-)
+#: The shared tiny run for two epochs, every example scored, without checkpoints.
+TINY = dict(cli_processes.TINY, arch="resnet20", epochs=2, eval_size=64, train_eval_size=64, checkpoint_every=0)
 
 
 @pytest.fixture(autouse=True)

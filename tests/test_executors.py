@@ -49,7 +49,6 @@ from tests.cli_processes import SMALL_CELL_ARGS, history, mlflow_client, stored_
 from tests.local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
-SMALL = SMALL_CELL_ARGS
 GRID = ["--opt", "sgd,pausing-sgd", "--sigma", "0.5,2", "--seed", "0"]
 PER_EPOCH = ("train_loss", "train_acc", "val_acc", "test_acc", "weight_norm", "clock_sgd", "lr")
 PAUSE_S = 150  # how long a test waits for a cell to pause
@@ -123,7 +122,7 @@ def reference(tmp_path_factory, store_in):
                 app,
                 [
                     "sweep",
-                    *SMALL,
+                    *SMALL_CELL_ARGS,
                     *GRID,
                     "--name",
                     "reference",
@@ -178,7 +177,7 @@ def test_a_ray_sweep_into_a_server_matches_the_local_executor_and_survives_a_kil
             app,
             [
                 "sweep",
-                *SMALL,
+                *SMALL_CELL_ARGS,
                 *GRID,
                 "--name",
                 "on-ray",
@@ -215,7 +214,7 @@ def test_slurm_through_submitits_local_executor_runs_a_sweep_and_requeues_a_pree
         app,
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--opt",
             "pausing-sgd",
             "--sigma",
@@ -270,7 +269,7 @@ def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_th
         app,
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--opt",
             "pausing-sgd",
             "--sigma",
@@ -333,7 +332,7 @@ def test_ray_without_an_address_starts_its_own_instance_and_stops_it(server, mon
     import ray
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token written into this machine's home
-    no_threads = SMALL[: SMALL.index("--threads")]  # so that the cell's CPU request sets them
+    no_threads = SMALL_CELL_ARGS[: SMALL_CELL_ARGS.index("--threads")]  # so that the cell's CPU request sets them
     result = runner.invoke(
         app,
         [
@@ -384,7 +383,7 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
         app,
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,1",
             "--name",
@@ -428,7 +427,7 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
 def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
     database = tmp_path / "mlflow.db"
     for executor in (["--executor", "ray"], ["--executor", "slurm", "--slurm-local"]):
-        result = runner.invoke(app, ["sweep", *SMALL, *executor, "--tracking-uri", f"sqlite:///{database}"])
+        result = runner.invoke(app, ["sweep", *SMALL_CELL_ARGS, *executor, "--tracking-uri", f"sqlite:///{database}"])
         assert result.exit_code == 2, result.output
         assert (
             f"--executor {executor[1]} runs cells on other machines, which cannot write to sqlite:///" in result.output
@@ -452,7 +451,7 @@ def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
 )
 def test_executor_options_are_checked_before_anything_runs(args, message, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here, whatever this machine has
-    result = runner.invoke(app, ["sweep", *SMALL, *args, "--dry-run"])
+    result = runner.invoke(app, ["sweep", *SMALL_CELL_ARGS, *args, "--dry-run"])
     assert result.exit_code == 2, result.output
     assert message in result.output
 

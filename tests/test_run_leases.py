@@ -10,7 +10,7 @@ import pytest
 
 import initmem_core
 from initmem_core import Stopped
-from tests.cli_processes import history, initmem_command, mlflow_client, only_run, runs_in
+from tests.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
 from tests.signal_progress import SignalAtStep
 
 
@@ -63,14 +63,7 @@ def test_a_run_whose_process_died_resumes_whatever_a_later_run_of_its_config_did
     from initmem_core.errors import RunWarning
 
     tiny = dict(
-        epochs=2,
-        train_size=64,
-        batch_size=32,
-        threads=1,
-        eval_batch_size=512,
-        helper_process=False,
-        tracking_uri=tracking_uri,
-        checkpoint_dir=str(tmp_path / "checkpoints"),
+        TINY, epochs=2, helper_process=False, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints")
     )
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(3, signal.SIGTERM), **tiny)  # 2 steps an epoch: stops in epoch 2

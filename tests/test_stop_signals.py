@@ -156,14 +156,7 @@ def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_ur
     from tests.signal_progress import SignalAtStep
 
     tiny = dict(
-        epochs=2,
-        train_size=64,
-        batch_size=32,
-        threads=1,
-        eval_batch_size=512,
-        helper_process=False,
-        tracking_uri=tracking_uri,
-        checkpoint_dir=str(tmp_path / "checkpoints"),
+        TINY, epochs=2, helper_process=False, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints")
     )
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(1, signal.SIGINT), **tiny)
