@@ -6,6 +6,7 @@ files a folder holds."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 #: `initmem run` options for a run of seconds; the sweeps' (``sweep_command``), and ``initmem_core.run``'s
@@ -25,6 +26,11 @@ SMALL_CELL_ARGS = [
     *("--data", "digits", "--arch", "resnet20", "--epochs", "2", "--train-size", "128"),
     *("--batch-size", "32", "--eval-batch-size", "512", "--threads", "1"),
 ]
+
+
+def cli_args(settings: Mapping[str, object]) -> list[str]:
+    """``initmem_core.run``'s keywords as the CLI's options: ``{"train_size": 64}`` -> ``--train-size 64``."""
+    return [part for key, value in settings.items() for part in (f"--{key.replace('_', '-')}", str(value))]
 
 
 def initmem_command(*args: str) -> list[str]:

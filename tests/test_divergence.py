@@ -12,11 +12,11 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core import Diverged, hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from tests.cli_processes import SMALL, history, only_run
+from tests.cli_processes import SMALL, cli_args, history, only_run
 
 runner = CliRunner()
 STEPS_PER_EPOCH = 4  # train_size 128, batch size 32
-ARGS = ["--epochs", "3", "--train-size", "128", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
+ARGS = cli_args(SMALL)
 
 
 def poisoning_sgd(model, at_step: int, poison):

@@ -23,7 +23,7 @@ from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
 from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
-from tests.cli_processes import history, mlflow_client, only_run
+from tests.cli_processes import cli_args, history, mlflow_client, only_run
 from tests.signal_progress import SignalAtStep
 
 
@@ -39,7 +39,7 @@ runner = CliRunner()
 CONFIG = dict(
     epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on", momentum=0.9, seed=3
 )
-ARGS = [part for key, value in CONFIG.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+ARGS = cli_args(CONFIG)
 CONFIG_HASH = hash_of(CONFIG)
 STEPS_PER_EPOCH = 16
 

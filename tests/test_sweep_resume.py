@@ -14,27 +14,12 @@ import initmem_core
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import children, history, stored_runs
+from tests.cli_processes import children, cli_args, history, stored_runs
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
 CELL = dict(epochs=10, train_size=256, batch_size=16, threads=1, eval_batch_size=512)
-ARGS = [
-    "--sigma",
-    "0.5,2",
-    "--epochs",
-    "10",
-    "--train-size",
-    "256",
-    "--batch-size",
-    "16",
-    "--threads",
-    "1",
-    "--eval-batch-size",
-    "512",
-    "--name",
-    "resumable",
-]
+ARGS = ["--sigma", "0.5,2", *cli_args(CELL), "--name", "resumable"]
 
 
 def sweep_process(uri: str, cwd) -> subprocess.Popen:
