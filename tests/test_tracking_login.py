@@ -30,7 +30,6 @@ pytestmark = pytest.mark.slow
 ADMIN_PASSWORD = "admin-" + os.urandom(6).hex()
 USER, PASSWORD = "alice", "alice-" + os.urandom(6).hex()
 LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
-SMALL = SMALL_CELL_ARGS
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
@@ -111,7 +110,17 @@ def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, 
     # `initmem run` as a user runs it: a fresh process whose tracking helper opens the store.
     env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": wrong}
     result = subprocess.run(
-        [sys.executable, "-m", "initmem_cli", "run", *SMALL, "--tracking-uri", server, "--experiment", "refused"],
+        [
+            sys.executable,
+            "-m",
+            "initmem_cli",
+            "run",
+            *SMALL_CELL_ARGS,
+            "--tracking-uri",
+            server,
+            "--experiment",
+            "refused",
+        ],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -123,7 +132,7 @@ def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, 
     # A sweep with no login at all, and a report.
     as_user(None, None)
     for command in (
-        ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
+        ["sweep", *SMALL_CELL_ARGS, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
         ["report", "refused"],
     ):
         result = runner.invoke(app(), [*command, "--tracking-uri", server, "--experiment", "refused"])
@@ -147,7 +156,7 @@ def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, a
         app(),
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,2",
             "--name",
@@ -185,7 +194,7 @@ def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_us
         app(),
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,2",
             "--name",
@@ -218,10 +227,10 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
             "-m",
             "initmem_cli",
             "run",
-            *SMALL[:4],
+            *SMALL_CELL_ARGS[:4],
             "--epochs",
             str(epochs),
-            *SMALL[6:],
+            *SMALL_CELL_ARGS[6:],
             "--seed",
             "7",
             "--tracking-uri",
@@ -300,7 +309,7 @@ def test_ray_tasks_get_the_login_though_their_head_never_saw_it(server, as_user,
             app(),
             [
                 "sweep",
-                *SMALL,
+                *SMALL_CELL_ARGS,
                 "--sigma",
                 "0.5,2",
                 "--name",
