@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
 from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
-from tests.cli_processes import cli_args, history, mlflow_client, only_run
+from tests.cli_processes import cli_args, history, initmem_command, mlflow_client, only_run
 from tests.signal_progress import SignalAtStep
 
 
@@ -68,7 +67,7 @@ def assert_matches_reference(uri, run_id, reference, tmp_path):
 
 def start_cli_run(uri: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "initmem_cli", "run", *ARGS, "--tracking-uri", uri],
+        initmem_command("run", *ARGS, "--tracking-uri", uri),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

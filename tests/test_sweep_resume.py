@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,7 +13,7 @@ import initmem_core
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import children, cli_args, history, stored_runs
+from tests.cli_processes import children, cli_args, history, initmem_command, stored_runs
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
@@ -24,7 +23,7 @@ ARGS = ["--sigma", "0.5,2", *cli_args(CELL), "--name", "resumable"]
 
 def sweep_process(uri: str, cwd) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "initmem_cli", "sweep", *ARGS, "--tracking-uri", uri],
+        initmem_command("sweep", *ARGS, "--tracking-uri", uri),
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.cli_processes import SMALL_CELL_ARGS
+from tests.cli_processes import SMALL_CELL_ARGS, initmem_command
 from tests.local_services import add_user, auth_request, login_server, ray_head
 from tests.network_isolation import loopback_only
 
@@ -110,17 +109,14 @@ def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, 
     # `initmem run` as a user runs it: a fresh process whose tracking helper opens the store.
     env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": wrong}
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "initmem_cli",
+        initmem_command(
             "run",
             *SMALL_CELL_ARGS,
             "--tracking-uri",
             server,
             "--experiment",
             "refused",
-        ],
+        ),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -222,10 +218,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     epochs = 30
     env = dict(os.environ)
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "initmem_cli",
+        initmem_command(
             "run",
             *SMALL_CELL_ARGS[:4],
             "--epochs",
@@ -235,7 +228,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
             "7",
             "--tracking-uri",
             server,
-        ],
+        ),
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -273,7 +266,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     assert stored.info.status == "RUNNING" and held < epochs + 1  # the rest waits here
     assert (tmp_path / "initmem-unsynced" / f"{run.info.run_id}.jsonl").exists()
     refused = subprocess.run(
-        [sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server],
+        initmem_command("sync", "--tracking-uri", server),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -282,7 +275,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     assert refused.returncode == 2 and "refused the credentials" in refused.stderr
     env["MLFLOW_TRACKING_PASSWORD"] = new_password
     synced = subprocess.run(
-        [sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server],
+        initmem_command("sync", "--tracking-uri", server),
         env=env,
         cwd=tmp_path,
         capture_output=True,
