@@ -36,7 +36,6 @@ MLFLOW_TESTS = (
     "test_tracking_login.py",
     "test_tracking_paths.py",
     "test_tracker_process.py",
-    "test_refused_login.py",
     "test_sync.py",
     "test_ui_view.py",
     "test_ui_command.py",

@@ -1,10 +1,12 @@
-"""What the tests that start `initmem` in a process of its own share: tiny settings, the command
-line, the runs a store holds, the processes below a pid, a sweep's children and their metric
-histories, and the files a folder holds."""
+"""What the tests that run `initmem` (in a process of its own or in theirs) share: tiny settings, the
+command line, the runs a store holds and what MLflow logged on them (``stored_runs``, ``only_run``,
+``history``), the processes below a pid, a sweep's children and their metric histories, and the
+files a folder holds."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 #: `initmem run` options for a run of seconds; the sweeps' (``sweep_command``), and ``initmem_core.run``'s
@@ -26,6 +28,11 @@ SMALL_CELL_ARGS = [
 ]
 
 
+def cli_args(settings: Mapping[str, object]) -> list[str]:
+    """``initmem_core.run``'s keywords as the CLI's options: ``{"train_size": 64}`` -> ``--train-size 64``."""
+    return [part for key, value in settings.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+
+
 def initmem_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "initmem_cli", *args]
 
@@ -36,6 +43,29 @@ def runs_in(uri: str) -> list[tuple[str, str]]:
 
     with sqlite3.connect(uri[len("sqlite:///") :]) as database:
         return database.execute("select name, status from runs").fetchall()
+
+
+def mlflow_client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def stored_runs(uri: str, filter_string: str = "") -> list:
+    """Every run in every experiment of the store at ``uri`` (MLflow's ``Run`` objects)."""
+    client = mlflow_client(uri)
+    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], filter_string)]
+
+
+def only_run(uri: str):
+    """The one run in the store at ``uri``; fails where there is none or more than one."""
+    (run,) = stored_runs(uri)
+    return run
+
+
+def history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of every value of metric ``key`` logged on the run, by step."""
+    return sorted((m.step, m.value) for m in mlflow_client(uri).get_metric_history(run_id, key))
 
 
 def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
@@ -72,9 +102,7 @@ def alive(pid: int) -> bool:
 
 
 def children(uri: str, sweep: str) -> list:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     experiment = client.get_experiment_by_name("initmem")
     if experiment is None:  # the sweep has not opened the store yet
         return []
@@ -105,12 +133,8 @@ def sweep_command(uri: str, name: str, *extra: str) -> list[str]:
 
 
 def metric_histories(uri: str, sweep: str) -> dict:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    histories = {}
-    for run in children(uri, sweep):
-        for key in run.data.metrics:
-            history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-            histories[(run.data.tags["config_hash"], key)] = history
-    return histories
+    return {
+        (run.data.tags["config_hash"], key): history(uri, run.info.run_id, key)
+        for run in children(uri, sweep)
+        for key in run.data.metrics
+    }

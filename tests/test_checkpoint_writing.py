@@ -19,7 +19,7 @@ from initmem_core.training.checkpoint_format import (
 from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 from initmem_core.training.tensor_packing import pack, unpack
 from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from tests.cli_processes import initmem_command, runs_in
+from tests.cli_processes import history, initmem_command, only_run, runs_in
 
 
 def nested_state():
@@ -270,9 +270,6 @@ def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_i
     disk.resize("8m")
     resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    (run,) = client.search_runs(client.get_experiment_by_name("initmem").experiment_id)
+    run = only_run(tracking_uri)
     assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == [0, 1, 2, 3, 4]
+    assert [step for step, _ in history(tracking_uri, run.info.run_id, "test_acc")] == [0, 1, 2, 3, 4]

@@ -19,7 +19,7 @@ from initmem_core.report.regime import Check
 from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, NOT_EVALUATED, REPRODUCED
 from initmem_core.tracking.export import SweepExport, write_export
 from initmem_core.vocabulary import CLOCK_ADAPT
-from tests.test_report_findings import two_optimizers
+from tests.builders import two_optimizers
 
 runner = CliRunner()
 

@@ -13,11 +13,11 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core import Diverged, hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from tests.cli_processes import SMALL
+from tests.cli_processes import SMALL, cli_args, history, only_run
 
 runner = CliRunner()
 STEPS_PER_EPOCH = 4  # train_size 128, batch size 32
-ARGS = ["--epochs", "3", "--train-size", "128", "--batch-size", "32", "--threads", "1", "--eval-batch-size", "512"]
+ARGS = cli_args(SMALL)
 
 
 def poisoning_sgd(model, at_step: int, poison):
@@ -57,25 +57,17 @@ def poisons():
     set_registry(load_registry(entry_points=False, extra_plugins=[("poisons", Poisons())]))
 
 
-def only_run(uri):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    [run] = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-    return client, run
-
-
 def test_a_nan_loss_stops_the_run_at_the_next_step(tracking_uri):
     with pytest.raises(Diverged) as diverged:
         initmem_core.run(opt="nan-after-step-6", tracking_uri=tracking_uri, **SMALL)
     assert (diverged.value.epoch, diverged.value.step) == (2, 7)  # the first step that sees the NaN weight
-    client, run = only_run(tracking_uri)
+    run = only_run(tracking_uri)
     assert run.info.status == "FAILED"
     tags = run.data.tags
     assert (tags["diverged"], tags["diverged_epoch"], tags["diverged_step"]) == ("true", "2", "7")
     assert "the training loss is not finite" in tags["failure_reason"]
-    losses = client.get_metric_history(run.info.run_id, "train_loss")
-    assert [m.step for m in losses] == [0, 1] and all(math.isfinite(m.value) for m in losses)
+    losses = history(tracking_uri, run.info.run_id, "train_loss")
+    assert [step for step, _ in losses] == [0, 1] and all(math.isfinite(value) for _, value in losses)
 
 
 def test_a_non_finite_weight_stops_the_run_before_its_epoch_is_logged(tracking_uri):
@@ -84,9 +76,9 @@ def test_a_non_finite_weight_stops_the_run_before_its_epoch_is_logged(tracking_u
     assert result.exit_code == 1, result.output
     assert "diverged in epoch 1: a weight or BatchNorm statistic is not finite" in result.stderr
     assert "diverged=true" in result.stderr and "Traceback" not in result.output
-    client, run = only_run(tracking_uri)
+    run = only_run(tracking_uri)
     assert run.info.status == "FAILED" and run.data.tags["diverged_epoch"] == "1"
     # --json describes the run as stored: its hash is of the config with the optimizer's lr resolved
     answer = json.loads(result.stdout)
     assert answer["run_id"] == run.info.run_id and answer["config_hash"] == run.data.tags["config_hash"]
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")] == [0]
+    assert [step for step, _ in history(tracking_uri, run.info.run_id, "val_loss")] == [0]

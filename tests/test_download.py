@@ -19,8 +19,7 @@ import torch
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from tests.test_datasets import write_cifar10
-from tests.test_idx_datasets import write_idx
+from tests.test_datasets import write_cifar10, write_idx
 
 
 class Quiet(http.server.SimpleHTTPRequestHandler):

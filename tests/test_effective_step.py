@@ -16,18 +16,11 @@ from initmem_core.training.effective_step import scale_invariant_names, traced_s
 from initmem_core.training.plan import plan_run
 from initmem_core.training.schedules import lr_match_factor, lr_multiplier
 from initmem_core.training.setup import build_setup, process_settings_kept
+from tests import cli_processes
+from tests.cli_processes import only_run
 
-TINY = dict(
-    arch="resnet20",
-    epochs=2,
-    train_size=64,
-    batch_size=32,
-    eval_size=64,
-    train_eval_size=64,
-    threads=1,
-    eval_batch_size=512,
-    checkpoint_every=0,
-)
+#: The shared tiny run for two epochs, every example scored, without checkpoints.
+TINY = dict(cli_processes.TINY, arch="resnet20", epochs=2, eval_size=64, train_eval_size=64, checkpoint_every=0)
 
 
 @pytest.fixture(autouse=True)
@@ -211,10 +204,7 @@ def test_a_stopped_matched_run_resumes_to_the_bits_of_the_run_left_alone(trackin
             **config, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path), progress=SignalAtStep(3, signal.SIGTERM)
         )
     resumed = initmem_core.run(**config, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path), resume=True)
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    [run] = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    run = only_run(tracking_uri)
     assert run.info.run_id == resumed.run_id  # continued in the stopped run, from its checkpoint
     for (name, a), (_, b) in zip(alone.model.state_dict().items(), resumed.model.state_dict().items()):
         assert torch.equal(a, b), name

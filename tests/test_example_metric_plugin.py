@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_processes import history, only_run
+
 pytestmark = pytest.mark.slow  # pip-installs the example package and runs it
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "initmem-effective-rank"
@@ -30,15 +32,12 @@ def test_initmem_run_logs_the_effective_rank(installed_example, initmem_subproce
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    [run] = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    run = only_run(tracking_uri)
     assert run.data.params["metrics"] == "effective-rank"
-    ratio = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "effective_rank_ratio")}
+    ratio = dict(history(tracking_uri, run.info.run_id, "effective_rank_ratio"))
     assert ratio[0] == pytest.approx(1.0)  # W is W0 at the initialization
-    update = client.get_metric_history(run.info.run_id, "update_effective_rank")
-    assert [m.step for m in update] == [1] and 0 < update[0].value <= 1
+    [(step, value)] = history(tracking_uri, run.info.run_id, "update_effective_rank")
+    assert step == 1 and 0 < value <= 1
 
 
 def test_the_example_package_own_tests_pass(installed_example, package_tests_subprocess):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_processes import only_run
+
 pytestmark = pytest.mark.slow  # pip-installs the example package and runs it
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +40,7 @@ def test_installed_plugin_trains_through_initmem_run(installed_example, initmem_
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    [run] = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    run = only_run(uri)
     assert run.info.status == "FINISHED"
     assert run.data.params["opt"] == "fromage"
     assert run.data.params["provider.optimizer"].startswith("initmem-fromage ")

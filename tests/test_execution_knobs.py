@@ -17,17 +17,10 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training import loop, setup
 from initmem_core.training.plan import plan_run
+from tests.cli_processes import SMALL
 
-TINY = dict(
-    arch="resnet20",
-    epochs=2,
-    train_size=128,
-    batch_size=32,
-    threads=1,
-    eval_batch_size=512,
-    checkpoint_every=0,
-    tracking=False,
-)
+#: The shared small run for two epochs, untracked and without checkpoints.
+TINY = dict(SMALL, arch="resnet20", epochs=2, checkpoint_every=0, tracking=False)
 
 
 def run_tiny(**changes):

@@ -45,38 +45,29 @@ from initmem_core.sweep.executors.base import CellTask, RetriedCellProgress  # n
 from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E402
 from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
 from tests import pausing_plugin  # noqa: E402  (the workers get it from plugin_site)
-from tests.cli_processes import SMALL_CELL_ARGS  # noqa: E402
+from tests.cli_processes import SMALL_CELL_ARGS, history, mlflow_client, stored_runs  # noqa: E402
 from tests.local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
-SMALL = SMALL_CELL_ARGS
 GRID = ["--opt", "sgd,pausing-sgd", "--sigma", "0.5,2", "--seed", "0"]
 PER_EPOCH = ("train_loss", "train_acc", "val_acc", "test_acc", "weight_norm", "clock_sgd", "lr")
 PAUSE_S = 150  # how long a test waits for a cell to pause
 
 
-def client_for(uri):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(uri)
-
-
 def children(uri: str, sweep: str) -> list:
-    client = client_for(uri)
-    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
     return [
-        r for r in runs if r.data.tags.get("initmem.sweep") == sweep and r.data.tags.get("initmem.role") != "parent"
+        r
+        for r in stored_runs(uri)
+        if r.data.tags.get("initmem.sweep") == sweep and r.data.tags.get("initmem.role") != "parent"
     ]
 
 
 def figures(uri: str, run) -> dict:
     """What the report reads from a cell, with every logged row of the per-epoch metrics."""
-    client = client_for(uri)
-    history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] for key in PER_EPOCH}
     return {
         "best_val_test_acc": run.data.metrics["best_val_test_acc"],
         "final_test_acc": run.data.metrics["final_test_acc"],
-        **{key: sorted(rows) for key, rows in history.items()},
+        **{key: history(uri, run.info.run_id, key) for key in PER_EPOCH},
     }
 
 
@@ -131,7 +122,7 @@ def reference(tmp_path_factory, store_in):
                 app,
                 [
                     "sweep",
-                    *SMALL,
+                    *SMALL_CELL_ARGS,
                     *GRID,
                     "--name",
                     "reference",
@@ -186,7 +177,7 @@ def test_a_ray_sweep_into_a_server_matches_the_local_executor_and_survives_a_kil
             app,
             [
                 "sweep",
-                *SMALL,
+                *SMALL_CELL_ARGS,
                 *GRID,
                 "--name",
                 "on-ray",
@@ -223,7 +214,7 @@ def test_slurm_through_submitits_local_executor_runs_a_sweep_and_requeues_a_pree
         app,
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--opt",
             "pausing-sgd",
             "--sigma",
@@ -278,7 +269,7 @@ def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_th
         app,
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--opt",
             "pausing-sgd",
             "--sigma",
@@ -341,7 +332,7 @@ def test_ray_without_an_address_starts_its_own_instance_and_stops_it(server, mon
     import ray
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # no token written into this machine's home
-    no_threads = SMALL[: SMALL.index("--threads")]  # so that the cell's CPU request sets them
+    no_threads = SMALL_CELL_ARGS[: SMALL_CELL_ARGS.index("--threads")]  # so that the cell's CPU request sets them
     result = runner.invoke(
         app,
         [
@@ -392,7 +383,7 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
         app,
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,1",
             "--name",
@@ -436,7 +427,7 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
 def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
     database = tmp_path / "mlflow.db"
     for executor in (["--executor", "ray"], ["--executor", "slurm", "--slurm-local"]):
-        result = runner.invoke(app, ["sweep", *SMALL, *executor, "--tracking-uri", f"sqlite:///{database}"])
+        result = runner.invoke(app, ["sweep", *SMALL_CELL_ARGS, *executor, "--tracking-uri", f"sqlite:///{database}"])
         assert result.exit_code == 2, result.output
         assert (
             f"--executor {executor[1]} runs cells on other machines, which cannot write to sqlite:///" in result.output
@@ -460,7 +451,7 @@ def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
 )
 def test_executor_options_are_checked_before_anything_runs(args, message, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here, whatever this machine has
-    result = runner.invoke(app, ["sweep", *SMALL, *args, "--dry-run"])
+    result = runner.invoke(app, ["sweep", *SMALL_CELL_ARGS, *args, "--dry-run"])
     assert result.exit_code == 2, result.output
     assert message in result.output
 
@@ -483,7 +474,7 @@ def test_an_attempt_after_a_lost_one_writes_no_step_twice(server):
         data="digits", arch="resnet20", epochs=2, train_size=64, batch_size=32, threads=1, checkpoint_every=0, sigma=0.7
     )
     run_id = open_cell(server, config)
-    client = client_for(server)
+    client = mlflow_client(server)
     client.log_batch(run_id, metrics=[Metric("train_loss", 99.0, 0, step) for step in (0, 1)], params=[], tags=[])
     client.set_tag(run_id, "initmem.attempts", "1")  # as a worker that died after epoch 1 leaves it
     assert run_remote_cell(CellTask(config, run_id, server, "initmem")) == ("FINISHED", "")
@@ -501,7 +492,7 @@ def test_an_attempt_after_a_lost_one_writes_no_step_twice(server):
 def test_an_attempt_after_a_finished_one_does_nothing(server):
     config = RunConfig(data="digits", arch="resnet20", epochs=1, train_size=64, batch_size=32, sigma=0.9)
     run_id = open_cell(server, config)
-    client = client_for(server)
+    client = mlflow_client(server)
     client.set_terminated(run_id, "FINISHED")  # as a worker that died just after ending its run leaves it
     assert run_remote_cell(CellTask(config, run_id, server, "initmem")) == ("FINISHED", "")
     run = client.get_run(run_id)

@@ -5,6 +5,7 @@ cap (nothing changes), across a stop and resume, and end to end on Fashion-MNIST
 
 from __future__ import annotations
 
+import shutil
 import signal
 from pathlib import Path
 
@@ -136,31 +137,46 @@ def test_without_the_cap_nothing_is_scored_again(tmp_path):
     assert checkpoint_at(tmp_path, CAPPED["epochs"])["selected"]["weights"] is None
 
 
-@pytest.mark.slow(seconds=14)
-def test_a_stopped_and_resumed_run_scores_what_the_uninterrupted_run_did(capped_run, tmp_path):
-    _, reference, reference_tracker = capped_run
-    best = int(reference.summary[BEST_VAL_EPOCH])
-    small = dict(tracking=False, checkpoint_dir=str(tmp_path), **CAPPED)
+@pytest.fixture(scope="module")
+def stopped_run(capped_run, tmp_path_factory) -> tuple[Path, Path]:
+    """The capped run stopped in the epoch after its selected one: its checkpoint folder and the
+    checkpoint it left, for the tests that resume it (each from a copy of its own)."""
+    _, reference, _ = capped_run
+    folder = tmp_path_factory.mktemp("stopped")
     # Stopped in epoch 5, after the selected epoch (3): its weights can only come from the checkpoint.
-    stop_at = (best + 1) * STEPS_PER_EPOCH + 2
-    with pytest.raises(Stopped):
-        initmem_core.run(progress=SignalAtStep(stop_at, signal.SIGTERM), **small)
+    stop_at = (int(reference.summary[BEST_VAL_EPOCH]) + 1) * STEPS_PER_EPOCH + 2
+    with pytest.raises(Stopped) as stopped:
+        initmem_core.run(
+            progress=SignalAtStep(stop_at, signal.SIGTERM), tracking=False, checkpoint_dir=str(folder), **CAPPED
+        )
+    return folder, Path(stopped.value.checkpoint).relative_to(folder)
+
+
+def copy_of(stopped_run: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """The stopped run's checkpoint folder copied into ``tmp_path``: the copy and its checkpoint."""
+    folder, checkpoint = stopped_run
+    copied = Path(shutil.copytree(folder, tmp_path / "checkpoints"))
+    return copied, copied / checkpoint
+
+
+@pytest.mark.slow(seconds=14)
+def test_a_stopped_and_resumed_run_scores_what_the_uninterrupted_run_did(capped_run, stopped_run, tmp_path):
+    _, reference, reference_tracker = capped_run
+    folder, _ = copy_of(stopped_run, tmp_path)
     tracker = MemoryTracker()
-    resumed = initmem_core.run(resume=True, tracker=tracker, checkpoint_dir=str(tmp_path), **CAPPED)
+    resumed = initmem_core.run(resume=True, tracker=tracker, checkpoint_dir=str(folder), **CAPPED)
     assert resumed.summary == reference.summary
     assert tracker.texts[ARTIFACT] == reference_tracker.texts[ARTIFACT]
 
 
 @pytest.mark.slow(seconds=14)
-def test_a_checkpoint_without_the_selected_weights_falls_back_to_the_capped_split(capped_run, tmp_path):
+def test_a_checkpoint_without_the_selected_weights_falls_back_to_the_capped_split(capped_run, stopped_run, tmp_path):
     """A checkpoint from before the weights were kept: the selection is read off its history, and
     a run whose selected epoch lies before it says so and scores the capped subset, as before."""
     _, reference, _ = capped_run
     best = int(reference.summary[BEST_VAL_EPOCH])
-    small = dict(tracking=False, checkpoint_dir=str(tmp_path), **CAPPED)
-    with pytest.raises(Stopped) as stopped:
-        initmem_core.run(progress=SignalAtStep((best + 1) * STEPS_PER_EPOCH + 2, signal.SIGTERM), **small)
-    path = Path(stopped.value.checkpoint)
+    folder, path = copy_of(stopped_run, tmp_path)
+    small = dict(tracking=False, checkpoint_dir=str(folder), **CAPPED)
     old = read_checkpoint(path)
     selected = old.pop("selected")  # as the selection metric kept it then: no weights
     old["metrics"]["best-val-selection"] = {

@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 # Skipped, not an error, where MLflow is not installed (the GPU machine has none).
 from tests.chromium_page import ChromiumPage
+from tests.cli_processes import initmem_command
 from tests.local_services import STARTUP_S, _alive, _children, free_port, stop_session
 
 MlflowClient = pytest.importorskip("mlflow").MlflowClient
@@ -77,7 +77,7 @@ def ui(tmp_path_factory, store_in):
     )
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "initmem_cli", "ui", "--port", str(port), "--tracking-uri", uri],
+        initmem_command("ui", "--port", str(port), "--tracking-uri", uri),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -14,8 +14,8 @@ from initmem_core.tracking.export import SweepExport, read_export, write_export
 from initmem_plugins.claims import findings_table
 from initmem_plugins.claims.findings_table import KEPT_BELOW
 from initmem_plugins.claims.paper import CLAIMS, evaluate_findings
+from tests.builders import REMEMBERING_WORLD, records
 from tests.long_commands import benchmark, run_command
-from tests.test_findings import REMEMBERING_WORLD, records
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OLD_PAGE = f"""# Results

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
 from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
+from tests.cli_processes import cli_args, history, initmem_command, mlflow_client, only_run
 from tests.signal_progress import SignalAtStep
 
 
@@ -38,7 +38,7 @@ runner = CliRunner()
 CONFIG = dict(
     epochs=4, train_size=256, batch_size=16, threads=1, eval_batch_size=512, augment="on", momentum=0.9, seed=3
 )
-ARGS = [part for key, value in CONFIG.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+ARGS = cli_args(CONFIG)
 CONFIG_HASH = hash_of(CONFIG)
 STEPS_PER_EPOCH = 16
 
@@ -51,20 +51,12 @@ def reference(tmp_path_factory):
     return result.history, result.model.state_dict(), root / CONFIG_HASH
 
 
-def store_runs(uri):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    return client, [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-
-
 def assert_matches_reference(uri, run_id, reference, tmp_path):
     """Every metric step logged once, with the reference's value; final weights bit-identical."""
-    history, weights, _ = reference
-    client, _ = store_runs(uri)
+    rows, weights, _ = reference
+    client = mlflow_client(uri)
     for key in ("train_loss", "val_acc", "test_loss", "weight_norm", "clock_sgd", "lr"):
-        logged = [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
-        assert sorted(logged) == [(row["epoch"], row[key]) for row in history], key
+        assert history(uri, run_id, key) == [(row["epoch"], row[key]) for row in rows], key
     path = client.download_artifacts(run_id, "final_weights.pt", str(tmp_path))
     final = torch.load(path, weights_only=True)
     assert final.keys() == weights.keys() and all(torch.equal(final[k], weights[k]) for k in final)
@@ -75,7 +67,7 @@ def assert_matches_reference(uri, run_id, reference, tmp_path):
 
 def start_cli_run(uri: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "initmem_cli", "run", *ARGS, "--tracking-uri", uri],
+        initmem_command("run", *ARGS, "--tracking-uri", uri),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -100,12 +92,12 @@ def test_sigkill_mid_epoch_then_resume_equals_the_uninterrupted_run(tracking_uri
     process.kill()  # SIGKILL: no handler runs, nothing is flushed
     process.wait()
     assert not (folder / "ckpt-e000003-s000000.pt").exists(), "killed too late: epoch 3 had finished"
-    _, [dead] = store_runs(tracking_uri)
+    dead = only_run(tracking_uri)
     assert dead.info.status == "RUNNING"
 
     result = runner.invoke(app, ["run", *ARGS, "--tracking-uri", tracking_uri, "--resume"])
     assert result.exit_code == 0, result.output
-    _, [resumed] = store_runs(tracking_uri)
+    resumed = only_run(tracking_uri)
     assert resumed.info.run_id == dead.info.run_id and resumed.info.status == "FINISHED"
     assert_matches_reference(tracking_uri, dead.info.run_id, reference, tmp_path)
 
@@ -117,7 +109,7 @@ def test_sigterm_saves_a_checkpoint_marks_the_run_killed_and_exits_143(tracking_
     assert process.wait(timeout=60) == 143
     stderr = process.stderr.read()
     assert "stopped by SIGTERM" in stderr and "--resume" in stderr and len(stderr.strip().splitlines()) == 1, stderr
-    _, [run] = store_runs(tracking_uri)
+    run = only_run(tracking_uri)
     assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == "SIGTERM"
 
     result = runner.invoke(app, ["run", *ARGS, "--tracking-uri", tracking_uri, "--resume"])
@@ -153,8 +145,8 @@ def test_a_resume_logs_the_epochs_a_hard_kill_lost_from_its_checkpoint(tracking_
     tracker = DroppedWrites(tracking_uri, flush_every_s=3600)  # nothing written after the start
     with pytest.raises(RuntimeError, match="machine died"):
         initmem_core.run(tracker=tracker, progress=DiesAtEpoch(3), **CONFIG)
-    client, [dead] = store_runs(tracking_uri)
-    assert dead.info.status == "RUNNING" and client.get_metric_history(dead.info.run_id, "val_acc") == []
+    dead = only_run(tracking_uri)
+    assert dead.info.status == "RUNNING" and history(tracking_uri, dead.info.run_id, "val_acc") == []
 
     initmem_core.run(tracking_uri=tracking_uri, resume=True, **CONFIG)  # from the epoch-2 checkpoint
     assert_matches_reference(tracking_uri, dead.info.run_id, reference, tmp_path)  # epochs 0-2 came from it
@@ -171,7 +163,7 @@ def test_stop_mid_epoch_resumes_from_that_step_or_from_the_one_before(
     assert newest.name == "ckpt-e000002-s000005.pt"
     folder = newest.parent
     assert sorted(p.name for p in folder.iterdir()) == ["ckpt-e000002-s000000.pt", newest.name]  # two kept
-    _, [run] = store_runs(tracking_uri)
+    run = only_run(tracking_uri)
     assert run.info.status == "KILLED" and run.data.tags["stopped_by"] == signum.name
     assert folder.name == CONFIG_HASH
     point = find_resumable(folder)

@@ -15,6 +15,7 @@ from initmem_core import hookimpl
 from initmem_core.config import FIELDS
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.vocabulary import PER_EPOCH_METRICS
+from tests.cli_processes import history, mlflow_client, only_run, stored_runs
 
 pytestmark = pytest.mark.slow  # end-to-end runs through the CLI and MLflow
 
@@ -23,21 +24,10 @@ SMALL = ["--epochs", "2", "--train-size", "256", "--batch-size", "64", "--thread
 EPOCH_METRICS = list(PER_EPOCH_METRICS)
 
 
-def only_run(uri):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    experiments = client.search_experiments()
-    runs = [r for e in experiments for r in client.search_runs([e.experiment_id])]
-    return client, runs
-
-
 def test_cli_run_logs_params_metrics_and_artifacts(tracking_uri, tmp_path):
     result = runner.invoke(app, ["run", *SMALL, "--sigma", "2.0", "--tracking-uri", tracking_uri])
     assert result.exit_code == 0, result.output
-    client, runs = only_run(tracking_uri)
-    assert len(runs) == 1
-    run = runs[0]
+    run, client = only_run(tracking_uri), mlflow_client(tracking_uri)
     assert run.info.status == "FINISHED" and run.info.run_name == "resnet20-sgd-s2.0-seed0"
     assert run.info.run_id in result.stdout
     params = run.data.params
@@ -49,15 +39,15 @@ def test_cli_run_logs_params_metrics_and_artifacts(tracking_uri, tmp_path):
     # the runs table's columns (tracking.cells.TABLE_FIELDS): each the very text of its param
     assert [run.data.tags[key] for key in ("sigma", "seed", "lr")] == ["2.0", "0", "0.05"]
     for name in EPOCH_METRICS:
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, name)]
+        steps = [step for step, _ in history(tracking_uri, run.info.run_id, name)]
         assert steps == [0, 1, 2], name
     for name in ("best_val_test_acc", "best_val_epoch", "final_test_acc"):
         assert name in run.data.metrics
     # tau_interp and repair_gap exist exactly when the run interpolated
-    interpolated = max(m.value for m in client.get_metric_history(run.info.run_id, "train_acc")[1:]) >= 0.995
+    interpolated = max(value for _, value in history(tracking_uri, run.info.run_id, "train_acc")[1:]) >= 0.995
     assert ("tau_interp" in run.data.metrics) == interpolated == ("repair_gap" in run.data.metrics)
-    clock = client.get_metric_history(run.info.run_id, "clock_adapt")
-    assert clock[-1].value == pytest.approx(2 * 4 * 0.05)  # 2 epochs x 4 steps x lr
+    clock = history(tracking_uri, run.info.run_id, "clock_adapt")
+    assert clock[-1][1] == pytest.approx(2 * 4 * 0.05)  # 2 epochs x 4 steps x lr
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.json", "layer_norms.csv", "final_weights.pt"} <= artifacts
     weights = client.download_artifacts(run.info.run_id, "final_weights.pt", str(tmp_path))
@@ -73,7 +63,7 @@ def test_config_file_with_cli_override(tracking_uri, tmp_path):
     config.write_text('opt = "adam"\nlr = 0.001\nsigma = 0.5\nepochs = 1\ntrain_size = 128\n')
     result = runner.invoke(app, ["run", "--config", str(config), "--sigma", "1.5", "--tracking-uri", tracking_uri])
     assert result.exit_code == 0, result.output
-    _, [run] = only_run(tracking_uri)
+    run = only_run(tracking_uri)
     assert (run.data.params["opt"], run.data.params["sigma"], run.data.params["lr"]) == ("adam", "1.5", "0.001")
 
 
@@ -90,7 +80,7 @@ def test_bad_input_exits_2_with_one_line_and_leaves_no_run(tracking_uri, args, m
     result = runner.invoke(app, ["run", *args, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert only_run(tracking_uri)[1] == []
+    assert stored_runs(tracking_uri) == []
 
 
 class ExplodingOptimizer:
@@ -111,7 +101,7 @@ def test_crash_marks_the_run_failed(tracking_uri):
     set_registry(load_registry(entry_points=False, extra_plugins=[("exploding", ExplodingOptimizer())]))
     with pytest.raises(RuntimeError, match="optimizer exploded"):
         initmem_core.run(opt="exploding", epochs=1, train_size=128, tracking_uri=tracking_uri)
-    _, [run] = only_run(tracking_uri)
+    run = only_run(tracking_uri)
     assert run.info.status == "FAILED"
     assert "optimizer exploded" in run.data.tags["failure_reason"]
 
@@ -148,8 +138,8 @@ def test_cli_run_with_gpu_speed_knobs_trains_on_cpu_and_logs_its_precision(track
         app, ["run", *SMALL, "--amp", "bf16", "--channels-last", "--tf32", "on", "--tracking-uri", tracking_uri]
     )
     assert result.exit_code == 0, result.output
-    client, runs = only_run(tracking_uri)
-    params = runs[0].data.params
-    assert runs[0].info.status == "FINISHED"
+    run = only_run(tracking_uri)
+    params = run.data.params
+    assert run.info.status == "FINISHED"
     assert (params["tf32"], params["amp"], params["channels_last"]) == ("on", "bf16", "True")
-    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "test_acc")] == [0, 1, 2]
+    assert [step for step, _ in history(tracking_uri, run.info.run_id, "test_acc")] == [0, 1, 2]

@@ -10,7 +10,7 @@ import pytest
 
 import initmem_core
 from initmem_core import Stopped
-from tests.cli_processes import initmem_command, runs_in
+from tests.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
 from tests.signal_progress import SignalAtStep
 
 
@@ -60,27 +60,17 @@ def test_a_live_run_holds_its_config_and_once_its_process_is_dead_it_resumes(tmp
 
 def test_a_run_whose_process_died_resumes_whatever_a_later_run_of_its_config_did(tracking_uri, tmp_path):
 
-    from mlflow.tracking import MlflowClient
-
     from initmem_core.errors import RunWarning
 
     tiny = dict(
-        epochs=2,
-        train_size=64,
-        batch_size=32,
-        threads=1,
-        eval_batch_size=512,
-        helper_process=False,
-        tracking_uri=tracking_uri,
-        checkpoint_dir=str(tmp_path / "checkpoints"),
+        TINY, epochs=2, helper_process=False, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints")
     )
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(3, signal.SIGTERM), **tiny)  # 2 steps an epoch: stops in epoch 2
-    client = MlflowClient(tracking_uri)
-    (first,) = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    first, client = only_run(tracking_uri), mlflow_client(tracking_uri)
     with pytest.warns(RunWarning, match="unfinished run"):
         later = initmem_core.run(**tiny)  # the same config again, to the end
     resumed = initmem_core.run(resume=True, **tiny)
     assert resumed.run_id == first.info.run_id != later.run_id
     assert client.get_run(first.info.run_id).info.status == client.get_run(later.run_id).info.status == "FINISHED"
-    assert sorted(m.step for m in client.get_metric_history(first.info.run_id, "test_acc")) == [0, 1, 2]
+    assert [step for step, _ in history(tracking_uri, first.info.run_id, "test_acc")] == [0, 1, 2]

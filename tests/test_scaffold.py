@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.kinds import BY_NAME
 from initmem_core.plugin_system.scaffold import SCAFFOLD_KINDS
+from tests.cli_processes import history, only_run
 from tests.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
@@ -206,15 +207,12 @@ def test_one_initmem_run_uses_a_generated_plugin_of_every_kind(generated, initme
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    [run] = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    run = only_run(tracking_uri)
     assert run.info.status == "FINISHED"
     for kind in ("architecture", "optimizer", "initializer", "regularizer", "dataset"):
         assert run.data.params[f"provider.{kind}"] == f"initmem-{g[kind]} 0.1.0"
     assert run.data.params["data_train_size"] == "64"
-    change = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "weight_change")}
+    change = dict(history(tracking_uri, run.info.run_id, "weight_change"))
     assert change[0] == 0 and change[1] > 0  # the metric plugin saw the weights move
     assert run.data.metrics["reg_penalty"] > 0
 

@@ -15,7 +15,16 @@ import initmem_core
 from initmem_core import Stopped
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.stop_signals import StopSignals
-from tests.cli_processes import TINY, alive, descendants, folder_state, initmem_command, runs_in
+from tests.cli_processes import (
+    TINY,
+    alive,
+    descendants,
+    folder_state,
+    initmem_command,
+    mlflow_client,
+    only_run,
+    runs_in,
+)
 from tests.signal_progress import SignalAtStep
 
 # -- signals at every moment ------------------------------------------------------------------
@@ -142,28 +151,17 @@ def test_handlers_are_back_once_the_run_is_ended():
 def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_uri, tmp_path):
     import signal
 
-    from mlflow.tracking import MlflowClient
-
     import initmem_core
     from initmem_core import Stopped
     from tests.signal_progress import SignalAtStep
 
     tiny = dict(
-        epochs=2,
-        train_size=64,
-        batch_size=32,
-        threads=1,
-        eval_batch_size=512,
-        helper_process=False,
-        tracking_uri=tracking_uri,
-        checkpoint_dir=str(tmp_path / "checkpoints"),
+        TINY, epochs=2, helper_process=False, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints")
     )
     with pytest.raises(Stopped):
         initmem_core.run(progress=SignalAtStep(1, signal.SIGINT), **tiny)
-    (run,) = MlflowClient(tracking_uri).search_runs(
-        [MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id]
-    )
+    run = only_run(tracking_uri)
     assert run.data.tags["stopped_by"] == "SIGINT" and run.info.status == "KILLED"
     result = initmem_core.run(resume=True, **tiny)
-    run = MlflowClient(tracking_uri).get_run(result.run_id)
+    run = mlflow_client(tracking_uri).get_run(result.run_id)
     assert run.info.status == "FINISHED" and "stopped_by" not in run.data.tags and "failure_reason" not in run.data.tags

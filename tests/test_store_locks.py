@@ -15,7 +15,7 @@ import pytest
 
 from initmem_core.errors import ConfigError
 from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from tests.cli_processes import alive, children, descendants, initmem_command, runs_in, sweep_command
+from tests.cli_processes import alive, children, descendants, initmem_command, only_run, runs_in, sweep_command
 
 
 def interrupt_the_wait(folder: Path, uri: str) -> str:
@@ -105,9 +105,7 @@ def test_a_locked_database_is_named_in_one_line_the_first_ctrl_c_ends_the_wait_a
     output, error = process.communicate(timeout=120)
     assert process.returncode == 0, error
     assert "its database is locked" in waiting and "its database is locked" not in error and "Traceback" not in error
-    from mlflow.tracking import MlflowClient
-
-    (run,) = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("initmem").experiment_id])
+    run = only_run(uri)
     assert (
         run.info.status == "FINISHED" and run.data.params["sigma"] == "1.0" and "best_val_test_acc" in run.data.metrics
     )

@@ -17,6 +17,7 @@ from initmem_core.groups import metric_suffix
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
 from initmem_core.vocabulary import FIT, PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, TAU_INTERP
+from tests.cli_processes import mlflow_client, stored_runs
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
 
@@ -49,17 +50,6 @@ PLOTS = (
 )
 
 
-def client_for(uri):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(uri)
-
-
-def all_runs(uri):
-    client = client_for(uri)
-    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
-
-
 def split(runs):
     parents = [r for r in runs if r.data.tags.get("initmem.role") == "parent"]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
@@ -81,7 +71,7 @@ def swept(tmp_path_factory, store_in):
 def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
     uri, _, result = swept
     assert "sweep e2e" in result.output
-    [parent], children = split(all_runs(uri))
+    [parent], children = split(stored_runs(uri))
     assert parent.data.tags["initmem.sweep"] == "e2e" and parent.info.status == "FINISHED"
     assert parent.info.run_id in result.output
     assert len(children) == 4
@@ -131,8 +121,8 @@ def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
     from matplotlib import image
 
     uri, out, _ = swept
-    [parent], children = split(all_runs(uri))
-    client = client_for(uri)
+    [parent], children = split(stored_runs(uri))
+    client = mlflow_client(uri)
     for group in ("sgd", "adam"):
         accs = [100 * c.data.metrics["best_val_test_acc"] for c in children if c.data.params["opt"] == group]
         suffix = metric_suffix(next(c.data.tags["initmem.group"] for c in children if c.data.params["opt"] == group))
@@ -160,7 +150,7 @@ def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
 
 def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path):
     uri, _, _ = swept
-    [parent], _ = split(all_runs(uri))
+    [parent], _ = split(stored_runs(uri))
     result = runner.invoke(app, ["report", "e2e", "--format", "json", "--tracking-uri", uri, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -190,13 +180,13 @@ def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path)
 
 def test_relaunching_skips_finished_cells(swept):
     uri, out, _ = swept
-    before = {r.info.run_id for r in all_runs(uri)}
+    before = {r.info.run_id for r in stored_runs(uri)}
     again = runner.invoke(
         app, ["sweep", *SMALL, *ONE_THREAD, *GRID, "--name", "e2e", "--tracking-uri", uri, "--out", str(out)]
     )
     assert again.exit_code == 0, again.output
     assert "4 cells: 0 ran, 4 skipped" in again.output
-    runs = all_runs(uri)
+    runs = stored_runs(uri)
     assert {r.info.run_id for r in runs} == before
     [parent], _ = split(runs)
     assert parent.info.status == "FINISHED"
@@ -242,7 +232,7 @@ def test_bad_grid_exits_2_before_anything_is_tracked(tracking_uri):
     assert "the count of a range must be a whole number" in result.output
     quoted = runner.invoke(app, ["sweep", *SMALL, "--name", "it's", "--tracking-uri", tracking_uri])
     assert quoted.exit_code == 2 and 'sweep name "it\'s": use up to 200 letters' in quoted.output
-    assert all_runs(tracking_uri) == []
+    assert stored_runs(tracking_uri) == []
 
 
 class Boom:
@@ -287,7 +277,7 @@ def test_a_failing_cell_does_not_stop_the_sweep(tracking_uri, tmp_path):
     assert result.exit_code == 1, result.output
     assert "3 cells: 1 ran, 0 skipped (ended before: finished or diverged), 2 failed" in result.output
     assert "boom: this optimizer cannot be built" in result.output
-    [parent], children = split(all_runs(tracking_uri))
+    [parent], children = split(stored_runs(tracking_uri))
     status = {c.data.params["opt"]: c for c in children}
     assert {opt: c.info.status for opt, c in status.items()} == {
         "sgd": "FINISHED",
@@ -319,7 +309,7 @@ def test_a_failing_cell_does_not_stop_the_sweep(tracking_uri, tmp_path):
         again.exit_code == 1
         and "3 cells: 0 ran, 1 skipped (ended before: finished or diverged), 2 failed" in again.output
     )
-    [parent], children = split(all_runs(tracking_uri))
+    [parent], children = split(stored_runs(tracking_uri))
     assert sorted(c.data.params["opt"] for c in children) == ["boom", "boom", "boom-step", "boom-step", "sgd"]
     assert [v for k, v in parent.data.metrics.items() if k.startswith("failed_cells_opt-boom.")] == [1]
 
@@ -353,7 +343,7 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     )
     assert result.exit_code == 1, result.output
     assert "8 cells: 4 ran, 0 skipped (ended before: finished or diverged), 4 failed" in result.output
-    _, children = split(all_runs(tracking_uri))
+    _, children = split(stored_runs(tracking_uri))
     failed = [c for c in children if c.info.status == "FAILED"]
     children = [c for c in children if c.info.status == "FINISHED"]
     assert {c.data.params["train_size"] for c in failed} == {"5"} and len(failed) == 4

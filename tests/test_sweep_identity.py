@@ -12,6 +12,7 @@ from initmem_core.sweep.grid import spec_from_values
 from initmem_core.sweep.identity import GridIdentity
 from initmem_core.sweep.presets import preset_spec
 from initmem_core.vocabulary import GRID_TAG
+from tests.cli_processes import children, stored_runs
 
 runner = CliRunner(env={"COLUMNS": "200"})
 TINY = [
@@ -73,13 +74,9 @@ def test_a_preset_with_overrides_is_named_for_them():
 
 
 def _store_state(uri):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
     return sorted(
         (r.info.run_id, r.info.status, r.info.end_time, sorted(r.data.tags.items()), sorted(r.data.params.items()))
-        for e in client.search_experiments()
-        for r in client.search_runs([e.experiment_id])
+        for r in stored_runs(uri)
     )
 
 
@@ -104,12 +101,7 @@ def test_relaunching_resumes_refuses_or_extends(tracking_uri, tmp_path):
     extended = runner.invoke(app, ["sweep", *TINY, "--epochs", "2", "--extend", *out])
     assert extended.exit_code == 0, extended.output
     assert "2 cells: 2 ran, 0 skipped" in extended.output
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name("initmem").experiment_id
-    runs = client.search_runs([experiment], "tags.`initmem.sweep` = 'mix'")
-    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 4
+    assert len(children(tracking_uri, "mix")) == 4
     # both grids are the sweep's now: either resumes it
     for epochs in ("1", "2"):
         resumed = runner.invoke(app, ["sweep", *TINY, "--epochs", epochs, *out])

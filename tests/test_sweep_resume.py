@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,31 +13,17 @@ import initmem_core
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.plan import plan_run
+from tests.cli_processes import children, cli_args, history, initmem_command, stored_runs
 
 pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
 
 CELL = dict(epochs=10, train_size=256, batch_size=16, threads=1, eval_batch_size=512)
-ARGS = [
-    "--sigma",
-    "0.5,2",
-    "--epochs",
-    "10",
-    "--train-size",
-    "256",
-    "--batch-size",
-    "16",
-    "--threads",
-    "1",
-    "--eval-batch-size",
-    "512",
-    "--name",
-    "resumable",
-]
+ARGS = ["--sigma", "0.5,2", *cli_args(CELL), "--name", "resumable"]
 
 
 def sweep_process(uri: str, cwd) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "initmem_cli", "sweep", *ARGS, "--tracking-uri", uri],
+        initmem_command("sweep", *ARGS, "--tracking-uri", uri),
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -47,8 +32,6 @@ def sweep_process(uri: str, cwd) -> subprocess.Popen:
 
 
 def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
-    from mlflow.tracking import MlflowClient
-
     # The optimizer's lr filled in, as a sweep does.
     first = plan_run(RunConfig(sigma=0.5, **CELL), get_registry()).config
     folder = tmp_path / "initmem-checkpoints" / first.config_hash()
@@ -60,26 +43,18 @@ def test_relaunch_resumes_a_killed_cell_in_its_run(tracking_uri, tmp_path):
     os.kill(process.pid, signal.SIGKILL)  # the machine dies: the cell stays RUNNING
     process.wait()
 
-    client = MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name("initmem").experiment_id
-    [killed] = client.search_runs([experiment], f"tags.config_hash = '{first.config_hash()}'")
+    [killed] = stored_runs(tracking_uri, f"tags.config_hash = '{first.config_hash()}'")
     assert killed.info.status == "RUNNING"
 
     again = sweep_process(tracking_uri, tmp_path)
     output = again.communicate(timeout=300)[0]
     assert again.returncode == 0, output
 
-    children = [
-        r
-        for r in client.search_runs([experiment], "tags.`initmem.sweep` = 'resumable'")
-        if "mlflow.parentRunId" in r.data.tags
-    ]
-    assert sorted(r.info.status for r in children) == ["FINISHED", "FINISHED"]
-    [resumed] = [r for r in children if r.data.tags["config_hash"] == first.config_hash()]
+    cells = children(tracking_uri, "resumable")
+    assert sorted(r.info.status for r in cells) == ["FINISHED", "FINISHED"]
+    [resumed] = [r for r in cells if r.data.tags["config_hash"] == first.config_hash()]
     assert resumed.info.run_id == killed.info.run_id
-    history = client.get_metric_history(resumed.info.run_id, "train_loss")
-    assert sorted(m.step for m in history) == list(range(11))  # every epoch once, none twice
+    losses = history(tracking_uri, resumed.info.run_id, "train_loss")
+    assert [step for step, _ in losses] == list(range(11))  # every epoch once, none twice
     uninterrupted = initmem_core.run(first, tracking=False)
-    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [
-        row["train_loss"] for row in uninterrupted.history
-    ]
+    assert [value for _, value in losses] == [row["train_loss"] for row in uninterrupted.history]

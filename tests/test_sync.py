@@ -15,7 +15,7 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
-from tests.cli_processes import TINY, initmem_command, runs_in
+from tests.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
 from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
 
 # -- unsynced files ---------------------------------------------------------------------------
@@ -110,9 +110,7 @@ def unsynced_run(uri: str, folder: Path, name: str, in_store: bool = True) -> st
 
 
 def stored_steps(uri: str, run_id: str) -> list[int]:
-    from mlflow.tracking import MlflowClient
-
-    return sorted(m.step for m in MlflowClient(uri).get_metric_history(run_id, "test_acc"))
+    return [step for step, _ in history(uri, run_id, "test_acc")]
 
 
 def test_a_file_whose_run_is_not_in_the_store_is_named_and_the_others_are_synced(tmp_path, tracking_uri):
@@ -272,14 +270,11 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
     disk.resize("8m")
     resumed = subprocess.run(initmem_command(*command[1:]), cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("initmem").experiment_id])
+    run = only_run(uri)
     assert run.info.status == "FINISHED" and "best_val_test_acc" in run.data.metrics
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == list(range(7))
+    assert stored_steps(uri, run.info.run_id) == list(range(7))
     assert {"config.json", "final_weights.pt", "layer_norms.csv"} <= {
-        a.path for a in client.list_artifacts(run.info.run_id)
+        a.path for a in mlflow_client(uri).list_artifacts(run.info.run_id)
     }
 
 

@@ -15,8 +15,7 @@ from initmem_core.config import RunConfig
 from initmem_core.report.assessment import build_assessed_report, evaluated
 from initmem_core.report.memory import build_report
 from initmem_core.vocabulary import FAILED
-from tests.builders import record
-from tests.test_report_findings import two_optimizers
+from tests.builders import record, two_optimizers
 
 LONG = dict(epochs=2, train_size=256, batch_size=32)  # constants of the sweep: long group labels
 

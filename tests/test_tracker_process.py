@@ -22,34 +22,39 @@ from initmem_cli.app import app
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.tracker_process import TrackerProcess
 from initmem_core.training.loop import NoProgress
-from tests.cli_processes import SMALL
+from tests.cli_processes import SMALL, history, mlflow_client, only_run
 
 runner = CliRunner()
 
 
 def stored(uri: str, run_id: str) -> dict:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     run = client.get_run(run_id)
     return {
         "status": run.info.status,
         "params": run.data.params,
         "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-        "metrics": {
-            key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in run.data.metrics
-        },
+        "metrics": {key: history(uri, run_id, key) for key in run.data.metrics},
         "artifacts": sorted(a.path for a in client.list_artifacts(run_id)),
         "datasets": [(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs],
     }
 
 
+@pytest.fixture(scope="module")
+def tracked_in_process(tmp_path_factory, store_in) -> tuple[str, str, dict]:
+    """The run tracked in process, the reference the helper's runs are held to: its store, its id
+    and what the store holds of it (one run for the tests of this module that compare with it)."""
+    uri = store_in(tmp_path_factory.mktemp("in-process"))
+    in_process = initmem_core.run(tracking_uri=uri, helper_process=False, **SMALL)
+    return uri, in_process.run_id, stored(uri, in_process.run_id)
+
+
 @pytest.mark.slow  # starts the tracking helper or initmem itself as a process
-def test_a_run_tracked_by_the_helper_is_the_run_tracked_in_process(tracking_uri):
-    helper = initmem_core.run(tracking_uri=tracking_uri, helper_process=True, **SMALL)
-    in_process = initmem_core.run(tracking_uri=tracking_uri, helper_process=False, **SMALL)
-    ours, theirs = stored(tracking_uri, helper.run_id), stored(tracking_uri, in_process.run_id)
-    assert helper.run_id != in_process.run_id and ours["status"] == "FINISHED"
+def test_a_run_tracked_by_the_helper_is_the_run_tracked_in_process(tracked_in_process):
+    uri, in_process_id, theirs = tracked_in_process
+    helper = initmem_core.run(tracking_uri=uri, helper_process=True, **SMALL)  # the same config, the same store
+    ours = stored(uri, helper.run_id)
+    assert helper.run_id != in_process_id and ours["status"] == "FINISHED"
     assert ours["metrics"] == theirs["metrics"] and len(ours["metrics"]["test_acc"]) == 4
     assert ours["params"] == theirs["params"] and ours["tags"] == theirs["tags"]
     assert ours["artifacts"] == theirs["artifacts"] and "final_weights.pt" in ours["artifacts"]
@@ -161,8 +166,8 @@ class KillHelperAfterEpoch(NoProgress):
 
 
 @pytest.mark.slow  # starts the tracking helper or initmem itself as a process
-def test_a_helper_that_dies_loses_nothing_initmem_sync_uploads_the_rest(tracking_uri, tmp_path):
-    expected = initmem_core.run(tracking_uri=tracking_uri, helper_process=False, **SMALL)
+def test_a_helper_that_dies_loses_nothing_initmem_sync_uploads_the_rest(tracked_in_process, tracking_uri, tmp_path):
+    _, _, theirs = tracked_in_process
     tracker = TrackerProcess(tracking_uri, flush_every_s=3600)  # nothing reaches the store before the kill
     with pytest.warns(RunWarning, match="tracking helper process of run .* ended"):
         result = initmem_core.run(tracker=tracker, progress=KillHelperAfterEpoch(tracker, 1), **SMALL)
@@ -170,7 +175,7 @@ def test_a_helper_that_dies_loses_nothing_initmem_sync_uploads_the_rest(tracking
     assert stored(tracking_uri, result.run_id)["status"] == "RUNNING"
     synced = runner.invoke(app, ["sync", "--tracking-uri", tracking_uri])
     assert synced.exit_code == 0, synced.output
-    ours, theirs = stored(tracking_uri, result.run_id), stored(tracking_uri, expected.run_id)
+    ours = stored(tracking_uri, result.run_id)
     assert ours["status"] == "FINISHED" and ours["metrics"] == theirs["metrics"]  # every epoch, once
     assert ours["artifacts"] == theirs["artifacts"]
 
@@ -207,11 +212,7 @@ def test_a_training_process_killed_outright_leaves_its_epochs_in_the_store_and_r
     while Path(f"/proc/{helper}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(f"/proc/{helper}").exists(), "the helper outlived its training process"
-    from mlflow.tracking import MlflowClient
-
-    (run,) = MlflowClient(tracking_uri).search_runs(
-        [MlflowClient(tracking_uri).get_experiment_by_name("initmem").experiment_id]
-    )
+    run = only_run(tracking_uri)
     held = stored(tracking_uri, run.info.run_id)
     # Written at the end of the input although the 5 s batching interval had not passed.
     assert held["status"] == "RUNNING" and [step for step, _ in held["metrics"]["test_acc"]] == [0, 1, 2]

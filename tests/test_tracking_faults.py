@@ -11,7 +11,7 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import RunWarning
 from initmem_core.tracking.tracker import MlflowTracker
-from tests.cli_processes import SMALL
+from tests.cli_processes import SMALL, history, mlflow_client
 
 runner = CliRunner()
 WRITES = ("log_batch", "log_text", "log_artifact", "set_terminated")
@@ -47,11 +47,8 @@ class Outage:
 
 
 def logged(uri: str, run_id: str, result) -> dict[str, list[tuple[int, float]]]:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
     keys = list(dict.fromkeys(key for row in result.history for key in row if key != "epoch")) + list(result.summary)
-    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+    return {key: history(uri, run_id, key) for key in keys}
 
 
 def expected(result) -> dict[str, list[tuple[int, float]]]:
@@ -62,9 +59,7 @@ def expected(result) -> dict[str, list[tuple[int, float]]]:
 
 
 def status(uri: str, run_id: str) -> str:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(uri).get_run(run_id).info.status
+    return mlflow_client(uri).get_run(run_id).info.status
 
 
 def test_writes_wait_for_the_store_and_land_once_it_answers(tracking_uri, tmp_path):
@@ -102,9 +97,7 @@ def test_writes_the_store_never_took_are_kept_for_initmem_sync_which_uploads_the
     assert f"synced 1 run(s), {count} metric value(s)" in synced.stdout and "left" in synced.stdout
     assert logged(tracking_uri, result.run_id, result) == expected(result)
     assert status(tracking_uri, result.run_id) == "FINISHED"
-    from mlflow.tracking import MlflowClient
-
-    artifacts = {a.path for a in MlflowClient(tracking_uri).list_artifacts(result.run_id)}
+    artifacts = {a.path for a in mlflow_client(tracking_uri).list_artifacts(result.run_id)}
     assert {"final_weights.pt", "layer_norms.csv"} <= artifacts
     assert not unsynced.exists() and other.exists()
 

@@ -5,6 +5,10 @@ the sweep, Ray tasks started by a head that never saw them, Slurm jobs through s
 executor); a refused login is one line and exit code 2 with nothing written; a login that
 expires while a run trains leaves its figures for ``initmem sync``.
 
+First, without a server (tracking/login.py): what a server's refusal of the login becomes
+(``store.refusal``), and which login variables a Ray task is handed (``credentials_env``, set in
+the task by ``logged_in``). The tests that start a server are slow; these are not.
+
 Ray reaches for outside addresses: its test runs in a network namespace with only loopback, in the
 same pytest as the executor suite (``tests/test_executors_isolated.py``).
 """
@@ -14,23 +18,130 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.cli_processes import SMALL_CELL_ARGS
+from initmem_core.errors import ConfigError
+from initmem_core.tracking.login import CREDENTIAL_ENV, credentials_env, login_must_be_taken, refusal
+from tests.cli_processes import SMALL_CELL_ARGS, initmem_command
 from tests.local_services import add_user, auth_request, login_server, ray_head
 from tests.network_isolation import loopback_only
 
-pytestmark = pytest.mark.slow
+URI = "http://head-node:5000"
+
+
+class ServerError(Exception):
+    """What MLflow's client raises for an error response: its message and the ``error_code`` name
+    MLflow gives the HTTP status (401 UNAUTHENTICATED, 403 PERMISSION_DENIED). A stand-in, so the
+    quick loop does not import MLflow; the server tests below meet the real ones."""
+
+    def __init__(self, message: str, error_code: str):
+        super().__init__(message)
+        self.error_code = error_code
+
+
+CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 500: "INTERNAL_ERROR"}
+
+
+def mlflow_error(status: int, body: str) -> ServerError:
+    return ServerError(
+        f"API request to endpoint /api/2.0/mlflow/runs/create failed with error code {status} "
+        f"!= 200. Response body: '{body}'",
+        CODES[status],
+    )
+
+
+@pytest.fixture
+def login(monkeypatch):
+    def set_login(user=None, password=None, token=None):
+        for key, value in zip(CREDENTIAL_ENV, (user, password, token)):
+            if value is None:
+                monkeypatch.delenv(key, raising=False)
+            else:
+                monkeypatch.setenv(key, value)
+
+    set_login()
+    return set_login
+
+
+def test_a_refused_password_names_the_user_and_both_variables_but_never_the_password(login):
+    login("bob", "s3cret-pw")
+    line = refusal(URI, mlflow_error(401, "You are not authenticated."))
+    assert line.startswith(f"tracking server {URI} refused the credentials (user 'bob'")
+    assert "MLFLOW_TRACKING_USERNAME" in line and "MLFLOW_TRACKING_PASSWORD" in line
+    assert "s3cret-pw" not in line and "\n" not in line
+
+
+def test_no_login_at_all_says_the_variables_are_not_set(login):
+    line = refusal(URI, mlflow_error(401, "You are not authenticated."))
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD are not set" in line
+
+
+def test_a_user_without_permission_is_told_so_and_which_request(login):
+    login("bob", "pw")
+    line = refusal(URI, mlflow_error(403, "Permission denied"))
+    assert "refused user 'bob' permission" in line and "/api/2.0/mlflow/runs/create" in line
+    assert "MLFLOW_TRACKING_USERNAME" in line and "--experiment" in line
+
+
+def test_an_artifact_upload_refused_by_http_status_is_a_refused_login_too(login):
+    """Uploads through the server's artifact proxy raise requests' HTTPError, with no MLflow code."""
+
+    class Response:
+        status_code = 401
+
+    class HTTPError(Exception):
+        response = Response()
+
+    login("bob", "pw")
+    error = HTTPError(f"401 Client Error: Unauthorized for url: {URI}/api/2.0/mlflow-artifacts/artifacts/1/x.pt")
+    assert refusal(URI, error).startswith(f"tracking server {URI} refused the credentials (user 'bob'")
+    Response.status_code = 403
+    assert "/api/2.0/mlflow-artifacts/artifacts/1/x.pt" in refusal(URI, error)
+    Response.status_code = 404
+    assert refusal(URI, error) == ""
+
+
+def test_other_errors_are_not_a_refused_login(login):
+    login("bob", "pw")
+    assert refusal(URI, mlflow_error(403, "Invalid Host header - possible DNS rebinding attack detected")) == ""
+    assert refusal(URI, mlflow_error(500, "boom")) == ""
+    assert refusal(URI, ConnectionError("refused")) == ""
+
+
+def test_login_must_be_taken_turns_only_a_refusal_into_one_config_error(login):
+    with pytest.raises(ConfigError, match="refused the credentials"):
+        with login_must_be_taken(URI):
+            raise mlflow_error(401, "You are not authenticated.")
+    with pytest.raises(ValueError):
+        with login_must_be_taken(URI):
+            raise ValueError("not about the login")
+
+
+def test_only_the_login_variables_that_are_set_go_to_a_worker_and_only_while_it_runs(login, monkeypatch):
+    from initmem_core.tracking.login import logged_in
+
+    assert credentials_env() == {}
+    login("bob", "pw")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", URI)  # not a login variable: the task names its store itself
+    handed = credentials_env()
+    assert handed == {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "pw"}
+    login(password="other")  # the worker's own environment, e.g. a head's
+    with logged_in(handed):
+        assert credentials_env() == handed
+    assert credentials_env() == {"MLFLOW_TRACKING_PASSWORD": "other"}
+    login(token="t0ken")
+    assert credentials_env() == {"MLFLOW_TRACKING_TOKEN": "t0ken"}
+
+
+# With a real login server.
 
 ADMIN_PASSWORD = "admin-" + os.urandom(6).hex()
 USER, PASSWORD = "alice", "alice-" + os.urandom(6).hex()
 LOGIN = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
-SMALL = SMALL_CELL_ARGS
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
@@ -104,6 +215,7 @@ def assert_one_refusal_line(output: str, secret: str) -> None:
     assert secret not in output
 
 
+@pytest.mark.slow  # a real login server
 def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, tmp_path):
     before = {run.info.run_id for run in all_runs(server)}
     experiments = {e.name for e in admin_client(server).search_experiments()}
@@ -111,7 +223,14 @@ def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, 
     # `initmem run` as a user runs it: a fresh process whose tracking helper opens the store.
     env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": wrong}
     result = subprocess.run(
-        [sys.executable, "-m", "initmem_cli", "run", *SMALL, "--tracking-uri", server, "--experiment", "refused"],
+        initmem_command(
+            "run",
+            *SMALL_CELL_ARGS,
+            "--tracking-uri",
+            server,
+            "--experiment",
+            "refused",
+        ),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -123,7 +242,7 @@ def test_a_refused_login_is_one_line_exit_2_and_writes_nothing(server, as_user, 
     # A sweep with no login at all, and a report.
     as_user(None, None)
     for command in (
-        ["sweep", *SMALL, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
+        ["sweep", *SMALL_CELL_ARGS, "--sigma", "0.5,2", "--name", "refused", "--out", str(tmp_path / "out")],
         ["report", "refused"],
     ):
         result = runner.invoke(app(), [*command, "--tracking-uri", server, "--experiment", "refused"])
@@ -141,13 +260,14 @@ def app():
     return initmem
 
 
+@pytest.mark.slow  # a real login server
 def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, as_user, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(
         app(),
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,2",
             "--name",
@@ -180,12 +300,13 @@ def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, a
     assert_one_refusal_line(refused.stderr, PASSWORD)
 
 
+@pytest.mark.slow  # a real login server
 def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_user, tmp_path):
     result = runner.invoke(
         app(),
         [
             "sweep",
-            *SMALL,
+            *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,2",
             "--name",
@@ -206,6 +327,7 @@ def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_us
     assert PASSWORD not in result.output
 
 
+@pytest.mark.slow  # a real login server
 def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server, as_user, tmp_path):
     """The admin changes the user's password while ``initmem run`` trains: the run goes on, what
     the server refuses waits in initmem-unsynced/, and ``initmem sync`` with the new password
@@ -213,20 +335,17 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     epochs = 30
     env = dict(os.environ)
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "initmem_cli",
+        initmem_command(
             "run",
-            *SMALL[:4],
+            *SMALL_CELL_ARGS[:4],
             "--epochs",
             str(epochs),
-            *SMALL[6:],
+            *SMALL_CELL_ARGS[6:],
             "--seed",
             "7",
             "--tracking-uri",
             server,
-        ],
+        ),
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -264,7 +383,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     assert stored.info.status == "RUNNING" and held < epochs + 1  # the rest waits here
     assert (tmp_path / "initmem-unsynced" / f"{run.info.run_id}.jsonl").exists()
     refused = subprocess.run(
-        [sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server],
+        initmem_command("sync", "--tracking-uri", server),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -273,7 +392,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     assert refused.returncode == 2 and "refused the credentials" in refused.stderr
     env["MLFLOW_TRACKING_PASSWORD"] = new_password
     synced = subprocess.run(
-        [sys.executable, "-m", "initmem_cli", "sync", "--tracking-uri", server],
+        initmem_command("sync", "--tracking-uri", server),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -286,6 +405,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
     assert not list((tmp_path / "initmem-unsynced").glob("*.jsonl"))  # uploaded, then deleted
 
 
+@pytest.mark.slow  # a real login server
 @pytest.mark.skipif(
     not loopback_only(), reason="Ray needs a loopback-only network namespace (test_executors_isolated.py)"
 )
@@ -300,7 +420,7 @@ def test_ray_tasks_get_the_login_though_their_head_never_saw_it(server, as_user,
             app(),
             [
                 "sweep",
-                *SMALL,
+                *SMALL_CELL_ARGS,
                 "--sigma",
                 "0.5,2",
                 "--name",

@@ -1,38 +1,42 @@
-"""The paper's claims in the report (issue 39): ``initmem report`` evaluates every claim that applies
-to a sweep's groups and shows each with its key interval, margin and verdict in Markdown, JSON, the
-parent run's description and one tag per claim; claims left out say what groups they would need."""
+"""Verdicts (report/verdicts.py) and how the report shows them: the decision rule (reproduced only when
+the interval of the difference excludes zero in the claimed direction, at the Bonferroni level), and
+``initmem report`` showing every claim that applies with its key interval, margin and verdict in
+Markdown, JSON, the parent run's description and one tag per claim; claims left out say what groups
+they would need."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from initmem_core.report.assessment import build_assessed_report, evaluated, not_evaluated, verdict_tags
 from initmem_core.report.description import description
 from initmem_core.report.render import interval, to_json, to_markdown
-from initmem_core.report.verdicts import NOT_EVALUATED, REPRODUCED, VERDICTS
+from initmem_core.report.verdicts import (
+    CONTRADICTED,
+    NOT_EVALUATED,
+    NOT_RESOLVED,
+    REPRODUCED,
+    VERDICTS,
+    bonferroni_level,
+    decide,
+)
 from initmem_core.vocabulary import VERDICT_TAG_PREFIX, verdict_tag
 from initmem_plugins.claims.paper import CLAIMS_BY_NAME
-from tests.builders import clocks, record
-
-SIGMAS = (0.1, 2.5)
-WOBBLE = (0.0, 0.004, -0.004, 0.002, 0.001, -0.003)
+from tests.builders import two_optimizers
 
 
-def two_optimizers(seeds: int = 6, sgd=(0.90, 0.60), adam=(0.91, 0.90), **extra):
-    """A user's first sweep: SGD against Adam, two sigmas; SGD remembers, Adam forgets."""
-    out = []
-    for config, accs, norms, clock in (
-        ({"opt": "sgd"}, sgd, (1.0, 25.0), clocks(0.01, 0.0, 5.0)),
-        ({"opt": "adam", "lr": 0.001}, adam, (30.0, 33.0), clocks(0.0001, 0.0, 50.0)),
-    ):
-        for sigma, acc, norm in zip(SIGMAS, accs, norms):
-            for seed in range(seeds):
-                value = acc + WOBBLE[seed % len(WOBBLE)]
-                metrics = {"weight_norm": norm, "weight_norm_ratio": norm / sigma, "tau_interp": 5, **clock}
-                out.append(record({**config, **extra, "sigma": sigma, "seed": seed}, value, metrics=metrics))
-    return out
+def test_decide_by_hand():
+    assert decide([(0.5, 3.0), (0.1, 1.0)]) == REPRODUCED
+    assert decide([(0.5, 3.0), (-1.0, 1.0)]) == NOT_RESOLVED
+    assert decide([(0.5, 3.0), (-2.0, -0.1)]) == CONTRADICTED
+    assert decide([(math.nan, math.nan)]) == NOT_RESOLVED
+    assert decide([]) == NOT_RESOLVED
+    # Contradicted by one of k comparisons only at the Bonferroni level: the wider interval decides.
+    assert decide([(0.5, 3.0), (-2.0, -0.1)], against=[(0.3, 3.2), (-2.3, 0.2)]) == NOT_RESOLVED
+    assert bonferroni_level(3) == pytest.approx(1 - 0.05 / 3) and bonferroni_level(1) == pytest.approx(0.95)
 
 
 def test_the_report_carries_every_claim_and_decides_the_ones_its_groups_allow():
