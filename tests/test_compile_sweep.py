@@ -75,7 +75,7 @@ def test_a_run_is_tagged_with_its_fallbacks_and_warns_of_any(monkeypatch):
     assert tracker.tags[COMPILE_FALLBACKS_TAG] == "2"
 
 
-@pytest.mark.slow  # Dynamo traces ResNet-110 three ways: tens of seconds
+@pytest.mark.slow(seconds=40)  # Dynamo traces ResNet-110 three ways: tens of seconds
 def test_resnet_20_56_and_110_compile_in_one_process_without_falling_back(monkeypatch, fresh_dynamo):
     """A depth sweep in one worker: the three depths share ``CifarResNet.forward``, together more
     cache entries than Dynamo's default limit of 8, and none falls back to eager."""
@@ -101,7 +101,7 @@ def test_resnet_20_56_and_110_compile_in_one_process_without_falling_back(monkey
     assert counter.frame_count > 8  # the default limit would have been passed
 
 
-@pytest.mark.slow  # Inductor generates and compiles C++ for the forward and the backward: a minute
+@pytest.mark.slow(seconds=90)  # Inductor generates and compiles C++ for the forward and the backward: a minute
 def test_initmem_run_compile_tf32_on_trains_with_inductor_on_the_cpu(fresh_dynamo):
     result = CliRunner().invoke(
         app,

@@ -71,7 +71,7 @@ def test_threads_are_pinned_recorded_and_never_mixed(tracking_uri, tmp_path):
     assert parent.info.status == "FINISHED" and len(children(tracking_uri, "pinned")) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)  # two sweeps of real training, one and two workers
 def test_one_and_two_workers_give_the_same_bits(tracking_uri, tmp_path):
     for workers in ("1", "2"):
         done = subprocess.run(

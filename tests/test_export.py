@@ -185,7 +185,7 @@ SMALL_SWEEP = [
 ]
 
 
-@pytest.mark.slow  # a real sweep
+@pytest.mark.slow(seconds=40)  # a real sweep
 def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_path, store_in):
     import shutil
     import subprocess
