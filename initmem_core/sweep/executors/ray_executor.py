@@ -13,10 +13,12 @@ new process for the next one), and sees only the GPUs Ray assigned it, so a frac
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from typing import Any
 
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.sweep.executors.base import (
     CellTask,
     Executor,
@@ -32,6 +34,43 @@ from initmem_core.tracking.cells import QueueProgress
 from initmem_core.tracking.login import credentials_env, logged_in
 
 POLL_S = 0.2
+CLUSTER_CHECK_S = 10.0  # how often the sweep asks the head whether its cluster still exists
+CLUSTER_LOST_S = 120.0  # a head that has not answered for this long is gone
+
+
+class ClusterLost(InitmemError):
+    """The Ray cluster the sweep joined is gone (its head restarted, or silent): its tasks with it."""
+
+
+class ClusterWatch:
+    """Whether the cluster this sweep joined still exists. Ray's driver does not notice that the
+    head restarted: a new head on the same address is a new cluster that never heard of the
+    sweep's tasks, and ``ray.wait`` waits for them forever (the cluster chaos soak, issue 48). The
+    head's GCS answers this driver's requests with ``AuthenticationError`` (WrongClusterID) then."""
+
+    def __init__(self, gcs: Any, clock: Any = time.monotonic):
+        self.gcs, self.clock = gcs, clock
+        self.next_check, self.silent_since = clock() + CLUSTER_CHECK_S, None
+
+    def lost(self) -> str | None:
+        """Why the cluster is gone, or None (checked every ``CLUSTER_CHECK_S`` at most)."""
+        from ray.exceptions import AuthenticationError
+
+        now = self.clock()
+        if now < self.next_check:
+            return None
+        self.next_check = now + CLUSTER_CHECK_S
+        try:
+            self.gcs.get_all_node_info(timeout=5)
+        except AuthenticationError:
+            return "its head restarted, and the new head does not know this sweep's tasks"
+        except Exception:  # unreachable, or timed out: the head may be restarting, or just slow
+            self.silent_since = self.silent_since or now
+            if now - self.silent_since >= CLUSTER_LOST_S:
+                return f"its head has not answered for {now - self.silent_since:.0f} s"
+            return None
+        self.silent_since = None
+        return None
 
 
 def _ray_cell(
@@ -66,15 +105,18 @@ class RayExecutor(Executor):
 
     def run(self, cells: list, sweep: SweepCells) -> None:
         import ray
+        from ray.exceptions import RayError
         from ray.util.queue import Queue
 
         ours = self._connect()
         try:
-            events = Queue(actor_options={"num_cpus": 0})  # bookkeeping: takes no cell's CPU
+            # Bookkeeping: takes no cell's CPU; restarted (empty) by Ray if its node is lost.
+            events = Queue(actor_options={"num_cpus": 0, "max_restarts": -1})
             try:
                 self._run_tasks(cells, sweep, events)
             finally:
-                events.shutdown()
+                with contextlib.suppress(RayError):  # its node, or the cluster, may be gone
+                    events.shutdown()
         finally:
             if ours:
                 ray.shutdown()
@@ -106,6 +148,7 @@ class RayExecutor(Executor):
 
         task = self.remote_task()
         jobs: dict[Any, Job] = {}
+        watch = ClusterWatch(ray._private.worker.global_worker.gcs_client)
         try:
             for cell in cells:
                 cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
@@ -113,7 +156,7 @@ class RayExecutor(Executor):
                 job.progress = job.progress and RetriedCellProgress(job.progress)
                 ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
                     CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment),
-                    events,
+                    LossyEvents(events),
                     self.gpus > 0,
                     credentials_env(),
                 )
@@ -124,6 +167,14 @@ class RayExecutor(Executor):
                 _drain(events, {job.cell.run_id: job for job in jobs.values()})
                 for ref in ready:
                     sweep.close(jobs.pop(ref), _error_of(ref))
+                if jobs and (why := watch.lost()):
+                    raise ClusterLost(
+                        f"lost the Ray cluster at {self.address or 'this machine'}: {why}; launch the same command "
+                        "again once the cluster is up, to resume the sweep"
+                    )
+        except ClusterLost:  # its tasks went with it; asking Ray to cancel them can crash this process
+            sweep.interrupt(jobs.values())
+            raise
         except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
             for ref in jobs:
                 ray.cancel(ref, force=True)
@@ -153,9 +204,32 @@ class RayExecutor(Executor):
         return True
 
 
+class LossyEvents:
+    """The tasks' end of the progress queue. Progress is for the display: an event the queue's
+    actor cannot take now (its node lost, the actor restarting) is dropped, not raised in the
+    cell, which would fail it."""
+
+    def __init__(self, queue: Any):
+        self.queue = queue
+
+    def put(self, item: Any) -> None:
+        from ray.exceptions import RayError
+
+        with contextlib.suppress(RayError):
+            self.queue.put(item)
+
+
 def _drain(events: Any, jobs: dict[str, Job]) -> None:
-    waiting = events.size()
-    for run_id, call, args in events.get_nowait_batch(waiting) if waiting else []:
+    """Replay the progress events waiting in ``events``; none while its actor is unavailable
+    (its node lost: Ray restarts it), which once ended the sweep with a traceback."""
+    from ray.exceptions import RayError
+
+    try:
+        waiting = events.size()
+        batch = events.get_nowait_batch(waiting) if waiting else []
+    except RayError:
+        return
+    for run_id, call, args in batch:
         if run_id in jobs:  # else a worker Ray gave up on (a lost node) still reports a closed cell
             replay_progress(jobs[run_id], call, args)
 
