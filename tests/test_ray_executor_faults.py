@@ -120,3 +120,55 @@ def test_a_silent_head_is_waited_for_then_given_up():
         said.append(watch.lost())
     assert said[:-1] == [None] * (checks + 2)  # silent once, then answering: the clock starts again
     assert "has not answered for" in said[-1]
+
+
+class FlakySweep:
+    """A sweep whose store fails the first ``failures`` closes as a server killed mid-answer does."""
+
+    uri = "http://127.0.0.1:5000"
+
+    def __init__(self, failures):
+        self.failures, self.closed, self.interrupted = failures, [], []
+
+    def close(self, job, error=""):
+        from mlflow.exceptions import MlflowException
+
+        if self.failures:
+            self.failures -= 1
+            raise MlflowException(
+                "API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/get failed with exception "
+                "('Connection broken: IncompleteRead(0 bytes read, 9291 more expected)')"
+            )
+        self.closed.append((job, error))
+
+    def interrupt(self, jobs):
+        self.close(None)
+        self.interrupted.extend(jobs)
+
+
+def test_closing_a_cell_waits_out_a_restarting_server(monkeypatch):
+    """The soak killed the MLflow server while the sweep read a finished cell's status: the
+    sweep ended with MLflow's IncompleteRead traceback."""
+    from initmem_core.sweep.executors import ray_executor
+
+    monkeypatch.setattr(ray_executor.time, "sleep", lambda seconds: None)
+    sweep = FlakySweep(failures=2)
+    ray_executor.close_cell(sweep, "job", "")
+    assert sweep.closed == [("job", "")]
+
+
+def test_a_server_that_stays_down_ends_the_sweep_in_one_line(monkeypatch):
+    from initmem_core.errors import ConfigError
+    from initmem_core.sweep.executors import ray_executor
+
+    monkeypatch.setattr(ray_executor, "STORE_WAIT_S", 0.0)
+    with pytest.raises(ConfigError, match=r"^tracking store http://127.0.0.1:5000 cannot be reached: API request"):
+        ray_executor.close_cell(FlakySweep(failures=1), "job", "")
+
+
+def test_interrupting_cells_marks_those_the_store_takes_and_raises_nothing():
+    from initmem_core.sweep.executors.ray_executor import interrupt_cells
+
+    sweep = FlakySweep(failures=1)
+    interrupt_cells(sweep, ["a", "b"])  # the store fails on a, takes b
+    assert sweep.interrupted == ["b"]

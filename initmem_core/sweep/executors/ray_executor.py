@@ -31,11 +31,13 @@ from initmem_core.sweep.executors.base import (
 from initmem_core.sweep.executors.placement import pin_process, process_environment
 from initmem_core.sweep.executors.remote_cell import run_remote_cell
 from initmem_core.tracking.cells import QueueProgress
+from initmem_core.tracking.client import store_must_answer
 from initmem_core.tracking.login import credentials_env, logged_in
 
 POLL_S = 0.2
 CLUSTER_CHECK_S = 10.0  # how often the sweep asks the head whether its cluster still exists
 CLUSTER_LOST_S = 120.0  # a head that has not answered for this long is gone
+STORE_WAIT_S = 120.0  # how long closing a cell waits for a tracking server that is restarting
 
 
 class ClusterLost(InitmemError):
@@ -166,19 +168,19 @@ class RayExecutor(Executor):
                 # A ready task has put all its events: replay them first, then close its cell.
                 _drain(events, {job.cell.run_id: job for job in jobs.values()})
                 for ref in ready:
-                    sweep.close(jobs.pop(ref), _error_of(ref))
+                    close_cell(sweep, jobs.pop(ref), _error_of(ref))
                 if jobs and (why := watch.lost()):
                     raise ClusterLost(
                         f"lost the Ray cluster at {self.address or 'this machine'}: {why}; launch the same command "
                         "again once the cluster is up, to resume the sweep"
                     )
         except ClusterLost:  # its tasks went with it; asking Ray to cancel them can crash this process
-            sweep.interrupt(jobs.values())
+            interrupt_cells(sweep, jobs.values())
             raise
         except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
             for ref in jobs:
                 ray.cancel(ref, force=True)
-            sweep.interrupt(jobs.values())
+            interrupt_cells(sweep, jobs.values())
             raise
 
     def _connect(self) -> bool:
@@ -202,6 +204,33 @@ class RayExecutor(Executor):
                 "token here, see docs/distributed.md)"
             ) from None
         return True
+
+
+def close_cell(sweep: SweepCells, job: Job, error: str) -> None:
+    """``sweep.close``, waiting out a tracking server that is restarting: reading a cell's end from
+    a server killed mid-answer raised MLflow's exception (IncompleteRead) out of the sweep, with a
+    traceback (the cluster chaos soak, issue 48). One line after ``STORE_WAIT_S``."""
+    deadline = time.monotonic() + STORE_WAIT_S
+    while True:
+        try:
+            return sweep.close(job, error)
+        except InitmemError:
+            raise
+        except Exception:
+            if time.monotonic() < deadline:
+                time.sleep(2.0)
+                continue
+            with store_must_answer(sweep.uri):  # the error as one line, with exit 2
+                raise
+
+
+def interrupt_cells(sweep: SweepCells, jobs: Any) -> None:
+    """Mark the cells still out KILLED, each one that the store takes: the sweep is ending on
+    another error, which a store that is down would hide behind its own traceback. A cell left
+    RUNNING is run again by the next launch."""
+    for job in jobs:
+        with contextlib.suppress(Exception):
+            sweep.interrupt([job])
 
 
 class LossyEvents:
