@@ -373,6 +373,7 @@ class Round:
 
 class Chaos:
     kinds = KINDS
+    twin_args: tuple[str, ...] = ()
 
     def __init__(self, args: argparse.Namespace, work: Path):
         self.args = args
@@ -404,6 +405,9 @@ class Chaos:
     def sweep_args(self, round_: Round) -> list[str]:
         return [*self.grid.args(), "--name", round_.name, "--tracking-uri", self.server.url]
 
+    def spools(self, round_: Round) -> list[Path]:
+        return [round_.folder]
+
     def say(self, text: str) -> None:
         print(f"{time.monotonic() - self.start:8.1f}s  {text}", flush=True)
 
@@ -425,7 +429,7 @@ class Chaos:
         uri = f"sqlite:///{folder / 'mlflow.db'}"
         with open(folder / "sweep.log", "wb") as log:
             code = subprocess.run(
-                [*INITMEM, "sweep", *self.grid.args(), "--name", "twin", "--tracking-uri", uri],
+                [*INITMEM, "sweep", *self.grid.args(), *self.twin_args, "--name", "twin", "--tracking-uri", uri],
                 cwd=folder,
                 env=self.env(),
                 stdout=log,
@@ -619,19 +623,24 @@ class Chaos:
             round_.problems.append(
                 f"not done after {self.args.max_relaunches} relaunches without faults (exits {round_.exits})"
             )
+        code = 0
         with open(round_.logs / "sync.log", "wb") as log:
-            code = subprocess.run(
-                [*INITMEM, "sync", "--tracking-uri", self.server.url],
-                cwd=round_.folder,
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            ).returncode
+            for folder in self.spools(round_):  # where cells keep what the store did not take
+                done = subprocess.run(
+                    [*INITMEM, "sync", "--tracking-uri", self.server.url],
+                    cwd=folder,
+                    env=self.env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+                code = code or done.returncode
         said = (round_.logs / "sync.log").read_text().strip()
         self.say(f"initmem sync: exit {code}: {said.splitlines()[-1] if said else ''}")
         if code != 0:
             round_.problems.append(f"initmem sync exited {code}: {said[-500:]}")
-        if said.startswith("synced"):  # the parent's report was written before these: a relaunch rewrites it
+        if any(
+            line.startswith("synced") for line in said.splitlines()
+        ):  # the parent's report was written before these: a relaunch rewrites it
             self.launch(round_)
             while (code := self.sweep_ended(round_)) is None:
                 time.sleep(0.2)

@@ -37,12 +37,12 @@ import pwd
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 from benchmarks.chaos import (
-    INITMEM,
     Chaos,
     Fault,
     Round,
@@ -68,6 +68,7 @@ KINDS = (
 )
 RAY = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
 NETNS = "INITMEM_CHAOS_NETNS"
+AGENTS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 START_S = 300  # a loaded 2-core machine starts a Ray node in 20-60 s
 
 
@@ -188,9 +189,9 @@ class RayCluster:
         return {pid for p in self.processes if p is not None for pid in (p.pid, *descendants(p.pid))}
 
     def tasks(self) -> list[int]:
-        """Ray worker processes running a cell or an actor (an idle worker is ``ray::IDLE``)."""
+        """Ray worker processes running a cell or an actor (not idle ones, nor Ray's agents)."""
         return sorted(
-            pid for pid in self.pids() if cmdline(pid).startswith("ray::") and not cmdline(pid).startswith("ray::IDLE")
+            pid for pid in self.pids() if cmdline(pid).startswith("ray::") and not cmdline(pid).startswith(AGENTS)
         )
 
     def close(self) -> None:
@@ -201,6 +202,7 @@ class RayCluster:
 
 class ClusterChaos(Chaos):
     kinds = KINDS
+    twin_args = ("--device", "cpu")  # what the Ray executor makes of a cell that asks for no GPU
 
     def setup(self) -> None:
         self.work.chmod(0o711)  # PostgreSQL's user reaches its folder
@@ -219,9 +221,11 @@ class ClusterChaos(Chaos):
             *self.grid.args()[:-2],  # not --workers: Ray's cells ask for CPUs
             *("--executor", "ray", "--ray-address", self.cluster.address),
             *("--cpus-per-cell", str(self.args.cpus_per_cell)),
-            *("--checkpoint-dir", str(round_.folder / "initmem-checkpoints")),
             *("--name", round_.name, "--tracking-uri", self.server.url),
         ]
+
+    def spools(self, round_: Round) -> list[Path]:
+        return [round_.folder, self.cluster.folder]  # the Ray workers' folder: their checkpoints, spool
 
     def apply(self, fault: Fault) -> str | None:
         kind, now, cluster = fault.kind, time.monotonic(), self.cluster
@@ -316,34 +320,28 @@ def sample_metrics(db: Postgres) -> int | None:
 
 
 def writers(chaos: ClusterChaos, cells: int) -> dict:
-    """``cells`` tiny cells through the cluster while the servers are restarted; the figures."""
+    """``cells`` tiny cells through the cluster, a round of chaos.py with the servers' restarts
+    for faults, PostgreSQL's metric table sampled twice a second meanwhile; the figures."""
     chaos.grid.seeds = ",".join(map(str, range(cells // len(chaos.grid.sigmas.split(",")))))
-    round_ = Round(f"writers-{cells}", chaos.rounds_folder / "writers", chaos.work / "logs" / "writers")
-    round_.folder.mkdir()
-    round_.logs.mkdir(parents=True)
-    faults = schedule(chaos.args.seed, chaos.args.gap, ("kill_server", "restart_db_fast"))
-    fault, samples, launched = next(faults), [], time.monotonic()
-    due, deadline = launched + fault.delay, launched + chaos.args.minutes * 60
-    chaos.launch(round_)
-    while (code := chaos.sweep_ended(round_)) != 0 and time.monotonic() < deadline:
-        chaos.lift_due()
-        if code is not None:
-            chaos.launch(round_)
-        if time.monotonic() >= due:
-            chaos.inject(fault, round_)
-            fault = next(faults)
-            due = time.monotonic() + fault.delay
-        samples.append((time.monotonic() - launched, sample_metrics(chaos.db)))
-        time.sleep(0.5)
-    seconds = time.monotonic() - launched
-    chaos.lift_due(everything=True)
-    if code != 0:
-        round_.problems.append(f"not done in {chaos.args.minutes:g} min (exits {round_.exits})")
-    sync = [*INITMEM, "sync", "--tracking-uri", chaos.server.url]
-    subprocess.run(sync, cwd=round_.folder, env=chaos.env(), capture_output=True)
+    chaos.twin_seconds = chaos.args.minutes * 10  # chaos.py calls a launch hung after 6 twins' time
+    samples: list[tuple[float, int | None]] = []
+    stop, began = threading.Event(), time.monotonic()
+
+    def sample() -> None:
+        while not stop.wait(0.5):
+            samples.append((time.monotonic() - began, sample_metrics(chaos.db)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        faults = schedule(chaos.args.seed, chaos.args.gap, ("kill_server", "restart_db_fast"))
+        round_ = chaos.run_round(1, faults, began + chaos.args.minutes * 60, None)
+    finally:
+        stop.set()
+        sampler.join()
     problems = round_.problems + lost(end_state(chaos.server.url, round_.name), cells)
-    figures = {"cells": cells, "seconds": round(seconds, 1), "exits": round_.exits, "injected": chaos.counts}
-    return figures | writer_figures(samples) | {"problems": problems}
+    figures = {"cells": cells, "seconds": round(time.monotonic() - began, 1), "exits": round_.exits}
+    return figures | {"injected": chaos.counts} | writer_figures(samples) | {"problems": problems}
 
 
 def writer_figures(samples: list[tuple[float, int | None]]) -> dict:

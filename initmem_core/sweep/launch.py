@@ -59,6 +59,7 @@ from initmem_core.vocabulary import (
     PARENT_TAG,
     PENDING,
     RUNNING,
+    SCHEDULED,
     SWEEP_TAG,
     VARYING_TAG,
 )
@@ -163,7 +164,7 @@ class _Sweep:
                 self._same_threads(run, config)
                 if finished.get(config.config_hash()) is None or run.status == FINISHED:
                     finished[config.config_hash()] = run
-            elif run.status in (KILLED, RUNNING):
+            elif run.status in (KILLED, RUNNING, SCHEDULED):  # SCHEDULED: a remote launch that died
                 root = checkpoint_root(config, self.uri)
                 point = find_resumable(config.config_hash(), root) if root else None
                 if point is not None and point.run_id == run.run_id:
