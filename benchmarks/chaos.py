@@ -46,7 +46,8 @@ It prints each fault (seconds since the start, kind, target) and each round's ve
 writes the figures. The fault schedule (kinds, delays, durations, which worker) is drawn from the
 seed alone, so a failing seed replays the same schedule; where each fault lands in a sweep's life
 still depends on the machine's speed. Needs root (``mount -t tmpfs``), Linux (/proc). Exit 0 when
-every round matched its twin, 1 otherwise, 2 for bad input.
+every round matched its twin, 1 otherwise, 2 for bad input. ``--executor ray``: the cluster mode, on
+Ray and PostgreSQL, with faults of its own (``benchmarks/chaos_cluster.py``).
 """
 
 from __future__ import annotations

@@ -1,32 +1,27 @@
 """chaos.py's cluster mode (issue 48): the sweep on a local Ray cluster, tracked in an MLflow server
-on PostgreSQL, hit by what a cluster does.
+on PostgreSQL, hit by what a cluster does. Docs: docs/RELIABILITY.md, docs/distributed.md.
 
     python -m benchmarks.chaos --executor ray --server postgresql --seed 1 --minutes 3
-    python -m benchmarks.chaos --executor ray --server postgresql --writers 128 --json writers.json
+    python -m benchmarks.chaos --executor ray --writers 128 --json writers.json
 
-Everything runs in a network namespace of its own (``unshare --net``, loopback its only interface:
-Ray's servers listen on every interface and Ray trades 127.0.0.1 for the machine's address), so
-nothing is reachable from outside: a PostgreSQL server (Debian's package, a cluster of its own in
-the work folder), ``mlflow server`` on it, and a Ray cluster of a head and ``--nodes`` more node
-processes (``ray start --block``, so that each node's processes are one tree to kill). The sweep
-(``initmem sweep --executor ray``) is hit by, in shuffled rounds of all eight:
+All of it runs in a network namespace whose only interface is loopback (``unshare --net``: Ray's
+servers listen on every interface, and Ray trades 127.0.0.1 for the machine's address): PostgreSQL
+(Debian's package, a cluster of its own), ``mlflow server`` on it, and a Ray head with ``--nodes``
+more nodes (each ``ray start --block``, one process tree to kill). The faults, shuffled rounds of:
 
-- ``kill_ray_worker``: SIGKILL a Ray worker process running a cell (Ray retries the task);
-- ``kill_node``: SIGKILL a non-head node's whole tree (its raylet and workers); back after 1-6 s;
-- ``restart_head``: SIGKILL the head's tree (GCS, raylet, workers), restart it on the same port;
-- ``restart_db_fast``/``restart_db_slow``: ``pg_ctl stop -m fast``, then start at once / 5-30 s later;
+- ``kill_ray_worker``: SIGKILL a Ray worker running a cell (Ray retries the task);
+- ``kill_node``: SIGKILL a non-head node's tree (raylet and workers); back after 1-6 s;
+- ``restart_head``: SIGKILL the head's tree (and the other nodes'), restart them at once;
+- ``restart_db_fast``/``restart_db_slow``: ``pg_ctl stop -m fast``, start at once / 5-30 s later;
 - ``kill_server``: SIGKILL the MLflow server, restart it 1-6 s later;
 - ``reset_connections``: reset every TCP connection to MLflow and PostgreSQL (``ss -K``);
 - ``kill_sweep``: SIGKILL the launching process (``initmem sweep``, the Ray driver); relaunch.
 
-A node or head whose process ends by itself (a node that lost its head) is restarted a second
-later, as an operator's supervisor would. The end state is checked as chaos.py checks it (the twin
-is the same grid on the local executor), and no Ray task or actor may be left running.
-
-``--writers N``: N tiny cells through the same cluster into the one server while the MLflow and
-PostgreSQL servers are restarted every ``--gap`` seconds; it samples PostgreSQL's metric table
-twice a second (values stored per second, the longest time nothing was stored) and checks that
-every cell FINISHED once with every epoch's values exactly once.
+A node whose process ends by itself is restarted a second later, as a supervisor would. The end
+state is checked as chaos.py checks it (the twin: the grid on the local executor, on the CPU), and
+no Ray task or actor may be left. ``--writers N``: N tiny cells while the MLflow and PostgreSQL
+servers restart; PostgreSQL's metric table is sampled twice a second (values stored per second, the
+longest time none was), and every cell must hold one FINISHED run with each epoch's values once.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ CLUSTER_LOST_S = 120.0  # a head that has not answered for this long is gone
 STORE_WAIT_S = 120.0  # how long closing a cell waits for a tracking server that is restarting
 
 
+RESTARTED = "its head restarted, and the new head does not know this sweep's tasks"
+
+
 class ClusterLost(InitmemError):
     """The Ray cluster the sweep joined is gone (its head restarted, or silent): its tasks with it."""
 
@@ -65,7 +68,7 @@ class ClusterWatch:
         try:
             self.gcs.get_all_node_info(timeout=5)
         except AuthenticationError:
-            return "its head restarted, and the new head does not know this sweep's tasks"
+            return RESTARTED
         except Exception:  # unreachable, or timed out: the head may be restarting, or just slow
             self.silent_since = self.silent_since or now
             if now - self.silent_since >= CLUSTER_LOST_S:
@@ -147,6 +150,7 @@ class RayExecutor(Executor):
 
     def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
         import ray
+        from ray.exceptions import AuthenticationError
 
         task = self.remote_task()
         jobs: dict[Any, Job] = {}
@@ -170,18 +174,24 @@ class RayExecutor(Executor):
                 for ref in ready:
                     close_cell(sweep, jobs.pop(ref), _error_of(ref))
                 if jobs and (why := watch.lost()):
-                    raise ClusterLost(
-                        f"lost the Ray cluster at {self.address or 'this machine'}: {why}; launch the same command "
-                        "again once the cluster is up, to resume the sweep"
-                    )
+                    raise ClusterLost(self._lost(why))
         except ClusterLost:  # its tasks went with it; asking Ray to cancel them can crash this process
             interrupt_cells(sweep, jobs.values())
             raise
+        except AuthenticationError:  # a call to a head that restarted meanwhile (submitting a cell)
+            interrupt_cells(sweep, jobs.values())
+            raise ClusterLost(self._lost(RESTARTED)) from None
         except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
             for ref in jobs:
                 ray.cancel(ref, force=True)
             interrupt_cells(sweep, jobs.values())
             raise
+
+    def _lost(self, why: str) -> str:
+        return (
+            f"lost the Ray cluster at {self.address or 'this machine'}: {why}; launch the same command "
+            "again once the cluster is up, to resume the sweep"
+        )
 
     def _connect(self) -> bool:
         """Join the cluster, or start a Ray instance here; ``False`` if this process already

@@ -1,5 +1,5 @@
-"""What the Ray executor does when the cluster misbehaves under a sweep (found by the cluster chaos
-soak, issue 48), against fakes of Ray's objects: no Ray instance is started."""
+"""What the cluster chaos soak (issue 48, benchmarks/chaos_cluster.py) found, reproduced without it:
+against fakes of Ray's objects (no Ray instance is started), and one tiny sweep."""
 
 from __future__ import annotations
 
@@ -122,6 +122,53 @@ def test_a_silent_head_is_waited_for_then_given_up():
     assert "has not answered for" in said[-1]
 
 
+def test_a_head_that_restarts_while_cells_are_submitted_ends_the_sweep_in_one_line(monkeypatch):
+    """The soak restarted the head while the sweep handed Ray its cells: Ray's AuthenticationError
+    (WrongClusterID) came out of ``.remote()`` as a traceback. The cells handed over are KILLED."""
+    from types import SimpleNamespace
+
+    import ray
+    from ray.exceptions import AuthenticationError
+
+    from initmem_core.config import RunConfig
+    from initmem_core.sweep.executors.ray_executor import ClusterLost, RayExecutor
+
+    class Task:
+        def __init__(self):
+            self.handed = 0
+
+        def options(self, **options):
+            return self
+
+        def remote(self, *args):
+            if self.handed == 1:
+                raise AuthenticationError(
+                    "RPC error: WrongClusterID: Perhaps the client is accessing GCS after it has restarted."
+                )
+            self.handed += 1
+            return f"ref{self.handed}"
+
+    class Sweep:
+        uri, experiment = "http://127.0.0.1:5000", "initmem"
+
+        def __init__(self):
+            self.killed = []
+
+        def submit(self, cell, scheduled=False):
+            return SimpleNamespace(cell=cell, progress=None)
+
+        def interrupt(self, jobs):
+            self.killed.extend(job.cell.run_id for job in jobs)
+
+    executor, sweep = RayExecutor(address="127.0.0.1:6379"), Sweep()
+    monkeypatch.setattr(executor, "remote_task", Task)
+    monkeypatch.setattr(ray._private.worker.global_worker, "gcs_client", None, raising=False)
+    cells = [SimpleNamespace(config=RunConfig(sigma=s), run_id=f"run{s}") for s in (1, 2)]
+    with pytest.raises(ClusterLost, match=r"^lost the Ray cluster at 127.0.0.1:6379: its head restarted"):
+        executor._run_tasks(cells, sweep, events=None)
+    assert sweep.killed == ["run1"]
+
+
 class FlakySweep:
     """A sweep whose store fails the first ``failures`` closes as a server killed mid-answer does."""
 
@@ -172,3 +219,32 @@ def test_interrupting_cells_marks_those_the_store_takes_and_raises_nothing():
     sweep = FlakySweep(failures=1)
     interrupt_cells(sweep, ["a", "b"])  # the store fails on a, takes b
     assert sweep.interrupted == ["b"]
+
+
+@pytest.mark.slow(seconds=40)
+def test_a_relaunch_reuses_the_child_run_a_dead_remote_launch_left_scheduled(tracking_uri, tmp_path, monkeypatch):
+    """A Ray launch creates every cell's child run SCHEDULED before Ray runs it. The soak killed
+    such a launch (``kill_sweep``) before Ray started some cells: the relaunch made each of them a
+    second child run, and the first stayed SCHEDULED for good. It is now run again in its run."""
+    from mlflow.tracking import MlflowClient
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+
+    monkeypatch.chdir(tmp_path)
+    cell = ["--data", "digits", "--epochs", "1", "--train-size", "64", "--batch-size", "32", "--threads", "1"]
+    sweep = ["sweep", *cell, "--sigma", "1", "--seed", "0", "--name", "left", "--tracking-uri", tracking_uri]
+    runner = CliRunner()
+    assert runner.invoke(app, sweep).exit_code == 0
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("initmem").experiment_id
+
+    def children():
+        runs = client.search_runs([experiment], "tags.`initmem.sweep` = 'left'")
+        return [run for run in runs if "mlflow.parentRunId" in run.data.tags]
+
+    [child] = children()
+    client.update_run(child.info.run_id, status="SCHEDULED")  # as the dead launch left it
+    done = runner.invoke(app, sweep)
+    assert done.exit_code == 0, done.output
+    assert [(run.info.run_id, run.info.status) for run in children()] == [(child.info.run_id, "FINISHED")]
