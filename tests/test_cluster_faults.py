@@ -248,3 +248,41 @@ def test_a_relaunch_reuses_the_child_run_a_dead_remote_launch_left_scheduled(tra
     done = runner.invoke(app, sweep)
     assert done.exit_code == 0, done.output
     assert [(run.info.run_id, run.info.status) for run in children()] == [(child.info.run_id, "FINISHED")]
+
+
+def test_a_cell_waits_for_a_restarting_server_before_it_starts(monkeypatch):
+    """The soak restarted the MLflow server under 128 queued cells: each cell Ray started meanwhile
+    failed at once ("cannot be reached"): 118 failed attempts in one launch."""
+    import urllib.error
+
+    from initmem_core.sweep.executors import remote_cell
+
+    answers = [ConnectionRefusedError(111, "Connection refused"), urllib.error.HTTPError("u", 503, "", {}, None)]
+    asked, slept = [], []
+
+    class Answer:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def urlopen(url, timeout):
+        asked.append(url)
+        if answers:
+            raise answers.pop(0)
+        return Answer()
+
+    monkeypatch.setattr(remote_cell.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(remote_cell.time, "sleep", slept.append)
+    remote_cell.wait_for_server("http://127.0.0.1:5000/")
+    assert asked == ["http://127.0.0.1:5000/health"] * 3 and slept == [2.0, 2.0]
+
+    answers[:] = [urllib.error.HTTPError("u", 401, "", {}, None)]  # a login it wants: it answers
+    remote_cell.wait_for_server("http://127.0.0.1:5000")
+    assert len(slept) == 2
+    remote_cell.wait_for_server("sqlite:///mlflow.db")  # not a server: nothing to wait for
+    assert len(asked) == 4
+
+    monkeypatch.setattr(remote_cell.urllib.request, "urlopen", lambda url, timeout: (_ for _ in ()).throw(OSError()))
+    remote_cell.wait_for_server("http://127.0.0.1:5000", wait_s=0.0)  # down for good: gives up, says nothing
