@@ -131,6 +131,7 @@ def test_a_head_that_restarts_while_cells_are_submitted_ends_the_sweep_in_one_li
     from ray.exceptions import AuthenticationError
 
     from initmem_core.config import RunConfig
+    from initmem_core.sweep.executors import ray_executor
     from initmem_core.sweep.executors.ray_executor import ClusterLost, RayExecutor
 
     class Task:
@@ -160,13 +161,15 @@ def test_a_head_that_restarts_while_cells_are_submitted_ends_the_sweep_in_one_li
         def interrupt(self, jobs):
             self.killed.extend(job.cell.run_id for job in jobs)
 
-    executor, sweep = RayExecutor(address="127.0.0.1:6379"), Sweep()
+    executor, sweep, waited = RayExecutor(address="127.0.0.1:6379"), Sweep(), []
     monkeypatch.setattr(executor, "remote_task", Task)
+    monkeypatch.setattr(ray_executor, "wait_for_server", waited.append)
     monkeypatch.setattr(ray._private.worker.global_worker, "gcs_client", None, raising=False)
     cells = [SimpleNamespace(config=RunConfig(sigma=s), run_id=f"run{s}") for s in (1, 2)]
     with pytest.raises(ClusterLost, match=r"^lost the Ray cluster at 127.0.0.1:6379: its head restarted"):
         executor._run_tasks(cells, sweep, events=None)
     assert sweep.killed == ["run1"]
+    assert waited == [sweep.uri] * 2  # before each cell is handed out: a server restarting is waited for
 
 
 class FlakySweep:

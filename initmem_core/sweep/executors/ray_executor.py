@@ -29,7 +29,7 @@ from initmem_core.sweep.executors.base import (
     replay_progress,
 )
 from initmem_core.sweep.executors.placement import pin_process, process_environment
-from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.sweep.executors.remote_cell import run_remote_cell, wait_for_server
 from initmem_core.tracking.cells import QueueProgress
 from initmem_core.tracking.client import store_must_answer
 from initmem_core.tracking.login import credentials_env, logged_in
@@ -158,6 +158,7 @@ class RayExecutor(Executor):
         try:
             for cell in cells:
                 cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
+                wait_for_server(sweep.uri)  # handing out many cells takes minutes: a restart ended it
                 job = sweep.submit(cell, scheduled=True)
                 job.progress = job.progress and RetriedCellProgress(job.progress)
                 ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
