@@ -46,7 +46,8 @@ It prints each fault (seconds since the start, kind, target) and each round's ve
 writes the figures. The fault schedule (kinds, delays, durations, which worker) is drawn from the
 seed alone, so a failing seed replays the same schedule; where each fault lands in a sweep's life
 still depends on the machine's speed. Needs root (``mount -t tmpfs``), Linux (/proc). Exit 0 when
-every round matched its twin, 1 otherwise, 2 for bad input.
+every round matched its twin, 1 otherwise, 2 for bad input. ``--executor ray``: the cluster mode, on
+Ray and PostgreSQL, with faults of its own (``benchmarks/chaos_cluster.py``).
 """
 
 from __future__ import annotations
@@ -171,9 +172,11 @@ def free_port() -> int:
 class Server:
     """``mlflow server`` on a SQLite database, 127.0.0.1, one worker; killed and restarted on the same port."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, backend: str = "", env: dict[str, str] | None = None):
         self.folder = folder
         self.database = folder / "mlflow.db"
+        self.backend = backend or f"sqlite:///{self.database}"
+        self.extra_env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -182,7 +185,7 @@ class Server:
     def start(self, wait: bool = True) -> None:
         log = open(self.folder / f"server-{self.starts}.log", "wb")
         self.starts += 1
-        env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+        env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **self.extra_env)
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -190,7 +193,7 @@ class Server:
                 "mlflow",
                 "server",
                 "--backend-store-uri",
-                f"sqlite:///{self.database}",
+                self.backend,
                 "--artifacts-destination",
                 str(self.folder / "artifacts"),
                 "--host",
@@ -313,14 +316,14 @@ class Fault:
     pick: float  # kill_worker: which worker, as a fraction of their number
 
 
-def schedule(seed: int, mean_gap_s: float) -> Iterator[Fault]:
-    """The faults, from the seed alone: kinds in shuffled rounds of all seven (so every kind comes
-    as often as the others), delays uniform around ``mean_gap_s``."""
+def schedule(seed: int, mean_gap_s: float, kinds: tuple[str, ...] = KINDS) -> Iterator[Fault]:
+    """The faults, from the seed alone: kinds in shuffled rounds of all of ``kinds`` (so every kind
+    comes as often as the others), delays uniform around ``mean_gap_s``."""
     rng = random.Random(seed)
     while True:
-        kinds = list(KINDS)
-        rng.shuffle(kinds)
-        for kind in kinds:
+        order = list(kinds)
+        rng.shuffle(order)
+        for kind in order:
             yield Fault(rng.uniform(0.2, 1.8) * mean_gap_s, kind, rng.uniform(1.0, 6.0), rng.random())
 
 
@@ -370,6 +373,9 @@ class Round:
 
 
 class Chaos:
+    kinds = KINDS
+    twin_args: tuple[str, ...] = ()
+
     def __init__(self, args: argparse.Namespace, work: Path):
         self.args = args
         self.work = work
@@ -378,11 +384,9 @@ class Chaos:
         self.tmp = work / "tmp"  # the sweeps' TMPDIR: what they leave there is checked
         self.tmp.mkdir()
         (work / "server").mkdir()
-        self.server = Server(work / "server")
-        self.disk = Disk(work / "disk", args.tmpfs_size)
-        self.lock = Lock(self.server.database)
-        self.counts = {kind: 0 for kind in KINDS}
-        self.no_target = {kind: 0 for kind in KINDS}
+        self.counts = {kind: 0 for kind in self.kinds}
+        self.no_target = {kind: 0 for kind in self.kinds}
+        self.setup()
         self.sweep: subprocess.Popen | None = None
         self.sweep_log: Any = None
         self.sweep_started = 0.0
@@ -391,6 +395,19 @@ class Chaos:
         self.disk_free_at: float | None = None
         self.lock_free_at: float | None = None
         self.twin_seconds = 0.0
+
+    def setup(self) -> None:
+        """The services the sweep works with: a server on SQLite, a tmpfs as its disk."""
+        self.server = Server(self.work / "server")
+        self.disk = Disk(self.work / "disk", self.args.tmpfs_size)
+        self.rounds_folder = self.disk.folder
+        self.lock = Lock(self.server.database)
+
+    def sweep_args(self, round_: Round) -> list[str]:
+        return [*self.grid.args(), "--name", round_.name, "--tracking-uri", self.server.url]
+
+    def spools(self, round_: Round) -> list[Path]:
+        return [round_.folder]
 
     def say(self, text: str) -> None:
         print(f"{time.monotonic() - self.start:8.1f}s  {text}", flush=True)
@@ -413,7 +430,7 @@ class Chaos:
         uri = f"sqlite:///{folder / 'mlflow.db'}"
         with open(folder / "sweep.log", "wb") as log:
             code = subprocess.run(
-                [*INITMEM, "sweep", *self.grid.args(), "--name", "twin", "--tracking-uri", uri],
+                [*INITMEM, "sweep", *self.grid.args(), *self.twin_args, "--name", "twin", "--tracking-uri", uri],
                 cwd=folder,
                 env=self.env(),
                 stdout=log,
@@ -431,7 +448,7 @@ class Chaos:
         round_.launches += 1
         self.sweep_log = open(round_.logs / f"sweep-{round_.launches}.log", "wb")
         self.sweep = subprocess.Popen(
-            [*INITMEM, "sweep", *self.grid.args(), "--name", round_.name, "--tracking-uri", self.server.url],
+            [*INITMEM, "sweep", *self.sweep_args(round_)],
             cwd=round_.folder,
             env=self.env(),
             stdout=self.sweep_log,
@@ -480,21 +497,30 @@ class Chaos:
 
     def inject(self, fault: Fault, round_: Round) -> bool:
         """Apply ``fault``; False if its target is not there now (no sweep, no worker yet...)."""
+        target = self.apply(fault)
+        if target is None:
+            return False
+        self.counts[fault.kind] += 1
+        self.say(f"{fault.kind:<13} {target}   [round {round_.name}]")
+        return True
+
+    def apply(self, fault: Fault) -> str | None:
+        """Apply ``fault``; what it hit, or None if its target is not there now."""
         kind, sweep = fault.kind, self.sweep
         target = ""
         if kind in ("kill_worker", "kill_helper", "kill_sweep", "sigint_sweep"):
             if sweep is None or sweep.poll() is not None or self.sigint_at is not None:
-                return False
+                return None
             helper, workers = sweep_helpers(sweep.pid)
             if kind == "kill_worker":
                 if not workers:
-                    return False
+                    return None
                 pid = workers[int(fault.pick * len(workers))]
                 target = f"worker pid {pid} of sweep pid {sweep.pid}"
                 os.kill(pid, signal.SIGKILL)
             elif kind == "kill_helper":
                 if helper is None:
-                    return False
+                    return None
                 target = f"tracking helper pid {helper} of sweep pid {sweep.pid}"
                 os.kill(helper, signal.SIGKILL)
             elif kind == "kill_sweep":
@@ -506,25 +532,23 @@ class Chaos:
                 self.sigint_at = time.monotonic()
         elif kind == "kill_server":
             if not self.server.up:
-                return False
+                return None
             pid = self.server.kill()
             self.server_back_at = time.monotonic() + fault.duration
             target = f"server pid {pid}, back in {fault.duration:.1f} s"
         elif kind == "fill_disk":
             if self.disk.filler is not None:
-                return False
+                return None
             size = self.disk.fill()
             self.disk_free_at = time.monotonic() + fault.duration
             target = f"{self.disk.folder} full ({size >> 20} MiB filler) for {fault.duration:.1f} s"
         elif kind == "hold_lock":
             if self.lock.connection is not None or not self.server.database.exists():
-                return False
+                return None
             self.lock.hold()
             self.lock_free_at = time.monotonic() + fault.duration
             target = f"exclusive lock on {self.server.database.name} for {fault.duration:.1f} s"
-        self.counts[kind] += 1
-        self.say(f"{kind:<13} {target}   [round {round_.name}]")
-        return True
+        return target
 
     def lift_due(self, everything: bool = False) -> None:
         """End the faults whose time is up (all of them: ``everything``), the server last."""
@@ -558,7 +582,7 @@ class Chaos:
     def run_round(self, number: int, faults: Iterator[Fault], deadline: float, fault_limit: int | None) -> Round:
         round_ = Round(
             f"chaos-{self.args.seed}-{number}",
-            self.disk.folder / f"round-{number}",
+            self.rounds_folder / f"round-{number}",
             self.work / "logs" / f"round-{number}",
         )
         round_.folder.mkdir()
@@ -600,19 +624,24 @@ class Chaos:
             round_.problems.append(
                 f"not done after {self.args.max_relaunches} relaunches without faults (exits {round_.exits})"
             )
+        code = 0
         with open(round_.logs / "sync.log", "wb") as log:
-            code = subprocess.run(
-                [*INITMEM, "sync", "--tracking-uri", self.server.url],
-                cwd=round_.folder,
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            ).returncode
+            for folder in self.spools(round_):  # where cells keep what the store did not take
+                done = subprocess.run(
+                    [*INITMEM, "sync", "--tracking-uri", self.server.url],
+                    cwd=folder,
+                    env=self.env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+                code = code or done.returncode
         said = (round_.logs / "sync.log").read_text().strip()
         self.say(f"initmem sync: exit {code}: {said.splitlines()[-1] if said else ''}")
         if code != 0:
             round_.problems.append(f"initmem sync exited {code}: {said[-500:]}")
-        if said.startswith("synced"):  # the parent's report was written before these: a relaunch rewrites it
+        if any(
+            line.startswith("synced") for line in said.splitlines()
+        ):  # the parent's report was written before these: a relaunch rewrites it
             self.launch(round_)
             while (code := self.sweep_ended(round_)) is None:
                 time.sleep(0.2)
@@ -866,16 +895,43 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tmpfs-size", default="48m", help="size of the sweep's disk")
     parser.add_argument("--max-relaunches", type=int, default=6, help="relaunches without faults before a round fails")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    cluster = parser.add_argument_group("the cluster mode (benchmarks/chaos_cluster.py)")
+    cluster.add_argument("--executor", choices=("local", "ray"), default="local", help="ray: the cluster mode")
+    cluster.add_argument("--server", choices=("sqlite", "postgresql"), default=None, help="the MLflow server's backend")
+    cluster.add_argument("--nodes", type=int, default=1, help="Ray nodes besides the head")
+    cluster.add_argument("--head-cpus", type=float, default=1, help="CPUs the Ray head offers cells")
+    cluster.add_argument("--node-cpus", type=float, default=1, help="CPUs each other Ray node offers cells")
+    cluster.add_argument("--cpus-per-cell", type=float, default=1)
+    cluster.add_argument("--writers", type=int, default=None, help="N cells writing while the servers restart")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores)")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.gap <= 0 or args.round_minutes <= 0 or (args.faults is not None and args.faults < 1):
         parser.exit(2, "error: --minutes, --round-minutes and --gap must be above 0 and --faults at least 1\n")
+    args.server = args.server or ("postgresql" if args.executor == "ray" else "sqlite")
+    if (args.executor == "ray") != (args.server == "postgresql") or (args.writers and args.executor != "ray"):
+        parser.exit(2, "error: --executor ray goes with --server postgresql (and --writers), local with sqlite\n")
+    if args.nodes < 1 or min(args.head_cpus, args.node_cpus, args.cpus_per_cell) <= 0 or (args.writers or 1) < 1:
+        parser.exit(2, "error: --nodes, --writers at least 1; --head-cpus, --node-cpus, --cpus-per-cell above 0\n")
     return args
+
+
+def writers_done(args: argparse.Namespace, figures: dict, work: Path) -> int:
+    figures |= {"seed": args.seed, "machine": machine(), "load": os.getloadavg(), "passed": not figures["problems"]}
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2), flush=True)
+    if figures["passed"] and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if figures["passed"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # this process reads artifacts back
+    from benchmarks import chaos_cluster
+
+    if args.executor == "ray" and os.environ.get(chaos_cluster.NETNS) != "1":
+        return chaos_cluster.in_own_network(sys.argv[1:] if argv is None else argv)
     if not sys.platform.startswith("linux"):
         print("error: chaos.py reads /proc and mounts a tmpfs: Linux only", file=sys.stderr)
         return 2
@@ -883,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     print(f"chaos: seed {args.seed}, {args.minutes:g} min of faults, work folder {work}", flush=True)
     try:
-        chaos = Chaos(args, work)
+        chaos = chaos_cluster.ClusterChaos(args, work) if args.executor == "ray" else Chaos(args, work)
     except SystemExit as refused:
         print(refused, file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
@@ -892,10 +948,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         chaos.server.start(wait=False)
+        if args.writers:
+            chaos.lift_due(everything=True)  # the cluster up
+            figures = chaos_cluster.writers(chaos, args.writers)
+            return writers_done(args, figures, work)
         twin = chaos.run_twin()
-        chaos.server.wait_healthy()
+        chaos.lift_due(everything=True)  # the server (and the cluster) up
         deadline = time.monotonic() + args.minutes * 60
-        faults = schedule(args.seed, args.gap)
+        faults = schedule(args.seed, args.gap, chaos.kinds)
         number = 0
         while time.monotonic() < deadline and (args.faults is None or sum(chaos.counts.values()) < args.faults):
             number += 1
@@ -943,6 +1003,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in rounds
         ],
         "twin_seconds": round(chaos.twin_seconds, 1),
+        "load": os.getloadavg(),
+        "executor": args.executor,
         "passed": passed,
     }
     if args.json:

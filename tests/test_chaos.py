@@ -160,3 +160,57 @@ def test_a_short_seeded_chaos_run_matches_its_twin(short_tmp):
     assert sum(figures["injected"].values()) == 7 and figures["rounds"]
     assert all(not r["problems"] for r in figures["rounds"])
     assert "every round matched its twin" in done.stdout
+
+
+# -- the cluster mode (benchmarks/chaos_cluster.py, issue 48) ---------------------------------------
+
+
+def test_the_cluster_schedule_brings_each_of_its_kinds_as_often():
+    chaos = load_chaos()
+    from benchmarks import chaos_cluster
+
+    faults = chaos.schedule(5, 10.0, chaos_cluster.KINDS)
+    drawn = [next(faults) for _ in range(24)]
+    for start in range(0, 24, 8):
+        assert sorted(f.kind for f in drawn[start : start + 8]) == sorted(chaos_cluster.KINDS)
+
+
+def test_the_writers_figures_count_between_the_first_and_last_value_stored():
+    from benchmarks.chaos_cluster import writer_figures
+
+    # Nothing stored while the cells start (0-4 s), then 10 values a second, a restart (12-20 s:
+    # the database unreachable, then answering with nothing new), and the sweep's end (no growth).
+    samples = [(t, 0) for t in range(5)]
+    samples += [(t, 10 * (t - 4)) for t in range(5, 13)]
+    samples += [(t, None) for t in range(13, 17)] + [(t, 80) for t in range(17, 20)]
+    samples += [(t, 80 + 10 * (t - 19)) for t in range(20, 25)] + [(t, 130) for t in range(25, 40)]
+    # (130 - 10) values from the first growth (5 s) to the last (24 s); nothing new from 12 s to 20 s
+    assert writer_figures(samples) == {"values_per_s": 6.3, "longest_stall_s": 8.0, "metric_values": 130}
+    assert writer_figures([(0, 0), (1, None)])["longest_stall_s"] is None
+
+
+def test_the_writers_check_names_a_lost_value_a_step_twice_and_a_second_finished_run():
+    import copy
+
+    from benchmarks.chaos_cluster import lost
+
+    cell = {"statuses": ["FINISHED"], "histories": {"loss": [(1, "a"), (2, "b")], "acc": [(2, "c")]}}
+    state = {"parents": ["FINISHED"], "cells": {f"h{i}": copy.deepcopy(cell) for i in range(3)}}
+    assert lost(state, 3) == []
+    assert lost(state, 4) == ["3 cells in the store, want 4"]
+    state["cells"]["h0"]["histories"]["loss"].pop()  # a value lost
+    assert lost(state, 3) == ["cells differ in the steps they hold: [1, 2] cells per shape"]
+    state["cells"]["h0"]["histories"]["loss"] += [(2, "b"), (2, "b")]  # written twice
+    assert "cell h0: a step recorded twice" in lost(state, 3)
+    state["cells"]["h1"]["statuses"].append("FINISHED")
+    assert "cell h1: runs ['FINISHED', 'FINISHED'] (want exactly one FINISHED)" in lost(state, 3)
+
+
+def test_the_cluster_mode_refuses_a_sqlite_server_in_one_line(capsys):
+    chaos = load_chaos()
+    with pytest.raises(SystemExit) as ended:
+        chaos.parse(["--executor", "ray", "--server", "sqlite"])
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --executor ray goes with --server postgresql (and --writers), local with sqlite"
+    )

@@ -59,6 +59,7 @@ from initmem_core.vocabulary import (
     PARENT_TAG,
     PENDING,
     RUNNING,
+    SCHEDULED,
     SWEEP_TAG,
     VARYING_TAG,
 )
@@ -165,7 +166,7 @@ class _Sweep:
                 self._same_threads(run, config)
                 if finished.get(key) is None or run.status == FINISHED:
                     finished[key] = run
-            elif run.status in (KILLED, RUNNING):
+            elif run.status in (KILLED, RUNNING, SCHEDULED):  # SCHEDULED: a remote launch that died
                 point = find_resumable(plans[key].checkpoints)
                 if point is not None and point.run_id == run.run_id:
                     self._same_threads(run, config)

@@ -13,10 +13,12 @@ cells, each in its own process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from typing import Any
 
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.sweep.executors.base import (
     CellTask,
     Executor,
@@ -27,11 +29,53 @@ from initmem_core.sweep.executors.base import (
     replay_progress,
 )
 from initmem_core.sweep.executors.placement import pin_process, process_environment
-from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.sweep.executors.remote_cell import run_remote_cell, wait_for_server
 from initmem_core.tracking.cells import QueueProgress
+from initmem_core.tracking.client import store_must_answer
 from initmem_core.tracking.login import credentials_env, logged_in
 
 POLL_S = 0.2
+CLUSTER_CHECK_S = 10.0  # how often the sweep asks the head whether its cluster still exists
+CLUSTER_LOST_S = 120.0  # a head that has not answered for this long is gone
+STORE_WAIT_S = 120.0  # how long closing a cell waits for a tracking server that is restarting
+
+
+RESTARTED = "its head restarted, and the new head does not know this sweep's tasks"
+
+
+class ClusterLost(InitmemError):
+    """The Ray cluster the sweep joined is gone (its head restarted, or silent): its tasks with it."""
+
+
+class ClusterWatch:
+    """Whether the cluster this sweep joined still exists. Ray's driver does not notice that the
+    head restarted: a new head on the same address is a new cluster that never heard of the
+    sweep's tasks, and ``ray.wait`` waits for them forever (the cluster chaos soak, issue 48). The
+    head's GCS answers this driver's requests with ``AuthenticationError`` (WrongClusterID) then."""
+
+    def __init__(self, gcs: Any, clock: Any = time.monotonic):
+        self.gcs, self.clock = gcs, clock
+        self.next_check, self.silent_since = clock() + CLUSTER_CHECK_S, None
+
+    def lost(self) -> str | None:
+        """Why the cluster is gone, or None (checked every ``CLUSTER_CHECK_S`` at most)."""
+        from ray.exceptions import AuthenticationError
+
+        now = self.clock()
+        if self.gcs is None or now < self.next_check:  # None: a Ray without a GCS client (a test's fake)
+            return None
+        self.next_check = now + CLUSTER_CHECK_S
+        try:
+            self.gcs.get_all_node_info(timeout=5)
+        except AuthenticationError:
+            return RESTARTED
+        except Exception:  # unreachable, or timed out: the head may be restarting, or just slow
+            self.silent_since = self.silent_since or now
+            if now - self.silent_since >= CLUSTER_LOST_S:
+                return f"its head has not answered for {now - self.silent_since:.0f} s"
+            return None
+        self.silent_since = None
+        return None
 
 
 def _ray_cell(
@@ -66,15 +110,18 @@ class RayExecutor(Executor):
 
     def run(self, cells: list, sweep: SweepCells) -> None:
         import ray
+        from ray.exceptions import RayError
         from ray.util.queue import Queue
 
         ours = self._connect()
         try:
-            events = Queue(actor_options={"num_cpus": 0})  # bookkeeping: takes no cell's CPU
+            # Bookkeeping: takes no cell's CPU; restarted (empty) by Ray if its node is lost.
+            events = Queue(actor_options={"num_cpus": 0, "max_restarts": -1})
             try:
                 self._run_tasks(cells, sweep, events)
             finally:
-                events.shutdown()
+                with contextlib.suppress(RayError):  # its node, or the cluster, may be gone
+                    events.shutdown()
         finally:
             if ours:
                 ray.shutdown()
@@ -103,17 +150,20 @@ class RayExecutor(Executor):
 
     def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
         import ray
+        from ray.exceptions import AuthenticationError
 
         task = self.remote_task()
         jobs: dict[Any, Job] = {}
+        watch = ClusterWatch(getattr(ray._private.worker.global_worker, "gcs_client", None))  # set by ray.init
         try:
             for cell in cells:
                 cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
+                wait_for_server(sweep.uri)  # handing out many cells takes minutes: a restart ended it
                 job = sweep.submit(cell, scheduled=True)
                 job.progress = job.progress and RetriedCellProgress(job.progress)
                 ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
                     CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment),
-                    events,
+                    LossyEvents(events),
                     self.gpus > 0,
                     credentials_env(),
                 )
@@ -123,12 +173,26 @@ class RayExecutor(Executor):
                 # A ready task has put all its events: replay them first, then close its cell.
                 _drain(events, {job.cell.run_id: job for job in jobs.values()})
                 for ref in ready:
-                    sweep.close(jobs.pop(ref), _error_of(ref))
+                    close_cell(sweep, jobs.pop(ref), _error_of(ref))
+                if jobs and (why := watch.lost()):
+                    raise ClusterLost(self._lost(why))
+        except ClusterLost:  # its tasks went with it; asking Ray to cancel them can crash this process
+            interrupt_cells(sweep, jobs.values())
+            raise
+        except AuthenticationError:  # a call to a head that restarted meanwhile (submitting a cell)
+            interrupt_cells(sweep, jobs.values())
+            raise ClusterLost(self._lost(RESTARTED)) from None
         except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
             for ref in jobs:
                 ray.cancel(ref, force=True)
-            sweep.interrupt(jobs.values())
+            interrupt_cells(sweep, jobs.values())
             raise
+
+    def _lost(self, why: str) -> str:
+        return (
+            f"lost the Ray cluster at {self.address or 'this machine'}: {why}; launch the same command "
+            "again once the cluster is up, to resume the sweep"
+        )
 
     def _connect(self) -> bool:
         """Join the cluster, or start a Ray instance here; ``False`` if this process already
@@ -153,9 +217,59 @@ class RayExecutor(Executor):
         return True
 
 
+def close_cell(sweep: SweepCells, job: Job, error: str) -> None:
+    """``sweep.close``, waiting out a tracking server that is restarting: reading a cell's end from
+    a server killed mid-answer raised MLflow's exception (IncompleteRead) out of the sweep, with a
+    traceback (the cluster chaos soak, issue 48). One line after ``STORE_WAIT_S``."""
+    deadline = time.monotonic() + STORE_WAIT_S
+    while True:
+        try:
+            return sweep.close(job, error)
+        except InitmemError:
+            raise
+        except Exception:
+            if time.monotonic() < deadline:
+                time.sleep(2.0)
+                continue
+            with store_must_answer(sweep.uri):  # the error as one line, with exit 2
+                raise
+
+
+def interrupt_cells(sweep: SweepCells, jobs: Any) -> None:
+    """Mark the cells still out KILLED, each one that the store takes: the sweep is ending on
+    another error, which a store that is down would hide behind its own traceback. A cell left
+    RUNNING is run again by the next launch."""
+    for job in jobs:
+        with contextlib.suppress(Exception):
+            sweep.interrupt([job])
+
+
+class LossyEvents:
+    """The tasks' end of the progress queue. Progress is for the display: an event the queue's
+    actor cannot take now (its node lost, the actor restarting) is dropped, not raised in the
+    cell, which would fail it."""
+
+    def __init__(self, queue: Any):
+        self.queue = queue
+
+    def put(self, item: Any) -> None:
+        from ray.exceptions import RayError
+
+        with contextlib.suppress(RayError):
+            self.queue.put(item)
+
+
 def _drain(events: Any, jobs: dict[str, Job]) -> None:
-    waiting = events.size()
-    for run_id, call, args in events.get_nowait_batch(waiting) if waiting else []:
+    """Replay the progress events waiting in ``events``; none while its actor is unavailable
+    (its node lost: Ray restarts it), which once ended the sweep with a traceback."""
+    from ray.exceptions import RayError
+
+    try:
+        waiting = events.size()
+        batch = events.get_nowait_batch(waiting) if waiting else []
+    except RayError:
+        return
+    for run_id, call, args in batch:
         if run_id in jobs:  # else a worker Ray gave up on (a lost node) still reports a closed cell
             replay_progress(jobs[run_id], call, args)
 

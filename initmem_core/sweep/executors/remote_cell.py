@@ -6,6 +6,9 @@ the same machine), and otherwise trains the config from the start.
 
 from __future__ import annotations
 
+import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 from initmem_core.sweep.executors.base import CellTask, run_cell
@@ -14,11 +17,36 @@ from initmem_core.training.plan import checkpoint_folder
 from initmem_core.training.resume import find_resumable
 from initmem_core.vocabulary import FINISHED
 
+STORE_WAIT_S = 120.0  # how long a cell waits at its start for a tracking server that is restarting
+
+
+def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
+    """Wait, ``wait_s`` at most, until the tracking server ``uri`` answers its health check. A cell
+    that started while the server restarted failed at once ("cannot be reached"), and Ray then
+    started the next queued cell, which failed too: 118 such failed attempts in one launch of 128 cells
+    (the cluster chaos soak, issue 48). A server that stays down is the writer's to report."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10):
+                return
+        except urllib.error.HTTPError as error:
+            if error.code < 500:  # it answers (a login it wants, say): the writer says what is wrong
+                return
+        except (OSError, ValueError):  # refused, reset, timed out
+            pass
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(2.0)
+
 
 def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     """Run one cell; returns (status, error). The run's status is in the store either way: a
     cell that raises is FAILED there, with its reason, as with the local executor."""
     quiet_run_links()
+    wait_for_server(task.uri)
     writer = ServerCellWriter(task.uri, task.experiment, task.run_id)
     if writer.finished:  # an earlier attempt finished, and its worker died before it could say so
         return FINISHED, ""
