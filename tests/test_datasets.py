@@ -61,7 +61,7 @@ def test_registering_datasets_imports_no_torch():
     code = """
         import initmem_plugins.datasets as datasets
         names = []
-        datasets.initmem_register_datasets(register=lambda name, factory, description="": names.append(name))
+        datasets.initmem_register_datasets(register=lambda name, factory, description="", **kw: names.append(name))
         print(sorted(names))
     """
     result = assert_imports_none_of(code, "torch", "torchvision", "sklearn", "numpy", timeout=60)

@@ -269,9 +269,12 @@ def submitted_ray_tasks(ray, monkeypatch, gpus_per_cell: float, cells: list) -> 
     submission was (the function Ray would export, its options, its arguments)."""
     from ray.remote_function import RemoteFunction
 
+    from initmem_core.sweep.executors import ray_executor
     from initmem_core.sweep.executors.ray_executor import RayExecutor
 
-    submitted = []
+    submitted, waited = [], []
+    # no server at FakeSweep.uri: the hand-out's health wait would take its full 120 s per cell
+    monkeypatch.setattr(ray_executor, "wait_for_server", waited.append)
 
     def submit(self, args=None, kwargs=None, **options):
         submitted.append((self, options, args))
@@ -283,6 +286,7 @@ def submitted_ray_tasks(ray, monkeypatch, gpus_per_cell: float, cells: list) -> 
     sweep = FakeSweep()
     RayExecutor(gpus_per_cell=gpus_per_cell)._run_tasks(cells, sweep, FakeQueue())
     assert len(sweep.closed) == len(cells) and all(error == "" for _, error in sweep.closed)
+    assert waited == [sweep.uri] * len(cells)  # each cell handed out once the server answers
     return submitted
 
 
