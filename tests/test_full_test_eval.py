@@ -32,8 +32,9 @@ from initmem_core.vocabulary import (
 from tests.signal_progress import SignalAtStep
 
 # 64 training images in batches of 16 (4 steps an epoch); validation and test hold 16 each, and
-# --eval-size 8 scores half of them every epoch. At this rate seed 0's validation loss is lowest at
-# epoch 3 of 6, so the selected weights are not the final ones.
+# --eval-size 8 scores half of them every epoch. Which epoch a seed selects, and whether its weights
+# get other test examples right than the final ones, depends on the CPU's arithmetic (seed 0 does on
+# one machine and not on another): ``capped_run`` takes the first seed for which both hold.
 WHOLE_TEST = 16
 CAPPED = dict(
     data="synthetic:1x8x8-c4-n64",
@@ -80,19 +81,32 @@ def independent_correct(weights: dict[str, torch.Tensor]) -> torch.Tensor:
     return logits.argmax(1) == bundle.test_y
 
 
+SEEDS_TRIED = (0, 1, 2, 3, 4, 5)
+
+
 @pytest.fixture(scope="module")
 def capped_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("capped")
-    result, tracker = run_kept(folder)
-    return folder, result, tracker
+    """The capped run of the first seed whose selected weights (an epoch before the last) and final
+    weights score the whole test split differently, so that scoring one for the other shows; its
+    checkpoint folder, result, tracker and the run's settings (``CAPPED`` with that seed)."""
+    for seed in SEEDS_TRIED:
+        folder = tmp_path_factory.mktemp(f"capped-{seed}")
+        result, tracker = run_kept(folder, seed=seed)
+        best = int(result.summary[BEST_VAL_EPOCH])
+        if 1 <= best < CAPPED["epochs"]:
+            selected = independent_correct(checkpoint_at(folder, best)["model"])
+            final = independent_correct(checkpoint_at(folder, CAPPED["epochs"])["model"])
+            if selected.tolist() != final.tolist():
+                return folder, result, tracker, {**CAPPED, "seed": seed}
+    pytest.fail(f"no seed of {SEEDS_TRIED} selects weights that score the test split unlike the final ones")
 
 
 @pytest.mark.slow(seconds=12)
 def test_the_selected_checkpoint_is_scored_on_the_whole_test_split(capped_run):
-    folder, result, tracker = capped_run
+    folder, result, tracker, _ = capped_run
     summary, history = result.summary, result.history
     best = int(summary[BEST_VAL_EPOCH])
-    assert 1 <= best < CAPPED["epochs"], "the selected weights must differ from the final ones for this test"
+    assert 1 <= best < CAPPED["epochs"]  # the fixture's choice: the selected weights are not the final ones
     assert all(round(row[TEST_ACC] * 8, 6).is_integer() for row in history)  # every epoch: the 8 capped
 
     # The records and the figure are those of the selected epoch's saved weights on all 16 examples.
@@ -113,7 +127,7 @@ def test_the_selected_checkpoint_is_scored_on_the_whole_test_split(capped_run):
 
 @pytest.mark.slow(seconds=6)
 def test_checkpoints_carry_the_selected_weights(capped_run):
-    folder, result, _ = capped_run
+    folder, result, _, _ = capped_run
     best = int(result.summary[BEST_VAL_EPOCH])
     selected = checkpoint_at(folder, CAPPED["epochs"])["selected"]
     assert selected["epoch"] == best
@@ -141,13 +155,13 @@ def test_without_the_cap_nothing_is_scored_again(tmp_path):
 def stopped_run(capped_run, tmp_path_factory) -> tuple[Path, Path]:
     """The capped run stopped in the epoch after its selected one: its checkpoint folder and the
     checkpoint it left, for the tests that resume it (each from a copy of its own)."""
-    _, reference, _ = capped_run
+    _, reference, _, values = capped_run
     folder = tmp_path_factory.mktemp("stopped")
-    # Stopped in epoch 5, after the selected epoch (3): its weights can only come from the checkpoint.
+    # Stopped in the epoch after the selected one: its weights can only come from the checkpoint.
     stop_at = (int(reference.summary[BEST_VAL_EPOCH]) + 1) * STEPS_PER_EPOCH + 2
     with pytest.raises(Stopped) as stopped:
         initmem_core.run(
-            progress=SignalAtStep(stop_at, signal.SIGTERM), tracking=False, checkpoint_dir=str(folder), **CAPPED
+            progress=SignalAtStep(stop_at, signal.SIGTERM), tracking=False, checkpoint_dir=str(folder), **values
         )
     return folder, Path(stopped.value.checkpoint).relative_to(folder)
 
@@ -161,10 +175,10 @@ def copy_of(stopped_run: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]
 
 @pytest.mark.slow(seconds=14)
 def test_a_stopped_and_resumed_run_scores_what_the_uninterrupted_run_did(capped_run, stopped_run, tmp_path):
-    _, reference, reference_tracker = capped_run
+    _, reference, reference_tracker, values = capped_run
     folder, _ = copy_of(stopped_run, tmp_path)
     tracker = MemoryTracker()
-    resumed = initmem_core.run(resume=True, tracker=tracker, checkpoint_dir=str(folder), **CAPPED)
+    resumed = initmem_core.run(resume=True, tracker=tracker, checkpoint_dir=str(folder), **values)
     assert resumed.summary == reference.summary
     assert tracker.texts[ARTIFACT] == reference_tracker.texts[ARTIFACT]
 
@@ -173,10 +187,10 @@ def test_a_stopped_and_resumed_run_scores_what_the_uninterrupted_run_did(capped_
 def test_a_checkpoint_without_the_selected_weights_falls_back_to_the_capped_split(capped_run, stopped_run, tmp_path):
     """A checkpoint from before the weights were kept: the selection is read off its history, and
     a run whose selected epoch lies before it says so and scores the capped subset, as before."""
-    _, reference, _ = capped_run
+    _, reference, _, values = capped_run
     best = int(reference.summary[BEST_VAL_EPOCH])
     folder, path = copy_of(stopped_run, tmp_path)
-    small = dict(tracking=False, checkpoint_dir=str(folder), **CAPPED)
+    small = dict(tracking=False, checkpoint_dir=str(folder), **values)
     old = read_checkpoint(path)
     selected = old.pop("selected")  # as the selection metric kept it then: no weights
     old["metrics"]["best-val-selection"] = {
