@@ -24,7 +24,6 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.machine_info import describe
-from initmem_core.report.description import REPORT_PLOTS
 from initmem_plugins.claims import findings_table
 from initmem_plugins.claims.findings_table import (
     KEPT_BELOW,
@@ -34,10 +33,11 @@ from initmem_plugins.claims.findings_table import (
     results_markdown,
     when_cells_ran,
 )
+from initmem_plugins.figures import FILES
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The report's figures, as RESULTS.md shows them (the claims' forest plot, verdicts.png, last).
-PLOTS = REPORT_PLOTS
+PLOTS = FILES
 
 
 def machine() -> str:
@@ -181,7 +181,7 @@ def evaluate_records(
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its
     section and its findings."""
     from initmem_core.report.assessment import build_assessed_report
-    from initmem_core.report.plots import write_plots
+    from initmem_core.report.figures import draw_figures
     from initmem_core.report.render import to_markdown
 
     # the report with the claims evaluated on it, as `initmem report` builds it: the page shows it
@@ -194,7 +194,7 @@ def evaluate_records(
     for f in findings:
         table.add_row(f.claim, f.measured, colour[f.reproduced] + f.verdict)
     console.print(table)
-    written = {path.name for path in write_plots(report, docs / "images" / name)}
+    written = {path.name for path in draw_figures(report, docs / "images" / name, records=records)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
     section = sweep_section(

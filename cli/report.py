@@ -147,7 +147,8 @@ def report_command(
     if not records:
         raise ConfigError(f"sweep '{name}' has no cells yet; launch it with `initmem sweep --name {name} ...`")
     report = build_assessed_report(records)  # the claims evaluated with it (report/assessment.py)
-    files = write_report_files(report, out or DEFAULT_OUTPUT / name, title=f"Initialization memory: sweep {name}")
+    title = f"Initialization memory: sweep {name}"
+    files = write_report_files(report, out or DEFAULT_OUTPUT / name, title=title, records=records)
     # Machine-readable formats own stdout; where the files went is said on stderr.
     text = {
         "markdown": lambda: to_markdown(report, f"Initialization memory: sweep {name}"),

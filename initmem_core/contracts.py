@@ -11,8 +11,9 @@ no torch: the types are for readers, type checkers and the generated hook refere
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -293,6 +294,40 @@ class ClaimInfo:
     source: str = ""
 
 
+class FigureFactory(Protocol):
+    """A report figure: draws one figure of ``report`` (``initmem_core.report.memory.Report``, its
+    claims' ``findings`` on it) and writes it to ``path`` (the report's folder joined with the
+    figure's declared ``FigureInfo.file``); returns the path written, or ``None`` when the report
+    lacks what the figure needs (no claim evaluated, no per-epoch histories). ``records``: the
+    cells the report was built from (``initmem_core.tracking.records.CellRecord``: config, every
+    metric logged, histories), for what the report does not aggregate. A figure that raises is
+    left out with a one-line warning; the report's other files and figures are still written."""
+
+    # Report and CellRecord: the report's and tracking's layers, above this module
+    def __call__(self, *, report: Any, path: Path, records: Sequence[Any]) -> Path | None: ...
+
+
+@dataclass(frozen=True)
+class FigureInfo:
+    """What a figure declares beside its factory (``register(name, draw, description, file=...,
+    warm_up=...)``): ``file``, its file name in the report's folder and under the parent run's
+    ``report/`` (default ``<name>.png``), which the parent run's description links without drawing
+    it; ``warm_up``, an import string of a function without arguments that loads what drawing needs
+    (its library, fonts), which a sweep calls once while its cells train so that the report at the
+    end does not wait for it (the built-in figures share ``initmem_plugins.figures.canvas:warm_up``)."""
+
+    file: str = ""
+    warm_up: str = ""
+
+    def __post_init__(self) -> None:
+        if self.file and (Path(self.file).name != self.file or self.file.startswith(".")):
+            raise ValueError(f"file must be a plain file name, not {self.file!r}")
+
+    def file_for(self, name: str) -> str:
+        """The file a figure registered as ``name`` is written to."""
+        return self.file or f"{name}.png"
+
+
 #: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
 FACTORIES = {
     cls.__name__: cls
@@ -304,5 +339,6 @@ FACTORIES = {
         MetricFactory,
         DatasetFactory,
         ClaimEvaluator,
+        FigureFactory,
     )
 }

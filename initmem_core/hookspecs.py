@@ -166,3 +166,25 @@ def initmem_register_presets(register: Register) -> None:
         def initmem_register_presets(register: Register) -> None:
             register("lion-mini", str(files("my_claims") / "presets" / "lion-mini.toml"))
     """
+
+
+@hookspec
+def initmem_register_figures(register: Register) -> None:
+    """Register report figures: drawn into every sweep report's folder (``initmem report``, a
+    sweep's end) beside the tables, and logged on the parent run under ``report/``.
+
+    The factory draws one figure (``initmem_core.contracts.FigureFactory``: called with ``report``
+    and ``path``, it writes the figure to ``path`` and returns it, or ``None`` when the report lacks
+    what it needs); what it declares beside it are ``register`` keywords
+    (``initmem_core.contracts.FigureInfo``: ``file``, default ``<name>.png``; ``warm_up``). A figure
+    that raises is left out with a one-line warning; the other files are still written. The
+    report's own figures are the built-in plugin ``figures`` (``INITMEM_LOAD_PLUGINS`` can leave
+    it out: the report is then written without them).
+
+    Example::
+
+        @hookimpl
+        def initmem_register_figures(register: Register) -> None:
+            register("sharpness_vs_sigma", "my_figures:sharpness_vs_sigma", "Sharpness against sigma, per group",
+                     file="sharpness_vs_sigma.png")
+    """

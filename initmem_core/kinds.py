@@ -38,6 +38,8 @@ KINDS: tuple[ComponentKind, ...] = (
 REPORT_KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("claim", "initmem_register_claims", "", "", "ClaimEvaluator"),
     ComponentKind("preset", "initmem_register_presets", "", "--preset", ""),
+    # figures: each registered figure is drawn into every report's folder and onto the parent run
+    ComponentKind("figure", "initmem_register_figures", "", "", "FigureFactory"),
 )
 #: Every kind a plugin may register, in the order ``initmem plugins`` lists them.
 PLUGIN_KINDS = KINDS + REPORT_KINDS

@@ -218,7 +218,7 @@ def test_the_parent_description_names_each_groups_radial_half_life(report):
 def test_memory_plots_are_valid_pngs(tmp_path):
     from matplotlib import image
 
-    from initmem_core.report.plots import memory_vs_clock, memory_vs_epoch
+    from initmem_plugins.figures.plots import memory_vs_clock, memory_vs_epoch
 
     report = build_report(forgetting_sweeps.synthetic_sweep(0, groups=forgetting_sweeps.GROUPS[:2], epochs=10))
     for draw in (memory_vs_epoch, memory_vs_clock):
@@ -232,7 +232,7 @@ def test_memory_curves_with_nothing_to_draw_get_the_caption_not_an_empty_legend(
     import dataclasses
     import warnings
 
-    from initmem_core.report import plots
+    from initmem_plugins.figures import plots
 
     report = build_report(forgetting_sweeps.synthetic_sweep(0, groups=forgetting_sweeps.GROUPS[:1], epochs=3))
     for found in report.forgetting.values():  # as when every run of a group failed before its first epoch

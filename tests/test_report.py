@@ -178,7 +178,7 @@ def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_v
 def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_path):
     import dataclasses
 
-    from initmem_core.report import plots
+    from initmem_plugins.figures import plots
 
     long = [dataclasses.replace(r, config=dataclasses.replace(r.config, epochs=40, schedule="cosine")) for r in records]
     drawn = []

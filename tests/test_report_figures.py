@@ -1,4 +1,4 @@
-"""The report's figures (report/plots.py, report/verdict_plot.py) read at a glance and draw what the
+"""The report's figures (the plugin `figures`: plots.py, verdicts.py) read at a glance and draw what the
 report says: a panel only for each clock that moved, tick labels that never overlap, the epoch-0 point
 apart from a log clock axis, legends naming only what varies with the debiased spread and its
 interval, one colour per group in every figure. And they do not mislead, each test failing on the
@@ -16,11 +16,11 @@ import re
 import pytest
 
 from initmem_core.config import RunConfig
-from initmem_core.report import plots, verdict_plot
 from initmem_core.report.assessment import build_assessed_report, evaluated
 from initmem_core.report.memory import build_report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCKS
 from initmem_plugins.claims import forgetting_sweeps
+from initmem_plugins.figures import plots, verdicts
 from tests.builders import record, two_optimizers
 
 pytestmark = pytest.mark.slow  # each test draws and renders whole figures (1-5 s each)
@@ -283,8 +283,8 @@ def test_memory_axes_run_from_0_to_1_with_half_the_initial_value_drawn(forgettin
 def test_the_verdict_plot_cuts_no_label_and_keeps_every_text_inside(tmp_path, monkeypatch):
     report = build_assessed_report(two_optimizers())
     figures = []
-    monkeypatch.setattr(verdict_plot, "save_figure", lambda figure, path: figures.append(figure) or path)
-    verdict_plot.verdict_plot(report, tmp_path / "verdicts.png")
+    monkeypatch.setattr(verdicts, "save_figure", lambda figure, path: figures.append(figure) or path)
+    verdicts.verdict_plot(report, tmp_path / "verdicts.png")
     (figure,) = figures
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()

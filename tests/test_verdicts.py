@@ -141,12 +141,12 @@ def drawn_rows(figure):
 
 
 def test_the_forest_plot_draws_each_claims_key_interval_and_verdict(tmp_path, monkeypatch):
-    from initmem_core.report import verdict_plot as module
-    from initmem_core.report.verdict_plot import VERDICTS_PLOT, verdict_plot
+    from initmem_plugins.figures import verdicts as module
+    from initmem_plugins.figures.verdicts import verdict_plot
 
     cells = sum((two_optimizers(arch=arch) for arch in ("resnet20", "resnet32")), [])
     report = build_assessed_report(cells)
-    path = verdict_plot(report, tmp_path / VERDICTS_PLOT)
+    path = verdict_plot(report, tmp_path / "verdicts.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
     drawn = []
     monkeypatch.setattr(module, "save_figure", lambda figure, path: drawn.append(figure) or path)
@@ -175,8 +175,8 @@ def test_the_forest_plot_draws_each_claims_key_interval_and_verdict(tmp_path, mo
 
 
 def test_the_report_folder_and_plot_list_hold_verdicts_png(tmp_path):
-    from initmem_core.report.description import REPORT_PLOTS
+    from initmem_core.report.figures import figure_files
     from initmem_core.report.files import write_report_files
 
     written = {p.name for p in write_report_files(build_assessed_report(two_optimizers()), tmp_path)}
-    assert "verdicts.png" in written and set(REPORT_PLOTS) <= written
+    assert "verdicts.png" in written and set(figure_files()) <= written

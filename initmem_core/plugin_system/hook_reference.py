@@ -34,6 +34,7 @@ RECORDS = (
     contracts.DatasetInfo,
     contracts.OptimizerInfo,
     contracts.ClaimInfo,
+    contracts.FigureInfo,
 )
 #: The protocols an object a factory returns follows.
 RETURNED = (

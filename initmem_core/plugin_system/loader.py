@@ -25,7 +25,7 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.contracts import ClaimInfo, DatasetInfo, OptimizerInfo, Register
+from initmem_core.contracts import ClaimInfo, DatasetInfo, FigureInfo, OptimizerInfo, Register
 from initmem_core.errors import PluginLoadError, RunWarning
 from initmem_core.kinds import PLUGIN_KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
@@ -46,6 +46,8 @@ BUILTIN_PLUGINS = {
 }
 #: Built-in plugins that ``INITMEM_LOAD_PLUGINS`` may leave out: the paper's claims and presets.
 OPTIONAL_BUILTINS = {"claims": "initmem_plugins.claims"}
+#: The report's figures (matplotlib) are optional too: without them a report has its tables alone.
+OPTIONAL_BUILTINS["figures"] = "initmem_plugins.figures"
 
 
 class PluginLoadWarning(UserWarning):
@@ -150,6 +152,7 @@ class _Loader:
         ``contracts.ClaimInfo``, ``contracts.DatasetInfo``), an unknown keyword a ``TypeError`` (the
         plugin fails to load)."""
         records = {"optimizer": OptimizerInfo, "claim": ClaimInfo, "dataset": DatasetInfo}
+        records["figure"] = FigureInfo
 
         def register(name: str, factory: Any, description: str = "", *, default: bool = False, **declared: Any) -> None:
             info = {kind: records[kind](**declared)} if kind in records else {}

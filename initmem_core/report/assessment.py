@@ -1,7 +1,7 @@
 """The report with every registered claim evaluated on it: what ``initmem report`` and a sweep's
 parent run show. One reading of the records: ``read_sweep`` builds the report, the claims read the
 same groups (``report/claims.py``), and the report carries their findings (``Report.findings``);
-``report/render.py`` writes them out, ``report/verdict_plot.py`` draws them.
+``report/render.py`` writes them out, the figure ``verdicts`` (plugin ``figures``) draws them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The parent run's description (tag ``mlflow.note.content``): the report's headline table, the
-claims' verdicts, and links to the prepared view (``tracking.ui_view``) and the report's plots."""
+claims' verdicts, and links to the prepared view (``tracking.ui_view``) and the report's figures."""
 
 from __future__ import annotations
 
 import math
 
+from initmem_core.plugin_system.registry import Registry
+from initmem_core.report.figures import figure_files
 from initmem_core.report.memory import Report
-from initmem_core.report.plots import PLOTS
 from initmem_core.report.render import (
     DASH,
     debiased_cell,
@@ -17,13 +18,9 @@ from initmem_core.report.render import (
     quantity_cell,
     seeds_needed_cell,
 )
-from initmem_core.report.verdict_plot import VERDICTS_PLOT
 from initmem_core.report.verdicts import NOT_EVALUATED, Finding
 from initmem_core.tracking.ui_view import artifact_url, view_url
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
-
-#: The report's plots, as the parent run holds them under ``report/``.
-REPORT_PLOTS = (*PLOTS, VERDICTS_PLOT)
 
 
 def claims_lines(findings: list[Finding]) -> list[str]:
@@ -67,8 +64,11 @@ def radial_half_life_text(report: Report, group: str) -> str:
     return " · ".join([f"{half_life_text(half)} ep", *clocks])
 
 
-def description(report: Report, sweep: str, experiment_id: str, parent_run_id: str, key: str) -> str:
-    """Markdown for the parent run; its links are relative, so they work on any host."""
+def description(
+    report: Report, sweep: str, experiment_id: str, parent_run_id: str, key: str, registry: Registry | None = None
+) -> str:
+    """Markdown for the parent run; its links are relative, so they work on any host. The report's
+    figures are linked by the files the registered ones declare (``report/figures.py``)."""
     lines = [
         f"**initmem sweep `{sweep}`**: spread = max − min over sigma of the mean test accuracy at "
         "the best-validation checkpoint, in percentage points (the paper's figure, biased upward by noise); "
@@ -130,9 +130,10 @@ def description(report: Report, sweep: str, experiment_id: str, parent_run_id: s
         f"[its chart of accuracy against sigma]({view_url('', experiment_id, key, charts=True)})",
         "",
         "Report: "
-        + " · ".join(
-            f"[{plot}]({artifact_url('', experiment_id, parent_run_id, 'report/' + plot)})" for plot in REPORT_PLOTS
+        + "".join(
+            f"[{file}]({artifact_url('', experiment_id, parent_run_id, 'report/' + file)}) · "
+            for file in figure_files(registry)
         )
-        + f" · [report.md]({artifact_url('', experiment_id, parent_run_id, 'report/report.md')})",
+        + f"[report.md]({artifact_url('', experiment_id, parent_run_id, 'report/report.md')})",
     ]
     return "\n".join(lines) + "\n"

@@ -1,24 +1,84 @@
-"""What every report figure shares: its canvas and how it is saved.
-
-Figures are built with the object API (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no
-global backend is switched and nothing opens a window, in a terminal, a notebook or a worker.
+"""The report's figures, a plugin kind (``initmem_register_figures``): every registered figure drawn
+into the report's folder, one that fails taking none down, and the files the parent run's
+description links. The figures themselves are plugins (the report's own: ``initmem_plugins.figures``).
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
+from initmem_core.errors import RunWarning
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.report.memory import Report
+from initmem_core.tracking.records import CellRecord
 
-def new_figure(width: float = 6.4, height: float = 4.2):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
+#: The kind figures register as (``kinds.REPORT_KINDS``).
+FIGURE = "figure"
 
 
-def save_figure(figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)  # constrained layout keeps legends and captions inside: one draw
-    return path
+def figure_specs(registry: Registry | None = None) -> list[ComponentSpec]:
+    """Every registered figure, in registration order (the report's own first)."""
+    registry = get_registry() if registry is None else registry
+    return list(registry.components.get(FIGURE, {}).values())
+
+
+def figure_files(registry: Registry | None = None) -> list[str]:
+    """The file name of every registered figure: what the parent run's description links."""
+    return list(dict.fromkeys(spec.figure.file_for(spec.name) for spec in figure_specs(registry)))
+
+
+def _left_out(spec: ComponentSpec, why: str) -> None:
+    why = " ".join(why.split())  # one line, always
+    warnings.warn(f"figure '{spec.name}' ({spec.provider}) left out: {why}", RunWarning, stacklevel=3)
+
+
+def draw_figure(spec: ComponentSpec, report: Report, folder: Path, records: Sequence[CellRecord] = ()) -> Path | None:
+    """One figure into ``folder``: the path written, or ``None`` when the report lacks what it needs
+    or the figure failed (then a one-line warning naming it, its plugin and the error)."""
+    try:
+        written = spec.build(report=report, path=folder / spec.figure.file_for(spec.name), records=records)
+        if written is not None and not Path(written).is_file():
+            raise TypeError(f"returned {written!r}, which is not a file it wrote")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:  # a broken figure must not take the report down
+        _left_out(spec, f"{type(error).__name__}: {error}")
+        return None
+    return None if written is None else Path(written)
+
+
+def draw_figures(
+    report: Report, folder: str | Path, registry: Registry | None = None, records: Sequence[CellRecord] = ()
+) -> list[Path]:
+    """Every registered figure of ``report`` (built from ``records``) into ``folder``; returns the
+    paths written. A file two figures declare is written by the first registered (the report's own
+    before others')."""
+    folder, written = Path(folder), []
+    taken: dict[str, str] = {}  # file -> the figure that writes it
+    for spec in figure_specs(registry):
+        file = spec.figure.file_for(spec.name)
+        if file in taken:
+            _left_out(spec, f"figure '{taken[file]}' writes {file} already")
+            continue
+        taken[file] = spec.name
+        path = draw_figure(spec, report, folder, records)
+        if path is not None:
+            written.append(path)
+    return written
+
+
+def warm_up(registry: Registry | None = None) -> None:
+    """Call each distinct warm-up the registered figures declare (``FigureInfo.warm_up``: their
+    library's import, its fonts), so that drawing the report later does not wait for them; a sweep
+    calls this on a thread while its cells train. A warm-up that fails is only a lost head start."""
+    targets = dict.fromkeys(spec.figure.warm_up for spec in figure_specs(registry) if spec.figure.warm_up)
+    for target in targets:
+        module, _, function = target.partition(":")
+        try:
+            getattr(importlib.import_module(module), function)()
+        except Exception:  # the report draws, and says what fails, for itself
+            continue

@@ -27,9 +27,9 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.report.assessment import build_assessed_report, verdict_tags
 from initmem_core.report.description import description
+from initmem_core.report.figures import warm_up
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import Report
-from initmem_core.report.plots import warm_up
 from initmem_core.sweep.executors import Executor, make_executor
 from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
@@ -231,14 +231,16 @@ class _Sweep:
     def publish(self, out: Path, cells: list[CellOutcome], spec: SweepSpec) -> tuple[Report, list[Path]]:
         """Build the report from the store (this launch's cells and earlier ones alike) and write
         it onto the parent run and into ``out``."""
-        report = build_assessed_report(self.runs.cell_records())
-        files = write_report_files(report, out, title=f"Initialization memory: sweep {self.name}")
+        records = self.runs.cell_records()
+        report = build_assessed_report(records)
+        title = f"Initialization memory: sweep {self.name}"
+        files = write_report_files(report, out, title=title, registry=self.registry, records=records)
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.runs.log_report(files, grid)
         log_report_metrics(self.runs, report)
         failed = sum(1 for cell in cells if cell.status != FINISHED)
         self.view_key = self.runs.write_view()
-        note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key)
+        note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key, self.registry)
         self.runs.set_parent_tags(
             {
                 CELLS_TAG: str(len(cells)),
@@ -265,13 +267,6 @@ def log_report_metrics(runs: SweepRuns, report: Report) -> None:
         # memory over training, step = epoch: MLflow's charts draw each group's curve
         [(key, _rounded(value), epoch) for key, value, epoch in report.parent_step_metrics()],
     )
-
-
-def _warm_up_drawing() -> None:
-    try:
-        warm_up()
-    except Exception:  # only a head start: the report draws, and reports what fails, for itself
-        pass
 
 
 def _check_where_it_writes(out: Path, plans: Iterable[RunPlan], executor: Executor) -> None:
@@ -391,8 +386,9 @@ def _launch(
     monitor = sweep.runs.monitor_system() if system_metrics else None
     try:
         if pending:
-            # The process waits for its cells: meanwhile, get the report's drawing ready.
-            drawing = threading.Thread(target=_warm_up_drawing, name="initmem-report-warm-up", daemon=True)
+            # The process waits for its cells: meanwhile, get the report's drawing ready (its
+            # figures' library and fonts, ~0.5 s: docs/PERFORMANCE.md), off the report's path.
+            drawing = threading.Thread(target=warm_up, args=(registry,), name="initmem-report-warm-up", daemon=True)
             drawing.start()
             executor.run(pending, sweep)
             drawing.join()  # matplotlib is not thread-safe: one thread draws at a time

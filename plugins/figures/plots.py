@@ -1,4 +1,5 @@
-"""The report's figures as PNG files (``PLOTS``); the claims' forest plot is ``report/verdict_plot.py``."""
+"""The report's figures of its groups, sigmas and memories (registered in ``__init__.py``); the
+claims' forest plot is ``verdicts.py``."""
 
 from __future__ import annotations
 
@@ -6,22 +7,10 @@ import math
 from pathlib import Path
 
 from initmem_core.groups import legend_names
-from initmem_core.report.figures import new_figure, save_figure
 from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
 from initmem_core.report.memory import Report
-from initmem_core.report.verdict_plot import VERDICTS_PLOT, verdict_plot
-from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCK_SGD, CLOCKS
-
-
-def warm_up() -> None:
-    """Import matplotlib and draw a throw-away figure with the report's symbols, so that fonts and
-    text layout are loaded before the report is due (a sweep calls this while its cells run)."""
-    figure = new_figure(2.0, 2.0)
-    ax = figure.add_subplot()
-    ax.errorbar([0.0, 1.0], [0.0, 1.0], yerr=[[0.1, 0.1], [0.1, 0.1]], marker="o", label="σ_w")
-    ax.set(xlabel=CLOCK_FORMULAS[CLOCK_SGD], title=CLOCK_FORMULAS[CLOCK_L2])
-    figure.legend(loc="outside lower center", fontsize="small")
-    figure.canvas.draw()
+from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_SGD, CLOCKS
+from initmem_plugins.figures.canvas import new_figure, save_figure
 
 
 def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> list[list[float]]:
@@ -423,22 +412,3 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
     _say_if_empty(figure, groups)
     _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     return save_figure(figure, path)
-
-
-PLOTS = {
-    "test_acc_vs_sigma.png": accuracy_vs_sigma,
-    "weight_norm_vs_epoch.png": weight_norm_curves,
-    "spread_vs_clocks.png": spread_vs_clocks,
-    "tau_interp_vs_sigma.png": tau_interp_vs_sigma,
-    "memory_vs_epoch.png": memory_vs_epoch,
-    "memory_vs_clock.png": memory_vs_clock,
-}
-
-
-def write_plots(report: Report, folder: str | Path) -> list[Path]:
-    """Every report figure into ``folder``; returns the paths written."""
-    folder = Path(folder)
-    written = [draw(report, folder / name) for name, draw in PLOTS.items()]
-    if report.findings:  # the claims were evaluated on this report (report/assessment.py)
-        written.append(verdict_plot(report, folder / VERDICTS_PLOT))
-    return written

@@ -12,7 +12,6 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from initmem_core.report.figures import new_figure, save_figure
 from initmem_core.report.memory import Report
 from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
@@ -24,9 +23,8 @@ from initmem_core.report.verdicts import (
     Finding,
     Quantity,
 )
+from initmem_plugins.figures.canvas import new_figure, save_figure
 
-#: The figure's file name in the report's folder and under the parent run's ``report/``.
-VERDICTS_PLOT = "verdicts.png"
 #: The colour each verdict is written (and its row drawn) in.
 VERDICT_COLOURS = {
     REPRODUCED: "tab:green",
@@ -107,8 +105,11 @@ def _draw_row(ax, y: float, row: Row) -> None:
     )
 
 
-def verdict_plot(report: Report, path: Path) -> Path:
-    """The forest plot of ``report.findings`` into ``path`` (a line saying so when none was evaluated)."""
+def verdict_plot(report: Report, path: Path) -> Path | None:
+    """The forest plot of ``report.findings`` into ``path`` (a line saying so when none was
+    evaluated); ``None`` when no claim was (none registered: the plugin ``claims`` left out)."""
+    if not report.findings:
+        return None
     rows = forest_rows(report.findings)
     units = list(dict.fromkeys(r.quantity.unit for r in rows))
     per_unit = {unit: [r for r in rows if r.quantity.unit == unit] for unit in units}
