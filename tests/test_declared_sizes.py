@@ -68,7 +68,10 @@ def test_the_declared_training_set_is_the_one_a_file_dataset_builds(monkeypatch,
 @pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize("name", ["digits", "synthetic", "synthetic:1x8x8-c4-n200"])
 def test_the_planned_training_set_is_the_one_the_setup_loads(name, options):
-    plan = plan_run(RunConfig(data=name, arch="resnet20", device="cpu", threads=1, **UNTIL, **options), load_registry())
+    plan = plan_run(
+        RunConfig(data=name, arch="resnet20", device="cpu", threads=1, **UNTIL, **options),
+        load_registry(entry_points=False),
+    )
     with process_settings_kept():
         setup = build_setup(plan)
     assert setup.train_loader.num_examples == plan.n_train
