@@ -78,7 +78,7 @@ CLOCK_COLUMNS = {CLOCK_SYMBOLS[clock]: clock for clock in CLOCKS}
 def dry_run_tables(plan, horizons=None) -> list[Table]:
     """The groups (numbered, with what sets each apart, folded: never cut), then each cell by
     group number, sigma and seed, with (``horizons``: from
-    ``initmem_core.training.horizons.plan_horizons``) the epochs it trains and the clocks it
+    ``initmem_core.training.plan.plan_horizons``) the epochs it trains and the clocks it
     ends with; ``?`` where the data cannot be read here. Narrow enough for 80 columns."""
     numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
     legend = Table(title="dry run: nothing is run; the groups")
@@ -517,11 +517,11 @@ def _sweep_or_dry_run(
     console = output.console
     console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
-        from initmem_core.training.horizons import (  # lazy: keeps the training code out of the CLI's start-up
+        from initmem_core.training.plan import (  # lazy: keeps the training code out of the CLI's start-up
             plan_horizons,
         )
 
-        horizons = plan_horizons(plan.plans, names=plan.names)  # reads each dataset once
+        horizons = plan_horizons(plan.plans)  # sizes each dataset once
         work = estimate_work(plan.cells, horizons)
         forecasts = forecasts_of(plan, horizons)
         if not output.as_json:  # the JSON holds every cell: no tables on stderr

@@ -253,9 +253,12 @@ class OptimizerInfo:
 @dataclass(frozen=True)
 class DatasetInfo:
     """What a dataset declares beside its factory (``register(name, factory, description, shape=...,
-    classes=..., splits=...)``), so that ``initmem sweep --dry-run`` can size it without its files:
-    ``shape``, (C, H, W) of an image; ``classes``; ``splits``, the (train, validation, test) examples
-    of the whole dataset. Left undeclared, the dry run builds the dataset to read them."""
+    classes=..., splits=...)``), so that a run is planned and ``initmem sweep --dry-run`` sized
+    without its files: ``shape``, (C, H, W) of an image; ``classes``; ``splits``, the (train,
+    validation, test) examples of the whole dataset, as the factory builds them (``--train-size``
+    cuts the first). ``--until`` finds a run's epochs from the training split when it is planned;
+    left undeclared, the planning builds the dataset to count it (so a run reads its data twice),
+    and the dry run to read them all."""
 
     shape: tuple[int, int, int] | None = None
     classes: int | None = None

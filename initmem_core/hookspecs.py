@@ -119,7 +119,8 @@ def initmem_register_datasets(register: Register) -> None:
     returning a ``contracts.DatasetBundle``. Splits must be a pure function of
     ``config.data_seed`` so that every sigma sees the same data. Keyword arguments of ``register``
     (``initmem_core.contracts.DatasetInfo``): ``shape``, ``classes`` and ``splits`` (train,
-    validation, test), which let a dry run size a dataset that is not on its machine.
+    validation, test), which let a run's ``--until`` epochs be planned and a dry run size a
+    dataset that is not on its machine.
 
     Example::
 

@@ -10,8 +10,8 @@ work, not a climb).
 
 ``python -m tests.call_path`` follows one small run from ``build_setup`` and from ``run`` and
 writes the figures into docs/ARCHITECTURE.md between its markers; ``tests/test_plan.py`` holds
-the limits issue 40 set (the config enters ``optimizer_options`` and ``horizons`` at most once
-each from ``build_setup``).
+the limits issues 40 and 49 set (from ``build_setup`` the plan goes straight down: it enters
+neither ``optimizer_options`` nor ``horizons`` and comes back to no module it left).
 """
 
 from __future__ import annotations

@@ -72,13 +72,13 @@ def test_a_bad_config_fails_in_the_plan_as_validation_would():
         plan_run(RunConfig(**SYNTHETIC, opt="sgd", opt_arg=("bogus=1",)), registry)
 
 
-def test_from_build_setup_the_config_enters_optimizer_options_and_horizons_at_most_once():
+def test_from_build_setup_the_config_goes_straight_down():
     from tests.call_path import from_build_setup
 
     path = from_build_setup(opt="sgd", momentum=0.9, until="clock_sgd=0.001", epochs=50)
-    assert path.entered("horizons") == 1  # resolve_until, once: the tracer sees the plan pass
+    assert path.entered("horizons") == 0  # plan_run found the epochs --until sets
     assert path.entered("optimizer_options") == 0  # the plan holds the settings already
-    assert path.climbs == 0 and path.returns <= 1
+    assert path.climbs == 0 and path.returns == 0
 
 
 def test_a_run_derives_its_hash_params_and_checkpoint_folder_once(tmp_path, monkeypatch):

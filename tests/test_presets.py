@@ -119,7 +119,7 @@ def test_paper_fmnist_compares_sgd_adaptive_and_batch_on_real_images():
 
 
 def test_paper_clocks_trains_each_mechanisms_groups_to_one_clock():
-    from initmem_core.training.horizons import plan_horizons
+    from initmem_core.training.plan import plan_horizons
 
     grid = cells("paper-clocks")
     assert len(grid) == 9 * 3 * 4 and {c.seed for c in grid} == {1, 2, 3, 4}  # seed 0 was the pilot's
@@ -138,7 +138,7 @@ def test_paper_clocks_trains_each_mechanisms_groups_to_one_clock():
 
 
 def test_paper_l2_horizon_trains_both_groups_for_the_epochs_that_bring_l2_to_its_target():
-    from initmem_core.training.horizons import plan_horizons
+    from initmem_core.training.plan import plan_horizons
 
     grid = cells("paper-l2-horizon")
     plans = plan_horizons(expand_plans(preset_spec("paper-l2-horizon"), load_registry(entry_points=False)))

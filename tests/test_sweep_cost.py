@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.sweep import cost
 from initmem_core.sweep.grid import plan_sweep
-from initmem_core.training.horizons import plan_horizons
+from initmem_core.training.plan import plan_horizons
 
 runner = CliRunner()
 

@@ -24,10 +24,8 @@ from initmem_core.training.horizons import (
     epoch_batches,
     epochs_until,
     final_clocks,
-    horizon,
-    plan_horizons,
 )
-from initmem_core.training.plan import plan_run
+from initmem_core.training.plan import plan_horizons, plan_run
 
 runner = CliRunner(env={"COLUMNS": "200"})
 CLOCKS = ("clock_sgd", "clock_l2", "clock_adapt")
@@ -133,14 +131,15 @@ def config_of(**values) -> RunConfig:
 
 
 def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():
-    config = config_of(opt="sgd", lr=0.05, l2=0.01, until="clock_l2=0.5", epochs=40)
+    values = dict(opt="sgd", lr=0.05, l2=0.01, until="clock_l2=0.5")  # digits: 1079 examples, 17 batches
     with pytest.raises(ConfigError) as error:
-        horizon(config, 1079, plan_run(config, get_registry()).rule)
+        plan_run(from_mapping({**values, "epochs": 40}), get_registry())  # the plan finds the epochs
     message = str(error.value)
     assert "\n" not in message
     assert f"reach only clock_l2={0.01 * 0.05 * 40 * 17:.4g}" in message
     assert "needs 59 epochs; raise --epochs to at least 59" in message
-    assert horizon(config.replace(epochs=59), 1079, plan_run(config, get_registry()).rule).epochs == 59
+    plan = plan_run(from_mapping({**values, "epochs": 59}), get_registry())
+    assert (plan.trains.epochs, plan.config.epochs, plan.n_train) == (59, 59, 1079)
 
 
 @pytest.mark.parametrize(
@@ -154,9 +153,8 @@ def test_the_cap_too_short_names_the_clock_reached_and_the_epochs_needed():
     ],
 )
 def test_a_clock_that_cannot_reach_the_target_is_one_line(values, message):
-    config = config_of(opt="sgd", **values)
     with pytest.raises(ConfigError, match=message):
-        horizon(config, 1079, plan_run(config, get_registry()).rule)
+        plan_run(from_mapping({"opt": "sgd", **values}), get_registry())
 
 
 def test_momentum_and_every_shrinking_force_enter_the_declared_rule():
@@ -218,7 +216,7 @@ def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
     plan = plan_sweep(spec_from_toml(path), registry=get_registry())
     assert len(plan.cells) == 6 and len(set(plan.groups)) == 3
     assert {c.until for c in plan.cells} == {"clock_l2=0.5", ""}
-    horizons = plan_horizons(plan.plans, names=plan.names)
+    horizons = plan_horizons(plan.plans)
     # 1079 digits, 17 steps an epoch: T_L2 = lambda * 0.05 * 17 * epochs
     assert [h.epochs for h in horizons] == [59, 59, 30, 30, 5, 5]
     assert [h.clocks["clock_l2"] for h in horizons] == pytest.approx(
@@ -232,7 +230,7 @@ def test_a_sweep_file_trains_every_group_to_one_clock(tmp_path):
 
 def test_a_sweep_whose_cap_is_too_short_fails_before_anything_is_tracked(tmp_path):
     uri = f"sqlite:///{tmp_path / 'never.db'}"
-    with pytest.raises(ConfigError, match=r"needs 59 epochs.*\(cell "):
+    with pytest.raises(ConfigError, match=r"needs 59 epochs.*\(in the cell sigma=0.5\)"):
         initmem_core.run_sweep(
             {"until": "clock_l2=0.5", "l2": 0.01, "lr": 0.05, "epochs": 10, "sigma": "0.5,1"}, tracking_uri=uri
         )

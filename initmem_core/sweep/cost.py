@@ -196,7 +196,7 @@ def estimate_cost(
     budget_s: float | None = None,
 ) -> CostEstimate:
     """The training time of a sweep's cells (its ``plans``) with ``workers`` local workers, each
-    cell's steps from ``horizons`` (``training.horizons.plan_horizons``) where known, else from
+    cell's steps from ``horizons`` (``training.plan.plan_horizons``) where known, else from
     its dataset's size; one step measurement per architecture, batch size and input shape, each
     taking up to ``budget_s`` (``MEASURE_BUDGET_S``, read at the call: the tests lower it)."""
     budget = MEASURE_BUDGET_S if budget_s is None else budget_s

@@ -39,7 +39,6 @@ from initmem_core.tracking.paths import check_writable_folder
 from initmem_core.tracking.sweep_runs import StoredRun, SweepRuns
 from initmem_core.tracking.system_metrics import require_psutil
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
-from initmem_core.training.horizons import plan_horizons
 from initmem_core.training.plan import RunPlan, config_params
 from initmem_core.training.resume import find_resumable
 from initmem_core.vocabulary import (
@@ -318,10 +317,6 @@ def run_sweep(
         raise ConfigError(
             f"--workers is for --executor local; {executor.name} runs as many cells at once as its resources allow"
         )
-    if not executor.remote and any(config.until for config in plan.cells):
-        # --until: every cell's epochs are reachable within its cap, before anything is tracked
-        # (the data is read here; remote workers may read it from elsewhere, so they check it).
-        plan_horizons(plan.plans, required_only=True, names=plan.names)
     uri = resolve_tracking_uri(tracking_uri)
     if system_metrics:
         require_psutil()

@@ -10,7 +10,7 @@ force that shrinks the weights:
 eta follows the optimizer's declared convention (``contracts.OptimizerInfo``: ``heavy-ball``,
 ``lr * (1 - dampening) / (1 - momentum)``, since backward-error analysis of heavy-ball and
 Nesterov momentum beta gives a gradient flow with step ``lr / (1 - beta)``; or ``lr``), through
-the run's ``training.plan.StepRule``; ``effective_step`` reads a param group the same way, for
+the run's ``StepRule`` (settled by ``training.plan``); ``effective_step`` reads a param group the same way, for
 ``testing.check_optimizer``.
 
 lambda = the coupled ``--l2`` coefficient (when its regularizer is built) + ``--weight-decay``,
@@ -72,3 +72,23 @@ class ForgettingClocks:
 
     def as_metrics(self) -> dict[str, float]:
         return {clock_metric(name): value for name, value in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
+    it shrinks the weights, as the optimizer declares them. The loop ticks its clocks with
+    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and
+    its ``--until`` plan count alike by construction."""
+
+    lr: float  # the peak rate (the param group's initial lr)
+    convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
+    momentum: float = 0.0
+    dampening: float = 0.0
+    shrink: float = 0.0  # lambda = --l2 (when its regularizer is built) + --weight-decay
+
+    def eta(self, multiplier: float) -> float:
+        """The effective step at schedule multiplier ``multiplier``: ``effective_step`` of the
+        param group the scheduler makes (``lr * multiplier``) with the declared momentum."""
+        group = {"lr": self.lr * multiplier, "momentum": self.momentum, "dampening": self.dampening}
+        return effective_step(group, self.convention)

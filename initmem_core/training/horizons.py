@@ -9,24 +9,24 @@ the fewest epochs whose final clock reaches the target (each clock grows with th
 epochs under every schedule); a clock within ``TOLERANCE`` (relative) below its target has
 reached it, since a float sum of equal steps can land one rounding short.
 
-``resolve_until`` applies ``--until`` to a plan once the training set's size is known (the
-setup calls it before it builds the optimizer and the schedule); ``plan_horizons`` does it for a
-sweep's cells before anything runs (``initmem sweep --dry-run``). Imports no torch;
-``training_set_size`` builds the dataset through its plugin, which may.
+``training.plan.plan_run`` applies ``--until`` (``horizon``) once per run, from the training set's
+size its dataset declares, and ``training.plan.plan_horizons`` gives a sweep's cells their
+horizons and final clocks before anything runs (``initmem sweep --dry-run``). A search is kept
+per schedule, rule, size and target, so the cells of a group (which differ in sigma and seed)
+search once. Imports no torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, RunConfig, parse_until
 from initmem_core.errors import ConfigError
-from initmem_core.training.clocks import ForgettingClocks
-from initmem_core.training.plan import RunPlan, StepRule
+from initmem_core.training.clocks import ForgettingClocks, StepRule
 from initmem_core.training.schedules import lr_multiplier, warmup_steps
 from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
 
@@ -241,9 +241,16 @@ def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
     ``--epochs``, or with ``--until`` the fewest epochs whose final clock reaches the target, with
     ``--epochs`` as the cap. ``ConfigError`` (one line: the clock reached at the cap, the epochs
     needed, how to fix it) when the cap is too short or the clock cannot reach the target."""
-    batches = epoch_batches(n_train, config.batch_size)
-    schedule = Schedule.of(config)
     target = parse_until(config.until)
+    hint = _how_to_grow(target[0], config) if target else ""
+    return _horizon(Schedule.of(config), rule, int(n_train), int(config.batch_size), config.until, hint)
+
+
+@functools.lru_cache(maxsize=256)
+def _horizon(schedule: Schedule, rule: StepRule, n_train: int, batch_size: int, until: str, hint: str) -> Horizon:
+    """``horizon``, from what it reads of the config (``hint``: how to make the clock grow)."""
+    batches = epoch_batches(n_train, batch_size)
+    target = parse_until(until)
     if target is None:
         return Horizon(schedule.epochs, final_clocks(schedule, rule, batches), len(batches))
     clock, value = target
@@ -253,15 +260,15 @@ def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
     if found.epochs is not None:
         return Horizon(found.epochs, final_clocks(schedule, rule, batches, found.epochs), len(batches), target)
     if found.bounded and found.limit_value == 0:
-        raise ConfigError(f"--until {config.until}: {name} stays 0 in this run; {_how_to_grow(clock, config)}")
+        raise ConfigError(f"--until {until}: {name} stays 0 in this run; {hint}")
     if found.bounded:
         raise ConfigError(
-            f"--until {config.until}: {name} cannot reach {value:g} under this run's settings: "
-            f"it tends to {found.limit_value:.4g} however long the run; {_how_to_grow(clock, config)}"
+            f"--until {until}: {name} cannot reach {value:g} under this run's settings: "
+            f"it tends to {found.limit_value:.4g} however long the run; {hint}"
         )
     if found.searched_to < cap:  # the search stopped short of the cap (SEARCH_STEPS)
         raise ConfigError(
-            f"--until {config.until}: {name} needs more than {found.searched_to} epochs "
+            f"--until {until}: {name} needs more than {found.searched_to} epochs "
             f"({found.searched_to * len(batches):,} steps) to reach {value:g}; lower the target"
         )
     at_cap = final_clocks(schedule, rule, batches, cap)[clock]
@@ -271,9 +278,7 @@ def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
         if beyond.epochs
         else f"it needs more than {beyond.searched_to} epochs; raise --epochs or lower the target"
     )
-    raise ConfigError(
-        f"--until {config.until}: {config.epochs} epochs (--epochs, the cap) reach only {clock}={at_cap:.4g}; {needed}"
-    )
+    raise ConfigError(f"--until {until}: {cap} epochs (--epochs, the cap) reach only {clock}={at_cap:.4g}; {needed}")
 
 
 def _how_to_grow(clock: str, config: RunConfig) -> str:
@@ -282,58 +287,3 @@ def _how_to_grow(clock: str, config: RunConfig) -> str:
     if config.schedule == "step":
         return "raise --lr-gamma, --lr-step-epochs or --lr, or lower the target"
     return "raise --lr or lower the target"
-
-
-def resolve_until(plan: RunPlan, n_train: int) -> RunPlan:
-    """``plan`` with its config's ``epochs`` set by its ``--until`` target (unchanged without one)."""
-    if not plan.config.until:
-        return plan
-    return plan.with_epochs(horizon(plan.config, n_train, plan.rule).epochs)
-
-
-# -- a sweep's horizons, before it runs ---------------------------------------------------------
-
-
-def training_set_size(plan: RunPlan) -> int:
-    """How many training examples a run of ``plan`` trains on: its dataset, built through the
-    dataset plugin (``--train-size`` applied), counted."""
-    return len(plan.components["dataset"].build(config=plan.config).train_y)
-
-
-def plan_horizons(
-    plans: Sequence[RunPlan], *, required_only: bool = False, names: Sequence[str] | None = None
-) -> list[Horizon | None]:
-    """Each plan's ``Horizon`` (a sweep plan's ``plans``), each dataset built once. A cell whose
-    dataset cannot be read gets ``None``, unless it has an ``--until`` target (the run would
-    fail too: its error is raised), as does every cell without one when ``required_only``.
-    Raises the ``ConfigError`` the first cell's run would raise about its horizon, naming the
-    cell (``names``: each cell's name)."""
-    sizes: dict[tuple[Any, ...], int | Exception] = {}
-    known: dict[tuple[Any, ...], Horizon] = {}  # cells of a group differ only in sigma and seed
-    horizons: list[Horizon | None] = []
-    for index, plan in enumerate(plans):
-        config = plan.config
-        if required_only and not config.until:
-            horizons.append(None)
-            continue
-        data = (config.data, config.data_dir, config.train_size, config.data_seed)
-        if data not in sizes:
-            try:
-                sizes[data] = training_set_size(plan)
-            except Exception as error:  # a dataset that cannot be read here (CIFAR elsewhere, say)
-                sizes[data] = error
-        size = sizes[data]
-        if isinstance(size, Exception):
-            if config.until:
-                raise size
-            horizons.append(None)
-            continue
-        rule = plan.rule
-        key = (size, rule, Schedule.of(config), config.until, config.batch_size)
-        if key not in known:
-            try:
-                known[key] = horizon(config, size, rule)
-            except ConfigError as error:
-                raise ConfigError(f"{error} (cell {names[index]})" if names else str(error)) from None
-        horizons.append(known[key])
-    return horizons

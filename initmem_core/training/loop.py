@@ -203,7 +203,7 @@ def run_epoch(
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
     requested before the epoch's last step (the caller checkpoints there)."""
-    config, optimizer, rule = setup.config, setup.optimizer, setup.rule
+    config, optimizer, rule = setup.config, setup.optimizer, setup.plan.rule
     trainable, initial = setup.penalized()
     forward, autocast = setup.forward_pass()
     memory_format = setup.memory_format

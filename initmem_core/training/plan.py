@@ -3,48 +3,32 @@
 ``plan_run(config, registry, store_uri)`` checks the config (``config.validate``), looks each
 component it names up once (and the metrics every run computes), resolves the optimizer's
 settings (``optimizer_options.settle``), settles its clock convention and ``StepRule`` (how a
-scheduled rate becomes the clocks' effective step), and derives the config hash, the MLflow
-params and the checkpoint folder. The setup, the runner, the sweep and ``training.horizons``
-read the ``RunPlan``; none derives these again. ``--until``'s epochs need the training set's
-size: ``horizons.resolve_until(plan, n_train)`` returns the plan with them. Imports no torch.
+scheduled rate becomes the clocks' effective step), derives the config hash, the MLflow params
+and the checkpoint folder, and, with ``--until``, the epochs the target sets
+(``training.horizons``), from the training set's size its dataset plugin declares
+(``contracts.DatasetInfo.splits``). The setup, the runner, the sweep and ``training.horizons``
+read the ``RunPlan``; none derives these again. Imports no torch, except to build a dataset
+that declares no sizes, which ``--until`` then reads here once to count it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from initmem_core.config import RunConfig, validate
+from initmem_core.errors import ConfigError
 from initmem_core.kinds import KINDS
 from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
+from initmem_core.training import horizons
 from initmem_core.training.checkpoint_store import default_root
-from initmem_core.training.clocks import CONVENTIONS, DEFAULT_CONVENTION, check_convention, effective_step
+from initmem_core.training.clocks import CONVENTIONS, DEFAULT_CONVENTION, StepRule, check_convention
 from initmem_core.vocabulary import CONFIG_HASH_TAG
-
-
-@dataclass(frozen=True)
-class StepRule:
-    """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
-    it shrinks the weights, as the optimizer declares them. The loop ticks its clocks with
-    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and
-    its ``--until`` plan count alike by construction."""
-
-    lr: float  # the peak rate (the param group's initial lr)
-    convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr
-    momentum: float = 0.0
-    dampening: float = 0.0
-    shrink: float = 0.0  # lambda = --l2 (when its regularizer is built) + --weight-decay
-
-    def eta(self, multiplier: float) -> float:
-        """The effective step at schedule multiplier ``multiplier``: ``effective_step`` of the
-        param group the scheduler makes (``lr * multiplier``) with the declared momentum."""
-        group = {"lr": self.lr * multiplier, "momentum": self.momentum, "dampening": self.dampening}
-        return effective_step(group, self.convention)
 
 
 @dataclass(frozen=True)
@@ -80,12 +64,30 @@ def checkpoint_folder(config: RunConfig, config_hash: str, store_uri: str | None
     return default_root(store_uri) / config_hash if store_uri else None
 
 
+def training_set_size(config: RunConfig, dataset: Component) -> int:
+    """How many examples a run of ``config`` trains on: the training split its dataset plugin
+    declares (``contracts.DatasetInfo.splits``), cut to ``--train-size`` as every loader cuts it
+    (the first N; a larger N fails when the data is built), else counted in the dataset built here."""
+    declared = dataset.spec.dataset.splits
+    if declared is None:
+        try:
+            return len(dataset.build(config=config).train_y)
+        except ConfigError:  # the dataset's own one line (a bad --train-size, its files missing)
+            raise
+        except Exception as error:
+            raise ConfigError(
+                f"--until needs the size of the training set of {config.data}, which its plugin does not "
+                f"declare (register it with splits=(train, val, test)) and which cannot be read here: {error}"
+            ) from error
+    return min(declared[0], config.train_size) if config.train_size else declared[0]
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """What a run of ``config`` is, before anything is built. ``config``: validated, with the
-    optimizer's ``lr`` and ``--opt-arg``s resolved (what is hashed and logged); after
-    ``horizons.resolve_until`` its ``epochs`` are those the ``--until`` target set (the hash,
-    params and checkpoint folder stay those of the config as given)."""
+    optimizer's ``lr`` and ``--opt-arg``s resolved: what is hashed and logged, a sweep's cell;
+    ``trains``: the config the run trains, the same but for the ``epochs`` an ``--until`` target
+    sets (``n_train``: the training set's size they were found for)."""
 
     config: RunConfig
     components: Mapping[str, Component]  # kind -> the one component of that kind the config names
@@ -95,15 +97,14 @@ class RunPlan:
     rule: StepRule  # how its steps count on the clocks, as declared
     config_hash: str  # what identifies the run (sweep cells, checkpoint folders, leases)
     params: Mapping[str, Any]  # the config as MLflow params, with the clock convention
+    trains: RunConfig  # ``config`` with --until's epochs (``config`` itself without --until)
+    n_train: int | None = None  # with --until: the training examples its epochs were found for
     store_uri: str | None = None  # the tracking store, resolved; None: not tracked
     checkpoints: Path | None = None  # the run's checkpoint folder; None: it keeps none
 
     @property
     def optimizer(self) -> Component:
         return self.components["optimizer"]
-
-    def with_epochs(self, epochs: int) -> RunPlan:
-        return dataclasses.replace(self, config=dataclasses.replace(self.config, epochs=int(epochs)))
 
     def at(self, store_uri: str | None) -> RunPlan:
         """The plan of this run tracked in ``store_uri`` (resolved): its checkpoints go beside it."""
@@ -113,7 +114,8 @@ class RunPlan:
 
 def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None) -> RunPlan:
     """The ``RunPlan`` of ``config``: every value checked, every component looked up once (an
-    unknown name raises as ``config.validate`` would), the optimizer's settings resolved.
+    unknown name raises as ``config.validate`` would), the optimizer's settings resolved, the
+    ``--until`` horizon found (``ConfigError`` when the cap is too short or the target out of reach).
     ``store_uri``: the resolved tracking store the run writes to (its checkpoints go beside it)."""
     config = validate(config)
     components: dict[str, Component] = {}
@@ -137,15 +139,47 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
     momentum = float(config.momentum)
     dampening = float(options.get("dampening", 0.0) or 0.0) if momentum else 0.0
     shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay
+    rule = StepRule(float(config.lr), clock, momentum, dampening, shrink)
     config_hash = config.config_hash()
     params = {**config_params(config, config_hash), "clock_convention": f"{clock}: {CONVENTIONS[clock]}"}
+    trains, n_train = config, None
+    if config.until:  # the epochs follow from the training set's size, the schedule and the rule
+        n_train = training_set_size(config, components["dataset"])
+        trains = dataclasses.replace(config, epochs=horizons.horizon(config, n_train, rule).epochs)
     return RunPlan(
         config,
         MappingProxyType(components),
         MappingProxyType(metrics),
         MappingProxyType(options),
         clock,
-        StepRule(float(config.lr), clock, momentum, dampening, shrink),
+        rule,
         config_hash,
         MappingProxyType(params),
+        trains,
+        n_train,
     ).at(store_uri)
+
+
+def plan_horizons(plans: Sequence[RunPlan]) -> list[horizons.Horizon | None]:
+    """Each plan's ``Horizon`` (a sweep plan's ``plans``), each dataset sized once: a cell with an
+    ``--until`` target, for the size its plan found its epochs for (``plan_run`` raised already if
+    it could not); one without, for its declared size, or ``None`` when its dataset declares none
+    and cannot be read here."""
+    sizes: dict[tuple[Any, ...], int | Exception] = {}
+    found: list[horizons.Horizon | None] = []
+    for plan in plans:
+        config = plan.config
+        data = (config.data, config.data_dir, config.train_size, config.data_seed)
+        if plan.n_train is not None:  # --until: the plan found its epochs for this size
+            sizes[data] = plan.n_train
+        if data not in sizes:
+            try:
+                sizes[data] = training_set_size(config, plan.components["dataset"])
+            except Exception as error:  # a dataset that cannot be read here (CIFAR elsewhere, say)
+                sizes[data] = error
+        size = sizes[data]
+        if isinstance(size, Exception):
+            found.append(None)
+            continue
+        found.append(horizons.horizon(config, size, plan.rule))
+    return found

@@ -87,7 +87,7 @@ def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
     params["train_eval_examples"] = setup.eval_loaders["train"].num_examples  # the --train-eval-size cap applied
     params["data_num_classes"] = setup.dataset.num_classes  # the report's chance level
     if plan.config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
-        params["resolved_epochs"] = setup.config.epochs
+        params["resolved_epochs"] = plan.trains.epochs
     params["resolved_device"] = str(setup.device)
     params["num_params"] = setup.num_params
     params["augment_resolved"] = setup.train_loader.augment
@@ -163,7 +163,7 @@ def _open_run(
         tracker.log_dataset(*split)
     checkpoints = CheckpointStore(plan.checkpoints, config.keep_checkpoints) if plan.checkpoints else None
     if checkpoints:
-        checkpoints.start_fresh(setup.config.epochs)
+        checkpoints.start_fresh(plan.trains.epochs)
     return run_id, checkpoints, None
 
 
@@ -365,7 +365,7 @@ def _train_tracked(
             if config.compile:
                 _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
-            tracker.log_metrics(summary, step=setup.config.epochs)  # --until may have set them
+            tracker.log_metrics(summary, step=plan.trains.epochs)  # --until may have set them
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk

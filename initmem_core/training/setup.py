@@ -16,11 +16,10 @@ import torch
 from initmem_core.config import RunConfig
 from initmem_core.contracts import DatasetBundle, Metric, Regularizer
 from initmem_core.errors import ConfigError
-from initmem_core.training import horizons
 from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
-from initmem_core.training.plan import RunPlan, StepRule
+from initmem_core.training.plan import RunPlan
 from initmem_core.training.precision import LEGACY, tf32_api, use_precision
 from initmem_core.training.schedules import build_scheduler
 
@@ -53,7 +52,7 @@ def resolve_device(name: str) -> torch.device:
 class TrainingSetup:
     """Everything a run is made of, built from its plan before any tracking starts."""
 
-    plan: RunPlan  # with --until, the epochs the target set (training.horizons.resolve_until)
+    plan: RunPlan
     device: torch.device
     dataset: DatasetBundle
     model: torch.nn.Module
@@ -72,12 +71,8 @@ class TrainingSetup:
 
     @property
     def config(self) -> RunConfig:
-        return self.plan.config
-
-    @property
-    def rule(self) -> StepRule:
-        """How a step counts on the clocks: the plan's (``training.plan``)."""
-        return self.plan.rule
+        """The config the run trains: the plan's (``RunPlan.trains``, with --until's epochs)."""
+        return self.plan.trains
 
     def forward_pass(self) -> tuple[Callable[..., torch.Tensor], Callable[[], Any]]:
         """The model call and the autocast context that training and evaluation both use (see
@@ -89,7 +84,7 @@ class TrainingSetup:
 
     @property
     def memory_format(self) -> torch.memory_format:
-        return torch.channels_last if self.config.channels_last else torch.contiguous_format
+        return memory_format(self.config)
 
     def penalized(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The trainable parameters and their W0, as matching lists (what a regularizer sees)."""
@@ -179,6 +174,10 @@ def use_device(device: torch.device) -> torch.device:
     return device
 
 
+def memory_format(config: RunConfig) -> torch.memory_format:
+    return torch.channels_last if config.channels_last else torch.contiguous_format
+
+
 def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBundle:
     """``--eval-size``: at most ``size`` validation and test examples, the same ones at every seed
     and sigma (chosen by ``data_seed`` alone, kept in their original order). What is scored at
@@ -195,10 +194,9 @@ def eval_subset(bundle: DatasetBundle, size: int, data_seed: int) -> DatasetBund
 
 def build_setup(plan: RunPlan) -> TrainingSetup:
     """Build data, model, initialization, optimizer, schedule, regularizer and metrics from a run's
-    plan (``training.plan.plan_run``). With ``--until``, the setup's config holds the epochs the
-    target set (``training.horizons``)."""
+    plan (``training.plan.plan_run``): the config it trains is the plan's (``RunPlan.trains``)."""
     prepare_cuda_environment()  # the first run of a process builds its setup before CUDA starts
-    config = plan.config
+    config = plan.trains
     if config.threads:
         torch.set_num_threads(config.threads)
     device = use_device(resolve_device(config.device))
@@ -221,10 +219,11 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
             f"--batch-size {config.batch_size} is larger than the training set of {config.data} "
             f"({n_train} examples); use at most {n_train}"
         )
-    # --until: the epochs follow from the data's size, so they are settled here, before the
-    # optimizer and the schedule (a cosine spans the run) are built from the config.
-    plan = horizons.resolve_until(plan, n_train)
-    config = plan.config
+    if plan.n_train not in (None, n_train):  # --until found its epochs for the declared size
+        raise ConfigError(
+            f"--until: dataset {config.data} declares {plan.n_train} training examples (its plugin's "
+            f"splits=, after --train-size) but has {n_train}; its declared sizes must be what it builds"
+        )
 
     # The architecture's own init draws from the global RNG: seed it so that draw is the
     # paired Z of this seed (scaled-default relies on it), whatever sigma is.
@@ -236,7 +235,7 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
     )
     init_generator = torch.Generator().manual_seed(seed_for(config.seed, "init"))
     component["initializer"].build(model=model, sigma=config.sigma, generator=init_generator)
-    model.to(device, memory_format=torch.channels_last if config.channels_last else torch.contiguous_format)
+    model.to(device, memory_format=memory_format(config))
     initial_params = {name: p.detach().clone() for name, p in model.named_parameters()}
 
     optimizer = plan.optimizer.build(model=model, config=config, options=dict(plan.options))

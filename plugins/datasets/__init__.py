@@ -18,6 +18,9 @@ def initmem_register_datasets(register):
         "digits",
         f"{_HERE}.digits:load_digits_dataset",
         "scikit-learn handwritten digits, 1x8x8, 10 classes, 60/20/20 split (no download)",
+        shape=(1, 8, 8),
+        classes=10,
+        splits=(1079, 359, 359),  # of 1797: 20% (rounded down) each for validation and test
     )
     register(
         "cifar10",
@@ -57,6 +60,9 @@ def initmem_register_datasets(register):
         "synthetic",
         f"{_HERE}.synthetic:load_synthetic",
         "Generated learnable images, 3x32x32, 10 classes, 1024/256/256 (tests, benchmarks)",
+        shape=(3, 32, 32),
+        classes=10,
+        splits=(1024, 256, 256),
     )
     register(
         "synthetic:*",
