@@ -38,6 +38,8 @@ KINDS: tuple[ComponentKind, ...] = (
 REPORT_KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("claim", "initmem_register_claims", "", "", "ClaimEvaluator"),
     ComponentKind("preset", "initmem_register_presets", "", "--preset", ""),
+    # Where a sweep's cells run (``initmem sweep --executor NAME``): the sweep's choice, no run's.
+    ComponentKind("executor", "initmem_register_executors", "", "--executor", "ExecutorFactory"),
 )
 #: Every kind a plugin may register, in the order ``initmem plugins`` lists them.
 PLUGIN_KINDS = KINDS + REPORT_KINDS

@@ -34,6 +34,7 @@ RECORDS = (
     contracts.DatasetInfo,
     contracts.OptimizerInfo,
     contracts.ClaimInfo,
+    contracts.ExecutorInfo,
 )
 #: The protocols an object a factory returns follows.
 RETURNED = (

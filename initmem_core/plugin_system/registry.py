@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.contracts import ClaimInfo, DatasetInfo, OptimizerInfo
+from initmem_core.contracts import ClaimInfo, DatasetInfo, ExecutorInfo, OptimizerInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
 FAMILY_SUFFIX = ":*"
@@ -44,6 +44,8 @@ class ComponentSpec:
     claim: ClaimInfo | None = None
     #: Datasets: their declared image shape, classes and split sizes (``contracts.DatasetInfo``).
     dataset: DatasetInfo = DatasetInfo()
+    #: Executors: the packages they need, how to install them, the options they take (``contracts.ExecutorInfo``).
+    executor: ExecutorInfo = ExecutorInfo()
 
     @property
     def is_family(self) -> bool:
