@@ -10,6 +10,7 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from initmem_core.kinds import KIND_NAMES
@@ -52,6 +53,17 @@ def claim_declarations(spec) -> dict:
     return {"declared": {} if info is None else {**dataclasses.asdict(info), "axis": list(info.axis)}}
 
 
+def executor_declarations(spec) -> dict:
+    """What an executor declares beside its factory (``contracts.ExecutorInfo``): the packages it
+    needs, the command that installs them, the executor options it takes."""
+    return {
+        "executor": {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(spec.executor).items()
+        }
+    }
+
+
 def plugins_report(registry) -> dict:
     """The listing as plain data: the JSON output, and what the table shows."""
     order = list(KIND_NAMES)
@@ -67,6 +79,7 @@ def plugins_report(registry) -> dict:
                 "version": s.provider.version,
                 **(optimizer_declarations(s) if s.kind == "optimizer" else {}),
                 **(claim_declarations(s) if s.kind == "claim" else {}),
+                **(executor_declarations(s) if s.kind == "executor" else {}),
             }
             for s in specs
         ],
@@ -85,7 +98,7 @@ def plugins_report(registry) -> dict:
 def plugins_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
 ) -> None:
-    """List every architecture, optimizer, initializer, regularizer, metric, dataset, claim and preset."""
+    """List every architecture, optimizer, initializer, regularizer, metric, dataset, claim, preset and executor."""
     report = plugins_report(get_registry())
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -106,6 +119,10 @@ def plugins_command(
             declared = row["declared"]
             clock = f"; clock {declared['clock']}" if declared["clock"] else ""
             description += f" [dim](axis {', '.join(declared['axis'])}{clock})[/dim]"
+        if row.get("executor", {}).get("needs"):
+            executor = row["executor"]
+            needs = escape(f"{', '.join(executor['needs'])}: {executor['install']}")  # [distributed] is no markup
+            description += f" [dim](needs {needs})[/dim]"
         table.add_row(row["kind"], row["name"], description, f"{row['plugin']} ({row['package']} {row['version']})")
     console.print(table)
     for conflict in report["conflicts"]:

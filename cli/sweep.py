@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import signal
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from initmem_core.errors import ConfigError
 from initmem_core.groups import short_group_names
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.sweep.executors import EXECUTORS, make_executor
+from initmem_core.sweep.executor import make_executor
 from initmem_core.tracking.uris import resolve_tracking_uri
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, CONFIG_HASH_TAG, FINISHED
 
@@ -24,51 +22,26 @@ from .script_output import JSON_HELP, ScriptOutput, finite
 from .tables import one_table
 
 SWEEP, EXECUTOR = "Sweep", "Executor"
-ExecutorName = Enum("ExecutorName", {name: name for name in EXECUTORS}, type=str)
-#: Each executor option, and the executors it applies to.
-EXECUTOR_OPTIONS = {
-    "workers": ("--workers", ("local",)),
-    "ray_address": ("--ray-address", ("ray",)),
-    "max_retries": ("--max-retries", ("ray",)),
-    "cpus_per_cell": ("--cpus-per-cell", ("ray", "slurm")),
-    "gpus_per_cell": ("--gpus-per-cell", ("ray", "slurm")),
-    "slurm_partition": ("--slurm-partition", ("slurm",)),
-    "slurm_time": ("--slurm-time", ("slurm",)),
-    "slurm_option": ("--slurm-option", ("slurm",)),
-    "slurm_local": ("--slurm-local", ("slurm",)),
+#: Each executor option's flag, by the name its factory takes it under (which executors take it,
+#: each declares: ``contracts.ExecutorInfo.options``).
+EXECUTOR_FLAGS = {
+    "workers": "--workers",
+    "address": "--ray-address",
+    "max_retries": "--max-retries",
+    "cpus_per_cell": "--cpus-per-cell",
+    "gpus_per_cell": "--gpus-per-cell",
+    "partition": "--slurm-partition",
+    "time_min": "--slurm-time",
+    "options": "--slurm-option",
+    "local": "--slurm-local",
 }
 
 
-def sbatch_options(items: list[str]) -> dict[str, str]:
-    options = {}
-    for item in items:
-        key, equals, value = item.partition("=")
-        if not (key.strip() and equals):
-            raise ConfigError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. account=myproject or mem=32G")
-        options[key.strip()] = value.strip()
-    return options
-
-
-def build_executor(name: str, out: Path, given: dict[str, Any]):
-    """The executor, from the executor options the user gave (``None``: not given)."""
-    given = {key: value for key, value in given.items() if value not in (None, False, [])}
-    for key in given:
-        flag, executors = EXECUTOR_OPTIONS[key]
-        if name not in executors:
-            raise ConfigError(f"{flag} is for --executor {' or '.join(executors)}, not {name}")
-    renamed = {
-        "ray_address": "address",
-        "slurm_partition": "partition",
-        "slurm_time": "time_min",
-        "slurm_local": "local",
-        "slurm_option": "options",
-    }
-    options = {renamed.get(key, key): value for key, value in given.items()}
-    if "options" in options:
-        options["options"] = sbatch_options(options["options"])
-    if name == "slurm":
-        options["folder"] = out / "slurm"
-    return make_executor(name, **options)
+def build_executor(name: str, out: Path, given: dict[str, Any], registry=None):
+    """The executor, from the executor options the user gave (``None``: not given), each under
+    the name its factory takes it by (``EXECUTOR_FLAGS``)."""
+    options = {key: value for key, value in given.items() if value not in (None, False, [])}
+    return make_executor(name, folder=out / name, registry=registry, flags=EXECUTOR_FLAGS, **options)
 
 
 #: The dry run's columns of the clocks each cell ends with, after its "epochs run".
@@ -349,16 +322,17 @@ def sweep_command(
         ),
     ] = None,
     executor_name: Annotated[
-        ExecutorName,
+        str,
         typer.Option(
             "--executor",
             help=(
-                "Where cells run: local (this machine), ray (a Ray cluster) or slurm; ray and slurm "
-                "need a tracking server http://host:port (see docs/distributed.md)"
+                "Where cells run: local (this machine), ray (a Ray cluster), slurm, or another registered "
+                "executor (initmem plugins); ray and slurm need a tracking server http://host:port "
+                "(see docs/distributed.md)"
             ),
             rich_help_panel=EXECUTOR,
         ),
-    ] = ExecutorName.local,
+    ] = "local",
     workers: Annotated[
         int | None,
         typer.Option(
@@ -476,19 +450,20 @@ def sweep_command(
     registry = get_registry()
     plan = plan_sweep(spec, name=name, out=out, registry=registry)
     executor = build_executor(
-        executor_name.value,
+        executor_name,
         plan.out,
         {
             "workers": workers,
-            "ray_address": ray_address,
+            "address": ray_address,
             "cpus_per_cell": cpus_per_cell,
             "gpus_per_cell": gpus_per_cell,
             "max_retries": max_retries,
-            "slurm_partition": slurm_partition,
-            "slurm_time": slurm_time,
-            "slurm_option": slurm_option,
-            "slurm_local": slurm_local,
+            "partition": slurm_partition,
+            "time_min": slurm_time,
+            "options": slurm_option,
+            "local": slurm_local,
         },
+        registry,
     )
     output = ScriptOutput(as_json)
     with output.redirected():

@@ -331,6 +331,30 @@ class FigureInfo:
         return self.file or f"{name}.png"
 
 
+class ExecutorFactory(Protocol):
+    """Returns an executor (``initmem_core.sweep.executor.Executor``: ``run(cells, sweep)``, each cell
+    submitted and closed through ``sweep``, run with ``run_cell``; ``start``, ``stop`` and ``pin``
+    optional), built from the executor options the sweep was given (``--workers``, ``--ray-address``...:
+    those its ``ExecutorInfo.options`` declares) and ``folder``, its own folder in the sweep's output
+    (``<out>/<name>``) for files its workers share. A bad option is a ``ConfigError`` (one line)."""
+
+    def __call__(self, *, folder: Path, **options: Any) -> Any: ...  # -> Executor (the sweep's layer, above)
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What an executor declares beside its factory (``register(name, factory, description, needs=...,
+    install=..., options=...)``), read before it is built: ``needs``, the optional packages it imports
+    (import names), of which a missing one is refused in one line with ``install``, the command that
+    installs them; ``options``, the executor options its factory takes, by keyword (``workers``,
+    ``address``, ``cpus_per_cell``...: ``initmem sweep``'s executor flags), another given to it
+    refused before anything runs."""
+
+    needs: tuple[str, ...] = ()
+    install: str = ""
+    options: tuple[str, ...] = ()
+
+
 #: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
 FACTORIES = {
     cls.__name__: cls
@@ -343,5 +367,6 @@ FACTORIES = {
         DatasetFactory,
         ClaimEvaluator,
         FigureFactory,
+        ExecutorFactory,
     )
 }

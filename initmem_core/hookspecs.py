@@ -189,3 +189,26 @@ def initmem_register_figures(register: Register) -> None:
             register("sharpness_vs_sigma", "my_figures:sharpness_vs_sigma", "Sharpness against sigma, per group",
                      file="sharpness_vs_sigma.png")
     """
+
+
+@hookspec
+def initmem_register_executors(register: Register) -> None:
+    """Register sweep executors (``initmem sweep --executor NAME``): where a sweep's cells run.
+
+    The factory follows ``initmem_core.contracts.ExecutorFactory``: from the executor options the
+    sweep was given it builds an ``initmem_core.sweep.executor.Executor``, whose ``run(cells, sweep)``
+    runs each cell (``run_cell``) and submits and closes it through ``sweep``, which keeps the
+    parent run, the child runs, resuming and the report. What it declares beside the factory are
+    ``register`` keywords (``initmem_core.contracts.ExecutorInfo``): the optional packages it
+    needs, the command that installs them, and the executor options it takes. The built-in
+    ``local``, ``ray`` and ``slurm`` are the plugin ``executors`` (``INITMEM_LOAD_PLUGINS`` can
+    leave it out).
+
+    Example::
+
+        @hookimpl
+        def initmem_register_executors(register: Register) -> None:
+            register("k8s", "my_k8s.executor:KubernetesExecutor", "each cell a Kubernetes Job",
+                     needs=("kubernetes",), install="pip install my-k8s-executor",
+                     options=("cpus_per_cell", "gpus_per_cell"))
+    """

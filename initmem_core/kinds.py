@@ -40,6 +40,8 @@ REPORT_KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("preset", "initmem_register_presets", "", "--preset", ""),
     # figures: each registered figure is drawn into every report's folder and onto the parent run
     ComponentKind("figure", "initmem_register_figures", "", "", "FigureFactory"),
+    # Where a sweep's cells run (``initmem sweep --executor NAME``): the sweep's choice, no run's.
+    ComponentKind("executor", "initmem_register_executors", "", "--executor", "ExecutorFactory"),
 )
 #: Every kind a plugin may register, in the order ``initmem plugins`` lists them.
 PLUGIN_KINDS = KINDS + REPORT_KINDS

@@ -169,7 +169,6 @@ def test_two_plugins_registering_one_name(install_fake_plugin, tracking_uri):
     "args, message",
     [
         (["report", "some-sweep", "--format", "xml"], "'xml' is not one of 'table', 'markdown', 'csv', 'json'"),
-        (["sweep", "--executor", "dask", "--dry-run"], "'dask' is not one of 'local', 'ray', 'slurm'"),
         (["report"], "give a sweep name or parent run id (read from the tracking store), a run id"),
         (["runn"], "No such command 'runn'"),
     ],
@@ -178,6 +177,13 @@ def test_choices_and_usage_errors_are_one_line(args, message):
     result = runner.invoke(app, args)
     assert_one_line_error(result, message)
     assert "--help`" in result.stderr
+
+
+def test_an_unknown_executor_is_one_line_with_the_registered_ones():
+    result = runner.invoke(app, ["sweep", "--executor", "locl", "--dry-run"])
+    assert_one_line_error(
+        result, "no executor named 'locl' is registered (did you mean 'local'?); valid executors: local, ray, slurm"
+    )
 
 
 # -- every case of issue 15 (bad input that reached a traceback or a wasted run) ---------------

@@ -30,7 +30,7 @@ def test_a_lost_progress_queue_neither_ends_the_sweep_nor_fails_a_cell():
     """The soak killed the node holding the progress queue's actor: the sweep's next look at the
     queue raised ActorUnavailableError and the sweep ended with a traceback. Progress is for the
     display only: the sweep skips it, and a cell's progress event is dropped."""
-    from initmem_core.sweep.executors.ray_executor import LossyEvents, _drain
+    from initmem_plugins.executors.ray_executor import LossyEvents, _drain
 
     queue = UnavailableQueue()
     _drain(queue, {})  # before: ActorUnavailableError
@@ -38,7 +38,7 @@ def test_a_lost_progress_queue_neither_ends_the_sweep_nor_fails_a_cell():
 
 
 def test_progress_events_still_reach_their_cells():
-    from initmem_core.sweep.executors.ray_executor import LossyEvents, _drain
+    from initmem_plugins.executors.ray_executor import LossyEvents, _drain
 
     class Queue:
         def __init__(self):
@@ -90,7 +90,7 @@ def test_a_restarted_head_is_seen_as_a_lost_cluster_within_one_check():
     new head never heard of them). Its driver's GCS client then gets WrongClusterID."""
     from ray.exceptions import AuthenticationError
 
-    from initmem_core.sweep.executors.ray_executor import CLUSTER_CHECK_S, ClusterWatch
+    from initmem_plugins.executors.ray_executor import CLUSTER_CHECK_S, ClusterWatch
 
     now = [0.0]
     gcs = Gcs(
@@ -108,7 +108,7 @@ def test_a_restarted_head_is_seen_as_a_lost_cluster_within_one_check():
 def test_a_silent_head_is_waited_for_then_given_up():
     from ray.exceptions import RpcError
 
-    from initmem_core.sweep.executors.ray_executor import CLUSTER_CHECK_S, CLUSTER_LOST_S, ClusterWatch
+    from initmem_plugins.executors.ray_executor import CLUSTER_CHECK_S, CLUSTER_LOST_S, ClusterWatch
 
     now = [0.0]
     checks = int(CLUSTER_LOST_S / CLUSTER_CHECK_S)
@@ -131,8 +131,8 @@ def test_a_head_that_restarts_while_cells_are_submitted_ends_the_sweep_in_one_li
     from ray.exceptions import AuthenticationError
 
     from initmem_core.config import RunConfig
-    from initmem_core.sweep.executors import ray_executor
-    from initmem_core.sweep.executors.ray_executor import ClusterLost, RayExecutor
+    from initmem_plugins.executors import ray_executor
+    from initmem_plugins.executors.ray_executor import ClusterLost, RayExecutor
 
     class Task:
         def __init__(self):
@@ -199,7 +199,7 @@ class FlakySweep:
 def test_closing_a_cell_waits_out_a_restarting_server(monkeypatch):
     """The soak killed the MLflow server while the sweep read a finished cell's status: the
     sweep ended with MLflow's IncompleteRead traceback."""
-    from initmem_core.sweep.executors import ray_executor
+    from initmem_plugins.executors import ray_executor
 
     monkeypatch.setattr(ray_executor.time, "sleep", lambda seconds: None)
     sweep = FlakySweep(failures=2)
@@ -209,7 +209,7 @@ def test_closing_a_cell_waits_out_a_restarting_server(monkeypatch):
 
 def test_a_server_that_stays_down_ends_the_sweep_in_one_line(monkeypatch):
     from initmem_core.errors import ConfigError
-    from initmem_core.sweep.executors import ray_executor
+    from initmem_plugins.executors import ray_executor
 
     monkeypatch.setattr(ray_executor, "STORE_WAIT_S", 0.0)
     with pytest.raises(ConfigError, match=r"^tracking store http://127.0.0.1:5000 cannot be reached: API request"):
@@ -217,7 +217,7 @@ def test_a_server_that_stays_down_ends_the_sweep_in_one_line(monkeypatch):
 
 
 def test_interrupting_cells_marks_those_the_store_takes_and_raises_nothing():
-    from initmem_core.sweep.executors.ray_executor import interrupt_cells
+    from initmem_plugins.executors.ray_executor import interrupt_cells
 
     sweep = FlakySweep(failures=1)
     interrupt_cells(sweep, ["a", "b"])  # the store fails on a, takes b
@@ -258,7 +258,7 @@ def test_a_cell_waits_for_a_restarting_server_before_it_starts(monkeypatch):
     failed at once ("cannot be reached"): 118 failed attempts in one launch."""
     import urllib.error
 
-    from initmem_core.sweep.executors import remote_cell
+    from initmem_plugins.executors import remote_cell
 
     answers = [ConnectionRefusedError(111, "Connection refused"), urllib.error.HTTPError("u", 503, "", {}, None)]
     asked, slept = [], []

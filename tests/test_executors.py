@@ -41,9 +41,8 @@ pytestmark = [
 from initmem_cli.app import app  # noqa: E402
 from initmem_core.config import RunConfig  # noqa: E402
 from initmem_core.plugin_system.loader import load_registry, set_registry  # noqa: E402
-from initmem_core.sweep.executors.base import CellTask, RetriedCellProgress  # noqa: E402
-from initmem_core.sweep.executors.remote_cell import run_remote_cell  # noqa: E402
-from initmem_core.sweep.executors.slurm import ProgressFile  # noqa: E402
+from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, run_remote_cell  # noqa: E402
+from initmem_plugins.executors.slurm import ProgressFile  # noqa: E402
 from tests import pausing_plugin  # noqa: E402  (the workers get it from plugin_site)
 from tests.cli_processes import SMALL_CELL_ARGS, history, mlflow_client, stored_runs  # noqa: E402
 from tests.local_services import mlflow_server, processes, ray_head  # noqa: E402
@@ -446,7 +445,7 @@ def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
         (["--executor", "slurm", "--slurm-local", "--gpus-per-cell", "1.5"], "or 1/k of one to share it"),
         (["--executor", "slurm"], "sbatch and srun are not on this machine's PATH"),
         (["--executor", "slurm", "--slurm-local", "--slurm-option", "mem"], "--slurm-option 'mem': expected KEY=VALUE"),
-        (["--executor", "dask"], "'dask' is not one of 'local', 'ray', 'slurm'"),
+        (["--executor", "dask"], "no executor named 'dask' is registered; valid executors: local, ray, slurm"),
     ],
 )
 def test_executor_options_are_checked_before_anything_runs(args, message, monkeypatch, tmp_path):
@@ -458,7 +457,7 @@ def test_executor_options_are_checked_before_anything_runs(args, message, monkey
 
 def open_cell(uri: str, config: RunConfig) -> str:
     """A child run as the sweep leaves it for a remote worker: SCHEDULED, its config logged."""
-    from initmem_core.sweep.executors.base import CellOutcome
+    from initmem_core.sweep.executor import CellOutcome
     from initmem_core.sweep.launch import NoSweepProgress, _Sweep
 
     sweep = _Sweep("unit", uri, "initmem", NoSweepProgress(), None)

@@ -16,10 +16,11 @@ import pytest
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.sweep.executors import placement
-from initmem_core.sweep.executors.base import CellOutcome, CellTask, Job
-from initmem_core.sweep.executors.local import LocalExecutor
-from initmem_core.sweep.executors.placement import CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE, VISIBLE_DEVICES
+from initmem_core.sweep.executor import CellOutcome, Job
+from initmem_plugins.executors import placement
+from initmem_plugins.executors.local import LocalExecutor
+from initmem_plugins.executors.placement import CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE, VISIBLE_DEVICES
+from initmem_plugins.executors.remote_cell import CellTask
 
 CONFIG = RunConfig(data="digits", arch="resnet20", epochs=1, train_size=64, batch_size=32)
 
@@ -150,7 +151,7 @@ class FakeQueue:
 
 @pytest.mark.slow  # starts a process
 def test_local_gpu_workers_leave_a_users_device_alone(clean_gpu_env):
-    from initmem_core.sweep.executors.local import check_devices
+    from initmem_plugins.executors.local import check_devices
 
     executor = LocalExecutor(workers=2)
     for device in ("auto", "cpu", "cuda", "cuda:0"):
@@ -159,7 +160,7 @@ def test_local_gpu_workers_leave_a_users_device_alone(clean_gpu_env):
 
 
 def test_local_gpu_workers_refuse_a_cuda_index_they_cannot_see(clean_gpu_env):
-    from initmem_core.sweep.executors.local import check_devices
+    from initmem_plugins.executors.local import check_devices
 
     with pytest.raises(
         ConfigError,
@@ -212,7 +213,7 @@ class SlotWorkers:
 def test_local_cells_on_gpu_workers_keep_device_auto_and_go_to_their_slots_pool(clean_gpu_env):
     """Cells are handed to the pool of a free slot (whose worker keeps that slot's GPU), with
     their device left as it was: the worker's one visible GPU is cuda:0 there."""
-    from initmem_core.sweep.executors import local
+    from initmem_plugins.executors import local
 
     clean_gpu_env.setattr(placement, "installed_gpus", lambda: 2)
     clean_gpu_env.setattr(local, "_Workers", SlotWorkers)
@@ -269,8 +270,8 @@ def submitted_ray_tasks(ray, monkeypatch, gpus_per_cell: float, cells: list) -> 
     submission was (the function Ray would export, its options, its arguments)."""
     from ray.remote_function import RemoteFunction
 
-    from initmem_core.sweep.executors import ray_executor
-    from initmem_core.sweep.executors.ray_executor import RayExecutor
+    from initmem_plugins.executors import ray_executor
+    from initmem_plugins.executors.ray_executor import RayExecutor
 
     submitted, waited = [], []
     # no server at FakeSweep.uri: the hand-out's health wait would take its full 120 s per cell
@@ -310,7 +311,7 @@ def test_ray_cpu_cells_may_reuse_workers_and_run_without_a_gpu(ray, monkeypatch)
 
 
 def test_a_ray_gpu_task_sees_only_the_gpus_ray_assigned_it(ray, clean_gpu_env):
-    from initmem_core.sweep.executors import ray_executor
+    from initmem_plugins.executors import ray_executor
 
     clean_gpu_env.setenv(VISIBLE_DEVICES, "0,1,2,3")  # what a reused or unconfigured worker may have
     clean_gpu_env.setattr(ray, "get_gpu_ids", lambda: ["2"])
@@ -338,7 +339,7 @@ def _submitit_for_slurm(request):
 
 
 def test_slurm_gpu_fractions_pack_cells_per_task():
-    from initmem_core.sweep.executors.slurm import cells_per_task
+    from initmem_plugins.executors.slurm import cells_per_task
 
     assert [cells_per_task(g) for g in (0, 1, 2, 0.5, 0.25, 0.125, 1 / 3, 0.333)] == [1, 1, 1, 2, 4, 8, 3, 3]
     for bad in (0.3, 0.4, 1.5):
@@ -379,7 +380,7 @@ class FakeSubmitit:
 
 
 def test_slurm_packs_gpu_sharing_cells_into_one_task_each_closed_with_its_own_result(tmp_path, monkeypatch):
-    from initmem_core.sweep.executors import slurm
+    from initmem_plugins.executors import slurm
 
     monkeypatch.setattr(slurm, "POLL_S", 0)
     executor = slurm.SlurmExecutor(tmp_path, gpus_per_cell=0.5, cpus_per_cell=2, local=True)
@@ -405,7 +406,7 @@ def test_slurm_packs_gpu_sharing_cells_into_one_task_each_closed_with_its_own_re
 
 
 def test_slurm_gpu_task_asks_for_one_gpu_and_the_cpus_of_all_its_cells(tmp_path):
-    from initmem_core.sweep.executors.slurm import SlurmExecutor
+    from initmem_plugins.executors.slurm import SlurmExecutor
 
     executor = SlurmExecutor(tmp_path, gpus_per_cell=0.25, cpus_per_cell=3, local=True)
     parameters = executor._submitit("sweep")._executor.parameters

@@ -263,7 +263,7 @@ def test_a_queue_process_killed_as_it_starts_is_said_in_one_line_and_leaves_no_s
     from multiprocessing.managers import SyncManager
 
     from initmem_core.errors import InitmemError
-    from initmem_core.sweep.executors import local
+    from initmem_plugins.executors import local
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(scratch.tempfile, "tempdir", None)
@@ -300,7 +300,7 @@ def ctrl_c_as_each_child_is_forked(monkeypatch, sweep_too: bool = False) -> list
 
 @linux_only
 def test_a_ctrl_c_as_a_worker_starts_waits_in_it_and_reaches_the_sweep_once_the_start_is_done(monkeypatch, capfd):
-    from initmem_core.sweep.executors import local
+    from initmem_plugins.executors import local
 
     forked = ctrl_c_as_each_child_is_forked(monkeypatch, sweep_too=True)
     process = local.QuietStartContext().Process(target=local.leave_ctrl_c_to_the_sweep)
@@ -315,7 +315,7 @@ def test_a_ctrl_c_as_a_worker_starts_waits_in_it_and_reaches_the_sweep_once_the_
 @pytest.mark.slow
 @linux_only
 def test_a_ctrl_c_while_the_workers_and_the_queue_process_start_prints_nothing_in_them(short_tmp, monkeypatch, capfd):
-    from initmem_core.sweep.executors import local
+    from initmem_plugins.executors import local
 
     monkeypatch.setenv("TMPDIR", str(short_tmp))  # the queue's socket path must fit AF_UNIX's 107 bytes
     monkeypatch.setattr(scratch.tempfile, "tempdir", None)
@@ -337,7 +337,7 @@ def test_a_ctrl_c_while_the_workers_and_the_queue_process_start_prints_nothing_i
 def test_workers_no_cell_needed_are_killed_not_waited_for_while_they_import_torch(short_tmp, monkeypatch):
     """A sweep ended before its first cell (a Ctrl-C as its workers start): its exit waited for each
     worker to finish importing torch, seconds during which they ignore Ctrl-C."""
-    from initmem_core.sweep.executors.local import LocalExecutor
+    from initmem_plugins.executors.local import LocalExecutor
 
     monkeypatch.setenv("TMPDIR", str(short_tmp))  # the queue's socket path must fit AF_UNIX's 107 bytes
     monkeypatch.setattr(scratch.tempfile, "tempdir", None)

@@ -35,6 +35,7 @@ RECORDS = (
     contracts.OptimizerInfo,
     contracts.ClaimInfo,
     contracts.FigureInfo,
+    contracts.ExecutorInfo,
 )
 #: The protocols an object a factory returns follows.
 RETURNED = (

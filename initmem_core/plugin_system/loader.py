@@ -1,8 +1,8 @@
 """Load plugins into a pluggy manager and collect what they register.
 
 Built-in plugins always load (from ``BUILTIN_PLUGINS``, so a source checkout works even when
-the installed entry-point metadata is stale), but for the paper's claims and presets
-(``OPTIONAL_BUILTINS``), which load from the source too but, like a third-party plugin, only when
+the installed entry-point metadata is stale), but for the paper's claims and presets and
+the sweep executors (``OPTIONAL_BUILTINS``), which load from the source too but, like a third-party plugin, only when
 ``INITMEM_LOAD_PLUGINS`` admits them. Third-party plugins load from the ``initmem``
 entry-point group, one at a time: a plugin that fails to import, has an invalid or misspelt
 hook, or raises while registering is skipped with a one-line warning, and everything else keeps
@@ -25,7 +25,7 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.contracts import ClaimInfo, DatasetInfo, FigureInfo, OptimizerInfo, Register
+from initmem_core.contracts import ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo, Register
 from initmem_core.errors import PluginLoadError, RunWarning
 from initmem_core.kinds import PLUGIN_KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
@@ -44,10 +44,13 @@ BUILTIN_PLUGINS = {
     "metrics": "initmem_plugins.metrics",
     "datasets": "initmem_plugins.datasets",
 }
-#: Built-in plugins that ``INITMEM_LOAD_PLUGINS`` may leave out: the paper's claims and presets.
-OPTIONAL_BUILTINS = {"claims": "initmem_plugins.claims"}
-#: The report's figures (matplotlib) are optional too: without them a report has its tables alone.
-OPTIONAL_BUILTINS["figures"] = "initmem_plugins.figures"
+#: Built-in plugins that ``INITMEM_LOAD_PLUGINS`` may leave out: the paper's claims and presets, and
+#: the sweep executors (local, ray, slurm).
+OPTIONAL_BUILTINS = {
+    "claims": "initmem_plugins.claims",
+    "executors": "initmem_plugins.executors",
+    "figures": "initmem_plugins.figures",  # matplotlib: without them a report has its tables alone
+}
 
 
 class PluginLoadWarning(UserWarning):
@@ -149,10 +152,15 @@ class _Loader:
     def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
         """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
         what a kind declares beside its factory becomes its record (``contracts.OptimizerInfo``,
-        ``contracts.ClaimInfo``, ``contracts.DatasetInfo``), an unknown keyword a ``TypeError`` (the
-        plugin fails to load)."""
-        records = {"optimizer": OptimizerInfo, "claim": ClaimInfo, "dataset": DatasetInfo}
-        records["figure"] = FigureInfo
+        ``contracts.ClaimInfo``, ``contracts.DatasetInfo``, ``contracts.ExecutorInfo``), an unknown
+        keyword a ``TypeError`` (the plugin fails to load)."""
+        records = {
+            "optimizer": OptimizerInfo,
+            "claim": ClaimInfo,
+            "dataset": DatasetInfo,
+            "executor": ExecutorInfo,
+            "figure": FigureInfo,
+        }
 
         def register(name: str, factory: Any, description: str = "", *, default: bool = False, **declared: Any) -> None:
             info = {kind: records[kind](**declared)} if kind in records else {}

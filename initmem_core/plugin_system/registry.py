@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.contracts import ClaimInfo, DatasetInfo, FigureInfo, OptimizerInfo
+from initmem_core.contracts import ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
 FAMILY_SUFFIX = ":*"
@@ -46,6 +46,8 @@ class ComponentSpec:
     dataset: DatasetInfo = DatasetInfo()
     #: Figures: their file name and warm-up (``contracts.FigureInfo``).
     figure: FigureInfo = FigureInfo()
+    #: Executors: the packages they need, how to install them, the options they take (``contracts.ExecutorInfo``).
+    executor: ExecutorInfo = ExecutorInfo()
 
     @property
     def is_family(self) -> bool:

@@ -9,8 +9,8 @@ cell whose config hash already has a FINISHED child is skipped, so a stopped swe
 by launching it again. A failing cell never stops the sweep: its child ends FAILED with a
 ``failure_reason`` tag and the result lists it.
 
-Where the cells run is the executor's business (``initmem_core.sweep.executors``: this machine, a Ray
-cluster, Slurm); all of the above is this module's, and the same whichever runs them.
+Where the cells run is the executor's business (``initmem_core.sweep.executor``, a plugin kind: this
+machine, a Ray cluster, Slurm); all of the above is this module's, and the same whichever runs them.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from initmem_core.report.description import description
 from initmem_core.report.figures import warm_up
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import Report
-from initmem_core.sweep.executors import Executor, make_executor
-from initmem_core.sweep.executors.base import CellOutcome, Job, check_store
+from initmem_core.sweep.executor import CellOutcome, Executor, Job, check_store, make_executor
 from initmem_core.sweep.grid import SweepPlan, SweepSpec, plan_sweep
 from initmem_core.sweep.identity import GridIdentity
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases, ChildRunWriter, table_tags
@@ -105,7 +104,7 @@ class SweepResult:
 
 class _Sweep:
     """One launch of a sweep: the parent run and its children. Implements the ``SweepCells``
-    an executor works with (``executors.base``)."""
+    an executor works with (``sweep.executor``)."""
 
     def __init__(
         self,
@@ -299,9 +298,9 @@ def run_sweep(
     (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file; every cell is validated before
     anything is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come
     from the installed entry points, and a calling script needs the usual
-    ``if __name__ == "__main__":`` guard. ``executor``: ``"local"``, ``"ray"`` or ``"slurm"``, or
-    one built with its options (``make_executor``); Ray and Slurm workers write to the store
-    themselves, so it must be a server.
+    ``if __name__ == "__main__":`` guard. ``executor``: a registered executor's name
+    (``"local"``, ``"ray"``, ``"slurm"``...), or one built with its options (``make_executor``);
+    Ray and Slurm workers write to the store themselves, so it must be a server.
 
     A cell that diverged in an earlier launch is final, like a finished one, unless
     ``retry_failed`` (cells that failed otherwise run again on every launch). ``system_metrics``:
@@ -311,8 +310,8 @@ def run_sweep(
     registry = registry or get_registry()
     plan = spec if isinstance(spec, SweepPlan) else plan_sweep(spec, name=name, out=out, registry=registry)
     if isinstance(executor, str):
-        options: dict[str, dict[str, Any]] = {"local": {"workers": workers}, "slurm": {"folder": plan.out / "slurm"}}
-        executor = make_executor(executor, **options.get(executor, {}))
+        options: dict[str, Any] = {"workers": workers} if workers != 1 else {}
+        executor = make_executor(executor, folder=plan.out / executor, registry=registry, **options)
     elif workers != 1:
         raise ConfigError(
             f"--workers is for --executor local; {executor.name} runs as many cells at once as its resources allow"

@@ -45,9 +45,9 @@ LEASES_FOLDER = "initmem-leases"
 class CellLeases:
     """Which cells this sweep process owns: an exclusive lock per config hash, in
     ``initmem-leases/`` beside the store, held until the sweep ends. The kernel drops a lock
-    when its process dies, however it dies, and the sweep's workers die with it (see
-    ``executors.local.die_with_parent``), so a lock that is held means a live owner: a relaunch
-    leaves that cell alone rather than run or resume it a second time."""
+    when its process dies, however it dies, and the sweep's workers die with it (see the local
+    executor's ``die_with_parent``), so a lock that is held means a live owner: a relaunch leaves
+    that cell alone rather than run or resume it a second time."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)

@@ -65,7 +65,7 @@ def _python_handles_ctrl_c() -> bool:
 @contextlib.contextmanager
 def ctrl_c_held() -> Iterator[None]:
     """A Ctrl-C inside is held until the block is done, then raised: while a worker is spawned
-    it would leave the start half-done (``sweep.executors.local``). For blocks of milliseconds."""
+    it would leave the start half-done (the local executor's workers). For blocks of milliseconds."""
     if not _python_handles_ctrl_c():
         yield
         return

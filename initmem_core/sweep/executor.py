@@ -2,23 +2,32 @@
 the ``SweepCells`` the sweep offers it. The sweep keeps everything else, whichever executor runs
 the cells: the parent run, one child run per cell, skipping cells done before, the progress
 display and the report.
+
+Executors are plugins (``hookspecs.initmem_register_executors``; the built-in local, ray and slurm
+are ``initmem_plugins.executors``): ``make_executor`` looks one up by name and builds it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib.util
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from initmem_core.config import RunConfig
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, UnknownComponentError, did_you_mean
+from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.cells import PROGRESS_CALLS
 from initmem_core.vocabulary import FAILED
 
 if TYPE_CHECKING:
     from initmem_core.tracking.cells import ChildRunWriter
+
+#: The kind executors register as (``kinds.REPORT_KINDS``).
+EXECUTOR = "executor"
 
 
 @dataclass
@@ -82,8 +91,8 @@ class SweepCells(Protocol):
 
 
 class Executor:
-    """What every executor is; ``LocalExecutor``, ``RayExecutor`` and ``SlurmExecutor`` derive
-    from it. Only ``run`` must be given: ``start``, ``stop`` and ``pin`` have defaults."""
+    """What every executor is (what ``contracts.ExecutorFactory`` returns); the built-in ones
+    derive from it. Only ``run`` must be given: ``start``, ``stop`` and ``pin`` have defaults."""
 
     name: str
     #: Workers write to the tracking store themselves, from other machines: it must be a server.
@@ -108,16 +117,6 @@ class Executor:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
-class CellTask:
-    """All a remote worker gets: the cell's config and the child run to write it into."""
-
-    config: RunConfig
-    run_id: str
-    uri: str
-    experiment: str
-
-
 def check_store(executor: Executor, uri: str) -> None:
     """A remote executor's workers cannot write to a SQLite file or a folder on this machine."""
     if executor.remote and urlparse(uri).scheme in ("", "file", "sqlite"):
@@ -128,46 +127,55 @@ def check_store(executor: Executor, uri: str) -> None:
         )
 
 
-def fit_to_request(config: RunConfig, cpus: float, gpus: float) -> RunConfig:
-    """A cell uses what it asked the scheduler for: torch's threads as its CPUs, and no GPU if it
-    asked for none (Ray leaves every GPU visible to a task that asked for none: ``auto`` would
-    take one that another cell holds).
-    Only knobs left at their defaults change, and neither is part of the config hash."""
-    changes: dict[str, Any] = {}
-    if config.threads == 0:
-        changes["threads"] = max(1, int(cpus))
-    if config.device == "auto" and gpus == 0:
-        changes["device"] = "cpu"
-    return config.replace(**changes) if changes else config
-
-
 def replay_progress(job: Job, call: str, args: Any) -> None:
     """A progress event a worker sent (see ``tracking.cells.QueueProgress``), onto the cell's bar."""
     if job.progress is not None and call in PROGRESS_CALLS:
         getattr(job.progress, call)(*args)
 
 
-class RetriedCellProgress:
-    """A cell's progress bar across attempts. A retried (Ray) or requeued (Slurm) cell starts
-    its training over, or resumes it from a checkpoint: the bar neither goes back nor counts a
-    step twice; it moves again once the new attempt passes where the last one got."""
+def make_executor(
+    name: str,
+    *,
+    folder: str | Path | None = None,
+    registry: Registry | None = None,
+    flags: Mapping[str, str] | None = None,
+    **options: Any,
+) -> Executor:
+    """``make_executor("ray", address="auto", gpus_per_cell=0.5)``: the registered executor, built
+    with ``options`` (those it declares: ``contracts.ExecutorInfo``) and ``folder``, its own in the
+    sweep's output. Refused in one line: a name nobody registered, an option it does not take
+    (``flags``: how the user spelled each option, e.g. ``--ray-address``), a package it needs that
+    is not installed."""
+    registry = registry or get_registry()
+    try:
+        spec, variant = registry.lookup(EXECUTOR, name)
+    except UnknownComponentError:
+        names = registry.names(EXECUTOR)
+        valid = ", ".join(names) if names else "none (the plugin 'executors' has local, ray and slurm)"
+        raise ConfigError(
+            f"--executor: no executor named '{name}' is registered{did_you_mean(name, names)}; valid executors: {valid}"
+        ) from None
+    spelled = dict(flags or {})
+    for option in options:
+        if option not in spec.executor.options:
+            takers = [s.name for s in registry.components[EXECUTOR].values() if option in s.executor.options]
+            takes = ", ".join(spelled.get(o, o) for o in spec.executor.options) or "none"
+            raise ConfigError(
+                f"{spelled.get(option, option)} is for --executor {' or '.join(takers)}, not {name}"
+                if takers
+                else f"--executor {name} takes no option {spelled.get(option, option)}; its options: {takes}"
+            )
+    missing = [package for package in spec.executor.needs if not _installed(package)]
+    if missing:
+        install = f": {spec.executor.install}" if spec.executor.install else ""
+        raise ConfigError(f"--executor {name} needs {', '.join(missing)}, which is not installed{install}")
+    if folder is not None:
+        options["folder"] = Path(folder)
+    return spec.build(variant, **options)
 
-    def __init__(self, bar: Any):
-        self.bar = bar
-        self.started = False
-        self.shown = self.done = 0  # steps on the bar; steps of the current attempt
 
-    def start(self, epochs: int, steps_per_epoch: int) -> None:
-        if not self.started:
-            self.bar.start(epochs, steps_per_epoch)
-            self.started = True
-        self.done = 0
-
-    def advance(self, steps: int) -> None:
-        self.done += steps
-        if self.done > self.shown:
-            self.bar.advance(self.done - self.shown)
-            self.shown = self.done
-
-    def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
-        self.bar.epoch_done(epoch, metrics)
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a module without a spec
+        return False

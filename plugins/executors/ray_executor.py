@@ -19,20 +19,18 @@ import time
 from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError
-from initmem_core.sweep.executors.base import (
-    CellTask,
-    Executor,
-    Job,
-    RetriedCellProgress,
-    SweepCells,
-    fit_to_request,
-    replay_progress,
-)
-from initmem_core.sweep.executors.placement import pin_process, process_environment
-from initmem_core.sweep.executors.remote_cell import run_remote_cell, wait_for_server
+from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress
 from initmem_core.tracking.cells import QueueProgress
 from initmem_core.tracking.client import store_must_answer
 from initmem_core.tracking.login import credentials_env, logged_in
+from initmem_plugins.executors.placement import pin_process, process_environment
+from initmem_plugins.executors.remote_cell import (
+    CellTask,
+    RetriedCellProgress,
+    fit_to_request,
+    run_remote_cell,
+    wait_for_server,
+)
 
 POLL_S = 0.2
 CLUSTER_CHECK_S = 10.0  # how often the sweep asks the head whether its cluster still exists

@@ -33,20 +33,12 @@ from typing import Any, cast
 import submitit
 
 from initmem_core.errors import ConfigError
-from initmem_core.sweep.executors.base import (
-    CellTask,
-    Executor,
-    Job,
-    RetriedCellProgress,
-    SweepCells,
-    fit_to_request,
-    replay_progress,
-)
-from initmem_core.sweep.executors.local import die_with_parent
-from initmem_core.sweep.executors.placement import pin_process, process_environment
-from initmem_core.sweep.executors.remote_cell import run_remote_cell
+from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress
 from initmem_core.tracking.cells import QueueProgress
 from initmem_core.vocabulary import FAILED
+from initmem_plugins.executors.local import die_with_parent
+from initmem_plugins.executors.placement import pin_process, process_environment
+from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, fit_to_request, run_remote_cell
 
 POLL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0  # a shared disk takes a line per cell every few seconds with ease
@@ -77,6 +69,16 @@ class ProgressFile:
         complete = data[: data.rfind(b"\n") + 1]
         self.offset += len(complete)
         return [json.loads(line) for line in complete.splitlines()]
+
+
+def sbatch_options(items: list[str]) -> dict[str, str]:
+    options = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not (key.strip() and equals):
+            raise ConfigError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. account=myproject or mem=32G")
+        options[key.strip()] = value.strip()
+    return options
 
 
 def run_slurm_cell(task: CellTask, progress_path: str) -> tuple[str, str]:
@@ -178,7 +180,7 @@ class SlurmExecutor(Executor):
         cpus_per_cell: float = 1.0,
         gpus_per_cell: float = 0.0,
         local: bool = False,
-        options: Mapping[str, str] | None = None,
+        options: Mapping[str, str] | list[str] | None = None,
     ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or time_min < 1:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell 0 or more, --slurm-time 1 or more")
@@ -190,7 +192,8 @@ class SlurmExecutor(Executor):
             )
         self.folder, self.partition, self.time_min = Path(folder), partition, time_min
         self.cpus, self.gpus, self.local = cpus_per_cell, gpus_per_cell, local
-        self.options = dict(options or {})  # any other sbatch option: account, qos, mem, constraint...
+        # any other sbatch option: account, qos, mem, constraint... (``KEY=VALUE`` items: --slurm-option)
+        self.options = sbatch_options(options) if isinstance(options, list) else dict(options or {})
 
     def _submitit(self, sweep_name: str) -> submitit.AutoExecutor:
         executor = submitit.AutoExecutor(self.folder / "%j", cluster="local" if self.local else "slurm")

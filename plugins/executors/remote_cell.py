@@ -9,15 +9,66 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
-from initmem_core.sweep.executors.base import CellTask, run_cell
+from initmem_core.config import RunConfig
+from initmem_core.sweep.executor import run_cell
 from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
 from initmem_core.training.plan import checkpoint_folder
 from initmem_core.training.resume import find_resumable
 from initmem_core.vocabulary import FINISHED
 
 STORE_WAIT_S = 120.0  # how long a cell waits at its start for a tracking server that is restarting
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """All a remote worker gets: the cell's config and the child run to write it into."""
+
+    config: RunConfig
+    run_id: str
+    uri: str
+    experiment: str
+
+
+def fit_to_request(config: RunConfig, cpus: float, gpus: float) -> RunConfig:
+    """A cell uses what it asked the scheduler for: torch's threads as its CPUs, and no GPU if it
+    asked for none (Ray leaves every GPU visible to a task that asked for none: ``auto`` would
+    take one that another cell holds).
+    Only knobs left at their defaults change, and neither is part of the config hash."""
+    changes: dict[str, Any] = {}
+    if config.threads == 0:
+        changes["threads"] = max(1, int(cpus))
+    if config.device == "auto" and gpus == 0:
+        changes["device"] = "cpu"
+    return config.replace(**changes) if changes else config
+
+
+class RetriedCellProgress:
+    """A cell's progress bar across attempts. A retried (Ray) or requeued (Slurm) cell starts
+    its training over, or resumes it from a checkpoint: the bar neither goes back nor counts a
+    step twice; it moves again once the new attempt passes where the last one got."""
+
+    def __init__(self, bar: Any):
+        self.bar = bar
+        self.started = False
+        self.shown = self.done = 0  # steps on the bar; steps of the current attempt
+
+    def start(self, epochs: int, steps_per_epoch: int) -> None:
+        if not self.started:
+            self.bar.start(epochs, steps_per_epoch)
+            self.started = True
+        self.done = 0
+
+    def advance(self, steps: int) -> None:
+        self.done += steps
+        if self.done > self.shown:
+            self.bar.advance(self.done - self.shown)
+            self.shown = self.done
+
+    def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
+        self.bar.epoch_done(epoch, metrics)
 
 
 def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
