@@ -289,3 +289,46 @@ def test_a_cell_waits_for_a_restarting_server_before_it_starts(monkeypatch):
 
     monkeypatch.setattr(remote_cell.urllib.request, "urlopen", lambda url, timeout: (_ for _ in ()).throw(OSError()))
     remote_cell.wait_for_server("http://127.0.0.1:5000", wait_s=0.0)  # down for good: gives up, says nothing
+
+
+def test_a_cell_asks_again_when_the_server_goes_down_after_its_health_check(monkeypatch):
+    """The many-writers run: a cell whose server went down between the health check and its first
+    requests (or whose PostgreSQL was down behind a healthy MLflow) failed "cannot be reached";
+    3 of 10 launches lost a cell that way. Its opening requests are now asked again."""
+    from initmem_core.config import RunConfig
+    from initmem_core.errors import ConfigError
+    from initmem_plugins.executors import remote_cell
+
+    down = ConfigError("tracking store http://127.0.0.1:5000 cannot be reached: 503 Service Unavailable; check it")
+    outcomes: list = [down, down]
+    begun, waits, slept = [], [], []
+
+    class Writer:
+        finished = False
+
+        def __init__(self, uri, experiment, run_id):
+            if outcomes:
+                raise outcomes.pop(0)
+
+        def begin_attempt(self):
+            begun.append(True)
+
+    now = [0.0]
+    monkeypatch.setattr(remote_cell, "ServerCellWriter", Writer)
+    monkeypatch.setattr(remote_cell, "wait_for_server", lambda uri, wait_s: waits.append(wait_s))
+    monkeypatch.setattr(remote_cell.time, "sleep", lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
+    monkeypatch.setattr(remote_cell.time, "monotonic", lambda: now[0])
+    task = remote_cell.CellTask(config=RunConfig(), run_id="r", uri="http://127.0.0.1:5000", experiment="e")
+
+    assert isinstance(remote_cell.open_attempt(task, wait_s=60.0), Writer)
+    assert begun == [True] and slept == [2.0, 2.0] and waits == [60.0, 58.0, 56.0]  # each wait within the 60 s
+
+    outcomes[:] = [ConfigError("tracking server http://127.0.0.1:5000 refused the credentials (...)")]
+    with pytest.raises(ConfigError, match="refused"):  # not the server's restart: at once
+        remote_cell.open_attempt(task, wait_s=60.0)
+    assert len(slept) == 2
+
+    outcomes[:] = [down] * 100  # down for good: the cell fails as before, once its wait is spent
+    with pytest.raises(ConfigError, match="cannot be reached"):
+        remote_cell.open_attempt(task, wait_s=10.0)
+    assert len(slept) == 2 + 5

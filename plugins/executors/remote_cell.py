@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from initmem_core.config import RunConfig
+from initmem_core.errors import ConfigError
 from initmem_core.sweep.executor import run_cell
 from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
 from initmem_core.training.plan import checkpoint_folder
@@ -93,15 +94,32 @@ def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
         time.sleep(2.0)
 
 
+def open_attempt(task: CellTask, wait_s: float = STORE_WAIT_S) -> ServerCellWriter:
+    """The cell's writer, its attempt begun unless an earlier one finished the run. The server may
+    go down between its health check and these first requests (a restart; or PostgreSQL down
+    behind an MLflow whose ``/health`` still answers): "cannot be reached" then means wait and ask
+    again, ``wait_s`` in all, as at the start. Anything else (a refused login) fails at once."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        wait_for_server(task.uri, max(0.0, deadline - time.monotonic()))
+        try:
+            writer = ServerCellWriter(task.uri, task.experiment, task.run_id)
+            if not writer.finished:
+                writer.begin_attempt()
+            return writer
+        except ConfigError as error:
+            if "cannot be reached" not in str(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(2.0)
+
+
 def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     """Run one cell; returns (status, error). The run's status is in the store either way: a
     cell that raises is FAILED there, with its reason, as with the local executor."""
     quiet_run_links()
-    wait_for_server(task.uri)
-    writer = ServerCellWriter(task.uri, task.experiment, task.run_id)
+    writer = open_attempt(task)
     if writer.finished:  # an earlier attempt finished, and its worker died before it could say so
         return FINISHED, ""
-    writer.begin_attempt()
     # This node's checkpoint folder: a shared --checkpoint-dir, else beside the store as seen here.
     point = find_resumable(checkpoint_folder(task.config, task.config.config_hash(), writer.uri))
     resume = point is not None and point.run_id == task.run_id  # else a checkpoint of another launch
