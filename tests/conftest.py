@@ -38,11 +38,35 @@ def expected_seconds(item: pytest.Item) -> float:
     return 0.0 if marker is None else float(marker.kwargs.get("seconds", 2))
 
 
+#: Module-scoped fixtures cheap enough to build on each worker that runs a test of their module.
+CHEAP_MODULE_FIXTURES = frozenset({"registry"})
+
+
+def shares_a_module_fixture(item: pytest.Item) -> bool:
+    fixtures = getattr(item, "_fixtureinfo", None)
+    return fixtures is not None and any(
+        definitions[-1].scope == "module" and name not in CHEAP_MODULE_FIXTURES
+        for name, definitions in fixtures.name2fixturedefs.items()
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first (a stable sort: each file's order stands within a group). Under ``-n 2 --dist
-    load --maxschedchunk 1`` (CI, the README) a worker takes the next test as it ends one, so the
-    few long tests start at once, side by side, and the session ends on short ones."""
-    items.sort(key=expected_seconds, reverse=True)
+    """Longest first, by unit: a test alone, or every test of a module whose tests share a
+    module-scoped fixture (a sweep, a server, a pip install), kept together in the file's order and
+    marked ``xdist_group`` so that one worker builds that fixture once. Under ``-n 2 --dist
+    loadgroup`` (pyproject's addopts; CI, the README) a worker takes the next unit as it ends one,
+    so the long ones start at once, side by side, and the session ends on short tests."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if shares_a_module_fixture(item):
+            group = item.path.stem  # xdist shows it after the test's id: test_x.py::test_y@test_x
+            item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = item.nodeid
+        units.setdefault(group, []).append(item)
+    ordered = sorted(units.values(), key=lambda unit: sum(map(expected_seconds, unit)), reverse=True)
+    items[:] = [item for unit in ordered for item in unit]
 
 
 def process_state() -> dict[str, object]:

@@ -3,7 +3,7 @@ of their own) and then read what it wrote. ``run_command`` runs it in its own se
 command that runs over its time ends whole, servers and subprocesses with it.
 
 They are marked ``slow(seconds=...)``: conftest.py starts the longest tests first, so that under
-``-n 2 --dist load --maxschedchunk 1`` none of them queues behind the short ones at the end."""
+``-n 2 --dist loadgroup`` none of them queues behind the short ones at the end."""
 
 from __future__ import annotations
 

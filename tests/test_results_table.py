@@ -91,12 +91,12 @@ def number_problems(page: str, paths: list[Path]) -> list[str]:
     return problems
 
 
-@pytest.mark.slow  # draws three sweeps' plots
 def paper_check(folder: Path, *args: str) -> subprocess.CompletedProcess:
     """``python -m benchmarks.paper_check ARGS`` run in ``folder``, as a user runs it."""
     return run_command(benchmark("paper_check", *args), folder, timeout_s=600)
 
 
+@pytest.mark.slow(seconds=35)  # draws three sweeps' plots
 def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path):
     docs = tmp_path / "docs"
     paths = fixture_exports(docs / "results")
@@ -149,7 +149,7 @@ def test_a_bad_export_stops_paper_check_in_one_line(tmp_path):
     assert not (tmp_path / "RESULTS.md").exists()
 
 
-@pytest.mark.slow  # evaluates every committed export
+@pytest.mark.slow(seconds=20)  # evaluates every committed export
 def test_the_results_page_table_is_what_the_committed_exports_give():
     paths = sorted((DOCS / "results").glob("*.json.gz"))
     confirmatory = sorted((DOCS / "results" / "confirmatory").glob("*.json.gz"))

@@ -153,7 +153,7 @@ def test_a_database_whose_lock_outlasts_sqlites_wait_is_said_to_be_busy_not_unre
     assert "\n" not in str(said.value)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=13)
 def test_two_sweeps_started_together_on_an_empty_folder_both_finish(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # Different cells: two sweeps on one cell would rightly leave it to whichever leased it first.

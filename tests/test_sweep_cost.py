@@ -110,7 +110,7 @@ def test_the_dry_run_states_the_estimated_time():
     assert "estimated on a GPU:" in result.stdout
 
 
-@pytest.mark.slow  # a real 2-cell digits sweep, and the dry run's measurement beside it (~20 s)
+@pytest.mark.slow(seconds=13)  # a real 2-cell digits sweep, and the dry run's measurement beside it (~20 s)
 def test_the_estimate_is_within_twice_a_measured_small_sweep(tracking_uri, tmp_path, monkeypatch):
     """The dry run's estimate (training and evaluation, on this machine, now) against the cells'
     own durations in the store (from start to end of each run: data, model, training, every

@@ -216,7 +216,7 @@ def test_a_ctrl_c_while_the_sweep_imports_mlflow_ends_it_in_one_line(tracking_ur
     assert children(tracking_uri, "import") == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=35)  # a sweep killed, then relaunched
 @linux_only
 def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finishes_each_cell_once(
     tracking_uri, tmp_path
@@ -239,7 +239,7 @@ def test_a_killed_queue_process_ends_the_sweep_in_one_line_and_a_relaunch_finish
     assert sorted(run.info.status for run in children(tracking_uri, "queue")) == ["FINISHED"] * 2
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 @linux_only
 def test_a_sigkilled_sweep_leaves_nothing_in_tmpdir_once_relaunched(tracking_uri, tmp_path, short_tmp):
     temp = short_tmp  # short: in a long TMPDIR multiprocessing keeps its own socket folder (pymp-*), below
@@ -451,7 +451,7 @@ def build_nan_sgd(model, config):
     return NanSgd(model.parameters(), lr=0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=11)
 def test_a_diverged_cell_is_final_unless_retried(tracking_uri, tmp_path):
     registry = load_registry(entry_points=False, extra_plugins=[("nan", NanAfterFirstStep())])
     grid = {"opt": ["nan-sgd", "sgd"], **TINY}
@@ -473,11 +473,13 @@ def test_a_diverged_cell_is_final_unless_retried(tracking_uri, tmp_path):
 # -- a killed sweep's workers die with it -----------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=45)  # three launches of a 4-cell sweep
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
 def test_no_worker_outlives_a_killed_sweep_and_a_relaunch_runs_each_cell_once(tracking_uri, tmp_path):
     command = sweep_command(tracking_uri, "orphans", "--workers", "2", "--out", str(tmp_path / "out"))
-    command[command.index("--epochs") + 1] = "15"  # long enough to be killed mid-cell
+    # Long enough to be killed mid-cell: the kill comes as the workers take their first cells,
+    # before they train (15 epochs cost the relaunch and the reference 20 s more for nothing).
+    command[command.index("--epochs") + 1] = "6"
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while len(children(tracking_uri, "orphans")) < 2:  # both workers have a cell

@@ -15,9 +15,9 @@ from initmem_core.config import RunConfig
 from initmem_core.training.plan import plan_run
 from tests.cli_processes import children, cli_args, history, initmem_command, stored_runs
 
-pytestmark = pytest.mark.slow  # kills and relaunches a real sweep
+pytestmark = pytest.mark.slow(seconds=30)  # kills and relaunches a real sweep
 
-CELL = dict(epochs=10, train_size=256, batch_size=16, threads=1, eval_batch_size=512)
+CELL = dict(epochs=10, train_size=128, batch_size=16, threads=1, eval_batch_size=512)
 ARGS = ["--sigma", "0.5,2", *cli_args(CELL), "--name", "resumable"]
 
 

@@ -219,7 +219,7 @@ def fill_up(filler, patience_s: float = 1.0) -> None:
             time.sleep(0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=18)
 def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(
     tmp_path, small_disk, store_in, _empty_store
 ):

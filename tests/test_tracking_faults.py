@@ -126,7 +126,7 @@ class LockForFirstLog:
             self.connection.execute("ROLLBACK")
 
 
-@pytest.mark.slow  # holds the database lock for seconds
+@pytest.mark.slow(seconds=12)  # holds the database lock for seconds
 def test_a_locked_sqlite_store_does_not_stop_training(tracking_uri):
     lock = LockForFirstLog(tracking_uri[len("sqlite:///") :])
     with pytest.warns(RunWarning, match="database is locked"):

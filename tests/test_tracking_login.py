@@ -260,7 +260,7 @@ def app():
     return initmem
 
 
-@pytest.mark.slow  # a real login server
+@pytest.mark.slow(seconds=25)  # a real login server
 def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, as_user, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(
@@ -300,7 +300,7 @@ def test_local_workers_land_runs_and_report_and_ui_work_with_the_login(server, a
     assert_one_refusal_line(refused.stderr, PASSWORD)
 
 
-@pytest.mark.slow  # a real login server
+@pytest.mark.slow(seconds=30)  # a real login server
 def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_user, tmp_path):
     result = runner.invoke(
         app(),
@@ -327,7 +327,7 @@ def test_slurm_jobs_get_the_login_through_submitits_local_executor(server, as_us
     assert PASSWORD not in result.output
 
 
-@pytest.mark.slow  # a real login server
+@pytest.mark.slow(seconds=30)  # a real login server
 def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server, as_user, tmp_path):
     """The admin changes the user's password while ``initmem run`` trains: the run goes on, what
     the server refuses waits in initmem-unsynced/, and ``initmem sync`` with the new password

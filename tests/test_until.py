@@ -314,7 +314,7 @@ def test_a_run_trains_the_planned_epochs_and_ends_on_the_planned_clocks(values):
     assert tracker.params["until"] == config.until and tracker.params["epochs"] == 200  # the cap, as given
 
 
-@pytest.mark.slow  # 1003 steps of ResNet-20 on digits through the CLI, about half a minute here
+@pytest.mark.slow(seconds=35)  # 1003 steps of ResNet-20 on digits through the CLI, about half a minute here
 def test_the_issues_acceptance_command_runs_the_fewest_epochs(tmp_path):
     result = runner.invoke(
         app,

@@ -365,16 +365,9 @@ def rank_correlation(sweep: Sweep, groups: list[Group], clock: str, label: str) 
     """Spearman's rho of each group's ``clock`` and its debiased spread, claimed *below* zero (as a
     quantity above zero: −rho), its interval from each group's spread drawn from its t distribution."""
     import numpy as np
-    from scipy import stats
 
-    clocks = [getattr(g.summary, clock) for g in groups]
-
-    def rho(spreads: Any) -> float:
-        if len(set(clocks)) < 2 or len(set(np.round(spreads, 12))) < 2 or np.isnan(spreads).any():
-            return math.nan
-        return float(stats.spearmanr(clocks, spreads).statistic)  # average ranks for ties
-
-    observed = rho(np.array([g.summary.debiased_spread for g in groups]))
+    clocks = np.array([getattr(g.summary, clock) for g in groups], dtype=float)
+    observed = float(spearman_rhos(clocks, np.array([[g.summary.debiased_spread] for g in groups]))[0])
     estimates = [sweep.report.estimates[g.summary.group] for g in groups]
     if any(not e.decided for e in estimates):
         return Quantity(label, -observed, math.nan, math.nan, "", SEEDS_ONLY, "a group has too few seeds", True)
@@ -382,7 +375,7 @@ def rank_correlation(sweep: Sweep, groups: list[Group], clock: str, label: str) 
     draws = np.stack(
         [e.estimate + e.se * rng.standard_t(e.df if math.isfinite(e.df) else 1e9, CLOCK_DRAWS) for e in estimates]
     )
-    rhos = [rho(draws[:, b]) for b in range(CLOCK_DRAWS)]
+    rhos = spearman_rhos(clocks, draws).tolist()
 
     def at(level: float) -> tuple[float, float]:
         low, high = percentile_interval(rhos, level)
@@ -391,6 +384,27 @@ def rank_correlation(sweep: Sweep, groups: list[Group], clock: str, label: str) 
     low, high = at(LEVEL)
     scope = {e.interval_for for e in estimates}
     return Quantity(label, -observed, low, high, "", scope.pop() if len(scope) == 1 else SEEDS_ONLY, "", False, at)
+
+
+def spearman_rhos(clocks: Any, spreads: Any) -> Any:
+    """Spearman's rho (average ranks for ties) of ``clocks`` (one per group) with each column of
+    ``spreads`` (groups x draws), computed as ``scipy.stats.spearmanr`` computes it, for all the
+    draws at once (one call per draw cost the report seconds); nan where either side is constant
+    or a spread is nan."""
+    import numpy as np
+    from scipy import stats
+
+    n = len(clocks)
+    columns = np.asarray(spreads, dtype=float).reshape(n, -1)
+    x = stats.rankdata(clocks)
+    y = stats.rankdata(columns, axis=0)
+    x, y = x - x.mean(), y - y.mean(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # np.corrcoef's steps: the covariance over each standard deviation in turn, clipped to [-1, 1]
+        rho = np.clip((x @ y / (n - 1)) / np.sqrt((y * y).sum(axis=0) / (n - 1)) / np.sqrt(x @ x / (n - 1)), -1, 1)
+    rounded = np.round(columns, 12)
+    constant = (rounded == rounded[0]).all(axis=0) | (len(set(clocks.tolist())) < 2)
+    return np.where(constant | np.isnan(columns).any(axis=0), math.nan, rho)
 
 
 def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
