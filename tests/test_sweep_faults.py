@@ -140,7 +140,9 @@ def test_a_ctrl_c_while_the_workers_import_torch_ends_the_sweep_in_one_line(trac
     )
     os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
     output = process.communicate(timeout=120)[0]
-    assert process.returncode == 130, output
+    # 130, or killed by SIGINT after its one line (a shell's $? reads 130 either way): the exit -2 that
+    # docs/RELIABILITY.md lists as known, seen in about one launch in ten here (CI's run of 2026-12-05)
+    assert process.returncode in (130, -signal.SIGINT), output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
     assert output.strip().splitlines()[-1].startswith("Error: interrupted; launch `initmem sweep ... --name early`")
 
