@@ -27,6 +27,7 @@ longest time none was), and every cell must hold one FINISHED run with each epoc
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import pwd
 import signal
@@ -87,6 +88,8 @@ class Postgres:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
         if not found:
             raise SystemExit("error: PostgreSQL is not installed: apt-get install postgresql")
+        if importlib.util.find_spec("psycopg2") is None:  # the MLflow server's driver, and the probe's
+            raise SystemExit("error: the PostgreSQL mode needs psycopg2: pip install psycopg2-binary")
         self.bin, self.folder, self.port = Path(found[-1]).parent, folder, free_port()
         self.data, self.as_owner = folder / "pgdata", []
         folder.mkdir()
