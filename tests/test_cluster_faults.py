@@ -332,3 +332,22 @@ def test_a_cell_asks_again_when_the_server_goes_down_after_its_health_check(monk
     with pytest.raises(ConfigError, match="cannot be reached"):
         remote_cell.open_attempt(task, wait_s=10.0)
     assert len(slept) == 2 + 5
+
+
+def test_a_cells_progress_whose_start_was_lost_moves_no_bar_and_ends_nothing():
+    """The cluster soak (seed 11, 2026-12-05): a killed node took a cell's start event with it, and
+    the next `advance` reached a bar never added to the display: a KeyError traceback ended the sweep."""
+    from rich.progress import Progress
+
+    from initmem_cli.sweep_progress import CellBar
+    from initmem_plugins.executors.remote_cell import RetriedCellProgress
+
+    display = Progress()
+    progress = RetriedCellProgress(CellBar(display, "cell"))
+    progress.advance(5)  # was: KeyError from rich, the task never added
+    progress.epoch_done(1, {"train_acc": 0.5, "val_acc": 0.5})
+    assert display.tasks == []
+    progress.start(2, 10)  # the next attempt's start arrives: the bar appears and moves from there
+    progress.advance(3)
+    (task,) = display.tasks
+    assert task.completed == 3 and task.total == 20

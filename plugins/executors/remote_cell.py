@@ -63,13 +63,16 @@ class RetriedCellProgress:
         self.done = 0
 
     def advance(self, steps: int) -> None:
+        if not self.started:  # the start event was lost (a killed node's queue): no bar to move yet
+            return
         self.done += steps
         if self.done > self.shown:
             self.bar.advance(self.done - self.shown)
             self.shown = self.done
 
     def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
-        self.bar.epoch_done(epoch, metrics)
+        if self.started:
+            self.bar.epoch_done(epoch, metrics)
 
 
 def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
