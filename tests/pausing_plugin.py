@@ -2,15 +2,17 @@
 
 With ``INITMEM_TEST_PAUSE_FILE`` set to a path, the first cell to reach its 5th optimizer step
 (the first step of epoch 2 at 4 steps per epoch: epoch 1 is logged and checkpointed) creates that
-file, writes its process id into it and waits there, for a test to kill or signal it. Every later
-cell, and every later attempt of that cell, finds the file and goes on: each test run pauses once.
-Without the variable it never pauses, and computes exactly what ``sgd`` computes.
+file, waits for epoch 1's checkpoint to be on disk, writes its process id into the file and waits
+there, for a test to kill or signal it. Every later cell, and every later attempt of that cell,
+finds the file and goes on: each test run pauses once. Without the variable it never pauses, and
+computes exactly what ``sgd`` computes.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 
 from initmem_core import hookimpl
@@ -25,6 +27,11 @@ def _pause_once(path: str) -> None:
         handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:  # another cell, or an earlier attempt of this one, paused already
         return
+    # Epoch 1's checkpoint is written in the background: only once it is on disk may a test kill
+    # this process and expect the next attempt to resume from it (a slow disk lost that race).
+    for thread in threading.enumerate():
+        if thread.name.startswith("initmem-checkpoint-"):
+            thread.join()
     os.write(handle, str(os.getpid()).encode())
     os.close(handle)
     time.sleep(WAIT_S)
