@@ -102,9 +102,12 @@ def test_evaluation_under_bf16_autocast_is_within_half_a_point_of_fp32_on_digits
     built = setup.build_setup(plan)
     loop.train(built, lambda metrics, step: None)
     _, fp32_acc, _ = loop.evaluate_correct(built, "test")
-    bf16 = setup.TrainingSetup(
-        **{**vars(built), "plan": dataclasses.replace(plan, config=plan.config.replace(amp="bf16"))}
+    # The setup trains and evaluates by the plan's ``trains`` form of the config: both forms change.
+    bf16_plan = dataclasses.replace(
+        plan, config=plan.config.replace(amp="bf16"), trains=plan.trains.replace(amp="bf16")
     )
+    bf16 = setup.TrainingSetup(**{**vars(built), "plan": bf16_plan})
+    assert bf16.config.amp == "bf16" and built.config.amp != "bf16"
     _, bf16_acc, _ = loop.evaluate_correct(bf16, "test")
     assert 0.5 < fp32_acc  # a model that learnt something, so the comparison means something
     assert abs(bf16_acc - fp32_acc) <= 0.005
