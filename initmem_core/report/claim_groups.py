@@ -27,8 +27,6 @@ from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOC
 
 #: The settings a comparison of optimizers lets differ: the optimizer and its own settings.
 OPTIMIZER_AXIS = ("opt", "lr", "momentum", "weight_decay", "opt_arg")
-#: What a family of groups sharing a mechanism may differ in: the settings the clocks account for.
-FAMILY_FREE = ("lr", "batch_size", "momentum", "l2", "weight_decay", "epochs", "until")
 #: A family whose clock convention no record logged and no installed plugin declares.
 UNKNOWN_FAMILY = "unknown"
 

@@ -26,11 +26,6 @@ NAN = float("nan")
 MEMORIES = ("radial", "directional", "accuracy")
 #: The units a half-life is given in: epochs, then each clock.
 UNITS = ("epoch", *CLOCKS)
-MEMORY_LABELS = {
-    "radial": "radial memory (slope of log‖W‖ on log σ)",
-    "directional": "directional memory (mean cos(W, W0))",
-    "accuracy": "accuracy memory (debiased spread, pp)",
-}
 
 
 @dataclass
