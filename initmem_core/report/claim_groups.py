@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import InitmemError
-from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.inference import Matrix
-from initmem_core.report.memory import GroupSummary, Report, build_report
+from initmem_core.report.memory import GroupSummary, Report, build_report, cells_by_group
 from initmem_core.report.regime import CLOCK_THRESHOLDS
 from initmem_core.report.render import interval
 from initmem_core.tracking.records import CellRecord
@@ -199,11 +198,7 @@ def as_trained(config: RunConfig, cells: Iterable[CellRecord]) -> RunConfig:
 
 def read_sweep(records: Iterable[CellRecord]) -> Sweep:
     records = list(records)
-    report = build_report(records)
-    keys = group_keys(r.config for r in records)
-    cells: dict[str, list[CellRecord]] = {}
-    for record, key in zip(records, keys):
-        cells.setdefault(key, []).append(record)
+    report, cells = build_report(records), cells_by_group(records)
     groups = []
     for summary in report.groups:
         if math.isnan(summary.spread):  # did not train, or one sigma: nothing to compare

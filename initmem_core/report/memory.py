@@ -184,10 +184,6 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else NAN
 
 
-def _std(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else NAN
-
-
 def percentile_interval(samples: Any, level: float = 0.95) -> tuple[float, float]:
     """The percentile interval of bootstrap replicates, ignoring replicates that are nan."""
     import numpy as np
@@ -294,7 +290,7 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         runs=len(cells),
         failed=len(cells) - len(trained),
         test_acc=_mean(acc),
-        test_acc_std=_std(acc),
+        test_acc_std=statistics.stdev(acc) if len(acc) > 1 else NAN,
         **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
         tau_interp=mean_of("tau_interp", interpolated),
         never_interp=len(trained) - len(interpolated),
@@ -344,12 +340,18 @@ def _summary(
     )
 
 
-def build_report(records: Iterable[CellRecord]) -> Report:
-    records = list(records)
-    fields = group_fields(r.config for r in records)
+def cells_by_group(records: list[CellRecord]) -> dict[str, list[CellRecord]]:
+    """``records`` by their group's key (``groups.group_keys``), every cell, trained or not."""
     by_group: dict[str, list[CellRecord]] = {}
     for record, key in zip(records, group_keys(r.config for r in records)):
         by_group.setdefault(key, []).append(record)
+    return by_group
+
+
+def build_report(records: Iterable[CellRecord]) -> Report:
+    records = list(records)
+    fields = group_fields(r.config for r in records)
+    by_group = cells_by_group(records)
     groups, rows, curves = [], [], {}
     failures: list[Failure] = []
     accuracy: dict[str, Matrix] = {group: accuracy_matrix(cells) for group, cells in by_group.items()}

@@ -366,21 +366,19 @@ def finding_data(f: Finding) -> dict[str, Any]:
 # -- forgetting times (report/forgetting.py) ------------------------------------------------
 
 
-def horizon_text(half: HalfLife) -> str:
-    """What a memory that did not fall to half reached: the last epoch and its clocks."""
+def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
+    """A half-life in ``unit`` with its interval; without one, the last epoch and the clocks a memory
+    that did not fall to half reached."""
+    if half.reached:
+        return estimate(*half.value(unit))
+    if not (half.never or "horizon" in half.note):
+        return DASH
     clocks = ", ".join(
         f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}"
         for c in CLOCKS
         if not math.isnan(getattr(half, f"horizon_{c}"))
     )
     return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
-
-
-def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
-    """A half-life in ``unit`` with its interval, or what was reached when there is none."""
-    if not half.reached:
-        return horizon_text(half) if half.never or "horizon" in half.note else DASH
-    return estimate(*half.value(unit))
 
 
 FORGETTING_EXPLAINED = (
