@@ -52,7 +52,6 @@ def estimate(value: float, low: float, high: float, spec: str = ".3g") -> str:
 
 
 def markdown_table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> list[str]:
-    """A Markdown table's lines."""
     headers = list(headers)
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
@@ -345,7 +344,6 @@ def quantity_data(q: Quantity | None) -> dict[str, Any] | None:
 
 
 def finding_data(f: Finding) -> dict[str, Any]:
-    """One finding as JSON data."""
     return {
         "name": f.name,
         "claim": f.claim,

@@ -83,7 +83,6 @@ class Quantity:
 
     @property
     def verdict(self) -> str:
-        """This quantity's verdict on its own."""
         return verdict_of([self])
 
 
