@@ -18,7 +18,7 @@ from initmem_core.errors import InitmemError
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.inference import Matrix
 from initmem_core.report.memory import GroupSummary, Report, build_report, cells_by_group
-from initmem_core.report.regime import CLOCK_THRESHOLDS
+from initmem_core.report.regime import CLOCK_THRESHOLDS, last_epoch
 from initmem_core.report.render import interval
 from initmem_core.tracking.records import CellRecord
 from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
@@ -190,9 +190,7 @@ def as_trained(config: RunConfig, cells: Iterable[CellRecord]) -> RunConfig:
     (the last epoch of the trained cells' histories) in place of the target and its cap."""
     if not config.until:
         return config
-    last = [
-        max(epoch for epoch, _ in history) for c in cells if c.trained for history in c.histories.values() if history
-    ]
+    last = [last_epoch(c) for c in cells if c.trained and any(c.histories.values())]
     return config.replace(epochs=max(last), until="") if last else config
 
 

@@ -205,16 +205,16 @@ def test_set_of(cell: CellRecord) -> tuple:
     return cell.config.data, cell.config.data_seed, "whole split" if whole else cell.config.eval_size
 
 
-def accuracy_matrix(cells: Iterable[CellRecord], metric: str = BEST_VAL_TEST_ACC) -> AccuracyTable:
-    """Accuracy (pp) by sigma and seed of the trained cells that logged ``metric``: what the
+def accuracy_matrix(cells: Iterable[CellRecord]) -> AccuracyTable:
+    """Accuracy (pp) by sigma and seed of the trained cells that logged it: what the
     spread is estimated from. A failed cell is simply absent. It carries the cells' per-example
     records (which test examples each got right, where logged) and which test set they score."""
     table: dict[float, dict[int, float]] = {}
     correct: dict[float, dict[int, Any]] = {}
     test_sets = set()
     for cell in cells:
-        if cell.trained and metric in cell.metrics:
-            table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[metric]
+        if cell.trained and BEST_VAL_TEST_ACC in cell.metrics:
+            table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[BEST_VAL_TEST_ACC]
             test_sets.add(test_set_of(cell))
             if cell.test_correct is not None:
                 correct.setdefault(cell.config.sigma, {})[cell.config.seed] = cell.test_correct
