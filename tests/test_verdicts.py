@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from initmem_core.report.assessment import build_assessed_report, evaluated, not_evaluated, verdict_tags
+from initmem_core.report.assessment import build_assessed_report, evaluated, verdict_tags
 from initmem_core.report.description import description
 from initmem_core.report.render import interval, to_json, to_markdown
 from initmem_core.report.verdicts import (
@@ -47,7 +47,7 @@ def test_the_report_carries_every_claim_and_decides_the_ones_its_groups_allow():
     assert decided["sgd_remembers_more_than_adaptive"] == REPRODUCED
     assert decided["adaptive_optimizers_forget"] == REPRODUCED
     assert "l2_shrinks_sgd_spread" not in decided  # no L2 group: not evaluated, and says what it needs
-    left = {f.name: f for f in not_evaluated(report.findings)}
+    left = {f.name: f for f in report.findings if f.verdict == NOT_EVALUATED}
     assert "L2" in left["l2_shrinks_sgd_spread"].needs
 
 

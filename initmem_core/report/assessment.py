@@ -30,10 +30,6 @@ def evaluated(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.verdict != NOT_EVALUATED]
 
 
-def not_evaluated(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.verdict == NOT_EVALUATED]
-
-
 def verdict_tags(findings: Iterable[Finding]) -> dict[str, str]:
     """The parent run's tags: one per claim, ``initmem.verdict.<name>`` = its verdict (every claim,
     "not evaluated" too, so a relaunch that decides less replaces an older verdict)."""

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import InitmemError
-from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.inference import Matrix
-from initmem_core.report.memory import GroupSummary, Report, build_report
-from initmem_core.report.regime import CLOCK_THRESHOLDS
+from initmem_core.report.memory import GroupSummary, Report, build_report, cells_by_group
+from initmem_core.report.regime import CLOCK_THRESHOLDS, last_epoch
 from initmem_core.report.render import interval
 from initmem_core.tracking.records import CellRecord
 from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
@@ -27,8 +26,6 @@ from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOC
 
 #: The settings a comparison of optimizers lets differ: the optimizer and its own settings.
 OPTIMIZER_AXIS = ("opt", "lr", "momentum", "weight_decay", "opt_arg")
-#: What a family of groups sharing a mechanism may differ in: the settings the clocks account for.
-FAMILY_FREE = ("lr", "batch_size", "momentum", "l2", "weight_decay", "epochs", "until")
 #: A family whose clock convention no record logged and no installed plugin declares.
 UNKNOWN_FAMILY = "unknown"
 
@@ -193,19 +190,13 @@ def as_trained(config: RunConfig, cells: Iterable[CellRecord]) -> RunConfig:
     (the last epoch of the trained cells' histories) in place of the target and its cap."""
     if not config.until:
         return config
-    last = [
-        max(epoch for epoch, _ in history) for c in cells if c.trained for history in c.histories.values() if history
-    ]
+    last = [last_epoch(c) for c in cells if c.trained and any(c.histories.values())]
     return config.replace(epochs=max(last), until="") if last else config
 
 
 def read_sweep(records: Iterable[CellRecord]) -> Sweep:
     records = list(records)
-    report = build_report(records)
-    keys = group_keys(r.config for r in records)
-    cells: dict[str, list[CellRecord]] = {}
-    for record, key in zip(records, keys):
-        cells.setdefault(key, []).append(record)
+    report, cells = build_report(records), cells_by_group(records)
     groups = []
     for summary in report.groups:
         if math.isnan(summary.spread):  # did not train, or one sigma: nothing to compare

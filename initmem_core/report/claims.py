@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from initmem_core.errors import RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
-from initmem_core.report.claim_groups import Group, Sweep, read_sweep, settings
+from initmem_core.report.claim_groups import Group, Sweep
 from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, measured_sigmas, spread_difference
 from initmem_core.report.regime import CLOCK_THRESHOLDS, Check, assess
 from initmem_core.report.render import quantity_cell
@@ -36,7 +36,6 @@ from initmem_core.report.verdicts import (
     regime_verdict,
     verdict_of,
 )
-from initmem_core.tracking.records import CellRecord
 
 #: The kind claims register as (``kinds.REPORT_KINDS``).
 CLAIM = "claim"
@@ -105,22 +104,6 @@ def per_stratum(
 
 def texts(quantities: list[Quantity], verdicts: bool = False) -> str:
     return "; ".join(quantity_text(q) + (f" ({q.verdict})" if verdicts else "") for q in quantities)
-
-
-def family_ends(
-    groups: list[Group], free: tuple[str, ...], key: Callable[[Group], float], ratio: float
-) -> list[tuple[Group, Group]]:
-    """Within each family of ``groups`` that differ only in ``free``: its (smallest, largest)
-    by ``key``, where the largest is at least ``ratio`` times the smallest."""
-    families: dict[tuple, list[Group]] = {}
-    for group in groups:
-        families.setdefault(settings(group.compared, free), []).append(group)
-    ends = []
-    for members in families.values():
-        low, high = min(members, key=key), max(members, key=key)
-        if low is not high and key(low) > 0 and key(high) >= ratio * key(low) * (1 - 1e-9):
-            ends.append((low, high))
-    return ends
 
 
 def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float]:
@@ -198,11 +181,6 @@ def claim_named(name: str, registry: Registry | None = None) -> ComponentSpec:
 def evaluate_claims(sweep: Sweep, registry: Registry | None = None) -> list[Finding]:
     """Every registered claim on one sweep, in registration order."""
     return [evaluate_claim(spec, sweep) for spec in claim_specs(registry)]
-
-
-def evaluate_records(records: Iterable[CellRecord], registry: Registry | None = None) -> list[Finding]:
-    """Every registered claim on the sweep of ``records``."""
-    return evaluate_claims(read_sweep(records), registry)
 
 
 def claims_by_clock(registry: Registry | None = None) -> dict[str, list[str]]:

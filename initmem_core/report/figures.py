@@ -36,27 +36,13 @@ def _left_out(spec: ComponentSpec, why: str) -> None:
     warnings.warn(f"figure '{spec.name}' ({spec.provider}) left out: {why}", RunWarning, stacklevel=3)
 
 
-def draw_figure(spec: ComponentSpec, report: Report, folder: Path, records: Sequence[CellRecord] = ()) -> Path | None:
-    """One figure into ``folder``: the path written, or ``None`` when the report lacks what it needs
-    or the figure failed (then a one-line warning naming it, its plugin and the error)."""
-    try:
-        written = spec.build(report=report, path=folder / spec.figure.file_for(spec.name), records=records)
-        if written is not None and not Path(written).is_file():
-            raise TypeError(f"returned {written!r}, which is not a file it wrote")
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as error:  # a broken figure must not take the report down
-        _left_out(spec, f"{type(error).__name__}: {error}")
-        return None
-    return None if written is None else Path(written)
-
-
 def draw_figures(
     report: Report, folder: str | Path, registry: Registry | None = None, records: Sequence[CellRecord] = ()
 ) -> list[Path]:
     """Every registered figure of ``report`` (built from ``records``) into ``folder``; returns the
-    paths written. A file two figures declare is written by the first registered (the report's own
-    before others')."""
+    paths written. A figure returns ``None`` when the report lacks what it needs; one that fails is
+    left out with a one-line warning naming it, its plugin and the error. A file two figures declare
+    is written by the first registered (the report's own before others')."""
     folder, written = Path(folder), []
     taken: dict[str, str] = {}  # file -> the figure that writes it
     for spec in figure_specs(registry):
@@ -65,9 +51,17 @@ def draw_figures(
             _left_out(spec, f"figure '{taken[file]}' writes {file} already")
             continue
         taken[file] = spec.name
-        path = draw_figure(spec, report, folder, records)
+        try:
+            path = spec.build(report=report, path=folder / file, records=records)
+            if path is not None and not Path(path).is_file():
+                raise TypeError(f"returned {path!r}, which is not a file it wrote")
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as error:  # a broken figure must not take the report down
+            _left_out(spec, f"{type(error).__name__}: {error}")
+            continue
         if path is not None:
-            written.append(path)
+            written.append(Path(path))
     return written
 
 

@@ -26,11 +26,6 @@ NAN = float("nan")
 MEMORIES = ("radial", "directional", "accuracy")
 #: The units a half-life is given in: epochs, then each clock.
 UNITS = ("epoch", *CLOCKS)
-MEMORY_LABELS = {
-    "radial": "radial memory (slope of log‖W‖ on log σ)",
-    "directional": "directional memory (mean cos(W, W0))",
-    "accuracy": "accuracy memory (debiased spread, pp)",
-}
 
 
 @dataclass
@@ -133,10 +128,6 @@ def log_interval(values: list[float]) -> tuple[float, float, float]:
 # -- per-seed memories ----------------------------------------------------------------------
 
 
-def _value_at(cell: CellRecord, metric: str, epoch: int) -> float:
-    return dict(cell.histories.get(metric, ())).get(epoch, NAN)
-
-
 def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of ys on xs; nan with fewer than two distinct xs."""
     if len(set(xs)) < 2:
@@ -182,7 +173,7 @@ def accuracy_at(cells: list[CellRecord], epoch: int) -> dict[float, dict[int, fl
     """Test accuracy (pp) by sigma and seed at ``epoch``: the spread's table at that epoch."""
     table: dict[float, dict[int, float]] = {}
     for cell in cells:
-        value = _value_at(cell, "test_acc", epoch)
+        value = dict(cell.histories.get("test_acc", ())).get(epoch, NAN)
         if not math.isnan(value):
             table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * value
     return table

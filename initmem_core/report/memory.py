@@ -184,10 +184,6 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else NAN
 
 
-def _std(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else NAN
-
-
 def percentile_interval(samples: Any, level: float = 0.95) -> tuple[float, float]:
     """The percentile interval of bootstrap replicates, ignoring replicates that are nan."""
     import numpy as np
@@ -209,16 +205,16 @@ def test_set_of(cell: CellRecord) -> tuple:
     return cell.config.data, cell.config.data_seed, "whole split" if whole else cell.config.eval_size
 
 
-def accuracy_matrix(cells: Iterable[CellRecord], metric: str = BEST_VAL_TEST_ACC) -> AccuracyTable:
-    """Accuracy (pp) by sigma and seed of the trained cells that logged ``metric``: what the
+def accuracy_matrix(cells: Iterable[CellRecord]) -> AccuracyTable:
+    """Accuracy (pp) by sigma and seed of the trained cells that logged it: what the
     spread is estimated from. A failed cell is simply absent. It carries the cells' per-example
     records (which test examples each got right, where logged) and which test set they score."""
     table: dict[float, dict[int, float]] = {}
     correct: dict[float, dict[int, Any]] = {}
     test_sets = set()
     for cell in cells:
-        if cell.trained and metric in cell.metrics:
-            table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[metric]
+        if cell.trained and BEST_VAL_TEST_ACC in cell.metrics:
+            table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * cell.metrics[BEST_VAL_TEST_ACC]
             test_sets.add(test_set_of(cell))
             if cell.test_correct is not None:
                 correct.setdefault(cell.config.sigma, {})[cell.config.seed] = cell.test_correct
@@ -294,7 +290,7 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         runs=len(cells),
         failed=len(cells) - len(trained),
         test_acc=_mean(acc),
-        test_acc_std=_std(acc),
+        test_acc_std=statistics.stdev(acc) if len(acc) > 1 else NAN,
         **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
         tau_interp=mean_of("tau_interp", interpolated),
         never_interp=len(trained) - len(interpolated),
@@ -344,12 +340,18 @@ def _summary(
     )
 
 
-def build_report(records: Iterable[CellRecord]) -> Report:
-    records = list(records)
-    fields = group_fields(r.config for r in records)
+def cells_by_group(records: list[CellRecord]) -> dict[str, list[CellRecord]]:
+    """``records`` by their group's key (``groups.group_keys``), every cell, trained or not."""
     by_group: dict[str, list[CellRecord]] = {}
     for record, key in zip(records, group_keys(r.config for r in records)):
         by_group.setdefault(key, []).append(record)
+    return by_group
+
+
+def build_report(records: Iterable[CellRecord]) -> Report:
+    records = list(records)
+    fields = group_fields(r.config for r in records)
+    by_group = cells_by_group(records)
     groups, rows, curves = [], [], {}
     failures: list[Failure] = []
     accuracy: dict[str, Matrix] = {group: accuracy_matrix(cells) for group, cells in by_group.items()}

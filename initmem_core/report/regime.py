@@ -80,11 +80,12 @@ def unfit_text(group: Group) -> str:
 def at_edge(group: Group) -> tuple[int, int]:
     """(trained runs selected at their last epoch, trained runs) of ``group``."""
     trained = [c for c in group.cells if c.trained and BEST_VAL_EPOCH in c.metrics]
-    last = sum(1 for c in trained if c.histories and c.metrics[BEST_VAL_EPOCH] >= _last_epoch(c))
+    last = sum(1 for c in trained if c.histories and c.metrics[BEST_VAL_EPOCH] >= last_epoch(c))
     return last, len(trained)
 
 
-def _last_epoch(cell: CellRecord) -> float:
+def last_epoch(cell: CellRecord) -> float:
+    """The last epoch any of the cell's histories reached (inf: none has a point)."""
     return max((epoch for history in cell.histories.values() for epoch, _ in history), default=math.inf)
 
 

@@ -52,7 +52,6 @@ def estimate(value: float, low: float, high: float, spec: str = ".3g") -> str:
 
 
 def markdown_table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> list[str]:
-    """A Markdown table's lines."""
     headers = list(headers)
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
@@ -345,7 +344,6 @@ def quantity_data(q: Quantity | None) -> dict[str, Any] | None:
 
 
 def finding_data(f: Finding) -> dict[str, Any]:
-    """One finding as JSON data."""
     return {
         "name": f.name,
         "claim": f.claim,
@@ -366,21 +364,19 @@ def finding_data(f: Finding) -> dict[str, Any]:
 # -- forgetting times (report/forgetting.py) ------------------------------------------------
 
 
-def horizon_text(half: HalfLife) -> str:
-    """What a memory that did not fall to half reached: the last epoch and its clocks."""
+def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
+    """A half-life in ``unit`` with its interval; without one, the last epoch and the clocks a memory
+    that did not fall to half reached."""
+    if half.reached:
+        return estimate(*half.value(unit))
+    if not (half.never or "horizon" in half.note):
+        return DASH
     clocks = ", ".join(
         f"{CLOCK_SYMBOLS[c]} {getattr(half, f'horizon_{c}'):.3g}"
         for c in CLOCKS
         if not math.isnan(getattr(half, f"horizon_{c}"))
     )
     return f"not within the horizon (epoch {half.horizon_epoch}{': ' + clocks if clocks else ''})"
-
-
-def half_life_text(half: HalfLife, unit: str = "epoch") -> str:
-    """A half-life in ``unit`` with its interval, or what was reached when there is none."""
-    if not half.reached:
-        return horizon_text(half) if half.never or "horizon" in half.note else DASH
-    return estimate(*half.value(unit))
 
 
 FORGETTING_EXPLAINED = (

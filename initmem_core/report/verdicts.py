@@ -83,19 +83,17 @@ class Quantity:
 
     @property
     def verdict(self) -> str:
-        """This quantity's verdict on its own."""
         return verdict_of([self])
 
 
-def from_estimate(label: str, found: SpreadEstimate | SpreadDifference, unit: str = "pp") -> Quantity:
-    """A group's debiased spread, or a difference of two (a − b), claimed above zero."""
+def from_spread(label: str, found: SpreadEstimate | SpreadDifference, unit: str = "pp") -> Quantity:
+    """A group's debiased spread, or a difference of two (a − b: ``from_difference``), claimed above zero."""
     at = found.interval_at if found.decided else None
     too_few = "too few seeds" in found.reason
     return Quantity(label, found.estimate, found.lo, found.hi, unit, found.interval_for, found.reason, too_few, at)
 
 
-#: What claims call it by: one group's spread, and a difference of two.
-from_spread = from_difference = from_estimate
+from_difference = from_spread
 
 
 def from_seeds(label: str, values: list[float], unit: str = "", threshold: float = 0.0) -> Quantity:

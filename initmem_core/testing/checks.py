@@ -56,9 +56,6 @@ def smoke_train(kind: str, name: str, steps: int = 3, *, registry: Registry | No
     return result
 
 
-# -- toy model and data for the direct checks ----------------------------------------------------
-
-
 def _toy_model(in_channels: int = 1, image_size: int = 8, num_classes: int = 4) -> nn.Module:
     """A conv kernel, a linear kernel and their biases: every kind of parameter a check needs."""
     return nn.Sequential(
@@ -67,14 +64,6 @@ def _toy_model(in_channels: int = 1, image_size: int = 8, num_classes: int = 4) 
         nn.Flatten(),
         nn.Linear(4 * image_size * image_size, num_classes),
     )
-
-
-def _toy_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(0)
-    return torch.rand(8, 1, 8, 8, generator=generator), torch.arange(8) % 4
-
-
-# -- architectures ---------------------------------------------------------------------------
 
 
 def check_architecture(
@@ -105,9 +94,6 @@ def check_architecture(
         assert torch.isfinite(logits).all(), f"{where}: logits are not finite"
 
 
-# -- optimizers ------------------------------------------------------------------------------
-
-
 def check_optimizer(name: str, *, registry: Registry | None = None, **config: Any) -> None:
     """Given what a run gives it (the planned config and typed options), the factory returns a
     ``torch.optim.Optimizer`` holding every trainable parameter; one step changes every one and
@@ -126,8 +112,8 @@ def check_optimizer(name: str, *, registry: Registry | None = None, **config: An
     assert not missing, f"{where} was not given these trainable parameters: {', '.join(missing)}"
 
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    images, labels = _toy_batch()
-    nn.functional.cross_entropy(model(images), labels).backward()
+    images = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    nn.functional.cross_entropy(model(images), torch.arange(8) % 4).backward()
     optimizer.step()
     unchanged = [n for n, p in model.named_parameters() if torch.equal(p.detach(), before[n])]
     assert not unchanged, f"one step of {where} left these parameters unchanged: {', '.join(unchanged)}"
@@ -151,9 +137,6 @@ def check_optimizer(name: str, *, registry: Registry | None = None, **config: An
         "with the clock convention it follows (clock='lr' for averaged or no momentum) and build it from "
         "config.lr and config.momentum"
     )
-
-
-# -- initializers ----------------------------------------------------------------------------
 
 
 def check_initializer(name: str, sigmas: tuple[float, float] = (1.0, 2.0), *, registry: Registry | None = None) -> None:
@@ -182,9 +165,6 @@ def check_initializer(name: str, sigmas: tuple[float, float] = (1.0, 2.0), *, re
         )
 
 
-# -- regularizers ----------------------------------------------------------------------------
-
-
 def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry | None = None) -> None:
     """``penalty(params, initial_params)`` is a finite scalar tensor differentiable in ``params``,
     and ``add_gradient(params, initial_params)`` adds exactly its gradient to each ``param.grad``."""
@@ -211,9 +191,6 @@ def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry
             f"{where}: add_gradient() did not add the gradient of penalty() to params[{i}].grad "
             "(it must add in place to the existing .grad)"
         )
-
-
-# -- metrics ---------------------------------------------------------------------------------
 
 
 class _RecordingMetric:
@@ -259,9 +236,6 @@ def check_metric(name: str, epochs: int = 2, *, registry: Registry | None = None
     )
     smoke_train("metric", name, steps=2, registry=registry.with_component(recording), epochs=epochs, **config)
     assert any(returned), f"metric '{name}' returned no numbers at any evaluation point"
-
-
-# -- datasets --------------------------------------------------------------------------------
 
 
 def check_dataset(name: str, *, registry: Registry | None = None, **config: Any) -> None:

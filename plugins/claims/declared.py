@@ -8,8 +8,11 @@ docs/PREREGISTRATION.md holds the margins too, and a test keeps the two equal.
 from __future__ import annotations
 
 from initmem_core.contracts import ClaimInfo
-from initmem_core.report.claim_groups import FAMILY_FREE, OPTIMIZER_AXIS
+from initmem_core.report.claim_groups import OPTIMIZER_AXIS
 from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
+
+#: What a family of groups sharing a mechanism may differ in: the settings the clocks account for.
+FAMILY_FREE = ("lr", "batch_size", "momentum", "l2", "weight_decay", "epochs", "until")
 
 #: The paper these claims test.
 SOURCE = "Sharp and flat minima remember their initialization scale (docs/PAPER.md)"

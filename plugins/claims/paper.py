@@ -34,7 +34,6 @@ from typing import Any
 
 from initmem_core.groups import group_fields, short_group_names
 from initmem_core.report.claim_groups import (
-    FAMILY_FREE,
     OPTIMIZER_AXIS,
     Group,
     Sweep,
@@ -48,7 +47,6 @@ from initmem_core.report.claim_groups import (
 from initmem_core.report.claims import (
     Evaluated,
     difference,
-    family_ends,
     per_stratum,
     quantity_text,
     scaled,
@@ -85,6 +83,7 @@ from initmem_plugins.claims.declared import (
     CONVERGED_AT_LEAST,
     COUPLED_AT_MOST,
     DECLARED,
+    FAMILY_FREE,
     FORGETS_MARGIN,
     FORGOTTEN_SHARE,
     KEPT_AT_LEAST,
@@ -529,6 +528,22 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
 
 
 # -- horizon and rate -------------------------------------------------------------------------
+
+
+def family_ends(
+    groups: list[Group], free: tuple[str, ...], key: Callable[[Group], float], ratio: float
+) -> list[tuple[Group, Group]]:
+    """Within each family of ``groups`` that differ only in ``free``: its (smallest, largest)
+    by ``key``, where the largest is at least ``ratio`` times the smallest."""
+    families: dict[tuple, list[Group]] = {}
+    for group in groups:
+        families.setdefault(settings(group.compared, free), []).append(group)
+    ends = []
+    for members in families.values():
+        low, high = min(members, key=key), max(members, key=key)
+        if low is not high and key(low) > 0 and key(high) >= ratio * key(low) * (1 - 1e-9):
+            ends.append((low, high))
+    return ends
 
 
 def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:

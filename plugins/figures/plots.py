@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from initmem_core.groups import legend_names
-from initmem_core.report.forgetting import MEMORIES, MEMORY_LABELS
+from initmem_core.report.forgetting import MEMORIES
 from initmem_core.report.memory import Report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_SGD, CLOCKS
 from initmem_plugins.figures.canvas import new_figure, save_figure
@@ -21,6 +21,11 @@ def _error_bars(values: list[float], lows: list[float], highs: list[float]) -> l
     ]
 
 
+MEMORY_LABELS = {
+    "radial": "radial memory (slope of log‖W‖ on log σ)",
+    "directional": "directional memory (mean cos(W, W0))",
+    "accuracy": "accuracy memory (debiased spread, pp)",
+}
 #: A clock axis goes logarithmic when its positive values span more than this factor.
 LOG_SPAN = 20.0
 #: Where a log clock axis shows each group's epoch-0 value (clock 0 has no place on it): a marker
