@@ -18,6 +18,7 @@ Every loader yields ``(images, labels)``: images ``float32`` normalised as
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -95,7 +96,18 @@ class _Batches:
 
     data_on_cpu = False
 
-    def __init__(self, x, y, batch_size, mean, std, pixel_scale, device, drop_last):
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        batch_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        pixel_scale: float = 1.0,
+        device: torch.device | str = "cpu",
+        drop_last: bool = False,
+    ):
         if x.ndim != 4:
             raise ValueError(f"images must be N x C x H x W, got shape {tuple(x.shape)}")
         if len(x) != len(y):
@@ -126,37 +138,8 @@ class _Batches:
 
 class _TrainingLoader(_Batches):
     """What the training loaders share: a seeded ``generator``, required when ``shuffle`` or
-    ``augment`` is on; resuming restores its state."""
-
-    def __init__(
-        self, x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
-    ):
-        super().__init__(x, y, batch_size, mean, std, pixel_scale, device, drop_last)
-        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
-        self.generator: torch.Generator | None = generator
-        if (self.shuffle or self.augment) and self.generator is None:
-            raise ValueError("a torch.Generator is required when shuffle or augment is on")
-
-    def state_dict(self) -> dict[str, Any]:
-        """What resuming needs: the generator's state (save it at an epoch boundary)."""
-        return {"generator": None if self.generator is None else self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("generator") is not None:
-            assert self.generator is not None  # a state with a generator comes from a loader with one
-            self.generator.set_state(state["generator"])
-
-
-class DeviceLoader(_TrainingLoader):
-    """Batches of a dataset that lives on ``device`` for the whole run.
-
-    ``x``: ``N x C x H x W`` ``uint8`` (with ``pixel_scale=255``) or ``float32`` (with
-    ``pixel_scale=1``); ``y``: ``N`` labels. ``generator``: a CPU ``torch.Generator``; required
-    when ``shuffle`` or ``augment`` is on. Each epoch (each ``iter()``) first draws, in this order,
-    the permutation (if ``shuffle``) and then the crop offsets ``y``, ``x`` and the flips for all
-    ``N`` positions (if ``augment``), then yields ``len(self)`` batches. With ``drop_last=False``
-    every example appears exactly once per epoch.
-    """
+    ``augment`` is on; resuming restores its state. ``x``: ``N x C x H x W`` ``uint8`` (with
+    ``pixel_scale=255``) or ``float32`` (with ``pixel_scale=1``); ``y``: ``N`` labels."""
 
     def __init__(
         self,
@@ -175,18 +158,38 @@ class DeviceLoader(_TrainingLoader):
         padding: int = DEFAULT_PADDING,
     ):
         super().__init__(
-            x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
+            x, y, batch_size=batch_size, mean=mean, std=std, pixel_scale=pixel_scale, device=device, drop_last=drop_last
         )
+        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
+        self.generator = generator
+        if (self.shuffle or self.augment) and self.generator is None:
+            raise ValueError("a torch.Generator is required when shuffle or augment is on")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What resuming needs: the generator's state (save it at an epoch boundary)."""
+        return {"generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("generator") is not None:
+            assert self.generator is not None  # a state with a generator comes from a loader with one
+            self.generator.set_state(state["generator"])
+
+
+class DeviceLoader(_TrainingLoader):
+    """Batches of a dataset that lives on ``device`` for the whole run.
+
+    Each epoch (each ``iter()``) first draws, in this order, the permutation (if ``shuffle``) and
+    then the crop offsets ``y``, ``x`` and the flips for all ``N`` positions (if ``augment``),
+    then yields ``len(self)`` batches. With ``drop_last=False`` every example appears exactly
+    once per epoch.
+    """
 
     def __iter__(self) -> Iterator[Batch]:
         return self.epoch()
 
     def epoch(self, start_batch: int = 0) -> Iterator[Batch]:
-        """Draw this epoch's randomness now, then iterate from batch ``start_batch``.
-
-        Restoring the generator state saved at the start of an epoch and calling
-        ``epoch(start_batch=k)`` resumes that epoch exactly where batch ``k`` begins.
-        """
+        """This epoch's batches from batch ``start_batch`` on, its randomness drawn as from 0:
+        restoring the generator state saved as an epoch began resumes it exactly there."""
         n = len(self.y)
         order = None
         if self.shuffle:
@@ -215,20 +218,6 @@ class DeviceLoader(_TrainingLoader):
                 offsets_y, offsets_x, flips = (p[start:stop] for p in params)
                 images = random_crop_flip(images, offsets_y, offsets_x, flips, self.padding)
             yield normalize(images, self.mean, self.std, self.pixel_scale), labels
-
-
-class _PermutationSampler(torch.utils.data.Sampler):
-    """Yields the order it is given; ``TorchvisionLoader`` sets it once per epoch."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.order: list[int] = list(range(n))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order)
-
-    def __len__(self) -> int:
-        return self.n
 
 
 class _TransformedTensors(torch.utils.data.Dataset):
@@ -267,28 +256,10 @@ class TorchvisionLoader(_TrainingLoader):
 
     data_on_cpu = True  # each batch is moved to the device once transformed
 
-    def __init__(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        *,
-        batch_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        pixel_scale: float = 1.0,
-        augment: bool = False,
-        shuffle: bool = True,
-        generator: torch.Generator | None = None,
-        device: torch.device | str = "cpu",
-        drop_last: bool = False,
-        padding: int = DEFAULT_PADDING,
-        num_workers: int = 0,
-    ):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, *, num_workers: int = 0, **options: Any):
         from torchvision.transforms import v2
 
-        super().__init__(
-            x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
-        )
+        super().__init__(x, y, **options)
         height, width = (int(s) for s in x.shape[2:])
 
         steps: list[Any] = []
@@ -306,11 +277,11 @@ class TorchvisionLoader(_TrainingLoader):
         self.transform = v2.Compose(steps)
 
         self.dataset = _TransformedTensors(self.x, self.y, self.transform, seeded=self.augment)
-        self.sampler = _PermutationSampler(len(self.y))
+        self.order = list(range(len(self.y)))  # the sampler: set in place each epoch
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_size=self.batch_size,
-            sampler=self.sampler,
+            sampler=self.order,
             drop_last=self.drop_last,
             num_workers=int(num_workers),
             pin_memory=self.device.type == "cuda",
@@ -320,14 +291,15 @@ class TorchvisionLoader(_TrainingLoader):
         )
 
     def __iter__(self) -> Iterator[Batch]:
-        n = len(self.y)
         if self.shuffle:
-            self.sampler.order = torch.randperm(n, generator=self.generator).tolist()
-        else:
-            self.sampler.order = list(range(n))
+            self.order[:] = torch.randperm(len(self.y), generator=self.generator).tolist()
         if self.augment:
             self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=self.generator))
         return self._batches(iter(self.loader))
+
+    def epoch(self, start_batch: int = 0) -> Iterator[Batch]:
+        """``DeviceLoader.epoch``'s batches, the skipped ones built too."""
+        return itertools.islice(iter(self), start_batch, None)
 
     def _batches(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         non_blocking = self.device.type == "cuda"
@@ -340,19 +312,6 @@ class TorchvisionLoader(_TrainingLoader):
 
 class EvalLoader(_Batches):
     """Re-iterable, unshuffled, unaugmented batches of a device-resident split."""
-
-    def __init__(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        *,
-        batch_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        pixel_scale: float = 1.0,
-        device: torch.device | str = "cpu",
-    ):
-        super().__init__(x, y, batch_size, mean, std, pixel_scale, device, drop_last=False)
 
     def __iter__(self) -> Iterator[Batch]:
         for start in range(0, len(self.y), self.batch_size):

@@ -16,10 +16,9 @@ stopped at any step boundary and resumed computes exactly what it would have com
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -176,13 +175,6 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
 # -- one epoch ------------------------------------------------------------------------------
 
 
-def epoch_batches(loader: Any, start: int) -> Iterator[Any]:
-    """One epoch's batches from batch ``start`` on; the epoch's randomness is drawn as from 0."""
-    if hasattr(loader, "epoch"):
-        return loader.epoch(start_batch=start)
-    return itertools.islice(iter(loader), start, None)
-
-
 class EpochInterrupted(Exception):
     """A stop was requested inside an epoch; ``step`` batches of it are done."""
 
@@ -209,7 +201,7 @@ def run_epoch(
     memory_format = setup.memory_format
     steps_per_epoch = len(setup.train_loader)
     lr = optimizer.param_groups[0]["lr"]
-    for x, y in epoch_batches(setup.train_loader, step):
+    for x, y in setup.train_loader.epoch(step):
         lr = optimizer.param_groups[0]["lr"]  # the rate this step applies, as logged
         # The clocks count the plan's rule on the schedule the scheduler follows, as horizons does.
         multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
