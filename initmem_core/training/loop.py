@@ -33,7 +33,7 @@ from initmem_core.training.schedules import lr_multiplier
 from initmem_core.training.selection import SelectedCheckpoint
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
-from initmem_core.training.stop_signals import NoStop, Stopped, StopRequest
+from initmem_core.training.stop_signals import Stopped, StopSignals
 from initmem_core.vocabulary import LR, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 
 __all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "score_selected", "train"]
@@ -190,7 +190,7 @@ def run_epoch(
     clocks: ForgettingClocks,
     guard: LossGuard,
     progress: Progress,
-    stop: StopRequest,
+    stop: StopSignals,
 ) -> float:
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
@@ -251,7 +251,7 @@ def train(
     *,
     save_checkpoint: SaveCheckpoint | None = None,
     resume_from: dict[str, Any] | None = None,
-    stop: StopRequest | None = None,
+    stop: StopSignals | None = None,
 ) -> tuple[History, dict[str, float]]:
     """Train for ``config.epochs`` epochs. ``log_metrics(metrics, step)`` gets every epoch's
     figures, starting with the initialization at step 0. Returns (history, summary).
@@ -264,7 +264,7 @@ def train(
     """
     config = setup.config
     progress = progress or NoProgress()
-    stop = stop or NoStop()
+    stop = stop or StopSignals()
     clocks = ForgettingClocks()
     history: History = []
     steps_per_epoch = len(setup.train_loader)
