@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from initmem_core.config import RunConfig
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -326,58 +328,48 @@ class EvalLoader(_Batches):
 TrainLoader = DeviceLoader | TorchvisionLoader
 
 
-def resolve_augment(config: Any, bundle: Any) -> bool:
+def resolve_augment(config: RunConfig, bundle: DatasetBundle) -> bool:
     """``--augment``: ``on``/``off``, or ``auto`` for the dataset's default."""
-    choice = getattr(config, "augment", "auto")
-    if choice == "on":
-        return True
-    if choice == "off":
-        return False
-    return bool(bundle.augment_default)
+    return bool(bundle.augment_default) if config.augment == "auto" else config.augment == "on"
 
 
 def make_loaders(
-    bundle: Any,
-    config: Any,
+    bundle: DatasetBundle,
+    config: RunConfig,
     device: torch.device | str,
     generator: torch.Generator,
-    kind: str | None = None,
-    subset_generator: torch.Generator | None = None,
+    subset_generator: torch.Generator,
     full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[TrainLoader, dict[str, EvalLoader]]:
-    """The training loader and the evaluation loaders (``train``, ``val``, ``test``) of a run.
+    """The training loader (``--loader``) and the evaluation loaders (``train``, ``val``,
+    ``test``) of a run.
 
-    ``kind``: ``device`` (default) or ``torchvision``; when ``None``, ``config.loader`` if the
-    config has such a field. Training uses ``config.batch_size``, shuffles with ``generator`` and
-    augments per ``--augment``; evaluation uses ``config.eval_batch_size``. The ``train``
-    evaluation loader (unaugmented, for the clean train accuracy) shares the device copy of the
-    training images with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset fixed
-    by ``config.data_seed``. ``full_test``: the whole test split's images and labels when
-    ``bundle``'s test split is a capped subset of it (``--eval-size``): evaluated as ``FULL_TEST``.
+    Training uses ``config.batch_size``, shuffles with ``generator`` and augments per
+    ``--augment``; evaluation uses ``config.eval_batch_size``. The ``train`` evaluation loader
+    (unaugmented, for the clean train accuracy) shares the device copy of the training images
+    with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset drawn from
+    ``subset_generator`` (data-seeded: the same examples at every epoch, seed and sigma).
+    ``full_test``: the whole test split's images and labels when ``bundle``'s test split is a
+    capped subset of it (``--eval-size``): evaluated as ``FULL_TEST``.
     """
-    kind = kind or getattr(config, "loader", "device") or "device"
+    kind = config.loader
     if kind not in LOADER_KINDS:
         raise ConfigError(f"--loader: unknown value '{kind}'; valid values: {', '.join(LOADER_KINDS)}")
     device = torch.device(device)
-    common = dict(mean=bundle.mean, std=bundle.std, pixel_scale=bundle.pixel_scale, device=device)
+    common: dict[str, Any] = dict(mean=bundle.mean, std=bundle.std, pixel_scale=bundle.pixel_scale, device=device)
     loader_class = DeviceLoader if kind == "device" else TorchvisionLoader
     train = loader_class(
         bundle.train_x,
         bundle.train_y,
         batch_size=config.batch_size,
         augment=resolve_augment(config, bundle),
-        shuffle=True,
         generator=generator,
-        drop_last=False,
         **common,
     )
     train_x, train_y = (train.x, train.y) if kind == "device" else (bundle.train_x, bundle.train_y)
-    cap = int(getattr(config, "train_eval_size", 0) or 0)
-    if 0 < cap < len(train_y):
-        # --train-eval-size: the same examples at every epoch (and, from a data-seeded
-        # ``subset_generator``, at every seed and sigma).
-        chosen = subset_generator or torch.Generator().manual_seed(int(getattr(config, "data_seed", 0)))
-        keep = torch.randperm(len(train_y), generator=chosen)[:cap].sort().values.to(train_x.device)
+    if 0 < config.train_eval_size < len(train_y):
+        keep = torch.randperm(len(train_y), generator=subset_generator)[: config.train_eval_size]
+        keep = keep.sort().values.to(train_x.device)
         train_x, train_y = train_x.index_select(0, keep), train_y.index_select(0, keep)
     size = config.eval_batch_size
     evals = {
