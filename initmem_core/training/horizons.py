@@ -69,9 +69,6 @@ class Schedule:
             float(config.lr_gamma),
         )
 
-    def lasting(self, epochs: int) -> Schedule:
-        return dataclasses.replace(self, epochs=int(epochs))
-
 
 # -- the clocks of a run, replayed --------------------------------------------------------------
 
@@ -87,7 +84,7 @@ def clocks_by_epoch(
     epochs, as its history logs them (``clock_sgd``, ``clock_l2``, ``clock_adapt``).
     ``stop_at=(clock, target)``: stop after the first epoch whose clock reaches ``target``."""
     epochs = schedule.epochs if epochs is None else int(epochs)
-    schedule = schedule.lasting(epochs)
+    schedule = dataclasses.replace(schedule, epochs=epochs)
     steps_per_epoch = len(batches)
     clocks, rows, step = ForgettingClocks(), [], 0
     for _ in range(epochs):
