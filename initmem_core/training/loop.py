@@ -152,7 +152,7 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
     )
     if FULL_TEST not in setup.eval_loaders:
         return at_point
-    if not selection.weights_kept:  # resumed from a checkpoint of an initmem that kept no weights
+    if selection.weights is None:  # resumed from a checkpoint of an initmem that kept no weights
         warnings.warn(
             f"the selected checkpoint (epoch {selection.epoch}) predates the checkpoint this run resumed "
             "from, which an earlier initmem wrote without its weights, so it is scored on the --eval-size "
@@ -161,7 +161,6 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
             stacklevel=3,
         )
         return at_point
-    assert selection.weights is not None  # weights_kept
     model = setup.model
     final = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     try:
