@@ -251,9 +251,8 @@ class TorchvisionLoader(_TrainingLoader):
     Same constructor and iteration as ``DeviceLoader`` (plus ``num_workers``). Data stays on the
     CPU; each batch is transformed per sample (``RandomCrop(padding=4)``, ``RandomHorizontalFlip``,
     ``ToDtype``, ``Normalize``), collated and then moved to ``device``. Each epoch draws the
-    permutation from ``generator`` exactly as ``DeviceLoader`` does (so with augmentation off the
-    batches are identical), then, if augmenting, one seed from which every example's crop and
-    flip are drawn; the global RNG is not consumed.
+    permutation as ``DeviceLoader`` does, then, if augmenting, one seed from which every
+    example's crop and flip are drawn; the global RNG is not consumed.
     """
 
     data_on_cpu = True  # each batch is moved to the device once transformed

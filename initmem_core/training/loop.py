@@ -4,14 +4,11 @@ Kept lean on purpose: loss and accuracy accumulate on the device and the host re
 per epoch (the logging point). After every epoch the model is evaluated in eval mode on the
 clean training set (``train_acc``, what tau_interp reads; ``--train-eval-size`` caps it), on
 validation and on test: a forward pass over the training set costs about a third of a training
-epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats; metric plugins run
-only at evaluation points, so nothing a plugin does costs time inside the step. With
-``--eval-size`` capping the test split, the selected checkpoint's weights are kept as training
-goes and scored once, at the end, on the whole split (``score_selected``).
+epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats;
+metric plugins run only at evaluation points, so nothing a plugin does costs time inside the step.
 
 Reproducible to the bit: every random stream is seeded from ``config.seed`` (``seed_for``), and
-``snapshot``/``restore`` carry everything the loop depends on through a checkpoint, so a run
-stopped at any step boundary and resumed computes exactly what it would have computed anyway.
+a run stopped at any step boundary resumes from its checkpoint exactly (``training.state``).
 """
 
 from __future__ import annotations
