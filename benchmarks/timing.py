@@ -34,7 +34,7 @@ MEASURED_CODE = (
     "initmem_core/training/divergence.py",
     "initmem_core/training/checkpoint_format.py",
     "initmem_core/training/checkpoint_store.py",
-    "initmem_core/training/rng_state.py",
+    "initmem_core/training/state.py",
 )
 
 

@@ -16,7 +16,7 @@ from initmem_core import Diverged, hookimpl
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.tracking.tracker import MemoryTracker
-from initmem_core.training import divergence, loop, rng_state, runner, setup
+from initmem_core.training import divergence, loop, runner, setup, state
 
 
 class FakeCuda:
@@ -196,32 +196,32 @@ def test_a_training_run_on_a_gpu_reports_the_nan_step_not_the_step_it_noticed(mo
 
 def test_a_gpu_checkpoint_keeps_only_the_run_devices_generator(monkeypatch):
     FakeCuda(8).install(monkeypatch)
-    captured = rng_state.capture_rng(torch.device("cuda", 5))
+    captured = state.capture_rng(torch.device("cuda", 5))
     assert torch.equal(captured["cuda"], torch.full((16,), 5, dtype=torch.uint8))
 
 
 def test_a_checkpoint_from_an_8_gpu_worker_resumes_where_one_gpu_is_visible(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
-    captured = rng_state.capture_rng(torch.device("cuda", 5))
+    captured = state.capture_rng(torch.device("cuda", 5))
     fake.count, fake.current = 1, 0  # a 1-GPU Slurm or Ray task
-    rng_state.restore_rng(captured, torch.device("cuda", 0))
+    state.restore_rng(captured, torch.device("cuda", 0))
     assert fake.rng_set == [(0, captured["cuda"])]
 
 
 def test_an_earlier_format_gpu_checkpoint_with_every_gpus_state_resumes_on_one_gpu(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
-    captured = rng_state.capture_rng(None)
+    captured = state.capture_rng(None)
     captured["cuda"] = [fake.rng[i].clone() for i in range(8)]  # what get_rng_state_all saved
     fake.count = 1
-    rng_state.restore_rng(captured, torch.device("cuda", 0))
+    state.restore_rng(captured, torch.device("cuda", 0))
     assert [index for index, _ in fake.rng_set] == [0]
 
 
 def test_a_gpu_checkpoint_resumes_on_a_cpu_only_machine(monkeypatch):
     fake = FakeCuda(8).install(monkeypatch)
-    captured = rng_state.capture_rng(torch.device("cuda", 1))
+    captured = state.capture_rng(torch.device("cuda", 1))
     fake.count = 0
-    rng_state.restore_rng(captured, torch.device("cpu"))
+    state.restore_rng(captured, torch.device("cpu"))
     assert fake.rng_set == []
     assert torch.equal(torch.get_rng_state(), captured["torch"])
 

@@ -268,8 +268,8 @@ def test_resolve_augment(choice, default, expected):
 @pytest.mark.parametrize("kind", ["device", "torchvision"])
 def test_make_loaders(kind):
     bundle = _bundle(True)
-    config = RunConfig(batch_size=6, eval_batch_size=4)
-    train, evals = make_loaders(bundle, config, "cpu", torch.Generator().manual_seed(0), kind=kind)
+    config = RunConfig(batch_size=6, eval_batch_size=4, loader=kind)
+    train, evals = make_loaders(bundle, config, "cpu", torch.Generator().manual_seed(0), torch.Generator())
     assert isinstance(train, DeviceLoader if kind == "device" else TorchvisionLoader)
     assert train.augment and len(train) == 4
     assert set(evals) == {"train", "val", "test"}
@@ -281,7 +281,7 @@ def test_make_loaders(kind):
 
 def test_make_loaders_rejects_an_unknown_kind():
     with pytest.raises(ConfigError) as error:
-        make_loaders(_bundle(False), RunConfig(), "cpu", torch.Generator(), kind="dali")
+        make_loaders(_bundle(False), RunConfig(loader="dali"), "cpu", torch.Generator(), torch.Generator())
     assert "--loader" in str(error.value) and "device" in str(error.value)
 
 

@@ -24,7 +24,7 @@ FORMAT = "initmem-checkpoint/2"
 HEADER = ("format", "config", "config_hash", "run_id", "epoch", "step")  # kept out of the packing: read alone
 PATTERN = "ckpt-e*-s*.pt"
 NAME = re.compile(r"ckpt-e(\d{6})-s(\d{6})\.pt")  # epochs done, steps into the next
-REQUIRED = ("format", "config", "config_hash", "run_id", "epoch", "step", "model", "optimizer", "scheduler")
+REQUIRED = (*HEADER, "model", "optimizer", "scheduler")
 
 
 def header(config: RunConfig, config_hash: str, run_id: str | None) -> dict[str, Any]:
@@ -63,14 +63,12 @@ def read_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
 
 def capture(payload: dict[str, Any]) -> dict[str, Any]:
     """What goes into the file: the header as it is, the training state packed (the history as
-    rows, or already as ``history_columns``). Packing copies every tensor, so the result no longer
-    changes with training and can be written at leisure."""
+    ``CheckpointStore.save`` made it: ``history_columns``). Packing copies every tensor, so the
+    result no longer changes with training and can be written at leisure."""
     from initmem_core.training.tensor_packing import pack  # lazy: imports torch
 
     header_part = {key: payload[key] for key in HEADER if key in payload}
     state = {key: value for key, value in payload.items() if key not in header_part}
-    if isinstance(state.get("history"), list):
-        state["history"] = history_columns(state["history"])
     return {**header_part, "format": FORMAT, "packed": pack(state)}
 
 

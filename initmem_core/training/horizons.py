@@ -9,11 +9,9 @@ the fewest epochs whose final clock reaches the target (each clock grows with th
 epochs under every schedule); a clock within ``TOLERANCE`` (relative) below its target has
 reached it, since a float sum of equal steps can land one rounding short.
 
-``training.plan.plan_run`` applies ``--until`` (``horizon``) once per run, from the training set's
-size its dataset declares, and ``training.plan.plan_horizons`` gives a sweep's cells their
-horizons and final clocks before anything runs (``initmem sweep --dry-run``). A search is kept
-per schedule, rule, size and target, so the cells of a group (which differ in sigma and seed)
-search once. Imports no torch.
+``horizon`` is applied once per run by ``training.plan``, and to a sweep's cells before anything
+runs (``initmem sweep --dry-run``); a search is kept per schedule, rule, size and target, so the
+cells of a group (which differ in sigma and seed) search once. Imports no torch.
 """
 
 from __future__ import annotations
@@ -69,9 +67,6 @@ class Schedule:
             float(config.lr_gamma),
         )
 
-    def lasting(self, epochs: int) -> Schedule:
-        return dataclasses.replace(self, epochs=int(epochs))
-
 
 # -- the clocks of a run, replayed --------------------------------------------------------------
 
@@ -87,7 +82,7 @@ def clocks_by_epoch(
     epochs, as its history logs them (``clock_sgd``, ``clock_l2``, ``clock_adapt``).
     ``stop_at=(clock, target)``: stop after the first epoch whose clock reaches ``target``."""
     epochs = schedule.epochs if epochs is None else int(epochs)
-    schedule = schedule.lasting(epochs)
+    schedule = dataclasses.replace(schedule, epochs=epochs)
     steps_per_epoch = len(batches)
     clocks, rows, step = ForgettingClocks(), [], 0
     for _ in range(epochs):

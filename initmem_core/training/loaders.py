@@ -18,6 +18,7 @@ Every loader yields ``(images, labels)``: images ``float32`` normalised as
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,6 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from initmem_core.config import RunConfig
+from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -95,7 +98,18 @@ class _Batches:
 
     data_on_cpu = False
 
-    def __init__(self, x, y, batch_size, mean, std, pixel_scale, device, drop_last):
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        batch_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        pixel_scale: float = 1.0,
+        device: torch.device | str = "cpu",
+        drop_last: bool = False,
+    ):
         if x.ndim != 4:
             raise ValueError(f"images must be N x C x H x W, got shape {tuple(x.shape)}")
         if len(x) != len(y):
@@ -126,37 +140,8 @@ class _Batches:
 
 class _TrainingLoader(_Batches):
     """What the training loaders share: a seeded ``generator``, required when ``shuffle`` or
-    ``augment`` is on; resuming restores its state."""
-
-    def __init__(
-        self, x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
-    ):
-        super().__init__(x, y, batch_size, mean, std, pixel_scale, device, drop_last)
-        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
-        self.generator: torch.Generator | None = generator
-        if (self.shuffle or self.augment) and self.generator is None:
-            raise ValueError("a torch.Generator is required when shuffle or augment is on")
-
-    def state_dict(self) -> dict[str, Any]:
-        """What resuming needs: the generator's state (save it at an epoch boundary)."""
-        return {"generator": None if self.generator is None else self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("generator") is not None:
-            assert self.generator is not None  # a state with a generator comes from a loader with one
-            self.generator.set_state(state["generator"])
-
-
-class DeviceLoader(_TrainingLoader):
-    """Batches of a dataset that lives on ``device`` for the whole run.
-
-    ``x``: ``N x C x H x W`` ``uint8`` (with ``pixel_scale=255``) or ``float32`` (with
-    ``pixel_scale=1``); ``y``: ``N`` labels. ``generator``: a CPU ``torch.Generator``; required
-    when ``shuffle`` or ``augment`` is on. Each epoch (each ``iter()``) first draws, in this order,
-    the permutation (if ``shuffle``) and then the crop offsets ``y``, ``x`` and the flips for all
-    ``N`` positions (if ``augment``), then yields ``len(self)`` batches. With ``drop_last=False``
-    every example appears exactly once per epoch.
-    """
+    ``augment`` is on; resuming restores its state. ``x``: ``N x C x H x W`` ``uint8`` (with
+    ``pixel_scale=255``) or ``float32`` (with ``pixel_scale=1``); ``y``: ``N`` labels."""
 
     def __init__(
         self,
@@ -175,18 +160,38 @@ class DeviceLoader(_TrainingLoader):
         padding: int = DEFAULT_PADDING,
     ):
         super().__init__(
-            x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
+            x, y, batch_size=batch_size, mean=mean, std=std, pixel_scale=pixel_scale, device=device, drop_last=drop_last
         )
+        self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
+        self.generator = generator
+        if (self.shuffle or self.augment) and self.generator is None:
+            raise ValueError("a torch.Generator is required when shuffle or augment is on")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What resuming needs: the generator's state (save it at an epoch boundary)."""
+        return {"generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("generator") is not None:
+            assert self.generator is not None  # a state with a generator comes from a loader with one
+            self.generator.set_state(state["generator"])
+
+
+class DeviceLoader(_TrainingLoader):
+    """Batches of a dataset that lives on ``device`` for the whole run.
+
+    Each epoch (each ``iter()``) first draws, in this order, the permutation (if ``shuffle``) and
+    then the crop offsets ``y``, ``x`` and the flips for all ``N`` positions (if ``augment``),
+    then yields ``len(self)`` batches. With ``drop_last=False`` every example appears exactly
+    once per epoch.
+    """
 
     def __iter__(self) -> Iterator[Batch]:
         return self.epoch()
 
     def epoch(self, start_batch: int = 0) -> Iterator[Batch]:
-        """Draw this epoch's randomness now, then iterate from batch ``start_batch``.
-
-        Restoring the generator state saved at the start of an epoch and calling
-        ``epoch(start_batch=k)`` resumes that epoch exactly where batch ``k`` begins.
-        """
+        """This epoch's batches from batch ``start_batch`` on, its randomness drawn as from 0:
+        restoring the generator state saved as an epoch began resumes it exactly there."""
         n = len(self.y)
         order = None
         if self.shuffle:
@@ -215,20 +220,6 @@ class DeviceLoader(_TrainingLoader):
                 offsets_y, offsets_x, flips = (p[start:stop] for p in params)
                 images = random_crop_flip(images, offsets_y, offsets_x, flips, self.padding)
             yield normalize(images, self.mean, self.std, self.pixel_scale), labels
-
-
-class _PermutationSampler(torch.utils.data.Sampler):
-    """Yields the order it is given; ``TorchvisionLoader`` sets it once per epoch."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.order: list[int] = list(range(n))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order)
-
-    def __len__(self) -> int:
-        return self.n
 
 
 class _TransformedTensors(torch.utils.data.Dataset):
@@ -260,35 +251,16 @@ class TorchvisionLoader(_TrainingLoader):
     Same constructor and iteration as ``DeviceLoader`` (plus ``num_workers``). Data stays on the
     CPU; each batch is transformed per sample (``RandomCrop(padding=4)``, ``RandomHorizontalFlip``,
     ``ToDtype``, ``Normalize``), collated and then moved to ``device``. Each epoch draws the
-    permutation from ``generator`` exactly as ``DeviceLoader`` does (so with augmentation off the
-    batches are identical), then, if augmenting, one seed from which every example's crop and
-    flip are drawn; the global RNG is not consumed.
+    permutation as ``DeviceLoader`` does, then, if augmenting, one seed from which every
+    example's crop and flip are drawn; the global RNG is not consumed.
     """
 
     data_on_cpu = True  # each batch is moved to the device once transformed
 
-    def __init__(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        *,
-        batch_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        pixel_scale: float = 1.0,
-        augment: bool = False,
-        shuffle: bool = True,
-        generator: torch.Generator | None = None,
-        device: torch.device | str = "cpu",
-        drop_last: bool = False,
-        padding: int = DEFAULT_PADDING,
-        num_workers: int = 0,
-    ):
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, *, num_workers: int = 0, **options: Any):
         from torchvision.transforms import v2
 
-        super().__init__(
-            x, y, batch_size, mean, std, pixel_scale, device, drop_last, shuffle, augment, generator, padding
-        )
+        super().__init__(x, y, **options)
         height, width = (int(s) for s in x.shape[2:])
 
         steps: list[Any] = []
@@ -306,11 +278,11 @@ class TorchvisionLoader(_TrainingLoader):
         self.transform = v2.Compose(steps)
 
         self.dataset = _TransformedTensors(self.x, self.y, self.transform, seeded=self.augment)
-        self.sampler = _PermutationSampler(len(self.y))
+        self.order = list(range(len(self.y)))  # the sampler: set in place each epoch
         self.loader = torch.utils.data.DataLoader(
             self.dataset,
             batch_size=self.batch_size,
-            sampler=self.sampler,
+            sampler=self.order,
             drop_last=self.drop_last,
             num_workers=int(num_workers),
             pin_memory=self.device.type == "cuda",
@@ -320,14 +292,15 @@ class TorchvisionLoader(_TrainingLoader):
         )
 
     def __iter__(self) -> Iterator[Batch]:
-        n = len(self.y)
         if self.shuffle:
-            self.sampler.order = torch.randperm(n, generator=self.generator).tolist()
-        else:
-            self.sampler.order = list(range(n))
+            self.order[:] = torch.randperm(len(self.y), generator=self.generator).tolist()
         if self.augment:
             self.dataset.epoch_seed = int(torch.randint(0, 2**62, (), generator=self.generator))
         return self._batches(iter(self.loader))
+
+    def epoch(self, start_batch: int = 0) -> Iterator[Batch]:
+        """``DeviceLoader.epoch``'s batches, the skipped ones built too."""
+        return itertools.islice(iter(self), start_batch, None)
 
     def _batches(self, batches: Iterator[Batch]) -> Iterator[Batch]:
         non_blocking = self.device.type == "cuda"
@@ -340,19 +313,6 @@ class TorchvisionLoader(_TrainingLoader):
 
 class EvalLoader(_Batches):
     """Re-iterable, unshuffled, unaugmented batches of a device-resident split."""
-
-    def __init__(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        *,
-        batch_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        pixel_scale: float = 1.0,
-        device: torch.device | str = "cpu",
-    ):
-        super().__init__(x, y, batch_size, mean, std, pixel_scale, device, drop_last=False)
 
     def __iter__(self) -> Iterator[Batch]:
         for start in range(0, len(self.y), self.batch_size):
@@ -367,58 +327,48 @@ class EvalLoader(_Batches):
 TrainLoader = DeviceLoader | TorchvisionLoader
 
 
-def resolve_augment(config: Any, bundle: Any) -> bool:
+def resolve_augment(config: RunConfig, bundle: DatasetBundle) -> bool:
     """``--augment``: ``on``/``off``, or ``auto`` for the dataset's default."""
-    choice = getattr(config, "augment", "auto")
-    if choice == "on":
-        return True
-    if choice == "off":
-        return False
-    return bool(bundle.augment_default)
+    return bool(bundle.augment_default) if config.augment == "auto" else config.augment == "on"
 
 
 def make_loaders(
-    bundle: Any,
-    config: Any,
+    bundle: DatasetBundle,
+    config: RunConfig,
     device: torch.device | str,
     generator: torch.Generator,
-    kind: str | None = None,
-    subset_generator: torch.Generator | None = None,
+    subset_generator: torch.Generator,
     full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[TrainLoader, dict[str, EvalLoader]]:
-    """The training loader and the evaluation loaders (``train``, ``val``, ``test``) of a run.
+    """The training loader (``--loader``) and the evaluation loaders (``train``, ``val``,
+    ``test``) of a run.
 
-    ``kind``: ``device`` (default) or ``torchvision``; when ``None``, ``config.loader`` if the
-    config has such a field. Training uses ``config.batch_size``, shuffles with ``generator`` and
-    augments per ``--augment``; evaluation uses ``config.eval_batch_size``. The ``train``
-    evaluation loader (unaugmented, for the clean train accuracy) shares the device copy of the
-    training images with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset fixed
-    by ``config.data_seed``. ``full_test``: the whole test split's images and labels when
-    ``bundle``'s test split is a capped subset of it (``--eval-size``): evaluated as ``FULL_TEST``.
+    Training uses ``config.batch_size``, shuffles with ``generator`` and augments per
+    ``--augment``; evaluation uses ``config.eval_batch_size``. The ``train`` evaluation loader
+    (unaugmented, for the clean train accuracy) shares the device copy of the training images
+    with a ``DeviceLoader``; ``config.train_eval_size`` caps it at a subset drawn from
+    ``subset_generator`` (data-seeded: the same examples at every epoch, seed and sigma).
+    ``full_test``: the whole test split's images and labels when ``bundle``'s test split is a
+    capped subset of it (``--eval-size``): evaluated as ``FULL_TEST``.
     """
-    kind = kind or getattr(config, "loader", "device") or "device"
+    kind = config.loader
     if kind not in LOADER_KINDS:
         raise ConfigError(f"--loader: unknown value '{kind}'; valid values: {', '.join(LOADER_KINDS)}")
     device = torch.device(device)
-    common = dict(mean=bundle.mean, std=bundle.std, pixel_scale=bundle.pixel_scale, device=device)
+    common: dict[str, Any] = dict(mean=bundle.mean, std=bundle.std, pixel_scale=bundle.pixel_scale, device=device)
     loader_class = DeviceLoader if kind == "device" else TorchvisionLoader
     train = loader_class(
         bundle.train_x,
         bundle.train_y,
         batch_size=config.batch_size,
         augment=resolve_augment(config, bundle),
-        shuffle=True,
         generator=generator,
-        drop_last=False,
         **common,
     )
     train_x, train_y = (train.x, train.y) if kind == "device" else (bundle.train_x, bundle.train_y)
-    cap = int(getattr(config, "train_eval_size", 0) or 0)
-    if 0 < cap < len(train_y):
-        # --train-eval-size: the same examples at every epoch (and, from a data-seeded
-        # ``subset_generator``, at every seed and sigma).
-        chosen = subset_generator or torch.Generator().manual_seed(int(getattr(config, "data_seed", 0)))
-        keep = torch.randperm(len(train_y), generator=chosen)[:cap].sort().values.to(train_x.device)
+    if 0 < config.train_eval_size < len(train_y):
+        keep = torch.randperm(len(train_y), generator=subset_generator)[: config.train_eval_size]
+        keep = keep.sort().values.to(train_x.device)
         train_x, train_y = train_x.index_select(0, keep), train_y.index_select(0, keep)
     size = config.eval_batch_size
     evals = {

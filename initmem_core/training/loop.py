@@ -4,22 +4,18 @@ Kept lean on purpose: loss and accuracy accumulate on the device and the host re
 per epoch (the logging point). After every epoch the model is evaluated in eval mode on the
 clean training set (``train_acc``, what tau_interp reads; ``--train-eval-size`` caps it), on
 validation and on test: a forward pass over the training set costs about a third of a training
-epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats; metric plugins run
-only at evaluation points, so nothing a plugin does costs time inside the step. With
-``--eval-size`` capping the test split, the selected checkpoint's weights are kept as training
-goes and scored once, at the end, on the whole split (``score_selected``).
+epoch (no backward, no augmentation, large batches); the forgetting clocks tick on host floats;
+metric plugins run only at evaluation points, so nothing a plugin does costs time inside the step.
 
 Reproducible to the bit: every random stream is seeded from ``config.seed`` (``seed_for``), and
-``snapshot``/``restore`` carry everything the loop depends on through a checkpoint, so a run
-stopped at any step boundary and resumed computes exactly what it would have computed anyway.
+a run stopped at any step boundary resumes from its checkpoint exactly (``training.state``).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -34,7 +30,7 @@ from initmem_core.training.schedules import lr_multiplier
 from initmem_core.training.selection import SelectedCheckpoint
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
-from initmem_core.training.stop_signals import NoStop, Stopped, StopRequest
+from initmem_core.training.stop_signals import Stopped, StopSignals
 from initmem_core.vocabulary import LR, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 
 __all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "score_selected", "train"]
@@ -153,7 +149,7 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
     )
     if FULL_TEST not in setup.eval_loaders:
         return at_point
-    if not selection.weights_kept:  # resumed from a checkpoint of an initmem that kept no weights
+    if selection.weights is None:  # resumed from a checkpoint of an initmem that kept no weights
         warnings.warn(
             f"the selected checkpoint (epoch {selection.epoch}) predates the checkpoint this run resumed "
             "from, which an earlier initmem wrote without its weights, so it is scored on the --eval-size "
@@ -162,7 +158,6 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
             stacklevel=3,
         )
         return at_point
-    assert selection.weights is not None  # weights_kept
     model = setup.model
     final = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
     try:
@@ -174,13 +169,6 @@ def score_selected(setup: TrainingSetup, selection: SelectedCheckpoint, history:
 
 
 # -- one epoch ------------------------------------------------------------------------------
-
-
-def epoch_batches(loader: Any, start: int) -> Iterator[Any]:
-    """One epoch's batches from batch ``start`` on; the epoch's randomness is drawn as from 0."""
-    if hasattr(loader, "epoch"):
-        return loader.epoch(start_batch=start)
-    return itertools.islice(iter(loader), start, None)
 
 
 class EpochInterrupted(Exception):
@@ -198,7 +186,7 @@ def run_epoch(
     clocks: ForgettingClocks,
     guard: LossGuard,
     progress: Progress,
-    stop: StopRequest,
+    stop: StopSignals,
 ) -> float:
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
@@ -209,7 +197,7 @@ def run_epoch(
     memory_format = setup.memory_format
     steps_per_epoch = len(setup.train_loader)
     lr = optimizer.param_groups[0]["lr"]
-    for x, y in epoch_batches(setup.train_loader, step):
+    for x, y in setup.train_loader.epoch(step):
         lr = optimizer.param_groups[0]["lr"]  # the rate this step applies, as logged
         # The clocks count the plan's rule on the schedule the scheduler follows, as horizons does.
         multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
@@ -259,7 +247,7 @@ def train(
     *,
     save_checkpoint: SaveCheckpoint | None = None,
     resume_from: dict[str, Any] | None = None,
-    stop: StopRequest | None = None,
+    stop: StopSignals | None = None,
 ) -> tuple[History, dict[str, float]]:
     """Train for ``config.epochs`` epochs. ``log_metrics(metrics, step)`` gets every epoch's
     figures, starting with the initialization at step 0. Returns (history, summary).
@@ -272,7 +260,7 @@ def train(
     """
     config = setup.config
     progress = progress or NoProgress()
-    stop = stop or NoStop()
+    stop = stop or StopSignals()
     clocks = ForgettingClocks()
     history: History = []
     steps_per_epoch = len(setup.train_loader)

@@ -1,14 +1,8 @@
-"""A run's plan: everything a run derives from its config, the registry and its store, worked out once.
-
-``plan_run(config, registry, store_uri)`` checks the config (``config.validate``), looks each
-component it names up once (and the metrics every run computes), resolves the optimizer's
-settings (``optimizer_options.settle``), settles its clock convention and ``StepRule`` (how a
-scheduled rate becomes the clocks' effective step), derives the config hash, the MLflow params
-and the checkpoint folder, and, with ``--until``, the epochs the target sets
-(``training.horizons``), from the training set's size its dataset plugin declares
-(``contracts.DatasetInfo.splits``). The setup, the runner, the sweep and ``training.horizons``
-read the ``RunPlan``; none derives these again. Imports no torch, except to build a dataset
-that declares no sizes, which ``--until`` then reads here once to count it.
+"""A run's plan: everything a run derives from its config, the registry and its store, worked out
+once (``plan_run``; docs/ARCHITECTURE.md, "The flow of a run", says what it holds and who reads
+it). The setup, the runner, the sweep and ``training.horizons`` read the ``RunPlan``; none derives
+these again. Imports no torch, except to build a dataset that declares no sizes, which
+``--until`` then reads here once to count it.
 """
 
 from __future__ import annotations

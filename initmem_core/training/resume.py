@@ -26,10 +26,12 @@ def config_differences(saved: dict[str, Any], config: RunConfig) -> list[str]:
     ]
 
 
-def load_for_resume(folder: Path, config: RunConfig, config_hash: str) -> tuple[CheckpointStore, dict[str, Any]]:
-    """The store of ``config``'s run (its checkpoint ``folder``) and its newest usable checkpoint;
-    ``ConfigError`` naming the differing keys if the checkpoint is of another config, or saying
-    there is nothing to resume."""
+def resume_candidates(folder: Path, config: RunConfig, config_hash: str):
+    """The store of ``config``'s run (its checkpoint ``folder``) and its newest usable checkpoint,
+    then those of the unfinished runs a later run of this config set aside (``run-<run id>/``),
+    newest first: the caller resumes the first whose run its store can reopen (a finished run
+    cannot be). ``ConfigError`` naming the differing keys if the newest checkpoint is of another
+    config, or saying there is nothing to resume."""
     store = CheckpointStore(folder, config.keep_checkpoints)
     found = store.latest()
     if found is None:
@@ -44,14 +46,7 @@ def load_for_resume(folder: Path, config: RunConfig, config_hash: str) -> tuple[
             f"checkpoint {path} is of a different config: {', '.join(differences) or 'config hash'}; "
             "resume with the values it was run with"
         )
-    return store, payload
-
-
-def resume_candidates(folder: Path, config: RunConfig, config_hash: str):
-    """``load_for_resume``'s store and checkpoint, then those of the unfinished runs a later run of
-    this config set aside (``run-<run id>/``), newest first: the caller resumes the first whose
-    run its store can reopen (a finished run cannot be)."""
-    yield load_for_resume(folder, config, config_hash)
+    yield store, payload
     for parked in sorted(folder.glob(f"{PARKED}*/"), key=lambda p: p.stat().st_mtime, reverse=True):
         store = CheckpointStore(parked, config.keep_checkpoints)
         try:

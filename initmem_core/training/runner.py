@@ -416,9 +416,19 @@ def _record_fallbacks(tracker: Tracker, config: RunConfig, count: int) -> None:
 
 
 def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str) -> str:
-    """End the run in the store; returns what the store did not take (empty when it took all)."""
+    """End the run in the store; returns what the store did not take (empty when it took all).
+    A stopped or failed run leaves no write behind: its last checkpoint is on disk (or said to be
+    missing) before the run ends and its exception reaches the caller."""
     if checkpoints:
-        _finish_checkpoint(checkpoints)
+        try:
+            checkpoints.wait()
+        except Exception as error:
+            warnings.warn(
+                f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
+                "a resume would start from the one before",
+                RunWarning,
+                stacklevel=2,
+            )
     tracker.end_run(status)
     return tracker.unsynced
 
@@ -440,26 +450,6 @@ def _record_failure(tracker: Tracker, error: BaseException) -> str:
     return FAILED
 
 
-def _finish_checkpoint(checkpoints: CheckpointStore) -> None:
-    """A stopped or failed run leaves no write behind: its last checkpoint is on disk (or said
-    to be missing) before the run ends and its exception reaches the caller."""
-    try:
-        checkpoints.wait()
-    except Exception as error:
-        warnings.warn(
-            f"the last checkpoint could not be written ({type(error).__name__}: {error}); "
-            "a resume would start from the one before",
-            RunWarning,
-            stacklevel=3,
-        )
-
-
-def weights_on_cpu(state: dict[str, Any]) -> dict[str, Any]:
-    """A state dict as ``final_weights.pt`` holds it: plain CPU tensors, so it loads with
-    ``torch.load(path, weights_only=True)`` on any machine, one without a GPU included."""
-    return {name: tensor.detach().cpu() for name, tensor in state.items()}
-
-
 def _log_final_artifacts(tracker: Tracker, setup: TrainingSetup) -> None:
     import torch
 
@@ -469,5 +459,6 @@ def _log_final_artifacts(tracker: Tracker, setup: TrainingSetup) -> None:
             tracker.log_text(text, name)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "final_weights.pt"
-        torch.save(weights_on_cpu(setup.model.state_dict()), path)
+        # Plain CPU tensors: it loads with torch.load(path, weights_only=True) on any machine, GPU or not.
+        torch.save({name: tensor.detach().cpu() for name, tensor in setup.model.state_dict().items()}, path)
         tracker.log_artifact(path)

@@ -33,12 +33,10 @@ SCHEDULES = ("constant", "step", "cosine")
 
 
 def warmup_steps(config: Any, steps_per_epoch: int) -> int:
-    """Number of warm-up steps: ``round(config.warmup_epochs * steps_per_epoch)``."""
     return int(round(float(config.warmup_epochs) * steps_per_epoch))
 
 
 def total_steps(config: Any, steps_per_epoch: int) -> int:
-    """Number of optimizer steps in the run: ``config.epochs * steps_per_epoch``."""
     return int(config.epochs) * int(steps_per_epoch)
 
 

@@ -89,7 +89,7 @@ class SelectedCheckpoint:
         """A checkpoint written before the loop kept the selection: its epoch and loss read off the
         history (the same rule), which test examples it got right from the selection metric's
         state of then, if it kept them (``best_epoch``, ``test_correct``). No weights were kept:
-        unless a later epoch wins, ``weights_kept`` stays false."""
+        unless a later epoch wins, ``weights`` stays ``None``."""
         if not any(row["epoch"] >= 1 for row in history):
             return
         best = selected(history)
@@ -98,7 +98,3 @@ class SelectedCheckpoint:
         correct = state.get("test_correct")
         if correct is not None and state.get("best_epoch") == self.epoch:
             self.test_correct = correct.to(device)
-
-    @property
-    def weights_kept(self) -> bool:
-        return self.weights is not None

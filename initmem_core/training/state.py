@@ -2,23 +2,24 @@
 
 Everything the loop depends on is in it (model with BatchNorm buffers, optimizer, schedule, W0,
 clocks, history, the figures of the epoch in progress, the data order, metric plugins' state,
-the selected checkpoint with its kept weights, every random stream), so a run resumed from it
-computes exactly what it would have computed.
+the selected checkpoint with its kept weights, every random stream: ``capture_rng``), so a run
+resumed from it computes exactly what it would have computed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import torch
 
 from initmem_core.contracts import Metric
 from initmem_core.errors import RunWarning
 from initmem_core.training.clocks import ForgettingClocks
-from initmem_core.training.rng_state import capture_rng, restore_rng
 from initmem_core.training.selection import SelectedCheckpoint
 from initmem_core.training.setup import TrainingSetup
 
@@ -127,3 +128,49 @@ def restore(
     sums = state["epoch_sums"]
     restore_rng(state["rng"], device)
     return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])
+
+
+def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
+    """Every generator a run draws from, as tensors so that ``weights_only`` loading reads them:
+    torch's CPU one, Python's, NumPy's, and the CUDA one of the run's own ``device`` only (other
+    GPUs of the process are not the run's, and a resume may see fewer of them)."""
+    version, state, gauss = random.getstate()
+    legacy = numpy.random.get_state(legacy=True)
+    assert isinstance(legacy, tuple)  # the global RandomState is an MT19937, whose legacy state is a tuple
+    kind, keys, position, has_gauss, cached = legacy
+    captured = {
+        "torch": torch.get_rng_state(),
+        "python": {"version": version, "state": torch.tensor(state, dtype=torch.int64), "gauss": gauss},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype("int64")),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+    }
+    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+        captured["cuda"] = torch.cuda.get_rng_state(device)
+    return captured
+
+
+def restore_rng(captured: dict[str, Any], device: torch.device | None = None) -> None:
+    """Put ``capture_rng``'s generators back; the CUDA state goes to the resumed run's own
+    ``device``, whichever GPU that is (a run resumed on the CPU has no CUDA generator to set).
+    A checkpoint from before this format holds every GPU's state by index: the run's was the
+    current device's, GPU 0 of its process unless it said otherwise."""
+    torch.set_rng_state(captured["torch"])
+    python = captured["python"]
+    random.setstate((python["version"], tuple(python["state"].tolist()), python["gauss"]))
+    state = captured["numpy"]
+    numpy.random.set_state(
+        (state["kind"], state["keys"].numpy().astype("uint32"), state["position"], state["has_gauss"], state["cached"])
+    )
+    cuda = captured.get("cuda")
+    if cuda is None or device is None or device.type != "cuda":
+        return
+    if isinstance(cuda, (list, tuple)):  # the earlier format: one state per visible GPU
+        if not cuda:
+            return
+        cuda = cuda[0]
+    torch.cuda.set_rng_state(cuda, device)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any, Protocol
+from typing import Any
 
 from initmem_core.vocabulary import KILLED
 
@@ -49,22 +49,9 @@ class Stopped(KeyboardInterrupt):
         return f"stopped by {self.signal_name}"
 
 
-class StopRequest(Protocol):
-    """What the training loop asks after every step: was a stop requested, by which signal."""
-
-    @property
-    def requested(self) -> bool: ...
-
-    signum: int | None
-
-
-class NoStop:
-    requested = False
-    signum: int | None = None
-
-
 class StopSignals:
-    """While active (``with StopSignals() as stop``), SIGINT, SIGTERM and SIGHUP set ``stop.signum``.
+    """While active (``with StopSignals() as stop``), SIGINT, SIGTERM and SIGHUP set ``stop.signum``;
+    never entered, it is never requested (the training loop's default).
 
     Outside the main thread signals cannot be handled, so there it does nothing. ``runs_ended``
     counts, per process, the runs whose handlers are gone again: a command's own handler, back

@@ -26,8 +26,6 @@ MEMORY_FORMATS = {"channels_last": torch.channels_last, "channels_last_3d": torc
 
 def _memory_format(tensor: torch.Tensor) -> str:
     """Restored as it was saved, so that e.g. a channels-last momentum buffer stays one."""
-    if tensor.is_contiguous():
-        return "contiguous"
     for name, memory_format in MEMORY_FORMATS.items():
         if tensor.dim() == (4 if name == "channels_last" else 5) and tensor.is_contiguous(memory_format=memory_format):
             return name
