@@ -27,7 +27,7 @@ from initmem_core.tracking.provenance import REQUIREMENTS_ARTIFACT, requirements
 from initmem_core.tracking.sqlite_store import wait_while_database_locked
 from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, sqlite_path, store_folder
-from initmem_core.tracking.writing import log_in_batches
+from initmem_core.tracking.writing import log_params
 from initmem_core.vocabulary import (
     DATASET_CONTEXT_TAG,
     FAILURE_REASON_TAG,
@@ -103,8 +103,9 @@ class TrackerDefaults:
 
 class ForwardedCalls(TrackerDefaults):
     """The ``Tracker`` calls that only carry data, as plain values for another process: a tracker
-    that hands its calls on (``QueueTracker``, ``TrackerProcess``) defines ``_forward(call, *args)``
-    and the calls with answers (``start_run``, ``resume_run``, ``log_artifact``, ``end_run``)."""
+    that hands its calls on (``TrackerProcess``, the local executor's ``QueueTracker``) defines
+    ``_forward(call, *args)`` and the calls with answers (``start_run``, ``resume_run``,
+    ``log_artifact``, ``end_run``)."""
 
     def _forward(self, call: str, *args: Any) -> Any:
         raise NotImplementedError
@@ -226,8 +227,6 @@ class MlflowTracker(TrackerDefaults):
             wait_while_database_locked(database, self.uri)
 
     def start_run(self, name, params, tags):
-        from mlflow.entities import Param
-
         self.wait_until_writable()  # the run and its params are two writes: not one stuck between them
         tags = {**source_tags(self.source_name, self.source_folder), **tags}
         if self.parent_run_id:
@@ -235,7 +234,7 @@ class MlflowTracker(TrackerDefaults):
         with login_must_be_taken(self.uri):  # a user who may read the store but not write to it
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
-        log_in_batches(self.client, self.run_id, "params", [Param(key, str(value)) for key, value in params.items()])
+        log_params(self.client, self.run_id, params)
         self.log_requirements()
         self.flush(force=True)  # with the run's start: what a run holds from its first moment
         self._start_monitor(resume=False)
