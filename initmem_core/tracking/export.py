@@ -145,7 +145,6 @@ def _restore(value: Any, hint: Any) -> Any:
 
 
 def record_to_json(record: CellRecord) -> dict[str, Any]:
-    """Every field of the record as JSON-ready values."""
     out = {}
     for f in dataclasses.fields(CellRecord):
         value = getattr(record, f.name)

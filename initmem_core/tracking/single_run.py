@@ -11,7 +11,7 @@ from typing import Any
 
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
-from initmem_core.tracking.records import metric_history, search_all
+from initmem_core.tracking.records import looks_like_run_id, metric_history, search_all
 from initmem_core.tracking.uris import resolve_tracking_uri
 from initmem_core.vocabulary import (
     FIT,
@@ -26,10 +26,6 @@ from initmem_core.vocabulary import (
 
 #: A run's summary figures, in the order a report shows them.
 SUMMARY_METRICS = (*SELECTION_METRICS, TAU_INTERP, REPAIR_GAP, FIT)
-
-
-def looks_like_run_id(text: str) -> bool:
-    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
 
 
 @dataclass(frozen=True)

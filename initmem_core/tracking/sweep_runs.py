@@ -120,7 +120,6 @@ class SweepRuns:
         return dict(self._client.get_run(self.parent_id).data.params)
 
     def parent_tags(self) -> dict[str, str]:
-        """The tags the parent holds now."""
         return dict(self._client.get_run(self.parent_id).data.tags)
 
     def add_parent_params(self, params: Mapping[str, str]) -> None:
@@ -167,7 +166,6 @@ class SweepRuns:
         log_tags(self._client, self.parent_id, tags)
 
     def end(self, status: str) -> None:
-        """End the parent run with ``status``."""
         self._client.set_terminated(self.parent_id, status)
 
     # -- the children ------------------------------------------------------------------------

@@ -84,10 +84,6 @@ class Tracker(Protocol):
         begun; idempotent."""
 
 
-def _not_giving_up() -> int | None:
-    return None
-
-
 class TrackerDefaults:
     """What a ``Tracker`` has unless it says otherwise: no store, every write taken, nothing
     held that ``close`` must release, and no opening to give up."""
@@ -95,7 +91,7 @@ class TrackerDefaults:
     uri: str | None = None
     unsynced: str = ""
     lost: bool = False
-    give_up_opening: Callable[[], int | None] = staticmethod(_not_giving_up)
+    give_up_opening: Callable[[], int | None] = staticmethod(lambda: None)
 
     def close(self) -> None:
         pass

@@ -34,7 +34,6 @@ MODEL_TRAINING = "custom_model_development"
 #: params: the table averages every param column over a group's cells (a group row read sigma 1.25,
 #: and lr 0.049999… for six cells of 0.05), and leaves a tag's cell empty there.
 VIEW_METRICS = (BEST_VAL_TEST_ACC, FIT, TAU_INTERP, WEIGHT_NORM_RATIO)
-PRIMARY_METRIC = BEST_VAL_TEST_ACC
 #: Metrics every finished run has: the parallel-coordinates chart draws only runs holding all its
 #: metrics, so tau_interp (logged only when a run interpolates) would empty it.
 PARALLEL_METRICS = (BEST_VAL_TEST_ACC, WEIGHT_NORM_RATIO)
@@ -63,7 +62,7 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
             "runsCountToCompare": 1000,
             "displayName": f"{BEST_VAL_TEST_ACC} vs sigma",
             "xaxis": {"key": "sigma", "type": "PARAM"},
-            "yaxis": {"key": PRIMARY_METRIC, "type": "METRIC"},
+            "yaxis": {"key": BEST_VAL_TEST_ACC, "type": "METRIC"},
         },
         {
             "type": "PARALLEL",
