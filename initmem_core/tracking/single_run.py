@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ SUMMARY_METRICS = (*SELECTION_METRICS, TAU_INTERP, REPAIR_GAP, FIT)
 @dataclass(frozen=True)
 class SingleRun:
     run_id: str
-    name: str
+    run_name: str
     status: str
     params: dict[str, str]
     summary: dict[str, float]
@@ -39,14 +40,7 @@ class SingleRun:
     epochs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "run_name": self.name,
-            "status": self.status,
-            "params": self.params,
-            "summary": self.summary,
-            "epochs": self.epochs,
-        }
+        return dataclasses.asdict(self)
 
 
 def stored_runs(uri: str, experiment: str) -> tuple[list[Any], list[Any]]:

@@ -1,9 +1,7 @@
 """A sweep's runs in the tracking store: its parent run and the child run of each cell.
 
 ``SweepRuns`` is every store operation a sweep launch makes, written once, so that the sweep
-package never holds an MLflow client. It opens the store through ``client.open_client`` (a bad
-or locked store fails in one line) and writes batches through ``writing.log_in_batches``
-(MLflow's limits per call).
+package never holds an MLflow client.
 
 >>> runs = SweepRuns(uri, "initmem", "my-sweep")  # the parent found by name, or created
 >>> run_id = runs.create_child("sigma=0.5", {...})

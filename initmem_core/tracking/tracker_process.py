@@ -327,15 +327,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
 
     warnings.showwarning = show
     try:
-        tracker: MlflowTracker | None = MlflowTracker(
-            settings["uri"],
-            settings["experiment"],
-            parent_run_id=settings["parent_run_id"],
-            flush_every_s=settings["flush_every_s"],
-            source_name=settings.get("source_name"),
-            source_folder=settings.get("source_folder"),
-            system_metrics=bool(settings.get("system_metrics")),
-        )
+        tracker: MlflowTracker | None = MlflowTracker(**settings)  # TrackerProcess names its arguments
         opening_error = ""
         _warm_up(tracker)
     except Exception as error:  # answered to the first call that waits: start_run or resume_run
