@@ -13,7 +13,6 @@ from typing import Any
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
 from initmem_core.tracking.records import looks_like_run_id, metric_history, search_all
-from initmem_core.tracking.uris import resolve_tracking_uri
 from initmem_core.vocabulary import (
     FIT,
     PARENT_ROLE,
@@ -66,7 +65,7 @@ def load_single_run(run_id: str, tracking_uri: str | None = None) -> SingleRun |
     such run or it is a sweep's parent (a sweep, reported as one). Creates no store."""
     if not looks_like_run_id(run_id):
         return None
-    client = open_client(resolve_tracking_uri(tracking_uri), create=False)
+    client = open_client(tracking_uri, create=False)
     try:
         run = client.get_run(run_id)
     except Exception:  # MLflow raises its own error for an unknown id

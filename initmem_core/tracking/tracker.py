@@ -167,9 +167,6 @@ class MemoryTracker(TrackerDefaults):
     def end_run(self, status=FINISHED):
         self.status = status
 
-    def history(self, key: str) -> list[tuple[int, float]]:
-        return [(step, value) for step, name, value in self.metrics if name == key]
-
 
 class MlflowTracker(TrackerDefaults):
     """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
@@ -200,7 +197,6 @@ class MlflowTracker(TrackerDefaults):
         self._requirements_logged = False
         self.system_metrics = system_metrics  # MLflow's monitor of the machine, while the run runs
         self._monitor: Any = None
-        self.experiment = experiment
         self.parent_run_id = parent_run_id
         self.run_id = run_id
         self.client = open_client(self.uri, probe=False)
