@@ -189,6 +189,14 @@ def child_runs(client, parent) -> list[Any]:
     return search_all(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
 
 
+def open_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[Any, Any, list[Any]]:
+    """A client on an existing store (none is created), the sweep's parent run (``resolve_parent``)
+    and every child run of it."""
+    client = open_client(uri, create=False)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
+    return client, parent, child_runs(client, parent)
+
+
 def latest_per_cell(runs: list[Any]) -> list[Any]:
     """One ended run per config hash: a FINISHED one if any, else the newest (a relaunch retries
     failures). Cells still running are left out: they have not failed, they have not finished."""
@@ -256,11 +264,8 @@ def load_sweep_records(
     name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
 ) -> tuple[str, list[CellRecord]]:
     """The sweep's name and one record per cell, read from the tracking store alone."""
-    uri = resolve_tracking_uri(tracking_uri)
-    client = open_client(uri, create=False)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
-    runs = latest_per_cell(child_runs(client, parent))
-    return sweep_name_of(parent), [record_from_run(client, run) for run in runs]
+    client, parent, children = open_sweep(resolve_tracking_uri(tracking_uri), experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [record_from_run(client, run) for run in latest_per_cell(children)]
 
 
 def sweep_name_of(parent) -> str:

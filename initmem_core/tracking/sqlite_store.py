@@ -129,7 +129,6 @@ def _copy_template(temporary: Path) -> bool:
             raise sqlite3.DatabaseError("the template has no Default experiment")
         return True
     except (ImportError, AttributeError, ValueError, OSError, sqlite3.Error, AlembicError):
-        # Create the store as MLflow does.
         for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
             with contextlib.suppress(OSError):
                 leftover.unlink(missing_ok=True)

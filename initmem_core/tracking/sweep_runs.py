@@ -26,8 +26,8 @@ from initmem_core.tracking.records import (
     child_runs,
     find_parent,
     latest_per_cell,
+    open_sweep,
     record_from_run,
-    resolve_parent,
     sweep_name_of,
 )
 from initmem_core.tracking.system_metrics import SystemMetrics
@@ -71,9 +71,8 @@ class StoredRun:
 def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
     """An existing sweep's name and every child run of it, the sweep found by name or by its
     parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
-    client = open_client(uri, create=False)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
-    return sweep_name_of(parent), [StoredRun.of(run) for run in child_runs(client, parent)]
+    _, parent, children = open_sweep(uri, experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [StoredRun.of(run) for run in children]
 
 
 class SweepRuns:

@@ -52,14 +52,12 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
     """The runs page's state: the sweep's child runs, the chosen columns, grouped by group label,
     and charts of test accuracy against sigma."""
     section = "initmem-" + parent_run_id[:8]
+    chart = {"metricSectionId": section, "isGenerated": False, "deleted": False, "runsCountToCompare": 1000}
     charts = [
         {
             "type": "SCATTER",
             "uuid": f"{section}-acc",
-            "metricSectionId": section,
-            "isGenerated": False,
-            "deleted": False,
-            "runsCountToCompare": 1000,
+            **chart,
             "displayName": f"{BEST_VAL_TEST_ACC} vs sigma",
             "xaxis": {"key": "sigma", "type": "PARAM"},
             "yaxis": {"key": BEST_VAL_TEST_ACC, "type": "METRIC"},
@@ -67,10 +65,7 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
         {
             "type": "PARALLEL",
             "uuid": f"{section}-par",
-            "metricSectionId": section,
-            "isGenerated": False,
-            "deleted": False,
-            "runsCountToCompare": 1000,
+            **chart,
             "showAllRuns": True,
             "selectedParams": ["sigma", "opt", "lr"],
             "selectedMetrics": list(PARALLEL_METRICS),
