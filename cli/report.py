@@ -70,13 +70,8 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
 def _report_single_run(run_id: str, tracking_uri: str | None, format: str) -> bool:
     """The summary and per-epoch curves of run ``run_id`` if it is a single run; False if not."""
-    from initmem_core.tracking.single_run import (  # lazy: keeps MLflow out of the CLI's start-up
-        load_single_run,
-        looks_like_run_id,
-    )
+    from initmem_core.tracking.single_run import load_single_run  # lazy: keeps MLflow out of the CLI's start-up
 
-    if not looks_like_run_id(run_id):
-        return False
     run = load_single_run(run_id, tracking_uri)
     if run is None:
         return False

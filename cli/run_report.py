@@ -36,7 +36,7 @@ def _number(value) -> str:
 
 
 def _title(run) -> str:
-    return f"run {run.name} ({run.status})"
+    return f"run {run.run_name} ({run.status})"
 
 
 def summary_rows(run) -> list[tuple[str, str]]:

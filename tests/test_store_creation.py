@@ -65,7 +65,7 @@ def test_a_new_store_is_the_kept_template_with_the_default_experiment_written_fo
     def no_migration(temporary):
         raise AssertionError("migrated although a template was there")
 
-    monkeypatch.setattr(sqlite_store, "_migrate_new", no_migration)
+    monkeypatch.setattr(sqlite_store, "_open_with_mlflow", no_migration)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -245,7 +245,7 @@ def test_a_template_that_cannot_serve_falls_back_to_mlflows_own_migration(
     spoil(monkeypatch) if spoil is refuse_private_name else spoil(template)
     migrated = []
     real = sqlite_store._open_with_mlflow
-    monkeypatch.setattr(sqlite_store, "_migrate_new", lambda path: migrated.append(real(path)))
+    monkeypatch.setattr(sqlite_store, "_open_with_mlflow", lambda path: migrated.append(real(path)))
     sqlite_store.create_sqlite_store(work / "mlflow.db")
     assert migrated, "the template was used"
     assert store_contents(work / "mlflow.db") == store_contents(mlflow_migrated(work))

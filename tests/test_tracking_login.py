@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from initmem_core.errors import ConfigError
-from initmem_core.tracking.login import CREDENTIAL_ENV, credentials_env, login_must_be_taken, refusal
+from initmem_core.tracking.login import CREDENTIAL_ENV, login_must_be_taken, refusal
 from tests.cli_processes import SMALL_CELL_ARGS, initmem_command
 from tests.local_services import add_user, auth_request, login_server, ray_head
 from tests.network_isolation import loopback_only
@@ -122,7 +122,7 @@ def test_login_must_be_taken_turns_only_a_refusal_into_one_config_error(login):
 
 
 def test_only_the_login_variables_that_are_set_go_to_a_worker_and_only_while_it_runs(login, monkeypatch):
-    from initmem_core.tracking.login import logged_in
+    from initmem_plugins.executors.ray_executor import credentials_env, logged_in
 
     assert credentials_env() == {}
     login("bob", "pw")

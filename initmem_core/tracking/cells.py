@@ -2,39 +2,25 @@
 
 The sweep creates each child run itself, before the cell is handed to an executor, so it can end
 the cell FAILED whatever happens to it; it holds a ``ChildRunWriter`` on that run. Then either a
-local worker's ``QueueTracker`` and ``QueueProgress`` send every call through one queue to the
-sweep process, which replays it there (workers never open the store, so N workers on one SQLite
-file cannot lose a row or die on a locked database), or a remote worker (Ray, Slurm) writes into
-the same child run with a ``ServerCellWriter`` and only progress travels back.
+local worker sends every tracker call (the local executor's ``QueueTracker``) and its progress
+(``QueueProgress``) through one queue to the sweep process, which replays them there (workers
+never open the store, so N workers on one SQLite file cannot lose a row or die on a locked
+database), or a remote worker (Ray, Slurm) writes into the same child run itself
+(``remote_cell.ServerCellWriter``) and only progress travels back.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from initmem_core.tracking.tracker import ForwardedCalls, MlflowTracker
-from initmem_core.tracking.writing import log_in_batches
-from initmem_core.vocabulary import (
-    ATTEMPTS_TAG,
-    ENDED,
-    FAILED,
-    FAILURE_REASON_TAG,
-    FINISHED,
-    RUNNING,
-    WORKER_TAG,
-)
+from initmem_core.tracking.tracker import MlflowTracker
+from initmem_core.tracking.writing import log_params, log_tags
+from initmem_core.vocabulary import ENDED, FAILED, FAILURE_REASON_TAG, FINISHED
 
-#: Calls a worker may send, and so the only ones the sweep process replays.
-TRACKER_CALLS = frozenset(
-    {"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact", "log_dataset", "end_run"}
-)
 PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})
 PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
 
@@ -88,18 +74,6 @@ def table_tags(params: Mapping[str, Any]) -> dict[str, str]:
     return {key: str(params[key]) for key in TABLE_FIELDS if key in params}
 
 
-def _log_params(client, run_id: str, params: dict[str, Any]) -> None:
-    from mlflow.entities import Param
-
-    log_in_batches(client, run_id, "params", [Param(key, str(value)) for key, value in params.items()])
-
-
-def _set_tags(client, run_id: str, tags: dict[str, Any]) -> None:
-    from mlflow.entities import RunTag
-
-    log_in_batches(client, run_id, "tags", [RunTag(key, str(value)) for key, value in tags.items()])
-
-
 class ChildRunWriter(MlflowTracker):
     """Writes into a child run the sweep created before the cell started.
 
@@ -114,8 +88,8 @@ class ChildRunWriter(MlflowTracker):
         self.ended: str | None = None
 
     def start_run(self, name, params, tags):
-        _log_params(self.client, self.run_id, params)
-        _set_tags(self.client, self.run_id, tags)
+        log_params(self.client, self.run_id, params)
+        log_tags(self.client, self.run_id, tags)
         self.log_requirements()  # the sweep's processes share one environment: read once, here
         return self.run_id
 
@@ -139,76 +113,6 @@ class ChildRunWriter(MlflowTracker):
             return
         self.set_tags({FAILURE_REASON_TAG: error[:5000]})
         self.end_run(status)
-
-
-class ServerCellWriter(MlflowTracker):
-    """A remote worker's tracker: writes straight into the child run the sweep created.
-
-    Made to run again. Ray re-runs a cell whose worker died, and Slurm requeues a preempted job,
-    into the same run (never a new one, so a cell has one child run however often it starts).
-    An attempt logs only the params the run does not hold yet (another node may resolve another
-    device; MLflow refuses to change a param) and only the metric steps it does not hold yet, so
-    no row is ever written twice. Which attempt wrote a step is not recorded: an attempt resumes
-    from the previous one's checkpoint when it can reach it, and otherwise trains the same config
-    from the start again, which on CPU with fixed ``--threads`` recomputes the very same values.
-    """
-
-    run_id: str  # the child run the sweep created, given at construction
-
-    def __init__(self, uri: str, experiment: str, run_id: str):
-        super().__init__(uri, experiment, run_id=run_id)
-        run = self.client.get_run(run_id)
-        self.finished = run.info.status == FINISHED  # by an attempt whose worker died just after
-        self.held_params = set(run.data.params)
-        self.attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
-        self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
-
-    def begin_attempt(self) -> None:
-        """Say which attempt runs where, and show the cell RUNNING (it was SCHEDULED)."""
-        _set_tags(
-            self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
-        )
-        self.client.update_run(self.run_id, status=RUNNING)
-
-    def start_run(self, name, params, tags):
-        _log_params(self.client, self.run_id, {k: v for k, v in params.items() if k not in self.held_params})
-        _set_tags(self.client, self.run_id, tags)
-        self.log_requirements()  # the worker's own environment, on its own machine
-        return self.run_id
-
-
-class QueueTracker(ForwardedCalls):
-    """The ``Tracker`` protocol for a worker process: every call goes to the sweep process.
-
-    Artifact files are copied into the sweep's staging folder first, since ``run`` deletes its
-    temporary files before the sweep process gets to replay the call. ``uri`` names the store
-    (never opened here) so that ``run`` keeps checkpoints beside it, as it does in-process.
-    """
-
-    uri: str
-
-    def __init__(self, queue: Any, run_id: str, staging: str | Path, uri: str):
-        self.queue, self.run_id, self.staging, self.uri = queue, run_id, Path(staging), uri
-
-    def _forward(self, call: str, *args: Any) -> None:
-        self.queue.put((self.run_id, call, args))
-
-    def start_run(self, name, params, tags):
-        self._forward("start_run", name, dict(params), dict(tags))
-        return self.run_id
-
-    def resume_run(self, run_id):
-        self._forward("resume_run", run_id)
-
-    def log_artifact(self, local_path, artifact_path=None):
-        source = Path(local_path)
-        staged = self.staging / uuid.uuid4().hex / source.name
-        staged.parent.mkdir(parents=True)
-        shutil.copy2(source, staged)
-        self._forward("log_artifact", str(staged), artifact_path)
-
-    def end_run(self, status=FINISHED):
-        self._forward("end_run", status)
 
 
 class QueueProgress:

@@ -53,7 +53,7 @@ def fail_fast_http() -> Iterator[None]:
             os.environ.pop(key, None)
 
 
-def _python_handles_ctrl_c() -> bool:
+def python_handles_ctrl_c() -> bool:
     """Python's own handler is in place (``initmem sweep`` once it handles Ctrl-C itself): other
     handlers (the CLI's early ones, a run's StopSignals, a worker's SIG_IGN) are left to act."""
     return (
@@ -63,28 +63,11 @@ def _python_handles_ctrl_c() -> bool:
 
 
 @contextlib.contextmanager
-def ctrl_c_held() -> Iterator[None]:
-    """A Ctrl-C inside is held until the block is done, then raised: while a worker is spawned
-    it would leave the start half-done (the local executor's workers). For blocks of milliseconds."""
-    if not _python_handles_ctrl_c():
-        yield
-        return
-    held: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if held:
-        raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
 def ctrl_c_stays_an_interrupt() -> Iterator[None]:
     """A Ctrl-C inside ends the block at once with ``KeyboardInterrupt``, whatever the code inside
     made of it: pydantic, building one of MLflow's models as MLflow is imported, turns it into a
     ``SchemaError`` (a traceback, exit 1), and code that catches that may even go on."""
-    if not _python_handles_ctrl_c():
+    if not python_handles_ctrl_c():
         yield
         return
     pressed: list[int] = []

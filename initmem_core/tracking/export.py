@@ -36,17 +36,9 @@ from typing import Any
 
 from initmem_core.config import from_mapping
 from initmem_core.errors import ConfigError
-from initmem_core.tracking.client import open_client
 from initmem_core.tracking.correct_sets import packed, unpacked
 from initmem_core.tracking.provenance import installed_version
-from initmem_core.tracking.records import (
-    CellRecord,
-    child_runs,
-    latest_per_cell,
-    record_from_run,
-    resolve_parent,
-    sweep_name_of,
-)
+from initmem_core.tracking.records import CellRecord, latest_per_cell, open_sweep, record_from_run, sweep_name_of
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri
 
 FORMAT = "initmem-sweep-export"
@@ -92,15 +84,11 @@ class SweepExport:
 def export_sweep(name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = "") -> SweepExport:
     """Read sweep ``name_or_parent_run_id`` from the store (MLflow is imported when the client opens)."""
     experiment = experiment or DEFAULT_EXPERIMENT
-    uri = resolve_tracking_uri(tracking_uri)
-    client = open_client(uri, create=False)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
-    children = child_runs(client, parent)
-    runs = latest_per_cell(children)
+    client, parent, children = open_sweep(resolve_tracking_uri(tracking_uri), experiment, name_or_parent_run_id)
     ended = [r for r in children if r.info.end_time]
     return SweepExport(
         name=sweep_name_of(parent),
-        records=[record_from_run(client, run) for run in runs],
+        records=[record_from_run(client, run) for run in latest_per_cell(children)],
         parent_run_id=parent.info.run_id,
         experiment=experiment,
         parent_params=dict(parent.data.params),
@@ -145,7 +133,6 @@ def _restore(value: Any, hint: Any) -> Any:
 
 
 def record_to_json(record: CellRecord) -> dict[str, Any]:
-    """Every field of the record as JSON-ready values."""
     out = {}
     for f in dataclasses.fields(CellRecord):
         value = getattr(record, f.name)

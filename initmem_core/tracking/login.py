@@ -1,6 +1,5 @@
 """Logging in to a tracking server: the login comes from MLflow's environment variables only
-(never a command line), is handed on to workers that do not inherit them, and a server's refusal
-of it becomes one line naming those variables."""
+(never a command line), and a server's refusal of it becomes one line naming those variables."""
 
 from __future__ import annotations
 
@@ -14,31 +13,9 @@ from initmem_core.errors import ConfigError
 
 #: Where MLflow's client takes a login to a tracking server from (``mlflow server --app-name
 #: basic-auth``: a user and password; a bearer token for other servers). Read from the environment
-#: only, never from a command line, and handed on to remote workers (``credentials_env``).
+#: only, never from a command line, and handed on to Ray workers (``ray_executor.credentials_env``).
 USERNAME_ENV, PASSWORD_ENV, TOKEN_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"
 CREDENTIAL_ENV = (USERNAME_ENV, PASSWORD_ENV, TOKEN_ENV)
-
-
-def credentials_env() -> dict[str, str]:
-    """The login variables that are set here (``CREDENTIAL_ENV``), for a worker that does not
-    inherit this process's environment (a Ray task). Never to be logged or printed."""
-    return {key: os.environ[key] for key in CREDENTIAL_ENV if os.environ.get(key)}
-
-
-@contextlib.contextmanager
-def logged_in(login: dict[str, str]) -> Iterator[None]:
-    """Requests to the tracking server log in with ``login`` (``credentials_env`` of the process
-    that launched this work) while inside; the variables are as they were afterwards."""
-    before = {key: os.environ.get(key) for key in login}
-    os.environ.update(login)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def refusal(uri: str, error: BaseException) -> str:

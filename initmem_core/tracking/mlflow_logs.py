@@ -1,5 +1,5 @@
-"""MLflow's own log lines kept quiet: its INFO lines would break the progress display, and its
-error logs come as one line each."""
+"""MLflow's own log lines kept quiet: its INFO lines (database migrations, run links) would break
+the progress display, and its error logs come as one line each."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import logging
 
 
 def quiet_mlflow() -> None:
-    # MLflow's INFO lines (database migrations, run links) would break our progress display.
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     for handler in logging.getLogger("mlflow").handlers:

@@ -117,11 +117,6 @@ def fit_counts(cells: Iterable[CellRecord]) -> tuple[int, int]:
     return sum(c.fit for c in done), len(done)
 
 
-def config_from_params(params: Mapping[str, str]) -> RunConfig:
-    """The cell's config from its logged params (every config field is logged as is)."""
-    return from_mapping({key: value for key, value in params.items() if key in FIELDS}, "the run's params")
-
-
 def search_all(client, experiment_ids: list[str], filter_string: str) -> list[Any]:
     runs, token = [], None
     while True:
@@ -147,6 +142,10 @@ def check_sweep_name(name: str) -> str:
     return name
 
 
+def looks_like_run_id(text: str) -> bool:
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
 def find_parent(client, experiment_id: str, name: str):
     """The parent run of sweep ``name`` in the experiment, or ``None``."""
     runs = client.search_runs(
@@ -166,7 +165,7 @@ def resolve_parent(client, experiment: str, name_or_run_id: str, uri: str = ""):
     if found is None:
         raise ConfigError(f"experiment '{experiment}' does not exist in {store}; check --experiment and --tracking-uri")
     parent = find_parent(client, found.experiment_id, name_or_run_id)
-    if parent is None and len(name_or_run_id) == 32 and all(c in "0123456789abcdef" for c in name_or_run_id):
+    if parent is None and looks_like_run_id(name_or_run_id):
         try:
             parent = client.get_run(name_or_run_id)
         except Exception:  # no such run
@@ -188,6 +187,14 @@ def resolve_parent(client, experiment: str, name_or_run_id: str, uri: str = ""):
 
 def child_runs(client, parent) -> list[Any]:
     return search_all(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
+
+
+def open_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[Any, Any, list[Any]]:
+    """A client on an existing store (none is created), the sweep's parent run (``resolve_parent``)
+    and every child run of it."""
+    client = open_client(uri, create=False)
+    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
+    return client, parent, child_runs(client, parent)
 
 
 def latest_per_cell(runs: list[Any]) -> list[Any]:
@@ -217,7 +224,8 @@ def record_from_run(client, run) -> CellRecord:
     wanted = [key for key in HISTORY_METRICS if key in run.data.metrics] if trained else ["weight_norm"]
     histories = {key: metric_history(client, run.info.run_id, key) for key in wanted}
     return CellRecord(
-        config=config_from_params(run.data.params),
+        # every config field is logged as a param, as is
+        config=from_mapping({k: v for k, v in run.data.params.items() if k in FIELDS}, "the run's params"),
         status=run.info.status,
         metrics=dict(run.data.metrics),
         weight_norms=histories.get("weight_norm", []),
@@ -256,11 +264,8 @@ def load_sweep_records(
     name_or_parent_run_id: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
 ) -> tuple[str, list[CellRecord]]:
     """The sweep's name and one record per cell, read from the tracking store alone."""
-    uri = resolve_tracking_uri(tracking_uri)
-    client = open_client(uri, create=False)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
-    runs = latest_per_cell(child_runs(client, parent))
-    return sweep_name_of(parent), [record_from_run(client, run) for run in runs]
+    client, parent, children = open_sweep(resolve_tracking_uri(tracking_uri), experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [record_from_run(client, run) for run in latest_per_cell(children)]
 
 
 def sweep_name_of(parent) -> str:

@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
-from initmem_core.tracking.records import metric_history, search_all
-from initmem_core.tracking.uris import resolve_tracking_uri
+from initmem_core.tracking.records import looks_like_run_id, metric_history, search_all
 from initmem_core.vocabulary import (
     FIT,
     PARENT_ROLE,
@@ -28,14 +28,10 @@ from initmem_core.vocabulary import (
 SUMMARY_METRICS = (*SELECTION_METRICS, TAU_INTERP, REPAIR_GAP, FIT)
 
 
-def looks_like_run_id(text: str) -> bool:
-    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
-
-
 @dataclass(frozen=True)
 class SingleRun:
     run_id: str
-    name: str
+    run_name: str
     status: str
     params: dict[str, str]
     summary: dict[str, float]
@@ -43,14 +39,7 @@ class SingleRun:
     epochs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "run_name": self.name,
-            "status": self.status,
-            "params": self.params,
-            "summary": self.summary,
-            "epochs": self.epochs,
-        }
+        return dataclasses.asdict(self)
 
 
 def stored_runs(uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
@@ -76,7 +65,7 @@ def load_single_run(run_id: str, tracking_uri: str | None = None) -> SingleRun |
     such run or it is a sweep's parent (a sweep, reported as one). Creates no store."""
     if not looks_like_run_id(run_id):
         return None
-    client = open_client(resolve_tracking_uri(tracking_uri), create=False)
+    client = open_client(tracking_uri, create=False)
     try:
         run = client.get_run(run_id)
     except Exception:  # MLflow raises its own error for an unknown id

@@ -28,7 +28,7 @@ def create_sqlite_store(database: Path) -> None:
     temporary = _being_created = database.with_name(f".{database.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.creating")
     try:
         if not _copy_template(temporary):
-            _migrate_new(temporary)
+            _open_with_mlflow(temporary)  # a new file: MLflow runs its whole migration history
             _keep_as_template(temporary)
         os.replace(temporary, database)
     finally:
@@ -43,10 +43,6 @@ def store_template() -> Path:
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path(os.path.expanduser("~")) / ".cache")
     return cache / "initmem" / "store-templates" / f"mlflow-{VERSION}-sqlite-{sqlite3.sqlite_version}.db"
-
-
-def _migrate_new(temporary: Path) -> None:
-    _open_with_mlflow(temporary)  # a new file: MLflow runs its whole migration history
 
 
 def _open_with_mlflow(database: Path) -> None:
@@ -133,7 +129,6 @@ def _copy_template(temporary: Path) -> bool:
             raise sqlite3.DatabaseError("the template has no Default experiment")
         return True
     except (ImportError, AttributeError, ValueError, OSError, sqlite3.Error, AlembicError):
-        # Create the store as MLflow does.
         for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
             with contextlib.suppress(OSError):
                 leftover.unlink(missing_ok=True)

@@ -1,9 +1,7 @@
 """A sweep's runs in the tracking store: its parent run and the child run of each cell.
 
 ``SweepRuns`` is every store operation a sweep launch makes, written once, so that the sweep
-package never holds an MLflow client. It opens the store through ``client.open_client`` (a bad
-or locked store fails in one line) and writes batches through ``writing.log_in_batches``
-(MLflow's limits per call).
+package never holds an MLflow client.
 
 >>> runs = SweepRuns(uri, "initmem", "my-sweep")  # the parent found by name, or created
 >>> run_id = runs.create_child("sigma=0.5", {...})
@@ -28,13 +26,13 @@ from initmem_core.tracking.records import (
     child_runs,
     find_parent,
     latest_per_cell,
+    open_sweep,
     record_from_run,
-    resolve_parent,
     sweep_name_of,
 )
 from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.ui_view import write_view
-from initmem_core.tracking.writing import log_in_batches, to_json
+from initmem_core.tracking.writing import log_in_batches, log_params, log_tags, to_json
 from initmem_core.vocabulary import (
     CURVES_DIGEST_TAG,
     CURVES_SECTION_PREFIX,
@@ -73,9 +71,8 @@ class StoredRun:
 def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
     """An existing sweep's name and every child run of it, the sweep found by name or by its
     parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
-    client = open_client(uri, create=False)
-    parent = resolve_parent(client, experiment, name_or_parent_run_id, uri)
-    return sweep_name_of(parent), [StoredRun.of(run) for run in child_runs(client, parent)]
+    _, parent, children = open_sweep(uri, experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [StoredRun.of(run) for run in children]
 
 
 class SweepRuns:
@@ -107,7 +104,7 @@ class SweepRuns:
             if admit is not None:
                 admit(dict(parent.data.tags), dict(parent.data.params))
             self._client.update_run(parent.info.run_id, status=RUNNING)
-            _set_tags(self._client, parent.info.run_id, self.source)
+            log_tags(self._client, parent.info.run_id, self.source)
         self._parent = parent
         self.parent_id: str = parent.info.run_id
         #: The parent's status before this launch: a launch that runs nothing puts it back.
@@ -120,16 +117,12 @@ class SweepRuns:
         return dict(self._client.get_run(self.parent_id).data.params)
 
     def parent_tags(self) -> dict[str, str]:
-        """The tags the parent holds now."""
         return dict(self._client.get_run(self.parent_id).data.tags)
 
     def add_parent_params(self, params: Mapping[str, str]) -> None:
         """Log params onto the parent, each value cut to MLflow's limit. MLflow never changes a
         logged param: pass only those the parent lacks (``parent_params``)."""
-        from mlflow.entities import Param
-
-        entities = [Param(key, value[:PARAM_VALUE_LIMIT]) for key, value in params.items()]
-        log_in_batches(self._client, self.parent_id, "params", entities)
+        log_params(self._client, self.parent_id, {key: value[:PARAM_VALUE_LIMIT] for key, value in params.items()})
 
     def log_report(self, files: Iterable[Path], grid: Mapping[str, Any]) -> None:
         """The report's files into the parent's ``report/`` artifacts, and the sweep's grid as ``sweep.json``."""
@@ -160,17 +153,16 @@ class SweepRuns:
             metrics += [Metric(f"{section}/{key}", value, now, step) for key, value, step in curves]
         log_in_batches(self._client, self.parent_id, "metrics", metrics)
         if section:  # only once every point is in: a launch killed half-way leaves the tag on the whole earlier section
-            _set_tags(self._client, self.parent_id, {CURVES_TAG: section, CURVES_DIGEST_TAG: digest})
+            log_tags(self._client, self.parent_id, {CURVES_TAG: section, CURVES_DIGEST_TAG: digest})
 
     def write_view(self) -> str:
         """The sweep's prepared view in the MLflow UI (``ui_view``); returns its share key."""
         return write_view(self._client, self.experiment_id, self.name, self.parent_id)
 
     def set_parent_tags(self, tags: Mapping[str, str]) -> None:
-        _set_tags(self._client, self.parent_id, tags)
+        log_tags(self._client, self.parent_id, tags)
 
     def end(self, status: str) -> None:
-        """End the parent run with ``status``."""
         self._client.set_terminated(self.parent_id, status)
 
     # -- the children ------------------------------------------------------------------------
@@ -194,12 +186,6 @@ class SweepRuns:
     def cell_records(self) -> list[CellRecord]:
         """One record per cell (its latest ended run), what the report is built from."""
         return [record_from_run(self._client, run) for run in latest_per_cell(child_runs(self._client, self._parent))]
-
-
-def _set_tags(client: Any, run_id: str, tags: Mapping[str, str]) -> None:
-    from mlflow.entities import RunTag
-
-    log_in_batches(client, run_id, "tags", [RunTag(key, value) for key, value in tags.items()])
 
 
 def last_section(metrics: Mapping[str, float]) -> int:

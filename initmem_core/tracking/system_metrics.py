@@ -22,14 +22,14 @@ SAMPLING_INTERVAL_S = 5.0
 class SystemMetrics:
     """MLflow's ``SystemMetricsMonitor`` on run ``run_id`` of store ``uri``, started at once."""
 
-    def __init__(self, uri: str, run_id: str, resume: bool = False, interval_s: float = SAMPLING_INTERVAL_S):
+    def __init__(self, uri: str, run_id: str, resume: bool = False):
         require_psutil()
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         # MLflow says at INFO level that it starts and stops, and that it skips GPUs it cannot read.
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         self._monitor: Any = SystemMetricsMonitor(
-            run_id, sampling_interval=interval_s, resume_logging=resume, tracking_uri=uri
+            run_id, sampling_interval=SAMPLING_INTERVAL_S, resume_logging=resume, tracking_uri=uri
         )
         self._monitor.start()
 

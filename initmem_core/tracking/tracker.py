@@ -27,7 +27,7 @@ from initmem_core.tracking.provenance import REQUIREMENTS_ARTIFACT, requirements
 from initmem_core.tracking.sqlite_store import wait_while_database_locked
 from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, sqlite_path, store_folder
-from initmem_core.tracking.writing import log_in_batches
+from initmem_core.tracking.writing import log_params
 from initmem_core.vocabulary import (
     DATASET_CONTEXT_TAG,
     FAILURE_REASON_TAG,
@@ -84,10 +84,6 @@ class Tracker(Protocol):
         begun; idempotent."""
 
 
-def _not_giving_up() -> int | None:
-    return None
-
-
 class TrackerDefaults:
     """What a ``Tracker`` has unless it says otherwise: no store, every write taken, nothing
     held that ``close`` must release, and no opening to give up."""
@@ -95,7 +91,7 @@ class TrackerDefaults:
     uri: str | None = None
     unsynced: str = ""
     lost: bool = False
-    give_up_opening: Callable[[], int | None] = staticmethod(_not_giving_up)
+    give_up_opening: Callable[[], int | None] = staticmethod(lambda: None)
 
     def close(self) -> None:
         pass
@@ -103,8 +99,9 @@ class TrackerDefaults:
 
 class ForwardedCalls(TrackerDefaults):
     """The ``Tracker`` calls that only carry data, as plain values for another process: a tracker
-    that hands its calls on (``QueueTracker``, ``TrackerProcess``) defines ``_forward(call, *args)``
-    and the calls with answers (``start_run``, ``resume_run``, ``log_artifact``, ``end_run``)."""
+    that hands its calls on (``TrackerProcess``, the local executor's ``QueueTracker``) defines
+    ``_forward(call, *args)`` and the calls with answers (``start_run``, ``resume_run``,
+    ``log_artifact``, ``end_run``)."""
 
     def _forward(self, call: str, *args: Any) -> Any:
         raise NotImplementedError
@@ -170,9 +167,6 @@ class MemoryTracker(TrackerDefaults):
     def end_run(self, status=FINISHED):
         self.status = status
 
-    def history(self, key: str) -> list[tuple[int, float]]:
-        return [(step, value) for step, name, value in self.metrics if name == key]
-
 
 class MlflowTracker(TrackerDefaults):
     """Logs one run. ``parent_run_id`` nests it under a sweep's parent run.
@@ -203,7 +197,6 @@ class MlflowTracker(TrackerDefaults):
         self._requirements_logged = False
         self.system_metrics = system_metrics  # MLflow's monitor of the machine, while the run runs
         self._monitor: Any = None
-        self.experiment = experiment
         self.parent_run_id = parent_run_id
         self.run_id = run_id
         self.client = open_client(self.uri, probe=False)
@@ -226,8 +219,6 @@ class MlflowTracker(TrackerDefaults):
             wait_while_database_locked(database, self.uri)
 
     def start_run(self, name, params, tags):
-        from mlflow.entities import Param
-
         self.wait_until_writable()  # the run and its params are two writes: not one stuck between them
         tags = {**source_tags(self.source_name, self.source_folder), **tags}
         if self.parent_run_id:
@@ -235,7 +226,7 @@ class MlflowTracker(TrackerDefaults):
         with login_must_be_taken(self.uri):  # a user who may read the store but not write to it
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         self.run_id = run.info.run_id
-        log_in_batches(self.client, self.run_id, "params", [Param(key, str(value)) for key, value in params.items()])
+        log_params(self.client, self.run_id, params)
         self.log_requirements()
         self.flush(force=True)  # with the run's start: what a run holds from its first moment
         self._start_monitor(resume=False)

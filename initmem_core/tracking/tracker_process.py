@@ -55,7 +55,6 @@ from initmem_core.vocabulary import FINISHED, KILLED, STOPPED_BY_TAG
 
 #: Calls whose caller waits for the helper's answer.
 ANSWERED = frozenset({"start_run", "resume_run", "log_artifact", "end_run"})
-CALLS = ANSWERED | {"log_metrics", "set_tags", "log_text", "log_dataset"}
 _EXITED = object()  # what the reader thread queues when the helper's output ends
 _STARTED: weakref.WeakSet[TrackerProcess] = weakref.WeakSet()  # this process's helpers
 
@@ -85,15 +84,11 @@ class TrackerProcess(ForwardedCalls):
     ):
         self.uri = resolve_tracking_uri(uri)
         self.run_id: str | None = None
-        self.unsynced = ""
-        self.lost = False  # some writes could be neither stored nor kept for `initmem sync`
         self._sent = 0
         self._unacknowledged: dict[int, tuple[str, tuple, int]] = {}  # seq -> call, args, time ms
         self._orphaned: PendingWrites | None = None  # once the helper is gone: what waits for `initmem sync`
         self._not_kept: list[str] = []  # once the helper is gone: what the unsynced folder refused too
         self._began: set[int] = set()  # start_run/resume_run requests the helper has begun to apply
-        #: Asked while the run is being opened: a signal number to give up on it (see _open_or_give_up).
-        self.give_up_opening = lambda: None
         self._events: queue.Queue = queue.Queue()
         self._stderr = tempfile.TemporaryFile()
         package_root = str(Path(__file__).resolve().parents[2])  # importable even from a source tree
@@ -295,10 +290,6 @@ class TrackerProcess(ForwardedCalls):
             run_id, waits = self.run_id or "", "once the store answers"
             unsynced, _ = keep_for_sync(pending, folder, run_id, self.uri, self._not_kept, waits)
             return {"unsynced": unsynced, "lost": bool(self._not_kept)}
-        elif call in ("start_run", "resume_run"):
-            raise ConfigError(
-                f"the tracking helper process ended before run {self.run_id} was opened; run the command again"
-            )
         return None  # log_dataset: once per run and not kept, as MlflowTracker does
 
 
@@ -336,15 +327,7 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
 
     warnings.showwarning = show
     try:
-        tracker: MlflowTracker | None = MlflowTracker(
-            settings["uri"],
-            settings["experiment"],
-            parent_run_id=settings["parent_run_id"],
-            flush_every_s=settings["flush_every_s"],
-            source_name=settings.get("source_name"),
-            source_folder=settings.get("source_folder"),
-            system_metrics=bool(settings.get("system_metrics")),
-        )
+        tracker: MlflowTracker | None = MlflowTracker(**settings)  # TrackerProcess names its arguments
         opening_error = ""
         _warm_up(tracker)
     except Exception as error:  # answered to the first call that waits: start_run or resume_run
@@ -370,8 +353,6 @@ def serve(settings: dict[str, Any], requests: int, replies: Any) -> None:
         request = json.loads(line)
         seq, call, args = request["seq"], request["call"], request["args"]
         last_seq = seq
-        if call not in CALLS:
-            continue
         if tracker is None:
             if call in ANSWERED:
                 send({"reply": seq, "error": opening_error, "kind": "ConfigError"})

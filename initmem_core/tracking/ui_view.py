@@ -34,7 +34,6 @@ MODEL_TRAINING = "custom_model_development"
 #: params: the table averages every param column over a group's cells (a group row read sigma 1.25,
 #: and lr 0.049999… for six cells of 0.05), and leaves a tag's cell empty there.
 VIEW_METRICS = (BEST_VAL_TEST_ACC, FIT, TAU_INTERP, WEIGHT_NORM_RATIO)
-PRIMARY_METRIC = BEST_VAL_TEST_ACC
 #: Metrics every finished run has: the parallel-coordinates chart draws only runs holding all its
 #: metrics, so tau_interp (logged only when a run interpolates) would empty it.
 PARALLEL_METRICS = (BEST_VAL_TEST_ACC, WEIGHT_NORM_RATIO)
@@ -53,25 +52,20 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
     """The runs page's state: the sweep's child runs, the chosen columns, grouped by group label,
     and charts of test accuracy against sigma."""
     section = "initmem-" + parent_run_id[:8]
+    chart = {"metricSectionId": section, "isGenerated": False, "deleted": False, "runsCountToCompare": 1000}
     charts = [
         {
             "type": "SCATTER",
             "uuid": f"{section}-acc",
-            "metricSectionId": section,
-            "isGenerated": False,
-            "deleted": False,
-            "runsCountToCompare": 1000,
+            **chart,
             "displayName": f"{BEST_VAL_TEST_ACC} vs sigma",
             "xaxis": {"key": "sigma", "type": "PARAM"},
-            "yaxis": {"key": PRIMARY_METRIC, "type": "METRIC"},
+            "yaxis": {"key": BEST_VAL_TEST_ACC, "type": "METRIC"},
         },
         {
             "type": "PARALLEL",
             "uuid": f"{section}-par",
-            "metricSectionId": section,
-            "isGenerated": False,
-            "deleted": False,
-            "runsCountToCompare": 1000,
+            **chart,
             "showAllRuns": True,
             "selectedParams": ["sigma", "opt", "lr"],
             "selectedMetrics": list(PARALLEL_METRICS),

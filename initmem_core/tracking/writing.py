@@ -3,7 +3,7 @@ and data as the JSON of a text artifact."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: MLflow's limits per ``log_batch`` call.
@@ -23,6 +23,18 @@ def log_in_batches(
         client.log_batch(run_id, **{kind: list(chunk)})
         if taken is not None:
             taken(len(chunk))
+
+
+def log_params(client: Any, run_id: str, params: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    log_in_batches(client, run_id, "params", [Param(key, str(value)) for key, value in params.items()])
+
+
+def log_tags(client: Any, run_id: str, tags: Mapping[str, Any]) -> None:
+    from mlflow.entities import RunTag
+
+    log_in_batches(client, run_id, "tags", [RunTag(key, str(value)) for key, value in tags.items()])
 
 
 def to_json(data: Any) -> str:

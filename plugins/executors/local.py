@@ -1,21 +1,26 @@
 """``--executor local``: cells in this process, or in N spawned worker processes on this machine.
 
 With workers, this process stays the tracking store's only writer: each worker's tracker calls
-and progress come through one queue (``tracking.cells``). On a GPU machine each worker process
-keeps one GPU for its whole life (``placement``); a cell left at ``--device auto`` runs on it.
+and progress come through one queue (``QueueTracker``, ``tracking.cells.QueueProgress``). On a
+GPU machine each worker process keeps one GPU for its whole life (``placement``); a cell left at
+``--device auto`` runs on it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.context
 import os
 import pickle
 import queue as queues
+import shutil
 import signal
 import sys
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,9 +30,10 @@ from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.plugin_system.loader import one_line_warnings
 from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress, run_cell
 from initmem_core.sweep.scratch import ScratchFolder
-from initmem_core.tracking.cells import TRACKER_CALLS, QueueProgress, QueueTracker
-from initmem_core.tracking.client import ctrl_c_held
-from initmem_core.vocabulary import FAILED
+from initmem_core.tracking.cells import QueueProgress
+from initmem_core.tracking.client import python_handles_ctrl_c
+from initmem_core.tracking.tracker import ForwardedCalls
+from initmem_core.vocabulary import FAILED, FINISHED
 from initmem_plugins.executors.placement import pin_process, visible_gpus, worker_environments
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
@@ -68,6 +74,23 @@ def die_with_parent(parent_pid: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the sweep died before the line above took effect
         os._exit(1)
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """A Ctrl-C inside is held until the block is done, then raised: while a worker is spawned
+    it would leave the start half-done. For blocks of milliseconds."""
+    if not python_handles_ctrl_c():
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 class QuietStartProcess(multiprocessing.context.SpawnProcess):
@@ -124,6 +147,46 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
 
     import initmem_core.training.loop  # noqa: F401  # lazy: imports torch (a worker loads it before its first cell)
     import initmem_core.training.setup  # noqa: F401  # lazy: imports torch
+
+
+#: Calls a worker may send, and so the only ones the sweep process replays.
+TRACKER_CALLS = frozenset(
+    {"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact", "log_dataset", "end_run"}
+)
+
+
+class QueueTracker(ForwardedCalls):
+    """The ``Tracker`` protocol for a worker process: every call goes to the sweep process.
+
+    Artifact files are copied into the sweep's staging folder first, since ``run`` deletes its
+    temporary files before the sweep process gets to replay the call. ``uri`` names the store
+    (never opened here) so that ``run`` keeps checkpoints beside it, as it does in-process.
+    """
+
+    uri: str
+
+    def __init__(self, queue: Any, run_id: str, staging: str | Path, uri: str):
+        self.queue, self.run_id, self.staging, self.uri = queue, run_id, Path(staging), uri
+
+    def _forward(self, call: str, *args: Any) -> None:
+        self.queue.put((self.run_id, call, args))
+
+    def start_run(self, name, params, tags):
+        self._forward("start_run", name, dict(params), dict(tags))
+        return self.run_id
+
+    def resume_run(self, run_id):
+        self._forward("resume_run", run_id)
+
+    def log_artifact(self, local_path, artifact_path=None):
+        source = Path(local_path)
+        staged = self.staging / uuid.uuid4().hex / source.name
+        staged.parent.mkdir(parents=True)
+        shutil.copy2(source, staged)
+        self._forward("log_artifact", str(staged), artifact_path)
+
+    def end_run(self, status=FINISHED):
+        self._forward("end_run", status)
 
 
 def run_cell_in_worker(

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress
 from initmem_core.tracking.cells import QueueProgress
 from initmem_core.tracking.client import store_must_answer
-from initmem_core.tracking.login import credentials_env, logged_in
+from initmem_core.tracking.login import CREDENTIAL_ENV
 from initmem_plugins.executors.placement import pin_process, process_environment
 from initmem_plugins.executors.remote_cell import (
     CellTask,
@@ -74,6 +76,28 @@ class ClusterWatch:
             return None
         self.silent_since = None
         return None
+
+
+def credentials_env() -> dict[str, str]:
+    """The login variables that are set here (``CREDENTIAL_ENV``), for a worker that does not
+    inherit this process's environment (a Ray task). Never to be logged or printed."""
+    return {key: os.environ[key] for key in CREDENTIAL_ENV if os.environ.get(key)}
+
+
+@contextlib.contextmanager
+def logged_in(login: dict[str, str]) -> Iterator[None]:
+    """Requests to the tracking server log in with ``login`` (``credentials_env`` of the process
+    that launched this work) while inside; the variables are as they were afterwards."""
+    before = {key: os.environ.get(key) for key in login}
+    os.environ.update(login)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _ray_cell(

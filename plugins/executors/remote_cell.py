@@ -6,6 +6,8 @@ the same machine), and otherwise trains the config from the start.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -15,10 +17,12 @@ from typing import Any
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.executor import run_cell
-from initmem_core.tracking.cells import ServerCellWriter, quiet_run_links
+from initmem_core.tracking.cells import quiet_run_links
+from initmem_core.tracking.tracker import MlflowTracker
+from initmem_core.tracking.writing import log_params, log_tags
 from initmem_core.training.plan import checkpoint_folder
 from initmem_core.training.resume import find_resumable
-from initmem_core.vocabulary import FINISHED
+from initmem_core.vocabulary import ATTEMPTS_TAG, FINISHED, RUNNING, WORKER_TAG
 
 STORE_WAIT_S = 120.0  # how long a cell waits at its start for a tracking server that is restarting
 
@@ -73,6 +77,42 @@ class RetriedCellProgress:
     def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
         if self.started:
             self.bar.epoch_done(epoch, metrics)
+
+
+class ServerCellWriter(MlflowTracker):
+    """A remote worker's tracker: writes straight into the child run the sweep created.
+
+    Made to run again. Ray re-runs a cell whose worker died, and Slurm requeues a preempted job,
+    into the same run (never a new one, so a cell has one child run however often it starts).
+    An attempt logs only the params the run does not hold yet (another node may resolve another
+    device; MLflow refuses to change a param) and only the metric steps it does not hold yet, so
+    no row is ever written twice. Which attempt wrote a step is not recorded: an attempt resumes
+    from the previous one's checkpoint when it can reach it, and otherwise trains the same config
+    from the start again, which on CPU with fixed ``--threads`` recomputes the very same values.
+    """
+
+    run_id: str  # the child run the sweep created, given at construction
+
+    def __init__(self, uri: str, experiment: str, run_id: str):
+        super().__init__(uri, experiment, run_id=run_id)
+        run = self.client.get_run(run_id)
+        self.finished = run.info.status == FINISHED  # by an attempt whose worker died just after
+        self.held_params = set(run.data.params)
+        self.attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
+        self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
+
+    def begin_attempt(self) -> None:
+        """Say which attempt runs where, and show the cell RUNNING (it was SCHEDULED)."""
+        log_tags(
+            self.client, self.run_id, {ATTEMPTS_TAG: self.attempt, WORKER_TAG: f"{socket.gethostname()}:{os.getpid()}"}
+        )
+        self.client.update_run(self.run_id, status=RUNNING)
+
+    def start_run(self, name, params, tags):
+        log_params(self.client, self.run_id, {k: v for k, v in params.items() if k not in self.held_params})
+        log_tags(self.client, self.run_id, tags)
+        self.log_requirements()  # the worker's own environment, on its own machine
+        return self.run_id
 
 
 def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
