@@ -113,18 +113,12 @@ class _Sweep:
         experiment: str,
         progress: SweepProgress,
         registry: Registry,
-        identity: GridIdentity | None = None,
+        identity: GridIdentity,
         extend: bool = False,
     ):
         self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
         self.identity = identity
-        admit = None
-        if identity is not None:
-
-            def admit(tags: Mapping[str, str], params: Mapping[str, str]) -> None:
-                identity.admit(name, tags, params, extend)
-
-        self.runs = SweepRuns(uri, experiment, name, admit)
+        self.runs = SweepRuns(uri, experiment, name, lambda tags, params: identity.admit(name, tags, params, extend))
         self.experiment_id, self.parent_id = self.runs.experiment_id, self.runs.parent_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
         self.restarted: set[str] = set()  # child runs an earlier launch left with no checkpoint: run again
@@ -138,9 +132,8 @@ class _Sweep:
         (``sweep.identity``) in the tag ``initmem.grid``."""
         self.names = {cell.config_hash: name for cell, name in zip(plan.plans, plan.names)}
         held = self.runs.parent_params()
-        identity = self.identity or GridIdentity.of(plan.cells)
-        self.runs.add_parent_params({k: v for k, v in identity.values.items() if k not in held})
-        self.runs.set_parent_tags({GRID_TAG: identity.tag_value(self.runs.parent_tags())})
+        self.runs.add_parent_params({k: v for k, v in self.identity.values.items() if k not in held})
+        self.runs.set_parent_tags({GRID_TAG: self.identity.tag_value(self.runs.parent_tags())})
 
     def earlier_runs(
         self, cells: list[CellOutcome], plans: Mapping[str, RunPlan], retry_failed: bool = False
@@ -341,28 +334,28 @@ def _launch(
     progress: SweepProgress,
     registry: Registry,
     retry_failed: bool,
-    system_metrics: bool = False,
-    extend: bool = False,
+    system_metrics: bool,
+    extend: bool,
 ) -> SweepResult:
     sweep = _Sweep(plan.name, uri, experiment, progress, registry, GridIdentity.of(plan.cells), extend)
     sweep.describe(plan)
     # Each cell as this executor pins it (its threads: not hashed), under its plan's hash.
-    pinned = [
+    cells = [
         CellOutcome(executor.pin(config), key, PENDING, "", config_hash=cell.config_hash)
         for config, key, cell in zip(plan.cells, plan.groups, plan.plans)
     ]
     # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
     leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
-    owned_elsewhere = {cell.config_hash for cell in pinned if leases is not None and not leases.take(cell.config_hash)}
+    owned_elsewhere = {cell.config_hash for cell in cells if leases is not None and not leases.take(cell.config_hash)}
     try:
-        finished, resumable = sweep.earlier_runs(pinned, placed, retry_failed)
+        finished, resumable = sweep.earlier_runs(cells, placed, retry_failed)
     except ConfigError:  # this launch runs nothing: the parent goes back to how it was
         before = sweep.runs.status_before
         sweep.runs.end(before if before in ENDED else FAILED)
         if leases is not None:
             leases.release()
         raise
-    for cell in pinned:
+    for cell in cells:
         earlier, interrupted = finished.get(cell.config_hash), resumable.get(cell.config_hash)
         cell.run_id = interrupted or ""
         if cell.config_hash in owned_elsewhere and earlier is None:
@@ -373,7 +366,6 @@ def _launch(
             cell.error = earlier.tags.get(FAILURE_REASON_TAG, "")
         else:
             cell.resume = bool(interrupted)
-    cells = pinned
     pending = [cell for cell in cells if not cell.skipped]
     progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
     status = FAILED
