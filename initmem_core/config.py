@@ -294,9 +294,6 @@ class RunConfig:
 #: out of the config hash, like ``--compile`` and ``--channels-last``.
 EXECUTION_OPT_ARGS = ("foreach", "fused")
 
-#: The clocks ``--until`` may target (the names the runs log them under): all of them.
-UNTIL_CLOCKS = CLOCKS
-
 
 def parse_until(text: str) -> tuple[str, float] | None:
     """``--until``: ``"clock_l2=2.0"`` -> ``("clock_l2", 2.0)``; ``""`` -> ``None`` (``--epochs``
@@ -305,10 +302,10 @@ def parse_until(text: str) -> tuple[str, float] | None:
     if not text:
         return None
     clock, equals, value = (part.strip() for part in text.partition("="))
-    if not equals or clock not in UNTIL_CLOCKS:
-        valid = ", ".join(sorted(UNTIL_CLOCKS))
+    if not equals or clock not in CLOCKS:  # --until may target every clock
+        valid = ", ".join(sorted(CLOCKS))
         raise ConfigError(
-            f"--until {text!r}{did_you_mean(clock, list(UNTIL_CLOCKS))}: write CLOCK=VALUE with CLOCK one of {valid}, "
+            f"--until {text!r}{did_you_mean(clock, list(CLOCKS))}: write CLOCK=VALUE with CLOCK one of {valid}, "
             "e.g. --until clock_l2=2.0"
         )
     try:
