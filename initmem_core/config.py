@@ -363,8 +363,6 @@ def coerce(name: str, value: Any) -> Any:
         if kind in (int, float) and isinstance(value, bool):
             raise ValueError  # True == 1 to Python; a TOML true is not a number
         if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
             number = float(value) if isinstance(value, str) and any(c in value for c in ".eE") else value
             if isinstance(number, float) and not number.is_integer():
                 raise ValueError
@@ -453,6 +451,4 @@ def validate(config: RunConfig) -> RunConfig:
                 f"--lr-match-sigma {config.lr_match_sigma:g}: the scale-invariant kernels' rate, "
                 f"lr * (sigma / REF)^2 at sigma {config.sigma:g}, would exceed {MAX_LR:g}; use a REF nearer sigma"
             )
-    if config.until != _canonical_until(config.until):
-        config = dataclasses.replace(config, until=_canonical_until(config.until))
-    return config
+    return dataclasses.replace(config, until=_canonical_until(config.until))
