@@ -149,8 +149,7 @@ class _Loader:
     @staticmethod
     def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
         """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
-        what a kind declares beside its factory becomes its record (``contracts.OptimizerInfo``,
-        ``contracts.ClaimInfo``, ``contracts.DatasetInfo``, ``contracts.ExecutorInfo``), an unknown
+        what a kind declares beside its factory becomes its record (``records``), an unknown
         keyword a ``TypeError`` (the plugin fails to load)."""
         records = {
             "optimizer": OptimizerInfo,
