@@ -318,15 +318,6 @@ def estimate_work(cells: list[RunConfig], horizons: list[Any] | None = None) -> 
 DEFAULT_OUTPUT = Path("initmem-output")
 
 
-def as_spec(spec: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
-    """A spec, a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML path."""
-    if isinstance(spec, SweepSpec):
-        return spec
-    if isinstance(spec, (str, Path)):
-        return spec_from_toml(spec)
-    return spec_from_values(spec)
-
-
 @dataclass(frozen=True)
 class SweepPlan:
     """What a sweep will run, known before anything runs: each cell's plan, group and run name, the
@@ -353,8 +344,10 @@ def plan_sweep(
     registry: Registry | None = None,
 ) -> SweepPlan:
     """Expand the grid and plan each cell (``ConfigError`` for a bad value or name), and settle
-    the sweep's name (given, the file's, or generated) and output folder."""
-    spec = as_spec(spec)
+    the sweep's name (given, the file's, or generated) and output folder. ``spec``: a ``SweepSpec``,
+    a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file."""
+    if not isinstance(spec, SweepSpec):
+        spec = spec_from_toml(spec) if isinstance(spec, (str, Path)) else spec_from_values(spec)
     plans = expand_plans(spec, registry or get_registry())
     cells = [plan.config for plan in plans]
     # An empty --name is a mistake to report, not a request for the generated name.
