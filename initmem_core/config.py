@@ -294,9 +294,6 @@ class RunConfig:
 #: out of the config hash, like ``--compile`` and ``--channels-last``.
 EXECUTION_OPT_ARGS = ("foreach", "fused")
 
-#: The clocks ``--until`` may target (the names the runs log them under): all of them.
-UNTIL_CLOCKS = CLOCKS
-
 
 def parse_until(text: str) -> tuple[str, float] | None:
     """``--until``: ``"clock_l2=2.0"`` -> ``("clock_l2", 2.0)``; ``""`` -> ``None`` (``--epochs``
@@ -305,10 +302,10 @@ def parse_until(text: str) -> tuple[str, float] | None:
     if not text:
         return None
     clock, equals, value = (part.strip() for part in text.partition("="))
-    if not equals or clock not in UNTIL_CLOCKS:
-        valid = ", ".join(sorted(UNTIL_CLOCKS))
+    if not equals or clock not in CLOCKS:  # --until may target every clock
+        valid = ", ".join(sorted(CLOCKS))
         raise ConfigError(
-            f"--until {text!r}{did_you_mean(clock, list(UNTIL_CLOCKS))}: write CLOCK=VALUE with CLOCK one of {valid}, "
+            f"--until {text!r}{did_you_mean(clock, list(CLOCKS))}: write CLOCK=VALUE with CLOCK one of {valid}, "
             "e.g. --until clock_l2=2.0"
         )
     try:
@@ -366,8 +363,6 @@ def coerce(name: str, value: Any) -> Any:
         if kind in (int, float) and isinstance(value, bool):
             raise ValueError  # True == 1 to Python; a TOML true is not a number
         if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
             number = float(value) if isinstance(value, str) and any(c in value for c in ".eE") else value
             if isinstance(number, float) and not number.is_integer():
                 raise ValueError
@@ -456,6 +451,4 @@ def validate(config: RunConfig) -> RunConfig:
                 f"--lr-match-sigma {config.lr_match_sigma:g}: the scale-invariant kernels' rate, "
                 f"lr * (sigma / REF)^2 at sigma {config.sigma:g}, would exceed {MAX_LR:g}; use a REF nearer sigma"
             )
-    if config.until != _canonical_until(config.until):
-        config = dataclasses.replace(config, until=_canonical_until(config.until))
-    return config
+    return dataclasses.replace(config, until=_canonical_until(config.until))

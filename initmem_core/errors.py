@@ -45,12 +45,6 @@ def did_you_mean(name: str, candidates: list[str] | tuple[str, ...]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def ordered_by_similarity(name: str, candidates: list[str]) -> list[str]:
-    """Return ``candidates`` with the closest matches to ``name`` first, the rest sorted."""
-    close = difflib.get_close_matches(name, candidates, n=len(candidates), cutoff=0.0)
-    return close if close else sorted(candidates)
-
-
 class Diverged(RuntimeError):
     """The loss or the weights became non-finite (``training.divergence`` detects it). Here, not
     there, so that catching it imports no torch."""

@@ -82,40 +82,21 @@ def group_keys(configs: Iterable[RunConfig]) -> list[str]:
     return [group_label(config) for config in configs]
 
 
+def label_parts(labels: list[str]) -> dict[str, list[str]]:
+    """Each label (``group_label``) split into its ``field=value`` parts."""
+    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
+    return {label: boundary.split(label) for label in labels}
+
+
 def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
     """Short names for figures and terminal tables, and what every group shares (for a caption):
     each label (``group_label``) keeps its optimizer and the parts that not every group has, so
     ``opt=sgd,lr=0.01,batch_size=128,epochs=40`` beside ``opt=adam,...,epochs=40`` reads
     ``opt=sgd,lr=0.01,batch_size=128``, with ``epochs=40`` shared."""
-    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
-    split = {label: boundary.split(label) for label in labels}
+    split = label_parts(labels)
     shared = set.intersection(*(set(parts) for parts in split.values())) if len(split) > 1 else set()
     shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
     names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
-    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
-
-
-def legend_names(labels: list[str]) -> tuple[dict[str, str], str]:
-    """Names for a figure's legend: only the parts of each label that not every group shares (the
-    optimizer too, when every group has the same), and what every group shares, for the legend's
-    title. One group alone is named by its first part (its optimizer), the rest shared."""
-    boundary = re.compile(",(?=(?:" + "|".join(map(re.escape, FIELDS)) + ")=)")  # a value may hold commas
-    split = {label: boundary.split(label) for label in labels}
-    if len(split) == 1:
-        (label, parts), *_ = split.items()
-        return {label: parts[0]}, ", ".join(parts[1:])
-    shared = set.intersection(*(set(parts) for parts in split.values())) if split else set()
-    fields = {part.partition("=")[0] for parts in split.values() for part in parts if part not in shared}
-
-    def name(label: str, parts: list[str]) -> str:
-        own = [part for part in parts if part not in shared]
-        if own:
-            return ",".join(own)
-        # a group at the default of what tells the others apart (its label leaves defaults out)
-        at_default = [f"{field}={value_text(getattr(DEFAULTS, field))}" for field in sorted(fields) if field in FIELDS]
-        return ",".join(at_default) or label
-
-    names = {label: name(label, parts) for label, parts in split.items()}
     return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
 
 

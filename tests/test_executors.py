@@ -458,9 +458,10 @@ def test_executor_options_are_checked_before_anything_runs(args, message, monkey
 def open_cell(uri: str, config: RunConfig) -> str:
     """A child run as the sweep leaves it for a remote worker: SCHEDULED, its config logged."""
     from initmem_core.sweep.executor import CellOutcome
+    from initmem_core.sweep.identity import GridIdentity
     from initmem_core.sweep.launch import NoSweepProgress, _Sweep
 
-    sweep = _Sweep("unit", uri, "initmem", NoSweepProgress(), None)
+    sweep = _Sweep("unit", uri, "initmem", NoSweepProgress(), None, GridIdentity.of([config]))
     return sweep.submit(CellOutcome(config, "all", "PENDING", ""), scheduled=True).cell.run_id
 
 

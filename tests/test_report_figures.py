@@ -183,9 +183,7 @@ def test_every_figure_gives_a_group_the_same_colour(no_l2, tmp_path, monkeypatch
 
 
 def test_a_group_at_the_default_of_the_varying_field_is_named_by_that_default():
-    from initmem_core.groups import legend_names
-
-    names, shared = legend_names(["opt=sgd,lr=0.01,epochs=15", "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1"])
+    names, shared = plots.legend_names(["opt=sgd,lr=0.01,epochs=15", "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1"])
     assert names == {
         "opt=sgd,lr=0.01,epochs=15": "lr_match_sigma=0",
         "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1": "lr_match_sigma=1",

@@ -21,7 +21,7 @@ import pytest
 import initmem_core
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry
-from initmem_core.sweep import scratch
+from initmem_plugins.executors import scratch
 from tests.cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
 from tests.cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 

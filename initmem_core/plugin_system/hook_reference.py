@@ -82,21 +82,21 @@ def _annotation(field: dataclasses.Field) -> str:
     return str(field.type).replace("'", "")
 
 
-def _record_section(cls: type) -> str:
-    fields = "\n".join(f"- `{f.name}`: `{_annotation(f)}`" for f in dataclasses.fields(cls))
-    return f"### `initmem_core.contracts.{cls.__name__}`\n\n{markdown(cls.__doc__ or '')}\nFields:\n\n{fields}\n"
-
-
 def _method(cls: type, name: str) -> str:
     text = str(inspect.signature(getattr(cls, name))).replace("'", "").replace('"', "")
     text = text.replace("(self, ", "(").replace("(self)", "()")
     return f"{name}{text}"
 
 
-def _protocol_section(cls: type) -> str:
-    methods = [name for name in vars(cls) if not name.startswith("_") and callable(vars(cls)[name])]
-    lines = "\n".join(f"- `{_method(cls, name)}`" for name in methods)
-    return f"### `initmem_core.contracts.{cls.__name__}`\n\n{markdown(cls.__doc__ or '')}\nMethods:\n\n{lines}\n"
+def _section(cls: type) -> str:
+    """A record's fields, or a protocol's methods."""
+    if dataclasses.is_dataclass(cls):
+        title, items = "Fields", [f"`{f.name}`: `{_annotation(f)}`" for f in dataclasses.fields(cls)]
+    else:
+        names = [name for name in vars(cls) if not name.startswith("_") and callable(vars(cls)[name])]
+        title, items = "Methods", [f"`{_method(cls, name)}`" for name in names]
+    lines = "\n".join(f"- {item}" for item in items)
+    return f"### `initmem_core.contracts.{cls.__name__}`\n\n{markdown(cls.__doc__ or '')}\n{title}:\n\n{lines}\n"
 
 
 def _contracts_table() -> str:
@@ -125,8 +125,7 @@ def reference() -> str:
     sections = [markdown(hookspecs.__doc__ or "")]
     sections += [f"### `{signature(name)}`\n\n{markdown(fn.__doc__ or '')}" for name, fn in hook_specs().items()]
     sections += [_contracts_table()]
-    sections += [_protocol_section(cls) for cls in RETURNED]
-    sections += [_record_section(cls) for cls in RECORDS]
+    sections += [_section(cls) for cls in (*RETURNED, *RECORDS)]
     return "\n".join(sections)
 
 

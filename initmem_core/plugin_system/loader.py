@@ -1,15 +1,14 @@
 """Load plugins into a pluggy manager and collect what they register.
 
-Built-in plugins always load (from ``BUILTIN_PLUGINS``, so a source checkout works even when
-the installed entry-point metadata is stale), but for the paper's claims and presets and
-the sweep executors (``OPTIONAL_BUILTINS``), which load from the source too but, like a third-party plugin, only when
-``INITMEM_LOAD_PLUGINS`` admits them. Third-party plugins load from the ``initmem``
-entry-point group, one at a time: a plugin that fails to import, has an invalid or misspelt
-hook, or raises while registering is skipped with a one-line warning, and everything else keeps
-working. So is a plugin whose declared ``INITMEM_API`` range excludes this initmem's
-``API_VERSION``. ``INITMEM_LOAD_PLUGINS`` allow-lists third-party plugins and the optional
-built-ins (unset: all; empty: none); ``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns
-every load failure into an error.
+Built-in plugins load from their modules (``BUILTIN_PLUGINS``, so a source checkout works even
+when the installed entry-point metadata is stale); the optional ones (``OPTIONAL_BUILTINS``: the
+paper's claims and presets, the figures, the executors) too, but only when ``INITMEM_LOAD_PLUGINS``
+admits them, like a third-party plugin. Third-party plugins load from the ``initmem`` entry-point
+group, one at a time: a plugin that fails to import, has an invalid or misspelt hook, raises while
+registering or declares an ``INITMEM_API`` range that excludes this initmem's ``API_VERSION`` is
+skipped with a one-line warning, and everything else keeps working. ``INITMEM_LOAD_PLUGINS``
+allow-lists third-party plugins and the optional built-ins (unset: all; empty: none);
+``INITMEM_STRICT_PLUGINS=1`` (or ``strict=True``) turns every load failure into an error.
 """
 
 from __future__ import annotations
@@ -44,11 +43,10 @@ BUILTIN_PLUGINS = {
     "metrics": "initmem_plugins.metrics",
     "datasets": "initmem_plugins.datasets",
 }
-#: Built-in plugins that ``INITMEM_LOAD_PLUGINS`` may leave out: the paper's claims and presets, and
-#: the sweep executors (local, ray, slurm).
+#: Built-in plugins that ``INITMEM_LOAD_PLUGINS`` may leave out.
 OPTIONAL_BUILTINS = {
-    "claims": "initmem_plugins.claims",
-    "executors": "initmem_plugins.executors",
+    "claims": "initmem_plugins.claims",  # the paper's claims and presets
+    "executors": "initmem_plugins.executors",  # local, ray, slurm
     "figures": "initmem_plugins.figures",  # matplotlib: without them a report has its tables alone
 }
 
@@ -151,8 +149,7 @@ class _Loader:
     @staticmethod
     def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
         """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
-        what a kind declares beside its factory becomes its record (``contracts.OptimizerInfo``,
-        ``contracts.ClaimInfo``, ``contracts.DatasetInfo``, ``contracts.ExecutorInfo``), an unknown
+        what a kind declares beside its factory becomes its record (``records``), an unknown
         keyword a ``TypeError`` (the plugin fails to load)."""
         records = {
             "optimizer": OptimizerInfo,
@@ -208,11 +205,9 @@ def load_registry(
     """
     loader = _Loader(strict_from_env() if strict is None else strict)
     version = initmem_version()
-    for name, module_name in BUILTIN_PLUGINS.items():
-        loader.add(Provider(name, "initmem", version), lambda m=module_name: importlib.import_module(m))
     allowed = allowed_plugins()
-    for name, module_name in OPTIONAL_BUILTINS.items():
-        if allowed is None or name in allowed:
+    for name, module_name in {**BUILTIN_PLUGINS, **OPTIONAL_BUILTINS}.items():
+        if name in BUILTIN_PLUGINS or allowed is None or name in allowed:
             loader.add(Provider(name, "initmem", version), lambda m=module_name: importlib.import_module(m))
     if entry_points:
         for entry_point in third_party_entry_points():

@@ -82,14 +82,6 @@ def render(value: Any) -> str:
     return str(value)
 
 
-def typed_options(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Every option of the run's optimizer, typed: its ``defaults`` (as it declares them), then
-    the ``--opt-arg``s."""
-    merged = {key: value for key, value in defaults.items() if key != "lr"}
-    merged.update(typed_given(config, defaults))
-    return merged
-
-
 def typed_given(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Only the options ``--opt-arg`` set, typed against the optimizer's declared ``defaults``."""
     given = split_opt_args(config.opt_arg)
@@ -121,17 +113,11 @@ def not_sgd_family(opt: str, built: str) -> ConfigError:
 
 
 def settle(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, Any]) -> tuple[RunConfig, dict[str, Any]]:
-    """The run's config with its optimizer's settings resolved (``resolved_for``) and the
-    optimizer's options, typed (``typed_options``). ``spec``: the optimizer's; ``defaults``:
-    what it declares."""
-    config = resolved_for(config, spec, defaults)
-    return config, typed_options(config, defaults)
-
-
-def resolved_for(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, Any]) -> RunConfig:
-    """``config`` with ``lr`` = the optimizer's declared default when unset (0) and the
-    ``--opt-arg``s checked, typed and spelled canonically (sorted ``key=value``, without those
-    equal to the declared default). ``spec``: the optimizer's; ``defaults``: what it declares."""
+    """The run's config with its optimizer's settings resolved, and every option of the optimizer,
+    typed: its declared ``defaults``, then the ``--opt-arg``s. The config holds ``lr`` = the declared
+    default when unset (0) and the ``--opt-arg``s checked, typed and spelled canonically (sorted
+    ``key=value``, without those equal to the declared default); the options are read from that
+    spelling. ``spec``: the optimizer's; ``defaults``: what it declares."""
     # a step normalised, or averaged: not SGD's (a family: when built)
     if config.lr_match_sigma and spec.optimizer.clock == "lr":
         raise not_sgd_family(config.opt, "normalises or averages its step")
@@ -139,9 +125,10 @@ def resolved_for(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, 
     # A value equal to the declared default changes nothing, so it leaves the hash alone too.
     canonical = tuple(f"{key}={render(value)}" for key, value in sorted(typed.items()) if value != defaults[key])
     lr = config.lr or float(defaults.get("lr", FALLBACK_LR))
-    if lr == config.lr and canonical == tuple(config.opt_arg):
-        return config
-    return config.replace(lr=lr, opt_arg=canonical)
+    if lr != config.lr or canonical != tuple(config.opt_arg):
+        config = config.replace(lr=lr, opt_arg=canonical)
+    options = {key: value for key, value in defaults.items() if key != "lr"}
+    return config, {**options, **typed_given(config, defaults)}
 
 
 def describe(defaults: Any) -> str:

@@ -38,15 +38,11 @@ class ComponentSpec:
     description: str
     provider: Provider
     default: bool = False  # built into every run (the built-in metrics), whatever the config names
-    #: Optimizers: their declared defaults and clock convention (``contracts.OptimizerInfo``).
+    # What a kind declares beside its factory, as its record in ``contracts`` (other kinds: the default).
     optimizer: OptimizerInfo = OptimizerInfo()
-    #: Claims: what the claim declares beside its evaluator (``contracts.ClaimInfo``).
     claim: ClaimInfo | None = None
-    #: Datasets: their declared image shape, classes and split sizes (``contracts.DatasetInfo``).
     dataset: DatasetInfo = DatasetInfo()
-    #: Figures: their file name and warm-up (``contracts.FigureInfo``).
     figure: FigureInfo = FigureInfo()
-    #: Executors: the packages they need, how to install them, the options they take (``contracts.ExecutorInfo``).
     executor: ExecutorInfo = ExecutorInfo()
 
     @property

@@ -51,11 +51,11 @@ def checkpoint_folder(run, uri: str) -> Path:
 
 
 def human_size(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
+    for unit in ("B", "KB", "MB"):
+        if size < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
-    return f"{size:.1f} TB"  # unreachable: GB is the last unit
+    return f"{size:.1f} GB"
 
 
 def sweep_leftovers(
@@ -149,8 +149,7 @@ def refuse_if_running(name: str, leftovers: list[Leftover]) -> None:
         lock.release()
 
 
-def remove(leftovers: list[Leftover]) -> int:
-    """Delete every leftover; returns the bytes freed."""
+def remove(leftovers: list[Leftover]) -> None:
     import shutil
 
     for leftover in leftovers:
@@ -158,7 +157,6 @@ def remove(leftovers: list[Leftover]) -> int:
             shutil.rmtree(leftover.path)
         else:
             leftover.path.unlink(missing_ok=True)
-    return sum(leftover.size for leftover in leftovers)
 
 
 def clean_sweep(

@@ -32,7 +32,7 @@ from initmem_core.config import (
     _short as short_number,
 )
 from initmem_core.errors import ConfigError
-from initmem_core.groups import WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
+from initmem_core.groups import DEFAULTS, WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
 from initmem_core.kinds import flag_for
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
@@ -123,7 +123,7 @@ class SweepSpec:
         for key, values in other.axes.items():
             if not FIELDS[key].metadata["hashed"]:
                 continue  # --threads, --data-dir...: the same cells, the same sweep
-            before = self.axes.get(key) or tuple(g[key] for g in self.groups if key in g) or (getattr(_DEFAULTS, key),)
+            before = self.axes.get(key) or tuple(g[key] for g in self.groups if key in g) or (getattr(DEFAULTS, key),)
             if [exact_text(v) for v in dict.fromkeys(before)] != [exact_text(v) for v in values]:
                 changes.append(f"{key}={','.join(exact_text(v) for v in values)}")
         if not changes:
@@ -144,11 +144,8 @@ class SweepSpec:
         return [
             name
             for name in FIELDS
-            if len({value_text(v) for grid in grids for v in grid.get(name, (getattr(_DEFAULTS, name),))}) > 1
+            if len({value_text(v) for grid in grids for v in grid.get(name, (getattr(DEFAULTS, name),))}) > 1
         ]
-
-
-_DEFAULTS = RunConfig()
 
 
 def spec_from_values(values: Mapping[str, Any], name: str | None = None) -> SweepSpec:
@@ -293,8 +290,7 @@ def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
 def default_name(spec: SweepSpec) -> str:
     """A readable name, the same for the same grid (so a relaunch without ``--name`` resumes it),
     e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
-    base = RunConfig()
-    data, arch = (spec.axes.get(n, (getattr(base, n),)) for n in ("data", "arch"))
+    data, arch = (spec.axes.get(n, (getattr(DEFAULTS, n),)) for n in ("data", "arch"))
     hashed = {
         n: [value_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]
     }
@@ -320,15 +316,6 @@ def estimate_work(cells: list[RunConfig], horizons: list[Any] | None = None) -> 
 
 #: Where a sweep's report files go, one folder per sweep name.
 DEFAULT_OUTPUT = Path("initmem-output")
-
-
-def as_spec(spec: SweepSpec | Mapping[str, Any] | str | Path) -> SweepSpec:
-    """A spec, a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML path."""
-    if isinstance(spec, SweepSpec):
-        return spec
-    if isinstance(spec, (str, Path)):
-        return spec_from_toml(spec)
-    return spec_from_values(spec)
 
 
 @dataclass(frozen=True)
@@ -357,8 +344,10 @@ def plan_sweep(
     registry: Registry | None = None,
 ) -> SweepPlan:
     """Expand the grid and plan each cell (``ConfigError`` for a bad value or name), and settle
-    the sweep's name (given, the file's, or generated) and output folder."""
-    spec = as_spec(spec)
+    the sweep's name (given, the file's, or generated) and output folder. ``spec``: a ``SweepSpec``,
+    a mapping of field -> values (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file."""
+    if not isinstance(spec, SweepSpec):
+        spec = spec_from_toml(spec) if isinstance(spec, (str, Path)) else spec_from_values(spec)
     plans = expand_plans(spec, registry or get_registry())
     cells = [plan.config for plan in plans]
     # An empty --name is a mistake to report, not a request for the generated name.

@@ -14,10 +14,8 @@ from typing import Any
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
+from initmem_core.tracking.sweep_runs import PARAM_VALUE_LIMIT
 from initmem_core.vocabulary import GRID_TAG
-
-#: The longest param value MLflow stores (``tracking.sweep_runs.PARAM_VALUE_LIMIT``).
-_PARAM_VALUE_LIMIT = 6000
 
 
 def _param_text(value: Any) -> str:
@@ -62,9 +60,9 @@ class GridIdentity:
         """Each field whose values differ from the parent's params (the first launch's grid), as
         ``epochs 2 (this launch: 3)``; ``cells`` only when nothing else tells them apart."""
         differ = [
-            f"{name} {params[name]} (this launch: {value[:_PARAM_VALUE_LIMIT]})"
+            f"{name} {params[name]} (this launch: {value[:PARAM_VALUE_LIMIT]})"
             for name, value in self.values.items()
-            if name != "cells" and name in params and params[name] != value[:_PARAM_VALUE_LIMIT]
+            if name != "cells" and name in params and params[name] != value[:PARAM_VALUE_LIMIT]
         ]
         if not differ and params.get("cells", self.values["cells"]) != self.values["cells"]:
             differ = [f"cells {params['cells']} (this launch: {self.values['cells']})"]
@@ -76,7 +74,7 @@ class GridIdentity:
         held = held_digests(tags)
         if held:
             return self.digest in held
-        return not self.differences(params) and params.get("cells", self.values["cells"]) == self.values["cells"]
+        return not self.differences(params)  # which names the cells too when they alone differ
 
     def admit(self, name: str, tags: Mapping[str, str], params: Mapping[str, str], extend: bool) -> None:
         """``ConfigError`` (one line) unless this launch resumes sweep ``name`` or ``extend``s it."""

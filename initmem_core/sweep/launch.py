@@ -113,18 +113,12 @@ class _Sweep:
         experiment: str,
         progress: SweepProgress,
         registry: Registry,
-        identity: GridIdentity | None = None,
+        identity: GridIdentity,
         extend: bool = False,
     ):
         self.name, self.uri, self.experiment, self.progress, self.registry = name, uri, experiment, progress, registry
         self.identity = identity
-        admit = None
-        if identity is not None:
-
-            def admit(tags: Mapping[str, str], params: Mapping[str, str]) -> None:
-                identity.admit(name, tags, params, extend)
-
-        self.runs = SweepRuns(uri, experiment, name, admit)
+        self.runs = SweepRuns(uri, experiment, name, lambda tags, params: identity.admit(name, tags, params, extend))
         self.experiment_id, self.parent_id = self.runs.experiment_id, self.runs.parent_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
         self.restarted: set[str] = set()  # child runs an earlier launch left with no checkpoint: run again
@@ -138,9 +132,8 @@ class _Sweep:
         (``sweep.identity``) in the tag ``initmem.grid``."""
         self.names = {cell.config_hash: name for cell, name in zip(plan.plans, plan.names)}
         held = self.runs.parent_params()
-        identity = self.identity or GridIdentity.of(plan.cells)
-        self.runs.add_parent_params({k: v for k, v in identity.values.items() if k not in held})
-        self.runs.set_parent_tags({GRID_TAG: identity.tag_value(self.runs.parent_tags())})
+        self.runs.add_parent_params({k: v for k, v in self.identity.values.items() if k not in held})
+        self.runs.set_parent_tags({GRID_TAG: self.identity.tag_value(self.runs.parent_tags())})
 
     def earlier_runs(
         self, cells: list[CellOutcome], plans: Mapping[str, RunPlan], retry_failed: bool = False
@@ -251,6 +244,74 @@ class _Sweep:
         )
         return report, files
 
+    def launch(
+        self,
+        plan: SweepPlan,
+        placed: Mapping[str, RunPlan],
+        executor: Executor,
+        retry_failed: bool,
+        system_metrics: bool,
+    ) -> SweepResult:
+        self.describe(plan)
+        # Each cell as this executor pins it (its threads: not hashed), under its plan's hash.
+        cells = [
+            CellOutcome(executor.pin(config), key, PENDING, "", config_hash=cell.config_hash)
+            for config, key, cell in zip(plan.cells, plan.groups, plan.plans)
+        ]
+        # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
+        leases = CellLeases(store_folder(self.uri) / LEASES_FOLDER) if not executor.remote else None
+        owned_elsewhere = {
+            cell.config_hash for cell in cells if leases is not None and not leases.take(cell.config_hash)
+        }
+        try:
+            finished, resumable = self.earlier_runs(cells, placed, retry_failed)
+        except ConfigError:  # this launch runs nothing: the parent goes back to how it was
+            before = self.runs.status_before
+            self.runs.end(before if before in ENDED else FAILED)
+            if leases is not None:
+                leases.release()
+            raise
+        for cell in cells:
+            earlier, interrupted = finished.get(cell.config_hash), resumable.get(cell.config_hash)
+            cell.run_id = interrupted or ""
+            if cell.config_hash in owned_elsewhere and earlier is None:
+                cell.status, cell.skipped = RUNNING, True
+                cell.error = "running in another live sweep process; relaunch once it has ended"
+            elif earlier is not None:
+                cell.status, cell.run_id, cell.skipped = earlier.status, earlier.run_id, True
+                cell.error = earlier.tags.get(FAILURE_REASON_TAG, "")
+            else:
+                cell.resume = bool(interrupted)
+        pending = [cell for cell in cells if not cell.skipped]
+        self.progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
+        status = FAILED
+        monitor = self.runs.monitor_system() if system_metrics else None
+        try:
+            if pending:
+                # The process waits for its cells: meanwhile, get the report's drawing ready (its
+                # figures' library and fonts, ~0.5 s: docs/PERFORMANCE.md), off the report's path.
+                drawing = threading.Thread(
+                    target=warm_up, args=(self.registry,), name="initmem-report-warm-up", daemon=True
+                )
+                drawing.start()
+                executor.run(pending, self)
+                drawing.join()  # matplotlib is not thread-safe: one thread draws at a time
+            else:
+                executor.stop()
+            report, files = self.publish(plan.out, cells, plan.spec)
+            if all(cell.status == FINISHED for cell in cells):
+                status = FINISHED
+        except KeyboardInterrupt:
+            status = KILLED
+            raise
+        finally:
+            if monitor is not None:
+                monitor.finish()
+            self.runs.end(status)
+            if leases is not None:
+                leases.release()
+        return SweepResult(plan.name, self.parent_id, cells, report, files, self.experiment_id, self.view_key)
+
 
 def _rounded(value: float) -> float:
     return float(f"{value:.4g}")
@@ -325,79 +386,7 @@ def run_sweep(
     progress = progress or NoSweepProgress()
     executor.start()  # workers import torch while the store opens
     try:
-        return _launch(
-            plan, placed, executor, uri, experiment, progress, registry, retry_failed, system_metrics, extend
-        )
+        sweep = _Sweep(plan.name, uri, experiment, progress, registry, GridIdentity.of(plan.cells), extend)
+        return sweep.launch(plan, placed, executor, retry_failed, system_metrics)
     finally:
         executor.stop()  # workers no cell needed (every cell was done)
-
-
-def _launch(
-    plan: SweepPlan,
-    placed: Mapping[str, RunPlan],
-    executor: Executor,
-    uri: str,
-    experiment: str,
-    progress: SweepProgress,
-    registry: Registry,
-    retry_failed: bool,
-    system_metrics: bool = False,
-    extend: bool = False,
-) -> SweepResult:
-    sweep = _Sweep(plan.name, uri, experiment, progress, registry, GridIdentity.of(plan.cells), extend)
-    sweep.describe(plan)
-    # Each cell as this executor pins it (its threads: not hashed), under its plan's hash.
-    pinned = [
-        CellOutcome(executor.pin(config), key, PENDING, "", config_hash=cell.config_hash)
-        for config, key, cell in zip(plan.cells, plan.groups, plan.plans)
-    ]
-    # Leases first: a cell another live sweep process owns is neither run, resumed nor restarted.
-    leases = CellLeases(store_folder(uri) / LEASES_FOLDER) if not executor.remote else None
-    owned_elsewhere = {cell.config_hash for cell in pinned if leases is not None and not leases.take(cell.config_hash)}
-    try:
-        finished, resumable = sweep.earlier_runs(pinned, placed, retry_failed)
-    except ConfigError:  # this launch runs nothing: the parent goes back to how it was
-        before = sweep.runs.status_before
-        sweep.runs.end(before if before in ENDED else FAILED)
-        if leases is not None:
-            leases.release()
-        raise
-    for cell in pinned:
-        earlier, interrupted = finished.get(cell.config_hash), resumable.get(cell.config_hash)
-        cell.run_id = interrupted or ""
-        if cell.config_hash in owned_elsewhere and earlier is None:
-            cell.status, cell.skipped = RUNNING, True
-            cell.error = "running in another live sweep process; relaunch once it has ended"
-        elif earlier is not None:
-            cell.status, cell.run_id, cell.skipped = earlier.status, earlier.run_id, True
-            cell.error = earlier.tags.get(FAILURE_REASON_TAG, "")
-        else:
-            cell.resume = bool(interrupted)
-    cells = pinned
-    pending = [cell for cell in cells if not cell.skipped]
-    progress.sweep_started(plan.name, len(pending), len(cells) - len(pending))
-    status = FAILED
-    monitor = sweep.runs.monitor_system() if system_metrics else None
-    try:
-        if pending:
-            # The process waits for its cells: meanwhile, get the report's drawing ready (its
-            # figures' library and fonts, ~0.5 s: docs/PERFORMANCE.md), off the report's path.
-            drawing = threading.Thread(target=warm_up, args=(registry,), name="initmem-report-warm-up", daemon=True)
-            drawing.start()
-            executor.run(pending, sweep)
-            drawing.join()  # matplotlib is not thread-safe: one thread draws at a time
-        else:
-            executor.stop()
-        report, files = sweep.publish(plan.out, cells, plan.spec)
-        if all(cell.status == FINISHED for cell in cells):
-            status = FINISHED
-    except KeyboardInterrupt:
-        status = KILLED
-        raise
-    finally:
-        if monitor is not None:
-            monitor.finish()
-        sweep.runs.end(status)
-        if leases is not None:
-            leases.release()
-    return SweepResult(plan.name, sweep.parent_id, cells, report, files, sweep.experiment_id, sweep.view_key)

@@ -22,11 +22,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from initmem_core.config import MAX_EPOCHS, UNTIL_CLOCKS, RunConfig, parse_until
+from initmem_core.config import MAX_EPOCHS, RunConfig, parse_until
 from initmem_core.errors import ConfigError
 from initmem_core.training.clocks import ForgettingClocks, StepRule
 from initmem_core.training.schedules import lr_multiplier, warmup_steps
-from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
+from initmem_core.vocabulary import CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, CLOCKS
 
 #: A clock this close below its target (relative) has reached it.
 TOLERANCE = 1e-9
@@ -136,8 +136,8 @@ def epochs_until(
     1), then interpolating and bisecting. At most ``max_steps`` steps are replayed; past that
     ``epochs`` is ``None`` with ``searched_to`` the most epochs known to fall short.
     """
-    if clock not in UNTIL_CLOCKS:
-        raise ValueError(f"unknown clock {clock!r}; valid clocks: {', '.join(UNTIL_CLOCKS)}")
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; valid clocks: {', '.join(CLOCKS)}")
     steps_per_epoch = len(batches)
     bound = clock_limit(clock, schedule, rule, batches)
     if not reached(bound, target):

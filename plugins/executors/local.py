@@ -29,12 +29,12 @@ from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.plugin_system.loader import one_line_warnings
 from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress, run_cell
-from initmem_core.sweep.scratch import ScratchFolder
 from initmem_core.tracking.cells import QueueProgress
 from initmem_core.tracking.client import python_handles_ctrl_c
 from initmem_core.tracking.tracker import ForwardedCalls
 from initmem_core.vocabulary import FAILED, FINISHED
 from initmem_plugins.executors.placement import pin_process, visible_gpus, worker_environments
+from initmem_plugins.executors.scratch import ScratchFolder
 
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
 #: reduction's bits depend on the thread count, so a share would make results depend on --workers.
@@ -228,7 +228,7 @@ class _Workers:
         self.workers, self.gpus = workers, gpus
         self.environments = worker_environments(workers, gpus)
         self.context = QuietStartContext()
-        # First: the manager listens in it, and a killed sweep's is removed by the next (sweep.scratch).
+        # First: the manager listens in it, and a killed sweep's is removed by the next (scratch.py).
         self.staging = ScratchFolder()
         self.manager = SyncManager(address=self.staging.socket, ctx=self.context)
         try:

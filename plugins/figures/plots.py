@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from initmem_core.groups import legend_names
+from initmem_core.config import FIELDS
+from initmem_core.groups import DEFAULTS, label_parts, value_text
 from initmem_core.report.forgetting import MEMORIES
 from initmem_core.report.memory import Report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_SGD, CLOCKS
@@ -26,6 +27,31 @@ MEMORY_LABELS = {
     "directional": "directional memory (mean cos(W, W0))",
     "accuracy": "accuracy memory (debiased spread, pp)",
 }
+
+
+def legend_names(labels: list[str]) -> tuple[dict[str, str], str]:
+    """Names for a figure's legend: only the parts of each label that not every group shares (the
+    optimizer too, when every group has the same), and what every group shares, for the legend's
+    title. One group alone is named by its first part (its optimizer), the rest shared."""
+    split = label_parts(labels)
+    if len(split) == 1:
+        (label, parts), *_ = split.items()
+        return {label: parts[0]}, ", ".join(parts[1:])
+    shared = set.intersection(*(set(parts) for parts in split.values())) if split else set()
+    fields = {part.partition("=")[0] for parts in split.values() for part in parts if part not in shared}
+
+    def name(label: str, parts: list[str]) -> str:
+        own = [part for part in parts if part not in shared]
+        if own:
+            return ",".join(own)
+        # a group at the default of what tells the others apart (its label leaves defaults out)
+        at_default = [f"{field}={value_text(getattr(DEFAULTS, field))}" for field in sorted(fields) if field in FIELDS]
+        return ",".join(at_default) or label
+
+    names = {label: name(label, parts) for label, parts in split.items()}
+    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
+
+
 #: A clock axis goes logarithmic when its positive values span more than this factor.
 LOG_SPAN = 20.0
 #: Where a log clock axis shows each group's epoch-0 value (clock 0 has no place on it): a marker

@@ -22,11 +22,13 @@ The coupled, objective-level regularizer is ``--reg``/``--l2`` (see the regulari
 
 from __future__ import annotations
 
+import difflib
+
 import torch
 from torch import nn
 
 from initmem_core.config import EXECUTION_OPT_ARGS
-from initmem_core.errors import ConfigError, ordered_by_similarity
+from initmem_core.errors import ConfigError
 
 #: Muon's momentum when ``--momentum`` is left at 0 (timm's and Keller Jordan's default).
 MUON_DEFAULT_MOMENTUM = 0.95
@@ -159,7 +161,7 @@ def _timm_name(variant: str | None) -> str:
     name = (variant or "").strip().lower()
     base = name.split("_")[-1]  # timm accepts a "lookahead_" prefix
     if not name or base not in available:
-        close = ordered_by_similarity(base, available)[:8]
+        close = difflib.get_close_matches(base, available, n=len(available), cutoff=0.0)[:8]
         raise ConfigError(
             f"unknown timm optimizer '{variant}'; close matches: {', '.join(close)} "
             "(all: python -c 'import timm.optim; print(timm.optim.list_optimizers())')"
