@@ -148,20 +148,13 @@ class _TrainingLoader(_Batches):
         x: torch.Tensor,
         y: torch.Tensor,
         *,
-        batch_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        pixel_scale: float = 1.0,
         augment: bool = False,
         shuffle: bool = True,
         generator: torch.Generator | None = None,
-        device: torch.device | str = "cpu",
-        drop_last: bool = False,
         padding: int = DEFAULT_PADDING,
+        **options: Any,  # _Batches': batch_size, mean, std, pixel_scale, device, drop_last
     ):
-        super().__init__(
-            x, y, batch_size=batch_size, mean=mean, std=std, pixel_scale=pixel_scale, device=device, drop_last=drop_last
-        )
+        super().__init__(x, y, **options)
         self.shuffle, self.augment, self.padding = bool(shuffle), bool(augment), int(padding)
         self.generator = generator
         if (self.shuffle or self.augment) and self.generator is None:
