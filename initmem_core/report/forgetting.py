@@ -348,17 +348,6 @@ def build_forgetting(by_group: Mapping[str, list[CellRecord]], accuracy: bool = 
 # -- as the parent run logs them ------------------------------------------------------------
 
 
-def step_metrics(forgetting: Mapping[str, GroupForgetting]) -> list[tuple[str, float, int]]:
-    """``(<memory>_memory_<group suffix>, value, epoch)`` of every group's curves (nan left out)."""
-    return [
-        (f"{memory}_memory_{metric_suffix(group)}", float(p.value), int(p.epoch))
-        for group, found in forgetting.items()
-        for memory, curve in found.curves.items()
-        for p in curve
-        if not math.isnan(p.value)
-    ]
-
-
 def half_life_metrics(forgetting: Mapping[str, GroupForgetting]) -> dict[str, float]:
     """``half_life_<memory>_<unit>_<group suffix>`` of every half-life reached (unit: epoch or a clock)."""
     out = {}

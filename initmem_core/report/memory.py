@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from initmem_core.groups import group_fields, group_keys, metric_suffix
-from initmem_core.report.forgetting import build_forgetting, half_life_metrics, step_metrics
+from initmem_core.report.forgetting import build_forgetting, half_life_metrics
 from initmem_core.report.inference import (
     MIN_SEEDS_PER_SIGMA,
     THIS_TEST_SET,
@@ -175,9 +175,15 @@ class Report:
         return metrics
 
     def parent_step_metrics(self) -> list[tuple[str, float, int]]:
-        """Each group's memories by epoch, ``(name, value, epoch)``, e.g. ``radial_memory_opt-sgd``:
-        logged with step = epoch, MLflow's own charts draw them as curves."""
-        return step_metrics(self.forgetting)
+        """Each group's memories by epoch, ``(name, value, epoch)``, e.g. ``radial_memory_opt-sgd``
+        (nan left out): logged with step = epoch, MLflow's own charts draw them as curves."""
+        return [
+            (f"{memory}_memory_{metric_suffix(group)}", float(p.value), int(p.epoch))
+            for group, found in self.forgetting.items()
+            for memory, curve in found.curves.items()
+            for p in curve
+            if not math.isnan(p.value)
+        ]
 
 
 def _mean(values: list[float]) -> float:
