@@ -21,7 +21,7 @@ from initmem_core.errors import RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.report.claim_groups import Group, Sweep
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix, measured_sigmas, spread_difference
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, Matrix, measured_sigmas, spread_difference
 from initmem_core.report.regime import CLOCK_THRESHOLDS, Check, assess
 from initmem_core.report.render import quantity_cell
 from initmem_core.report.verdicts import (
@@ -32,7 +32,7 @@ from initmem_core.report.verdicts import (
     UNDER_TRAINED,
     Finding,
     Quantity,
-    from_difference,
+    from_spread,
     regime_verdict,
     verdict_of,
 )
@@ -45,25 +45,14 @@ CLAIM = "claim"
 Evaluated = tuple[str, list[Quantity], list[Quantity], Check]
 
 
-def scaled(accuracy: Matrix, factor: float) -> Matrix:
-    """``accuracy`` times ``factor``, keeping the per-example records (``AccuracyTable.scaled``)."""
-    if isinstance(accuracy, AccuracyTable):
-        return accuracy.scaled(factor)
-    return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
-
-
 def difference(label: str, a: Matrix, b: Matrix) -> Quantity:
     """The debiased spread of ``a`` minus that of ``b`` over the sigmas both measured. Fewer than two
     shared sigmas because sigmas were left out for too few trained runs (a one-seed sweep) is too few
     seeds, not groups that measured different sigmas."""
-    found = from_difference(label, spread_difference(a, b))
+    found = from_spread(label, spread_difference(a, b))
     if not found.decided and (measured_sigmas(a)[1] or measured_sigmas(b)[1]):
         found = dataclasses.replace(found, too_few_seeds=True)
     return found
-
-
-#: A quantity as a claim's measured text shows it: ``label: estimate unit [lo, hi]``.
-quantity_text = quantity_cell
 
 
 def per_stratum(
@@ -103,7 +92,7 @@ def per_stratum(
 
 
 def texts(quantities: list[Quantity], verdicts: bool = False) -> str:
-    return "; ".join(quantity_text(q) + (f" ({q.verdict})" if verdicts else "") for q in quantities)
+    return "; ".join(quantity_cell(q) + (f" ({q.verdict})" if verdicts else "") for q in quantities)
 
 
 def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float]:

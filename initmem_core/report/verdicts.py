@@ -87,13 +87,10 @@ class Quantity:
 
 
 def from_spread(label: str, found: SpreadEstimate | SpreadDifference, unit: str = "pp") -> Quantity:
-    """A group's debiased spread, or a difference of two (a − b: ``from_difference``), claimed above zero."""
+    """A group's debiased spread, or a difference of two (a − b), claimed above zero."""
     at = found.interval_at if found.decided else None
     too_few = "too few seeds" in found.reason
     return Quantity(label, found.estimate, found.lo, found.hi, unit, found.interval_for, found.reason, too_few, at)
-
-
-from_difference = from_spread
 
 
 def from_seeds(label: str, values: list[float], unit: str = "", threshold: float = 0.0) -> Quantity:

@@ -48,14 +48,13 @@ from initmem_core.report.claims import (
     Evaluated,
     difference,
     per_stratum,
-    quantity_text,
-    scaled,
     share_difference,
     texts,
 )
-from initmem_core.report.inference import LEVEL, MIN_SEEDS
+from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix
 from initmem_core.report.memory import percentile_interval
 from initmem_core.report.regime import Check, assess
+from initmem_core.report.render import quantity_cell as quantity_text
 from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
     NOT_EVALUATED,
@@ -98,6 +97,14 @@ from initmem_plugins.claims.declared import (
 CLOCK_DRAWS, CLOCK_DRAWS_SEED = 2000, 0
 #: The CIFAR ResNets by depth (He et al. 2016): the depth claim compares the shallowest with the deeper.
 CIFAR_DEPTH = re.compile(r"resnet(20|32|44|56|110)$")
+
+
+def scaled(accuracy: Matrix, factor: float) -> Matrix:
+    """``accuracy`` times ``factor``, keeping the per-example records (``AccuracyTable.scaled``)."""
+    if isinstance(accuracy, AccuracyTable):
+        return accuracy.scaled(factor)
+    return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
+
 
 # -- the optimizers ---------------------------------------------------------------------------
 
