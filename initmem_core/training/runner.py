@@ -89,7 +89,7 @@ def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
     if plan.config.until:  # the epochs the target set (``epochs`` stays the cap given, as the sweep logged it)
         params["resolved_epochs"] = plan.trains.epochs
     params["resolved_device"] = str(setup.device)
-    params["num_params"] = setup.num_params
+    params["num_params"] = sum(p.numel() for p in setup.model.parameters())
     params["augment_resolved"] = setup.train_loader.augment
     for split, size in setup.dataset.sizes().items():
         params[f"data_{split}_size"] = size
@@ -281,14 +281,13 @@ def _take_lease(plan: RunPlan, resume: bool):
     except OSError:  # a read-only folder: opening the store says so, in its own words
         return None
     holder = lock_holder(folder / f"{plan.config_hash}.lock") or "another live process"
-    config = plan.config
     if resume:
         raise ConfigError(
             f"the run of this config is still running in {holder}; stop it first (Ctrl-C or SIGTERM "
             "checkpoints it), then --resume"
         )
     raise ConfigError(
-        f"{config.run_name()} is already running in {holder}; wait for it to end, or change a value "
+        f"{plan.config.run_name()} is already running in {holder}; wait for it to end, or change a value "
         "(such as --seed) to run another"
     )
 

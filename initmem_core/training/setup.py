@@ -91,10 +91,6 @@ class TrainingSetup:
         named = [(name, p) for name, p in self.model.named_parameters() if p.requires_grad]
         return [p for _, p in named], [self.initial_params[name] for name, _ in named]
 
-    @property
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
-
 
 #: What cuBLAS needs to be deterministic: a fixed workspace, read once, when CUDA first creates a
 #: cuBLAS handle in the process (so it must be set before CUDA starts, not when a run asks).
