@@ -172,8 +172,5 @@ def plan_horizons(plans: Sequence[RunPlan]) -> list[horizons.Horizon | None]:
             except Exception as error:  # a dataset that cannot be read here (CIFAR elsewhere, say)
                 sizes[data] = error
         size = sizes[data]
-        if isinstance(size, Exception):
-            found.append(None)
-            continue
-        found.append(horizons.horizon(config, size, plan.rule))
+        found.append(None if isinstance(size, Exception) else horizons.horizon(config, size, plan.rule))
     return found
