@@ -305,14 +305,8 @@ def example_contrast(accuracy: Matrix, sigmas: tuple[float, ...], weights: tuple
     runs = sum(len(accuracy[s]) for s, _ in weighted)
     missing = sum(1 for s, _ in weighted for seed in accuracy[s] if correct.get(s, {}).get(seed) is None)
     if missing:
-        return (
-            None,
-            NAN,
-            (
-                f"{missing} of {runs} runs logged no per-example record ({CORRECT_ARTIFACT}), so the "
-                "test set's own sampling error is not in it"
-            ),
-        )
+        why = f"{missing} of {runs} runs logged no per-example record ({CORRECT_ARTIFACT})"
+        return None, NAN, f"{why}, so the test set's own sampling error is not in it"
     lengths = {len(correct[s][seed]) for s, _ in weighted for seed in accuracy[s]}
     if len(lengths) != 1:
         return None, NAN, "the runs' per-example records differ in length (not one test set)"

@@ -31,17 +31,10 @@ KERNELS = (nn.modules.conv._ConvNd, nn.Linear)
 
 
 def _feeds_only_norms(node: torch.fx.Node, module: nn.Module, modules: dict[str, nn.Module]) -> bool:
-    users = list(node.users)
-    if not users:
-        return False
-    for user in users:
-        norm = modules.get(str(user.target)) if user.op == "call_module" else None
-        if not isinstance(norm, NORMS):
-            return False
-        # BatchNorm subtracts each channel's mean, so a per-channel bias vanishes; the others do not.
-        if module.bias is not None and not isinstance(norm, nn.modules.batchnorm._BatchNorm):
-            return False
-    return True
+    norms = [modules.get(str(user.target)) if user.op == "call_module" else None for user in node.users]
+    # BatchNorm subtracts each channel's mean, so a per-channel bias vanishes; the others do not.
+    allowed = nn.modules.batchnorm._BatchNorm if module.bias is not None else NORMS
+    return bool(norms) and all(isinstance(norm, allowed) for norm in norms)
 
 
 def traced_scale_invariant(model: nn.Module) -> list[str] | None:

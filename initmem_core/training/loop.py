@@ -227,8 +227,7 @@ def run_epoch(
 def loss_diverged(guard: LossGuard, steps_per_epoch: int) -> Diverged:
     """The run's first step whose loss was not finite, and its epoch (the guard may see it late)."""
     step = guard.bad_step()
-    if step is None:
-        raise AssertionError("the loss guard tripped without a step")
+    assert step is not None, "the loss guard tripped without a step"
     return Diverged((step - 1) // steps_per_epoch + 1, "the training loss", step=step)
 
 
