@@ -97,7 +97,7 @@ def evaluation_row(
     clocks: ForgettingClocks,
     batch_figures: tuple[float, float] | None,
     lr: float,
-    selection: SelectedCheckpoint | None = None,
+    selection: SelectedCheckpoint,
 ) -> dict[str, float]:
     """Every figure logged at one evaluation point: the clean training set (``train_*``: eval
     mode, unaugmented, what tau_interp reads), the epoch's running train-mode figures
@@ -125,8 +125,7 @@ def evaluation_row(
     for metric in setup.metrics.values():
         if hasattr(metric, "compute"):
             row.update(metric.compute(state))
-    if selection is not None:
-        selection.offer(setup.model, epoch, row[VAL_LOSS], test_correct)
+    selection.offer(setup.model, epoch, row[VAL_LOSS], test_correct)
     row.update(clocks.as_metrics())
     row[LR] = lr
     if setup.regularizer is not None:

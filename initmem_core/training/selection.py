@@ -51,10 +51,10 @@ class SelectedCheckpoint:
         self.test_correct: torch.Tensor | None = None
         self.weights: dict[str, torch.Tensor] | None = None
 
-    def offer(self, model: torch.nn.Module, epoch: int, val_loss: float, test_correct: torch.Tensor) -> bool:
-        """Take evaluation point ``epoch`` if it improves on the selection; returns whether it did."""
+    def offer(self, model: torch.nn.Module, epoch: int, val_loss: float, test_correct: torch.Tensor) -> None:
+        """Take evaluation point ``epoch`` if it improves on the selection."""
         if not improves(epoch, val_loss, self.val_loss):
-            return False
+            return
         self.epoch, self.val_loss, self.test_correct = epoch, val_loss, test_correct
         if self.keep_weights:
             import torch
@@ -66,7 +66,6 @@ class SelectedCheckpoint:
                 else:
                     for name, tensor in state.items():
                         self.weights[name].copy_(tensor)
-        return True
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for a checkpoint: a resumed run scores the same weights at the end."""

@@ -71,11 +71,11 @@ def snapshot(
     history: list[dict[str, float]],
     sums: EpochSums,
     loader_state: dict[str, Any],
-    selection: SelectedCheckpoint | None = None,
+    selection: SelectedCheckpoint,
 ) -> dict[str, Any]:
     """The training state at a step boundary: ``position`` = (epochs done, steps into the next);
     ``loader_state`` = the data-order generator as it was when that next epoch began."""
-    state = {
+    return {
         "epoch": position[0],
         "step": position[1],
         "model": setup.model.state_dict(),  # BatchNorm buffers included
@@ -88,10 +88,8 @@ def snapshot(
         "loader": loader_state,
         "metrics": metric_states(setup.metrics),
         "rng": capture_rng(setup.device),
+        "selected": selection.state_dict(),  # its weights too: scored on the whole test split at the end
     }
-    if selection is not None:  # its weights too: the run scores them on the whole test split at the end
-        state["selected"] = selection.state_dict()
-    return state
 
 
 def restore(
@@ -99,7 +97,7 @@ def restore(
     state: dict[str, Any],
     clocks: ForgettingClocks,
     history: list[dict[str, float]],
-    selection: SelectedCheckpoint | None = None,
+    selection: SelectedCheckpoint,
 ) -> tuple[tuple[int, int], EpochSums]:
     """Put a ``snapshot`` back; returns its position and the sums of the epoch in progress."""
     device = setup.device
@@ -119,12 +117,11 @@ def restore(
             metric.load_state_dict(metric_state)
         else:
             metric.__dict__.update(metric_state)
-    if selection is not None:
-        if "selected" in state:
-            selection.load_state_dict(state["selected"], device)
-        else:  # written before the loop kept the selection: the selection metric's state had it
-            legacy = [s for s in state["metrics"].values() if isinstance(s, dict) and "best_epoch" in s]
-            selection.load_legacy(history, legacy[0] if legacy else None, device)
+    if "selected" in state:
+        selection.load_state_dict(state["selected"], device)
+    else:  # written before the loop kept the selection: the selection metric's state had it
+        legacy = [s for s in state["metrics"].values() if isinstance(s, dict) and "best_epoch" in s]
+        selection.load_legacy(history, legacy[0] if legacy else None, device)
     sums = state["epoch_sums"]
     restore_rng(state["rng"], device)
     return (state["epoch"], state["step"]), EpochSums(sums["loss"].to(device), sums["correct"].to(device), sums["seen"])
