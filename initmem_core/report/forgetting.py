@@ -337,12 +337,8 @@ def group_forgetting(group: str, cells: Iterable[CellRecord], accuracy: bool = T
 
 def build_forgetting(by_group: Mapping[str, list[CellRecord]], accuracy: bool = True) -> dict[str, GroupForgetting]:
     """``group_forgetting`` of every group that has histories, by group label."""
-    out = {}
-    for group in sorted(by_group):
-        found = group_forgetting(group, by_group[group], accuracy)
-        if found.curves:
-            out[group] = found
-    return out
+    found = {group: group_forgetting(group, by_group[group], accuracy) for group in sorted(by_group)}
+    return {group: forgetting for group, forgetting in found.items() if forgetting.curves}
 
 
 # -- as the parent run logs them ------------------------------------------------------------

@@ -271,8 +271,7 @@ def cross_fit_spread(accuracy: Matrix, sigmas: tuple[float, ...] | None = None, 
 def _population(accuracy: Matrix, found: SpreadEstimate, level: float) -> SpreadEstimate:
     """``found`` (the seed-based estimate) with the test set's sampling variance added, or with
     a note saying why its interval is for this test set only."""
-    kept = found.sigmas
-    contrast, flips, why = example_contrast(accuracy, kept, found.sigma_weights)
+    contrast, flips, why = example_contrast(accuracy, found.sigmas, found.sigma_weights)
     if contrast is None:
         return replace(found, scope_note=f"95% interval for this test set only: {why}")
     variance, test_df = sampling_variance(contrast, flips)
