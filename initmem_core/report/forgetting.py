@@ -156,11 +156,8 @@ def radial_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list
 def _mean_by_epoch(cells: Iterable[CellRecord], metric: str, epochs: list[int]) -> list[float]:
     """The mean of ``metric``'s history over ``cells`` at each epoch (nan where none has a value)."""
     histories = [dict(c.histories.get(metric, ())) for c in cells]
-    means = []
-    for epoch in epochs:
-        values = [h[epoch] for h in histories if epoch in h and not math.isnan(h[epoch])]
-        means.append(sum(values) / len(values) if values else NAN)
-    return means
+    values = [[h[epoch] for h in histories if epoch in h and not math.isnan(h[epoch])] for epoch in epochs]
+    return [sum(known) / len(known) if known else NAN for known in values]
 
 
 def directional_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list[float]]:
@@ -198,11 +195,8 @@ def _horizon(epochs: list[int], clocks: dict[str, list[float]]) -> dict[str, Any
 
 def _crossing_units(epoch: float, epochs: list[int], clocks: dict[str, list[float]]) -> dict[str, float]:
     """A crossing's epoch and each clock there; a clock that has not moved by then reads nan."""
-    units = {"epoch": epoch}
-    for clock in CLOCKS:
-        value = at_epoch(epoch, epochs, clocks[clock])
-        units[clock] = value if value > 0 else NAN
-    return units
+    read = {clock: at_epoch(epoch, epochs, clocks[clock]) for clock in CLOCKS}
+    return {"epoch": epoch, **{clock: value if value > 0 else NAN for clock, value in read.items()}}
 
 
 def seed_half_lives(

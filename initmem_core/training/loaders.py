@@ -186,9 +186,7 @@ class DeviceLoader(_TrainingLoader):
         """This epoch's batches from batch ``start_batch`` on, its randomness drawn as from 0:
         restoring the generator state saved as an epoch began resumes it exactly there."""
         n = len(self.y)
-        order = None
-        if self.shuffle:
-            order = torch.randperm(n, generator=self.generator).to(self.device)
+        order = torch.randperm(n, generator=self.generator).to(self.device) if self.shuffle else None
         params = None
         if self.augment:
             span = 2 * self.padding + 1
