@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from initmem_core.groups import metric_suffix
-from initmem_core.report.inference import cross_fit_spread, mean_interval
+from initmem_core.report.inference import NAN, cross_fit_spread, mean_interval
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import CLOCKS
 
-NAN = float("nan")
 MEMORIES = ("radial", "directional", "accuracy")
 #: The units a half-life is given in: epochs, then each clock.
 UNITS = ("epoch", *CLOCKS)

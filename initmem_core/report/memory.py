@@ -22,6 +22,7 @@ from initmem_core.groups import group_fields, group_keys, metric_suffix
 from initmem_core.report.forgetting import build_forgetting, half_life_metrics
 from initmem_core.report.inference import (
     MIN_SEEDS_PER_SIGMA,
+    NAN,
     THIS_TEST_SET,
     AccuracyTable,
     Matrix,
@@ -36,7 +37,6 @@ from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCKS
 if TYPE_CHECKING:
     from initmem_core.report.verdicts import Finding
 
-NAN = float("nan")
 #: Bootstrap replicates, and the fixed seed that makes a report reproducible.
 REPLICATES, BOOTSTRAP_SEED = 1000, 0
 #: A group whose best mean accuracy is below chance + this many points did not train.
