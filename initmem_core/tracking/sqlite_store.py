@@ -129,9 +129,7 @@ def _copy_template(temporary: Path) -> bool:
             raise sqlite3.DatabaseError("the template has no Default experiment")
         return True
     except (ImportError, AttributeError, ValueError, OSError, sqlite3.Error, AlembicError):
-        for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
-            with contextlib.suppress(OSError):
-                leftover.unlink(missing_ok=True)
+        discard_store_being_created()  # ``temporary`` is the store being created
         return False
 
 
