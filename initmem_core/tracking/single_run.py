@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +36,6 @@ class SingleRun:
     summary: dict[str, float]
     #: one row per logged epoch: ``{"epoch": 0, "train_loss": ..., "clock_sgd": ..., ...}``
     epochs: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def stored_runs(uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
