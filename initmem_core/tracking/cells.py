@@ -103,9 +103,7 @@ class ChildRunWriter(MlflowTracker):
     def fail(self, error: str, status: str = FAILED) -> None:
         """End a cell that raised, or whose worker died, with its reason, unless it already
         ended, here or in a worker that wrote to the store itself."""
-        if self.ended:
-            return
-        stored = self.client.get_run(self.run_id).info.status
+        stored = self.ended_status()
         if stored in ENDED:
             self.ended = stored
             return
