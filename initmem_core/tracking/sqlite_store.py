@@ -50,13 +50,11 @@ def _open_with_mlflow(database: Path) -> None:
     revision against this MLflow's), then let go of it."""
     from mlflow.tracking import MlflowClient
 
-    client = None
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
     try:
-        client = MlflowClient(tracking_uri=f"sqlite:///{database}")
         client.search_experiments(max_results=1)
     finally:
-        if client is not None:
-            _let_go(client)  # its connections would otherwise keep the renamed file open
+        _let_go(client)  # its connections would otherwise keep the renamed file open
 
 
 def _default_experiment_location() -> str:
