@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 
@@ -86,5 +87,5 @@ def csv_text(run) -> str:
 def as_text(run, format: str) -> str:
     """``format``: markdown, csv or json (the table goes through ``rich_tables``)."""
     if format == "json":
-        return json.dumps(run.to_json(), indent=2) + "\n"
+        return json.dumps(dataclasses.asdict(run), indent=2) + "\n"
     return markdown(run) if format == "markdown" else csv_text(run)

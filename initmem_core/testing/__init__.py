@@ -50,10 +50,6 @@ _LAZY.update({name: "initmem_core.testing.calibration" for name in ("calibrate_c
 __all__ = ["initmem_registry", "registered_plugins", *_LAZY]
 
 
-def _plugin_name(plugin: Any) -> str:
-    return getattr(plugin, "__name__", None) or type(plugin).__name__
-
-
 @contextlib.contextmanager
 def registered_plugins(*plugins: Any) -> Iterator[Registry]:
     """Make the process-wide registry the built-ins plus ``plugins``; put the previous one back after.
@@ -62,7 +58,8 @@ def registered_plugins(*plugins: Any) -> Iterator[Registry]:
     entry points are left out, so a test sees the same components on every machine, and loading
     is strict: a plugin that fails to load fails the test instead of warning.
     """
-    registry = load_registry(strict=True, entry_points=False, extra_plugins=[(_plugin_name(p), p) for p in plugins])
+    named = [(getattr(p, "__name__", None) or type(p).__name__, p) for p in plugins]
+    registry = load_registry(strict=True, entry_points=False, extra_plugins=named)
     previous = set_registry(registry)
     try:
         yield registry

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,10 +183,9 @@ def calibrate_claim(
     rng = np.random.default_rng(seed)
     shares = []
     for world in (null, true):
-        counts: dict[str, int] = {}
-        for _ in range(sweeps):
-            records = shared_test_sweep(rng, world, seeds, model, configs, ends)
-            verdict = evaluate_claim(spec, read_sweep(records)).verdict
-            counts[verdict] = counts.get(verdict, 0) + 1
+        counts = Counter(
+            evaluate_claim(spec, read_sweep(shared_test_sweep(rng, world, seeds, model, configs, ends))).verdict
+            for _ in range(sweeps)
+        )
         shares.append({verdict: count / sweeps for verdict, count in counts.items()})
     return ClaimCalibration(claim, sweeps, seeds, *shares)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -286,7 +285,17 @@ def check_dataset(name: str, *, registry: Registry | None = None, **config: Any)
     assert declared.classes in (None, bundle.num_classes), (
         f"{where}: declares {declared.classes} classes but builds {bundle.num_classes}"
     )
-    _check_train_size(build, bundle, where)
+    keep = len(bundle.train_y) // 2  # at least 1: the split holds every one of 2 or more classes
+    cut = build(train_size=keep)
+    assert len(cut.train_y) == keep, (
+        f"{where}: --train-size {keep} gave {len(cut.train_y)} training examples instead of {keep}"
+    )
+    assert torch.equal(cut.train_y, bundle.train_y[:keep]), (
+        f"{where}: --train-size {keep} must keep the first {keep} training examples, not others"
+    )
+    assert cut.sizes()["val"] == bundle.sizes()["val"] and cut.sizes()["test"] == bundle.sizes()["test"], (
+        f"{where}: --train-size must leave the validation and test splits alone"
+    )
 
 
 def _check_pixels(images: torch.Tensor, pixel_scale: float, at: str) -> None:
@@ -297,19 +306,3 @@ def _check_pixels(images: torch.Tensor, pixel_scale: float, at: str) -> None:
         assert float(images.min()) >= 0 and float(images.max()) <= 1, f"{at}: float32 pixels must lie in 0..1"
     else:
         raise AssertionError(f"{at}: images are {images.dtype}, expected torch.uint8 or torch.float32")
-
-
-def _check_train_size(build: Callable[..., DatasetBundle], full: DatasetBundle, where: str) -> None:
-    keep = len(full.train_y) // 2
-    if keep < 1:
-        return
-    cut = build(train_size=keep)
-    assert len(cut.train_y) == keep, (
-        f"{where}: --train-size {keep} gave {len(cut.train_y)} training examples instead of {keep}"
-    )
-    assert torch.equal(cut.train_y, full.train_y[:keep]), (
-        f"{where}: --train-size {keep} must keep the first {keep} training examples, not others"
-    )
-    assert cut.sizes()["val"] == full.sizes()["val"] and cut.sizes()["test"] == full.sizes()["test"], (
-        f"{where}: --train-size must leave the validation and test splits alone"
-    )

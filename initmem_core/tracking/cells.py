@@ -2,8 +2,8 @@
 
 The sweep creates each child run itself, before the cell is handed to an executor, so it can end
 the cell FAILED whatever happens to it; it holds a ``ChildRunWriter`` on that run. Then either a
-local worker sends every tracker call (the local executor's ``QueueTracker``) and its progress
-(``QueueProgress``) through one queue to the sweep process, which replays them there (workers
+local worker sends every tracker call and its progress (the local executor's ``QueueTracker`` and
+``QueueProgress``) through one queue to the sweep process, which replays them there (workers
 never open the store, so N workers on one SQLite file cannot lose a row or die on a locked
 database), or a remote worker (Ray, Slurm) writes into the same child run itself
 (``remote_cell.ServerCellWriter``) and only progress travels back.
@@ -12,7 +12,6 @@ database), or a remote worker (Ray, Slurm) writes into the same child run itself
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,7 @@ from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.tracking.writing import log_params, log_tags
 from initmem_core.vocabulary import ENDED, FAILED, FAILURE_REASON_TAG, FINISHED
 
-PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})
-PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
+PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})  # what an executor's progress sends
 
 
 LEASES_FOLDER = "initmem-leases"
@@ -105,40 +103,9 @@ class ChildRunWriter(MlflowTracker):
     def fail(self, error: str, status: str = FAILED) -> None:
         """End a cell that raised, or whose worker died, with its reason, unless it already
         ended, here or in a worker that wrote to the store itself."""
-        if self.ended:
-            return
-        stored = self.client.get_run(self.run_id).info.status
+        stored = self.ended_status()
         if stored in ENDED:
             self.ended = stored
             return
         self.set_tags({FAILURE_REASON_TAG: error[:5000]})
         self.end_run(status)
-
-
-class QueueProgress:
-    """The training ``Progress`` protocol for a worker; step counts are batched. ``queue`` is
-    anything with ``put``: a multiprocessing queue, a Ray queue, a file on a shared disk."""
-
-    def __init__(self, queue: Any, run_id: str, interval_s: float = PROGRESS_INTERVAL_S):
-        self.queue, self.run_id, self.interval_s = queue, run_id, interval_s
-        self.pending, self.last = 0, 0.0
-
-    def _send(self, call: str, *args: Any) -> None:
-        self.queue.put((self.run_id, call, args))
-
-    def start(self, epochs, steps_per_epoch):
-        self._send("start", epochs, steps_per_epoch)
-
-    def advance(self, steps):
-        self.pending += steps
-        if time.monotonic() - self.last >= self.interval_s:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            self._send("advance", self.pending)
-            self.pending, self.last = 0, time.monotonic()
-
-    def epoch_done(self, epoch, metrics):
-        self.flush()
-        self._send("epoch_done", epoch, {k: float(v) for k, v in metrics.items()})

@@ -14,7 +14,6 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlparse
 
 from initmem_core.errors import ConfigError, InitmemError
@@ -89,14 +88,6 @@ def ctrl_c_stays_an_interrupt() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _check_writable(uri: str, folder: Path) -> None:
-    if write_refused(folder) is not None:
-        raise ConfigError(
-            f"tracking store {uri} cannot be written: {folder} is missing or read-only; "
-            "pass --tracking-uri with a writable path or a server URL"
-        )
-
-
 def _check_listening(uri: str) -> None:
     """A refused or silent server fails here in seconds, not after MLflow's minutes of retries."""
     address = urlparse(uri)
@@ -155,7 +146,11 @@ def open_client(uri: str | None = None, probe: bool = True, create: bool = True)
         quiet_mlflow()
 
     if database:
-        _check_writable(uri, database.parent)
+        if write_refused(database.parent) is not None:
+            raise ConfigError(
+                f"tracking store {uri} cannot be written: {database.parent} is missing or read-only; "
+                "pass --tracking-uri with a writable path or a server URL"
+            )
         # The first request creates or migrates the database; two commands doing so at once on a
         # fresh folder collide in alembic, so that request is made under a lock beside the file.
         wait_while_database_locked(database, uri)  # before the file lock: others then name the real holder

@@ -133,11 +133,8 @@ def _restore(value: Any, hint: Any) -> Any:
 
 
 def record_to_json(record: CellRecord) -> dict[str, Any]:
-    out = {}
-    for f in dataclasses.fields(CellRecord):
-        value = getattr(record, f.name)
-        out[f.name] = _CODECS[f.name][0](value) if f.name in _CODECS else value
-    return out
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(CellRecord)}
+    return {name: _CODECS[name][0](value) if name in _CODECS else value for name, value in values.items()}
 
 
 def record_from_json(data: dict[str, Any]) -> CellRecord:

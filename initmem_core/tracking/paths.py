@@ -17,8 +17,7 @@ _UNSAFE = re.compile(r"[^\w.,=+@-]")
 def safe_file_name(name: str) -> str:
     """``name`` as one file name that cannot leave its folder: separators and anything unusual
     become ``_``, leading dots go (no ``..``, no hidden files), at most 200 characters."""
-    safe = _UNSAFE.sub("_", name).lstrip(".")[:200]
-    return safe or "_"
+    return _UNSAFE.sub("_", name).lstrip(".")[:200] or "_"
 
 
 def path_under(root: str | Path, name: str) -> Path:

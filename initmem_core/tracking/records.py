@@ -210,10 +210,8 @@ def latest_per_cell(runs: list[Any]) -> list[Any]:
 def metric_history(client, run_id: str, key: str) -> list[tuple[int, float]]:
     """``(step, value)`` of one metric, one value per step: the last logged wins (a resumed run
     may log an epoch again)."""
-    latest = {}
-    for m in sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp)):
-        latest[m.step] = m.value
-    return sorted(latest.items())
+    history = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+    return sorted({m.step: m.value for m in history}.items())
 
 
 def record_from_run(client, run) -> CellRecord:

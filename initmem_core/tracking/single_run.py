@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +37,6 @@ class SingleRun:
     #: one row per logged epoch: ``{"epoch": 0, "train_loss": ..., "clock_sgd": ..., ...}``
     epochs: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def stored_runs(uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
     """The runs of ``experiment`` as ``StoredRun``: the single runs (no sweep's parent nor cell)
@@ -51,13 +47,9 @@ def stored_runs(uri: str, experiment: str) -> tuple[list[Any], list[Any]]:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise ConfigError(f"experiment '{experiment}' does not exist in the tracking store {uri}; check --experiment")
-    singles: list[Any] = []
-    cells: list[Any] = []
-    for run in search_all(client, [found.experiment_id], ""):
-        if run.data.tags.get(ROLE_TAG) == PARENT_ROLE:
-            continue
-        (cells if PARENT_TAG in run.data.tags else singles).append(StoredRun.of(run))  # a cell has a parent
-    return singles, cells
+    runs = [StoredRun.of(run) for run in search_all(client, [found.experiment_id], "")]
+    runs = [run for run in runs if run.tags.get(ROLE_TAG) != PARENT_ROLE]
+    return [run for run in runs if PARENT_TAG not in run.tags], [run for run in runs if PARENT_TAG in run.tags]
 
 
 def load_single_run(run_id: str, tracking_uri: str | None = None) -> SingleRun | None:
@@ -74,9 +66,7 @@ def load_single_run(run_id: str, tracking_uri: str | None = None) -> SingleRun |
         return None
     metrics = run.data.metrics
     by_epoch: dict[int, dict[str, Any]] = {}
-    for key in PER_EPOCH_METRICS:
-        if key not in metrics:
-            continue
+    for key in [key for key in PER_EPOCH_METRICS if key in metrics]:
         for step, value in metric_history(client, run_id, key):
             by_epoch.setdefault(step, {"epoch": step})[key] = value
     return SingleRun(

@@ -50,13 +50,11 @@ def _open_with_mlflow(database: Path) -> None:
     revision against this MLflow's), then let go of it."""
     from mlflow.tracking import MlflowClient
 
-    client = None
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
     try:
-        client = MlflowClient(tracking_uri=f"sqlite:///{database}")
         client.search_experiments(max_results=1)
     finally:
-        if client is not None:
-            _let_go(client)  # its connections would otherwise keep the renamed file open
+        _let_go(client)  # its connections would otherwise keep the renamed file open
 
 
 def _default_experiment_location() -> str:
@@ -129,9 +127,7 @@ def _copy_template(temporary: Path) -> bool:
             raise sqlite3.DatabaseError("the template has no Default experiment")
         return True
     except (ImportError, AttributeError, ValueError, OSError, sqlite3.Error, AlembicError):
-        for leftover in (temporary, temporary.with_name(temporary.name + "-journal")):
-            with contextlib.suppress(OSError):
-                leftover.unlink(missing_ok=True)
+        discard_store_being_created()  # ``temporary`` is the store being created
         return False
 
 

@@ -46,9 +46,8 @@ def sync_folder(tracking_uri: str | None = None, folder: str | Path | None = Non
             try:
                 header, pending = read_unsynced(path)
             except ConfigError as error:
-                if not path.exists():  # taken by a sync that ran meanwhile
-                    continue
-                result.left[path] = str(error)
+                if path.exists():  # else taken by a sync that ran meanwhile
+                    result.left[path] = str(error)
                 continue
             if not same_store(header.get("tracking_uri", ""), uri):
                 result.other_stores.append(path)

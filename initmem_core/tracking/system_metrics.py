@@ -36,9 +36,7 @@ class SystemMetrics:
     def finish(self) -> None:
         """Stop sampling and write what is left (before the run is ended: MLflow's monitor stops
         by itself once the run is no longer RUNNING)."""
-        if self._monitor is not None:
-            self._monitor.finish()
-            self._monitor = None
+        self._monitor.finish()
 
 
 def require_psutil() -> None:

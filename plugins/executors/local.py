@@ -1,7 +1,7 @@
 """``--executor local``: cells in this process, or in N spawned worker processes on this machine.
 
 With workers, this process stays the tracking store's only writer: each worker's tracker calls
-and progress come through one queue (``QueueTracker``, ``tracking.cells.QueueProgress``). On a
+and progress come through one queue (``QueueTracker``, ``QueueProgress``). On a
 GPU machine each worker process keeps one GPU for its whole life (``placement``); a cell left at
 ``--device auto`` runs on it.
 """
@@ -19,6 +19,7 @@ import queue as queues
 import shutil
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,13 +30,13 @@ from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.plugin_system.loader import one_line_warnings
 from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress, run_cell
-from initmem_core.tracking.cells import QueueProgress
 from initmem_core.tracking.client import python_handles_ctrl_c
 from initmem_core.tracking.tracker import ForwardedCalls
 from initmem_core.vocabulary import FAILED, FINISHED
 from initmem_plugins.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_plugins.executors.scratch import ScratchFolder
 
+PROGRESS_INTERVAL_S = 0.25  # advance() is called every step; the queue needs far fewer messages
 #: Torch threads of a cell that leaves --threads at 0. Fixed, not a share of the machine: a CPU
 #: reduction's bits depend on the thread count, so a share would make results depend on --workers.
 CELL_THREADS = 1
@@ -187,6 +188,35 @@ class QueueTracker(ForwardedCalls):
 
     def end_run(self, status=FINISHED):
         self._forward("end_run", status)
+
+
+class QueueProgress:
+    """The training ``Progress`` protocol for a worker; step counts are batched. ``queue`` is
+    anything with ``put``: a multiprocessing queue, a Ray queue, a file on a shared disk."""
+
+    def __init__(self, queue: Any, run_id: str, interval_s: float = PROGRESS_INTERVAL_S):
+        self.queue, self.run_id, self.interval_s = queue, run_id, interval_s
+        self.pending, self.last = 0, 0.0
+
+    def _send(self, call: str, *args: Any) -> None:
+        self.queue.put((self.run_id, call, args))
+
+    def start(self, epochs, steps_per_epoch):
+        self._send("start", epochs, steps_per_epoch)
+
+    def advance(self, steps):
+        self.pending += steps
+        if time.monotonic() - self.last >= self.interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self._send("advance", self.pending)
+            self.pending, self.last = 0, time.monotonic()
+
+    def epoch_done(self, epoch, metrics):
+        self.flush()
+        self._send("epoch_done", epoch, {k: float(v) for k, v in metrics.items()})
 
 
 def run_cell_in_worker(
