@@ -328,15 +328,6 @@ def log_report_metrics(runs: SweepRuns, report: Report) -> None:
     )
 
 
-def _check_where_it_writes(out: Path, plans: Iterable[RunPlan], executor: Executor) -> None:
-    """Every folder the sweep will write to, before its first cell: a bad one fails in one
-    line, not once every cell has trained."""
-    check_writable_folder(out, "--out")
-    if not executor.remote:  # remote cells write their checkpoints on their own machines
-        for root in {plan.checkpoints.parent for plan in plans if plan.checkpoints is not None}:
-            check_writable_folder(root, "--checkpoint-dir")
-
-
 def run_sweep(
     spec: SweepPlan | SweepSpec | Mapping[str, Any] | str | Path,
     *,
@@ -382,7 +373,12 @@ def run_sweep(
         require_psutil()
     check_store(executor, uri)
     placed = {cell.config_hash: cell.at(uri) for cell in plan.plans}  # each cell's checkpoint folder
-    _check_where_it_writes(plan.out, placed.values(), executor)
+    # Every folder the sweep writes to, checked before its first cell: a bad one fails in one
+    # line, not once every cell has trained. Remote cells write their checkpoints on their own machines.
+    check_writable_folder(plan.out, "--out")
+    if not executor.remote:
+        for root in {cell.checkpoints.parent for cell in placed.values() if cell.checkpoints is not None}:
+            check_writable_folder(root, "--checkpoint-dir")
     progress = progress or NoSweepProgress()
     executor.start()  # workers import torch while the store opens
     try:
