@@ -42,20 +42,16 @@ def parameter_count(plan: RunPlan) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def state_factor(plan: RunPlan) -> int:
-    """Optimizer state per parameter: 2 adaptive (by the plan's clock convention), 1 with momentum, else 0."""
-    if CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY:
-        return 2
-    return 1 if plan.config.momentum > 0 else 0
-
-
 def checkpoint_bytes(plan: RunPlan, counts: dict[str, int] | None = None) -> int:
     counts = {} if counts is None else counts
     arch = plan.config.arch
     if arch not in counts:
         counts[arch] = parameter_count(plan)
+    # Optimizer state per parameter: 2 adaptive (by the plan's clock convention), 1 with momentum, else 0.
+    adaptive = CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY
+    state = 2 if adaptive else 1 if plan.config.momentum > 0 else 0
     selected = 1 if plan.config.eval_size else 0  # training.selection: the selected weights, kept
-    return counts[arch] * BYTES_PER_VALUE * (1 + state_factor(plan) + selected)
+    return counts[arch] * BYTES_PER_VALUE * (1 + state + selected)
 
 
 def kept_per_cell(config: RunConfig, epochs: int) -> int:
