@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.config import FIELDS, RunConfig
+from initmem_core.config import HASHED, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.sweep_runs import PARAM_VALUE_LIMIT
 from initmem_core.vocabulary import GRID_TAG
@@ -39,11 +39,7 @@ class GridIdentity:
     @classmethod
     def of(cls, cells: list[RunConfig]) -> GridIdentity:
         hashes = sorted({config.config_hash() for config in cells})
-        values = {
-            name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in cells))
-            for name, f in FIELDS.items()
-            if f.metadata["hashed"]
-        }
+        values = {name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in cells)) for name in HASHED}
         return cls(hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:12], {**values, "cells": str(len(cells))})
 
     def differences(self, params: Mapping[str, str]) -> list[str]:
