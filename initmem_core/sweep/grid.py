@@ -203,12 +203,6 @@ def _groups_from_toml(groups: Any, axes: dict[str, tuple[Any, ...]], path: str |
     return tuple(parsed)
 
 
-def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
-    # Group-defining fields vary slowest, then seed, then sigma: a group's cells run together.
-    names = [n for n in FIELDS if n in axes and n not in WITHIN_GROUP]
-    return names + [n for n in ("seed", "sigma") if n in axes]
-
-
 def expand(spec: SweepSpec, registry: Registry | None = None) -> list[RunConfig]:
     """Every cell of the grid as a validated ``RunConfig`` (``ConfigError`` for a bad value); with a
     registry, each cell's config as its plan (``expand_plans``) will run it."""
@@ -226,7 +220,9 @@ def _expanded(spec: SweepSpec, make: Callable[[RunConfig], T], config_of: Callab
     made: list[T] = []
     seen: set[str] = set()
     for axes in spec.group_axes():
-        names = _cell_order(axes)
+        # Group-defining fields vary slowest, then seed, then sigma: a group's cells run together.
+        names = [n for n in FIELDS if n in axes and n not in WITHIN_GROUP]
+        names += [n for n in ("seed", "sigma") if n in axes]
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:

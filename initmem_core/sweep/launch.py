@@ -229,13 +229,12 @@ class _Sweep:
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.runs.log_report(files, grid)
         log_report_metrics(self.runs, report)
-        failed = sum(1 for cell in cells if cell.status != FINISHED)
         self.view_key = self.runs.write_view()
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key, self.registry)
         self.runs.set_parent_tags(
             {
                 CELLS_TAG: str(len(cells)),
-                CELLS_FAILED_TAG: str(failed),
+                CELLS_FAILED_TAG: str(sum(cell.status != FINISHED for cell in cells)),
                 CELLS_UNSYNCED_TAG: str(sum(bool(cell.unsynced) for cell in cells)),
                 VARYING_TAG: ",".join(spec.varying),
                 NOTE_TAG: note,
