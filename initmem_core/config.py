@@ -334,8 +334,8 @@ HASHED = tuple(name for name, f in FIELDS.items() if f.metadata["hashed"])
 
 
 def field_type(name: str) -> type:
-    default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else ()
-    return tuple if isinstance(default, tuple) else type(default)
+    default = FIELDS[name].default
+    return tuple if default is dataclasses.MISSING else type(default)  # knob gives only tuple fields a factory
 
 
 def unknown_key_error(key: str, source: str) -> ConfigError:

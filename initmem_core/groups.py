@@ -69,8 +69,7 @@ def identity_fields(config: RunConfig) -> list[str]:
 
 
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
-    """Each config's group label (``group_label``): complete and stable, never shortened
-    relative to the sweep, so equal labels mean equal values in every field but sigma and seed."""
+    """Each config's ``group_label``: never shortened relative to the sweep."""
     return [group_label(config) for config in configs]
 
 

@@ -54,12 +54,12 @@ def checkpoint_bytes(plan: RunPlan, counts: dict[str, int] | None = None) -> int
     return counts[arch] * BYTES_PER_VALUE * (1 + state + selected)
 
 
-def kept_per_cell(config: RunConfig, epochs: int) -> int:
+def kept_per_cell(config: RunConfig) -> int:
     """Checkpoints a finished cell keeps (``--keep-checkpoints``; none with ``--checkpoint-every 0``)."""
     if config.checkpoint_every == 0 or config.keep_checkpoints == "none":
         return 0
     if config.keep_checkpoints == "all":
-        return max(1, -(-epochs // config.checkpoint_every))
+        return max(1, -(-config.epochs // config.checkpoint_every))
     return 1
 
 
@@ -69,7 +69,7 @@ def estimate_disk(plans: Sequence[RunPlan], workers: int = 1) -> DiskEstimate:
     sizes = [checkpoint_bytes(plan, counts) for plan in plans]
     running = sorted(sizes, reverse=True)[: max(1, workers)]
     cells = [plan.config for plan in plans]
-    kept = sum(size * kept_per_cell(config, config.epochs) for size, config in zip(sizes, cells))
+    kept = sum(size * kept_per_cell(config) for size, config in zip(sizes, cells))
     artifacts = sum(counts[config.arch] * BYTES_PER_VALUE for config in cells)
     return DiskEstimate(2 * sum(running) + kept, kept, artifacts, workers)
 
