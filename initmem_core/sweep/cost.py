@@ -44,7 +44,6 @@ class StepTime:
 class CostEstimate:
     """A sweep's estimated training time. ``None``: not known here (``unknown`` says why)."""
 
-    cells: int
     workers: int
     steps: int | None  # optimizer steps of every cell counted
     cpu_seconds: float | None  # training and evaluation, with ``workers``
@@ -242,7 +241,6 @@ def estimate_cost(
     else:
         source = f"gpu_check: {'; '.join(notes)}"
     return CostEstimate(
-        cells=len(plans),
         workers=workers,
         steps=steps_total if counted else None,
         cpu_seconds=(cpu_total + eval_total) / workers if counted else None,
