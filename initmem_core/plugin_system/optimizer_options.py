@@ -43,15 +43,15 @@ def _scalar(text: str, like: Any) -> Any:
         return text.lower() in ("true", "1", "yes", "on")
     if isinstance(like, int):
         return int(text)
-    if like is None and text.lower() in ("true", "false"):  # e.g. fused=true where torch's default is None
-        return text.lower() == "true"
-    if isinstance(like, float) or like is None:
+    if isinstance(like, float):
+        return float(text)
+    if like is None:  # a boolean (fused=true, where torch's default is None), a number or text
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
         try:
             return float(text)
         except ValueError:
-            if like is None:  # a default of None takes a number or text
-                return text
-            raise
+            return text
     return text
 
 
