@@ -345,13 +345,12 @@ def run_sweep(
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
 
-    ``spec``: a ``SweepPlan`` (``plan_sweep``), a ``SweepSpec``, a mapping of field -> values
-    (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file; every cell is validated before
-    anything is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come
-    from the installed entry points, and a calling script needs the usual
-    ``if __name__ == "__main__":`` guard. ``executor``: a registered executor's name
-    (``"local"``, ``"ray"``, ``"slurm"``...), or one built with its options (``make_executor``);
-    Ray and Slurm workers write to the store themselves, so it must be a server.
+    ``spec``: a ``SweepPlan``, or what ``plan_sweep`` takes; every cell is validated before anything
+    is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come from the
+    installed entry points, and a calling script needs the usual ``if __name__ == "__main__":``
+    guard. ``executor``: a registered executor's name (``"local"``, ``"ray"``, ``"slurm"``...), or
+    one built with its options (``make_executor``); Ray and Slurm workers write to the store
+    themselves, so it must be a server.
 
     A cell that diverged in an earlier launch is final, like a finished one, unless
     ``retry_failed`` (cells that failed otherwise run again on every launch). ``system_metrics``:
