@@ -88,9 +88,8 @@ class _Loader:
         self.pm.add_hookspecs(hookspecs)
         self.registry = Registry()
 
-    def fail(self, provider: Provider, error: BaseException | str) -> None:
-        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        text = " ".join(str(text).split())  # one line, always
+    def fail(self, provider: Provider, error: BaseException) -> None:
+        text = " ".join(f"{type(error).__name__}: {error}".split())  # one line, always
         failure = PluginFailure(provider.plugin, provider.package, provider.version, text)
         if self.strict:
             raise PluginLoadError(f"{failure} (strict plugin loading is on)")

@@ -105,10 +105,9 @@ class Registry:
     def add(self, spec: ComponentSpec) -> None:
         by_name = self.components.setdefault(spec.kind, {})
         if spec.name in by_name:
-            claims = self.conflicts.setdefault((spec.kind, spec.name), [by_name[spec.name]])
-            claims.append(spec)
-            return
-        by_name[spec.name] = spec
+            self.conflicts.setdefault((spec.kind, spec.name), [by_name[spec.name]]).append(spec)
+        else:
+            by_name[spec.name] = spec
 
     def conflict_error(self, kind: str, name: str) -> DuplicateComponentError:
         first, *others = self.conflicts[(kind, name)]
