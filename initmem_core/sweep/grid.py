@@ -110,7 +110,7 @@ class SweepSpec:
         return SweepSpec(
             {**self.axes, **other.axes},
             other.name or self._overridden_name(other),
-            tuple(group for group in groups if group) if any(groups) else (),
+            tuple(group for group in groups if group),
         )
 
     def _overridden_name(self, other: SweepSpec) -> str | None:
