@@ -284,7 +284,7 @@ class RunConfig:
 
     def run_name(self) -> str:
         """A name for humans, e.g. ``resnet56-muon-s2.0-seed0``."""
-        return f"{self.arch}-{self.opt}-s{_short(self.sigma)}-seed{self.seed}"
+        return f"{self.arch}-{self.opt}-s{short_number(self.sigma)}-seed{self.seed}"
 
     def replace(self, **changes: Any) -> RunConfig:
         return from_mapping({**self.to_dict(), **changes})
@@ -323,17 +323,19 @@ def _canonical_until(text: str) -> str:
     return f"{parsed[0]}={parsed[1]!r}" if parsed else ""
 
 
-def _short(value: float) -> str:
+def short_number(value: float) -> str:
     text = f"{value:g}"
     return text if any(c in text for c in ".e") else f"{text}.0"
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+#: The fields the config hash may hold (``knob(hashed=...)``): what a run computes, in field order.
+HASHED = tuple(name for name, f in FIELDS.items() if f.metadata["hashed"])
 
 
 def field_type(name: str) -> type:
-    default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else ()
-    return tuple if isinstance(default, tuple) else type(default)
+    default = FIELDS[name].default
+    return tuple if default is dataclasses.MISSING else type(default)  # knob gives only tuple fields a factory
 
 
 def unknown_key_error(key: str, source: str) -> ConfigError:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from initmem_core.config import FIELDS, RunConfig
+from initmem_core.config import FIELDS, HASHED, RunConfig
 
 #: Within a group only these vary; every other varying field tells groups apart.
 WITHIN_GROUP = ("sigma", "seed")
@@ -26,11 +26,7 @@ def group_fields(configs: Iterable[RunConfig]) -> list[str]:
     and except execution knobs (threads, device: they change how, not what)."""
     configs = list(configs)
     return [
-        name
-        for name, f in FIELDS.items()
-        if f.metadata["hashed"]
-        and name not in WITHIN_GROUP
-        and len({value_text(getattr(c, name)) for c in configs}) > 1
+        name for name in HASHED if name not in WITHIN_GROUP and len({value_text(getattr(c, name)) for c in configs}) > 1
     ]
 
 
@@ -69,16 +65,11 @@ def group_label(config: RunConfig) -> str:
 def identity_fields(config: RunConfig) -> list[str]:
     """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
     (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
-    return [
-        name
-        for name, f in FIELDS.items()
-        if f.metadata["hashed"] and name not in WITHIN_GROUP and not (name == "epochs" and config.until)
-    ]
+    return [name for name in HASHED if name not in WITHIN_GROUP and not (name == "epochs" and config.until)]
 
 
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
-    """Each config's group label (``group_label``): complete and stable, never shortened
-    relative to the sweep, so equal labels mean equal values in every field but sigma and seed."""
+    """Each config's ``group_label``: never shortened relative to the sweep."""
     return [group_label(config) for config in configs]
 
 

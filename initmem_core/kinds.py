@@ -33,14 +33,14 @@ KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("dataset", "initmem_register_datasets", "data", "--data", "DatasetFactory"),
 )
 
-#: The kinds a sweep and its report read: claims (each registered claim is evaluated on every sweep's
-#: report) and presets (sweep files, ``initmem sweep --preset NAME``). No run selects them.
+#: The kinds a sweep and its report read, which no run selects: claims (each registered claim is
+#: evaluated on every sweep's report), presets (sweep files, ``initmem sweep --preset NAME``), figures
+#: (each drawn into every report's folder and onto the parent run) and executors (where a sweep's
+#: cells run, ``initmem sweep --executor NAME``).
 REPORT_KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("claim", "initmem_register_claims", "", "", "ClaimEvaluator"),
     ComponentKind("preset", "initmem_register_presets", "", "--preset", ""),
-    # figures: each registered figure is drawn into every report's folder and onto the parent run
     ComponentKind("figure", "initmem_register_figures", "", "", "FigureFactory"),
-    # Where a sweep's cells run (``initmem sweep --executor NAME``): the sweep's choice, no run's.
     ComponentKind("executor", "initmem_register_executors", "", "--executor", "ExecutorFactory"),
 )
 #: Every kind a plugin may register, in the order ``initmem plugins`` lists them.

@@ -79,31 +79,6 @@ def initmem_version() -> str:
         return "source"
 
 
-def strict_from_env() -> bool:
-    return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def allowed_plugins() -> set[str] | None:
-    """Names allowed by ``INITMEM_LOAD_PLUGINS``; ``None`` means all."""
-    value = os.environ.get(LOAD_PLUGINS_ENV)
-    if value is None:
-        return None
-    return {name.strip() for name in value.split(",") if name.strip()}
-
-
-def third_party_entry_points() -> list[metadata.EntryPoint]:
-    allowed = allowed_plugins()
-    selected = []
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        package = entry_point.dist.name if entry_point.dist else "?"
-        if package == "initmem" and entry_point.name in {**BUILTIN_PLUGINS, **OPTIONAL_BUILTINS}:
-            continue  # loaded from BUILTIN_PLUGINS and OPTIONAL_BUILTINS
-        if allowed is not None and not ({entry_point.name, package} & allowed):
-            continue
-        selected.append(entry_point)
-    return selected
-
-
 class _Loader:
     """Registers plugin objects one by one, recording failures instead of raising."""
 
@@ -113,9 +88,8 @@ class _Loader:
         self.pm.add_hookspecs(hookspecs)
         self.registry = Registry()
 
-    def fail(self, provider: Provider, error: BaseException | str) -> None:
-        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        text = " ".join(str(text).split())  # one line, always
+    def fail(self, provider: Provider, error: BaseException) -> None:
+        text = " ".join(f"{type(error).__name__}: {error}".split())  # one line, always
         failure = PluginFailure(provider.plugin, provider.package, provider.version, text)
         if self.strict:
             raise PluginLoadError(f"{failure} (strict plugin loading is on)")
@@ -175,7 +149,6 @@ class _Loader:
             for impl in getattr(self.pm.hook, kind.hook).get_hookimpls():
                 provider = self.registry.plugins[impl.plugin_name]
                 specs: list[ComponentSpec] = []
-
                 register = self.register_for(kind.name, provider, specs)
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
@@ -187,8 +160,7 @@ class _Loader:
                 for spec in specs:
                     self.registry.add(spec)
         if self.strict and self.registry.conflicts:
-            (conflict_kind, conflict_name), _ = next(iter(self.registry.conflicts.items()))
-            raise self.registry.conflict_error(conflict_kind, conflict_name)
+            raise self.registry.conflict_error(*next(iter(self.registry.conflicts)))
         return self.registry
 
 
@@ -203,17 +175,23 @@ def load_registry(
     ``extra_plugins`` are ``(name, plugin_object)`` pairs registered directly, as tests and
     notebooks do (``initmem_core.testing`` wraps this).
     """
-    loader = _Loader(strict_from_env() if strict is None else strict)
+    if strict is None:
+        strict = os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    loader = _Loader(strict)
     version = initmem_version()
-    allowed = allowed_plugins()
-    for name, module_name in {**BUILTIN_PLUGINS, **OPTIONAL_BUILTINS}.items():
+    value = os.environ.get(LOAD_PLUGINS_ENV)  # the names allowed; unset: all
+    allowed = None if value is None else {name.strip() for name in value.split(",") if name.strip()}
+    builtins = {**BUILTIN_PLUGINS, **OPTIONAL_BUILTINS}
+    for name, module_name in builtins.items():
         if name in BUILTIN_PLUGINS or allowed is None or name in allowed:
             loader.add(Provider(name, "initmem", version), lambda m=module_name: importlib.import_module(m))
-    if entry_points:
-        for entry_point in third_party_entry_points():
-            dist = entry_point.dist
-            provider = Provider(entry_point.name, dist.name if dist else "?", dist.version if dist else "?")
-            loader.add(provider, entry_point.load)
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points else ():
+        dist = entry_point.dist
+        package = dist.name if dist else "?"
+        if package == "initmem" and entry_point.name in builtins:
+            continue  # loaded from BUILTIN_PLUGINS and OPTIONAL_BUILTINS above
+        if allowed is None or {entry_point.name, package} & allowed:
+            loader.add(Provider(entry_point.name, package, dist.version if dist else "?"), entry_point.load)
     for name, plugin in extra_plugins:
         loader.add(Provider(name, getattr(plugin, "__module__", None) or name, "local"), lambda p=plugin: p)
     return loader.collect()

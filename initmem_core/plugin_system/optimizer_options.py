@@ -43,15 +43,15 @@ def _scalar(text: str, like: Any) -> Any:
         return text.lower() in ("true", "1", "yes", "on")
     if isinstance(like, int):
         return int(text)
-    if like is None and text.lower() in ("true", "false"):  # e.g. fused=true where torch's default is None
-        return text.lower() == "true"
-    if isinstance(like, float) or like is None:
+    if isinstance(like, float):
+        return float(text)
+    if like is None:  # a boolean (fused=true, where torch's default is None), a number or text
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
         try:
             return float(text)
         except ValueError:
-            if like is None:  # a default of None takes a number or text
-                return text
-            raise
+            return text
     return text
 
 
@@ -85,11 +85,6 @@ def render(value: Any) -> str:
 def typed_given(config: RunConfig, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Only the options ``--opt-arg`` set, typed against the optimizer's declared ``defaults``."""
     given = split_opt_args(config.opt_arg)
-    _check_keys(config.opt, given, defaults)
-    return {key: coerce_option(key, text, defaults[key]) for key, text in given.items()}
-
-
-def _check_keys(opt: str, given: dict[str, str], defaults: Mapping[str, Any]) -> None:
     valid = sorted(key for key in defaults if key != "lr")
     for key, text in given.items():
         if key == "lr":
@@ -99,9 +94,10 @@ def _check_keys(opt: str, given: dict[str, str], defaults: Mapping[str, Any]) ->
         if key not in valid:
             listing = ", ".join(valid) if valid else "none (it declares no options)"
             raise ConfigError(
-                f"--opt-arg {key}: optimizer {opt} has no option '{key}'{did_you_mean(key, valid)}; "
+                f"--opt-arg {key}: optimizer {config.opt} has no option '{key}'{did_you_mean(key, valid)}; "
                 f"valid keys: {listing}"
             )
+    return {key: coerce_option(key, text, defaults[key]) for key, text in given.items()}
 
 
 def not_sgd_family(opt: str, built: str) -> ConfigError:

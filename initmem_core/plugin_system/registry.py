@@ -66,24 +66,18 @@ class ComponentSpec:
 
     def build(self, variant: str | None = None, **kwargs: Any) -> Any:
         """Call the factory with the keyword arguments of its kind's contract that it accepts
-        (a factory may take a subset, as hook implementations may)."""
+        (a factory may take a subset, as hook implementations may): all of them when it has
+        ``**kwargs`` (or no signature to read), else the names it declares."""
         if self.is_family:
             kwargs["variant"] = variant
         factory = self.load_factory()
-        return factory(**accepted_arguments(factory, kwargs))
-
-
-def accepted_arguments(factory: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``kwargs`` that ``factory`` takes: all of it when it has ``**kwargs`` (or no
-    signature to read), else the names it declares."""
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):  # builtins without a signature
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return kwargs
-    names = {p.name for p in parameters}
-    return {key: value for key, value in kwargs.items() if key in names}
+        try:
+            parameters = inspect.signature(factory).parameters.values()
+        except (TypeError, ValueError):  # builtins without a signature
+            return factory(**kwargs)
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            kwargs = {key: value for key, value in kwargs.items() if key in {p.name for p in parameters}}
+        return factory(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -111,10 +105,9 @@ class Registry:
     def add(self, spec: ComponentSpec) -> None:
         by_name = self.components.setdefault(spec.kind, {})
         if spec.name in by_name:
-            claims = self.conflicts.setdefault((spec.kind, spec.name), [by_name[spec.name]])
-            claims.append(spec)
-            return
-        by_name[spec.name] = spec
+            self.conflicts.setdefault((spec.kind, spec.name), [by_name[spec.name]]).append(spec)
+        else:
+            by_name[spec.name] = spec
 
     def conflict_error(self, kind: str, name: str) -> DuplicateComponentError:
         first, *others = self.conflicts[(kind, name)]

@@ -85,13 +85,6 @@ class PluginNames:
         return "initmem-" + self.name
 
 
-def check_kind(kind: str) -> str:
-    name = kind_named(kind).name
-    if name not in KIND_TEMPLATES:
-        raise ConfigError(f"new-plugin writes no {name} package; kinds it writes: {', '.join(SCAFFOLD_KINDS)}")
-    return name
-
-
 def check_name(kind: str, name: str, registry: Registry) -> PluginNames:
     """Reject names that are not component names, would shadow initmem, or are already taken."""
     if not NAME_PATTERN.fullmatch(name):
@@ -140,7 +133,10 @@ def planned_files(kind: str, names: PluginNames) -> dict[str, str]:
 def create_plugin(kind: str, name: str, directory: Path | None, registry: Registry) -> tuple[Path, list[Path]]:
     """Write the package for the ``kind`` component ``name`` into ``directory`` (default
     ``./initmem-<name>``), which must not exist yet. Returns the folder and the files written."""
-    names = check_name(check_kind(kind), name, registry)
+    kind = kind_named(kind).name
+    if kind not in KIND_TEMPLATES:
+        raise ConfigError(f"new-plugin writes no {kind} package; kinds it writes: {', '.join(SCAFFOLD_KINDS)}")
+    names = check_name(kind, name, registry)
     folder = Path(directory) if directory is not None else Path.cwd() / names.distribution
     if folder.exists():
         raise ConfigError(f"{folder} already exists; choose a new folder with --dir (nothing was overwritten)")

@@ -19,6 +19,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from initmem_core.config import RunConfig
 from initmem_core.training.plan import RunPlan
 
 #: gpu_check's JSON of every sample, kept beside this module (package data) by a complete run on a GPU.
@@ -44,7 +45,6 @@ class StepTime:
 class CostEstimate:
     """A sweep's estimated training time. ``None``: not known here (``unknown`` says why)."""
 
-    cells: int
     workers: int
     steps: int | None  # optimizer steps of every cell counted
     cpu_seconds: float | None  # training and evaluation, with ``workers``
@@ -57,15 +57,14 @@ class CostEstimate:
     evaluated_examples: int | None = None
 
 
-def evaluated_examples(config: Any, epochs: int, n_train: int, splits: tuple[int, int]) -> int:
+def evaluated_examples(config: RunConfig, epochs: int, n_train: int, splits: tuple[int, int]) -> int:
     """The examples a run scores over its evaluation points (epoch 0, every ``eval_every``-th,
     the last), and the whole test split once more when ``eval_size`` capped it."""
     val, test = splits
-    every = max(1, int(config.eval_every))
-    points = sum(1 for epoch in range(epochs + 1) if epoch % every == 0 or epoch == epochs)
-    cap = int(config.eval_size)
+    points = sum(1 for epoch in range(epochs + 1) if epoch % config.eval_every == 0 or epoch == epochs)
+    cap = config.eval_size
     per_point = (
-        min(int(config.train_eval_size) or n_train, n_train)
+        min(config.train_eval_size or n_train, n_train)
         + (min(cap, val) if cap else val)
         + (min(cap, test) if cap else test)
     )
@@ -242,7 +241,6 @@ def estimate_cost(
     else:
         source = f"gpu_check: {'; '.join(notes)}"
     return CostEstimate(
-        cells=len(plans),
         workers=workers,
         steps=steps_total if counted else None,
         cpu_seconds=(cpu_total + eval_total) / workers if counted else None,

@@ -42,28 +42,24 @@ def parameter_count(plan: RunPlan) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def state_factor(plan: RunPlan) -> int:
-    """Optimizer state per parameter: 2 adaptive (by the plan's clock convention), 1 with momentum, else 0."""
-    if CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY:
-        return 2
-    return 1 if plan.config.momentum > 0 else 0
-
-
 def checkpoint_bytes(plan: RunPlan, counts: dict[str, int] | None = None) -> int:
     counts = {} if counts is None else counts
     arch = plan.config.arch
     if arch not in counts:
         counts[arch] = parameter_count(plan)
+    # Optimizer state per parameter: 2 adaptive (by the plan's clock convention), 1 with momentum, else 0.
+    adaptive = CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY
+    state = 2 if adaptive else 1 if plan.config.momentum > 0 else 0
     selected = 1 if plan.config.eval_size else 0  # training.selection: the selected weights, kept
-    return counts[arch] * BYTES_PER_VALUE * (1 + state_factor(plan) + selected)
+    return counts[arch] * BYTES_PER_VALUE * (1 + state + selected)
 
 
-def kept_per_cell(config: RunConfig, epochs: int) -> int:
+def kept_per_cell(config: RunConfig) -> int:
     """Checkpoints a finished cell keeps (``--keep-checkpoints``; none with ``--checkpoint-every 0``)."""
     if config.checkpoint_every == 0 or config.keep_checkpoints == "none":
         return 0
     if config.keep_checkpoints == "all":
-        return max(1, -(-epochs // config.checkpoint_every))
+        return max(1, -(-config.epochs // config.checkpoint_every))
     return 1
 
 
@@ -73,7 +69,7 @@ def estimate_disk(plans: Sequence[RunPlan], workers: int = 1) -> DiskEstimate:
     sizes = [checkpoint_bytes(plan, counts) for plan in plans]
     running = sorted(sizes, reverse=True)[: max(1, workers)]
     cells = [plan.config for plan in plans]
-    kept = sum(size * kept_per_cell(config, config.epochs) for size, config in zip(sizes, cells))
+    kept = sum(size * kept_per_cell(config) for size, config in zip(sizes, cells))
     artifacts = sum(counts[config.arch] * BYTES_PER_VALUE for config in cells)
     return DiskEstimate(2 * sum(running) + kept, kept, artifacts, workers)
 

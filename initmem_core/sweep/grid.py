@@ -20,16 +20,15 @@ from typing import Any, TypeVar
 
 from initmem_core.config import (
     FIELDS,
+    HASHED,
     RunConfig,
     coerce,
     field_type,
     from_mapping,
     load_toml,
+    short_number,
     unknown_key_error,
     validate,
-)
-from initmem_core.config import (
-    _short as short_number,
 )
 from initmem_core.errors import ConfigError
 from initmem_core.groups import DEFAULTS, WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
@@ -111,7 +110,7 @@ class SweepSpec:
         return SweepSpec(
             {**self.axes, **other.axes},
             other.name or self._overridden_name(other),
-            tuple(group for group in groups if group) if any(groups) else (),
+            tuple(group for group in groups if group),
         )
 
     def _overridden_name(self, other: SweepSpec) -> str | None:
@@ -121,7 +120,7 @@ class SweepSpec:
             return None
         changes = []
         for key, values in other.axes.items():
-            if not FIELDS[key].metadata["hashed"]:
+            if key not in HASHED:
                 continue  # --threads, --data-dir...: the same cells, the same sweep
             before = self.axes.get(key) or tuple(g[key] for g in self.groups if key in g) or (getattr(DEFAULTS, key),)
             if [exact_text(v) for v in dict.fromkeys(before)] != [exact_text(v) for v in values]:
@@ -204,12 +203,6 @@ def _groups_from_toml(groups: Any, axes: dict[str, tuple[Any, ...]], path: str |
     return tuple(parsed)
 
 
-def _cell_order(axes: Mapping[str, tuple[Any, ...]]) -> list[str]:
-    # Group-defining fields vary slowest, then seed, then sigma: a group's cells run together.
-    names = [n for n in FIELDS if n in axes and n not in WITHIN_GROUP]
-    return names + [n for n in ("seed", "sigma") if n in axes]
-
-
 def expand(spec: SweepSpec, registry: Registry | None = None) -> list[RunConfig]:
     """Every cell of the grid as a validated ``RunConfig`` (``ConfigError`` for a bad value); with a
     registry, each cell's config as its plan (``expand_plans``) will run it."""
@@ -227,7 +220,9 @@ def _expanded(spec: SweepSpec, make: Callable[[RunConfig], T], config_of: Callab
     made: list[T] = []
     seen: set[str] = set()
     for axes in spec.group_axes():
-        names = _cell_order(axes)
+        # Group-defining fields vary slowest, then seed, then sigma: a group's cells run together.
+        names = [n for n in FIELDS if n in axes and n not in WITHIN_GROUP]
+        names += [n for n in ("seed", "sigma") if n in axes]
         for values in itertools.product(*(axes[n] for n in names)):
             config = from_mapping(dict(zip(names, values)), "the sweep")
             try:
@@ -259,11 +254,7 @@ NAME_PREFIX = {
 def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
     """A unique run name per cell with every value that tells it apart in its sweep, e.g.
     ``resnet20-lion-lr0.001-s0.5-seed0`` (a config hash is appended on a clash)."""
-    extra = [
-        n
-        for n in FIELDS
-        if n in set(varying) and FIELDS[n].metadata["hashed"] and n not in ("arch", "opt", "sigma", "seed")
-    ]
+    extra = [n for n in HASHED if n in set(varying) and n not in ("arch", "opt", "sigma", "seed")]
 
     def part(config: RunConfig, name: str) -> str:
         value = getattr(config, name)
@@ -291,10 +282,8 @@ def default_name(spec: SweepSpec) -> str:
     """A readable name, the same for the same grid (so a relaunch without ``--name`` resumes it),
     e.g. ``digits-resnet20-sigma-opt-3fa2b1``."""
     data, arch = (spec.axes.get(n, (getattr(DEFAULTS, n),)) for n in ("data", "arch"))
-    hashed = {
-        n: [value_text(v) for v in values] for n, values in sorted(spec.axes.items()) if FIELDS[n].metadata["hashed"]
-    }
-    groups = [{n: value_text(v) for n, v in sorted(g.items()) if FIELDS[n].metadata["hashed"]} for g in spec.groups]
+    hashed = {n: [value_text(v) for v in values] for n, values in sorted(spec.axes.items()) if n in HASHED}
+    groups = [{n: value_text(v) for n, v in sorted(g.items()) if n in HASHED} for g in spec.groups]
     digest = hashlib.sha256(json.dumps([hashed, groups] if groups else hashed).encode()).hexdigest()[:6]
     varying = "-".join(spec.varying) or "single"
     prefix = "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", "+".join(map(str, v))) for v in (data, arch))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.config import FIELDS, RunConfig
+from initmem_core.config import HASHED, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.sweep_runs import PARAM_VALUE_LIMIT
 from initmem_core.vocabulary import GRID_TAG
@@ -22,24 +22,6 @@ def _param_text(value: Any) -> str:
     return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
-def grid_values(cells: list[RunConfig]) -> dict[str, str]:
-    """The grid as the parent run's params hold it: each hashed field's values in cell order, and
-    the number of cells."""
-    grid = {
-        name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in cells))
-        for name, f in FIELDS.items()
-        if f.metadata["hashed"]
-    }
-    grid["cells"] = str(len(cells))
-    return grid
-
-
-def grid_digest(cells: list[RunConfig]) -> str:
-    """12 hex digits naming the set of the cells' config hashes (order and repeats aside)."""
-    hashes = sorted({config.config_hash() for config in cells})
-    return hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:12]
-
-
 def held_digests(tags: Mapping[str, str]) -> list[str]:
     """The grid digests a parent run holds (none on a sweep launched before identities)."""
     return [d for d in tags.get(GRID_TAG, "").split(",") if d]
@@ -47,14 +29,18 @@ def held_digests(tags: Mapping[str, str]) -> list[str]:
 
 @dataclass(frozen=True)
 class GridIdentity:
-    """What a launch's grid is: its digest and its values per field."""
+    """What a launch's grid is: its digest, 12 hex digits naming the set of the cells' config
+    hashes (order and repeats aside), and its values as the parent run's params hold them: each
+    hashed field's values in cell order, and the number of cells."""
 
     digest: str
     values: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cells: list[RunConfig]) -> GridIdentity:
-        return cls(grid_digest(cells), grid_values(cells))
+        hashes = sorted({config.config_hash() for config in cells})
+        values = {name: ",".join(dict.fromkeys(_param_text(getattr(c, name)) for c in cells)) for name in HASHED}
+        return cls(hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:12], {**values, "cells": str(len(cells))})
 
     def differences(self, params: Mapping[str, str]) -> list[str]:
         """Each field whose values differ from the parent's params (the first launch's grid), as

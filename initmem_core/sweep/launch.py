@@ -229,13 +229,12 @@ class _Sweep:
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}
         self.runs.log_report(files, grid)
         log_report_metrics(self.runs, report)
-        failed = sum(1 for cell in cells if cell.status != FINISHED)
         self.view_key = self.runs.write_view()
         note = description(report, self.name, self.experiment_id, self.parent_id, self.view_key, self.registry)
         self.runs.set_parent_tags(
             {
                 CELLS_TAG: str(len(cells)),
-                CELLS_FAILED_TAG: str(failed),
+                CELLS_FAILED_TAG: str(sum(cell.status != FINISHED for cell in cells)),
                 CELLS_UNSYNCED_TAG: str(sum(bool(cell.unsynced) for cell in cells)),
                 VARYING_TAG: ",".join(spec.varying),
                 NOTE_TAG: note,
@@ -328,15 +327,6 @@ def log_report_metrics(runs: SweepRuns, report: Report) -> None:
     )
 
 
-def _check_where_it_writes(out: Path, plans: Iterable[RunPlan], executor: Executor) -> None:
-    """Every folder the sweep will write to, before its first cell: a bad one fails in one
-    line, not once every cell has trained."""
-    check_writable_folder(out, "--out")
-    if not executor.remote:  # remote cells write their checkpoints on their own machines
-        for root in {plan.checkpoints.parent for plan in plans if plan.checkpoints is not None}:
-            check_writable_folder(root, "--checkpoint-dir")
-
-
 def run_sweep(
     spec: SweepPlan | SweepSpec | Mapping[str, Any] | str | Path,
     *,
@@ -355,13 +345,12 @@ def run_sweep(
     """Run every cell of ``spec`` not finished before, then write the report onto the parent run
     and into ``out`` (default ``initmem-output/<name>``).
 
-    ``spec``: a ``SweepPlan`` (``plan_sweep``), a ``SweepSpec``, a mapping of field -> values
-    (``{"sigma": [0.5, 1], "epochs": 5}``) or a TOML sweep file; every cell is validated before
-    anything is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come
-    from the installed entry points, and a calling script needs the usual
-    ``if __name__ == "__main__":`` guard. ``executor``: a registered executor's name
-    (``"local"``, ``"ray"``, ``"slurm"``...), or one built with its options (``make_executor``);
-    Ray and Slurm workers write to the store themselves, so it must be a server.
+    ``spec``: a ``SweepPlan``, or what ``plan_sweep`` takes; every cell is validated before anything
+    is tracked. With ``workers > 1`` cells run in spawned processes: plugins then come from the
+    installed entry points, and a calling script needs the usual ``if __name__ == "__main__":``
+    guard. ``executor``: a registered executor's name (``"local"``, ``"ray"``, ``"slurm"``...), or
+    one built with its options (``make_executor``); Ray and Slurm workers write to the store
+    themselves, so it must be a server.
 
     A cell that diverged in an earlier launch is final, like a finished one, unless
     ``retry_failed`` (cells that failed otherwise run again on every launch). ``system_metrics``:
@@ -382,7 +371,12 @@ def run_sweep(
         require_psutil()
     check_store(executor, uri)
     placed = {cell.config_hash: cell.at(uri) for cell in plan.plans}  # each cell's checkpoint folder
-    _check_where_it_writes(plan.out, placed.values(), executor)
+    # Every folder the sweep writes to, checked before its first cell: a bad one fails in one
+    # line, not once every cell has trained. Remote cells write their checkpoints on their own machines.
+    check_writable_folder(plan.out, "--out")
+    if not executor.remote:
+        for root in {cell.checkpoints.parent for cell in placed.values() if cell.checkpoints is not None}:
+            check_writable_folder(root, "--checkpoint-dir")
     progress = progress or NoSweepProgress()
     executor.start()  # workers import torch while the store opens
     try:
