@@ -1,9 +1,9 @@
 """``--executor local``: cells in this process, or in N spawned worker processes on this machine.
 
 With workers, this process stays the tracking store's only writer: each worker's tracker calls
-and progress come through one queue (``QueueTracker``, ``QueueProgress``). On a
-GPU machine each worker process keeps one GPU for its whole life (``placement``); a cell left at
-``--device auto`` runs on it.
+and progress come through one queue (``QueueTracker``, ``QueueProgress``). On a GPU machine each
+worker process keeps one GPU for its whole life (``placement``); a cell left at ``--device auto``
+runs on it.
 """
 
 from __future__ import annotations
