@@ -1,4 +1,5 @@
-"""The ``initmem`` command: one Typer app, one module per command.
+"""The ``initmem`` command: one Typer app, one module per command; plugins add more
+(``plugin_commands``: ``new-plugin`` and ``clean`` are the built-in plugin ``commands``).
 
 Importing this module must stay cheap (no torch, no mlflow): `initmem --help` and
 `initmem plugins` answer in a fraction of a second.
@@ -14,12 +15,10 @@ import typer
 
 from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set_registry
 
-from .clean import clean_command
-from .errors import OneLineUsageErrors
 from .export import export_command
-from .new_plugin import new_plugin_command
 from .options import ENVIRONMENT_HELP
 from .output import BROKEN_PIPE_EXIT, UNWRITTEN_EXIT, flush_standard_streams, guard_standard_streams, unwritten_line
+from .plugin_commands import WithPluginCommands
 from .plugins import plugins_command
 from .presets import presets_app
 from .report import report_command
@@ -31,7 +30,7 @@ from .version import show_version
 
 app = typer.Typer(
     name="initmem",
-    cls=OneLineUsageErrors,
+    cls=WithPluginCommands,
     help="Experiments on how training forgets its initialization scale sigma_w.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -63,13 +62,11 @@ def main_options(
 
 app.command("run", no_args_is_help=False, epilog=ENVIRONMENT_HELP)(run_command)
 app.command("plugins", epilog=ENVIRONMENT_HELP)(plugins_command)
-app.command("new-plugin")(new_plugin_command)
 app.command("sweep", no_args_is_help=False, epilog=ENVIRONMENT_HELP)(sweep_command)
 app.command("report", epilog=ENVIRONMENT_HELP)(report_command)
 app.command("export", epilog=ENVIRONMENT_HELP)(export_command)
 app.command("ui", epilog=ENVIRONMENT_HELP)(ui_command)
 app.command("sync", epilog=ENVIRONMENT_HELP)(sync_command)
-app.command("clean", epilog=ENVIRONMENT_HELP)(clean_command)
 app.add_typer(presets_app, name="presets")
 
 

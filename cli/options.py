@@ -35,7 +35,8 @@ ENVIRONMENT_HELP = "\n\n".join(
         f"{USERNAME_ENV}, {PASSWORD_ENV} or {TOKEN_ENV}: the login of a tracking server that asks for one",
         f"{ALLOW_FILE_STORE_ENV}=true: allow MLflow's file store (a folder) as the tracking store",
         f"{LOAD_PLUGINS_ENV}=a,b: load only these third-party plugins and optional built-ins (the paper's "
-        "claims and presets: claims; the report's figures: figures; the sweep executors: executors); "
+        "claims and presets: claims; the report's figures: figures; the sweep executors: executors; "
+        "new-plugin and clean: commands); "
         "empty: the built-in components only",
         f"{STRICT_ENV}=1: a plugin that does not load is an error (as --strict-plugins)",
         "CUDA_VISIBLE_DEVICES, CUBLAS_WORKSPACE_CONFIG: the GPUs a run sees, cuBLAS's deterministic workspace",

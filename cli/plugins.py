@@ -98,7 +98,8 @@ def plugins_report(registry) -> dict:
 def plugins_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
 ) -> None:
-    """List every architecture, optimizer, initializer, regularizer, metric, dataset, claim, preset and executor."""
+    """List every architecture, optimizer, initializer, regularizer, metric, dataset, claim, preset,
+    figure, executor and command."""
     report = plugins_report(get_registry())
     if as_json:
         typer.echo(json.dumps(report, indent=2))

@@ -355,6 +355,13 @@ class ExecutorInfo:
     options: tuple[str, ...] = ()
 
 
+class CommandFunction(Protocol):
+    """An ``initmem`` subcommand: Typer makes the command of its signature (``typer.Argument`` and
+    ``typer.Option`` annotations; a ``typer.Context`` parameter if it needs one) and its docstring."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+
+
 #: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
 FACTORIES = {
     cls.__name__: cls
@@ -368,5 +375,6 @@ FACTORIES = {
         ClaimEvaluator,
         FigureFactory,
         ExecutorFactory,
+        CommandFunction,
     )
 }

@@ -20,7 +20,8 @@ collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwra
 nothing here. Implementations may accept a subset of a hook's arguments, so hooks can grow
 without breaking plugins. Which hook registers which kind, and the config field and flag that
 select it, is the table in ``initmem_core.kinds``. Claims and presets are kinds no run selects:
-every registered claim is evaluated on a sweep's report, and a preset is a sweep file.
+every registered claim is evaluated on a sweep's report, and a preset is a sweep file; a command
+is an ``initmem`` subcommand.
 """
 
 from __future__ import annotations
@@ -211,4 +212,22 @@ def initmem_register_executors(register: Register) -> None:
             register("k8s", "my_k8s.executor:KubernetesExecutor", "each cell a Kubernetes Job",
                      needs=("kubernetes",), install="pip install my-k8s-executor",
                      options=("cpus_per_cell", "gpus_per_cell"))
+    """
+
+
+@hookspec
+def initmem_register_commands(register: Register) -> None:
+    """Register ``initmem`` subcommands (``initmem NAME``), in the manner of simonw/llm's
+    ``register_commands``. The factory is a function Typer makes the command of
+    (``initmem_core.contracts.CommandFunction``: its parameters the command's arguments and
+    options, its docstring the help); it is imported when the command is listed or run, so keep
+    heavy imports inside it. An ``InitmemError`` it raises is one line and exit 2. A name the
+    ``initmem`` command already has is refused with a warning. ``initmem new-plugin`` and
+    ``initmem clean`` are the built-in plugin ``commands`` (``INITMEM_LOAD_PLUGINS`` can leave it out).
+
+    Example::
+
+        @hookimpl
+        def initmem_register_commands(register: Register) -> None:
+            register("sharpness", "my_tools.cli:sharpness", "Sharpness of a run's selected weights")
     """

@@ -2,8 +2,8 @@
 
 Each kind names its hook (``hookspecs``), the ``RunConfig`` field that selects it, the command-line
 flag of that field, and the contract its factory follows (``initmem_core.contracts``). The config,
-the CLI options, the plugin loader, the contract checks, the scaffold and the generated hook
-reference all read this table; nothing restates it.
+the CLI options, the plugin loader, the contract checks, ``initmem new-plugin``'s scaffold and the
+hook reference in docs/plugins.md all read this table; nothing restates it.
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ KINDS: tuple[ComponentKind, ...] = (
 
 #: The kinds a sweep and its report read, which no run selects: claims (each registered claim is
 #: evaluated on every sweep's report), presets (sweep files, ``initmem sweep --preset NAME``), figures
-#: (each drawn into every report's folder and onto the parent run) and executors (where a sweep's
-#: cells run, ``initmem sweep --executor NAME``).
+#: (each drawn into every report's folder and onto the parent run), executors (where a sweep's
+#: cells run, ``initmem sweep --executor NAME``) and commands (``initmem NAME``).
 REPORT_KINDS: tuple[ComponentKind, ...] = (
     ComponentKind("claim", "initmem_register_claims", "", "", "ClaimEvaluator"),
     ComponentKind("preset", "initmem_register_presets", "", "--preset", ""),
     ComponentKind("figure", "initmem_register_figures", "", "", "FigureFactory"),
     ComponentKind("executor", "initmem_register_executors", "", "--executor", "ExecutorFactory"),
+    ComponentKind("command", "initmem_register_commands", "", "", "CommandFunction"),
 )
 #: Every kind a plugin may register, in the order ``initmem plugins`` lists them.
 PLUGIN_KINDS = KINDS + REPORT_KINDS

@@ -12,7 +12,7 @@ from initmem_cli.app import app
 from initmem_core.errors import PluginLoadError
 from initmem_core.plugin_system.api_version import API_VERSION, supports
 from initmem_core.plugin_system.loader import PluginLoadWarning, load_registry
-from initmem_core.plugin_system.scaffold import PluginNames, template_values
+from initmem_plugins.commands.scaffold import PluginNames, template_values
 
 DECLARING_PLUGIN = """
 from initmem_core import hookimpl

@@ -43,7 +43,15 @@ def test_plugins_table_shows_third_party_and_failed_plugins(install_fake_plugin)
 
 @pytest.mark.slow  # starts a process
 def test_help_and_plugins_import_neither_torch_nor_mlflow():
-    for args in (["--help"], ["plugins"], ["run", "--help"], ["export", "--help"], ["report", "--help"]):
+    for args in (
+        ["--help"],
+        ["plugins"],
+        ["run", "--help"],
+        ["export", "--help"],
+        ["report", "--help"],
+        ["clean", "--help"],
+        ["new-plugin", "--help"],
+    ):  # the last two: the plugin `commands`
         code = f"import sys; from initmem_cli.app import app\ntry: app({args!r})\nexcept SystemExit: pass\n"
         assert_imports_none_of(code, "torch", "mlflow", "matplotlib")  # figures are plugins, by import string
 

@@ -109,3 +109,15 @@ def test_the_wheel_installed_in_a_new_venv_runs_a_dry_run_without_the_source_tre
     assert answer["sweep"] == "paper-resnet9" and len(answer["cells"]) == 7 * 5 * 6
     assert answer["estimate"]["seconds_here"] > 0 and "gpu_check" in answer["estimate"]["gpu_source"]
     assert not (elsewhere / "mlflow.db").exists()  # a dry run writes nothing
+
+    # the templates travel with the built-in plugin `commands`: new-plugin writes a package from them
+    scaffold = subprocess.run(
+        [str(venv / "bin" / "initmem"), "new-plugin", "metric", "wheel-check", "--dir", "pkg"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=120,
+    )
+    assert scaffold.returncode == 0, scaffold.stderr[-2000:]
+    assert (elsewhere / "pkg" / "src" / "initmem_wheel_check" / "metric.py").is_file()

@@ -1,2 +1,2 @@
-"""Finding components: hook specs' registry, plugin loader, API version, hook reference and scaffold (the
-contract checks are in ``initmem_core.testing``)."""
+"""Finding components: the plugin loader, the registry and the API version (the contract checks are in
+``initmem_core.testing``; the scaffold is the built-in command plugin ``new-plugin``)."""

@@ -2,7 +2,7 @@
 
 Built-in plugins load from their modules (``BUILTIN_PLUGINS``, so a source checkout works even
 when the installed entry-point metadata is stale); the optional ones (``OPTIONAL_BUILTINS``: the
-paper's claims and presets, the figures, the executors) too, but only when ``INITMEM_LOAD_PLUGINS``
+paper's claims and presets, the figures, the executors, the commands) too, but only when ``INITMEM_LOAD_PLUGINS``
 admits them, like a third-party plugin. Third-party plugins load from the ``initmem`` entry-point
 group, one at a time: a plugin that fails to import, has an invalid or misspelt hook, raises while
 registering or declares an ``INITMEM_API`` range that excludes this initmem's ``API_VERSION`` is
@@ -48,6 +48,7 @@ OPTIONAL_BUILTINS = {
     "claims": "initmem_plugins.claims",  # the paper's claims and presets
     "executors": "initmem_plugins.executors",  # local, ray, slurm
     "figures": "initmem_plugins.figures",  # matplotlib: without them a report has its tables alone
+    "commands": "initmem_plugins.commands",  # initmem new-plugin, initmem clean
 }
 
 

@@ -12,12 +12,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from initmem_core.config import RunConfig
-from initmem_core.sweep.clean import human_size
 from initmem_core.training.clocks import CONVENTION_FAMILIES
 from initmem_core.training.plan import RunPlan
 from initmem_core.vocabulary import ADAPTIVE_FAMILY
 
 BYTES_PER_VALUE = 4  # fp32 weights and optimizer state, as checkpoints store them
+
+
+def human_size(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
 #: The nominal input the parameters are counted for (module docstring).
 NOMINAL = {"in_channels": 3, "num_classes": 10, "image_size": 32}
 

@@ -1,5 +1,5 @@
 """``initmem clean``: remove what a sweep or single runs left on disk (checkpoints, leases; the
-report output only with ``--reports``)."""
+report output only with ``--reports``), through ``housekeeping``."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ from typing import Annotated
 
 import typer
 
+from initmem_cli.errors import UsageError
+from initmem_cli.options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
+from initmem_cli.script_output import JSON_HELP, ScriptOutput
 from initmem_core.errors import ConfigError
 
-from .errors import UsageError, user_errors
-from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
-from .script_output import JSON_HELP, ScriptOutput
 
-
-@user_errors
 def clean_command(
     ctx: typer.Context,
     names: Annotated[
@@ -41,13 +39,9 @@ def clean_command(
     """Remove a sweep's leftover checkpoints and cell leases (its report and plots with --reports), or
     the checkpoints of single runs by id, name or age (--runs --older-than 7d). The tracking store's
     runs stay."""
-    from initmem_core.sweep.clean import (  # lazy: keeps mlflow out of the CLI's start-up
-        clean_sweep,
-        human_size,
-        parse_age,
-        remove,
-        run_leftovers,
-    )
+    from initmem_core.sweep.disk import human_size
+
+    from .housekeeping import clean_sweep, parse_age, remove, run_leftovers  # lazy: mlflow
 
     names = names or []
     age = parse_age(older_than) if older_than is not None else None

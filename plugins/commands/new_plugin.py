@@ -1,4 +1,5 @@
-"""``initmem new-plugin``: write a pip-installable plugin package with a working component."""
+"""``initmem new-plugin``: write a pip-installable plugin package with a working component
+(``scaffold``)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,14 @@ from typing import Annotated
 import typer
 
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.plugin_system.scaffold import SCAFFOLD_KINDS, create_plugin, try_it
 
-from .errors import user_errors
+from .scaffold import SCAFFOLD_KINDS, create_plugin, try_it
 
 
 def complete_kind(incomplete: str) -> list[str]:
     return [kind for kind in SCAFFOLD_KINDS if kind.startswith(incomplete)]
 
 
-@user_errors
 def new_plugin_command(
     kind: Annotated[
         str,

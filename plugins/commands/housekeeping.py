@@ -1,4 +1,5 @@
-"""What a sweep or a single run leaves on disk, and removing it: ``initmem clean``.
+"""What a sweep or a single run leaves on disk, and removing it (``initmem clean``, the ``clean``
+command of this plugin).
 
 A cell's checkpoints are in ``<checkpoint root>/<config hash>/`` and its lease in
 ``initmem-leases/<config hash>.lock`` beside the store; a sweep's report in its ``--out`` folder,
@@ -48,14 +49,6 @@ def checkpoint_folder(run, uri: str) -> Path:
     """Where ``run`` keeps its checkpoints: its ``--checkpoint-dir``, else the store's default root."""
     told = run.params.get("checkpoint_dir", "")
     return (Path(told).expanduser() if told else default_root(uri)) / config_hash_of(run)
-
-
-def human_size(size: float) -> str:
-    for unit in ("B", "KB", "MB"):
-        if size < 1000:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{size:.1f} GB"
 
 
 def sweep_leftovers(
