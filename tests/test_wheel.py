@@ -96,14 +96,12 @@ def test_the_wheel_installed_in_a_new_venv_runs_a_dry_run_without_the_source_tre
     assert typed, "py.typed is not in the installed package"
     assert license_expression == "MIT" and version
 
-    dry = subprocess.run(
-        [str(venv / "bin" / "initmem"), "sweep", "--preset", "paper-resnet9", "--dry-run", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        timeout=300,
-    )
+    def initmem(*args: str, timeout: float) -> subprocess.CompletedProcess:
+        """The wheel's `initmem`, run from outside the source tree."""
+        command = [str(venv / "bin" / "initmem"), *args]
+        return subprocess.run(command, capture_output=True, text=True, cwd=elsewhere, env=env, timeout=timeout)
+
+    dry = initmem("sweep", "--preset", "paper-resnet9", "--dry-run", "--json", timeout=300)
     assert dry.returncode == 0, dry.stderr[-2000:]
     answer = json.loads(dry.stdout)
     assert answer["sweep"] == "paper-resnet9" and len(answer["cells"]) == 7 * 5 * 6
@@ -111,13 +109,6 @@ def test_the_wheel_installed_in_a_new_venv_runs_a_dry_run_without_the_source_tre
     assert not (elsewhere / "mlflow.db").exists()  # a dry run writes nothing
 
     # the templates travel with the built-in plugin `commands`: new-plugin writes a package from them
-    scaffold = subprocess.run(
-        [str(venv / "bin" / "initmem"), "new-plugin", "metric", "wheel-check", "--dir", "pkg"],
-        capture_output=True,
-        text=True,
-        cwd=elsewhere,
-        env=env,
-        timeout=120,
-    )
+    scaffold = initmem("new-plugin", "metric", "wheel-check", "--dir", "pkg", timeout=120)
     assert scaffold.returncode == 0, scaffold.stderr[-2000:]
     assert (elsewhere / "pkg" / "src" / "initmem_wheel_check" / "metric.py").is_file()

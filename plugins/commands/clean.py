@@ -12,6 +12,7 @@ from initmem_cli.errors import UsageError
 from initmem_cli.options import DEFAULT_EXPERIMENT, Experiment, TrackingUri
 from initmem_cli.script_output import JSON_HELP, ScriptOutput
 from initmem_core.errors import ConfigError
+from initmem_core.sweep.disk import human_size
 
 
 def clean_command(
@@ -39,8 +40,6 @@ def clean_command(
     """Remove a sweep's leftover checkpoints and cell leases (its report and plots with --reports), or
     the checkpoints of single runs by id, name or age (--runs --older-than 7d). The tracking store's
     runs stay."""
-    from initmem_core.sweep.disk import human_size
-
     from .housekeeping import clean_sweep, parse_age, remove, run_leftovers  # lazy: mlflow
 
     names = names or []
@@ -63,7 +62,7 @@ def clean_command(
                 if "no sweep" not in str(not_a_sweep):
                     raise
             else:
-                _tell_sweep(output, name, leftovers, kept, verb, dry_run, human_size)
+                _tell_sweep(output, name, leftovers, kept, verb, dry_run)
                 return
         found = run_leftovers(tracking_uri, experiment, tuple(names), age)
         if not dry_run:
@@ -87,7 +86,7 @@ def clean_command(
     )
 
 
-def _tell_sweep(output: ScriptOutput, name, leftovers, kept, verb: str, dry_run: bool, human_size) -> None:
+def _tell_sweep(output: ScriptOutput, name, leftovers, kept, verb: str, dry_run: bool) -> None:
     for leftover in leftovers:
         output.echo(f"{verb} {leftover.what}: {leftover.path} ({human_size(leftover.size)})")
     for leftover in kept:
