@@ -16,7 +16,7 @@ from rich.table import Table
 from initmem_core.kinds import KIND_NAMES
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.optimizer_options import FALLBACK_LR, describe
-from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
+from initmem_core.training.clocks import CONVENTION_FAMILIES, UNDECLARED
 
 from .errors import user_errors
 from .tables import output_console
@@ -29,8 +29,8 @@ def optimizer_declarations(spec) -> dict:
     if ":" in info.clock:
         clock, family = "per variant", "per variant"
     else:
-        clock = info.clock or DEFAULT_CONVENTION
-        family = CONVENTION_FAMILIES.get(clock, "unknown")
+        clock = info.clock or UNDECLARED  # its clocks are counted as DEFAULT_CONVENTION's; it is in no family
+        family = CONVENTION_FAMILIES.get(clock, "none")
     if isinstance(info.defaults, str):
         lr = None
     else:

@@ -62,6 +62,9 @@ SELECTION_METRICS = (
     TEST_EXAMPLES,
 )
 TAU_INTERP, REPAIR_GAP, FIT = "tau_interp", "repair_gap", "fit"
+#: 1 when a run stopped because its validation loss had not improved for ``--patience`` evaluations
+#: (the report's convergence check reads it: such a run is never at the horizon's edge).
+STOP_PATIENCE = "stopped_by_patience"
 
 
 # -- run statuses ---------------------------------------------------------------------------

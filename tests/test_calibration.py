@@ -17,7 +17,7 @@ import pytest
 from initmem_core.report.claim_groups import read_sweep
 from initmem_core.report.claims import claim_named, evaluate_claim
 from initmem_core.report.inference import cross_fit_spread, spread_difference
-from initmem_core.testing.calibration import DIGITS_FITTED, calibrate_claim, shared_test_sweep
+from initmem_core.testing.calibration import DIGITS_FITTED, HORIZON, calibrate_claim, shared_test_sweep
 from initmem_plugins.claims.calibration import ADAM, SGD, WORLDS, on
 
 SIGMAS = (0.1, 0.5, 1.4, 2.5)
@@ -145,3 +145,35 @@ def test_adam_keeping_most_of_sgds_spread_is_contradicted_only_past_its_clock(cl
         assert undone.get("contradicted", 0) >= 0.5  # the same sweeps with the clock past: contradicted
     else:  # T_adapt 30, far above: contradicted in most sweeps
         assert contradicted >= 0.5
+
+
+def at_mid_horizon(record):
+    return dataclasses.replace(record, metrics={**record.metrics, "best_val_epoch": HORIZON // 2})
+
+
+@pytest.mark.slow(seconds=20)  # 40 sweeps, each read twice
+def test_low_rate_sgd_still_improving_at_large_sigma_is_not_reproduced_and_converged_is():
+    rng = np.random.default_rng(7)
+    spec, configs, ends = claim_named("sgd_keeps_memory"), {"sgd": SGD}, {"sgd": REGIME}
+    truths = {"sgd": on(FOUR_PP)}  # 4 sigmas, 6 seeds, every run fits
+    still, undone, converged = {}, {}, {}
+    for _ in range(20):
+        late = shared_test_sweep(rng, truths, 6, DIGITS_FITTED, configs, ends, edges={"sgd": {1.4: 1.0, 2.5: 1.0}})
+        mid = shared_test_sweep(rng, truths, 6, DIGITS_FITTED, configs, ends)
+        for shares, cells in ((still, late), (undone, [at_mid_horizon(r) for r in late]), (converged, mid)):
+            verdict = evaluate_claim(spec, read_sweep(cells)).verdict
+            shares[verdict] = shares.get(verdict, 0) + 1 / 20
+    assert still.get("reproduced", 0) <= 0.10 and still.get("not converged", 0) == pytest.approx(1.0)
+    assert undone.get("reproduced", 0) >= 0.5  # the same sweeps read as converged: "memory"
+    assert converged.get("reproduced", 0) >= 0.5
+
+
+@pytest.mark.slow(seconds=10)
+def test_the_headline_is_never_decided_on_sgd_past_its_clock():
+    rng = np.random.default_rng(8)
+    spec, configs = claim_named("sgd_keeps_memory"), {"fast": {"opt": "sgd", "lr": 0.32}}
+    ends = {"fast": {"clock_sgd": 3.3, "clock_l2": 0.0, "clock_adapt": 10.0}}
+    for _ in range(10):
+        records = shared_test_sweep(rng, {"fast": on(FOUR_PP)}, 6, DIGITS_FITTED, configs, ends)
+        found = evaluate_claim(spec, read_sweep(records))
+        assert found.verdict == "not evaluated" and "T_SGD ends at most 0.3" in found.needs

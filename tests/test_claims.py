@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from initmem_core import hookimpl
+from initmem_core.config import RunConfig
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from initmem_core.report.claim_groups import baseline_sgd, forgetting_clock, optimizer_family, read_sweep
+from initmem_core.report.claim_groups import UNKNOWN_FAMILY, forgetting_clock, optimizer_family, read_sweep
 from initmem_core.report.claims import rate_difference
 from initmem_core.report.inference import POPULATION
 from initmem_core.report.verdicts import (
@@ -30,6 +31,7 @@ from initmem_plugins.claims.paper import (
     CLAIMS,
     CLAIMS_BY_NAME,
     adaptive_optimizers_forget,
+    baseline_sgd,
     deep_nets_fail_to_interpolate,
     evaluate_findings,
     larger_batch_increases_spread,
@@ -69,27 +71,30 @@ def test_every_claim_holds_where_the_numbers_say_so():
     assert {f.verdict for f in rest} == {NOT_EVALUATED}
     assert all(f.needs for f in rest)  # each says what it would need
     first = found["sgd_remembers_more_than_adaptive"]
-    assert "sgd b=32 30.00 pp" in first.measured and "adam 2.00 pp" in first.measured
+    assert "sgd b=32 30.00 pp" in first.measured and "adam lr=0.001 b=32 2.00 pp" in first.measured
     assert first.key is not None and first.key.lo == min(q.lo for q in first.quantities)  # least clear of zero
     assert "25%" in found["adaptive_optimizers_forget"].margin
 
 
 def test_every_claim_fails_in_a_world_that_forgets():
     forgetting = {
-        # SGD forgets (tiny spread, norms converge), adaptive methods remember, L2 and batch do the opposite
-        # (every mechanism's clock past its threshold, so a contradiction is one: report/regime.py)
-        "sgd": ({"opt": "sgd", "batch_size": 32}, (0.90, 0.89), (10.0, 11.0), (5.0, 0.0, 5.0)),
+        # low-rate SGD forgets (tiny spread, norms converge), adaptive methods remember, L2 and batch do
+        # the opposite (every mechanism's clock past its threshold, so a contradiction is one: report/regime.py)
+        "sgd": ({"opt": "sgd", "batch_size": 32}, (0.90, 0.89), (10.0, 11.0), (0.01, 0.0, 5.0)),
         "sgd-big-batch": ({"opt": "sgd", "batch_size": 128}, (0.90, 0.90), (10.0, 11.0), (0.002, 0.0, 1.2)),
         "sgd-l2": ({"opt": "sgd", "batch_size": 32, "l2": 0.01}, (0.90, 0.70), (3.0, 40.0), (0.01, 5.0, 5.0)),
         "adam": ({"opt": "adam", "batch_size": 32, "lr": 0.001}, (0.91, 0.60), (1.0, 30.0), (0.0001, 0.0, 50.0)),
         "muon": ({"opt": "muon", "batch_size": 32, "lr": 0.02}, (0.92, 0.50), (1.0, 25.0), (0.01, 0.0, 100.0)),
     }
     found = by_name(evaluate_findings(records(forgetting)))
-    # two SGD batches only; and SGD's 1 pp is still a spread above zero (a spread is never below it)
-    holds = [name for name in ALL_HOLD if name not in ("spread_orders_by_clock_within_family", "sgd_keeps_memory")]
+    # two SGD batches only; and SGD's 1 pp is still a spread above zero (a spread is never below it);
+    # low-rate SGD's batch noise never ran its clock (T_SGD 0.01 < 3): the batch claim cannot be contradicted
+    left = ("spread_orders_by_clock_within_family", "sgd_keeps_memory", "larger_batch_increases_spread")
+    holds = [name for name in ALL_HOLD if name not in left]
     assert [found[name].reproduced for name in holds] == [False] * len(holds), [
         (f.name, f.measured) for f in found.values()
     ]
+    assert found["larger_batch_increases_spread"].verdict == HORIZON_SHORT
 
 
 def test_claims_without_their_groups_are_not_evaluated():
@@ -173,6 +178,7 @@ class SignPlugin:
     def initmem_register_optimizers(register):
         register("sign-step", "torch.optim:SGD", "a sign-of-gradient step (test)", defaults={"lr": 1e-3}, clock="lr")
         register("slow-ball", "torch.optim:SGD", "an SGD-like one (test)", defaults={"lr": 1e-2}, clock="heavy-ball")
+        register("mystery", "torch.optim:SGD", "declares no clock (test)", defaults={"lr": 1e-2})
 
 
 @pytest.fixture
@@ -188,6 +194,25 @@ def test_a_third_party_optimizer_is_classed_by_its_declared_clock(third_party_re
     sign = ({"opt": "sign-step", "lr": 0.001}, (0.86, 0.86))
     found = sgd_remembers_more_than_adaptive(read_sweep(records(world(sgd=SGD_FOUR, sign=sign), seeds=6)))
     assert found.verdict == REPRODUCED and "sign-step" in found.measured
+
+
+def test_an_optimizer_that_declares_no_clock_is_in_no_family_and_the_family_claims_say_so(third_party_registry):
+    from initmem_core.plugin_system.loader import get_registry
+    from initmem_core.training.plan import plan_run
+    from initmem_plugins.claims.paper import forgetting_follows_the_clocks
+
+    assert optimizer_family(CellRecord({"opt": "mystery"})) == UNKNOWN_FAMILY
+    # its run counts its clocks as heavy-ball's but logs that nothing was declared: no family from the record either
+    convention = plan_run(RunConfig(opt="mystery"), get_registry(), "sqlite:///unused.db").params["clock_convention"]
+    assert convention.startswith("undeclared: counted as heavy-ball")
+    logged = convention.partition(":")[0]
+    assert optimizer_family(CellRecord({"opt": "mystery"}, clock_convention=logged)) == UNKNOWN_FAMILY
+    mystery = ({"opt": "mystery", "lr": 0.01, "batch_size": 64}, (0.86, 0.80))
+    sweep = read_sweep(records(world(sgd=SGD_FOUR, mystery=mystery), seeds=6))
+    found = sgd_remembers_more_than_adaptive(sweep)
+    assert "mystery" not in found.measured  # neither a baseline nor an adaptive group
+    for claim in (spread_orders_by_clock_within_family, forgetting_follows_the_clocks):
+        assert "left out: mystery lr=0.01 b=64 (its optimizer's plugin declares no clock" in claim(sweep).measured
 
 
 def test_the_logged_convention_wins_over_the_installed_plugin():
@@ -476,7 +501,7 @@ def test_a_difference_inside_seed_noise_is_not_resolved():
     )
     first = evaluate_findings(records)[0]
     assert first.verdict == NOT_RESOLVED and first.reproduced is None
-    assert "sgd b=64 10.00 pp (debiased +10.00" in first.measured and "adam 2.00 pp" in first.measured
+    assert "sgd b=64 10.00 pp (debiased +10.00" in first.measured and "adam lr=0.001 b=64 2.00 pp" in first.measured
 
 
 def test_norm_claim_fails_when_adams_norm_ratio_stays_at_its_initial_value():
@@ -485,7 +510,7 @@ def test_norm_claim_fails_when_adams_norm_ratio_stays_at_its_initial_value():
     sgd = opt_cells("sgd", [(0.9, 0.6), (0.9, 0.62), (0.9, 0.61)], norms=(2.0, 26.0))
     adam = opt_cells("adam", [(0.9, 0.88), (0.9, 0.89), (0.9, 0.88)], norms=(0.1005, 2.5125), lr=1e-3)
     sweep = read_sweep(sgd + adam)
-    base = baseline_sgd(sweep.groups)
+    base = baseline_sgd(sweep, sweep.groups)
     moved = norm_forgetting(next(g for g in sweep.groups if g.config.opt == "adam"))
     assert moved == pytest.approx({0: 0.0, 1: 0.0, 2: 0.0}, abs=1e-9)  # log(25)/log(25)
     expected_sgd = 1 - math.log(13) / math.log(25)

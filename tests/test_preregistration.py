@@ -23,9 +23,11 @@ CONFIRMATORY_SEEDS_FROM = 1000
 PRESETS = ROOT / "plugins" / "claims" / "presets"
 
 
-def table() -> dict[str, float]:
+def table(registration: str = "") -> dict[str, float]:
+    """The constants table of the first registration, or of the dated one ``registration``."""
     text = PAGE.read_text()
-    block = text.split("<!-- constants: begin")[1].split("<!-- constants: end -->")[0]
+    marker = f"constants {registration}".strip()
+    block = text.split(f"<!-- {marker}: begin")[1].split(f"<!-- {marker}: end -->")[0]
     rows = re.findall(r"^\| `([^`]+)` \| ([0-9.]+) \|", block, flags=re.MULTILINE)
     return {name: float(value) for name, value in rows}
 
@@ -45,6 +47,28 @@ def test_the_codes_margins_and_thresholds_are_the_pre_registered_ones():
         "interp_threshold": RunConfig().interp_threshold,
     }
     assert table() == code
+
+
+def test_the_second_registrations_constants_are_the_codes():
+    from initmem_plugins.claims import declared
+
+    code = {
+        "FORGOTTEN_SHARE": findings.FORGOTTEN_SHARE,
+        "KEPT_AT_LEAST": findings.KEPT_AT_LEAST,
+        "COUPLED_AT_MOST": findings.COUPLED_AT_MOST,
+        "CONVERGED_AT_LEAST": findings.CONVERGED_AT_LEAST,
+        "LONGER": findings.LONGER,
+        "LARGER_LR": findings.LARGER_LR,
+        "LOW_RATE_SHARE": declared.LOW_RATE_SHARE,
+        "EQUAL_STEPS": declared.EQUAL_STEPS,
+        **{f"CLOCK_THRESHOLDS[{clock}]": value for clock, value in regime.CLOCK_THRESHOLDS.items()},
+        "EDGE_FRACTION": regime.EDGE_FRACTION,
+        "EDGE_SHARE": regime.EDGE_SHARE,
+        "LEVEL": inference.LEVEL,
+        "MIN_SEEDS": inference.MIN_SEEDS,
+        "interp_threshold": RunConfig().interp_threshold,
+    }
+    assert table("2026-12-07") == code
 
 
 def test_every_claim_is_pre_registered():
@@ -94,6 +118,15 @@ def _git(*args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+#: Where the first registration ends on the page: the dated registrations that follow it are its own.
+LATER_REGISTRATIONS = "\n---\n\n# Second registration"
+
+
+def first_registration() -> str:
+    """The page as the first registration froze it: everything before the later registrations."""
+    return PAGE.read_text().split(LATER_REGISTRATIONS)[0]
+
+
 def test_every_confirmatory_export_ran_from_the_commit_that_froze_this_page():
     """Its commit holds this page and its preset as they are now, and is in this history."""
     exports = sorted((ROOT / "docs" / "results" / "confirmatory").glob("*.json.gz"))
@@ -110,7 +143,7 @@ def test_every_confirmatory_export_ran_from_the_commit_that_froze_this_page():
         ):
             pytest.skip(f"a shallow clone: {commit[:7]}, which froze the page, is not in it")
         assert _git("merge-base", "--is-ancestor", commit, "HEAD") is not None, (path, commit)
-        assert _git("show", f"{commit}:docs/PREREGISTRATION.md") == PAGE.read_text(), (path, commit)
+        assert _git("show", f"{commit}:docs/PREREGISTRATION.md") == first_registration(), (path, commit)
         # the preset it ran, where that commit kept presets (the core's folder before they became a plugin's)
         kept = [f"{folder}/{export.name}.toml" for folder in ("initmem_core/sweep/presets", "plugins/claims/presets")]
         assert any(_git("show", f"{commit}:{preset}") is not None for preset in kept), (path, kept)

@@ -1,13 +1,21 @@
-"""The regime a verdict needs (report/regime.py): memory is decided only among runs that fit, a
-contradiction only where the mechanism's clock has run and the runs were not still improving."""
+"""The regime a verdict needs (report/regime.py): memory is decided only among runs that fit and only
+where every sigma of every compared group has converged; a contradiction only where the mechanism's
+clock has run."""
 
 from __future__ import annotations
 
 import pytest
 
 from initmem_core.report.claim_groups import read_sweep
-from initmem_core.report.regime import CLOCK_THRESHOLDS
-from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, REPRODUCED, UNDER_TRAINED
+from initmem_core.report.regime import CLOCK_THRESHOLDS, EDGE_FRACTION, at_edge
+from initmem_core.report.verdicts import (
+    CONTRADICTED,
+    HORIZON_SHORT,
+    NOT_CONVERGED,
+    NOT_EVALUATED,
+    REPRODUCED,
+    UNDER_TRAINED,
+)
 from initmem_plugins.claims.paper import (
     adaptive_optimizers_forget,
     larger_batch_increases_spread,
@@ -55,24 +63,111 @@ def test_a_contradiction_short_of_the_mechanisms_clock_is_horizon_short_and_past
     assert adaptive_optimizers_forget(read_sweep(past)).verdict == CONTRADICTED
     short = group(SGD, keeps) + group(ADAM, keeps, t_adapt=0.51)  # ...only once its clock has run
     found = adaptive_optimizers_forget(read_sweep(short))
-    assert found.verdict == HORIZON_SHORT and "adam T_adapt 0.51 < 3" in found.verdict_text
+    assert found.verdict == HORIZON_SHORT and "adam lr=0.001 b=32 T_adapt 0.51 < 3" in found.verdict_text
     # a reproduction at a short horizon stands, flagged: Adam forgot before its clock ran out
     forgot = group(SGD, keeps) + group(ADAM, (0.95, 0.95, 0.95), t_adapt=0.51)
     found = adaptive_optimizers_forget(read_sweep(forgot))
-    assert found.verdict == REPRODUCED and found.verdict_text.startswith("reproduced (flagged: adam T_adapt 0.51")
+    assert found.verdict == REPRODUCED and found.verdict_text.startswith(
+        "reproduced (flagged: adam lr=0.001 b=32 T_adapt"
+    )
 
 
-def test_runs_selected_at_their_last_epoch_are_a_horizon_too_short_to_contradict():
-    def still_improving(config, accuracy, **kwargs):
-        cells = group(config, accuracy, best_val_epoch=10, **kwargs)
-        for cell in cells:
-            cell.histories = {"test_acc": [(epoch, 0.5) for epoch in range(11)]}
-        return cells
+def selected_at(cells, best: int, last: int = 30, sigmas=SIGMAS, patience: bool = False):
+    """``cells`` at ``sigmas`` selected at epoch ``best`` of histories that end at ``last``."""
+    for cell in cells:
+        if cell.config.sigma in sigmas:
+            cell.metrics["best_val_epoch"] = best
+            cell.metrics["stopped_by_patience"] = float(patience)
+            cell.histories = {"val_loss": [(epoch, 1.0 / (1 + epoch)) for epoch in range(last + 1)]}
+    return cells
 
+
+def test_the_edge_is_the_last_tenth_of_the_epochs_a_run_trained_and_never_a_patience_stop():
+    assert EDGE_FRACTION == 0.1
+    (cell,) = selected_at(group(SGD, (0.9, 0.9, 0.9))[:1], best=27)
+    assert at_edge(cell) is False  # epoch 27 of 30: the last tenth is epochs 28-30
+    for best in (28, 29, 30):
+        assert at_edge(selected_at([cell], best=best)[0]) is True
+    assert at_edge(selected_at([cell], best=29, last=60, patience=True)[0]) is False  # it stopped on its own
+    assert at_edge(selected_at([cell], best=3, last=3)[0]) is True  # short runs: the last point is the edge
+    assert at_edge(group(SGD, (0.9, 0.9, 0.9))[0]) is None  # no history: cannot tell
+
+
+def test_a_spread_read_before_every_sigma_converged_is_its_own_verdict_never_reproduced():
+    # low-rate SGD remembers on paper, but its sigma-2.5 runs were all still improving at the horizon
+    remembering = (0.95, 0.90, 0.80)
+    converged = selected_at(group(SGD, remembering), best=15)
+    assert sgd_keeps_memory(read_sweep(converged)).verdict == REPRODUCED
+    late = selected_at(selected_at(group(SGD, remembering), best=15), best=30, sigmas=(2.5,))
+    found = sgd_keeps_memory(read_sweep(late))
+    assert found.verdict == NOT_CONVERGED and found.reproduced is None
+    assert found.verdict_text == "not converged: sgd b=32: 4/4 selected at the horizon's edge at sigma 2.5"
+    # pooled over the group only 4 of 12 runs sit at the edge: the old check would have let it stand
+    two_of_four = selected_at(group(SGD, remembering), best=15)
+    selected_at([c for c in two_of_four if c.config.sigma == 2.5][:2], best=30)
+    assert sgd_keeps_memory(read_sweep(two_of_four)).verdict == REPRODUCED  # half is not most
+    # a run stopped by its patience converged by its own criterion, wherever its best epoch sits
+    patient = selected_at(group(SGD, remembering), best=29, patience=True)
+    assert sgd_keeps_memory(read_sweep(patient)).verdict == REPRODUCED
+
+
+def test_a_contradiction_from_an_unconverged_adaptive_group_is_not_converged():
     keeps = (0.95, 0.90, 0.80)
-    records = group(SGD, keeps) + still_improving(ADAM, keeps)
+    records = selected_at(group(SGD, keeps), best=15) + selected_at(group(ADAM, keeps), best=30)
     found = adaptive_optimizers_forget(read_sweep(records))
-    assert found.verdict == HORIZON_SHORT and "adam selected at its last epoch in 12 of 12 runs" in found.verdict_text
+    assert found.verdict == NOT_CONVERGED and "adam lr=0.001 b=32: 4/4 selected" in found.verdict_text
+
+
+def test_norms_are_read_whatever_the_selection_so_convergence_does_not_gate_them():
+    from initmem_plugins.claims.paper import norms_coupled_for_sgd_not_adaptive
+
+    records = group(SGD, (0.95, 0.90, 0.80), weight_norm=2.0, weight_norm_ratio=1.0)
+    records += group(ADAM, (0.95, 0.95, 0.94), weight_norm=2.0, weight_norm_ratio=1.0)
+    found = norms_coupled_for_sgd_not_adaptive(read_sweep(selected_at(records, best=30)))
+    assert found.verdict != NOT_CONVERGED
+
+
+def test_low_rate_is_a_clock_not_the_lowest_rate_present():
+    fast = {**SGD, "lr": 0.32}
+    # SGD at lr 0.32 ran T_SGD 3.3: past its forgetting clock, never the remembering baseline
+    only_fast = [
+        record({**c.config.__dict__}, c.metrics["best_val_test_acc"], metrics={**c.metrics, **clocks(3.3, 0, 50)})
+        for c in group(fast, (0.95, 0.90, 0.80))
+    ]
+    found = sgd_keeps_memory(read_sweep(only_fast))
+    assert found.verdict == NOT_EVALUATED and "T_SGD ends at most 0.3" in found.needs
+    found = larger_batch_increases_spread(
+        read_sweep(
+            only_fast
+            + [
+                record({**c.config.__dict__, "batch_size": 128}, c.metrics["best_val_test_acc"], metrics=c.metrics)
+                for c in only_fast
+            ]
+        )
+    )
+    assert found.verdict == NOT_EVALUATED  # the batch claim needs low-rate groups too
+    slow = group({**SGD, "lr": 0.01}, (0.95, 0.90, 0.80))  # T_SGD 0.01: low rate
+    found = sgd_keeps_memory(read_sweep(only_fast + slow))
+    assert found.verdict == REPRODUCED and "sgd lr=0.01 b=32" in found.measured
+
+
+def test_the_batch_claim_reads_equal_epochs_and_equal_steps_each_labelled():
+    small = {**SGD, "lr": 0.01, "epochs": 10}
+    epochs = {**small, "batch_size": 128}
+    steps = {**small, "batch_size": 128, "epochs": 40}  # 4x the batch, 4x the epochs: the same steps
+
+    def at(config, accuracy, t_sgd, t_adapt):
+        return group(config, accuracy, t_adapt=t_adapt, clock_sgd=t_sgd)
+
+    records = at(small, (0.95, 0.93, 0.91), 0.004, 3.4) + at(epochs, (0.95, 0.90, 0.80), 0.001, 0.85)
+    records += at(steps, (0.95, 0.90, 0.82), 0.004 / 4, 3.4)
+    found = larger_batch_increases_spread(read_sweep(records))
+    labels = [q.label for q in found.quantities]
+    assert labels == [
+        "sgd lr=0.01 b=128 − sgd lr=0.01 b=32 (equal epochs)",
+        "sgd lr=0.01 b=128 − sgd lr=0.01 b=32 (equal steps)",
+    ]
+    assert found.verdict == REPRODUCED
 
 
 def test_the_headline_needs_every_run_of_low_rate_sgd_to_fit():
@@ -98,7 +193,7 @@ def test_momentum_sgd_is_its_own_line_with_its_own_label():
     momentum = {**SGD, "momentum": 0.9}
     records = group(SGD, (0.95, 0.90, 0.80)) + group(ADAM, (0.95, 0.95, 0.94)) + group(momentum, (0.95, 0.94, 0.93))
     found = sgd_remembers_more_than_adaptive(read_sweep(records))
-    assert [q.label for q in found.quantities] == ["sgd b=32 − adam"]  # momentum does not decide
+    assert [q.label for q in found.quantities] == ["sgd b=32 − adam lr=0.001 b=32"]  # momentum does not decide
     assert [q.label for q in found.notes] == ["momentum: sgd b=32 − sgd m=0.9 b=32"]
     assert "sgd m=0.9 b=32" in found.measured
 

@@ -21,8 +21,8 @@ from initmem_core.report.memory import GroupSummary, Report, build_report, cells
 from initmem_core.report.regime import CLOCK_THRESHOLDS, last_epoch
 from initmem_core.report.render import interval
 from initmem_core.tracking.records import CellRecord
-from initmem_core.training.clocks import CONVENTION_FAMILIES, DEFAULT_CONVENTION
-from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, SGD_FAMILY
+from initmem_core.training.clocks import CONVENTION_FAMILIES
+from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
 
 #: The settings a comparison of optimizers lets differ: the optimizer and its own settings.
 OPTIMIZER_AXIS = ("opt", "lr", "momentum", "weight_decay", "opt_arg")
@@ -31,17 +31,19 @@ UNKNOWN_FAMILY = "unknown"
 
 
 def declared_convention(opt: str) -> str:
-    """The clock convention the installed plugin of optimizer ``opt`` declares ("" if none is installed)."""
+    """The clock convention the installed plugin of optimizer ``opt`` declares ("" if it declares none
+    or none is installed)."""
     try:
         spec, variant = get_registry().lookup("optimizer", opt)
-        return spec.declared_clock(variant) or DEFAULT_CONVENTION
+        return spec.declared_clock(variant)
     except (InitmemError, ImportError, KeyError, AttributeError):
         return ""
 
 
 def optimizer_family(record: CellRecord) -> str:
     """``vocabulary.SGD_FAMILY`` or ``ADAPTIVE_FAMILY``: from the convention the run logged, else the
-    one its plugin declares; ``UNKNOWN_FAMILY`` when neither says."""
+    one its plugin declares; ``UNKNOWN_FAMILY`` when neither says (an optimizer whose plugin declares
+    no clock belongs to no family: ``training.clocks.UNDECLARED``)."""
     convention = record.clock_convention or declared_convention(record.config.opt)
     return CONVENTION_FAMILIES.get(convention, UNKNOWN_FAMILY)
 
@@ -103,11 +105,6 @@ def settings(config: RunConfig, free: Iterable[str]) -> tuple:
     )
 
 
-def is_plain_sgd(config: RunConfig, family: str) -> bool:
-    """SGD-like with no momentum, no L2 and no weight decay: the paper's low-rate SGD."""
-    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
-
-
 @dataclass
 class Group:
     """One group of a sweep as the claims read it: its summary, first config, family, cells and
@@ -132,19 +129,16 @@ class Group:
         """lambda: every force that shrinks the weights (the L2 coefficient and weight decay)."""
         return self.config.l2 + self.config.weight_decay
 
-    @property
-    def plain_sgd(self) -> bool:
-        return is_plain_sgd(self.config, self.family)
-
     def label(self) -> str:
-        """The optimizer and what tells SGD-like lines apart: "sgd b=32", "sgd m=0.9 b=32", "adam"."""
+        """The optimizer and the settings that tell optimizer lines apart, rate and batch always:
+        "sgd lr=0.01 b=32", "sgd lr=0.01 m=0.9 b=32 wd=0.0005", "adam lr=0.004 b=32 matched"."""
         config = self.config
-        parts = [config.opt]
-        if self.family == SGD_FAMILY:
-            parts += [f"m={config.momentum:g}"] if config.momentum else []
-            parts += [f"b={config.batch_size}"]
-            parts += [f"wd={config.weight_decay:g}"] if config.weight_decay else []
+        parts = [config.opt, *([f"lr={config.lr:g}"] if config.lr else [])]
+        parts += [f"m={config.momentum:g}"] if config.momentum else []
+        parts += [f"b={config.batch_size}"]
+        parts += [f"wd={config.weight_decay:g}"] if config.weight_decay else []
         parts += [f"l2={config.l2:g}"] if config.l2 else []
+        parts += ["matched"] if config.lr_match_sigma else []
         return " ".join(parts)
 
     def spread_text(self) -> str:
@@ -215,14 +209,3 @@ def read_sweep(records: Iterable[CellRecord]) -> Sweep:
             )
         )
     return Sweep(report, groups, cells)
-
-
-def baseline_sgd(groups: list[Group]) -> Group | None:
-    """Of a stratum's plain-SGD groups, the remembering baseline (the paper's, and the claim
-    template's): torch's SGD before any other SGD-like plugin, then the lowest rate, then the
-    shortest horizon (T_SGD)."""
-    return min(
-        (g for g in groups if g.plain_sgd),
-        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
-        default=None,
-    )

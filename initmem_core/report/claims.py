@@ -25,11 +25,9 @@ from initmem_core.report.inference import LEVEL, MIN_SEEDS, Matrix, measured_sig
 from initmem_core.report.regime import CLOCK_THRESHOLDS, Check, assess
 from initmem_core.report.render import quantity_cell
 from initmem_core.report.verdicts import (
-    HORIZON_SHORT,
     NOT_EVALUATED,
     OUT_OF_REGIME,
     SEEDS_ONLY,
-    UNDER_TRAINED,
     Finding,
     Quantity,
     from_spread,
@@ -78,12 +76,12 @@ def per_stratum(
         return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, margin=margin, needs=needs)
     if len(parts) == 1:
         return parts[0]
-    # The rule over the strata inside the regime; with none inside it, under-trained if any stratum is.
+    # The rule over the strata inside the regime; with none inside it, the first of OUT_OF_REGIME any stratum reads.
     inside = [part for part in parts if part.verdict not in OUT_OF_REGIME]
     if inside:
         verdict = verdict_of([q for part in inside for q in part.quantities])
     else:
-        verdict = UNDER_TRAINED if any(part.verdict == UNDER_TRAINED for part in parts) else HORIZON_SHORT
+        verdict = next(kind for kind in OUT_OF_REGIME if any(part.verdict == kind for part in parts))
     quantities = [q for part in inside or parts for q in part.quantities]
     notes = [q for part in parts for q in part.notes]
     measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)

@@ -1,9 +1,11 @@
 """The regime a verdict needs (docs/STATISTICS.md, "The regime a verdict needs"), checked on the
 groups a claim compares before its verdict stands: every run's selected predictor must *fit* its
-training set (else ``UNDER_TRAINED``), and a group whose forgetting a claim could contradict must
-have run its mechanism's clock to ``CLOCK_THRESHOLDS`` without most runs selected at their last
-epoch (``EDGE_SHARE``; else ``HORIZON_SHORT``). Both thresholds were fixed before any confirmatory
-run (docs/PREREGISTRATION.md holds them too, and a test keeps the two equal).
+training set (else ``UNDER_TRAINED``); every sigma of a group whose spread is read as memory must have
+*converged*: at most ``EDGE_SHARE`` of its trained runs selected at the horizon's edge (the last
+``EDGE_FRACTION`` of the epochs a run trained, a run stopped by its own ``--patience`` never; else
+``NOT_CONVERGED``); and a group whose forgetting a claim could contradict must have run its mechanism's
+clock to ``CLOCK_THRESHOLDS`` (else ``HORIZON_SHORT``). The constants were fixed before the runs they
+govern (docs/PREREGISTRATION.md holds them too, and a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from initmem_core.tracking.records import CellRecord, fit_counts
-from initmem_core.vocabulary import BEST_VAL_EPOCH, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS
+from initmem_core.vocabulary import BEST_VAL_EPOCH, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, STOP_PATIENCE
 
 
 class Group(Protocol):
@@ -29,31 +31,39 @@ class Group(Protocol):
 #: The clock value a mechanism must reach before a claim that it makes a group forget can be
 #: contradicted: "well past 1", as 3 (docs/STATISTICS.md gives the paper's own setting against it).
 CLOCK_THRESHOLDS = {CLOCK_SGD: 3.0, CLOCK_L2: 3.0, CLOCK_ADAPT: 3.0}
-#: A group is at the horizon's edge when more than this share of its trained runs selected their last epoch.
+#: A sigma of a group has not converged when more than this share of its trained runs are at the edge.
 EDGE_SHARE = 0.5
+#: A run is at the horizon's edge when its best-validation epoch is its last evaluated epoch or lies in
+#: the last this share of the epochs it trained (the last 3 of 30): its selection criterion was still
+#: improving when training ended. A run stopped by its own patience is never at the edge.
+EDGE_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
 class Check:
-    """What one evaluation of a claim compared: every group whose runs must fit (``compared``), and
-    the groups whose mechanism must have acted, each with its clock (``clocked``)."""
+    """What one evaluation of a claim compared: every group whose runs must fit (``compared``), the
+    groups whose mechanism must have acted, each with its clock (``clocked``), and whether every sigma
+    of every compared group must have converged (``converged``: a claim that reads a spread as memory;
+    a claim about norms or half-lives over training passes False)."""
 
     compared: tuple[Group, ...]
     clocked: tuple[tuple[Group, str], ...] = ()
+    converged: bool = True
 
     @classmethod
-    def of(cls, compared: Iterable[Group], clocked: Iterable[tuple[Group, str]] = ()) -> Check:
-        return cls(tuple({id(g): g for g in compared}.values()), tuple(clocked))
+    def of(cls, compared: Iterable[Group], clocked: Iterable[tuple[Group, str]] = (), converged: bool = True) -> Check:
+        return cls(tuple({id(g): g for g in compared}.values()), tuple(clocked), converged)
 
 
 @dataclass
 class Regime:
     """Where a comparison stands against the regime: the groups with runs that did not fit (and the
-    counts), and the reasons its horizon is short."""
+    counts), the sigmas that had not converged, and the reasons its horizon is short."""
 
     unfit: list[str] = field(default_factory=list)
     unfit_runs: int = 0
     runs: int = 0
+    unconverged: list[str] = field(default_factory=list)
     short: list[str] = field(default_factory=list)
 
     @property
@@ -66,6 +76,9 @@ class Regime:
     def short_text(self) -> str:
         return "; ".join(self.short)
 
+    def unconverged_text(self) -> str:
+        return "; ".join(self.unconverged)
+
 
 def unfit_text(group: Group) -> str:
     """Which sigmas of ``group`` have runs that did not fit, as "sgd b=128: 0/3 at sigma 2.5, 1/3 at 1.4"."""
@@ -77,11 +90,32 @@ def unfit_text(group: Group) -> str:
     return f"{group.label()}: {', '.join(parts)}"
 
 
-def at_edge(group: Group) -> tuple[int, int]:
-    """(trained runs selected at their last epoch, trained runs) of ``group``."""
-    trained = [c for c in group.cells if c.trained and BEST_VAL_EPOCH in c.metrics]
-    last = sum(1 for c in trained if c.histories and c.metrics[BEST_VAL_EPOCH] >= last_epoch(c))
-    return last, len(trained)
+def at_edge(cell: CellRecord) -> bool | None:
+    """Whether ``cell`` was selected at its horizon's edge (``EDGE_FRACTION``); None when it did not
+    train or carries no history to tell."""
+    best, last = cell.metrics.get(BEST_VAL_EPOCH), last_epoch(cell)
+    if not cell.trained or best is None or math.isinf(last):
+        return None
+    if cell.metrics.get(STOP_PATIENCE):  # stopped because its criterion had stopped improving
+        return False
+    return best >= last or best > last * (1 - EDGE_FRACTION)
+
+
+def edge_counts(cells: Iterable[CellRecord]) -> tuple[int, int]:
+    """(runs selected at the horizon's edge, runs that can tell) among ``cells``."""
+    known = [edge for edge in map(at_edge, cells) if edge is not None]
+    return sum(known), len(known)
+
+
+def unconverged_sigmas(group: Group) -> list[str]:
+    """Each sigma of ``group`` where more than ``EDGE_SHARE`` of its runs sit at the edge, as
+    "6/6 selected at the horizon's edge at sigma 2.5"."""
+    parts = []
+    for sigma in sorted({c.config.sigma for c in group.cells}):
+        edge, known = edge_counts(c for c in group.cells if c.config.sigma == sigma)
+        if known and edge > EDGE_SHARE * known:
+            parts.append(f"{edge}/{known} selected at the horizon's edge at sigma {sigma:g}")
+    return parts
 
 
 def last_epoch(cell: CellRecord) -> float:
@@ -99,9 +133,8 @@ def assess(check: Check, thresholds: Mapping[str, float] = CLOCK_THRESHOLDS) -> 
         if fit < total:
             regime.unfit_runs += total - fit
             regime.unfit.append(unfit_text(group))
-        last, trained = at_edge(group)
-        if trained and last > EDGE_SHARE * trained:
-            regime.short.append(f"{group.label()} selected at its last epoch in {last} of {trained} runs")
+        if check.converged and (sigmas := unconverged_sigmas(group)):
+            regime.unconverged.append(f"{group.label()}: {', '.join(sigmas)}")
     for group, clock in check.clocked:
         reached, needed = getattr(group.summary, clock), thresholds[clock]
         if not reached >= needed:

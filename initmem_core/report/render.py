@@ -286,8 +286,10 @@ CLAIMS_EXPLAINED = (
     "clear of zero. Reproduced: every interval above zero; contradicted: one below zero at the Bonferroni level; "
     "not resolved at this scale otherwise; cannot be decided with too few seeds. Before any of these, the regime: "
     "under-trained where a compared run's selected predictor did not fit its training set (memory is read only "
-    "among runs that fit), horizon short of the mechanism where a forgetting mechanism's clock is short of its "
-    "threshold or most runs were selected at their last epoch (no contradiction there). The margin is the one the "
+    "among runs that fit), not converged where, at some sigma of a compared group, most runs were selected at "
+    "the horizon's edge (still improving when training ended: memory is read only where every sigma converged), "
+    "horizon short of the mechanism where a forgetting mechanism's clock is short of its threshold (no "
+    "contradiction there). The margin is the one the "
     "claim was fixed with before any run."
 )
 

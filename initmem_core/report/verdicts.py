@@ -12,8 +12,8 @@ threshold. The rule is one for all:
 - *cannot be decided* when a quantity rests on fewer trained seeds than the rule was calibrated
   for (``inference.MIN_SEEDS``); *not resolved at this scale* otherwise.
 
-Before any of these, the regime (``report/regime.py``, ``regime_verdict``): *under-trained* or
-*horizon short of the mechanism*. An equivalence ("near zero") is a quantity of this kind too: the
+Before any of these, the regime (``report/regime.py``, ``regime_verdict``): *under-trained*, *not
+converged* or *horizon short of the mechanism*. An equivalence ("near zero") is a quantity of this kind too: the
 margin less the spread, claimed above zero (docs/STATISTICS.md, "Verdicts").
 """
 
@@ -41,10 +41,20 @@ REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
     "not evaluated",
     "cannot be decided: too few seeds",
 )
-UNDER_TRAINED, HORIZON_SHORT = "under-trained", "horizon short of the mechanism"
-VERDICTS = (REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE, UNDER_TRAINED, HORIZON_SHORT)
-#: The verdicts of a comparison outside the paper's regime: it decides nothing either way.
-OUT_OF_REGIME = (UNDER_TRAINED, HORIZON_SHORT)
+UNDER_TRAINED, NOT_CONVERGED, HORIZON_SHORT = "under-trained", "not converged", "horizon short of the mechanism"
+VERDICTS = (
+    REPRODUCED,
+    CONTRADICTED,
+    NOT_RESOLVED,
+    NOT_EVALUATED,
+    CANNOT_DECIDE,
+    UNDER_TRAINED,
+    NOT_CONVERGED,
+    HORIZON_SHORT,
+)
+#: The verdicts of a comparison outside the paper's regime, the first that applies first: it decides
+#: nothing either way.
+OUT_OF_REGIME = (UNDER_TRAINED, NOT_CONVERGED, HORIZON_SHORT)
 #: What an interval over seeds alone is for (norms, interpolation shares: no test set enters them).
 SEEDS_ONLY = "the runs (no test set enters it)"
 
@@ -150,6 +160,8 @@ def regime_verdict(quantities: list[Quantity], regime: Regime) -> tuple[str, lis
         return NOT_EVALUATED, []
     if not regime.fits:
         return UNDER_TRAINED, [regime.under_trained_text()]
+    if regime.unconverged:  # a spread read before every sigma converged is partly a horizon
+        return NOT_CONVERGED, [regime.unconverged_text()]
     verdict = verdict_of(quantities)
     if regime.short and verdict in (CONTRADICTED, NOT_RESOLVED):
         return HORIZON_SHORT, [regime.short_text()]

@@ -35,6 +35,9 @@ CONVENTIONS = {
     "lr": "eta = lr; lambda = l2 + weight_decay",
 }
 DEFAULT_CONVENTION = "heavy-ball"
+#: What a run logs as its convention when its optimizer's plugin declares none: its clocks are counted
+#: by ``DEFAULT_CONVENTION``, but the optimizer belongs to no family the claims compare.
+UNDECLARED = "undeclared"
 #: The family each convention declares: heavy-ball's step is the gradient's (SGD-like); "lr"'s
 #: moves each weight by about lr whatever the gradient's scale (adaptive).
 CONVENTION_FAMILIES = {"heavy-ball": SGD_FAMILY, "lr": ADAPTIVE_FAMILY}

@@ -21,7 +21,7 @@ from initmem_core.plugin_system import optimizer_options
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.checkpoint_store import default_root
-from initmem_core.training.clocks import CONVENTIONS, DEFAULT_CONVENTION, StepRule, check_convention
+from initmem_core.training.clocks import CONVENTIONS, DEFAULT_CONVENTION, UNDECLARED, StepRule, check_convention
 from initmem_core.vocabulary import CONFIG_HASH_TAG
 
 
@@ -129,13 +129,16 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
     optimizer = components["optimizer"]
     defaults = optimizer.spec.declared_defaults(optimizer.variant)
     config, options = optimizer_options.settle(config, optimizer.spec, defaults)
-    clock = check_convention(optimizer.spec.declared_clock(optimizer.variant) or DEFAULT_CONVENTION, config.opt)
+    declared = optimizer.spec.declared_clock(optimizer.variant)
+    clock = check_convention(declared or DEFAULT_CONVENTION, config.opt)
     momentum = float(config.momentum)
     dampening = float(options.get("dampening", 0.0) or 0.0) if momentum else 0.0
     shrink = (config.l2 if config.l2 > 0 else 0.0) + config.weight_decay
     rule = StepRule(float(config.lr), clock, momentum, dampening, shrink)
     config_hash = config.config_hash()
-    params = {**config_params(config, config_hash), "clock_convention": f"{clock}: {CONVENTIONS[clock]}"}
+    convention = f"{clock}: {CONVENTIONS[clock]}"
+    convention = convention if declared else f"{UNDECLARED}: counted as {convention}"
+    params = {**config_params(config, config_hash), "clock_convention": convention}
     trains, n_train = config, None
     if config.until:  # the epochs follow from the training set's size, the schedule and the rule
         n_train = training_set_size(config, components["dataset"])

@@ -45,12 +45,37 @@ class World:
     ends: dict[str, dict[str, float]] | None = None
     null_text: str = ""
     true_text: str = ""
+    #: in the null and the true world, the share of each cell's runs selected at the horizon's edge
+    edges: tuple[dict | None, dict | None] = (None, None)
 
     def arguments(self) -> dict[str, Any]:
-        return {"null": self.null, "true": self.true, "configs": self.configs, "clocks": self.ends}
+        return {"null": self.null, "true": self.true, "configs": self.configs, "clocks": self.ends, "edges": self.edges}
+
+
+#: Low-rate SGD's sigma 1.4 and 2.5 still improving when the horizon ends: every run selected at its last epoch.
+LARGE_SIGMAS_AT_EDGE = {1.4: 1.0, 2.5: 1.0}
 
 
 WORLDS = (
+    World(
+        "sgd_keeps_memory",
+        {"sgd": on(FOUR_PP)},
+        {"sgd": on(FOUR_PP)},
+        {"sgd": SGD},
+        {"sgd": clocks(0.0032)},
+        null_text="4 pp, but sigma 1.4 and 2.5 still improving at the horizon (every run at its last epoch)",
+        true_text="the same 4 pp with every sigma converged (1 run in 6 at its last epoch)",
+        edges=({"sgd": LARGE_SIGMAS_AT_EDGE}, {"sgd": dict.fromkeys(SIGMAS, 1 / 6)}),
+    ),
+    World(
+        "sgd_keeps_memory",
+        {"fast": on(FOUR_PP)},
+        {"slow": on(FOUR_PP)},
+        {"fast": {"opt": "sgd", "lr": 0.32}, "slow": SGD},
+        {"fast": clocks(3.3), "slow": clocks(0.0032)},
+        null_text="4 pp, its only SGD at lr 0.32 (T_SGD 3.3: past its clock, not low rate)",
+        true_text="4 pp at lr 0.01 (T_SGD 0.0032)",
+    ),
     World(
         "sgd_remembers_more_than_adaptive",
         {"sgd": on(FOUR_PP), "adam": on(FOUR_PP)},

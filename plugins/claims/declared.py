@@ -27,6 +27,14 @@ KEPT_HALF = 0.5
 LONGER = 5.0
 #: A larger learning rate: at least this many times the smaller one, at the same batch and horizon.
 LARGER_LR = 3.0
+#: Low-rate SGD is a clock, not a rank: plain SGD whose T_SGD ends at most this share of its forgetting
+#: threshold (``regime.CLOCK_THRESHOLDS``: 0.3 of 3). The paper's low-rate SGD ends at T_SGD 0.03, 1% of
+#: the threshold; a tenth keeps an order of magnitude between the remembering baseline and a rate whose
+#: noise has run its clock out (the rate claim's larger rate, T_SGD 3.3 in confirm-mini-rate).
+LOW_RATE_SHARE = 0.1
+#: Two groups trained the same number of steps: their T_adapt (the sum of their steps' rates, at one
+#: rate) within this relative tolerance (the batch claim's equal-steps read).
+EQUAL_STEPS = 0.05
 
 FORGETS_MARGIN = (
     f"forgets: debiased spread below {FORGOTTEN_SHARE:.0%} of low-rate SGD's in the same stratum "
@@ -44,7 +52,9 @@ STATEMENTS = {
     "l2_brings_spread_near_zero": (
         f"The strongest L2 brings SGD's spread near zero: below {FORGOTTEN_SHARE:.0%} of plain SGD's"
     ),
-    "larger_batch_increases_spread": "A larger batch increases SGD's spread",
+    "larger_batch_increases_spread": (
+        "A larger batch increases low-rate SGD's spread, at equal epochs and at equal steps (each read labelled)"
+    ),
     "norms_coupled_for_sgd_not_adaptive": (
         f"SGD's final ||W||_F stays coupled to sigma (at most {COUPLED_AT_MOST:.0%} of the initial log ratio "
         f"forgotten); each adaptive optimizer's converges (at least {CONVERGED_AT_LEAST:.0%})"
@@ -92,7 +102,12 @@ DECLARED = {
         L2_AXIS, "0.25 × SGD's debiased spread − the strongest L2's", FORGETS_MARGIN, CLOCK_L2, None, SOURCE
     ),
     "larger_batch_increases_spread": ClaimInfo(
-        ("batch_size",), "the largest batch's debiased spread − the smallest's", "", CLOCK_SGD, None, SOURCE
+        ("batch_size", "epochs", "until"),
+        "the larger batch's debiased spread − the smaller's, per pair at equal epochs or equal steps",
+        "",
+        CLOCK_SGD,
+        None,
+        SOURCE,
     ),
     "norms_coupled_for_sgd_not_adaptive": ClaimInfo(
         OPTIMIZER_AXIS,

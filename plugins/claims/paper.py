@@ -32,13 +32,13 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from initmem_core.config import RunConfig
 from initmem_core.groups import group_fields, short_group_names
 from initmem_core.report.claim_groups import (
     OPTIMIZER_AXIS,
+    UNKNOWN_FAMILY,
     Group,
     Sweep,
-    baseline_sgd,
-    is_plain_sgd,
     mechanism_clock,
     optimizer_family,
     read_sweep,
@@ -82,6 +82,7 @@ from initmem_plugins.claims.declared import (
     CONVERGED_AT_LEAST,
     COUPLED_AT_MOST,
     DECLARED,
+    EQUAL_STEPS,
     FAMILY_FREE,
     FORGETS_MARGIN,
     FORGOTTEN_SHARE,
@@ -90,6 +91,7 @@ from initmem_plugins.claims.declared import (
     L2_AXIS,
     LARGER_LR,
     LONGER,
+    LOW_RATE_SHARE,
     STATEMENTS,
 )
 
@@ -106,6 +108,45 @@ def scaled(accuracy: Matrix, factor: float) -> Matrix:
     return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
 
 
+# -- plain and low-rate SGD: the paper's remembering baseline ----------------------------------
+
+
+def is_plain_sgd(config: RunConfig, family: str) -> bool:
+    """SGD-like with no momentum, no L2 and no weight decay: the paper's plain SGD."""
+    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
+
+
+def plain_sgd(group: Group) -> bool:
+    return is_plain_sgd(group.config, group.family)
+
+
+def low_rate_ceiling(sweep: Sweep) -> float:
+    """The largest T_SGD a low-rate group ends at: ``LOW_RATE_SHARE`` of the claim's T_SGD threshold."""
+    return LOW_RATE_SHARE * sweep.thresholds[CLOCK_SGD]
+
+
+def low_rate(sweep: Sweep, group: Group) -> bool:
+    """Plain SGD whose T_SGD ends far below the threshold of its forgetting (``LOW_RATE_SHARE``): low
+    rate by its clock, whatever other rates the sweep holds."""
+    return plain_sgd(group) and group.summary.clock_sgd <= low_rate_ceiling(sweep)
+
+
+def baseline_sgd(sweep: Sweep, groups: list[Group]) -> Group | None:
+    """Of a stratum's low-rate SGD groups, the remembering baseline (the paper's, and the claim
+    template's): torch's SGD before any other SGD-like plugin, then the lowest rate, then the
+    shortest horizon (T_SGD). None without a low-rate group: the claim is not evaluated there."""
+    return min(
+        (g for g in groups if low_rate(sweep, g)),
+        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
+        default=None,
+    )
+
+
+def low_rate_needs(sweep: Sweep, what: str = "a plain low-rate SGD group") -> str:
+    """The groups a claim would need, with what low rate is: "a plain SGD group whose T_SGD ends at most 0.3"."""
+    return f"{what} (plain SGD whose T_SGD ends at most {low_rate_ceiling(sweep):.3g}: low rate by its clock)"
+
+
 # -- the optimizers ---------------------------------------------------------------------------
 
 
@@ -119,15 +160,18 @@ def _momentum(groups: list[Group]) -> list[Group]:
     return [g for g in groups if g.family == SGD_FAMILY and g.config.momentum > 0 and g.shrink == 0]
 
 
-def _adaptive_check(base: Group, adaptive: list[Group]) -> Check:
-    """Plain SGD and the adaptive groups must fit; each adaptive group's T_adapt must have run."""
-    return Check.of([base, *adaptive], [(g, CLOCK_ADAPT) for g in adaptive])
+def _adaptive_check(base: Group, adaptive: list[Group], converged: bool = True) -> Check:
+    """Plain SGD and the adaptive groups must fit (and converge, where their spreads are read); each
+    adaptive group's T_adapt must have run."""
+    return Check.of([base, *adaptive], [(g, CLOCK_ADAPT) for g in adaptive], converged)
 
 
-ADAPTIVE_NEEDS = (
-    "a plain low-rate SGD group and an adaptive one (Adam, AdamW, Muon, or any optimizer whose plugin "
-    "declares the 'lr' clock) that differ in nothing but the optimizer and its settings"
-)
+def adaptive_needs(sweep: Sweep) -> str:
+    return low_rate_needs(
+        sweep,
+        "a plain low-rate SGD group and an adaptive one (Adam, AdamW, Muon, or any optimizer whose plugin "
+        "declares the 'lr' clock) that differ in nothing but the optimizer and its settings",
+    )
 
 
 def sgd_keeps_memory(sweep: Sweep) -> Finding:
@@ -136,7 +180,8 @@ def sgd_keeps_memory(sweep: Sweep) -> Finding:
     of the optimizer axis (its baseline group: ``baseline_sgd``)."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base = baseline_sgd([g for g in groups if g.config.lr_match_sigma == 0])  # not the effective-step control
+        # the baseline, not the effective-step control
+        base = baseline_sgd(sweep, [g for g in groups if g.config.lr_match_sigma == 0])
         if base is None:
             return None
         quantities = [from_spread(f"{base.label()} debiased spread", sweep.report.estimates[base.summary.group])]
@@ -148,13 +193,13 @@ def sgd_keeps_memory(sweep: Sweep) -> Finding:
         STATEMENTS["sgd_keeps_memory"],
         OPTIMIZER_AXIS,
         evaluate,
-        "a plain low-rate SGD group over two or more sigmas",
+        low_rate_needs(sweep, "a plain low-rate SGD group over two or more sigmas"),
     )
 
 
 def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base, adaptive = baseline_sgd(groups), _adaptive(groups)
+        base, adaptive = baseline_sgd(sweep, groups), _adaptive(groups)
         if base is None or not adaptive:
             return None
         quantities = [difference(f"{base.label()} − {g.label()}", base.accuracy, g.accuracy) for g in adaptive]
@@ -169,7 +214,7 @@ def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
         STATEMENTS["sgd_remembers_more_than_adaptive"],
         OPTIMIZER_AXIS,
         evaluate,
-        ADAPTIVE_NEEDS,
+        adaptive_needs(sweep),
     )
 
 
@@ -182,7 +227,7 @@ def _forgets(base: Group, other: Group, what: str) -> Quantity:
 
 def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base, adaptive = baseline_sgd(groups), _adaptive(groups)
+        base, adaptive = baseline_sgd(sweep, groups), _adaptive(groups)
         if base is None or not adaptive:
             return None
         quantities = [_forgets(base, g, g.label()) for g in adaptive]
@@ -199,7 +244,7 @@ def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
         STATEMENTS["adaptive_optimizers_forget"],
         OPTIMIZER_AXIS,
         evaluate,
-        ADAPTIVE_NEEDS,
+        adaptive_needs(sweep),
         FORGETS_MARGIN,
     )
 
@@ -207,6 +252,10 @@ def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
 # -- explicit L2 ------------------------------------------------------------------------------
 
 L2_NEEDS = "a plain low-rate SGD group and the same with L2 (--l2 or --weight-decay above 0), nothing else different"
+
+
+def l2_needs(sweep: Sweep) -> str:
+    return low_rate_needs(sweep, L2_NEEDS)
 
 
 def _with_l2(groups: list[Group]) -> list[Group]:
@@ -223,7 +272,7 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
     have forgotten much, and requiring it to would set the claim up to fail."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base, l2 = baseline_sgd(groups), _with_l2(groups)
+        base, l2 = baseline_sgd(sweep, groups), _with_l2(groups)
         if base is None or not l2:
             return None
         strongest = l2[-1]
@@ -233,7 +282,9 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
         check = Check.of([base, strongest], [(strongest, CLOCK_L2)])
         return f"{shown} | debiased {texts(quantities + notes)}", quantities, notes, check
 
-    return per_stratum(sweep, "l2_shrinks_sgd_spread", STATEMENTS["l2_shrinks_sgd_spread"], L2_AXIS, evaluate, L2_NEEDS)
+    return per_stratum(
+        sweep, "l2_shrinks_sgd_spread", STATEMENTS["l2_shrinks_sgd_spread"], L2_AXIS, evaluate, l2_needs(sweep)
+    )
 
 
 def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
@@ -241,7 +292,7 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
     weaker coefficients as a dose-response (notes: each one's difference from plain SGD)."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base, l2 = baseline_sgd(groups), _with_l2(groups)
+        base, l2 = baseline_sgd(sweep, groups), _with_l2(groups)
         if base is None or not l2:
             return None
         strongest = l2[-1]
@@ -259,7 +310,7 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
         STATEMENTS["l2_brings_spread_near_zero"],
         L2_AXIS,
         evaluate,
-        L2_NEEDS,
+        l2_needs(sweep),
         FORGETS_MARGIN,
     )
 
@@ -267,27 +318,55 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
 # -- batch size -------------------------------------------------------------------------------
 
 
+def batch_pairs(sweep: Sweep, groups: list[Group]) -> list[tuple[Group, Group, str]]:
+    """Every (smaller, larger batch, how they are matched) pair of low-rate SGD groups in a stratum
+    that trained the same epochs ("equal epochs": the larger batch took fewer steps) or the same
+    number of steps ("equal steps", T_adapt within ``EQUAL_STEPS``: the larger batch trained
+    proportionally longer, so its smaller T_SGD is its batch's, not a shorter run's)."""
+    low = sorted((g for g in groups if low_rate(sweep, g)), key=lambda g: (g.config.batch_size, g.summary.clock_adapt))
+    pairs = []
+    for i, small in enumerate(low):
+        for large in low[i + 1 :]:
+            if large.config.batch_size == small.config.batch_size or large.config.lr != small.config.lr:
+                continue
+            if large.compared.epochs == small.compared.epochs:
+                pairs.append((small, large, "equal epochs"))
+            elif math.isclose(large.summary.clock_adapt, small.summary.clock_adapt, rel_tol=EQUAL_STEPS):
+                pairs.append((small, large, "equal steps"))
+    return pairs
+
+
 def larger_batch_increases_spread(sweep: Sweep) -> Finding:
-    """Plain-SGD groups that differ only in batch size: the largest batch against the smallest."""
+    """Low-rate SGD groups that differ only in batch size (and the epochs that equalise their steps):
+    each larger batch against each smaller one, at equal epochs and at equal steps, each read labelled.
+    At equal epochs a larger batch also takes fewer steps (the contrast of a shorter run); at equal
+    steps only its batch differs, which is what the paper's minibatch-noise reading is about."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        same = sorted((g for g in groups if g.plain_sgd), key=lambda g: g.config.batch_size)
-        if len({g.config.batch_size for g in same}) < 2:
+        pairs = batch_pairs(sweep, groups)
+        if not pairs:
             return None
-        large, small = same[-1], same[0]
-        quantities = [difference(f"{large.label()} − {small.label()}", large.accuracy, small.accuracy)]
-        shown = "; ".join(g.spread_text() for g in same)
+        quantities = [
+            difference(f"{large.label()} − {small.label()} ({matched})", large.accuracy, small.accuracy)
+            for small, large, matched in pairs
+        ]
+        compared = list({id(g): g for pair in pairs for g in pair[:2]}.values())
+        shown = "; ".join(g.spread_text() for g in compared)
         # the smaller batch is the one whose noise should have made it forget: its T_SGD must have run
-        check = Check.of([large, small], [(small, CLOCK_SGD)])
+        check = Check.of(compared, [(small, CLOCK_SGD) for small, _, _ in pairs])
         return f"{shown} | debiased {texts(quantities)}", quantities, [], check
 
     return per_stratum(
         sweep,
         "larger_batch_increases_spread",
         STATEMENTS["larger_batch_increases_spread"],
-        ("batch_size",),
+        DECLARED["larger_batch_increases_spread"].axis,
         evaluate,
-        "two plain low-rate SGD groups that differ only in batch size",
+        low_rate_needs(
+            sweep,
+            "two plain low-rate SGD groups at one rate that differ only in batch size, at equal epochs or at equal "
+            "steps (the larger batch trained proportionally more epochs)",
+        ),
     )
 
 
@@ -322,7 +401,7 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
     ``COUPLED_AT_MOST``; each adaptive optimizer's above ``CONVERGED_AT_LEAST``."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        base, adaptive = baseline_sgd(groups), _adaptive(groups)
+        base, adaptive = baseline_sgd(sweep, groups), _adaptive(groups)
         if base is None or not adaptive:
             return None
         sgd = list(norm_forgetting(base).values())
@@ -340,7 +419,7 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
             "share of the initial log norm ratio (sigma_max/sigma_min) forgotten by the end, 0 = coupled, "
             f"1 = converged: {shown} | {texts(quantities, verdicts=True)}"
         )
-        return measured, quantities, notes, _adaptive_check(base, adaptive)
+        return measured, quantities, notes, _adaptive_check(base, adaptive, converged=False)
 
     return per_stratum(
         sweep,
@@ -348,7 +427,7 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
         STATEMENTS["norms_coupled_for_sgd_not_adaptive"],
         OPTIMIZER_AXIS,
         evaluate,
-        ADAPTIVE_NEEDS,
+        adaptive_needs(sweep),
         DECLARED["norms_coupled_for_sgd_not_adaptive"].margin,
     )
 
@@ -362,9 +441,17 @@ def clock_families(sweep: Sweep) -> dict[tuple, list[Group]]:
     fields = [f for f in group_fields(g.config for g in sweep.groups) if f not in FAMILY_FREE]
     families: dict[tuple, list[Group]] = {}
     for group in sweep.groups:
+        if group.family == UNKNOWN_FAMILY:  # no clock declared: no mechanism to order it by
+            continue
         key = (mechanism_clock(group.config, group.family), tuple((f, getattr(group.config, f)) for f in fields))
         families.setdefault(key, []).append(group)
     return {key: groups for key, groups in families.items() if len(groups) >= 2}
+
+
+def familyless(sweep: Sweep) -> str:
+    """The one line that names the groups no family claim reads ("" when none)."""
+    names = sorted({g.label() for g in sweep.groups if g.family == UNKNOWN_FAMILY})
+    return f"; left out: {', '.join(names)} (its optimizer's plugin declares no clock, so no family)" if names else ""
 
 
 def rank_correlation(sweep: Sweep, groups: list[Group], clock: str, label: str) -> Quantity:
@@ -425,7 +512,7 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
     if not families:
         return Finding(
             claim,
-            "groups missing from the sweep",
+            "groups missing from the sweep" + familyless(sweep),
             NOT_EVALUATED,
             "spread_orders_by_clock_within_family",
             needs="three groups of one family (say plain SGD at three batch sizes or rates) that differ only in "
@@ -448,6 +535,7 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
     measured = (
         f"Spearman's rho (ties averaged) of clock and debiased spread within each family, negated: {texts(quantities)}"
         + "".join(f"; {text}" for text in left_out)
+        + familyless(sweep)
     )
     verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
     return Finding(claim, measured, verdict, "spread_orders_by_clock_within_family", quantities, regime=regime)
@@ -490,7 +578,7 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     families = clock_families(sweep)
     needs = "two groups of one family that differ in lr, batch size or lambda, with per-epoch histories"
     if not families:
-        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, needs=needs)
+        return Finding(claim, "groups missing from the sweep" + familyless(sweep), NOT_EVALUATED, name, needs=needs)
     if not sweep.report.forgetting:
         return Finding(claim, "no per-epoch histories in these records", NOT_EVALUATED, name, needs=needs)
     short = short_group_names([g.summary.group for g in sweep.groups])[0]
@@ -514,7 +602,7 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
             from_seeds("", values, "log"), f"−(sd of log half-life in {CLOCK_SYMBOLS[clock]} − in epochs) {family}"
         )
         quantities.append(found)
-        check = Check.of([*check.compared, *groups])
+        check = Check.of([*check.compared, *groups], converged=False)  # half-lives over training: no spread read
         # The mechanism's clock against the other clocks too (notes): the right clock should line the
         # half-lives up better than a wrong one, not only better than the epoch count.
         for other in (c for c in CLOCK_SYMBOLS if c != clock):
@@ -531,7 +619,8 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
         verdict = NOT_RESOLVED
     if notes:
         parts.append(f"against the other clocks (notes): {texts(notes)}")
-    return Finding(claim, "; ".join(parts), verdict, name, quantities, needs=needs, notes=notes, regime=regime)
+    measured = "; ".join(parts) + familyless(sweep)
+    return Finding(claim, measured, verdict, name, quantities, needs=needs, notes=notes, regime=regime)
 
 
 # -- horizon and rate -------------------------------------------------------------------------
@@ -562,15 +651,19 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
     name = "longer_training_keeps_sgd_memory"
     claim = STATEMENTS["longer_training_keeps_sgd_memory"]
     pairs = family_ends(
-        [g for g in sweep.groups if g.plain_sgd], ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER
+        [g for g in sweep.groups if plain_sgd(g)], ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER
     )
+    pairs = [(short, long) for short, long in pairs if low_rate(sweep, short)]
     if not pairs:
         return Finding(
             claim,
             "groups missing from the sweep",
             NOT_EVALUATED,
             name,
-            needs=f"two plain low-rate SGD groups that differ only in horizon, one {LONGER:g}x the other",
+            needs=low_rate_needs(
+                sweep,
+                f"two plain SGD groups that differ only in horizon, one {LONGER:g}x the other, the shorter low-rate",
+            ),
         )
     parts, quantities, notes = [], [], []
     check = Check.of([group for pair in pairs for group in pair])  # a claim that memory is kept: no clock to wait for
@@ -603,14 +696,19 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
     large rate's."""
     name = "larger_lr_makes_sgd_forget"
     claim = STATEMENTS["larger_lr_makes_sgd_forget"]
-    pairs = family_ends([g for g in sweep.groups if g.plain_sgd], ("lr",), lambda g: g.config.lr, LARGER_LR)
+    pairs = family_ends([g for g in sweep.groups if plain_sgd(g)], ("lr",), lambda g: g.config.lr, LARGER_LR)
+    pairs = [(low, high) for low, high in pairs if low_rate(sweep, low)]  # the smaller rate: the baseline
     if not pairs:
         return Finding(
             claim,
             "groups missing from the sweep",
             NOT_EVALUATED,
             name,
-            needs=f"two plain SGD groups that differ only in learning rate, one {LARGER_LR:g}x the other",
+            needs=low_rate_needs(
+                sweep,
+                f"two plain SGD groups that differ only in learning rate, one {LARGER_LR:g}x the other, the smaller "
+                "low-rate",
+            ),
         )
     parts, quantities = [], []
     # the larger rate is the one whose noise should have made SGD forget: its T_SGD must have run
@@ -712,13 +810,12 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
     effective step is remembered."""
 
     def evaluate(groups: list[Group]) -> Evaluated | None:
-        plain = [g for g in groups if g.plain_sgd and g.config.lr_match_sigma == 0]
-        matched = [g for g in groups if g.plain_sgd and g.config.lr_match_sigma > 0]
-        if not plain or not matched:
+        base = baseline_sgd(sweep, [g for g in groups if g.config.lr_match_sigma == 0])
+        matched = [g for g in groups if plain_sgd(g) and g.config.lr_match_sigma > 0]
+        if base is None or not matched:
             return None
-        base = min(plain, key=lambda g: (g.config.opt != "sgd", g.config.lr))
         quantities = [_forgets(base, g, f"{g.label()} matched to sigma {g.config.lr_match_sigma:g}") for g in matched]
-        shown = "; ".join(g.spread_text() + (" matched" if g.config.lr_match_sigma else "") for g in [base, *matched])
+        shown = "; ".join(g.spread_text() for g in [base, *matched])
         return f"{shown} | {texts(quantities)}", quantities, [], Check.of([base, *matched])
 
     return per_stratum(
@@ -727,7 +824,7 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
         STATEMENTS["effective_step_explains_memory"],
         ("lr_match_sigma",),
         evaluate,
-        "plain low-rate SGD with and without --lr-match-sigma, nothing else different",
+        low_rate_needs(sweep, "plain low-rate SGD with and without --lr-match-sigma, nothing else different"),
         FORGETS_MARGIN,
     )
 

@@ -17,6 +17,7 @@ from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
     CONTRADICTED,
     HORIZON_SHORT,
+    NOT_CONVERGED,
     NOT_EVALUATED,
     REPRODUCED,
     UNDER_TRAINED,
@@ -31,6 +32,7 @@ VERDICT_COLOURS = {
     CONTRADICTED: "tab:red",
     CANNOT_DECIDE: "0.45",
     UNDER_TRAINED: "tab:brown",  # out of the regime: drawn, but never read as a verdict either way
+    NOT_CONVERGED: "tab:pink",
     HORIZON_SHORT: "tab:purple",
 }
 OTHER_COLOUR = "tab:orange"  # not resolved at this scale
