@@ -490,8 +490,14 @@ def _sweep_or_dry_run(
     )
 
     console = output.console
-    console.print(f"sweep [bold]{plan.name}[/bold]")
+    if not dry_run:  # a dry run names the sweep once its models are built (an unknown one: one line)
+        console.print(f"sweep [bold]{plan.name}[/bold]")
     if dry_run:
+        from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
+        from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
+            disk_text,
+            estimate_disk,
+        )
         from initmem_core.training.plan import (  # lazy: keeps the training code out of the CLI's start-up
             plan_horizons,
         )
@@ -499,21 +505,16 @@ def _sweep_or_dry_run(
         horizons = plan_horizons(plan.plans)  # sizes each dataset once
         work = estimate_work(plan.cells, horizons)
         forecasts = forecasts_of(plan, horizons)
+        # Each model is built (and timed) before any plan is printed: an unknown one is one line alone.
+        cost = estimate_cost(plan.plans, workers=workers or 1, horizons=horizons)
+        disk = estimate_disk(plan.plans, workers or 1)
+        console.print(f"sweep [bold]{plan.name}[/bold]")
         if not output.as_json:  # the JSON holds every cell: no tables on stderr
             console.print(*dry_run_tables(plan, horizons), regime_table(plan, forecasts))
         groups = len(set(plan.groups))
         console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {work}")
-        from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
-
-        cost = estimate_cost(plan.plans, workers=workers or 1, horizons=horizons)
         for line in cost_lines(cost):
             console.print(line, highlight=False, soft_wrap=True)
-        from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
-            disk_text,
-            estimate_disk,
-        )
-
-        disk = estimate_disk(plan.plans, workers or 1)
         console.print(disk_text(disk))
         output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts))
         return

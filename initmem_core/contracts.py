@@ -258,11 +258,14 @@ class DatasetInfo:
     validation, test) examples of the whole dataset, as the factory builds them (``--train-size``
     cuts the first). ``--until`` finds a run's epochs from the training split when it is planned;
     left undeclared, the planning builds the dataset to count it (so a run reads its data twice),
-    and the dry run to read them all."""
+    and the dry run to read them all. ``files``: (file name, md5) pairs that recognise the
+    dataset's files (a name may repeat; a ``.gz`` file matches its own or its content's md5): a
+    ``--data-dir`` holding files another dataset declares, and none of these, is refused."""
 
     shape: tuple[int, int, int] | None = None
     classes: int | None = None
     splits: tuple[int, int, int] | None = None
+    files: tuple[tuple[str, str], ...] = ()
 
 
 def _resolve(target: str) -> Callable[..., Any]:

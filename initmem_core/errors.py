@@ -23,7 +23,11 @@ class UnknownComponentError(InitmemError):
     def __init__(self, kind: str, name: str, valid: list[str]):
         self.kind, self.name, self.valid = kind, name, sorted(valid)
         listing = ", ".join(self.valid) if self.valid else "(none registered)"
-        super().__init__(f"unknown {kind} '{name}'{did_you_mean(name, valid)}; valid names: {listing}")
+        # A model's name (digits in it) may be a family's variant: resnet18 is timm:resnet18, not resnet110.
+        model = ":" not in name and any(map(str.isdigit, name))
+        family = [f"{v[:-1]}{name}" for v in self.valid if v.endswith(":*") and model]
+        hint = f" (did you mean '{family[0]}'?)" if family else did_you_mean(name, valid)
+        super().__init__(f"unknown {kind} '{name}'{hint}; valid names: {listing}")
 
 
 class DuplicateComponentError(InitmemError):

@@ -121,14 +121,17 @@ def initmem_register_datasets(register: Register) -> None:
     ``config.data_seed`` so that every sigma sees the same data. Keyword arguments of ``register``
     (``initmem_core.contracts.DatasetInfo``): ``shape``, ``classes`` and ``splits`` (train,
     validation, test), which let a run's ``--until`` epochs be planned and a dry run size a
-    dataset that is not on its machine.
+    dataset that is not on its machine; ``files``, (file name, md5) pairs that recognise its
+    files, so that ``--data-dir`` holding another dataset's files is refused in one line (files
+    matching no declared checksum, stand-ins, are read as they are).
 
     Example::
 
         @hookimpl
         def initmem_register_datasets(register: Register) -> None:
             register("svhn", "my_data.svhn:load_svhn", "SVHN from --data-dir",
-                     shape=(3, 32, 32), classes=10, splits=(68_257, 5_000, 26_032))
+                     shape=(3, 32, 32), classes=10, splits=(68_257, 5_000, 26_032),
+                     files=(("train_32x32.mat", "e26dedcc434d2e4c54c9b2d4a06d8373"),))
     """
 
 

@@ -356,3 +356,12 @@ def test_a_too_long_experiment_name_is_reported_as_what_it_is(tracking_uri):
     result = CliRunner().invoke(app, ["run", "--experiment", "x" * 600, "--tracking-uri", tracking_uri])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert "--experiment is 600 characters long; MLflow takes names of at most 500" in result.stderr
+
+
+def test_a_dry_run_with_an_unknown_timm_model_prints_one_line_and_no_plan(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", "--dry-run", "--arch", "timm:resnet10tt", "--sigma", "0.3,1", "--data", "digits", "--epochs", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert "unknown timm model 'resnet10tt'" in result.stderr and "timm:resnet10t" in result.stderr

@@ -70,6 +70,15 @@ def test_unknown_name_is_one_line_exit_2_and_tracks_nothing(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_a_model_name_that_only_a_family_can_build_suggests_the_family():
+    """resnet18 is timm's (timm:resnet18), not a typo of the built-in resnet110; a typo of a plain
+    name (no digit: not a model's) still suggests the close plain name."""
+    result = runner.invoke(app, ["run", "--arch", "resnet18", "--no-tracking"])
+    assert result.exit_code == 2 and "unknown architecture 'resnet18' (did you mean 'timm:resnet18'?)" in result.stderr
+    result = runner.invoke(app, ["run", "--data", "mnst", "--no-tracking"])
+    assert result.exit_code == 2 and "unknown dataset 'mnst' (did you mean 'mnist'?)" in result.stderr
+
+
 def test_duplicate_name_is_one_line_exit_2(install_fake_plugin, tmp_path):
     install_fake_plugin(
         "clashplug",

@@ -543,3 +543,79 @@ def test_eval_size_keeps_a_data_seeded_subset_of_val_and_test(tmp_path):
         checkpoint_every=0,
     )
     assert result.history[-1]["test_acc"] * 5 == pytest.approx(round(result.history[-1]["test_acc"] * 5))
+
+
+# Where the real Fashion-MNIST lies: shared/ beside the repository (CI), or this machine's copy.
+REAL_FASHION_MNIST = next(
+    (
+        folder
+        for folder in (
+            Path(__file__).resolve().parents[2] / "shared/data/fashion-mnist",
+            Path("/work/shared/data/fashion-mnist"),
+        )
+        if (folder / "t10k-labels-idx1-ubyte.gz").is_file()
+    ),
+    None,
+)
+
+
+@pytest.mark.skipif(REAL_FASHION_MNIST is None, reason="no Fashion-MNIST here")
+def test_mnist_asked_of_a_fashion_mnist_folder_is_refused_in_one_line_and_nothing_is_tracked(tmp_path, store_in):
+    uri = store_in(tmp_path)
+    before = (tmp_path / "mlflow.db").read_bytes()
+    args = ["run", "--data", "mnist", "--data-dir", str(REAL_FASHION_MNIST), "--tracking-uri", uri, "--epochs", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert f"--data mnist: {REAL_FASHION_MNIST} holds fashion-mnist's files (" in result.stderr
+    assert "matches fashion-mnist's checksum), not mnist's; pass --data fashion-mnist" in result.stderr
+    assert (tmp_path / "mlflow.db").read_bytes() == before  # no run, no experiment written
+    # the same folder as Fashion-MNIST is recognised (its .gz by their content: Debian's gzip differs)
+    from initmem_core.training.plan import plan_run
+
+    plan_run(RunConfig(data="fashion-mnist", data_dir=str(REAL_FASHION_MNIST)), get_registry())
+
+
+def test_the_declared_checksums_are_torchvisions():
+    from torchvision import datasets
+
+    declared = {
+        name: dict(get_registry().lookup("dataset", name)[0].dataset.files)
+        for name in ("mnist", "fashion-mnist", "cifar10", "cifar100")
+    }
+    assert dict(datasets.MNIST.resources).items() <= declared["mnist"].items()
+    assert dict(datasets.FashionMNIST.resources).items() <= declared["fashion-mnist"].items()
+    for name, dataset_class in (("cifar10", datasets.CIFAR10), ("cifar100", datasets.CIFAR100)):
+        listed = {f: md5 for f, md5 in dataset_class.train_list + dataset_class.test_list}
+        listed[dataset_class.meta["filename"]] = dataset_class.meta["md5"]
+        listed[dataset_class.filename] = dataset_class.tgz_md5
+        assert listed == declared[name]
+
+
+def test_a_third_party_dataset_is_recognised_by_the_files_it_declares(tmp_path):
+    """Files of another dataset (plain, gzipped, in a subfolder) refused; stand-ins matching no
+    declared checksum and the wanted dataset's own files accepted."""
+    import hashlib
+
+    from initmem_core.contracts import DatasetInfo
+    from initmem_core.plugin_system.registry import ComponentSpec, Provider
+    from initmem_core.training.data_files import check_data_dir
+
+    def spec(name: str, content: bytes) -> ComponentSpec:
+        files = (("images.bin", hashlib.md5(content).hexdigest()),)
+        return ComponentSpec("dataset", name, "x:y", "", Provider("p", "p", "1"), dataset=DatasetInfo(files=files))
+
+    datasets = {"ours": spec("ours", b"ours"), "theirs": spec("theirs", b"theirs")}
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "images.bin.gz").write_bytes(gzip.compress(b"theirs"))
+    with pytest.raises(
+        ConfigError,
+        match=r"^--data ours: .* holds theirs.s files \(sub/images.bin.gz matches theirs.s checksum\), not ours.s",
+    ) as error:
+        check_data_dir("ours", str(tmp_path), datasets)
+    assert "\n" not in str(error.value)
+    check_data_dir("theirs", str(tmp_path), datasets)  # its own
+    (tmp_path / "sub" / "images.bin.gz").write_bytes(gzip.compress(b"a stand-in"))
+    check_data_dir("ours", str(tmp_path), datasets)  # unrecognised: taken as it is
+    (tmp_path / "images.bin").write_bytes(b"ours")
+    (tmp_path / "sub" / "images.bin.gz").write_bytes(gzip.compress(b"theirs"))
+    check_data_dir("ours", str(tmp_path), datasets)  # its own lie there too (torchvision's layout holds several)

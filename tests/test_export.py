@@ -231,3 +231,32 @@ def test_exporting_a_sweep_the_store_lacks_is_one_line_and_writes_nothing(tracki
     assert list(tmp_path.glob("*.json.gz*")) == []
     folder = runner.invoke(app, ["export", "nosuch", "--out", str(tmp_path), "--tracking-uri", tracking_uri])
     assert folder.exit_code == 2 and "is a folder" in folder.stderr
+
+
+def test_report_from_a_file_marks_a_sigma_at_chance_as_not_trained(tmp_path, monkeypatch):
+    """Adam at sigma 2.5 predicts one class (10% of 10 classes): the group trained (91% at 0.1), its
+    spread rests on a sigma that did not, and the Markdown and JSON say so; SGD's sigmas trained."""
+    from tests.builders import two_optimizers
+
+    monkeypatch.setenv("INITMEM_LOAD_PLUGINS", "claims")  # tables alone: no figures drawn
+    records = [dataclasses.replace(r, num_classes=10) for r in two_optimizers(seeds=3, adam=(0.91, 0.10))]
+    write_export(SweepExport("mine", records), tmp_path / "s.json.gz")
+    done = {
+        form: runner.invoke(
+            app, ["report", "--from", str(tmp_path / "s.json.gz"), "-f", form, "--out", str(tmp_path / form)]
+        )
+        for form in ("json", "markdown")
+    }
+    assert all(result.exit_code == 0 for result in done.values()), {f: r.output for f, r in done.items()}
+    data = json.loads(done["json"].stdout)
+    untrained = {(row["group"].split("opt=")[1].split(",")[0], row["sigma"]): row["untrained"] for row in data["rows"]}
+    assert untrained == {("adam", 0.1): "", ("adam", 2.5): "at chance", ("sgd", 0.1): "", ("sgd", 2.5): ""}
+    by_opt = {g["group"].split("opt=")[1].split(",")[0]: g for g in data["groups"]}
+    assert by_opt["adam"]["untrained_sigmas"] == [2.5] and by_opt["sgd"]["untrained_sigmas"] == []
+    assert not by_opt["adam"]["did_not_train"] and by_opt["adam"]["spread"] > 80
+    markdown = done["markdown"].stdout
+    assert "(rests on σ 2.5, which did not train)" in markdown
+    per_sigma = markdown.split("## Per sigma")[1].splitlines()
+    [adam_row] = [line for line in per_sigma if line.startswith("| opt=adam") and "| 2.5 |" in line]
+    assert "| at chance |" in adam_row
+    assert markdown.count("which did not train)") == 1  # SGD's spread rests on trained sigmas

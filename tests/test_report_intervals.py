@@ -31,7 +31,8 @@ def test_per_sigma_interval_is_the_t_interval_over_seeds():
     low, high = mean_interval([80.0, 84.0])  # mean 82, standard error sqrt(8)/sqrt(2) = 2
     assert (low, high) == pytest.approx((82 - 2 * T_975_1DF, 82 + 2 * T_975_1DF))
     row = build_report([cell(0.5, 0, 0.80), cell(0.5, 1, 0.84), cell(1.0, 0, 0.9)]).rows[0]
-    assert (row.test_acc_lo, row.test_acc_hi) == pytest.approx((low, high))
+    assert high > 100  # two seeds: the t interval reaches past 100, which no accuracy can
+    assert (row.test_acc_lo, row.test_acc_hi) == pytest.approx((low, 100.0))
 
 
 def test_paper_spread_interval_resamples_each_sigmas_runs_and_spans_the_hand_enumerated_draws():

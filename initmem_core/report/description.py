@@ -17,6 +17,7 @@ from initmem_core.report.render import (
     number,
     quantity_cell,
     seeds_needed_cell,
+    spread_cell,
 )
 from initmem_core.report.verdicts import NOT_EVALUATED, Finding
 from initmem_core.tracking.ui_view import artifact_url, view_url
@@ -90,7 +91,7 @@ def description(
             [
                 [
                     g.group,
-                    number(g.spread, ".2f"),
+                    spread_cell(g),
                     interval(g.spread_lo, g.spread_hi, ".2f"),
                     debiased_cell(g),
                     number(g.best_sigma, "g"),

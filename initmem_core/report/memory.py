@@ -32,7 +32,7 @@ from initmem_core.report.inference import (
     spread_difference,
 )
 from initmem_core.tracking.records import CellRecord, fit_counts
-from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCKS
+from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCKS
 
 if TYPE_CHECKING:
     from initmem_core.report.verdicts import Finding
@@ -62,6 +62,7 @@ class SigmaRow:
     clock_sgd: float
     clock_l2: float
     clock_adapt: float
+    untrained: str = ""  # why this sigma's runs did not train: "at chance", "not fit" (others did); "" trained
 
 
 @dataclass
@@ -81,6 +82,7 @@ class GroupSummary:
     clock_l2: float
     clock_adapt: float
     did_not_train: bool = False  # best accuracy within CHANCE_MARGIN_PP of chance
+    untrained_sigmas: tuple[float, ...] = ()  # sigmas whose runs did not train (SigmaRow.untrained)
     best_acc: float = NAN  # % the best mean over sigma
     chance_acc: float = NAN  # % the dataset's chance level, 100 / classes (nan: classes unknown)
     #: pp: the cross-fitted spread, not biased up by noise (0 for a group that remembers nothing)
@@ -286,6 +288,8 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     trained = [c for c in cells if c.trained]
     acc = [100 * c.metrics[BEST_VAL_TEST_ACC] for c in trained if BEST_VAL_TEST_ACC in c.metrics]
     interpolated = [c for c in trained if "tau_interp" in c.metrics]
+    # an accuracy lies in [0, 100]: so does its interval (few seeds far apart reach past either)
+    low, high = (min(max(v, 0.0), 100.0) for v in mean_interval(acc))
 
     def mean_of(key: str, among: list[CellRecord] = trained, scale: float = 1.0) -> float:
         return _mean([scale * c.metrics[key] for c in among if key in c.metrics])
@@ -297,14 +301,17 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         failed=len(cells) - len(trained),
         test_acc=_mean(acc),
         test_acc_std=statistics.stdev(acc) if len(acc) > 1 else NAN,
-        **dict(zip(("test_acc_lo", "test_acc_hi"), mean_interval(acc))),
+        test_acc_lo=low,
+        test_acc_hi=high,
         tau_interp=mean_of("tau_interp", interpolated),
         never_interp=len(trained) - len(interpolated),
         fit=fit_counts(cells)[0],
         repair_gap=mean_of("repair_gap", interpolated, 100.0),
         weight_norm=mean_of("weight_norm"),
         weight_norm_ratio=mean_of("weight_norm_ratio"),
-        **{clock: mean_of(clock) for clock in CLOCKS},
+        clock_sgd=mean_of(CLOCK_SGD),
+        clock_l2=mean_of(CLOCK_L2),
+        clock_adapt=mean_of(CLOCK_ADAPT),
     )
 
 
@@ -318,6 +325,10 @@ def _summary(
     classes = max((c.num_classes for c in cells), default=0)
     # Near chance everywhere: the spread would measure noise around a model that never learned.
     stuck = bool(best and classes and best.test_acc < 100 / classes + CHANCE_MARGIN_PP)
+    for r in rows:  # a sigma at chance, or whose runs none fit where others' did, did not train
+        chance = bool(classes) and r.test_acc < 100 / classes + CHANCE_MARGIN_PP
+        unfit = r.runs > r.failed and r.fit == 0 and any(o.fit for o in rows)
+        r.untrained = "at chance" if chance else "not fit" if unfit else ""
     spread = best.test_acc - worst.test_acc if best and worst and not stuck else NAN
     low, high = (NAN, NAN) if math.isnan(spread) else percentile_interval(resampled_spreads(accuracy))
     if stuck:
@@ -328,6 +339,7 @@ def _summary(
         spread_lo=low,
         spread_hi=high,
         did_not_train=stuck,
+        untrained_sigmas=tuple(r.sigma for r in rows if r.untrained),
         chance_acc=100 / classes if classes else NAN,
         debiased_spread=estimate.estimate,
         debiased_spread_lo=estimate.lo,

@@ -89,6 +89,7 @@ TABLE_COLUMNS = (
     ("tau_interp", "tau_interp", ".1f"),
     ("never_interp", "never interp", ""),
     ("fit", "runs fit", ""),
+    ("untrained", "did not train", ""),
     ("repair_gap", "repair gap pp", "+.2f"),
     ("weight_norm", "‖W‖_F", ".4g"),
     ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
@@ -121,7 +122,9 @@ def spread_cell(g: GroupSummary) -> str:
         return f"did not train (best {g.best_acc:.1f}%)"
     if g.runs_ran == 0:
         return f"no run ended ({g.failed} failed)" if g.failed else "no run ended"
-    return number(g.spread, ".2f")
+    carried = [s for s in (g.best_sigma, g.worst_sigma) if s in g.untrained_sigmas]
+    rests = f" (rests on σ {', '.join(f'{s:g}' for s in carried)}, which did not train)" if carried else ""
+    return number(g.spread, ".2f") + rests
 
 
 def debiased_cell(g: GroupSummary) -> str:
@@ -141,7 +144,10 @@ SPREADS_EXPLAINED = (
     "held out of that choice), with its 95% t interval for the population of examples (the test set's own sampling "
     "error included, from the runs' per-example records; for this test set only where a note says they are missing); "
     "it is near zero for a group that does not remember, and it is what groups are compared by "
-    "(docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread."
+    "(docs/STATISTICS.md). A group within {margin:g} points of chance did not train and has no spread. The spread "
+    "runs from the best sigma to the worst; a sigma whose runs sat within {margin:g} points of chance, or of which "
+    "none fit its training set where others did, is marked in the per-sigma table (did not train), and a spread "
+    "that rests on one says so."
 )
 
 

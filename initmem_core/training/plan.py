@@ -22,6 +22,7 @@ from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.training import horizons
 from initmem_core.training.checkpoint_store import default_root
 from initmem_core.training.clocks import CONVENTIONS, DEFAULT_CONVENTION, UNDECLARED, StepRule, check_convention
+from initmem_core.training.data_files import check_data_dir
 from initmem_core.vocabulary import CONFIG_HASH_TAG
 
 
@@ -122,6 +123,8 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
                 named[name] = found
             else:
                 components[kind.name] = found
+    if config.data_dir:  # another dataset's files, refused before anything is built or tracked
+        check_data_dir(config.data, config.data_dir, registry.components.get("dataset", {}))
     metrics = {
         name: named[name] if name in named else Component(*registry.lookup("metric", name))
         for name in dict.fromkeys([*registry.defaults("metric"), *config.metrics])

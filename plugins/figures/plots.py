@@ -110,6 +110,9 @@ def _spread_label(group, name: str) -> str:
     report compares groups by), not the paper's max − min, which noise biases upward."""
     if group.did_not_train:
         return f"{name} (did not train)"
+    carried = [s for s in (group.best_sigma, group.worst_sigma) if s in group.untrained_sigmas]
+    if carried:  # the spread measures a sigma that did not train, not memory
+        return f"{name} (spread rests on σ {', '.join(f'{s:g}' for s in carried)}, which did not train)"
     if math.isnan(group.debiased_spread):
         return f"{name} (debiased spread: –)"
     if math.isnan(group.debiased_spread_lo):
@@ -127,14 +130,18 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     ax = figure.add_subplot()
     names, shared = legend_names([g.group for g in report.groups])
     colours = group_colours(report)
-    for group in report.groups:
+    sigmas = [r.sigma for r in report.rows] or [0.0]
+    dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # groups' bars side by side, not hiding each other
+    marked = False
+    for index, group in enumerate(report.groups):
         rows = [r for r in report.rows if r.group == group.group and not math.isnan(r.test_acc)]
         values = [r.test_acc for r in rows]
         # A t interval over three seeds can reach past 0 or 100: an accuracy cannot.
         lows = [lo if math.isnan(lo) else max(lo, 0.0) for lo in (r.test_acc_lo for r in rows)]
         highs = [hi if math.isnan(hi) else min(hi, 100.0) for hi in (r.test_acc_hi for r in rows)]
+        offset = (index - (len(report.groups) - 1) / 2) * dodge
         ax.errorbar(
-            [r.sigma for r in rows],
+            [r.sigma + offset for r in rows],
             values,
             yerr=_error_bars(values, lows, highs),
             marker="o",
@@ -143,6 +150,20 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
             label=_spread_label(group, names[group.group]),
             gid=group.group,
         )
+        untrained = [r for r in rows if r.untrained]
+        if untrained:
+            ax.scatter(
+                [r.sigma + offset for r in untrained],
+                [r.test_acc for r in untrained],
+                s=160,
+                facecolors="none",
+                edgecolors="0.2",
+                linewidths=1.2,
+                zorder=3,
+                label=None if marked else "did not train (at chance, or none fit)",
+                gid=f"{group.group}|untrained",
+            )
+            marked = True
     for chance in sorted({g.chance_acc for g in report.groups if not math.isnan(g.chance_acc)}):
         ax.axhline(chance, color="0.4", linestyle="--", linewidth=1.0, label=f"chance ({chance:.3g}%)", gid="chance")
     low, high = ax.get_ylim()
@@ -150,7 +171,8 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     ax.set(
         xlabel="σ_w",
         ylabel="test accuracy at best-val checkpoint (%)",
-        title="Initialization memory: test accuracy vs σ_w (bars: 95% CI over seeds)",
+        title="Initialization memory: test accuracy vs σ_w"
+        + (" (bars: 95% CI over seeds)" if any(not math.isnan(r.test_acc_lo) for r in report.rows) else ""),
     )
     ax.grid(alpha=0.3)
     _legend_below(figure, shared)
@@ -279,6 +301,10 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
                 )
     epochs = [r.tau_interp for r in report.rows if not math.isnan(r.tau_interp)]
     top = max(epochs, default=1.0)
+    if not epochs and report.rows:  # no line sets the x axis (the band's marks do not): the sigmas do
+        pad = 0.08 * ((max(sigmas) - min(sigmas)) or 1.0)
+        ax.set_xlim(min(sigmas) - pad, max(sigmas) + pad)
+        ax.set_xticks(sorted(set(sigmas)), [f"{s:g}" for s in sorted(set(sigmas))])
     # The epochs take the axis below the band; the band holds no epoch.
     ax.set_ylim(0.0, top * 1.08 / (1 - NEVER_BAND) + 1e-9 if top > 0 else 1.0)
     if never_total:

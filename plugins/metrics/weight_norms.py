@@ -40,10 +40,10 @@ class WeightNorms:
                     total_w,
                     total_w / total_w0,
                     d.square().sum().sqrt() / total_w0,
-                    dot.sum() / (total_w * total_w0),
+                    (dot.sum() / (total_w * total_w0)).clamp(-1.0, 1.0),  # float32 rounding may pass 1
                 ]
             )
-            per_layer = torch.stack([w, w / w0, d / w0, dot / (w * w0)], dim=1)
+            per_layer = torch.stack([w, w / w0, d / w0, (dot / (w * w0)).clamp(-1.0, 1.0)], dim=1)
         # One host sync for all the numbers of this evaluation point.
         on_host = torch.cat([totals, per_layer.reshape(-1)]).cpu()
         self.layers = list(names)
