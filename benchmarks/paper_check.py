@@ -2,10 +2,11 @@
 `python -m benchmarks.paper_check [--preset NAME | --sweep NAME | --from FILE] [--workers 2]`.
 
 Without --sweep it runs a preset (`paper-mini` by default, or `--preset paper-fmnist
-[--data-dir DIR]`; relaunching resumes it), then evaluates every claim of ../shared/PAPER.md on the results, prints
+[--data-dir DIR]`; relaunching resumes it), then evaluates every claim of docs/PAPER.md on the results, prints
 each claim as reproduced / contradicted / not resolved at this scale with its numbers and 95%
-intervals, and writes its section of docs/RESULTS.md with the main plots (the other sweeps'
-sections and the part written by hand below the marker stay as they are). A claim is reproduced only when the
+intervals, and writes the sweep's page, docs/results/<sweep>.md, with the main plots, and
+docs/RESULTS.md around the pages (the other sweeps' pages and RESULTS.md's part written by hand
+stay as they are: benchmarks/results_page.py). A claim is reproduced only when the
 interval of its difference excludes zero in the claimed direction (plugins/claims/paper.py).
 
 With `--from docs/results/NAME.json.gz` (repeatable; `initmem export NAME --out FILE` writes one) it
@@ -24,19 +25,13 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.machine_info import describe
+from benchmarks.results_page import PAGES, rewrite_results, shift_headings
 from initmem_plugins.claims import findings_table
-from initmem_plugins.claims.findings_table import (
-    KEPT_BELOW,
-    merge_sections,
-    opening_table,
-    preset_to_run,
-    results_markdown,
-    when_cells_ran,
-)
+from initmem_plugins.claims.findings_table import preset_to_run, when_cells_ran
 from initmem_plugins.figures import FILES
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The report's figures, as RESULTS.md shows them (the claims' forest plot, verdicts.png, last).
+#: The report's figures, as a sweep's page shows them (the claims' forest plot, verdicts.png, last).
 PLOTS = FILES
 
 
@@ -92,7 +87,7 @@ RESULTS_FOLDER = "results"
 CONFIRMATORY_FOLDER = "confirmatory"
 
 
-def sweep_section(
+def sweep_page(
     name: str,
     preset: str,
     findings,
@@ -103,15 +98,14 @@ def sweep_section(
     ran: str = "",
     again: str = "",
 ) -> str:
-    """One sweep's part of RESULTS.md: its claims, caveats, plots (``images/<name>/``) and full report.
-    ``data_dir``: where the sweep read its dataset from, if it was told (the command to rerun it says so).
-    ``ran`` and ``again``, when given, say where and when it ran and how to regenerate the section
-    (default: this machine, today, and the preset or sweep)."""
+    """One sweep's page, docs/results/<name>.md: its claims, caveats, plots (``docs/images/<name>/``)
+    and full report. ``data_dir``: where the sweep read its dataset from, if it was told (the command
+    to rerun it says so). ``ran`` and ``again``, when given, say where and when it ran and how to
+    regenerate the page (default: this machine, today, and the preset or sweep)."""
     rows = "\n".join(f"| {f.claim} | {f.measured.replace('|', '/')} | {f.verdict} |" for f in findings)
     took = f" in {seconds / 60:.1f} minutes" if seconds else ""
-    plots = "\n\n".join(f"![{name}: {p[:-4]}](images/{name}/{p})" for p in PLOTS)
-    report_md = report_md.replace("\n# ", "\n### ").replace("\n## ", "\n#### ")
-    report_md = "### " + report_md[2:] if report_md.startswith("# ") else report_md
+    plots = "\n\n".join(f"![{name}: {p[:-4]}](../images/{name}/{p})" for p in PLOTS)
+    report_md = shift_headings(report_md, 1).rstrip("\n")
     data = " --data-dir DIR" if data_dir else ""
     again = again or (
         f"`python -m benchmarks.paper_check --preset {preset}{data}` (or `--sweep {name}` to re-read the sweep)"
@@ -119,11 +113,12 @@ def sweep_section(
         else f"`python -m benchmarks.paper_check --sweep {name}`"
     )
     ran = ran or f"Run{took} on {machine()}, {date.today()}"
-    return f"""## Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
+    return f"""# Sweep `{name}`{f" (preset `{preset}`)" if preset else ""}
 
-{ran}. Regenerate this section with {again}.
+One sweep's report, listed in [RESULTS.md](../RESULTS.md) (which says what its words mean). {ran}.
+Regenerate this page with {again}.
 
-| claim (../shared/PAPER.md) | measured (95% intervals) | verdict |
+| claim ([PAPER.md](../PAPER.md)) | measured (95% intervals) | verdict |
 |---|---|---|
 {rows}
 
@@ -138,18 +133,19 @@ Reading these numbers:
 
 def evaluate(
     name: str, tracking_uri: str | None, preset: str, docs: Path, seconds: float | None, console: Console
-) -> str:
-    """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its section."""
+) -> tuple[str, str]:
+    """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its name
+    (a parent run id given is read as its sweep's name) and its page."""
     from initmem_core.tracking.records import load_sweep_records
 
     name, records = load_sweep_records(name, tracking_uri=tracking_uri)
     if seconds is None:
         seconds = cells_wall_seconds(name, tracking_uri)
-    return evaluate_records(name, records, preset, docs, seconds, console)[0]
+    return name, evaluate_records(name, records, preset, docs, seconds, console)[0]
 
 
 def evaluate_export(path: Path, export, docs: Path, console: Console) -> tuple[str, list]:
-    """``evaluate_records`` on a sweep's export (``tracking.export.read_export``): its section says
+    """``evaluate_records`` on a sweep's export (``tracking.export.read_export``): its page says
     when the cells ran (``when_cells_ran``) and how to regenerate it from the file."""
     from initmem_core.sweep.presets import preset_names
 
@@ -179,7 +175,7 @@ def evaluate_records(
     again: str = "",
 ) -> tuple[str, list]:
     """Print one sweep's findings, draw its plots into ``docs/images/<name>/``; returns its
-    section and its findings."""
+    page and its findings."""
     from initmem_core.report.assessment import build_assessed_report
     from initmem_core.report.figures import draw_figures
     from initmem_core.report.render import to_markdown
@@ -197,7 +193,7 @@ def evaluate_records(
     written = {path.name for path in draw_figures(report, docs / "images" / name, records=records)}
     assert set(PLOTS) <= written, f"plots missing: {set(PLOTS) - written}"
     told_data_dir = next((r.config.data_dir for r in records if r.config.data_dir), "")
-    section = sweep_section(
+    page = sweep_page(
         name,
         preset,
         findings,
@@ -208,7 +204,7 @@ def evaluate_records(
         ran,
         again,
     )
-    return section, findings
+    return page, findings
 
 
 def read_exports(paths: list[Path]) -> list[tuple[Path, object]]:
@@ -257,8 +253,7 @@ def main() -> None:
         "--sweep",
         action="append",
         default=[],
-        help="evaluate an existing sweep (name or parent run id) instead of running a preset; "
-        "repeat for one section each",
+        help="evaluate an existing sweep (name or parent run id) instead of running a preset; repeat for one page each",
     )
     parser.add_argument(
         "--from",
@@ -267,7 +262,7 @@ def main() -> None:
         type=Path,
         default=[],
         help="evaluate a sweep's export (`initmem export NAME --out FILE`, e.g. docs/results/NAME.json.gz) "
-        "instead of a store; repeat for one section each",
+        "instead of a store; repeat for one page each",
     )
     parser.add_argument("--preset", default="paper-mini", help="the preset to run (paper-mini, paper-fmnist, ...)")
     parser.add_argument(
@@ -283,7 +278,7 @@ def main() -> None:
         default=[],
         help="the store of each --sweep, in the same order (one: for all of them)",
     )
-    parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where RESULTS.md and images/ go")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where RESULTS.md, results/ and images/ go")
     args = parser.parse_args()
 
     import time
@@ -295,28 +290,24 @@ def main() -> None:
     uris = args.tracking_uri or [None]
     if len(uris) not in (1, max(1, len(args.sweep))):
         parser.error("give one --tracking-uri, or one per --sweep")
-    sections = []
+    pages: dict[str, str] = {}
     given = [(path, export, None) for path, export in read_exports(args.exports)]
     if not args.sweep and not args.exports:
         started = time.perf_counter()
         result = run_sweep(preset_to_run(args.preset, args.data_dir), workers=args.workers, tracking_uri=uris[0])
-        sections.append(evaluate(result.name, uris[0], args.preset, args.docs, time.perf_counter() - started, console))
+        name, text = evaluate(result.name, uris[0], args.preset, args.docs, time.perf_counter() - started, console)
+        pages[name] = text
     for index, name in enumerate(args.sweep):
         uri = uris[index] if len(uris) > 1 else uris[0]
-        sections.append(evaluate(name, uri, name if name in preset_names() else "", args.docs, None, console))
+        found, text = evaluate(name, uri, name if name in preset_names() else "", args.docs, None, console)
+        pages[found] = text
     for index, (path, export, _) in enumerate(given):
-        section, findings = evaluate_export(path, export, args.docs, console)
-        sections.append(section)
+        pages[export.name], findings = evaluate_export(path, export, args.docs, console)
         given[index] = (path, export, findings)
-    page = args.docs / "RESULTS.md"
-    old = page.read_text() if page.exists() else ""
-    generated, _, kept = old.partition(KEPT_BELOW)
-    merged = merge_sections(generated, sections)
-    opening = findings_opening(given, args.docs) or opening_table(generated)
-    page.write_text(results_markdown(merged, kept.lstrip("\n"), opening))
+    results = rewrite_results(args.docs, pages, findings_opening(given, args.docs))
     console.print(
-        f"wrote {page} ({len(sections)} sweep section(s) regenerated, {len(merged) - len(sections)} "
-        "kept from the page, and the part written by hand)"
+        f"wrote {len(pages)} sweep page(s) in {args.docs / PAGES} and {results} around them (the other "
+        "sweeps' pages and the part written by hand kept)"
     )
 
 

@@ -16,7 +16,7 @@ import typer
 from initmem_core.plugin_system.loader import STRICT_ENV, one_line_warnings, set_registry
 
 from .export import export_command
-from .options import ENVIRONMENT_HELP
+from .options import ENVIRONMENT_HELP, summary
 from .output import BROKEN_PIPE_EXIT, UNWRITTEN_EXIT, flush_standard_streams, guard_standard_streams, unwritten_line
 from .plugin_commands import WithPluginCommands
 from .plugins import plugins_command
@@ -60,14 +60,18 @@ def main_options(
         set_registry(None)  # reload under the strict rule
 
 
-app.command("run", no_args_is_help=False, epilog=ENVIRONMENT_HELP)(run_command)
-app.command("plugins", epilog=ENVIRONMENT_HELP)(plugins_command)
-app.command("sweep", no_args_is_help=False, epilog=ENVIRONMENT_HELP)(sweep_command)
-app.command("report", epilog=ENVIRONMENT_HELP)(report_command)
-app.command("export", epilog=ENVIRONMENT_HELP)(export_command)
-app.command("ui", epilog=ENVIRONMENT_HELP)(ui_command)
-app.command("sync", epilog=ENVIRONMENT_HELP)(sync_command)
-app.add_typer(presets_app, name="presets")
+for name, command, options in (
+    ("run", run_command, {"no_args_is_help": False}),
+    ("plugins", plugins_command, {}),
+    ("sweep", sweep_command, {"no_args_is_help": False}),
+    ("report", report_command, {}),
+    ("export", export_command, {}),
+    ("ui", ui_command, {}),
+    ("sync", sync_command, {}),
+):
+    # The summary `initmem --help` lists: the docstring's first paragraph as one sentence.
+    app.command(name, short_help=summary(command.__doc__), epilog=ENVIRONMENT_HELP, **options)(command)
+app.add_typer(presets_app, name="presets", short_help=summary(presets_app.info.help))
 
 
 def main() -> None:

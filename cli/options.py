@@ -26,8 +26,16 @@ from initmem_core.tracking.uris import (
 
 TRACKING = "Tracking"
 
+
 #: The environment variables initmem reads, for the epilog of ``--help`` (``grep os.environ``
 #: finds each reader). Rich folds the lines; a blank line between two keeps them apart.
+def summary(text: str | None) -> str:
+    """A command's one-line summary in ``initmem --help``: the first paragraph of its help as one
+    sentence (its line breaks joined, a full stop at its end), never broken mid-sentence."""
+    first = " ".join((text or "").strip().split("\n\n")[0].split())
+    return first if not first or first.endswith((".", "!", "?")) else first + "."
+
+
 ENVIRONMENT_HELP = "\n\n".join(
     [
         "[bold]Environment[/bold]",

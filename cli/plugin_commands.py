@@ -14,7 +14,7 @@ from initmem_core.plugin_system.loader import PluginLoadWarning, get_registry, o
 from initmem_core.plugin_system.registry import ComponentSpec
 
 from .errors import OneLineUsageErrors, fail, user_errors
-from .options import ENVIRONMENT_HELP
+from .options import ENVIRONMENT_HELP, summary
 
 KIND = "command"  # ``kinds.REPORT_KINDS``
 
@@ -62,5 +62,7 @@ def plugin_command(spec: ComponentSpec) -> Any:
         )
         return None
     app = typer.Typer()
-    app.command(spec.name, short_help=spec.description or None, epilog=ENVIRONMENT_HELP)(user_errors(function))
+    app.command(spec.name, short_help=summary(spec.description or function.__doc__) or None, epilog=ENVIRONMENT_HELP)(
+        user_errors(function)
+    )
     return typer.main.get_command(app)

@@ -19,7 +19,7 @@ from initmem_core.plugin_system.optimizer_options import FALLBACK_LR, describe
 from initmem_core.training.clocks import CONVENTION_FAMILIES, UNDECLARED
 
 from .errors import user_errors
-from .tables import output_console
+from .tables import prose_console
 
 
 def optimizer_declarations(spec) -> dict:
@@ -104,7 +104,7 @@ def plugins_command(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    console = output_console()
+    console = prose_console()  # descriptions: wrapped at a readable width in a file or a pipe
     table = Table(title="initmem components")
     # fold, never an ellipsis: a name or version cut short on a narrow terminal is a wrong name
     table.add_column("kind", overflow="fold")

@@ -11,6 +11,7 @@ from initmem_core.groups import group_keys
 
 from .errors import user_errors
 from .script_output import JSON_HELP, ScriptOutput
+from .tables import prose_console
 
 presets_app = typer.Typer(
     help="List the paper's sweep presets, or print one as an editable sweep file.",
@@ -57,11 +58,10 @@ def list_presets(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--js
             }
         )
         table.add_row(name, str(len(cells)), str(len(groups)), ", ".join(spec.varying), preset_description(name))
-    output = ScriptOutput(as_json)
     if as_json:
-        output.emit(presets)
+        ScriptOutput(as_json).emit(presets)
     else:
-        output.console.print(table)
+        prose_console().print(table)  # in a file or a pipe: wrapped at a readable width, not padded
 
 
 @presets_app.command("show")

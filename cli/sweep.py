@@ -15,7 +15,7 @@ from initmem_core.sweep.executor import make_executor
 from initmem_core.tracking.uris import resolve_tracking_uri
 from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, CONFIG_HASH_TAG, FINISHED
 
-from .entry import handled_from_here
+from .early_signals import handled_from_here
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
 from .script_output import JSON_HELP, ScriptOutput, finite

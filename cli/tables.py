@@ -6,7 +6,10 @@ terminal. Here every cell folds instead of being cut, and a table too wide for t
 split into several, each repeating the key columns, so numbers stay whole on one line. Written to
 a log (``initmem sweep ... > log``), where no one resizes a window, the console is as wide as
 the widest table needs (``output_console``): rich's default of 80 columns would fold a group's
-label mid-word ("opt=adam,l" / "r=0.001"). ``COLUMNS`` set by hand still wins.
+label mid-word ("opt=adam,l" / "r=0.001"). ``COLUMNS`` set by hand still wins. A table of prose
+(the presets' and plugins' descriptions), whose columns stretch to the console's width, is printed
+to a file or a pipe at ``READABLE_WIDTH`` instead (``prose_console``): its sentences wrap where a
+reader reads them, rather than every row padded to a thousand characters.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ HEADER_WORD = 6
 FOLDED = 10
 #: The width of a console that is not a terminal: wide enough that no table of ours wraps
 LOG_WIDTH = 1000
+#: The width of a table of prose that is not on a terminal: its descriptions wrap at a readable width
+READABLE_WIDTH = 120
 
 
 def output_console(stderr: bool = False, **options) -> Console:
@@ -32,6 +37,17 @@ def output_console(stderr: bool = False, **options) -> Console:
     console = Console(stderr=stderr, **options)
     if not console.is_terminal and "width" not in options and not os.environ.get("COLUMNS"):
         console.width = LOG_WIDTH
+    return console
+
+
+def prose_console(stderr: bool = False, **options) -> Console:
+    """A rich console for tables whose cells are prose and whose columns stretch (``ratio``,
+    ``expand``): the terminal's width on a terminal, else ``READABLE_WIDTH`` (unless ``COLUMNS``
+    says otherwise), so that a description piped to a file wraps between words at a width a person
+    reads instead of padding each row to ``LOG_WIDTH``."""
+    console = Console(stderr=stderr, **options)
+    if not console.is_terminal and "width" not in options and not os.environ.get("COLUMNS"):
+        console.width = READABLE_WIDTH
     return console
 
 

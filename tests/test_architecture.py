@@ -239,3 +239,46 @@ def test_the_sweep_package_reaches_mlflow_only_through_the_tracking_layer():
             found += [f"{where}:{node.lineno} imports {name}" for name in names if name.split(".")[0] == "mlflow"]
         found += [f"{where} names {word}" for word in ("MlflowClient", "open_client") if word in source]
     assert not found, found
+
+
+#: The folders outside the core, by the name each is imported as: the CLI, each plugin kind, the
+#: fault-injection harness and the benchmarks (templates/ are rendered files, not modules).
+FOLDERS = {"cli": "initmem_cli", "plugins": "initmem_plugins", "faults": "faults", "benchmarks": "benchmarks"}
+
+
+def _folder_modules() -> dict[str, Path]:
+    """Every module of ``FOLDERS`` by its import name."""
+    modules = {}
+    for folder, package in FOLDERS.items():
+        root = SOURCES / folder
+        for path in root.rglob("*.py"):
+            if "templates" in path.relative_to(root).parts:
+                continue
+            parts = [package, *path.relative_to(root).with_suffix("").parts]
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _folder_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Who imports whom among ``modules``, counting the imports inside functions; a package's
+    ``__init__`` is not counted as importing the modules below it (importing them loads it first)."""
+    graph = {}
+    for name, path in modules.items():
+        tree = _tree(path)
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found |= _imported_modules(node, name, path.name == "__init__.py", set(modules))
+        graph[name] = {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def test_no_import_cycle_in_the_cli_the_plugins_the_harness_or_the_benchmarks():
+    modules = _folder_modules()
+    assert {"initmem_cli.app", "initmem_cli.sweep", "initmem_cli.entry", "initmem_plugins.claims.paper"} <= set(modules)
+    graph = _folder_graph(modules)
+    assert "initmem_cli.early_signals" in graph["initmem_cli.sweep"]  # lazy and top-level imports both counted
+    cycle = _cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+    # The check finds a circle when there is one.
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) is not None

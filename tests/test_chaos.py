@@ -1,5 +1,6 @@
-"""benchmarks/chaos.py (issue 30): its schedule is the seed's, its checks catch what they claim, and
-a short seeded run around a real sweep and server ends matching its twin (slow)."""
+"""The fault-injection harness (faults/chaos.py, faults/harness.py, faults/cluster.py): its schedule
+is the seed's, its checks catch what they claim, its Ray cluster brings a token of its own, and a
+short seeded run around a real sweep and server ends matching its twin (slow)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.long_commands import benchmark, run_command
+from tests.long_commands import run_command
 
 
 def load_chaos():
-    from benchmarks import chaos
+    """The harness's pieces (``faults.harness``) and its command's (``faults.chaos``), as one namespace."""
+    from types import SimpleNamespace
 
-    return chaos
+    from faults import chaos, harness
+
+    return SimpleNamespace(**vars(harness), parse=chaos.parse)
 
 
 def test_the_fault_schedule_is_the_seeds_and_brings_every_kind_as_often():
@@ -144,7 +148,7 @@ def short_chaos_run(folder: Path) -> list[str]:
     """Seven faults (one of each kind, in the seed's order) around a two-cell sweep."""
     faults = ["--seed", "3", "--faults", "7", "--gap", "3", "--minutes", "3"]
     grid = ["--sigma", "0.5,2", "--seeds", "0", "--epochs", "2"]
-    return benchmark("chaos", *faults, *grid, "--json", str(folder / "chaos.json"))
+    return [sys.executable, "-m", "faults.chaos", *faults, *grid, "--json", str(folder / "chaos.json")]
 
 
 @pytest.mark.slow(seconds=120)
@@ -162,21 +166,21 @@ def test_a_short_seeded_chaos_run_matches_its_twin(short_tmp):
     assert "every round matched its twin" in done.stdout
 
 
-# -- the cluster mode (benchmarks/chaos_cluster.py, issue 48) ---------------------------------------
+# -- the cluster mode (faults/cluster.py) -----------------------------------------------------------
 
 
 def test_the_cluster_schedule_brings_each_of_its_kinds_as_often():
     chaos = load_chaos()
-    from benchmarks import chaos_cluster
+    from faults import cluster
 
-    faults = chaos.schedule(5, 10.0, chaos_cluster.KINDS)
+    faults = chaos.schedule(5, 10.0, cluster.KINDS)
     drawn = [next(faults) for _ in range(24)]
     for start in range(0, 24, 8):
-        assert sorted(f.kind for f in drawn[start : start + 8]) == sorted(chaos_cluster.KINDS)
+        assert sorted(f.kind for f in drawn[start : start + 8]) == sorted(cluster.KINDS)
 
 
 def test_the_writers_figures_count_between_the_first_and_last_value_stored():
-    from benchmarks.chaos_cluster import writer_figures
+    from faults.cluster import writer_figures
 
     # Nothing stored while the cells start (0-4 s), then 10 values a second, a restart (12-20 s:
     # the database unreachable, then answering with nothing new), and the sweep's end (no growth).
@@ -192,7 +196,7 @@ def test_the_writers_figures_count_between_the_first_and_last_value_stored():
 def test_the_writers_check_names_a_lost_value_a_step_twice_and_a_second_finished_run():
     import copy
 
-    from benchmarks.chaos_cluster import lost
+    from faults.cluster import lost
 
     cell = {"statuses": ["FINISHED"], "histories": {"loss": [(1, "a"), (2, "b")], "acc": [(2, "c")]}}
     state = {"parents": ["FINISHED"], "cells": {f"h{i}": copy.deepcopy(cell) for i in range(3)}}
@@ -214,3 +218,19 @@ def test_the_cluster_mode_refuses_a_sqlite_server_in_one_line(capsys):
     assert capsys.readouterr().err.strip() == (
         "error: --executor ray goes with --server postgresql (and --writers), local with sqlite"
     )
+
+
+def test_the_cluster_brings_its_own_ray_token_whatever_the_home_folder_holds(tmp_path, monkeypatch):
+    from faults import cluster
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "someone-elses-token"))
+    ray = cluster.RayCluster(tmp_path / "ray", 1, 1, 1)
+    assert ray.env["RAY_AUTH_MODE"] == "token" and len(ray.env["RAY_AUTH_TOKEN"]) == 64
+    assert "RAY_AUTH_TOKEN_PATH" not in ray.env  # nor a path given, nor ~/.ray/auth_token: the token set here
+    assert cluster.RayCluster(tmp_path / "other", 1, 1, 1).env["RAY_AUTH_TOKEN"] != ray.env["RAY_AUTH_TOKEN"]
+    # The sweep, Ray's driver, presents the same token.
+    harness = object.__new__(cluster.ClusterChaos)
+    harness.tmp, harness.cluster = tmp_path, ray
+    driver = harness.env()
+    assert driver["RAY_AUTH_TOKEN"] == ray.env["RAY_AUTH_TOKEN"] and driver["RAY_AUTH_MODE"] == "token"
+    assert "RAY_AUTH_TOKEN_PATH" not in driver and driver["TMPDIR"] == str(tmp_path)

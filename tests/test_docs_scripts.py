@@ -36,3 +36,17 @@ def test_every_benchmark_a_page_names_exists_or_is_named_with_the_commit_that_ho
                 retired |= {name for name in here if any(held_at(c, name) for c in commits)}
         missing += [f"{page.name}: benchmarks/{name}" for name in sorted(named - retired) if not exists(name)]
     assert not missing, missing
+
+
+def test_every_benchmark_script_is_named_by_a_page():
+    """benchmarks/ holds the scripts behind the docs' figures (and the helpers they share): each one
+    that runs as a command is named by a page that shows what it measured."""
+    pages = "\n".join(page.read_text() for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    named = {m.group(1) for m in NAMED.finditer(pages)}
+    scripts = [
+        path.stem
+        for path in sorted((ROOT / "benchmarks").glob("*.py"))
+        if 'if __name__ == "__main__"' in path.read_text()
+    ]
+    assert "paper_check" in scripts and not (ROOT / "benchmarks" / "chaos.py").exists()
+    assert [name for name in scripts if name not in named] == []

@@ -1,5 +1,6 @@
-"""RESULTS.md's opening table is rebuilt from the sweeps' exports (plugins/claims/findings_table.py):
-every number in it is what the exports give, so a number edited by hand is found."""
+"""RESULTS.md's opening table and each sweep's page (docs/results/<sweep>.md) are rebuilt from the
+sweeps' exports (plugins/claims/findings_table.py, benchmarks/paper_check.py): every number in the
+table is what the exports give, so a number edited by hand is found."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.results_page import OLD_HAND_BELOW
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
 from initmem_plugins.claims import findings_table
-from initmem_plugins.claims.findings_table import KEPT_BELOW
 from initmem_plugins.claims.paper import CLAIMS, evaluate_findings
 from tests.builders import REMEMBERING_WORLD, records
 from tests.long_commands import benchmark, run_command
@@ -28,7 +29,7 @@ OLD_PAGE = f"""# Results
 
 One section per sweep.
 
-{KEPT_BELOW}
+{OLD_HAND_BELOW}
 ## Notes
 
 by hand, 1.23 stays
@@ -106,13 +107,14 @@ def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     page = (docs / "RESULTS.md").read_text()
     assert "+9.99" not in page and "written by hand; paper_check.py keeps it" not in page
-    assert page.endswith("## Notes\n\nby hand, 1.23 stays\n")
-    assert (
-        "## Sweep `world-digits`" in page
-        and "## Sweep `world-fmnist`" in page
-        and "## Sweep `batch-digits`" not in page
-    )
-    assert f"Regenerate this section with `python -m benchmarks.paper_check --from {paths[0]}`" in page
+    assert "## Notes\n\nby hand, 1.23 stays\n" in page and page.index("by hand, 1.23") > page.index(findings_table.END)
+    pages = {path.stem: path.read_text() for path in (docs / "results").glob("*.md")}
+    assert sorted(pages) == ["world-digits", "world-fmnist"]
+    assert all(f"(results/{name}.md)" in page for name in pages) and "## Sweep" not in page
+    digits = pages["world-digits"]
+    assert digits.startswith("# Sweep `world-digits`\n") and "](../images/world-digits/verdicts.png)" in digits
+    assert f"Regenerate this page with `python -m benchmarks.paper_check --from {paths[0]}`" in digits
+    assert (docs / "images" / "world-digits" / "verdicts.png").exists()
     assert number_problems(page, paths) == []
     rows = table_cells(page)
     batch = rows["larger_batch_increases_spread"][0]
@@ -135,7 +137,8 @@ def test_paper_check_rebuilds_the_page_from_exports_alone(tmp_path):
     # Regenerating again from the same exports gives the same page.
     assert paper_check(tmp_path, "--docs", str(docs), "--from", str(paths[1])).returncode == 0
     again = (docs / "RESULTS.md").read_text()
-    assert findings_table.page_table(again) == findings_table.page_table(page) and "## Sweep `batch-digits`" in again
+    assert findings_table.page_table(again) == findings_table.page_table(page) and "(results/batch-digits.md)" in again
+    assert (docs / "results" / "world-digits.md").read_text() == digits
 
 
 @pytest.mark.slow(seconds=20)  # two processes importing the report

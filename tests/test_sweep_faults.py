@@ -1,4 +1,4 @@
-"""What benchmarks/chaos.py found in a local sweep with workers (issue 30), each fixed and pinned here:
+"""What faults/chaos.py found in a local sweep with workers (issue 30), each fixed and pinned here:
 a Ctrl-C while the workers import torch, the queue's process killed, and a SIGKILLed sweep's
 scratch folders in TMPDIR; (issue 48) a Ctrl-C in a spawned process's own start or while the sweep
 imports MLflow, a relaunch's memory curves charted beside an earlier launch's; and (issue 15) a

@@ -1,5 +1,5 @@
-"""RESULTS.md's opening table, rebuilt from the sweeps' exports (docs/results/<sweep>.json.gz), and the
-page around it: one section per sweep, the part written by hand kept (``benchmarks/paper_check.py``).
+"""RESULTS.md's opening table, rebuilt from the sweeps' exports (docs/results/<sweep>.json.gz), and what
+``benchmarks/paper_check.py`` says of each sweep beside it (when its cells ran, the preset it runs).
 
 One row per claim of ``initmem_plugins.claims.paper.CLAIMS``, one column per dataset the exports trained on (digits and
 Fashion-MNIST always, others as they appear): in each cell, every export that evaluates the claim
@@ -204,35 +204,7 @@ def familywise_line(table: dict[str, dict[str, list[Decided]]], decides: dict[st
     )
 
 
-# -- The whole page (RESULTS.md), as benchmarks/paper_check.py writes it
-
-#: Everything below this line in RESULTS.md is written by hand and kept when the page is regenerated.
-KEPT_BELOW = "<!-- written by hand below: paper_check.py keeps it -->"
-
-
-def opening_table(page: str) -> str:
-    """The page's opening table with its two marker lines, or "" when it has none."""
-    return page_table(page)
-
-
-def results_markdown(sections: list[str], kept: str, opening: str = "") -> str:
-    """The page: its title, ``opening`` (the findings table, kept as it was), the sweeps' sections
-    and the part written by hand."""
-    return f"""# Results: the paper's findings at small scale
-
-{opening + chr(10) + chr(10) if opening else ""}One section per sweep, each written by `benchmarks/paper_check.py` from the sweep's runs in the
-tracking store or from its export in docs/results/. Accuracies are test accuracy at each run's best-validation-loss epoch. *Spread* is
-the paper's figure, max - min over sigma of the mean over seeds, in percentage points (biased upward
-by noise); *debiased* is the cross-fitted spread with its 95% t interval, near zero for a group that
-does not remember, and what groups are compared by (docs/STATISTICS.md). A claim is *reproduced*
-only when the 95% interval of every difference it makes excludes zero in the claimed direction,
-*contradicted* when any one excludes zero the other way at the Bonferroni level, *not resolved at
-this scale* otherwise, and *cannot be decided* with fewer than three seeds
-(`initmem_core/report/findings.py`; its error rates were measured by simulation in
-docs/STATISTICS.md); nothing here was tuned toward the paper's answer.
-
-{"".join(sections)}{KEPT_BELOW}
-{kept}"""
+# -- What benchmarks/paper_check.py writes beside the table (the page's layout: benchmarks/results_page.py)
 
 
 def when_cells_ran(export) -> str:
@@ -265,16 +237,3 @@ def preset_to_run(preset: str, data_dir: str = ""):
 
     spec = preset_spec(preset)
     return spec.override(SweepSpec({"data_dir": (data_dir,)})) if data_dir else spec
-
-
-def merge_sections(page: str, fresh: list[str]) -> list[str]:
-    """The page's sweep sections, in their order, with those of the sweeps just evaluated replaced
-    (new sweeps go last): regenerating one sweep never drops another's section."""
-
-    def sweep_of(section: str) -> str:
-        return section.split("`", 2)[1]
-
-    old = re.split(r"(?m)^(?=## Sweep `)", page)[1:]
-    new = {sweep_of(section): section for section in fresh}
-    merged = [new.pop(sweep_of(section), section) for section in old]
-    return [section.rstrip("\n") + "\n\n" for section in merged + list(new.values())]

@@ -1,8 +1,9 @@
-"""chaos.py's cluster mode (issue 48): the sweep on a local Ray cluster, tracked in an MLflow server
-on PostgreSQL, hit by what a cluster does. Docs: docs/RELIABILITY.md, docs/distributed.md.
+"""The fault-injection harness's cluster mode (``faults/chaos.py --executor ray``): the sweep on a
+local Ray cluster, tracked in an MLflow server on PostgreSQL, hit by what a cluster does. Docs:
+docs/RELIABILITY.md, docs/distributed.md.
 
-    python -m benchmarks.chaos --executor ray --server postgresql --seed 1 --minutes 3
-    python -m benchmarks.chaos --executor ray --writers 128 --json writers.json
+    python -m faults.chaos --executor ray --server postgresql --seed 1 --minutes 3
+    python -m faults.chaos --executor ray --writers 128 --json writers.json
 
 All of it runs in a network namespace whose only interface is loopback (``unshare --net``: Ray's
 servers listen on every interface, and Ray trades 127.0.0.1 for the machine's address): PostgreSQL
@@ -30,6 +31,7 @@ import glob
 import importlib.util
 import os
 import pwd
+import secrets
 import signal
 import subprocess
 import sys
@@ -38,7 +40,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.chaos import (
+from faults.harness import (
     Chaos,
     Fault,
     Round,
@@ -69,12 +71,12 @@ START_S = 300  # a loaded 2-core machine starts a Ray node in 20-60 s
 
 
 def in_own_network(argv: list[str]) -> int:
-    """Run this benchmark again in a network namespace whose only interface is loopback; its exit code."""
+    """Run the harness again in a network namespace whose only interface is loopback; its exit code."""
     if os.geteuid() != 0 or not Path("/usr/bin/unshare").exists():
         print("error: the cluster mode runs in a network namespace of its own: needs root and unshare", file=sys.stderr)
         return 2
     command = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
-    command += [sys.executable, "-m", "benchmarks.chaos", *argv]
+    command += [sys.executable, "-m", "faults.chaos", *argv]
     child = subprocess.Popen(command, env={**os.environ, NETNS: "1"})
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the child too; it cleans up
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
@@ -129,6 +131,16 @@ class Postgres:
             kill_tree(pid)
 
 
+def ray_environment() -> dict[str, str]:
+    """The environment of the harness's Ray head, its nodes and the sweep that drives them: token
+    authentication with a token of the cluster's own, given to every one of them. Ray 2.60 turns
+    token authentication on for a head that finds ``~/.ray/auth_token`` (left by an earlier
+    ``ray get-auth-token --generate`` or cluster) and a node that joins without that token is
+    refused; with the mode and the token set here, nothing in the home folder decides either."""
+    env = {name: value for name, value in os.environ.items() if name != "RAY_AUTH_TOKEN_PATH"}
+    return env | {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
 class RayCluster:
     """A head and ``nodes`` more node processes on 127.0.0.1, each ``ray start --block`` in a session of its own."""
 
@@ -139,6 +151,7 @@ class RayCluster:
         self.processes: list[subprocess.Popen | None] = [None] * (nodes + 1)  # [0]: the head
         self.logs: list[Path] = [folder] * (nodes + 1)
         self.starts = 0
+        self.env = ray_environment()
         folder.mkdir()
 
     def start(self, index: int) -> None:
@@ -154,7 +167,7 @@ class RayCluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=self.folder,
-                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+                env=self.env,
             )
         self.logs[index] = log
 
@@ -213,6 +226,11 @@ class ClusterChaos(Chaos):
         self.back_at: dict[int, float] = {}  # Ray node (0: the head) -> when it is restarted
         for index in range(len(self.cluster.processes)):
             self.cluster.start(index)
+
+    def env(self) -> dict[str, str]:
+        """The sweep's environment: the cluster's token, as the Ray driver must present it."""
+        ray = {name: self.cluster.env[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+        return {name: value for name, value in super().env().items() if name != "RAY_AUTH_TOKEN_PATH"} | ray
 
     def sweep_args(self, round_: Round) -> list[str]:
         return [
