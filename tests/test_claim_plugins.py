@@ -5,6 +5,8 @@ claims and presets are the plugin `claims`, which INITMEM_LOAD_PLUGINS can leave
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -122,6 +124,10 @@ def test_the_paper_is_the_plugin_claims_listed_under_its_kind():
     assert by_name["adaptive_optimizers_forget"]["plugin"] == "claims"
     declared = by_name["adaptive_optimizers_forget"]["declared"]
     assert declared["clock"] == CLOCK_ADAPT and "opt" in declared["axis"] and "25%" in declared["margin"]
+    # the source names the paper by the title docs/PAPER.md gives it, and the page
+    paper = (Path(__file__).resolve().parents[1] / "docs" / "PAPER.md").read_text()
+    title = re.search(r'^"([^"]+)"', paper, re.MULTILINE).group(1)
+    assert title in declared["source"] and declared["source"].endswith("(docs/PAPER.md)")
     presets = [r["name"] for r in json.loads(result.stdout)["components"] if r["kind"] == "preset"]
     assert "paper-mini" in presets
 

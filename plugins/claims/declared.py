@@ -15,7 +15,10 @@ from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
 FAMILY_FREE = ("lr", "batch_size", "momentum", "l2", "weight_decay", "epochs", "until")
 
 #: The paper these claims test.
-SOURCE = "Sharp and flat minima remember their initialization scale (docs/PAPER.md)"
+SOURCE = (
+    "Das, Beneventano, Dey, McKinley, Poggio (2026), Do Deep Networks Forget Initialization? "
+    "A Forgetting-Time View of Practical Inductive Bias (docs/PAPER.md)"
+)
 
 #: The margins (``paper.py``'s docstring): fixed before any run.
 FORGOTTEN_SHARE = 0.25
