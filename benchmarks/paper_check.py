@@ -11,8 +11,13 @@ interval of its difference excludes zero in the claimed direction (plugins/claim
 
 With `--from docs/results/NAME.json.gz` (repeatable; `initmem export NAME --out FILE` writes one) it
 reads a sweep's export instead of a tracking store, and needs no store. The page's opening table of
-every claim is rebuilt from every export given and every one in docs/results/ (plugins/claims/findings_table.py);
-a page with no exports to read keeps the table it has.
+every claim is rebuilt from every export given and every one in docs/results/ and in its folders of
+confirmatory exports, docs/results/confirmatory/ and docs/results/confirmatory-2/, one per registration of
+docs/PREREGISTRATION.md (plugins/claims/findings_table.py), with the first registration's reading under
+its own rule read from docs/results/confirmatory/registered-reading.json; a page with no exports to
+read keeps the table it has. Every page and the table, from the committed exports:
+`python -m benchmarks.paper_check --from docs/results/*.json.gz --from docs/results/confirmatory/*.json.gz`
+(one --from per file, as the shell expands the globs).
 """
 
 from __future__ import annotations
@@ -81,10 +86,10 @@ def cells_wall_seconds(name: str, tracking_uri: str | None) -> float | None:
     return (max(r.info.end_time for r in runs) - min(r.info.start_time for r in runs)) / 1000
 
 
-#: Where a sweep's export is kept, under --docs: results/<sweep>.json.gz.
+#: Where a sweep's export is kept, under --docs: results/<sweep>.json.gz; under it, each registration's
+#: pre-registered sweeps' exports (docs/PREREGISTRATION.md), their own columns
+#: (``findings_table.CONFIRMATORY_FOLDERS``), the first one's frozen reading beside them.
 RESULTS_FOLDER = "results"
-#: Under RESULTS_FOLDER: the pre-registered sweeps' exports (docs/PREREGISTRATION.md), their own columns.
-CONFIRMATORY_FOLDER = "confirmatory"
 
 
 def sweep_page(
@@ -227,7 +232,8 @@ def findings_opening(given: list[tuple[Path, object, list]], docs: Path) -> str:
     from initmem_core.tracking.export import SUFFIX
 
     seen = {path.resolve() for path, _, _ in given}
-    folders = (docs / RESULTS_FOLDER, docs / RESULTS_FOLDER / CONFIRMATORY_FOLDER)
+    results = docs / RESULTS_FOLDER
+    folders = (results, *(results / folder for folder in findings_table.CONFIRMATORY_FOLDERS))
     others = [p for folder in folders for p in sorted(folder.glob(f"*{SUFFIX}")) if p.resolve() not in seen]
     everything = [*given, *((path, export, None) for path, export in read_exports(others))]
     evaluated, files = {}, {}
@@ -237,14 +243,19 @@ def findings_opening(given: list[tuple[Path, object, list]], docs: Path) -> str:
                 f"paper_check.py: two exports of sweep {export.name}: {files[export.name]} and {display_path(path)}"
             )
         files[export.name] = display_path(path)
-        confirmatory = path.resolve().parent.name == CONFIRMATORY_FOLDER
-        evaluated[export.name] = findings_table.findings_by_dataset(export, findings, confirmatory)
+        folder = path.resolve().parent.name
+        registration = folder if folder in findings_table.CONFIRMATORY_FOLDERS else ""
+        evaluated[export.name] = findings_table.findings_by_dataset(export, findings, registration)
     if not evaluated:
         return ""
     table = findings_table.decided_by(evaluated)
-    prereg = docs / "PREREGISTRATION.md"
-    familywise = findings_table.familywise_line(table, findings_table.preregistered(prereg)) if prereg.exists() else ""
-    return findings_table.table_markdown(table, files, familywise)
+    frozen = results / findings_table.CONFIRMATORY_FOLDERS[0] / findings_table.REGISTERED_FILE
+    try:
+        registered = findings_table.read_registered(frozen)
+        familywise = findings_table.familywise_lines(table, docs / "PREREGISTRATION.md", registered)
+    except ValueError as error:
+        raise SystemExit(f"paper_check.py: {error}") from None
+    return findings_table.table_markdown(table, files, familywise, registered)
 
 
 def main() -> None:

@@ -6,11 +6,19 @@ Fashion-MNIST always, others as they appear): in each cell, every export that ev
 on that dataset, with its verdict and the claim's key interval (``Finding.key``: the quantity least
 clear of zero), or "not run" where none does. ``table_problems`` compares a page's table with what
 the exports give, so a number edited by hand is found (tests/test_results_table.py).
+
+Each registration of docs/PREREGISTRATION.md has a folder of exports under docs/results/
+(``CONFIRMATORY_FOLDERS``) and columns of its own, read by today's rule, with a family-wise line
+under the table. The first registration's reading under the rule it registered is frozen in a file
+beside its exports (``REGISTERED_FILE``, read by ``read_registered``) and shown as a column of its
+own beside what today's rule reads from the same exports, its family-wise line word for word.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +27,18 @@ from initmem_plugins.claims.paper import CLAIMS, evaluate_findings, quantity_tex
 
 #: Datasets by their ``config.data`` name, as the table's columns title them (these first, in this order).
 DATASET_TITLES = {"digits": "digits", "fashion-mnist": "Fashion-MNIST"}
-#: A column of confirmatory exports (docs/results/confirmatory/) is its dataset's name with this suffix;
-#: the pre-registration decides on digits, so that column is always shown, beside the exploratory ones.
-CONFIRMATORY = "/confirmatory"
-ALWAYS = [*DATASET_TITLES, f"digits{CONFIRMATORY}"]
+#: The folders of confirmatory exports under docs/results/, one per registration of
+#: docs/PREREGISTRATION.md, in its order: a column of one is its dataset's name, "/" and the folder.
+CONFIRMATORY_FOLDERS = ("confirmatory", "confirmatory-2")
+CONFIRMATORY, CONFIRMATORY_2 = (f"/{folder}" for folder in CONFIRMATORY_FOLDERS)
+#: The datasets each registration decides on: their columns are always shown, beside the exploratory ones.
+ALWAYS = [*DATASET_TITLES, f"digits{CONFIRMATORY}", f"digits{CONFIRMATORY_2}", f"fashion-mnist{CONFIRMATORY_2}"]
+#: The first registration's reading under its own rule, frozen beside its exports (``RegisteredReading``);
+#: its column is the computed column's name with this suffix, shown just before it.
+REGISTERED_FILE = "registered-reading.json"
+REGISTERED = "/registered"
+#: How the columns computed by today's rule are titled beside a frozen reading.
+TODAY = "read by the convergence rule"
 #: The calibrated rule's largest false-verdict rate on identical groups (docs/STATISTICS.md), as
 #: docs/PREREGISTRATION.md bounds the family-wise expectation with it.
 FALSE_VERDICT_RATE = 0.06
@@ -42,12 +58,45 @@ class Decided:
     key: Quantity | None
 
 
-def findings_by_dataset(export, findings=None, confirmatory: bool = False) -> dict[str, list]:
+@dataclass(frozen=True)
+class RegisteredReading:
+    """A registration's confirmatory column as the rule it registered read it, frozen when the rule
+    changed (``REGISTERED_FILE``): ``cells``, claim name -> its cell as the page showed it (Markdown);
+    ``familywise``, the page's family-wise line; ``column``, the computed column it stands beside;
+    ``rule_commit``, the commit that froze the rule; ``page_commit``, the commit whose page showed it."""
+
+    column: str
+    rule_commit: str
+    page_commit: str
+    cells: dict[str, str]
+    familywise: str
+
+    @property
+    def title(self) -> str:
+        data = self.column.partition("/")[0]
+        return f"{DATASET_TITLES.get(data, data)}, confirmatory (registered rule, {self.rule_commit[:7]})"
+
+
+def read_registered(path: Path) -> RegisteredReading | None:
+    """The frozen reading in ``path`` (``REGISTERED_FILE``), or None when there is none; a file that
+    lacks a field raises ValueError, naming it."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    fields = ("column", "rule_commit", "page_commit", "cells", "familywise")
+    missing = [name for name in fields if name not in data]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)} (a frozen reading holds {', '.join(fields)})")
+    return RegisteredReading(**{name: data[name] for name in fields})
+
+
+def findings_by_dataset(export, findings=None, folder: str = "") -> dict[str, list]:
     """Every claim's finding on each dataset of ``export`` (a ``tracking.export.SweepExport``):
     the whole sweep when it trained on one dataset (``findings``, if already evaluated), else its
-    cells on each dataset apart, so a column never mixes datasets; a ``confirmatory`` export's
-    columns are its datasets' confirmatory ones, never mixed with the exploratory."""
-    suffix = CONFIRMATORY if confirmatory else ""
+    cells on each dataset apart, so a column never mixes datasets; the exports of a registration's
+    ``folder`` (one of ``CONFIRMATORY_FOLDERS``) have that registration's columns, never mixed with
+    the exploratory or another registration's."""
+    suffix = f"/{folder}" if folder else ""
     datasets = export.datasets
     if len(datasets) == 1:
         return {datasets[0] + suffix: findings if findings is not None else evaluate_findings(export.records)}
@@ -66,14 +115,24 @@ def decided_by(evaluated: dict[str, dict[str, list]]) -> dict[str, dict[str, lis
     return table
 
 
-def datasets_of(table: dict[str, dict[str, list[Decided]]]) -> list[str]:
+def datasets_of(table: dict[str, dict[str, list[Decided]]], registered: RegisteredReading | None = None) -> list[str]:
+    """The table's columns: ``ALWAYS``, then any other dataset's in name order; a frozen reading's
+    column just before the one it stands beside."""
     found = {data for row in table.values() for data in row}
-    return [*ALWAYS, *sorted(found - set(ALWAYS))]
+    columns = [*ALWAYS, *sorted(found - set(ALWAYS))]
+    if registered is not None:
+        if registered.column not in columns:
+            columns.append(registered.column)
+        columns.insert(columns.index(registered.column), registered.column + REGISTERED)
+    return columns
 
 
-def column_title(column: str) -> str:
-    data, confirmatory, _ = column.partition(CONFIRMATORY)
-    return f"{DATASET_TITLES.get(data, data)}, {'confirmatory' if confirmatory else 'exploratory'}"
+def column_title(column: str, registered: RegisteredReading | None = None) -> str:
+    if registered is not None and column == registered.column + REGISTERED:
+        return registered.title
+    data, _, folder = column.partition("/")
+    title = f"{DATASET_TITLES.get(data, data)}, {folder or 'exploratory'}"
+    return f"{title}, {TODAY}" if registered is not None and column == registered.column else title
 
 
 def _cell(decided: list[Decided]) -> str:
@@ -89,29 +148,56 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def table_rows(table: dict[str, dict[str, list[Decided]]], datasets: list[str]) -> list[str]:
-    """The table's header, rule and one line per claim."""
+def table_rows(
+    table: dict[str, dict[str, list[Decided]]], datasets: list[str], registered: RegisteredReading | None = None
+) -> list[str]:
+    """The table's header, rule and one line per claim (a frozen reading's cells as it holds them)."""
     claims = {f.name: f.claim for f in evaluate_findings([])}  # every claim's wording, evaluated on nothing
     header = [
         "#",
         "claim (its name in `plugins/claims/paper.py`)",
-        *(f"{column_title(d)}: verdict, key interval (export)" for d in datasets),
+        *(f"{column_title(d, registered)}: verdict, key interval (export)" for d in datasets),
     ]
+    frozen = registered.column + REGISTERED if registered is not None else None
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for number, (name, row) in enumerate(table.items(), 1):
         cells = [
             str(number),
             f"{_escape(claims[name])} (`{name}`)",
-            *(_escape(_cell(row.get(d, []))) for d in datasets),
+            *(
+                registered.cells.get(name, NOT_RUN)
+                if registered is not None and d == frozen
+                else _escape(_cell(row.get(d, [])))
+                for d in datasets
+            ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def table_markdown(table: dict[str, dict[str, list[Decided]]], exports: dict[str, str], familywise: str = "") -> str:
+def _registered_words(registered: RegisteredReading | None) -> str:
+    if registered is None:
+        return ""
+    return (
+        f" The column *{registered.title}* is the first registration's reading under the rule it registered, as "
+        f"the page showed it at commit {registered.page_commit[:7]} (frozen in docs/results/confirmatory/"
+        f"{REGISTERED_FILE}, with how to rebuild it); the column beside it is what today's rule (fit, "
+        "convergence at every sigma, low rate by its clock, the batch claim at equal epochs and equal steps: "
+        "docs/STATISTICS.md) reads from the same exports. Its family-wise line is kept as it was, with today's "
+        "count under it."
+    )
+
+
+def table_markdown(
+    table: dict[str, dict[str, list[Decided]]],
+    exports: dict[str, str],
+    familywise: str = "",
+    registered: RegisteredReading | None = None,
+) -> str:
     """The opening table with its marker lines; ``exports``: export name -> its file, as listed;
-    ``familywise``: the line that counts the pre-registered verdicts (``familywise_line``)."""
-    datasets = datasets_of(table)
+    ``familywise``: the lines that count the pre-registered verdicts (``familywise_lines``);
+    ``registered``: the first registration's frozen reading, shown as a column of its own."""
+    datasets = datasets_of(table, registered)
     listed = ", ".join(f"`{name}` ({path})" for name, path in sorted(exports.items())) or "none yet"
     return "\n".join(
         [
@@ -124,11 +210,12 @@ def table_markdown(table: dict[str, dict[str, list[Decided]]], exports: dict[str
             "export that evaluates the claim there, with its verdict and its key interval (95%, the quantity least "
             f"clear of zero; pp unless a unit says otherwise), or *{NOT_RUN}* where no export evaluates it. "
             "*Exploratory* columns read the sweeps in docs/results/, whose presets and margins were chosen with "
-            "their data in view; *confirmatory* columns read docs/results/confirmatory/, sweeps pre-registered in "
-            "docs/PREREGISTRATION.md and run once on fresh seeds from the commit that froze it. "
-            f"Exports read: {listed}.",
+            "their data in view; *confirmatory* columns read docs/results/confirmatory/ (the first registration) "
+            "and *confirmatory-2* columns docs/results/confirmatory-2/ (the second), sweeps pre-registered in "
+            "docs/PREREGISTRATION.md and run once on fresh seeds from the commit that froze each registration."
+            f"{_registered_words(registered)} Exports read: {listed}.",
             "",
-            *table_rows(table, datasets),
+            *table_rows(table, datasets, registered),
             *(["", familywise] if familywise else []),
             END,
         ]
@@ -151,14 +238,18 @@ def numbers(text: str) -> list[str]:
 
 
 def table_problems(
-    page: str, table: dict[str, dict[str, list[Decided]]], exports: dict[str, str], familywise: str = ""
+    page: str,
+    table: dict[str, dict[str, list[Decided]]],
+    exports: dict[str, str],
+    familywise: str = "",
+    registered: RegisteredReading | None = None,
 ) -> list[str]:
-    """What differs between the page's opening table and the one the exports give: a missing
-    table, or each line whose text (or whose numbers) is not what the exports say."""
+    """What differs between the page's opening table and the one the exports (and the frozen
+    reading) give: a missing table, or each line whose text (or whose numbers) is not what they say."""
     found = page_table(page)
     if not found:
         return ["the page has no opening table between its markers"]
-    expected = table_markdown(table, exports, familywise)
+    expected = table_markdown(table, exports, familywise, registered)
     if found == expected:
         return []
     wanted, shown = expected.splitlines(), found.splitlines()
@@ -183,25 +274,160 @@ def preregistered(page: Path) -> dict[str, list[str]]:
     return decides
 
 
-def familywise_line(table: dict[str, dict[str, list[Decided]]], decides: dict[str, list[str]]) -> str:
-    """How many of the pre-registered verdicts ran, how many were decided (reproduced or
-    contradicted), and how many false ones the calibrated rule expects among those decided."""
-    from collections import Counter
-
+def familywise_line(
+    table: dict[str, dict[str, list[Decided]]], decides: dict[str, list[str]], label: str = "confirmatory"
+) -> str:
+    """How many of the first registration's verdicts (``preregistered``) have one in its columns,
+    which have none, how many were decided (reproduced or contradicted), and how many false ones
+    the calibrated rule expects among those decided. ``label`` names the reading in the line."""
     registered = [(preset, claim) for preset, claims in decides.items() for claim in claims]
     found: Counter[str] = Counter()
+    without = []
     for preset, claim in registered:
-        for column, decided in table.get(claim, {}).items():
-            if column.endswith(CONFIRMATORY):
-                found.update(d.verdict for d in decided if d.export == preset)
+        verdicts = [
+            d.verdict
+            for column, decided in table.get(claim, {}).items()
+            if column.endswith(CONFIRMATORY)
+            for d in decided
+            if d.export == preset
+        ]
+        found.update(verdicts)
+        if not verdicts:
+            without.append(f"`{claim}` (`{preset}`)")
     ran = sum(found.values())
-    sure = found["reproduced"] + found["contradicted"]
-    tally = ", ".join(f"{count} {verdict}" for verdict, count in sorted(found.items())) or "none yet"
+    none = f"; none for {', '.join(without)} (not evaluated, or its sweep not exported)" if without else ""
     return (
-        f"**Family-wise (confirmatory):** {ran} of the {len(registered)} pre-registered verdicts have run ({tally}); "
-        f"{sure} decided (reproduced or contradicted), among which the calibrated rule expects at most "
-        f"{FALSE_VERDICT_RATE * sure:.2f} false ({FALSE_VERDICT_RATE:.0%} of each, docs/STATISTICS.md)."
+        f"**Family-wise ({label}):** {ran} of the {len(registered)} pre-registered verdicts have one "
+        f"({_tally(found)}){none}; {_decided(found)}."
     )
+
+
+def _tally(found: Counter[str]) -> str:
+    return ", ".join(f"{count} {verdict}" for verdict, count in sorted(found.items())) or "none yet"
+
+
+def _decided(found: Counter[str]) -> str:
+    sure = found["reproduced"] + found["contradicted"]
+    return (
+        f"{sure} decided (reproduced or contradicted), among which the calibrated rule expects at most "
+        f"{FALSE_VERDICT_RATE * sure:.2f} false ({FALSE_VERDICT_RATE:.0%} of each, docs/STATISTICS.md)"
+    )
+
+
+# -- The second registration: its table of presets and its family-wise count
+
+#: docs/PREREGISTRATION.md's second registration holds its presets between these markers (any text
+#: after "begin"), in rows of SECOND_COLUMNS.
+SECOND_BEGIN = "<!-- confirmatory-2 presets: begin"
+SECOND_END = "<!-- confirmatory-2 presets: end -->"
+SECOND_COLUMNS = ("preset", "seeds", "data_seed", "groups", "decides (primary)", "also decides (replication)")
+
+
+@dataclass(frozen=True)
+class RegisteredPreset:
+    """One row of the second registration's table of presets: the claims it decides, each a primary
+    (registered, counted) verdict, and those it re-reads on a baseline run again (replications: shown,
+    not counted)."""
+
+    preset: str
+    seeds: str
+    data_seed: str
+    primary: tuple[str, ...]
+    replication: tuple[str, ...]
+
+
+def second_registration(page: Path) -> list[RegisteredPreset]:
+    """The second registration's presets, from its table in ``page`` (docs/PREREGISTRATION.md); none
+    while the page has no such table. A row of a preset (its first cell in backticks) with other than
+    six cells, or naming a claim the claims plugin does not have, raises ValueError saying which."""
+    text = page.read_text()
+    if SECOND_BEGIN not in text:
+        return []
+    block = text.split(SECOND_BEGIN, 1)[1].split(SECOND_END, 1)[0].split("\n", 1)[-1]
+    known = {claim.__name__ for claim in CLAIMS}
+    presets = []
+    for line in block.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not cells[0].startswith("`"):
+            continue
+        if len(cells) != len(SECOND_COLUMNS):
+            raise ValueError(
+                f"{page}: the confirmatory-2 presets row {line.strip()!r} has {len(cells)} cells, not "
+                f"{len(SECOND_COLUMNS)} (| {' | '.join(SECOND_COLUMNS)} |)"
+            )
+        primary, replication = (tuple(re.findall(r"`([^`]+)`", cell)) for cell in cells[4:6])
+        unknown = sorted(set(primary + replication) - known)
+        if unknown:
+            raise ValueError(
+                f"{page}: the confirmatory-2 preset {cells[0]} names {', '.join(unknown)}, not a claim of "
+                "plugins/claims/paper.py (spell each as its function is named)"
+            )
+        presets.append(RegisteredPreset(cells[0].strip("`"), cells[1], cells[2].strip("`"), primary, replication))
+    return presets
+
+
+#: How the second registration's family-wise line counts, as its section states the rule.
+SECOND_COUNTED = (
+    "counted as the registration states: one primary verdict per claim per dataset, each an independent "
+    "test; a replication (a baseline re-run in another preset) and any other claim the report reads on "
+    "these exports are shown in the table, not counted"
+)
+
+
+def familywise_second(table: dict[str, dict[str, list[Decided]]], presets: list[RegisteredPreset]) -> str:
+    """The second registration's family-wise line: the primary verdicts its exports gave, one per
+    claim and dataset (a second primary verdict on a claim and dataset already counted is named and
+    not counted again), how many were decided and the false ones the calibrated rule expects among
+    them; the replications that ran, not counted."""
+    label = "**Family-wise (confirmatory-2):**"
+    if not presets:
+        return (
+            f"{label} no presets registered yet (docs/PREREGISTRATION.md's second registration fills its "
+            f"table when its pilots have run); {SECOND_COUNTED}."
+        )
+
+    def verdicts(preset: str, claim: str) -> list[tuple[str, str]]:
+        return [
+            (column, d.verdict)
+            for column, decided in table.get(claim, {}).items()
+            if column.endswith(CONFIRMATORY_2)
+            for d in decided
+            if d.export == preset
+        ]
+
+    counted: dict[tuple[str, str], str] = {}
+    again = []
+    registered = [(p.preset, claim) for p in presets for claim in p.primary]
+    for preset, claim in registered:
+        for column, verdict in verdicts(preset, claim):
+            if (claim, column) in counted:
+                again.append(f"`{claim}` (`{preset}`, {column_title(column)})")
+            else:
+                counted[claim, column] = verdict
+    replications = sum(len(verdicts(p.preset, claim)) for p in presets for claim in p.replication)
+    found = Counter(counted.values())
+    twice = f"; not counted again, a claim and dataset already counted: {', '.join(again)}" if again else ""
+    return (
+        f"{label} {len(counted)} of the {len(registered)} registered primary verdicts have run ({_tally(found)}); "
+        f"{_decided(found)}{twice}; {replications} replication(s) ran; {SECOND_COUNTED}."
+    )
+
+
+def familywise_lines(
+    table: dict[str, dict[str, list[Decided]]], page: Path, registered: RegisteredReading | None = None
+) -> str:
+    """The lines under the table, one paragraph each: the first registration's frozen line (when
+    ``registered`` is given), its count by today's rule, and the second registration's count, from
+    the registrations in ``page`` (docs/PREREGISTRATION.md); "" when the page does not exist."""
+    if not page.exists():
+        return ""
+    today = f"confirmatory, {TODAY}" if registered is not None else "confirmatory"
+    lines = [
+        *([registered.familywise] if registered is not None else []),
+        familywise_line(table, preregistered(page), today),
+        familywise_second(table, second_registration(page)),
+    ]
+    return "\n\n".join(lines)
 
 
 # -- What benchmarks/paper_check.py writes beside the table (the page's layout: benchmarks/results_page.py)
