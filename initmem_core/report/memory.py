@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from initmem_core.report.inference import (
     spread_difference,
 )
 from initmem_core.tracking.records import CellRecord, fit_counts
-from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCKS
+from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCKS, STOP_EPOCH
 
 if TYPE_CHECKING:
     from initmem_core.report.verdicts import Finding
@@ -62,6 +63,7 @@ class SigmaRow:
     clock_sgd: float
     clock_l2: float
     clock_adapt: float
+    stopped: str = ""  # how its trained runs ended, e.g. "patience 5, epochs 1 (epochs 14–30)"; "": not logged
 
 
 @dataclass
@@ -305,7 +307,18 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         weight_norm=mean_of("weight_norm"),
         weight_norm_ratio=mean_of("weight_norm_ratio"),
         **{clock: mean_of(clock) for clock in CLOCKS},
+        stopped=_stops(trained),
     )
+
+
+def _stops(cells: list[CellRecord]) -> str:
+    """Why the runs stopped (``STOP_REASON_TAG``: --patience, --until or --epochs), how many each,
+    and the range of their last epochs; "" when none logged it (runs of an earlier initmem)."""
+    reasons = Counter(c.stop_reason for c in cells if c.stop_reason)
+    ends = [int(c.metrics[STOP_EPOCH]) for c in cells if c.stop_reason and STOP_EPOCH in c.metrics]
+    low, high = min(ends, default=0), max(ends, default=0)
+    span = "" if not ends else f" (epoch {low})" if low == high else f" (epochs {low}–{high})"
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items())) + span
 
 
 def _summary(

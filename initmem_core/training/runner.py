@@ -46,6 +46,7 @@ from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
 from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.resume import resume_candidates
+from initmem_core.training.selection import stop_reason
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
     COMPILE_FALLBACKS_TAG,
@@ -56,6 +57,7 @@ from initmem_core.vocabulary import (
     FAILURE_REASON_TAG,
     FINISHED,
     KILLED,
+    STOP_REASON_TAG,
     STOPPED_BY_TAG,
 )
 
@@ -364,7 +366,8 @@ def _train_tracked(
             if config.compile:
                 _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
-            tracker.log_metrics(summary, step=plan.trains.epochs)  # --until may have set them
+            tracker.log_metrics(summary, step=int(history[-1]["epoch"]))  # --until or --patience may have set it
+            tracker.set_tags({STOP_REASON_TAG: str(stop_reason(plan.trains, plan.min_epochs, history))})
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
