@@ -110,7 +110,11 @@ class RunConfig:
     )
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
     epochs: int = knob(
-        30, "Training epochs (with --until or --patience: the most it may take)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS
+        30,
+        "Training epochs (with --until or --patience: the most it may take)",
+        OPTIM,
+        check="at-least-1",
+        maximum=MAX_EPOCHS,
     )
     until: str = knob(
         "",

@@ -237,8 +237,9 @@ class Horizon:
 def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
     """The epochs ``config`` trains on a training set of ``n_train`` examples and its final clocks:
     ``--epochs``, or with ``--until`` the fewest epochs whose final clock reaches the target, with
-    ``--epochs`` as the cap (with ``--patience``: the cap, and that target's epoch as ``min_epochs``). ``ConfigError`` (one line: the clock reached at the cap, the epochs
-    needed, how to fix it) when the cap is too short or the clock cannot reach the target."""
+    ``--epochs`` as the cap (with ``--patience``: the cap, that target's epoch its ``min_epochs``).
+    ``ConfigError`` (one line: the clock reached at the cap, the epochs needed, how to fix it) when
+    the cap is too short or the clock cannot reach the target."""
     target = parse_until(config.until)
     hint = _how_to_grow(target[0], config) if target else ""
     schedule = Schedule.of(config)

@@ -141,8 +141,8 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
     trains, n_train, min_epochs = config, None, 0
     if config.until:  # the epochs follow from the training set's size, the schedule and the rule
         n_train = training_set_size(config, components["dataset"])
-        found = horizons.horizon(config, n_train, rule)
-        trains, min_epochs = dataclasses.replace(config, epochs=found.epochs), found.min_epochs
+        until = horizons.horizon(config, n_train, rule)
+        trains, min_epochs = dataclasses.replace(config, epochs=until.epochs), until.min_epochs
     return RunPlan(
         config,
         MappingProxyType(components),

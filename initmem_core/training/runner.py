@@ -80,6 +80,7 @@ class RunResult:
     lost: bool = False
     checkpoint: str | None = None  # the run's last checkpoint, if it keeps any
     config_hash: str = ""  # the run's (its plan's)
+    stop_reason: str = ""  # why it ended at its last epoch (``STOP_REASON_TAG``: patience, until, epochs)
 
 
 def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
@@ -367,7 +368,8 @@ def _train_tracked(
                 _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
             tracker.log_metrics(summary, step=int(history[-1]["epoch"]))  # --until or --patience may have set it
-            tracker.set_tags({STOP_REASON_TAG: str(stop_reason(plan.trains, plan.min_epochs, history))})
+            reason = str(stop_reason(plan.trains, plan.min_epochs, history))
+            tracker.set_tags({STOP_REASON_TAG: reason})
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
@@ -382,6 +384,7 @@ def _train_tracked(
                 setup.model,
                 checkpoints.seconds_waited if checkpoints else 0.0,
                 config_hash=plan.config_hash,
+                stop_reason=reason,
             )
         except BaseException as error:
             stop.finishing = True
