@@ -23,6 +23,7 @@ from initmem_core.vocabulary import (
     KILLED,
     REPAIR_GAP,
     STOP_EPOCH,
+    STOP_REASON_TAG,
     TAU_INTERP,
     WEIGHT_NORMS,
 )
@@ -172,7 +173,7 @@ def run_document(result, tracked: bool = True) -> dict[str, Any]:
         "status": result.status,
         CONFIG_HASH_TAG: result.config_hash,
         "summary": {key: finite(value) for key, value in result.summary.items()},
-        "stop_reason": result.stop_reason or None,
+        STOP_REASON_TAG: result.stop_reason or None,
         "final": {key: finite(final[key]) for key in FINAL_KEYS if key in final},
         "unsynced": result.unsynced or None,
         "checkpoint": result.checkpoint,

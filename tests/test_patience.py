@@ -5,7 +5,6 @@ a stopped or killed run resumed stops where it would have; the cell's identity; 
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ from initmem_core.config import MAX_EPOCHS, RunConfig, from_mapping
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.plan import plan_horizons, plan_run
-from initmem_core.training.selection import stop_reason
+from initmem_core.training.selection import stopping
 from tests.cli_processes import cli_args, history, mlflow_client, only_run
 from tests.signal_progress import SignalAtStep
 
@@ -35,9 +34,9 @@ def rows(losses: list[float], every: int = 1) -> list[dict[str, float]]:
 
 
 def reasons(config: RunConfig, losses: list[float], min_epochs: int = 0, every: int = 1) -> list[str | None]:
-    """``stop_reason`` at each evaluation point of a run that went on regardless."""
+    """``stopping`` at each evaluation point of a run that went on regardless."""
     history = rows(losses, every)
-    return [stop_reason(config, min_epochs, history[: i + 1]) for i in range(len(history))]
+    return [stopping(config, min_epochs, history[: i + 1]) for i in range(len(history))]
 
 
 # -- the rule ---------------------------------------------------------------------------------
@@ -54,7 +53,7 @@ def test_patience_counts_evaluations_since_the_best_validation_loss():
     # off: only the cap
     assert reasons(RunConfig(epochs=5), [9.0, 1.0, 2.0, 3.0, 4.0, 5.0]) == [None] * 5 + ["epochs"]
     # the initialization (epoch 0) is no checkpoint: no stop at it however high patience is set
-    assert stop_reason(RunConfig(patience=1, epochs=5), 0, rows([1.0])) is None
+    assert stopping(RunConfig(patience=1, epochs=5), 0, rows([1.0])) is None
 
 
 def test_with_eval_every_patience_counts_evaluation_points_not_epochs():

@@ -27,7 +27,7 @@ from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
 from initmem_core.training.loaders import FULL_TEST
 from initmem_core.training.schedules import lr_multiplier
-from initmem_core.training.selection import SelectedCheckpoint, stop_reason
+from initmem_core.training.selection import SelectedCheckpoint, stopping
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import Stopped, StopSignals
@@ -288,7 +288,7 @@ def train(
         progress.advance(done * steps_per_epoch + step)
     guard = LossGuard(setup.device, start=done * steps_per_epoch + step)
     # A run killed after its last checkpoint, written where it stopped early, trains no further.
-    last = config.epochs if stop_reason(config, setup.plan.min_epochs, history) is None else done
+    last = config.epochs if stopping(config, setup.plan.min_epochs, history) is None else done
 
     setup.model.train()
     for epoch in range(done + 1, last + 1):
@@ -311,7 +311,7 @@ def train(
             if not all_finite(setup.model):
                 raise Diverged(epoch, "a weight or BatchNorm statistic")
             record(epoch, (train_loss, sums.correct.item() / sums.seen), lr)
-            reason = stop_reason(config, setup.plan.min_epochs, history)
+            reason = stopping(config, setup.plan.min_epochs, history)
         step, sums = 0, EpochSums.zero(setup.device)
 
         # Checkpoint on schedule, at the end (early or not), and before stopping on a signal.

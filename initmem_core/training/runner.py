@@ -46,7 +46,7 @@ from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
 from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.resume import resume_candidates
-from initmem_core.training.selection import stop_reason
+from initmem_core.training.selection import stopping
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
     COMPILE_FALLBACKS_TAG,
@@ -368,7 +368,7 @@ def _train_tracked(
                 _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
             tracker.log_metrics(summary, step=int(history[-1]["epoch"]))  # --until or --patience may have set it
-            reason = str(stop_reason(plan.trains, plan.min_epochs, history))
+            reason = str(stopping(plan.trains, plan.min_epochs, history))
             tracker.set_tags({STOP_REASON_TAG: reason})
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:

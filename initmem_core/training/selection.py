@@ -2,7 +2,7 @@
 earliest on a tie (the paper's model selection; epoch 0 is the initialization, not a trained
 checkpoint). The rule is written here once: the loop follows it as training goes
 (``SelectedCheckpoint``) and the selection metric reads it off the history (``selected``); so is
-``--patience``'s early stop, which watches it (``stop_reason``).
+``--patience``'s early stop, which watches it (``stopping``).
 
 ``--eval-size`` caps the validation and test splits scored at every evaluation point. The
 selected checkpoint's own figure is worth the whole test split, so the loop keeps a copy of its
@@ -19,7 +19,7 @@ from initmem_core.vocabulary import STOP_EPOCHS, STOP_PATIENCE, STOP_UNTIL, VAL_
 if TYPE_CHECKING:  # torch is imported where it is used: the rule alone needs none (plugin summaries)
     import torch
 
-__all__ = ["SelectedCheckpoint", "improves", "selected", "stop_reason"]
+__all__ = ["SelectedCheckpoint", "improves", "selected", "stopping"]
 
 
 def selected(history: list[dict[str, float]]) -> dict[str, float]:
@@ -27,7 +27,7 @@ def selected(history: list[dict[str, float]]) -> dict[str, float]:
     return min((row for row in history if row["epoch"] >= 1), key=lambda row: (row[VAL_LOSS], row["epoch"]))
 
 
-def stop_reason(config: Any, min_epochs: int, history: list[dict[str, float]]) -> str | None:
+def stopping(config: Any, min_epochs: int, history: list[dict[str, float]]) -> str | None:
     """Why a run whose ``history`` ends at an evaluation point stops there (``None``: it goes on).
     ``--patience N`` (early stopping on the selection criterion): the selected checkpoint has N
     evaluation points after it, and the run has reached ``min_epochs`` (``RunPlan.min_epochs``, its
