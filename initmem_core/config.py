@@ -110,11 +110,7 @@ class RunConfig:
     )
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
     epochs: int = knob(
-        30,
-        "Training epochs (with --until or --patience: the most it may take)",
-        OPTIM,
-        check="at-least-1",
-        maximum=MAX_EPOCHS,
+        30, "Training epochs (with --until or --patience: the cap)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS
     )
     until: str = knob(
         "",
@@ -127,9 +123,8 @@ class RunConfig:
     )
     patience: int = knob(
         0,
-        "Early stopping: end the run once its best validation loss (what selects its checkpoint) has not "
-        "improved for N evaluations (epochs, or --eval-every points), at most --epochs (the cap); with "
-        "--until, not before the target is reached",
+        "Early stopping: end once the best validation loss (the selection's) has not improved for N evaluations "
+        "(epochs, or --eval-every points), by --epochs at most; with --until, not before its target",
         OPTIM,
         check="non-negative",
         maximum=MAX_EPOCHS,
@@ -396,8 +391,7 @@ def coerce(name: str, value: Any) -> Any:
 
 def from_mapping(values: Mapping[str, Any], source: str = "the config") -> RunConfig:
     """A config from the values given (the rest at their defaults). With ``until`` given and
-    ``epochs`` not, there is no cap: the run takes as many epochs as the target needs (with
-    ``patience``, ``epochs`` stays the cap, given or not)."""
+    ``epochs`` not (nor ``patience``), there is no cap: the run takes as many epochs as the target needs."""
     for key in values:
         if key not in FIELDS:
             raise unknown_key_error(key, source)

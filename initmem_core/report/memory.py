@@ -312,8 +312,7 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
 
 
 def _stops(cells: list[CellRecord]) -> str:
-    """Why the runs stopped (``STOP_REASON_TAG``: --patience, --until or --epochs), how many each,
-    and the range of their last epochs; "" when none logged it (runs of an earlier initmem)."""
+    """Why the runs stopped (``STOP_REASON_TAG``), how many each and their last epochs; "": not logged."""
     reasons = Counter(c.stop_reason for c in cells if c.stop_reason)
     ends = [int(c.metrics[STOP_EPOCH]) for c in cells if c.stop_reason and STOP_EPOCH in c.metrics]
     low, high = min(ends, default=0), max(ends, default=0)

@@ -223,9 +223,8 @@ def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequenc
 @dataclass(frozen=True)
 class Horizon:
     """The epochs a config trains and the clocks it ends with; ``until``: the target that set the
-    epochs (``None``: ``--epochs`` did). With ``--patience`` the horizon is adaptive: ``epochs``
-    is the cap (the clocks are its), ``min_epochs`` the first epoch whose clock reaches the
-    ``--until`` target, before which the run does not stop (0: none)."""
+    epochs (``None``: ``--epochs`` did). With ``--patience`` it is adaptive: ``epochs`` is the cap,
+    ``min_epochs`` the first epoch reaching the ``--until`` target, before which it does not stop."""
 
     epochs: int
     clocks: dict[str, float]
@@ -251,9 +250,7 @@ def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
 
 @functools.lru_cache(maxsize=256)
 def _adaptive(schedule: Schedule, rule: StepRule, n_train: int, batch_size: int, until: tuple[str, float]) -> Horizon:
-    """``--patience`` with ``--until`` (reachable within the cap: ``_horizon`` checked it): the
-    cap's horizon, whose ``min_epochs`` is the first epoch whose clock, under the cap-long schedule
-    the run follows, reaches the target (no later than the fewest epochs ``_horizon`` found)."""
+    """``--patience``: the cap's horizon; ``min_epochs``, the first epoch reaching ``until`` under its schedule."""
     batches = epoch_batches(n_train, batch_size)
     reaching = len(clocks_by_epoch(schedule, rule, batches, stop_at=until))
     return Horizon(schedule.epochs, final_clocks(schedule, rule, batches), len(batches), until, reaching)

@@ -247,9 +247,9 @@ def train(
     resume_from: dict[str, Any] | None = None,
     stop: StopSignals | None = None,
 ) -> tuple[History, dict[str, float]]:
-    """Train for ``config.epochs`` epochs, or until ``--patience`` stops it earlier
-    (``selection.stop_reason``). ``log_metrics(metrics, step)`` gets every epoch's figures,
-    starting with the initialization at step 0. Returns (history, summary).
+    """Train for ``config.epochs`` epochs, unless ``--patience`` stops it earlier (``selection.stopping``).
+    ``log_metrics(metrics, step)`` gets every epoch's figures, from the initialization at step 0.
+    Returns (history, summary).
 
     ``save_checkpoint(state)`` receives a ``snapshot`` (and returns where it saved it) every
     ``config.checkpoint_every`` epochs, after the last one, and when ``stop.requested`` turns

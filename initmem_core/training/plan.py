@@ -81,8 +81,7 @@ class RunPlan:
     """What a run of ``config`` is, before anything is built. ``config``: validated, with the
     optimizer's ``lr`` and ``--opt-arg``s resolved: what is hashed and logged, a sweep's cell;
     ``trains``: the config the run trains, the same but for the ``epochs`` an ``--until`` target
-    sets (``n_train``: the training set's size they were found for). With ``--patience`` they
-    are the cap, and ``min_epochs`` the epoch the target is reached at: the run stops no earlier."""
+    sets (``n_train``: the training set's size they were found for; with ``--patience``: the cap)."""
 
     config: RunConfig
     components: Mapping[str, Component]  # kind -> the one component of that kind the config names

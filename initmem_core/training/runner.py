@@ -323,12 +323,7 @@ def _new_tracker(
 
 
 def _train_tracked(
-    plan: RunPlan,
-    setup: TrainingSetup,
-    tracker: Tracker,
-    tags: Mapping[str, str] | None,
-    progress: Any,
-    resume: bool,
+    plan: RunPlan, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any, resume: bool
 ) -> RunResult:
     from initmem_core.training import compiling  # lazy: imports torch
     from initmem_core.training.loop import train  # lazy: imports torch

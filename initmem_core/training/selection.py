@@ -1,8 +1,8 @@
 """The selected predictor: the checkpoint of the lowest validation loss over epochs >= 1, the
 earliest on a tie (the paper's model selection; epoch 0 is the initialization, not a trained
 checkpoint). The rule is written here once: the loop follows it as training goes
-(``SelectedCheckpoint``) and the selection metric reads it off the history (``selected``); so is
-``--patience``'s early stop, which watches it (``stopping``).
+(``SelectedCheckpoint``) and the selection metric reads it off the history (``selected``), as
+``--patience`` does (``stopping``).
 
 ``--eval-size`` caps the validation and test splits scored at every evaluation point. The
 selected checkpoint's own figure is worth the whole test split, so the loop keeps a copy of its
@@ -28,11 +28,9 @@ def selected(history: list[dict[str, float]]) -> dict[str, float]:
 
 
 def stopping(config: Any, min_epochs: int, history: list[dict[str, float]]) -> str | None:
-    """Why a run whose ``history`` ends at an evaluation point stops there (``None``: it goes on).
-    ``--patience N`` (early stopping on the selection criterion): the selected checkpoint has N
-    evaluation points after it, and the run has reached ``min_epochs`` (``RunPlan.min_epochs``, its
-    ``--until`` target: the reason when patience ran out before it). Else its last epoch (``--epochs``,
-    or ``--until``'s without patience). Read off the history alone: a resumed run stops where it would have."""
+    """Why a run whose ``history`` ends at an evaluation point stops there (``None``: it goes on): N
+    (``--patience``) points after the selected one, at or past ``RunPlan.min_epochs`` (``--until``'s,
+    the reason if reached last), or its last epoch. Read off the history: a resumed run stops alike."""
     epoch = int(history[-1]["epoch"])
     if config.patience and epoch >= max(1, min_epochs):
         best = selected(history)["epoch"]
