@@ -139,9 +139,9 @@ def test_the_dry_run_gives_the_cap_and_says_the_horizon_is_adaptive():
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The uninterrupted patience run: its result and the tags it ended with."""
-    tracker = MemoryTracker()
-    result = initmem_core.run(tracker=tracker, checkpoint_dir=str(tmp_path_factory.mktemp("ref")), **CONFIG)
-    return result, dict(tracker.tags)
+    tracker, folder = MemoryTracker(), tmp_path_factory.mktemp("ref")
+    result = initmem_core.run(tracker=tracker, checkpoint_dir=str(folder), **CONFIG)
+    return result, dict(tracker.tags), folder
 
 
 @pytest.mark.slow(seconds=8)
@@ -172,7 +172,7 @@ def test_a_patience_run_stops_well_before_its_cap_and_logs_where_and_why(trackin
 
 
 def assert_same_run(result, tags, reference):
-    expected, expected_tags = reference
+    expected, expected_tags, _ = reference
     assert result.history == expected.history
     assert {k: result.summary.get(k) for k in SUMMARY} == {k: expected.summary.get(k) for k in SUMMARY}
     assert result.summary["stop_epoch"] < 50 and tags["stop_reason"] == expected_tags["stop_reason"] == "patience"
@@ -227,3 +227,13 @@ def test_patience_with_until_trains_at_least_to_the_target(reference):
     # the target held last (patience had run out before it) or patience ran out at or after it
     assert (result.stop_reason, stop) == ("until", natural + 6) or result.stop_reason == "patience"
     assert result.history[: natural + 1] == reference[0].history  # the same run up to the natural stop
+
+
+@pytest.mark.slow(seconds=6)
+def test_a_new_run_of_a_config_that_stopped_early_does_not_take_it_for_unfinished(reference, recwarn):
+    folder = reference[2]
+    initmem_core.run(tracking=False, checkpoint_dir=str(folder), **CONFIG)
+    assert not [w for w in recwarn if "unfinished" in str(w.message)]
+    (cell,) = folder.iterdir()
+    stop = int(reference[0].summary["stop_epoch"])
+    assert [p.name for p in cell.iterdir()] == [f"ckpt-e{stop:06d}-s000000.pt"]  # nothing set aside as unfinished

@@ -166,7 +166,8 @@ def _open_run(
         tracker.log_dataset(*split)
     checkpoints = CheckpointStore(plan.checkpoints, config.keep_checkpoints) if plan.checkpoints else None
     if checkpoints:
-        checkpoints.start_fresh(plan.trains.epochs)
+        # --patience: the newest checkpoint may be of a run that stopped there; its history says so
+        checkpoints.start_fresh(plan.trains.epochs, lambda history: stopping(plan.trains, plan.min_epochs, history))
     return run_id, checkpoints, None
 
 
