@@ -49,14 +49,9 @@ class Progress(Protocol):
 
 
 class NoProgress:
-    def start(self, epochs, steps_per_epoch):
-        pass
-
-    def advance(self, steps):
-        pass
-
-    def epoch_done(self, epoch, metrics):
-        pass
+    def start(self, epochs, steps_per_epoch): ...
+    def advance(self, steps): ...
+    def epoch_done(self, epoch, metrics): ...
 
 
 # -- evaluation ------------------------------------------------------------------------------
