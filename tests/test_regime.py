@@ -77,7 +77,8 @@ def selected_at(cells, best: int, last: int = 30, sigmas=SIGMAS, patience: bool 
     for cell in cells:
         if cell.config.sigma in sigmas:
             cell.metrics["best_val_epoch"] = best
-            cell.metrics["stopped_by_patience"] = float(patience)
+            cell.config = cell.config.replace(patience=3 if patience else 0)
+            cell.stop_reason = "patience" if patience else "epochs"
             cell.histories = {"val_loss": [(epoch, 1.0 / (1 + epoch)) for epoch in range(last + 1)]}
     return cells
 

@@ -24,7 +24,7 @@ DASH = "–"
 
 
 def _missing(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)
+    return (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
 # -- the formatters -------------------------------------------------------------------------
@@ -94,6 +94,7 @@ TABLE_COLUMNS = (
     ("weight_norm", "‖W‖_F", ".4g"),
     ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
     *((clock, CLOCK_SYMBOLS[clock], ".4g") for clock in CLOCKS),
+    ("stopped", "stopped", ""),
 )
 
 
