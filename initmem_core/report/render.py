@@ -263,7 +263,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
 
 def to_json(report: Report) -> str:
     def clean(value: Any) -> Any:
-        if _missing(value):
+        if isinstance(value, float) and math.isnan(value):  # a missing number; an empty text stays text
             return None
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items()}
