@@ -29,6 +29,13 @@ MODES = ("auto", "on", "off")
 DEFAULT_MAX = 8  # models in one fused job: the GPU's measured K (docs/PERFORMANCE.md)
 AUTO_MAX_PIXELS = 16 * 16
 AUTO_MAX_BATCH = 64
+#: Cells per hour fused over unfused, for the dry run's estimate: benchmarks/lockstep.py on
+#: digits (docs/PERFORMANCE.md).
+MEASURED_SPEEDUP = 1.3
+
+
+def duration_text(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
 
 
 def check_mode(mode: str | bool | None, max_models: int) -> str:
