@@ -26,6 +26,8 @@ SWEEP, EXECUTOR = "Sweep", "Executor"
 #: each declares: ``contracts.ExecutorInfo.options``).
 EXECUTOR_FLAGS = {
     "workers": "--workers",
+    "lockstep": "--lockstep",
+    "lockstep_max": "--lockstep-max",
     "address": "--ray-address",
     "max_retries": "--max-retries",
     "cpus_per_cell": "--cpus-per-cell",
@@ -363,6 +365,24 @@ def sweep_command(
             rich_help_panel=EXECUTOR,
         ),
     ] = None,
+    lockstep: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "local: auto, on or off: train the cells that differ only in sigma as one fused model a job "
+                "(architectures and optimizers that declare it; auto: only where measured to pay, "
+                "see docs/PERFORMANCE.md); each cell keeps its own run"
+            ),
+            show_default="off",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    lockstep_max: Annotated[
+        int | None,
+        typer.Option(
+            help="local: at most this many models in one fused job", show_default="8", rich_help_panel=EXECUTOR
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -472,6 +492,8 @@ def sweep_command(
         plan.out,
         {
             "workers": workers,
+            "lockstep": lockstep,
+            "lockstep_max": lockstep_max,
             "address": ray_address,
             "cpus_per_cell": cpus_per_cell,
             "gpus_per_cell": gpus_per_cell,
@@ -532,6 +554,8 @@ def _sweep_or_dry_run(
         groups = len(set(plan.groups))
         console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {work}")
         for line in cost_lines(cost) + adaptive_lines(plan.cells):
+            console.print(line, highlight=False, soft_wrap=True)
+        for line in getattr(executor, "dry_run_lines", lambda *_: [])(plan.cells, cost.cpu_seconds):
             console.print(line, highlight=False, soft_wrap=True)
         console.print(disk_text(disk))
         output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts))

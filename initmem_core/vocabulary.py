@@ -112,6 +112,8 @@ GROUP_TAG = "initmem.group"
 #: worker running (or that last ran) it.
 ATTEMPTS_TAG = "initmem.attempts"
 WORKER_TAG = "initmem.worker"
+#: A cell trained in a lockstep sweep: how many models its fused job trained (its only difference).
+LOCKSTEP_TAG = "initmem.lockstep"
 #: On a sweep's parent run: its cells, those that failed, those whose writes wait for
 #: ``initmem sync``, and the fields that vary.
 CELLS_TAG = "initmem.cells"

@@ -93,18 +93,21 @@ def evaluation_row(
     batch_figures: tuple[float, float] | None,
     lr: float,
     selection: SelectedCheckpoint,
+    evaluated: Callable[[str], tuple[float, float, torch.Tensor]] | None = None,
 ) -> dict[str, float]:
     """Every figure logged at one evaluation point: the clean training set (``train_*``: eval
     mode, unaugmented, what tau_interp reads), the epoch's running train-mode figures
     (``train_*_batch``, none at epoch 0), the validation and test splits, each metric plugin's
     numbers, the clocks and the rate. ``selection`` is offered the point (it keeps it if its
-    validation loss is the best so far)."""
+    validation loss is the best so far). ``evaluated``: ``evaluate_correct`` of the three splits
+    computed elsewhere (a lockstep job's fused pass)."""
+    split = evaluated or (lambda name: evaluate_correct(setup, name))
     row = {}
-    row[TRAIN_LOSS], row[TRAIN_ACC] = evaluate(setup, "train")
+    row[TRAIN_LOSS], row[TRAIN_ACC], _ = split("train")
     if batch_figures is not None:
         row["train_loss_batch"], row["train_acc_batch"] = batch_figures
-    row[VAL_LOSS], row[VAL_ACC] = evaluate(setup, "val")
-    row[TEST_LOSS], row[TEST_ACC], test_correct = evaluate_correct(setup, "test")
+    row[VAL_LOSS], row[VAL_ACC], _ = split("val")
+    row[TEST_LOSS], row[TEST_ACC], test_correct = split("test")
     state = EvalState(
         setup.model,
         setup.initial_params,
