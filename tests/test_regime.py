@@ -169,6 +169,11 @@ def test_the_batch_claim_reads_equal_epochs_and_equal_steps_each_labelled():
         "sgd lr=0.01 b=128 − sgd lr=0.01 b=32 (equal steps)",
     ]
     assert found.verdict == REPRODUCED
+    # trained to convergence (--patience), neither count is imposed: the pair says so
+    patient = [*at({**small, "patience": 10}, (0.95, 0.93, 0.91), 0.004, 3.4)]
+    patient += at({**epochs, "patience": 10}, (0.95, 0.90, 0.80), 0.001, 0.85)
+    (quantity,) = larger_batch_increases_spread(read_sweep(patient)).quantities
+    assert quantity.label == "sgd lr=0.01 b=128 − sgd lr=0.01 b=32 (each to convergence)"
 
 
 def test_the_headline_needs_every_run_of_low_rate_sgd_to_fit():
