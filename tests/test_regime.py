@@ -103,6 +103,10 @@ def test_a_spread_read_before_every_sigma_converged_is_its_own_verdict_never_rep
     found = sgd_keeps_memory(read_sweep(late))
     assert found.verdict == NOT_CONVERGED and found.reproduced is None
     assert found.verdict_text == "not converged: sgd b=32: 4/4 selected at the horizon's edge at sigma 2.5"
+    # the report's per-sigma table counts them too
+    from initmem_core.report.memory import build_report
+
+    assert {row.sigma: row.at_edge for row in build_report(late).rows} == {0.1: "0/4", 1.0: "0/4", 2.5: "4/4"}
     # pooled over the group only 4 of 12 runs sit at the edge: the old check would have let it stand
     two_of_four = selected_at(group(SGD, remembering), best=15)
     selected_at([c for c in two_of_four if c.config.sigma == 2.5][:2], best=30)

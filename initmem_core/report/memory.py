@@ -32,6 +32,7 @@ from initmem_core.report.inference import (
     mean_interval,
     spread_difference,
 )
+from initmem_core.report.regime import edge_counts
 from initmem_core.tracking.records import CellRecord, fit_counts
 from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCKS, STOP_EPOCH
 
@@ -65,6 +66,7 @@ class SigmaRow:
     clock_adapt: float
     untrained: str = ""  # why this sigma's runs did not train: "at chance", "not fit" (others did); "" trained
     stopped: str = ""  # how its trained runs ended, e.g. "patience 5, epochs 1 (epochs 14–30)"; "": not logged
+    at_edge: str = ""  # trained runs selected at the horizon's edge, of those that tell ("6/6"; regime.at_edge)
 
 
 @dataclass
@@ -315,7 +317,12 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         clock_l2=mean_of(CLOCK_L2),
         clock_adapt=mean_of(CLOCK_ADAPT),
         stopped=_stops(trained),
+        at_edge=_edge_text(*edge_counts(cells)),
     )
+
+
+def _edge_text(edge: int, known: int) -> str:
+    return f"{edge}/{known}" if known else ""
 
 
 def _stops(cells: list[CellRecord]) -> str:

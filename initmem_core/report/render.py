@@ -95,6 +95,7 @@ TABLE_COLUMNS = (
     ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
     *((clock, CLOCK_SYMBOLS[clock], ".4g") for clock in CLOCKS),
     ("stopped", "stopped", ""),
+    ("at_edge", "at the edge", ""),
 )
 
 
