@@ -38,6 +38,7 @@ def optimizer_declarations(spec) -> dict:
     return {
         "clock": clock,
         "clock_declared": bool(info.clock),
+        "elementwise": info.elementwise,  # a lockstep sweep fuses only element-wise updates
         "family": family,
         "default_lr": lr,
         "lr_declared": isinstance(info.defaults, str) or "lr" in (info.defaults or {}),
@@ -78,6 +79,7 @@ def plugins_report(registry) -> dict:
                 "package": s.provider.package,
                 "version": s.provider.version,
                 **(optimizer_declarations(s) if s.kind == "optimizer" else {}),
+                **({"fused": s.architecture.fused} if s.kind == "architecture" else {}),
                 **(claim_declarations(s) if s.kind == "claim" else {}),
                 **(executor_declarations(s) if s.kind == "executor" else {}),
             }

@@ -22,6 +22,8 @@ from initmem_core.vocabulary import (
     FINAL_TEST_ACC,
     KILLED,
     REPAIR_GAP,
+    STOP_EPOCH,
+    STOP_REASON_TAG,
     TAU_INTERP,
     WEIGHT_NORMS,
 )
@@ -55,6 +57,8 @@ def summary_table(result) -> Table:
     for key in FINAL_KEYS:
         if key in final:
             table.add_row(f"final {key}", f"{final[key]:.4g}")
+    if STOP_EPOCH in result.summary:  # where and why it ended: --patience may end it before --epochs
+        table.add_row("stopped", f"epoch {result.summary[STOP_EPOCH]:g} ({result.stop_reason})")
     return table
 
 
@@ -169,6 +173,7 @@ def run_document(result, tracked: bool = True) -> dict[str, Any]:
         "status": result.status,
         CONFIG_HASH_TAG: result.config_hash,
         "summary": {key: finite(value) for key, value in result.summary.items()},
+        STOP_REASON_TAG: result.stop_reason or None,
         "final": {key: finite(final[key]) for key in FINAL_KEYS if key in final},
         "unsynced": result.unsynced or None,
         "checkpoint": result.checkpoint,

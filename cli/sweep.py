@@ -26,6 +26,8 @@ SWEEP, EXECUTOR = "Sweep", "Executor"
 #: each declares: ``contracts.ExecutorInfo.options``).
 EXECUTOR_FLAGS = {
     "workers": "--workers",
+    "lockstep": "--lockstep",
+    "lockstep_max": "--lockstep-max",
     "address": "--ray-address",
     "max_retries": "--max-retries",
     "cpus_per_cell": "--cpus-per-cell",
@@ -52,7 +54,8 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
     """The groups (numbered, with what sets each apart, folded: never cut), then each cell by
     group number, sigma and seed, with (``horizons``: from
     ``initmem_core.training.plan.plan_horizons``) the epochs it trains and the clocks it
-    ends with; ``?`` where the data cannot be read here. Narrow enough for 80 columns."""
+    ends with (``≤`` the cap when ``--patience`` may stop it earlier); ``?`` where the data cannot
+    be read here. Narrow enough for 80 columns."""
     numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
     legend = Table(title="dry run: nothing is run; the groups")
     legend.add_column("group", justify="right", no_wrap=True)
@@ -68,7 +71,8 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
         if horizons:
             horizon = horizons[index]
             trained = (
-                [str(horizon.epochs), *(f"{horizon.clocks[c]:.4g}" for c in CLOCK_COLUMNS.values())]
+                [f"≤{horizon.epochs}" if cell.patience else str(horizon.epochs)]  # --patience: the cap
+                + [f"{horizon.clocks[c]:.4g}" for c in CLOCK_COLUMNS.values()]
                 if horizon
                 else ["?"] * (1 + len(CLOCK_COLUMNS))
             )
@@ -145,6 +149,20 @@ def cost_lines(cost) -> list[str]:
     return lines
 
 
+def adaptive_lines(cells) -> list[str]:
+    """What the dry run says of cells whose horizon is adaptive (``--patience``): it shows their cap."""
+    adaptive = [cell for cell in cells if cell.patience]
+    if not adaptive:
+        return []
+    caps = sorted({cell.epochs for cell in adaptive})
+    return [
+        f"adaptive horizon: {len(adaptive)} of {len(cells)} cells stop early once their best validation loss "
+        f"has not improved for --patience evaluations, at most {', '.join(map(str, caps))} epochs (--epochs, "
+        f"the cap{'; with --until, not before its target' if any(cell.until for cell in adaptive) else ''}); "
+        "their epochs, clocks, regime and time above are for the cap: an upper bound"
+    ]
+
+
 def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dict[str, Any]:
     """What ``--dry-run --json`` prints: every cell (its run name, group, sigma, seed and, where
     known, the epochs it trains and the clocks it ends with), each group's forecast against the
@@ -159,7 +177,8 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
                 "sigma": cell.sigma,
                 "seed": cell.seed,
                 CONFIG_HASH_TAG: plan.plans[index].config_hash,
-                "epochs": horizon.epochs if horizon else None,
+                "epochs": horizon.epochs if horizon else None,  # --patience: the cap
+                "adaptive": bool(cell.patience),
                 "clocks": {clock: finite(value) for clock, value in horizon.clocks.items()} if horizon else None,
             }
         )
@@ -192,6 +211,7 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
                 for t in cost.step_times
             ],
             "not_counted": cost.unknown,
+            "upper_bound": any(cell.patience for cell in plan.cells),  # --patience: time for the caps
         },
         "disk_bytes": {"peak": disk.peak, "kept": disk.kept, "artifacts": disk.artifacts},
     }
@@ -345,6 +365,24 @@ def sweep_command(
             rich_help_panel=EXECUTOR,
         ),
     ] = None,
+    lockstep: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "local: auto, on or off: train the cells that differ only in sigma as one fused model a job "
+                "(architectures and optimizers that declare it; auto: only where measured to pay, "
+                "see docs/PERFORMANCE.md); each cell keeps its own run"
+            ),
+            show_default="off",
+            rich_help_panel=EXECUTOR,
+        ),
+    ] = None,
+    lockstep_max: Annotated[
+        int | None,
+        typer.Option(
+            help="local: at most this many models in one fused job", show_default="8", rich_help_panel=EXECUTOR
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -454,6 +492,8 @@ def sweep_command(
         plan.out,
         {
             "workers": workers,
+            "lockstep": lockstep,
+            "lockstep_max": lockstep_max,
             "address": ray_address,
             "cpus_per_cell": cpus_per_cell,
             "gpus_per_cell": gpus_per_cell,
@@ -513,7 +553,9 @@ def _sweep_or_dry_run(
             console.print(*dry_run_tables(plan, horizons), regime_table(plan, forecasts))
         groups = len(set(plan.groups))
         console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {work}")
-        for line in cost_lines(cost):
+        for line in cost_lines(cost) + adaptive_lines(plan.cells):
+            console.print(line, highlight=False, soft_wrap=True)
+        for line in getattr(executor, "dry_run_lines", lambda *_: [])(plan.cells, cost.cpu_seconds):
             console.print(line, highlight=False, soft_wrap=True)
         console.print(disk_text(disk))
         output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts))

@@ -31,6 +31,7 @@ RECORDS = (
     contracts.DatasetBundle,
     contracts.DatasetInfo,
     contracts.OptimizerInfo,
+    contracts.ArchitectureInfo,
     contracts.ClaimInfo,
     contracts.FigureInfo,
     contracts.ExecutorInfo,

@@ -110,7 +110,7 @@ class RunConfig:
     )
     batch_size: int = knob(64, "Training batch size b", OPTIM, check="at-least-1")
     epochs: int = knob(
-        30, "Training epochs (with --until: the most it may take)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS
+        30, "Training epochs (with --until or --patience: the cap)", OPTIM, check="at-least-1", maximum=MAX_EPOCHS
     )
     until: str = knob(
         "",
@@ -119,6 +119,16 @@ class RunConfig:
         "run's schedule; --epochs, if given, is then the cap",
         OPTIM,
         shown="off: --epochs sets the epochs",
+        hashed_when_set=True,
+    )
+    patience: int = knob(
+        0,
+        "Early stopping: end once the best validation loss (the selection's) has not improved for N evaluations "
+        "(epochs, or --eval-every points), by --epochs at most; with --until, not before its target",
+        OPTIM,
+        check="non-negative",
+        maximum=MAX_EPOCHS,
+        shown="off (0): the run trains its whole horizon",
         hashed_when_set=True,
     )
     lr_match_sigma: float = knob(
@@ -275,7 +285,7 @@ class RunConfig:
             for f in dataclasses.fields(self)
             if f.metadata["hashed"] and not (f.metadata["hashed_when_set"] and getattr(self, f.name) == f.default)
         }
-        if self.until:  # the target sets the epochs; --epochs only caps them
+        if self.until and not self.patience:  # the target sets the epochs; --epochs only caps them
             del hashed["epochs"]
         # How an optimizer's step is executed (one fused kernel, or one per tensor list) is not what it computes.
         hashed["opt_arg"] = tuple(item for item in self.opt_arg if item.partition("=")[0] not in EXECUTION_OPT_ARGS)
@@ -381,11 +391,11 @@ def coerce(name: str, value: Any) -> Any:
 
 def from_mapping(values: Mapping[str, Any], source: str = "the config") -> RunConfig:
     """A config from the values given (the rest at their defaults). With ``until`` given and
-    ``epochs`` not, there is no cap: the run takes as many epochs as the target needs."""
+    ``epochs`` not (nor ``patience``), there is no cap: the run takes as many epochs as the target needs."""
     for key in values:
         if key not in FIELDS:
             raise unknown_key_error(key, source)
-    if values.get("until") and "epochs" not in values:
+    if values.get("until") and "epochs" not in values and not coerce("patience", values.get("patience", 0)):
         values = {**values, "epochs": MAX_EPOCHS}
     return RunConfig(**{key: coerce(key, value) for key, value in values.items()})
 

@@ -232,10 +232,13 @@ class OptimizerInfo:
     ``"lr"``, the step is ``lr``, for momentum that averages them (Adam, Lion, Muon) or none. The
     clocks count the declaration (``testing.check_optimizer`` checks the built optimizer agrees);
     the run logs it as ``clock_convention``. A family (``timm:*``) may give either as an import
-    string of ``f(variant)``, resolved only when a run uses it."""
+    string of ``f(variant)``, resolved only when a run uses it. ``elementwise``: its update and
+    state are per element, so one optimizer over K models' stacked parameters is K optimizers (a
+    lockstep sweep fuses only such; undeclared: not fused)."""
 
     defaults: Mapping[str, Any] | str | None = None
     clock: str = ""
+    elementwise: bool = False
 
     def declared_defaults(self, variant: str | None = None) -> dict[str, Any]:
         """The declared defaults (an import string is resolved here, not before)."""
@@ -248,6 +251,16 @@ class OptimizerInfo:
     def declared_clock(self, variant: str | None = None) -> str:
         """The declared clock convention ("" when none), an import string resolved here."""
         return str(_resolve(self.clock)(variant)) if ":" in self.clock else self.clock
+
+
+@dataclass(frozen=True)
+class ArchitectureInfo:
+    """What an architecture declares beside its factory: ``fused``, the import string of
+    ``f(models) -> module``, K of its built models as one module whose ``forward`` returns K x N x
+    classes and whose ``split(tensors)`` gives its named tensors back as K state dicts of views in
+    one model's names (what a lockstep sweep trains; undeclared: never fused)."""
+
+    fused: str = ""
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,12 @@ class UnknownComponentError(InitmemError):
     def __init__(self, kind: str, name: str, valid: list[str]):
         self.kind, self.name, self.valid = kind, name, sorted(valid)
         listing = ", ".join(self.valid) if self.valid else "(none registered)"
-        # A model's name (digits in it) may be a family's variant: resnet18 is timm:resnet18, not resnet110.
+        # A model's name (digits in it) no registered name is close to may be a family's variant:
+        # resnet18 is timm:resnet18, not resnet110; resnet57 is still resnet56.
         model = ":" not in name and any(map(str.isdigit, name))
         family = [f"{v[:-1]}{name}" for v in self.valid if v.endswith(":*") and model]
-        hint = f" (did you mean '{family[0]}'?)" if family else did_you_mean(name, valid)
+        near = difflib.get_close_matches(name, valid, n=1, cutoff=0.85)  # one digit off: resnet57, resnet56
+        hint = f" (did you mean '{family[0]}'?)" if family and not near else did_you_mean(name, valid)
         super().__init__(f"unknown {kind} '{name}'{hint}; valid names: {listing}")
 
 

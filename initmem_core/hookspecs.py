@@ -13,7 +13,8 @@ Every hook receives ``register(name, factory, description, *, default=False, **d
 - ``default``: for metrics, computed in every run whatever ``--metric`` says (the built-in
   weight norms, interpolation and best-validation selection are).
 - ``**declared``: what a kind declares beside its factory: an optimizer's
-  ``contracts.OptimizerInfo`` fields, a claim's ``contracts.ClaimInfo`` fields.
+  ``contracts.OptimizerInfo`` fields, an architecture's ``contracts.ArchitectureInfo``, a claim's
+  ``contracts.ClaimInfo`` fields.
 
 Each hook is called once per plugin, one implementation at a time, and what each registers is
 collected separately; so pluggy's ordering and wrapping (``tryfirst``, ``hookwrapper``) mean
@@ -40,7 +41,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def initmem_register_architectures(register: Register) -> None:
     """Register model architectures (``--arch``): factories following
     ``initmem_core.contracts.ArchitectureFactory`` (an untrained model; ``--init`` rescales its
-    kernels by sigma).
+    kernels by sigma); ``fused=`` may name its fused form (``contracts.ArchitectureInfo``).
 
     Example::
 

@@ -62,9 +62,10 @@ SELECTION_METRICS = (
     TEST_EXAMPLES,
 )
 TAU_INTERP, REPAIR_GAP, FIT = "tau_interp", "repair_gap", "fit"
-#: 1 when a run stopped because its validation loss had not improved for ``--patience`` evaluations
-#: (the report's convergence check reads it: such a run is never at the horizon's edge).
-STOP_PATIENCE = "stopped_by_patience"
+#: Where a run stopped (a summary metric) and why (``STOP_REASON_TAG``): its validation loss stopped
+#: improving (``--patience``), it reached its ``--until`` target, or its ``--epochs`` (the cap).
+STOP_EPOCH = "stop_epoch"
+STOP_PATIENCE, STOP_UNTIL, STOP_EPOCHS = "patience", "until", "epochs"
 
 
 # -- run statuses ---------------------------------------------------------------------------
@@ -93,6 +94,7 @@ CONFIG_HASH_TAG = "config_hash"
 DIVERGED_TAG, DIVERGED_EPOCH_TAG = "diverged", "diverged_epoch"
 FAILURE_REASON_TAG = "failure_reason"
 STOPPED_BY_TAG = "stopped_by"
+STOP_REASON_TAG = "stop_reason"  # why a finished run ended where it did: STOP_PATIENCE, STOP_UNTIL or STOP_EPOCHS
 #: On a run with ``--compile``: how many times TorchDynamo gave up compiling and ran eagerly
 #: while it trained (``training.compiling.fallbacks``); ``"0"`` when compilation held.
 COMPILE_FALLBACKS_TAG = "initmem.compile_fallbacks"
@@ -110,6 +112,8 @@ GROUP_TAG = "initmem.group"
 #: worker running (or that last ran) it.
 ATTEMPTS_TAG = "initmem.attempts"
 WORKER_TAG = "initmem.worker"
+#: A cell trained in a lockstep sweep: how many models its fused job trained (its only difference).
+LOCKSTEP_TAG = "initmem.lockstep"
 #: On a sweep's parent run: its cells, those that failed, those whose writes wait for
 #: ``initmem sync``, and the fields that vary.
 CELLS_TAG = "initmem.cells"

@@ -37,7 +37,7 @@ def build(registry, name, in_channels=3, num_classes=10, image_size=32):
 
 def test_registers_exactly_the_builtin_names():
     names = []
-    architectures.initmem_register_architectures(register=lambda name, factory, description: names.append(name))
+    architectures.initmem_register_architectures(register=lambda name, factory, description, **_: names.append(name))
     assert sorted(names) == sorted([*OWN_ARCHS, "timm:*"])
 
 

@@ -39,13 +39,19 @@ def full_record(seed: int) -> CellRecord:
             **clocks(0.1, 0.0, 2.0),
         },
         "weight_norms": [(0, 10.0), (1, 12.5)],
-        "histories": {"test_acc": [(0, 0.1), (1, 0.8 + 0.01 * seed)], "weight_norm": [(0, 10.0), (1, 12.5)]},
+        "histories": {
+            "test_acc": [(0, 0.1), (1, 0.8 + 0.01 * seed)],
+            "weight_norm": [(0, 10.0), (1, 12.5)],
+            "val_loss": [(0, 2.3), (1, 0.4 - 0.01 * seed)],
+            "val_acc": [(0, 0.1), (1, 0.85)],
+        },
         "error": "a note",
         "diverged": False,
         "run_id": f"{seed:032x}",
         "test_correct": np.arange(1000) % (seed + 2) == 0,
         "num_classes": 10,
         "clock_convention": "adaptive",
+        "stop_reason": "patience",
     }
     assert set(values) == {f.name for f in dataclasses.fields(CellRecord)}, "set every field of CellRecord here"
     return CellRecord(**values)
@@ -210,6 +216,11 @@ def test_a_real_sweep_reports_the_same_from_its_export_with_the_store_gone(tmp_p
     assert all(r.trained and r.histories and r.test_correct is not None for r in export.records)
     # the training-accuracy history and whether each run fit travel with the file
     assert all("train_acc" in r.histories and r.fit_source == FIT_LOGGED for r in export.records)
+    # what convergence is judged from: the validation figures by epoch, and where and why each run stopped
+    for r in export.records:
+        assert [epoch for epoch, _ in r.histories["val_loss"]] == [epoch for epoch, _ in r.histories["val_acc"]]
+        assert r.histories["val_loss"][-1][0] == r.metrics["stop_epoch"] == r.config.epochs
+        assert r.stop_reason == "epochs"
     # which code made it: the commit of the repository the sweep ran in (a confirmatory export's proof)
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     if head.returncode == 0:

@@ -77,7 +77,8 @@ def selected_at(cells, best: int, last: int = 30, sigmas=SIGMAS, patience: bool 
     for cell in cells:
         if cell.config.sigma in sigmas:
             cell.metrics["best_val_epoch"] = best
-            cell.metrics["stopped_by_patience"] = float(patience)
+            cell.config = cell.config.replace(patience=3 if patience else 0)
+            cell.stop_reason = "patience" if patience else "epochs"
             cell.histories = {"val_loss": [(epoch, 1.0 / (1 + epoch)) for epoch in range(last + 1)]}
     return cells
 
@@ -102,6 +103,10 @@ def test_a_spread_read_before_every_sigma_converged_is_its_own_verdict_never_rep
     found = sgd_keeps_memory(read_sweep(late))
     assert found.verdict == NOT_CONVERGED and found.reproduced is None
     assert found.verdict_text == "not converged: sgd b=32: 4/4 selected at the horizon's edge at sigma 2.5"
+    # the report's per-sigma table counts them too
+    from initmem_core.report.memory import build_report
+
+    assert {row.sigma: row.at_edge for row in build_report(late).rows} == {0.1: "0/4", 1.0: "0/4", 2.5: "4/4"}
     # pooled over the group only 4 of 12 runs sit at the edge: the old check would have let it stand
     two_of_four = selected_at(group(SGD, remembering), best=15)
     selected_at([c for c in two_of_four if c.config.sigma == 2.5][:2], best=30)
@@ -168,6 +173,11 @@ def test_the_batch_claim_reads_equal_epochs_and_equal_steps_each_labelled():
         "sgd lr=0.01 b=128 − sgd lr=0.01 b=32 (equal steps)",
     ]
     assert found.verdict == REPRODUCED
+    # trained to convergence (--patience), neither count is imposed: the pair says so
+    patient = [*at({**small, "patience": 10}, (0.95, 0.93, 0.91), 0.004, 3.4)]
+    patient += at({**epochs, "patience": 10}, (0.95, 0.90, 0.80), 0.001, 0.85)
+    (quantity,) = larger_batch_increases_spread(read_sweep(patient)).quantities
+    assert quantity.label == "sgd lr=0.01 b=128 − sgd lr=0.01 b=32 (each to convergence)"
 
 
 def test_the_headline_needs_every_run_of_low_rate_sgd_to_fit():

@@ -205,3 +205,31 @@ def test_the_sweep_summary_table_names_groups_by_what_tells_them_apart(records):
     rows = [line for line in text.splitlines() if "opt=" in line]
     assert [row.split("│")[1].strip() for row in rows] == ["opt=adam", "opt=sgd"]
     assert "every group: epochs=40" in text
+
+
+def test_the_per_sigma_table_says_how_each_sigmas_runs_stopped():
+    def run(sigma, seed, stop=None, reason=""):
+        config = RunConfig(sigma=sigma, seed=seed, patience=3, epochs=40)
+        return record(config, 0.9, metrics={} if stop is None else {"stop_epoch": stop}, stop_reason=reason)
+
+    older = run(2.0, 1)  # a run of an initmem that logged no stop reason
+    report = build_report(
+        [
+            run(0.5, 0, 12, "patience"),
+            run(0.5, 1, 17, "patience"),
+            run(0.5, 2, 40, "epochs"),
+            run(2.0, 0, 40, "epochs"),
+            older,
+        ]
+    )
+    assert [(row.sigma, row.stopped) for row in report.rows] == [
+        (0.5, "epochs 1, patience 2 (epochs 12–40)"),
+        (2.0, "epochs 1 (epoch 40)"),
+    ]
+    assert "| epochs 1, patience 2 (epochs 12–40) |" in to_markdown(report)
+    assert "stopped" in to_csv(report).splitlines()[0].split(",")
+    # records that carry no stop reason (exports written before it was logged): a dash, an empty CSV cell
+    plain = build_report([run(0.5, 0), run(2.0, 0)])
+    assert [row.stopped for row in plain.rows] == ["", ""]
+    per_sigma = to_markdown(plain).split("## Per sigma")[1].strip().splitlines()
+    assert per_sigma[2].endswith("| – |") and to_csv(plain).splitlines()[1].endswith(",")

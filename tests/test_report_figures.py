@@ -17,6 +17,7 @@ import re
 import pytest
 
 from initmem_core.config import RunConfig
+from initmem_core.groups import group_keys
 from initmem_core.report.assessment import build_assessed_report, evaluated
 from initmem_core.report.memory import build_report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCKS
@@ -390,3 +391,25 @@ def test_the_accuracy_figure_marks_a_sigma_at_chance_and_sets_groups_bars_apart(
         monkeypatch,
     )
     assert "bars" not in one_seed.axes[0].get_title()
+
+
+def test_memory_vs_epoch_marks_where_runs_stopped_early(tmp_path, monkeypatch):
+    cells = forgetting_sweeps.synthetic_sweep(0, groups=((0.0, 0.01), (0.0, 0.1)), epochs=6)
+    for index, cell in enumerate(cells):  # as if --patience 2 had stopped each at epoch 4, 5 or 6
+        cell.config = cell.config.replace(patience=2)
+        cell.metrics["stop_epoch"] = 4 + index % 3
+    report = build_report(cells)
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: figures.append(figure) or path)
+    plots.memory_vs_epoch(report, tmp_path / "figure.png", records=cells)
+    stops = {g: line for g, line in lines_by_gid(figures[0]).items() if g.endswith("|stops")}
+    groups = group_keys([c.config for c in cells])
+    for group in report.forgetting:
+        expected = sorted(c.metrics["stop_epoch"] for c, g in zip(cells, groups) if g == group and c.trained)
+        for memory in ("radial", "directional"):
+            assert sorted(stops[f"{group}|{memory}|stops"].get_xdata()) == expected
+    assert "where runs stopped" in figures[0]._suptitle.get_text()
+    # no records of runs stopped by --patience: no ticks
+    figures.clear()
+    plots.memory_vs_epoch(report, tmp_path / "figure.png")
+    assert not [g for g in lines_by_gid(figures[0]) if g.endswith("|stops")]

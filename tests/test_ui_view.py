@@ -58,7 +58,7 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
     state = view_state("a" * 32)
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{'a' * 32}'"
     assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "initmem.group"}]
-    # sigma first, the key metrics next (what a 1400 px window shows), then the rest
+    # sigma first, the key metrics next (what a 1400 px window shows), why and where each run stopped, then the rest
     assert (
         state["selectedColumns"]
         == state["columnOrder"]
@@ -68,6 +68,8 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
             "metrics.`fit`",
             "metrics.`tau_interp`",
             "metrics.`weight_norm_ratio`",
+            "tags.`stop_reason`",
+            "metrics.`stop_epoch`",
             "tags.`seed`",
             "tags.`lr`",
             "attributes.`Dataset`",

@@ -24,7 +24,15 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.contracts import ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo, Register
+from initmem_core.contracts import (
+    ArchitectureInfo,
+    ClaimInfo,
+    DatasetInfo,
+    ExecutorInfo,
+    FigureInfo,
+    OptimizerInfo,
+    Register,
+)
 from initmem_core.errors import PluginLoadError, RunWarning
 from initmem_core.kinds import PLUGIN_KINDS
 from initmem_core.plugin_system.api_version import check_plugin_api
@@ -128,6 +136,7 @@ class _Loader:
         keyword a ``TypeError`` (the plugin fails to load)."""
         records = {
             "optimizer": OptimizerInfo,
+            "architecture": ArchitectureInfo,
             "claim": ClaimInfo,
             "dataset": DatasetInfo,
             "executor": ExecutorInfo,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.contracts import ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo
+from initmem_core.contracts import ArchitectureInfo, ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
 
 FAMILY_SUFFIX = ":*"
@@ -40,6 +40,7 @@ class ComponentSpec:
     default: bool = False  # built into every run (the built-in metrics), whatever the config names
     # What a kind declares beside its factory, as its record in ``contracts`` (other kinds: the default).
     optimizer: OptimizerInfo = OptimizerInfo()
+    architecture: ArchitectureInfo = ArchitectureInfo()
     claim: ClaimInfo | None = None
     dataset: DatasetInfo = DatasetInfo()
     figure: FigureInfo = FigureInfo()

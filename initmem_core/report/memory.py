@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,9 @@ from initmem_core.report.inference import (
     mean_interval,
     spread_difference,
 )
+from initmem_core.report.regime import edge_counts
 from initmem_core.tracking.records import CellRecord, fit_counts
-from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCKS
+from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCKS, STOP_EPOCH
 
 if TYPE_CHECKING:
     from initmem_core.report.verdicts import Finding
@@ -63,6 +65,8 @@ class SigmaRow:
     clock_l2: float
     clock_adapt: float
     untrained: str = ""  # why this sigma's runs did not train: "at chance", "not fit" (others did); "" trained
+    stopped: str = ""  # how its trained runs ended, e.g. "patience 5, epochs 1 (epochs 14–30)"; "": not logged
+    at_edge: str = ""  # trained runs selected at the horizon's edge, of those that tell ("6/6"; regime.at_edge)
 
 
 @dataclass
@@ -312,7 +316,22 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         clock_sgd=mean_of(CLOCK_SGD),
         clock_l2=mean_of(CLOCK_L2),
         clock_adapt=mean_of(CLOCK_ADAPT),
+        stopped=_stops(trained),
+        at_edge=_edge_text(*edge_counts(cells)),
     )
+
+
+def _edge_text(edge: int, known: int) -> str:
+    return f"{edge}/{known}" if known else ""
+
+
+def _stops(cells: list[CellRecord]) -> str:
+    """Why the runs stopped (``STOP_REASON_TAG``), how many each and their last epochs; "": not logged."""
+    reasons = Counter(c.stop_reason for c in cells if c.stop_reason)
+    ends = [int(c.metrics[STOP_EPOCH]) for c in cells if c.stop_reason and STOP_EPOCH in c.metrics]
+    low, high = min(ends, default=0), max(ends, default=0)
+    span = "" if not ends else f" (epoch {low})" if low == high else f" (epochs {low}–{high})"
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items())) + span
 
 
 def _summary(

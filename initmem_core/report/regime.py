@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from initmem_core.tracking.records import CellRecord, fit_counts
-from initmem_core.vocabulary import BEST_VAL_EPOCH, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, STOP_PATIENCE
+from initmem_core.vocabulary import (
+    BEST_VAL_EPOCH,
+    CLOCK_ADAPT,
+    CLOCK_L2,
+    CLOCK_SGD,
+    CLOCK_SYMBOLS,
+    STOP_PATIENCE,
+    STOP_UNTIL,
+)
 
 
 class Group(Protocol):
@@ -96,8 +104,8 @@ def at_edge(cell: CellRecord) -> bool | None:
     best, last = cell.metrics.get(BEST_VAL_EPOCH), last_epoch(cell)
     if not cell.trained or best is None or math.isinf(last):
         return None
-    if cell.metrics.get(STOP_PATIENCE):  # stopped because its criterion had stopped improving
-        return False
+    if cell.config.patience and cell.stop_reason in (STOP_PATIENCE, STOP_UNTIL):
+        return False  # stopped once its criterion had not improved for --patience evaluations
     return best >= last or best > last * (1 - EDGE_FRACTION)
 
 

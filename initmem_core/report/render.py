@@ -24,7 +24,7 @@ DASH = "–"
 
 
 def _missing(value: Any) -> bool:
-    return isinstance(value, float) and math.isnan(value)
+    return (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
 # -- the formatters -------------------------------------------------------------------------
@@ -94,6 +94,8 @@ TABLE_COLUMNS = (
     ("weight_norm", "‖W‖_F", ".4g"),
     ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
     *((clock, CLOCK_SYMBOLS[clock], ".4g") for clock in CLOCKS),
+    ("stopped", "stopped", ""),
+    ("at_edge", "at the edge", ""),
 )
 
 
@@ -262,7 +264,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
 
 def to_json(report: Report) -> str:
     def clean(value: Any) -> Any:
-        if _missing(value):
+        if isinstance(value, float) and math.isnan(value):  # a missing number; an empty text stays text
             return None
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items()}

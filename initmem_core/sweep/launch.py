@@ -71,15 +71,10 @@ class SweepProgress(Protocol):
     def cell_finished(self, run_id: str, status: str, error: str) -> None: ...
 
 
-class NoSweepProgress:
-    def sweep_started(self, name, total, skipped):
-        pass
-
-    def cell_started(self, run_id, label):
-        return None
-
-    def cell_finished(self, run_id, status, error):
-        pass
+class NoSweepProgress:  # cell_started: no training Progress (None)
+    def sweep_started(self, name, total, skipped): ...
+    def cell_started(self, run_id, label): ...
+    def cell_finished(self, run_id, status, error): ...
 
 
 @dataclass

@@ -30,17 +30,21 @@ from initmem_core.vocabulary import (
     PARENT_ROLE,
     PARENT_TAG,
     ROLE_TAG,
+    STOP_REASON_TAG,
     SWEEP_TAG,
     TAU_INTERP,
     TEST_ACC,
     TRAIN_ACC,
+    VAL_ACC,
+    VAL_LOSS,
     WEIGHT_NORM,
 )
 
 #: The per-epoch figures kept with their whole history (step = epoch, 0 = initialization): what
-#: memory over training is computed from (report/forgetting.py), and the clean training accuracy
-#: (whether and when a run fit). One history call each per run.
-HISTORY_METRICS = (TEST_ACC, TRAIN_ACC, WEIGHT_NORM, INIT_COSINE, *CLOCKS)
+#: memory over training is computed from (report/forgetting.py), the clean training accuracy
+#: (whether and when a run fit) and the validation figures (whether its selection had converged).
+#: One history call each per run.
+HISTORY_METRICS = (TEST_ACC, TRAIN_ACC, WEIGHT_NORM, INIT_COSINE, *CLOCKS, VAL_LOSS, VAL_ACC)
 #: How a record's ``fit`` was read (``CellRecord.fit_source``), most direct first.
 FIT_LOGGED, FIT_FROM_HISTORY, FIT_FROM_SUMMARY = "logged", "training-accuracy history", "tau_interp and final accuracy"
 
@@ -67,6 +71,7 @@ class CellRecord:
     #: the clock convention the run's optimizer followed (its ``clock_convention`` param; "":
     #: not logged, then the report asks the optimizer plugin): what its family is read from
     clock_convention: str = ""
+    stop_reason: str = ""  # why the run ended where it did (``STOP_REASON_TAG``; "": not logged)
 
     def __post_init__(self) -> None:
         if isinstance(self.config, Mapping):
@@ -234,6 +239,7 @@ def record_from_run(client, run) -> CellRecord:
         test_correct=_test_correct(client, run) if run.info.status == FINISHED else None,
         num_classes=int(run.data.params.get("data_num_classes", 0) or 0),
         clock_convention=run.data.params.get("clock_convention", "").partition(":")[0].strip(),
+        stop_reason=tags.get(STOP_REASON_TAG, ""),
     )
 
 

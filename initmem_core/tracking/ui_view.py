@@ -22,6 +22,8 @@ from initmem_core.vocabulary import (
     GROUP_TAG,
     KIND_TAG,
     PARENT_TAG,
+    STOP_EPOCH,
+    STOP_REASON_TAG,
     TAU_INTERP,
     VIEW_TAG_PREFIX,
     WEIGHT_NORM_RATIO,
@@ -72,7 +74,8 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
         },
     ]
     sigma, *others = (_column("tags", field) for field in TABLE_FIELDS)  # sigma comes first
-    columns = [sigma, *(_column("metrics", m) for m in VIEW_METRICS), *others, _column("attributes", "Dataset")]
+    stops = [_column("tags", STOP_REASON_TAG), _column("metrics", STOP_EPOCH)]  # why and where each run ended
+    columns = [sigma, *(_column("metrics", m) for m in VIEW_METRICS), *stops, *others, _column("attributes", "Dataset")]
     return {
         # search facets
         "searchFilter": f"tags.`{PARENT_TAG}` = '{parent_run_id}'",

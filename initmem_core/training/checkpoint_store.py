@@ -164,14 +164,18 @@ class CheckpointStore:
             with contextlib.suppress(OSError):
                 self.folder.rmdir()  # only when empty
 
-    def start_fresh(self, epochs: int) -> None:
+    def start_fresh(self, epochs: int, ended: Any = None) -> None:
         """A new run of this config: its first save replaces the files here (not before, so that
         stopping it at once leaves an earlier killed run resumable). An unfinished run's newest
-        file is kept, in ``run-<its run id>/``, where ``--resume`` still finds it. Warns then."""
+        file is kept, in ``run-<its run id>/``, where ``--resume`` still finds it. Warns then.
+        ``ended(history)``: why a run stops where its history ends, if it does (``--patience``)."""
         self.previous, self._before_previous, self._swept, self._history = None, None, False, None
         files = self.files()
         newest = NAME.fullmatch(files[-1].name) if files else None  # files() lists only names NAME matches
         done = int(newest.group(1)) if newest else epochs
+        with contextlib.suppress(UnusableCheckpoint):  # an unreadable file: unfinished, as before
+            if newest and done < epochs and ended and ended(read_checkpoint(files[-1], mmap=True)["history"]):
+                done = epochs
         self._park_unfinished = done < epochs
         if done < epochs:
             warnings.warn(

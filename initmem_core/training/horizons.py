@@ -223,27 +223,42 @@ def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequenc
 @dataclass(frozen=True)
 class Horizon:
     """The epochs a config trains and the clocks it ends with; ``until``: the target that set the
-    epochs (``None``: ``--epochs`` did)."""
+    epochs (``None``: ``--epochs`` did). With ``--patience`` it is adaptive: ``epochs`` is the cap,
+    ``min_epochs`` the first epoch reaching the ``--until`` target, before which it does not stop."""
 
     epochs: int
     clocks: dict[str, float]
     steps_per_epoch: int
     until: tuple[str, float] | None = None
+    min_epochs: int = 0
 
 
 def horizon(config: RunConfig, n_train: int, rule: StepRule) -> Horizon:
     """The epochs ``config`` trains on a training set of ``n_train`` examples and its final clocks:
     ``--epochs``, or with ``--until`` the fewest epochs whose final clock reaches the target, with
-    ``--epochs`` as the cap. ``ConfigError`` (one line: the clock reached at the cap, the epochs
-    needed, how to fix it) when the cap is too short or the clock cannot reach the target."""
+    ``--epochs`` as the cap (with ``--patience``: the cap, that target's epoch its ``min_epochs``).
+    ``ConfigError`` (one line: the clock reached at the cap, the epochs needed, how to fix it) when
+    the cap is too short or the clock cannot reach the target."""
     target = parse_until(config.until)
     hint = _how_to_grow(target[0], config) if target else ""
-    return _horizon(Schedule.of(config), rule, int(n_train), int(config.batch_size), config.until, hint)
+    schedule = Schedule.of(config)
+    found = _horizon(schedule, rule, int(n_train), int(config.batch_size), config.until, hint)
+    if config.patience and found.until:  # adaptive: the cap's horizon, stopping no earlier than the target
+        return _adaptive(schedule, rule, int(n_train), int(config.batch_size), found.until)
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _adaptive(schedule: Schedule, rule: StepRule, n_train: int, batch_size: int, until: tuple[str, float]) -> Horizon:
+    """``--patience``: the cap's horizon; ``min_epochs``, the first epoch reaching ``until`` under its schedule."""
+    batches = epoch_batches(n_train, batch_size)
+    reaching = len(clocks_by_epoch(schedule, rule, batches, stop_at=until))
+    return Horizon(schedule.epochs, final_clocks(schedule, rule, batches), len(batches), until, reaching)
 
 
 @functools.lru_cache(maxsize=256)
 def _horizon(schedule: Schedule, rule: StepRule, n_train: int, batch_size: int, until: str, hint: str) -> Horizon:
-    """``horizon``, from what it reads of the config (``hint``: how to make the clock grow)."""
+    """``horizon`` without ``--patience``, from what it reads of the config (``hint``: how to make the clock grow)."""
     batches = epoch_batches(n_train, batch_size)
     target = parse_until(until)
     if target is None:

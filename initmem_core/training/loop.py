@@ -27,11 +27,11 @@ from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
 from initmem_core.training.loaders import FULL_TEST
 from initmem_core.training.schedules import lr_multiplier
-from initmem_core.training.selection import SelectedCheckpoint
+from initmem_core.training.selection import SelectedCheckpoint, stopping
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import Stopped, StopSignals
-from initmem_core.vocabulary import LR, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
+from initmem_core.vocabulary import LR, STOP_EPOCH, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 
 __all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "score_selected", "train"]
 
@@ -49,14 +49,9 @@ class Progress(Protocol):
 
 
 class NoProgress:
-    def start(self, epochs, steps_per_epoch):
-        pass
-
-    def advance(self, steps):
-        pass
-
-    def epoch_done(self, epoch, metrics):
-        pass
+    def start(self, epochs, steps_per_epoch): ...
+    def advance(self, steps): ...
+    def epoch_done(self, epoch, metrics): ...
 
 
 # -- evaluation ------------------------------------------------------------------------------
@@ -98,18 +93,21 @@ def evaluation_row(
     batch_figures: tuple[float, float] | None,
     lr: float,
     selection: SelectedCheckpoint,
+    evaluated: Callable[[str], tuple[float, float, torch.Tensor]] | None = None,
 ) -> dict[str, float]:
     """Every figure logged at one evaluation point: the clean training set (``train_*``: eval
     mode, unaugmented, what tau_interp reads), the epoch's running train-mode figures
     (``train_*_batch``, none at epoch 0), the validation and test splits, each metric plugin's
     numbers, the clocks and the rate. ``selection`` is offered the point (it keeps it if its
-    validation loss is the best so far)."""
+    validation loss is the best so far). ``evaluated``: ``evaluate_correct`` of the three splits
+    computed elsewhere (a lockstep job's fused pass)."""
+    split = evaluated or (lambda name: evaluate_correct(setup, name))
     row = {}
-    row[TRAIN_LOSS], row[TRAIN_ACC] = evaluate(setup, "train")
+    row[TRAIN_LOSS], row[TRAIN_ACC], _ = split("train")
     if batch_figures is not None:
         row["train_loss_batch"], row["train_acc_batch"] = batch_figures
-    row[VAL_LOSS], row[VAL_ACC] = evaluate(setup, "val")
-    row[TEST_LOSS], row[TEST_ACC], test_correct = evaluate_correct(setup, "test")
+    row[VAL_LOSS], row[VAL_ACC], _ = split("val")
+    row[TEST_LOSS], row[TEST_ACC], test_correct = split("test")
     state = EvalState(
         setup.model,
         setup.initial_params,
@@ -247,8 +245,9 @@ def train(
     resume_from: dict[str, Any] | None = None,
     stop: StopSignals | None = None,
 ) -> tuple[History, dict[str, float]]:
-    """Train for ``config.epochs`` epochs. ``log_metrics(metrics, step)`` gets every epoch's
-    figures, starting with the initialization at step 0. Returns (history, summary).
+    """Train for ``config.epochs`` epochs, unless ``--patience`` stops it earlier (``selection.stopping``).
+    ``log_metrics(metrics, step)`` gets every epoch's figures, from the initialization at step 0.
+    Returns (history, summary).
 
     ``save_checkpoint(state)`` receives a ``snapshot`` (and returns where it saved it) every
     ``config.checkpoint_every`` epochs, after the last one, and when ``stop.requested`` turns
@@ -286,9 +285,11 @@ def train(
         (done, step), sums = restore(setup, resume_from, clocks, history, selection)
         progress.advance(done * steps_per_epoch + step)
     guard = LossGuard(setup.device, start=done * steps_per_epoch + step)
+    # A run killed after its last checkpoint, written where it stopped early, trains no further.
+    last = config.epochs if stopping(config, setup.plan.min_epochs, history) is None else done
 
     setup.model.train()
-    for epoch in range(done + 1, config.epochs + 1):
+    for epoch in range(done + 1, last + 1):
         # Train the epoch; a stop inside it checkpoints the position and the epoch's sums.
         loader_state = setup.train_loader.state_dict()  # as this epoch begins, before it draws
         try:
@@ -298,6 +299,7 @@ def train(
             raise Stopped(stop.signum, checkpoint((epoch - 1, interrupted.step), sums, loader_state)) from None
 
         # Log the epoch: the one host sync for its training figures, after the divergence checks.
+        reason = None
         if evaluated_at(epoch, config):
             if guard.bad_step() is not None:
                 raise loss_diverged(guard, steps_per_epoch)
@@ -307,16 +309,20 @@ def train(
             if not all_finite(setup.model):
                 raise Diverged(epoch, "a weight or BatchNorm statistic")
             record(epoch, (train_loss, sums.correct.item() / sums.seen), lr)
+            reason = stopping(config, setup.plan.min_epochs, history)
         step, sums = 0, EpochSums.zero(setup.device)
 
-        # Checkpoint on schedule, at the end, and before stopping on a signal.
+        # Checkpoint on schedule, at the end (early or not), and before stopping on a signal.
         every = config.checkpoint_every
         saved = None
-        if stop.requested or epoch == config.epochs or (every and epoch % every == 0):
+        if stop.requested or reason or (every and epoch % every == 0):
             saved = checkpoint((epoch, 0), sums, setup.train_loader.state_dict())
         if stop.requested:
             assert stop.signum is not None  # requested: a signal came
             raise Stopped(stop.signum, saved)
+        if reason:
+            progress.advance((config.epochs - epoch) * steps_per_epoch)  # the cap's steps it did not need
+            break
 
     # The selected checkpoint, scored on the whole test split where --eval-size capped it, goes
     # to the metrics that take it; then the figures read off the whole history (tau_interp...).
@@ -324,7 +330,7 @@ def train(
     for metric in setup.metrics.values():
         if predictor is not None and hasattr(metric, "take_selected"):
             metric.take_selected(predictor)
-    summary: dict[str, float] = {}
+    summary: dict[str, float] = {STOP_EPOCH: history[-1]["epoch"]}
     for metric in setup.metrics.values():
         if hasattr(metric, "summarize"):
             summary.update(metric.summarize(history))

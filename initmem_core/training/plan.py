@@ -82,7 +82,7 @@ class RunPlan:
     """What a run of ``config`` is, before anything is built. ``config``: validated, with the
     optimizer's ``lr`` and ``--opt-arg``s resolved: what is hashed and logged, a sweep's cell;
     ``trains``: the config the run trains, the same but for the ``epochs`` an ``--until`` target
-    sets (``n_train``: the training set's size they were found for)."""
+    sets (``n_train``: the training set's size they were found for; with ``--patience``: the cap)."""
 
     config: RunConfig
     components: Mapping[str, Component]  # kind -> the one component of that kind the config names
@@ -96,6 +96,7 @@ class RunPlan:
     n_train: int | None = None  # with --until: the training examples its epochs were found for
     store_uri: str | None = None  # the tracking store, resolved; None: not tracked
     checkpoints: Path | None = None  # the run's checkpoint folder; None: it keeps none
+    min_epochs: int = 0  # with --patience and --until: no stop before this epoch
 
     @property
     def optimizer(self) -> Component:
@@ -142,10 +143,11 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
     convention = f"{clock}: {CONVENTIONS[clock]}"
     convention = convention if declared else f"{UNDECLARED}: counted as {convention}"
     params = {**config_params(config, config_hash), "clock_convention": convention}
-    trains, n_train = config, None
+    trains, n_train, min_epochs = config, None, 0
     if config.until:  # the epochs follow from the training set's size, the schedule and the rule
         n_train = training_set_size(config, components["dataset"])
-        trains = dataclasses.replace(config, epochs=horizons.horizon(config, n_train, rule).epochs)
+        until = horizons.horizon(config, n_train, rule)
+        trains, min_epochs = dataclasses.replace(config, epochs=until.epochs), until.min_epochs
     return RunPlan(
         config,
         MappingProxyType(components),
@@ -157,6 +159,7 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
         MappingProxyType(params),
         trains,
         n_train,
+        min_epochs=min_epochs,
     ).at(store_uri)
 
 

@@ -46,6 +46,7 @@ from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
 from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.resume import resume_candidates
+from initmem_core.training.selection import stopping
 from initmem_core.training.stop_signals import NOT_TRACKED, Stopped, StopSignals
 from initmem_core.vocabulary import (
     COMPILE_FALLBACKS_TAG,
@@ -56,6 +57,7 @@ from initmem_core.vocabulary import (
     FAILURE_REASON_TAG,
     FINISHED,
     KILLED,
+    STOP_REASON_TAG,
     STOPPED_BY_TAG,
 )
 
@@ -78,6 +80,7 @@ class RunResult:
     lost: bool = False
     checkpoint: str | None = None  # the run's last checkpoint, if it keeps any
     config_hash: str = ""  # the run's (its plan's)
+    stop_reason: str = ""  # why it ended at its last epoch (``STOP_REASON_TAG``: patience, until, epochs)
 
 
 def run_params(plan: RunPlan, setup: TrainingSetup) -> dict[str, Any]:
@@ -163,7 +166,8 @@ def _open_run(
         tracker.log_dataset(*split)
     checkpoints = CheckpointStore(plan.checkpoints, config.keep_checkpoints) if plan.checkpoints else None
     if checkpoints:
-        checkpoints.start_fresh(plan.trains.epochs)
+        # --patience: the newest checkpoint may be of a run that stopped there; its history says so
+        checkpoints.start_fresh(plan.trains.epochs, lambda history: stopping(plan.trains, plan.min_epochs, history))
     return run_id, checkpoints, None
 
 
@@ -320,12 +324,7 @@ def _new_tracker(
 
 
 def _train_tracked(
-    plan: RunPlan,
-    setup: TrainingSetup,
-    tracker: Tracker,
-    tags: Mapping[str, str] | None,
-    progress: Any,
-    resume: bool,
+    plan: RunPlan, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, progress: Any, resume: bool
 ) -> RunResult:
     from initmem_core.training import compiling  # lazy: imports torch
     from initmem_core.training.loop import train  # lazy: imports torch
@@ -364,7 +363,9 @@ def _train_tracked(
             if config.compile:
                 _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
-            tracker.log_metrics(summary, step=plan.trains.epochs)  # --until may have set them
+            tracker.log_metrics(summary, step=int(history[-1]["epoch"]))  # --until or --patience may have set it
+            reason = str(stopping(plan.trains, plan.min_epochs, history))
+            tracker.set_tags({STOP_REASON_TAG: reason})
             _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
             if checkpoints:
                 checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
@@ -379,6 +380,7 @@ def _train_tracked(
                 setup.model,
                 checkpoints.seconds_waited if checkpoints else 0.0,
                 config_hash=plan.config_hash,
+                stop_reason=reason,
             )
         except BaseException as error:
             stop.finishing = True

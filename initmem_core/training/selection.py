@@ -1,7 +1,8 @@
 """The selected predictor: the checkpoint of the lowest validation loss over epochs >= 1, the
 earliest on a tie (the paper's model selection; epoch 0 is the initialization, not a trained
 checkpoint). The rule is written here once: the loop follows it as training goes
-(``SelectedCheckpoint``) and the selection metric reads it off the history (``selected``).
+(``SelectedCheckpoint``) and the selection metric reads it off the history (``selected``), as
+``--patience`` does (``stopping``).
 
 ``--eval-size`` caps the validation and test splits scored at every evaluation point. The
 selected checkpoint's own figure is worth the whole test split, so the loop keeps a copy of its
@@ -13,17 +14,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from initmem_core.vocabulary import VAL_LOSS
+from initmem_core.vocabulary import STOP_EPOCHS, STOP_PATIENCE, STOP_UNTIL, VAL_LOSS
 
 if TYPE_CHECKING:  # torch is imported where it is used: the rule alone needs none (plugin summaries)
     import torch
 
-__all__ = ["SelectedCheckpoint", "improves", "selected"]
+__all__ = ["SelectedCheckpoint", "improves", "selected", "stopping"]
 
 
 def selected(history: list[dict[str, float]]) -> dict[str, float]:
     """The selected checkpoint's row: the lowest validation loss over epochs >= 1, the earliest on a tie."""
     return min((row for row in history if row["epoch"] >= 1), key=lambda row: (row[VAL_LOSS], row["epoch"]))
+
+
+def stopping(config: Any, min_epochs: int, history: list[dict[str, float]]) -> str | None:
+    """Why a run whose ``history`` ends at an evaluation point stops there (``None``: it goes on): N
+    (``--patience``) points after the selected one, at or past ``RunPlan.min_epochs`` (``--until``'s,
+    the reason if reached last), or its last epoch. Read off the history: a resumed run stops alike."""
+    epoch = int(history[-1]["epoch"])
+    if config.patience and epoch >= max(1, min_epochs):
+        best = selected(history)["epoch"]
+        stale = sum(row["epoch"] > best for row in history)
+        if stale >= config.patience:
+            return STOP_UNTIL if config.until and stale > config.patience else STOP_PATIENCE
+    if epoch >= config.epochs:
+        return STOP_UNTIL if config.until and not config.patience else STOP_EPOCHS
+    return None
 
 
 def improves(epoch: int, val_loss: float, best_loss: float | None) -> bool:

@@ -1,7 +1,9 @@
 """Built-in architectures.
 
 Factories are import strings, so registering (and ``initmem plugins``) imports no torch; the
-module holding a factory is imported only when a model is built.
+module holding a factory is imported only when a model is built. The CIFAR ResNets declare their
+fused form (K models as one grouped network: a lockstep sweep trains a sigma group so); ResNet-9
+and timm's models declare none yet, so they are never fused.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def initmem_register_architectures(register):
             name,
             f"{_CIFAR_RESNET}:build_{name}",
             f"CIFAR ResNet-{6 * blocks + 2} (He et al. 2016), {blocks} blocks/stage, option-A shortcuts",
+            fused=f"{_CIFAR_RESNET.replace('cifar_resnet', 'fused_cifar_resnet')}:fuse_cifar_resnets",
         )
     register(
         "timm:*",

@@ -16,8 +16,9 @@ per element, so one optimizer over the fused parameters is K optimizers, one per
 
 ``merge_states`` builds the fused state from K ``CifarResNet`` state dicts (each model initialized
 with its own sigma) and ``split_state`` takes it apart again; tests/test_lockstep.py checks that the
-K outputs and the updates of a training step equal those of K separate models. Not a registered
-architecture yet: benchmarks/gpu_steps/lockstep.py measures whether it beats K processes.
+K outputs and the updates of a training step equal those of K separate models. ``fuse_cifar_resnets``
+is the fused form the CIFAR ResNets declare (``contracts.ArchitectureInfo``): what a lockstep sweep
+trains (``initmem_plugins.executors.lockstep``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,11 @@ class FusedCifarResNet(nn.Module):
         features = x.mean(dim=(2, 3)).reshape(x.shape[0], self.models, self.width)  # N x K x 64
         return torch.einsum("nkc,koc->kno", features, self.fc_weight) + self.fc_bias[:, None, :]
 
+    def split(self, tensors: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """Tensors named after this model's (its state, its gradients) as K CifarResNet state
+        dicts of views: what each model of the lockstep job reads and writes in place."""
+        return split_state(tensors, self.models)
+
     @classmethod
     def from_models(cls, models: list[nn.Module], blocks_per_stage: int) -> FusedCifarResNet:
         """The fused model holding these CifarResNets' parameters and BatchNorm statistics."""
@@ -118,6 +124,11 @@ class FusedCifarResNet(nn.Module):
         )
         fused.load_state_dict(merge_states([m.state_dict() for m in models]))
         return fused.to(first["conv1.weight"].device)
+
+
+def fuse_cifar_resnets(models: list[nn.Module]) -> FusedCifarResNet:
+    """The declared fused form of K built CifarResNets of one depth (``contracts.ArchitectureInfo``)."""
+    return FusedCifarResNet.from_models(models, len(models[0].layer1))
 
 
 def merge_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

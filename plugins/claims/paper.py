@@ -320,16 +320,19 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
 
 def batch_pairs(sweep: Sweep, groups: list[Group]) -> list[tuple[Group, Group, str]]:
     """Every (smaller, larger batch, how they are matched) pair of low-rate SGD groups in a stratum
-    that trained the same epochs ("equal epochs": the larger batch took fewer steps) or the same
-    number of steps ("equal steps", T_adapt within ``EQUAL_STEPS``: the larger batch trained
-    proportionally longer, so its smaller T_SGD is its batch's, not a shorter run's)."""
+    that each trained to convergence ("each to convergence": both stop by ``--patience``, so neither
+    count is imposed), or trained the same epochs ("equal epochs": the larger batch took fewer steps)
+    or the same number of steps ("equal steps", T_adapt within ``EQUAL_STEPS``: the larger batch
+    trained proportionally longer, so its smaller T_SGD is its batch's, not a shorter run's)."""
     low = sorted((g for g in groups if low_rate(sweep, g)), key=lambda g: (g.config.batch_size, g.summary.clock_adapt))
     pairs = []
     for i, small in enumerate(low):
         for large in low[i + 1 :]:
             if large.config.batch_size == small.config.batch_size or large.config.lr != small.config.lr:
                 continue
-            if large.compared.epochs == small.compared.epochs:
+            if large.config.patience and small.config.patience:
+                pairs.append((small, large, "each to convergence"))
+            elif large.compared.epochs == small.compared.epochs:
                 pairs.append((small, large, "equal epochs"))
             elif math.isclose(large.summary.clock_adapt, small.summary.clock_adapt, rel_tol=EQUAL_STEPS):
                 pairs.append((small, large, "equal steps"))

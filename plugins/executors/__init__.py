@@ -18,8 +18,8 @@ def initmem_register_executors(register):
     register(
         "local",
         "initmem_plugins.executors.local:LocalExecutor",
-        "This machine: cells one after another here, or in --workers N processes",
-        options=("workers",),
+        "This machine: cells one after another here, or in --workers N processes; --lockstep fuses sigma groups",
+        options=("workers", "lockstep", "lockstep_max"),
     )
     register(
         "ray",

@@ -21,18 +21,27 @@ import signal
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.errors import ConfigError, InitmemError
+from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import one_line_warnings
 from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress, run_cell
 from initmem_core.tracking.client import python_handles_ctrl_c
 from initmem_core.tracking.tracker import ForwardedCalls
 from initmem_core.vocabulary import FAILED, FINISHED
+from initmem_plugins.executors.lockstep import (
+    DEFAULT_MAX,
+    MEASURED_SPEEDUP,
+    LockstepPlan,
+    check_mode,
+    duration_text,
+    plan_lockstep,
+)
 from initmem_plugins.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_plugins.executors.scratch import ScratchFolder
 
@@ -235,11 +244,59 @@ def run_cell_in_worker(
     )
 
 
+def run_lockstep_in_worker(
+    configs: list[RunConfig], run_ids: list[str], queue: Any, staging: str, uri: str, resume: list[bool]
+) -> list[tuple[str, str]]:
+    """A worker's task for a fused job (``lockstep_job``): its cells' (status, error) each."""
+    if isinstance(queue, bytes):
+        try:
+            queue = pickle.loads(queue)
+        except (EOFError, ConnectionError) as gone:
+            return [(FAILED, f"the sweep's queue process is gone: {gone}")] * len(configs)
+    from initmem_plugins.executors.lockstep_job import run_lockstep  # lazy: imports torch
+
+    trackers = [QueueTracker(queue, run_id, staging, uri) for run_id in run_ids]
+    return run_lockstep(configs, trackers, [QueueProgress(queue, run_id) for run_id in run_ids], resume=resume)
+
+
+def lockstep_jobs(cells: list, sweep: SweepCells, mode: str, max_models: int) -> LockstepPlan:
+    """The sweep's cells as jobs: sigma groups fused (``lockstep``), the rest one cell each; a
+    resumed cell fuses only with cells whose checkpoints stand where its own does."""
+
+    def position(cell) -> Any:
+        if not cell.resume:
+            return None
+        from initmem_core.training.plan import plan_run  # lazy: the training code
+        from initmem_core.training.resume import find_resumable
+
+        point = find_resumable(plan_run(cell.config, sweep.registry, sweep.uri).checkpoints)
+        return None if point is None else (point.epoch, point.step)
+
+    return plan_lockstep(cells, sweep.registry, mode, max_models, position_of=position)
+
+
+def run_job(cells: list, jobs: list[Job], sweep: SweepCells) -> list[tuple[str, str]]:
+    """One job in this process: a lone cell, or a fused one (each cell its own writer)."""
+    if len(jobs) == 1:
+        cell, job = cells[0], jobs[0]
+        options = {"tracker": job.writer, "progress": job.progress, "registry": sweep.registry, "resume": cell.resume}
+        return [run_cell(cell.config, **options)]
+    from initmem_plugins.executors.lockstep_job import run_lockstep  # lazy: imports torch
+
+    return run_lockstep(
+        [cell.config for cell in cells],
+        [job.writer for job in jobs],
+        [job.progress for job in jobs],
+        registry=sweep.registry,
+        resume=[cell.resume for cell in cells],
+    )
+
+
 @dataclass
 class _InFlight:
-    """A cell running in a worker: its job, which slot it holds, which pool (that slot's) runs it."""
+    """A job running in a worker: its cells' jobs, which slot it holds, which pool (that slot's) runs it."""
 
-    job: Job
+    jobs: list[Job]
     slot: int
     pool: futures.ProcessPoolExecutor
 
@@ -316,12 +373,32 @@ class LocalExecutor(Executor):
     name = "local"
     remote = False
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, lockstep: str | bool | None = "off", lockstep_max: int = DEFAULT_MAX):
         if workers < 1:
             raise ConfigError(f"--workers must be 1 or greater, got {workers}")
         self.workers = workers
+        self.lockstep, self.lockstep_max = check_mode(lockstep, lockstep_max), lockstep_max
+        self.said: list[str] = []  # what lockstep said of the last run's cells (the CLI prints it)
         self._started: _Workers | None = None
         self._gpus: list[str] | None = None
+
+    def dry_run_lines(self, configs: list[RunConfig], seconds: float) -> list[str]:
+        """What ``--lockstep`` would do with these cells (the dry run's lines): which fuse, into
+        how many jobs, and the estimated time each way (fused jobs at the speed-up measured for
+        them, docs/PERFORMANCE.md)."""
+        if self.lockstep == "off":
+            return []
+        from initmem_core.plugin_system.loader import get_registry
+
+        configs = [pin_threads(config) for config in configs]
+        plan = plan_lockstep(configs, get_registry(), self.lockstep, self.lockstep_max, config_of=lambda c: c)
+        fused = sum(len(job) for job in plan.fused)
+        share = (len(configs) - fused + fused / MEASURED_SPEEDUP) / max(len(configs), 1)
+        return [
+            *plan.lines(),
+            f"lockstep: {len(plan.jobs)} job(s); estimated time {duration_text(seconds * share)} fused, "
+            f"{duration_text(seconds)} unfused (fused jobs at {MEASURED_SPEEDUP:g}x: docs/PERFORMANCE.md)",
+        ]
 
     def gpus(self) -> list[str]:
         """The GPUs the workers are spread over (counted once, without torch)."""
@@ -346,76 +423,91 @@ class LocalExecutor(Executor):
             self._started = None
 
     def run(self, cells: list, sweep: SweepCells) -> None:
-        if self.workers == 1:
-            self._in_process(cells, sweep)
-        else:
-            self._in_workers(cells, sweep)
-
-    @staticmethod
-    def _in_process(cells: list, sweep: SweepCells) -> None:
         for cell in cells:
             cell.config = pin_threads(cell.config)
-            job = sweep.submit(cell)
-            try:
-                _, error = run_cell(
-                    cell.config, tracker=job.writer, progress=job.progress, registry=sweep.registry, resume=cell.resume
-                )
-            except KeyboardInterrupt:
-                sweep.interrupt([job])
-                raise
-            sweep.close(job, error)
+        plan = lockstep_jobs(cells, sweep, self.lockstep, self.lockstep_max)
+        if self.lockstep != "off":
+            self.said = plan.lines()
+            for line in self.said:
+                warnings.warn(line, RunWarning, stacklevel=2)
+        if self.workers == 1:
+            self._in_process(plan.jobs, sweep)
+        else:
+            self._in_workers(plan.jobs, sweep)
 
-    def _in_workers(self, cells: list, sweep: SweepCells) -> None:
-        """Cells in spawned processes; this process alone writes to the store."""
-        check_devices(cells, self.workers, self.gpus())
+    @staticmethod
+    def _in_process(units: list[list], sweep: SweepCells) -> None:
+        for cells in units:
+            jobs = [sweep.submit(cell) for cell in cells]
+            try:
+                outcomes = run_job(cells, jobs, sweep)
+            except KeyboardInterrupt:
+                sweep.interrupt(jobs)
+                raise
+            for job, (_, error) in zip(jobs, outcomes, strict=True):
+                sweep.close(job, error)
+
+    def _in_workers(self, units: list[list], sweep: SweepCells) -> None:
+        """Jobs (a cell, or a fused sigma group) in spawned processes; this process alone writes
+        to the store."""
+        check_devices([cell for cells in units for cell in cells], self.workers, self.gpus())
         self.start()
         started, self._started = self._started, None
         assert started is not None
         workers, events = self.workers, started.events
         queue = pickle.dumps(events)  # rebuilt by each task (run_cell_in_worker)
-        todo = list(cells)
+        todo = list(units)
         running: dict[futures.Future, _InFlight] = {}
         try:
             while todo or running:
                 free = sorted(set(range(workers)) - {flight.slot for flight in running.values()})
                 while todo and free:
-                    cell, slot = todo.pop(0), free.pop(0)
-                    cell.config = pin_threads(cell.config)
-                    job = sweep.submit(cell)
+                    cells, slot = todo.pop(0), free.pop(0)
+                    jobs = [sweep.submit(cell) for cell in cells]
                     pool = started.pools[slot]
+                    staging = started.staging.name
                     try:
-                        future = pool.submit(
-                            run_cell_in_worker,
-                            cell.config,
-                            cell.run_id,
-                            queue,
-                            started.staging.name,
-                            sweep.uri,
-                            cell.resume,
-                        )
+                        if len(cells) == 1:
+                            cell = cells[0]
+                            future = pool.submit(
+                                run_cell_in_worker, cell.config, cell.run_id, queue, staging, sweep.uri, cell.resume
+                            )
+                        else:
+                            future = pool.submit(
+                                run_lockstep_in_worker,
+                                [cell.config for cell in cells],
+                                [cell.run_id for cell in cells],
+                                queue,
+                                staging,
+                                sweep.uri,
+                                [cell.resume for cell in cells],
+                            )
                     except futures.process.BrokenProcessPool as broken:  # its worker died while idle
                         future = futures.Future()
                         future.set_exception(broken)
-                    running[future] = _InFlight(job, slot, pool)
+                    running[future] = _InFlight(jobs, slot, pool)
                 # A future that is done has put all its events: drain first, then close its cell.
                 done = [f for f in running if f.done()]
                 if done and not started.queue_alive():  # what the cells put since is lost: resume them
                     raise QueueGone()
-                _drain(events, {flight.job.cell.run_id: flight.job for flight in running.values()}, wait=not done)
+                out = {job.cell.run_id: job for flight in running.values() for job in flight.jobs}
+                _drain(events, out, wait=not done)
                 for future in done:
                     flight = running.pop(future)
                     try:
-                        _, error = future.result()
+                        result = future.result()
+                        errors = [error for _, error in (result if isinstance(result, list) else [result])]
                     except futures.process.BrokenProcessPool as broken:  # a worker died, e.g. out of memory
-                        error = f"worker process died: {broken}"
+                        errors = [f"worker process died: {broken}"] * len(flight.jobs)
                         if flight.pool is started.pools[flight.slot]:
                             started.replace(flight.slot)
-                    sweep.close(flight.job, error)
+                    for job, error in zip(flight.jobs, errors, strict=True):
+                        sweep.close(job, error)
         except KeyboardInterrupt:
-            sweep.interrupt(flight.job for flight in running.values())
+            sweep.interrupt(job for flight in running.values() for job in flight.jobs)
             raise
         except QueueGone:
-            sweep.interrupt(flight.job for flight in running.values())
+            sweep.interrupt(job for flight in running.values() for job in flight.jobs)
             raise InitmemError(QUEUE_GONE) from None
         finally:
             started.close()

@@ -4,13 +4,15 @@ claims' forest plot is ``verdicts.py``."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from initmem_core.config import FIELDS
-from initmem_core.groups import DEFAULTS, label_parts, value_text
+from initmem_core.groups import DEFAULTS, group_keys, label_parts, value_text
 from initmem_core.report.forgetting import MEMORIES
 from initmem_core.report.memory import Report
-from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_SGD, CLOCKS
+from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_SGD, CLOCKS, STOP_EPOCH
 from initmem_plugins.figures.canvas import new_figure, save_figure
 
 
@@ -414,21 +416,44 @@ def _say_if_empty(figure, groups: list[str]) -> None:
         figure.text(0.5, 0.5, "no per-epoch histories in these records", ha="center", va="center", color="0.35")
 
 
-def memory_vs_epoch(report: Report, path: Path) -> Path:
+def _early_stops(records: Sequence[CellRecord]) -> dict[str, list[int]]:
+    """group -> the epochs its trained runs stopped at, where --patience could stop them early."""
+    stops: dict[str, list[int]] = {}
+    for record, group in zip(records, group_keys([r.config for r in records])):
+        if record.trained and record.config.patience and STOP_EPOCH in record.metrics:
+            stops.setdefault(group, []).append(int(record.metrics[STOP_EPOCH]))
+    return stops
+
+
+def memory_vs_epoch(report: Report, path: Path, records: Sequence[CellRecord] = ()) -> Path:
     """Every memory against the epoch: a panel per memory, a line per group with its 95% band,
-    each half-life a dotted line (its interval a bar at half the initial value)."""
+    each half-life a dotted line (its interval a bar at half the initial value); where runs
+    stopped early (``--patience``), a tick at the foot of each panel per run's stop epoch."""
     groups, names, shared, colours = _memory_groups(report)
+    stops = _early_stops(records)
     figure = new_figure(14.0, 4.8 + 0.22 * math.ceil(len(groups) / 2))
     axes = figure.subplots(1, len(MEMORIES))
     for ax, memory in zip(axes, MEMORIES):
         for group in groups:
             label = names[group] if ax is axes[0] else None
             _draw_memory(ax, report.forgetting[group], memory, "epoch", colours[group], label, f"{group}|{memory}")
+            if stops.get(group):  # x in epochs, y in the panel's own height: a rug along its foot
+                foot = ax.get_xaxis_transform()
+                ax.plot(
+                    stops[group],
+                    [0.02] * len(stops[group]),
+                    "|",
+                    color=colours[group],
+                    markersize=9,
+                    transform=foot,
+                    gid=f"{group}|{memory}|stops",
+                )
         _memory_axis(ax, memory)
         ax.set(xlabel="epoch", title=MEMORY_LABELS[memory])
         ax.title.set_fontsize("small")
         ax.grid(alpha=0.3)
-    figure.suptitle("Memory over training (bands: 95% CI; dashed: half the initial value; dotted: half-life)")
+    rug = "; ticks at the foot: where runs stopped (--patience)" if stops else ""
+    figure.suptitle(f"Memory over training (bands: 95% CI; dashed: half the initial value; dotted: half-life{rug})")
     _say_if_empty(figure, groups)
     _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     return save_figure(figure, path)

@@ -11,7 +11,9 @@ libraries' default), Muon 0.01 in timm's units (the best validation loss; timm s
 by 0.2 * sqrt(max dim) to match AdamW's RMS). ``clock`` says how a step maps to the forgetting
 clocks (``initmem_core.training.clocks``): SGD's heavy-ball buffer sums gradients, so its
 effective step is eta / (1 - beta); Adam's, AdamW's and Muon's momentum is an average (EMA),
-so theirs is eta.
+so theirs is eta. ``elementwise``: SGD's, Adam's and AdamW's updates and state are per element
+(a lockstep sweep may fuse them); Muon orthogonalizes each matrix, so it declares nothing and is
+never fused.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def initmem_register_optimizers(register):
         "torch SGD; momentum 0 unless --momentum; --weight-decay is coupled (added to the gradient)",
         defaults={"lr": 0.05, "nesterov": False, "dampening": 0.0, **_EXECUTION},
         clock="heavy-ball",
+        elementwise=True,
     )
     register(
         "adam",
@@ -40,6 +43,7 @@ def initmem_register_optimizers(register):
         "torch Adam; --weight-decay is coupled L2 (passes through the preconditioner)",
         defaults=_ADAM_DEFAULTS,
         clock="lr",
+        elementwise=True,
     )
     register(
         "adamw",
@@ -47,6 +51,7 @@ def initmem_register_optimizers(register):
         "torch AdamW; --weight-decay is decoupled",
         defaults=_ADAM_DEFAULTS,
         clock="lr",
+        elementwise=True,
     )
     register(
         "muon",

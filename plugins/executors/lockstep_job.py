@@ -1,0 +1,368 @@
+"""A lockstep job: K cells of one sigma group trained as one fused model in one process, each
+cell keeping its own child run exactly as if it had run alone.
+
+Each cell is planned and built as a lone run (``plan_run``, ``build_setup``: its own initial
+weights from its own seed streams, its own optimizer, schedule, metrics, W0), and its run is
+opened, checkpointed, resumed and ended by the runner's own functions. Only the training step is
+shared: the architecture's declared fused form (``contracts.ArchitectureInfo.fused``) holds the K
+models' parameters and BatchNorm buffers, each plain model's tensors are rebound to views of
+them, one forward and backward on the group's batch (the seed's data order, the same for every
+sigma) gives each model its own gradient (the sum of the K mean losses), and each model's own
+optimizer steps its own views. So each model's evaluation, metrics, selection, clocks,
+checkpoints and ``final_weights.pt`` are the lone run's code on the lone run's model; its
+checkpoint is a lone run's, which a fused job (or a lone run) resumes.
+
+A model whose loss turns non-finite ends its own cell DIVERGED at that step (as a lone run
+would); its loss is left out of the sum and its optimizer never steps again, while the others
+train on. SIGTERM/SIGHUP/Ctrl-C checkpoint every live model and end each KILLED.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from initmem_core.config import RunConfig
+from initmem_core.errors import Diverged
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.plugin_system.registry import Registry
+from initmem_core.tracking.tracker import Tracker
+from initmem_core.tracking.writing import to_json
+from initmem_core.training import runner
+from initmem_core.training.checkpoint_format import header
+from initmem_core.training.checkpoint_store import CheckpointStore
+from initmem_core.training.clocks import ForgettingClocks
+from initmem_core.training.divergence import LossGuard, all_finite
+from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
+from initmem_core.training.loaders import FULL_TEST
+from initmem_core.training.loop import (
+    EpochInterrupted,
+    NoProgress,
+    evaluated_at,
+    evaluation_row,
+    loss_diverged,
+    score_selected,
+)
+from initmem_core.training.plan import RunPlan, plan_run
+from initmem_core.training.schedules import lr_multiplier
+from initmem_core.training.selection import SelectedCheckpoint
+from initmem_core.training.setup import TrainingSetup, build_setup, process_settings_kept
+from initmem_core.training.state import EpochSums, restore, snapshot
+from initmem_core.training.stop_signals import Stopped, StopSignals
+from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG
+
+Outcome = tuple[str, str]  # (status, error as text), as ``sweep.executor.run_cell`` returns
+
+
+@dataclass
+class Member:
+    """One model of the job: its lone run's plan, setup, tracker and training state."""
+
+    plan: RunPlan
+    setup: TrainingSetup
+    tracker: Tracker
+    progress: Any
+    run_id: str = ""
+    checkpoints: CheckpointStore | None = None
+    clocks: ForgettingClocks = field(default_factory=ForgettingClocks)
+    history: list[dict[str, float]] = field(default_factory=list)
+    selection: SelectedCheckpoint | None = None
+    sums: Any = None
+    guard: Any = None
+    outcome: Outcome | None = None  # set once its run has ended
+
+    @property
+    def alive(self) -> bool:
+        return self.outcome is None
+
+    def record(self, epoch: int, batch_figures: tuple[float, float] | None, lr: float, evaluated=None) -> None:
+        assert self.selection is not None
+        row = evaluation_row(self.setup, epoch, self.history, self.clocks, batch_figures, lr, self.selection, evaluated)
+        self.tracker.log_metrics(row, epoch)
+        self.history.append({"epoch": epoch, **row})
+        self.progress.epoch_done(epoch, row)
+
+    def checkpoint(self, position: tuple[int, int], loader_state: dict[str, Any]) -> str | None:
+        if self.checkpoints is None:
+            return None
+        assert self.selection is not None
+        state = snapshot(self.setup, position, self.clocks, self.history, self.sums, loader_state, self.selection)
+        return str(self.checkpoints.save({**header(self.plan.config, self.plan.config_hash, self.run_id), **state}))
+
+    def end(self, error: BaseException) -> None:
+        """End its run as a lone run ending with ``error`` would (DIVERGED, KILLED, FAILED)."""
+        status = runner._record_failure(self.tracker, error)
+        runner._end_run(self.tracker, self.checkpoints, status)
+        self.outcome = (status, f"{type(error).__name__}: {error}" if status == FAILED else "")
+
+
+def run_lockstep(
+    configs: Sequence[RunConfig],
+    trackers: Sequence[Tracker],
+    progresses: Sequence[Any] | None = None,
+    *,
+    registry: Registry | None = None,
+    resume: Sequence[bool] | None = None,
+) -> list[Outcome]:
+    """Train ``configs`` (cells that differ only in sigma) as one fused model; each writes to its
+    own tracker (a sweep's child run). Returns each cell's (status, error), as ``run_cell`` does;
+    a signal ends every live run KILLED and propagates (``Stopped``)."""
+    registry = registry or get_registry()
+    progresses = progresses or [None] * len(configs)
+    resume = resume or [False] * len(configs)
+    try:
+        plans = [plan_run(config, registry, tracker.uri) for config, tracker in zip(configs, trackers, strict=True)]
+    except Exception as error:
+        return [(FAILED, f"{type(error).__name__}: {error}")] * len(configs)
+    with process_settings_kept():  # threads, determinism, TF32: as they were, after the job
+        try:
+            members = [
+                Member(plan, build_setup(plan), tracker, progress or NoProgress())
+                for plan, tracker, progress in zip(plans, trackers, progresses, strict=True)
+            ]
+        except Exception as error:
+            return [(FAILED, f"{type(error).__name__}: {error}")] * len(configs)
+        with StopSignals() as stop:
+            opened: list[Member] = []
+            try:
+                states = []
+                for member, resumed in zip(members, resume, strict=True):
+                    tags = {LOCKSTEP_TAG: str(len(members))}
+                    member.run_id, member.checkpoints, state = runner._open_run(
+                        member.plan, member.setup, member.tracker, tags, resumed
+                    )
+                    opened.append(member)
+                    states.append(state)
+                    _log_run_files(member)
+                _train(members, states, stop)
+            except BaseException as error:
+                for member in opened:
+                    if member.alive:
+                        member.end(error)
+                for member in members:
+                    if member.outcome is None:
+                        member.outcome = (FAILED, f"{type(error).__name__}: {error}")
+                if isinstance(error, (KeyboardInterrupt, Stopped)):
+                    raise
+    return [member.outcome or (FAILED, "never ended") for member in members]
+
+
+def _log_run_files(member: Member) -> None:
+    """What ``runner._train_tracked`` writes as a run begins."""
+    member.tracker.log_text(to_json(member.plan.config.to_dict()), "config.json")
+    member.tracker.log_text(to_json(system_description()), SYSTEM_ARTIFACT)
+    groups = getattr(member.setup.optimizer, "initmem_param_groups", None)
+    if groups:
+        member.tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+
+
+def fuse(members: Sequence[Member]) -> torch.nn.Module:
+    """The fused model of the members' models, whose tensors each plain model then views."""
+    spec = members[0].plan.components["architecture"].spec
+    from importlib import import_module
+
+    module_name, _, attribute = spec.architecture.fused.partition(":")
+    models = [member.setup.model for member in members]
+    fused = getattr(import_module(module_name), attribute)(models)
+    fused.to(members[0].setup.device, memory_format=members[0].setup.memory_format)
+    parameters = fused.split({name: p.data for name, p in fused.named_parameters()})
+    buffers = fused.split(dict(fused.named_buffers()))
+    for model, own_parameters, own_buffers in zip(models, parameters, buffers, strict=True):
+        for name, parameter in model.named_parameters():
+            parameter.data = own_parameters[name]
+        for name, _ in model.named_buffers():
+            owner, _, leaf = name.rpartition(".")
+            model.get_submodule(owner)._buffers[leaf] = own_buffers[name]
+    return fused
+
+
+def unfuse(members: Sequence[Member]) -> None:
+    """Each plain model gets its own storage again (its final weights are saved from it)."""
+    for member in members:
+        model = member.setup.model
+        for parameter in model.parameters():
+            parameter.data = parameter.data.clone()
+        for name, buffer in list(model.named_buffers()):
+            owner, _, leaf = name.rpartition(".")
+            model.get_submodule(owner)._buffers[leaf] = buffer.clone()
+
+
+def _train(members: list[Member], states: list[dict[str, Any] | None], stop: StopSignals) -> None:
+    """``loop.train`` for K models at once, then each live model's end, as ``_train_tracked``'s."""
+    lead = members[0].setup
+    config = lead.config
+    steps_per_epoch = len(lead.train_loader)
+    positions = set()
+    for member, state in zip(members, states, strict=True):
+        member.selection = SelectedCheckpoint(keep_weights=FULL_TEST in member.setup.eval_loaders)
+        member.progress.start(config.epochs, steps_per_epoch)
+        member.sums = EpochSums.zero(member.setup.device)
+        if state is None:
+            positions.add((0, 0))
+        else:
+            position, member.sums = restore(member.setup, state, member.clocks, member.history, member.selection)
+            positions.add(position)
+            member.progress.advance(position[0] * steps_per_epoch + position[1])
+    if len(positions) != 1:
+        raise RuntimeError(f"the cells of a lockstep job stand at different points {sorted(positions)}")
+    ((done, step),) = positions
+    fused = fuse(members)
+    if done == 0 and step == 0:
+        evaluated = _evaluate_fused(fused, members)
+        for index, member in enumerate(members):
+            member.record(0, None, member.setup.optimizer.param_groups[0]["lr"], evaluated[index])
+    for member in members:
+        member.guard = LossGuard(member.setup.device, start=done * steps_per_epoch + step)
+    fused.train()
+    for epoch in range(done + 1, config.epochs + 1):
+        loader_state = lead.train_loader.state_dict()
+        try:
+            lr = _epoch(fused, members, epoch, step, stop)
+        except EpochInterrupted as interrupted:
+            assert stop.signum is not None
+            saved = [m.checkpoint((epoch - 1, interrupted.step), loader_state) for m in members if m.alive]
+            raise Stopped(stop.signum, saved[0] if saved else None) from None
+        if evaluated_at(epoch, config):
+            for member in members:
+                if member.alive:
+                    try:
+                        _epoch_checks(member, epoch, steps_per_epoch)
+                    except Diverged as diverged:
+                        member.end(diverged)
+            evaluated = _evaluate_fused(fused, members)
+            for index, member in enumerate(members):
+                if member.alive:
+                    figures = (member.sums.loss.item() / member.sums.seen, _accuracy(member.sums))
+                    member.record(epoch, figures, lr, evaluated[index])
+        for member in members:
+            member.sums = EpochSums.zero(member.setup.device)
+        step = 0
+        every = config.checkpoint_every
+        saved = None
+        if stop.requested or epoch == config.epochs or (every and epoch % every == 0):
+            state = lead.train_loader.state_dict()
+            saved = [m.checkpoint((epoch, 0), state) for m in members if m.alive]
+        if stop.requested:
+            assert stop.signum is not None
+            raise Stopped(stop.signum, saved[0] if saved else None)
+        if not any(m.alive for m in members):
+            return
+    unfuse(members)
+    stop.finishing = True
+    for member in members:
+        if member.alive:
+            _finish(member)
+
+
+@torch.no_grad()
+def _evaluate_fused(fused: torch.nn.Module, members: list[Member]) -> list[Any]:
+    """``loop.evaluate_correct`` of every member on the three splits, in one fused pass a batch
+    (eval mode: each model's running statistics); the splits are the same for every sigma."""
+    lead = members[0].setup
+    _, autocast = lead.forward_pass()
+    results: dict[str, list[tuple[float, float, torch.Tensor]]] = {}
+    fused.eval()
+    for split in ("train", "val", "test"):
+        loader = lead.eval_loaders[split]
+        loss_sums = torch.zeros(len(members), device=lead.device)
+        right = []
+        for xb, yb in loader:
+            with autocast():
+                logits = fused(xb.contiguous(memory_format=lead.memory_format)).float()
+            loss_sums += F.cross_entropy(logits.transpose(1, 2), yb.expand(len(members), -1), reduction="none").sum(1)
+            right.append(logits.argmax(2) == yb)
+        correct = torch.cat(right, dim=1)
+        n = loader.num_examples
+        losses, counts = loss_sums.tolist(), correct.sum(1).tolist()
+        results[split] = [(losses[k] / n, counts[k] / n, correct[k]) for k in range(len(members))]
+    fused.train()
+    return [lambda name, k=k: results[name][k] for k in range(len(members))]
+
+
+def _accuracy(sums: EpochSums) -> float:
+    return sums.correct.item() / sums.seen
+
+
+def _epoch_checks(member: Member, epoch: int, steps_per_epoch: int) -> None:
+    """``loop.train``'s divergence checks at an evaluation point."""
+    if member.guard.bad_step() is not None:
+        raise loss_diverged(member.guard, steps_per_epoch)
+    if not math.isfinite(member.sums.loss.item() / member.sums.seen):
+        raise Diverged(epoch, "the training loss")
+    if not all_finite(member.setup.model):
+        raise Diverged(epoch, "a weight or BatchNorm statistic")
+
+
+def _epoch(fused: torch.nn.Module, members: list[Member], epoch: int, step: int, stop: StopSignals) -> float:
+    """``loop.run_epoch`` for the live members: one fused forward and backward a step, each live
+    member's optimizer and schedule stepping its own views. A member whose loss is not finite
+    ends DIVERGED at once and drops out."""
+    lead = members[0].setup
+    config, rule = lead.config, lead.plan.rule
+    _, autocast = lead.forward_pass()
+    memory_format = lead.memory_format
+    steps_per_epoch = len(lead.train_loader)
+    models = len(members)
+    live = [index for index, member in enumerate(members) if member.alive]
+    lr = members[live[0]].setup.optimizer.param_groups[0]["lr"]
+    for x, y in lead.train_loader.epoch(step):
+        lr = members[live[0]].setup.optimizer.param_groups[0]["lr"]
+        multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
+        with autocast():
+            logits = fused(x.contiguous(memory_format=memory_format)).float()  # K x N x classes
+        losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(models), reduction="none").view(models, -1).mean(1)
+        fused.zero_grad(set_to_none=True)
+        losses[live].sum().backward() if len(live) < models else losses.sum().backward()
+        gradients = fused.split({name: p.grad for name, p in fused.named_parameters()})
+        right = (logits.argmax(2) == y).sum(1)
+        for index in live:
+            member = members[index]
+            setup = member.setup
+            member.clocks.tick(rule.eta(multiplier), len(y), rule.shrink)
+            for name, parameter in setup.model.named_parameters():
+                parameter.grad = gradients[index][name]
+            if setup.regularizer is not None:
+                setup.regularizer.add_gradient(*setup.penalized())
+            setup.optimizer.step()
+            setup.scheduler.step()
+            member.sums.loss += losses[index].detach() * len(y)
+            member.sums.correct += right[index]
+            member.sums.seen += len(y)
+            member.progress.advance(1)
+        step += 1
+        for index in list(live):
+            member = members[index]
+            if member.guard.tripped(losses[index]):
+                member.end(loss_diverged(member.guard, steps_per_epoch))
+                live.remove(index)
+        if not live:
+            return lr
+        if stop.requested and step < steps_per_epoch:
+            raise EpochInterrupted(step)
+    return lr
+
+
+def _finish(member: Member) -> None:
+    """The end of a live member's run, as ``loop.train`` and ``runner._train_tracked`` end one."""
+    setup, tracker = member.setup, member.tracker
+    assert member.selection is not None
+    predictor = score_selected(setup, member.selection, member.history)
+    for metric in setup.metrics.values():
+        if predictor is not None and hasattr(metric, "take_selected"):
+            metric.take_selected(predictor)
+    summary: dict[str, float] = {}
+    for metric in setup.metrics.values():
+        if hasattr(metric, "summarize"):
+            summary.update(metric.summarize(member.history))
+    tracker.log_metrics(summary, step=member.plan.trains.epochs)
+    runner._log_final_artifacts(tracker, setup)
+    if member.checkpoints:
+        member.checkpoints.wait()
+        member.checkpoints.finish()
+    runner._end_run(tracker, member.checkpoints, FINISHED)
+    member.outcome = (FINISHED, "")

@@ -1,0 +1,184 @@
+"""Lockstep sweeps (plugins/executors/lockstep*.py): what fuses is declared, and a fused job's
+cells are the lone runs' (their metrics, artifacts and weights to float tolerance), one model's
+divergence is its own, and a killed job resumes to the uninterrupted job's values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from initmem_core.config import RunConfig
+from initmem_core.plugin_system.loader import get_registry
+from initmem_core.vocabulary import DIVERGED_TAG, FAILED, FINISHED, LOCKSTEP_TAG
+from initmem_plugins.executors.lockstep import plan_lockstep
+
+BASE = dict(arch="resnet20", data="digits", epochs=2, batch_size=32, train_size=96, eval_size=64, threads=1)
+
+
+def test_architectures_and_optimizers_declare_what_fuses():
+    from cli.plugins import plugins_report
+
+    rows = {(row["kind"], row["name"]): row for row in plugins_report(get_registry())["components"]}
+    for depth in (20, 32, 44, 56, 110):
+        assert rows[("architecture", f"resnet{depth}")]["fused"].endswith(":fuse_cifar_resnets")
+    assert rows[("architecture", "resnet9")]["fused"] == ""  # not yet: it has no fused form
+    assert [rows[("optimizer", name)]["elementwise"] for name in ("sgd", "adam", "adamw", "muon")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_sigma_groups_fuse_per_seed_in_balanced_jobs_and_the_rest_say_why():
+    registry = get_registry()
+    cells = [RunConfig(**BASE, sigma=s, seed=seed) for seed in (0, 1) for s in (0.5, 1, 2, 3, 4, 5, 6)]
+    muon = [RunConfig(**BASE, sigma=s, opt="muon") for s in (0.5, 1)]
+    plan = plan_lockstep(cells + muon, registry, "on", max_models=4, config_of=lambda c: c)
+    fused = plan.fused
+    assert sorted(len(job) for job in fused) == [3, 3, 4, 4]
+    assert all(len({(c.seed, c.opt) for c in job}) == 1 for job in fused)  # one seed, one everything but sigma
+    assert plan.reasons == {"--opt muon does not declare an element-wise update": 2}
+    assert [len(job) for job in plan.jobs if len(job) == 1] == [1, 1]
+    assert any("14 cells fuse into 4 job(s)" in line for line in plan.lines())
+    # auto fuses 8x8 digits at b = 32 on the CPU, where it was measured to pay, not b = 128
+    assert plan_lockstep(cells, registry, "auto", config_of=lambda c: c).fused
+    big = [c.replace(batch_size=128) for c in cells]
+    assert not plan_lockstep(big, registry, "auto", config_of=lambda c: c).fused
+
+
+def _job_and_lone_runs(configs, diverge_at=None):
+    import torch
+
+    from initmem_core.tracking.tracker import MemoryTracker
+    from initmem_core.training.runner import run
+    from initmem_plugins.executors.lockstep_job import run_lockstep
+
+    class Kept(MemoryTracker):
+        def log_artifact(self, local_path, artifact_path=None):
+            super().log_artifact(local_path, artifact_path)
+            self.weights = torch.load(local_path, weights_only=True)
+
+    fused = [Kept() for _ in configs]
+    outcomes = run_lockstep(configs, fused)
+    lone = []
+    for config in configs:
+        tracker = Kept()
+        try:
+            run(config, tracker=tracker)
+        except Exception:
+            pass
+        lone.append(tracker)
+    return outcomes, fused, lone
+
+
+def assert_same_run(fused, lone, rtol=1e-3, atol=1e-4):
+    import torch
+
+    got = {(step, key): value for step, key, value in fused.metrics}
+    expected = {(step, key): value for step, key, value in lone.metrics}
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=rtol, abs=atol), key
+    assert fused.texts.keys() == lone.texts.keys() and fused.files.keys() == lone.files.keys()
+    assert fused.tags[LOCKSTEP_TAG] and LOCKSTEP_TAG not in lone.tags
+    assert fused.params == lone.params
+    for name, tensor in lone.weights.items():  # a plain model's state dict, loadable as such
+        torch.testing.assert_close(fused.weights[name], tensor, rtol=rtol, atol=atol)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "optimizer", [dict(opt="sgd", momentum=0.9, weight_decay=5e-4), dict(opt="adam"), dict(opt="adamw")]
+)
+def test_a_fused_job_is_its_cells_lone_runs(optimizer):
+    configs = [RunConfig(**BASE, **optimizer, sigma=s) for s in (0.5, 1.0, 2.0)]
+    outcomes, fused, lone = _job_and_lone_runs(configs)
+    assert outcomes == [(FINISHED, "")] * 3
+    for one, alone in zip(fused, lone, strict=True):
+        assert one.status == alone.status == FINISHED
+        assert_same_run(one, alone)
+
+
+@pytest.mark.slow
+def test_a_model_that_diverges_ends_its_own_cell_and_the_others_finish(monkeypatch):
+    import torch
+
+    from initmem_plugins.executors import lockstep_job
+
+    fuse = lockstep_job.fuse
+
+    def fuse_with_a_fault(members):
+        """Model 1's training loss turns NaN at its second step; the others' stay the lone runs'."""
+        fused = fuse(members)
+        forward, calls = fused.forward, []
+
+        def faulty(x):
+            out = forward(x)
+            if fused.training:
+                calls.append(1)
+                if len(calls) >= 2:
+                    out = out.clone()
+                    out[1] = torch.nan
+            return out
+
+        fused.forward = faulty
+        return fused
+
+    monkeypatch.setattr(lockstep_job, "fuse", fuse_with_a_fault)
+    configs = [RunConfig(**BASE, sigma=s) for s in (0.5, 1.0, 2.0)]
+    outcomes, fused, lone = _job_and_lone_runs(configs)
+    assert [status for status, _ in outcomes] == [FINISHED, FAILED, FINISHED]
+    assert "Diverged" in outcomes[1][1]
+    assert [tracker.status for tracker in fused] == [FINISHED, FAILED, FINISHED]
+    assert fused[1].tags[DIVERGED_TAG] == "true" and fused[1].tags["diverged_step"] == "2"
+    assert "final_weights.pt" not in fused[1].files  # ended where it diverged, as a lone run does
+    for index in (0, 2):
+        assert_same_run(fused[index], lone[index])
+
+
+KILLED_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from initmem_core.config import RunConfig
+    from initmem_core.tracking.tracker import MemoryTracker
+    from initmem_plugins.executors.lockstep_job import run_lockstep
+
+    folder, kill_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume"
+
+    class Tracker(MemoryTracker):
+        def log_metrics(self, metrics, step):
+            super().log_metrics(metrics, step)
+            if step == kill_at and "val_loss" in metrics:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    base = dict(BASE, checkpoint_dir=folder, checkpoint_every=1, deterministic=True)
+    configs = [RunConfig(**base, sigma=s) for s in (0.5, 2.0)]
+    trackers = [Tracker() for _ in configs]
+    print(json.dumps(run_lockstep(configs, trackers, resume=[resume] * 2)))
+    print(json.dumps([[m for m in t.metrics if m[0] == 2] for t in trackers]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_killed_fused_job_resumes_to_the_uninterrupted_jobs_values(tmp_path):
+    script = f"BASE = {BASE!r}\n" + KILLED_JOB
+
+    def job(folder, kill_at, mode):
+        return subprocess.run(
+            [sys.executable, "-c", script, str(folder), str(kill_at), mode], capture_output=True, text=True, timeout=300
+        )
+
+    whole = job(tmp_path / "whole", -1, "fresh")
+    again = job(tmp_path / "again", -1, "fresh")  # --deterministic: bit-identical across processes
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout == again.stdout
+    killed = job(tmp_path / "killed", 2, "fresh")  # after epoch 1's checkpoint, once epoch 2 is logged
+    assert killed.returncode == -9
+    resumed = job(tmp_path / "killed", -1, "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == whole.stdout
