@@ -11,6 +11,7 @@ threshold, the epochs (or the ``--until`` target) that would reach it (``trainin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,9 +156,15 @@ def needed(plan, forecast) -> Needed | None:
     return Needed(max(epochs), until) if epochs else None
 
 
-def work_numbers(cells: list[RunConfig], horizons) -> dict[str, Any]:
-    """The work as numbers: optimizer steps when every cell's are known, and epochs."""
+def work_of(cells: list[RunConfig], horizons) -> dict[str, Any]:
+    """The work as numbers, and as text: optimizer steps when every cell's are known (``horizons``)
+    or every cell fixes ``train_size`` (``None`` otherwise), and epochs."""
     known = bool(cells) and horizons is not None and all(h is not None for h in horizons)
-    steps = sum(h.epochs * h.steps_per_epoch for h in horizons) if known else None
-    epochs = sum(h.epochs for h in horizons) if known else sum(c.epochs for c in cells)
-    return {"optimizer_steps": steps, "epochs": epochs}
+    if known:
+        steps, epochs = sum(h.epochs * h.steps_per_epoch for h in horizons), sum(h.epochs for h in horizons)
+    else:
+        sized = bool(cells) and all(c.train_size > 0 for c in cells)
+        steps = sum(c.epochs * math.ceil(c.train_size / c.batch_size) for c in cells) if sized else None
+        epochs = sum(c.epochs for c in cells)
+    text = f"{steps:,} optimizer steps" if steps is not None else f"{epochs:,} epochs"
+    return {"text": text if cells else "none", "optimizer_steps": steps, "epochs": epochs}

@@ -152,7 +152,7 @@ def dry_run_document(plan, horizons, cost, disk, work, forecasts=(), store=None,
     the store and, where known, the epochs it trains and the clocks it ends with), the cells by
     state, each group's forecast against the regime (only the clocks of claims the sweep can
     test, with what a short group needs), the estimated time of the cells to run and their disk.
-    ``work``: ``(text, numbers)`` (``dry_run.work_numbers``); ``cost``: ``None`` when none run."""
+    ``work``: ``dry_run.work_of``'s; ``cost``: ``None`` when no cell is to run."""
     testable, needs = testable or {}, needs or {}
     cells = []
     for index, (cell, group) in enumerate(zip(plan.cells, plan.groups)):
@@ -189,7 +189,7 @@ def dry_run_document(plan, horizons, cost, disk, work, forecasts=(), store=None,
             for f in forecasts
             if f.clock in testable
         ],
-        "work": {"text": work[0], **work[1]},
+        "work": work,
         "estimate": None
         if cost is None
         else {
@@ -489,10 +489,9 @@ def dry_run_here(plan, output: ScriptOutput, workers, tracking_uri, experiment, 
     """``--dry-run``: what a launch would do now (``dry_run``), its cost and the regime it reaches."""
     from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
     from initmem_core.sweep.disk import disk_text, estimate_disk  # lazy: keeps torch out of the CLI's start-up
-    from initmem_core.sweep.grid import estimate_work  # lazy: keeps sweep.grid out of the CLI's start-up
     from initmem_core.training.plan import plan_horizons  # lazy: keeps the training code out of the start-up
 
-    from .dry_run import TO_RUN, forecast_claims, needed, read_store, work_numbers  # lazy: the store, torch
+    from .dry_run import TO_RUN, forecast_claims, needed, read_store, work_of  # lazy: the store, torch
 
     console = output.console
     store = read_store(plan, tracking_uri, experiment, retry_failed, extend)  # a changed grid: one line, no plan
@@ -505,19 +504,20 @@ def dry_run_here(plan, output: ScriptOutput, workers, tracking_uri, experiment, 
     # Each model to run is built (and timed) before any plan is printed: an unknown one is one line alone.
     cost = estimate_cost(plans, workers=workers or 1, horizons=ends) if run else None
     disk = estimate_disk(plans, workers or 1)
-    work = estimate_work([p.config for p in plans], ends) if run else "none"
+    work = work_of([p.config for p in plans], ends)
     console.print(f"sweep [bold]{plan.name}[/bold]")
     if not output.as_json:  # the JSON holds every cell: no tables on stderr
         regime = regime_table(plan, forecasts, testable, needs)
         console.print(*dry_run_tables(plan, horizons, store.states), regime if regime.row_count else "")
         if not regime.row_count:
             console.print("the regime: no claim these groups can test needs a clock to reach a threshold")
-    console.print(f"{store.line(len(set(plan.groups)))}; estimated work of those to run: {work}", soft_wrap=True)
+    console.print(
+        f"{store.line(len(set(plan.groups)))}; estimated work of those to run: {work['text']}", soft_wrap=True
+    )
     for line in cost_lines(cost) if cost else []:
         console.print(line, highlight=False, soft_wrap=True)
     console.print(disk_text(disk))
-    numbers = work_numbers([p.config for p in plans], ends)
-    output.emit(dry_run_document(plan, horizons, cost, disk, (work, numbers), forecasts, store, testable, needs))
+    output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts, store, testable, needs))
 
 
 def _sweep_or_dry_run(

@@ -8,20 +8,20 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.config import RunConfig
-from initmem_core.sweep.disk import BYTES_PER_VALUE, NOMINAL, checkpoint_bytes, estimate_disk, parameter_count
+from initmem_core.sweep.disk import BYTES_PER_VALUE, NOMINAL, checkpoint_bytes, estimate_disk, values_per_parameter
 from initmem_core.training.plan import plan_run
 
 
 def test_parameters_are_counted_as_the_built_model_has_them(registry):
     model = registry.build("architecture", "resnet20", **NOMINAL)
-    assert parameter_count(plan_run(RunConfig(), registry)) == sum(p.numel() for p in model.parameters())
+    assert values_per_parameter(plan_run(RunConfig(), registry))[0] == sum(p.numel() for p in model.parameters())
 
 
 def test_a_checkpoint_holds_the_weights_w0_and_the_optimizers_state(registry):
     def size(**values):
         return checkpoint_bytes(plan_run(RunConfig(**values), registry))
 
-    weights = parameter_count(plan_run(RunConfig(), registry)) * BYTES_PER_VALUE
+    weights = values_per_parameter(plan_run(RunConfig(), registry))[0] * BYTES_PER_VALUE
     assert size(opt="sgd") == 2 * weights  # the weights and W0, the memory metrics' reference
     assert size(opt="sgd", momentum=0.9) == 3 * weights  # the momentum buffer
     assert size(opt="adam") == size(opt="adamw") == 4 * weights  # two moments

@@ -40,10 +40,6 @@ class DiskEstimate:
     workers: int
 
 
-def parameter_count(plan: RunPlan) -> int:
-    return values_per_parameter(plan)[0]
-
-
 def values_per_parameter(plan: RunPlan) -> tuple[int, float]:
     """The plan's architecture's parameters and the optimizer state per parameter that its plugin
     keeps: what the optimizer it builds holds after one step of zero gradients, on the meta device
