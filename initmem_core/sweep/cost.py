@@ -113,7 +113,7 @@ def measure_step(
     torch.set_num_threads(1)
     try:
         arch, batch_size = plan.config.arch, plan.config.batch_size
-        model = plan.components["architecture"].build(in_channels=shape[0], num_classes=classes, image_size=shape[1])
+        model = plan.build_model(in_channels=shape[0], num_classes=classes, image_size=shape[1])
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
         def step(batch: int) -> float:

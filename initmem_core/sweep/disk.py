@@ -48,7 +48,7 @@ def values_per_parameter(plan: RunPlan) -> tuple[int, float]:
 
     for device in ("meta", "cpu"):
         with torch.device(device):
-            model = plan.components["architecture"].build(**NOMINAL)
+            model = plan.build_model(**NOMINAL)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
             optimizer = plan.optimizer.build(model=model, config=plan.config, options=dict(plan.options))
@@ -67,7 +67,7 @@ def checkpoint_bytes(plan: RunPlan, counts: dict[tuple, tuple[int, float]] | Non
     with ``--eval-size``, the selected weights (training.selection)."""
     counts = {} if counts is None else counts
     config = plan.config
-    key = (config.arch, config.opt, config.momentum, config.opt_arg)
+    key = (config.arch, config.arch_arg, config.opt, config.momentum, config.opt_arg)
     if key not in counts:
         counts[key] = values_per_parameter(plan)
     params, state = counts[key]
@@ -90,8 +90,8 @@ def estimate_disk(plans: Sequence[RunPlan], workers: int = 1) -> DiskEstimate:
     running = sorted(sizes, reverse=True)[: max(1, workers)]
     cells = [plan.config for plan in plans]
     kept = sum(size * kept_per_cell(config) for size, config in zip(sizes, cells))
-    weights = {key[0]: values[0] for key, values in counts.items()}
-    artifacts = sum(weights[config.arch] * BYTES_PER_VALUE for config in cells)
+    weights = {key[:2]: values[0] for key, values in counts.items()}
+    artifacts = sum(weights[config.arch, config.arch_arg] * BYTES_PER_VALUE for config in cells)
     return DiskEstimate(2 * sum(running) + kept, kept, artifacts, workers)
 
 
