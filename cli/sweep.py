@@ -271,7 +271,11 @@ def failures_table(failed) -> Table:
     return table
 
 
-@with_config_options(as_text=True)
+#: The threads a sweep's cells run with when --threads is left out (the executors' ``pin``).
+CELL_THREADS_SHOWN = "1 per cell with --executor local; ray and slurm: --cpus-per-cell"
+
+
+@with_config_options(as_text=True, shown={"threads": CELL_THREADS_SHOWN})
 @user_errors
 def sweep_command(
     config_values: dict[str, Any],

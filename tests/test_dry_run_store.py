@@ -124,3 +124,12 @@ def test_the_dry_runs_work_is_numbers_beside_its_text(tmp_path):
     assert result.exit_code == 0, result.output
     work = json.loads(result.stdout)["work"]
     assert work["optimizer_steps"] == 4 and work["epochs"] == 2 and work["text"] == "4 optimizer steps"
+
+
+def test_sweep_help_states_the_threads_a_cell_runs_with():
+    text = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["sweep", "--help"]).output
+    [line] = [line for line in text.splitlines() if "--threads " in line and "CPU threads" in line]
+    following = text.splitlines()[text.splitlines().index(line) : text.splitlines().index(line) + 3]
+    assert any("[default: (1 per cell with --executor local" in part for part in following), following
+    run_help = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["run", "--help"]).output
+    assert "1 per cell" not in run_help  # a single run: torch's own default
