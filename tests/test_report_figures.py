@@ -390,3 +390,18 @@ def test_the_accuracy_figure_marks_a_sigma_at_chance_and_sets_groups_bars_apart(
         monkeypatch,
     )
     assert "bars" not in one_seed.axes[0].get_title()
+
+
+@pytest.mark.parametrize("draw", [plots.memory_vs_epoch, plots.memory_vs_clock], ids=lambda d: d.__name__)
+def test_the_memory_figures_titles_promise_only_what_they_draw(forgetting, draw, tmp_path, monkeypatch):
+    """Bands and half-lives in the title where drawn; a 2-seed sweep draws no band and says why."""
+    from matplotlib.collections import PolyCollection
+
+    for report in (forgetting, build_report(EDGES["two seeds"])):
+        figure = drawn(report, draw, tmp_path, monkeypatch)
+        title = figure._suptitle.get_text()
+        bands = [c for ax in figure.axes for c in ax.collections if isinstance(c, PolyCollection)]
+        dotted = [line for ax in figure.axes for line in ax.get_lines() if line.get_linestyle() == ":"]
+        assert ("bands: 95% CI" in title) == bool(bands) and ("no bands: too few seeds" in title) != bool(bands)
+        assert ("dotted: half-life" in title) == bool(dotted) and ("no half-life" in title) != bool(dotted)
+    assert "no bands" in title  # the two-seed report's
