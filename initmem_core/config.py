@@ -90,8 +90,7 @@ class RunConfig:
     sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive", maximum=MAX_SIGMA)
     arch_arg: tuple[str, ...] = knob(
         (),
-        "A keyword argument of the architecture's factory as key=value, e.g. drop_rate=0.1 for a timm "
-        "model (repeatable; true/false, whole numbers and numbers are read as such, the rest as text)",
+        "A keyword of the architecture's factory, key=value, e.g. drop_rate=0.1; repeatable",
         MODEL,
         hashed_when_set=True,
     )

@@ -132,7 +132,7 @@ def test_an_arch_arg_reaches_the_factory_typed(registry, monkeypatch):
     seen: dict = {}
     create = bridge.timm.create_model
     monkeypatch.setattr(bridge.timm, "create_model", lambda *a, **kw: seen.update(kw) or create(*a, **kw))
-    model = plan.build_model(in_channels=1, num_classes=10, image_size=8)
+    model = plan.components["architecture"].build(in_channels=1, num_classes=10, image_size=8, **plan.arch_options)
     assert seen["drop_rate"] == 0.25 and seen["zero_init_last"] is False and model.drop_rate == 0.25
     assert (
         RunConfig(arch_arg=()).config_hash()

@@ -48,7 +48,7 @@ def values_per_parameter(plan: RunPlan) -> tuple[int, float]:
 
     for device in ("meta", "cpu"):
         with torch.device(device):
-            model = plan.build_model(**NOMINAL)
+            model = plan.components["architecture"].build(**NOMINAL, **plan.arch_options)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
             optimizer = plan.optimizer.build(model=model, config=plan.config, options=dict(plan.options))

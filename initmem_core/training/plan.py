@@ -121,11 +121,7 @@ class RunPlan:
     n_train: int | None = None  # with --until: the training examples its epochs were found for
     store_uri: str | None = None  # the tracking store, resolved; None: not tracked
     checkpoints: Path | None = None  # the run's checkpoint folder; None: it keeps none
-    arch_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # --arch-arg, typed
-
-    def build_model(self, **shape: int) -> Any:
-        """The architecture for ``shape`` (in_channels, num_classes, image_size), with its ``--arch-arg``s."""
-        return self.components["architecture"].build(**shape, **self.arch_options)
+    arch_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # --arch-arg: the model's keywords
 
     @property
     def optimizer(self) -> Component:

@@ -224,7 +224,8 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
     # The architecture's own init draws from the global RNG: seed it so that draw is the
     # paired Z of this seed (scaled-default relies on it), whatever sigma is.
     torch.manual_seed(config.seed)
-    model = plan.build_model(
+    model = component["architecture"].build(
+        **plan.arch_options,
         in_channels=dataset.in_channels,
         num_classes=dataset.num_classes,
         image_size=dataset.image_size,
