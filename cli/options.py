@@ -69,7 +69,7 @@ def complete_component(kind: str) -> Callable[[str], list[str]]:
     return complete
 
 
-def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Parameter:
+def _option(name: str, field: dataclasses.Field, as_text: bool, shown: str | None = None) -> inspect.Parameter:
     meta = field.metadata
     kind = field_type(name)
     help_text = meta["help"]
@@ -92,7 +92,10 @@ def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Param
         help=help_text,
         rich_help_panel=meta["panel"],
         metavar=metavar,
-        show_default=meta.get("shown") or (",".join(default) if isinstance(default, tuple) else str(default)) or "none",
+        show_default=shown
+        or meta.get("shown")
+        or (",".join(default) if isinstance(default, tuple) else str(default))
+        or "none",
         autocompletion=complete_component(BY_FIELD[name].name) if name in BY_FIELD else None,
     )
     return inspect.Parameter(
@@ -100,8 +103,11 @@ def _option(name: str, field: dataclasses.Field, as_text: bool) -> inspect.Param
     )
 
 
-def with_config_options(as_text: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Add one option per ``RunConfig`` field to a command.
+def with_config_options(
+    as_text: bool = False, shown: dict[str, str] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add one option per ``RunConfig`` field to a command; ``shown``: the default ``--help``
+    states for a field, where this command runs with another than the field's (a sweep's threads).
 
     The command receives ``config_values``: a dict of only the options the user gave (values
     typed for ``run``, raw text for ``sweep``), so a TOML file's values are not overwritten by
@@ -110,7 +116,7 @@ def with_config_options(as_text: bool = False) -> Callable[[Callable[..., Any]],
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "config_values"]
-        extra = [_option(name, field, as_text) for name, field in FIELDS.items()]
+        extra = [_option(name, field, as_text, (shown or {}).get(name)) for name, field in FIELDS.items()]
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:

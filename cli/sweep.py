@@ -50,12 +50,13 @@ def build_executor(name: str, out: Path, given: dict[str, Any], registry=None):
 CLOCK_COLUMNS = {CLOCK_SYMBOLS[clock]: clock for clock in CLOCKS}
 
 
-def dry_run_tables(plan, horizons=None) -> list[Table]:
+def dry_run_tables(plan, horizons=None, states=None) -> list[Table]:
     """The groups (numbered, with what sets each apart, folded: never cut), then each cell by
     group number, sigma and seed, with (``horizons``: from
     ``initmem_core.training.plan.plan_horizons``) the epochs it trains and the clocks it
     ends with (``≤`` the cap when ``--patience`` may stop it earlier); ``?`` where the data cannot
-    be read here. Narrow enough for 80 columns."""
+    be read here; ``states``: each cell's in the store (``dry_run.read_store``). Narrow enough for 80
+    columns."""
     numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
     legend = Table(title="dry run: nothing is run; the groups")
     legend.add_column("group", justify="right", no_wrap=True)
@@ -66,6 +67,8 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
     table = Table(title="the cells")
     for header in ["#", "group", "sigma", "seed", *(["epochs run", *CLOCK_COLUMNS] if horizons else [])]:
         table.add_column(header, justify="right", no_wrap=True)
+    if states:
+        table.add_column("store", no_wrap=True)
     for index, (cell, key) in enumerate(zip(plan.cells, plan.groups)):
         trained = []
         if horizons:
@@ -76,7 +79,8 @@ def dry_run_tables(plan, horizons=None) -> list[Table]:
                 if horizon
                 else ["?"] * (1 + len(CLOCK_COLUMNS))
             )
-        table.add_row(str(index + 1), str(numbers[key]), f"{cell.sigma:g}", str(cell.seed), *trained)
+        state = [states[index]] if states else []
+        table.add_row(str(index + 1), str(numbers[key]), f"{cell.sigma:g}", str(cell.seed), *trained, *state)
     return [legend, table]
 
 
@@ -90,23 +94,21 @@ def forecasts_of(plan, horizons) -> list:
     return clock_forecasts(plan.groups, plan.cells, ends)
 
 
-def regime_table(plan, forecasts) -> Table:
+def regime_table(plan, forecasts, testable: dict[str, list[str]], needs: dict[str, Any]) -> Table:
     """The dry run's forecast: each group's mechanism clock at the end against its threshold, and
-    which groups will not reach it (their claims can then not be contradicted: horizon short)."""
-    from initmem_core.report.claims import claims_by_clock  # lazy: keeps the report code out of the CLI's start-up
-
-    claims = {clock: ", ".join(names) for clock, names in claims_by_clock().items()}
+    which groups will not reach it (their claims can then not be contradicted: horizon short),
+    with what they would need (``needs``, by group: ``dry_run.needed``). Only the clocks of
+    claims the sweep can test (``testable``: ``dry_run.forecast_claims``), and only those claims."""
+    claims = {clock: ", ".join(names) for clock, names in testable.items()}
 
     numbers = {key: number for number, key in enumerate(dict.fromkeys(plan.groups), start=1)}
     table = Table(title="the regime: each group's forgetting clock at the end, against the threshold its claims need")
     for header in ("group", "clock", "reaches", "threshold", "forecast"):
         table.add_column(header, justify="right" if header != "forecast" else "left", overflow="fold")
-    for f in forecasts:
-        verdict = (
-            "?"
-            if f.reached != f.reached
-            else ("short: " if f.short else "reaches it: ") + claims.get(f.clock, "no claim")
-        )
+    for f in (f for f in forecasts if f.clock in claims):
+        verdict = "?" if f.reached != f.reached else ("short: " if f.short else "reaches it: ") + claims[f.clock]
+        if f.short and needs.get(f.group) is not None:
+            verdict += f"; {needs[f.group].text()}"
         table.add_row(str(numbers[f.group]), CLOCK_SYMBOLS[f.clock], f"{f.reached:.3g}", f"{f.threshold:g}", verdict)
     return table
 
@@ -163,10 +165,13 @@ def adaptive_lines(cells) -> list[str]:
     ]
 
 
-def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dict[str, Any]:
-    """What ``--dry-run --json`` prints: every cell (its run name, group, sigma, seed and, where
-    known, the epochs it trains and the clocks it ends with), each group's forecast against the
-    regime, the estimated time and the disk."""
+def dry_run_document(plan, horizons, cost, disk, work, forecasts=(), store=None, testable=None, needs=None):
+    """What ``--dry-run --json`` prints: every cell (its run name, group, sigma, seed, its state in
+    the store and, where known, the epochs it trains and the clocks it ends with), the cells by
+    state, each group's forecast against the regime (only the clocks of claims the sweep can
+    test, with what a short group needs), the estimated time of the cells to run and their disk.
+    ``work``: ``dry_run.work_of``'s; ``cost``: ``None`` when no cell is to run."""
+    testable, needs = testable or {}, needs or {}
     cells = []
     for index, (cell, group) in enumerate(zip(plan.cells, plan.groups)):
         horizon = horizons[index] if horizons else None
@@ -180,6 +185,7 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
                 "epochs": horizon.epochs if horizon else None,  # --patience: the cap
                 "adaptive": bool(cell.patience),
                 "clocks": {clock: finite(value) for clock, value in horizon.clocks.items()} if horizon else None,
+                "store": store.states[index] if store else None,
             }
         )
     return {
@@ -187,6 +193,7 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
         "out": str(plan.out),
         "cells": cells,
         "groups": list(dict.fromkeys(plan.groups)),
+        "store": {**store.counts, "note": store.note} if store else None,
         "regime": [
             {
                 "group": f.group,
@@ -194,11 +201,17 @@ def dry_run_document(plan, horizons, cost, disk, work: str, forecasts=()) -> dic
                 "reaches": finite(f.reached),
                 "threshold": f.threshold,
                 "short": f.short,
+                "claims": testable[f.clock],
+                "epochs_needed": getattr(needs.get(f.group), "epochs", None) if f.short else None,
+                "until_needed": getattr(needs.get(f.group), "until", None) if f.short else None,
             }
             for f in forecasts
+            if f.clock in testable
         ],
         "work": work,
-        "estimate": {
+        "estimate": None
+        if cost is None
+        else {
             "workers": cost.workers,
             "steps": cost.steps,
             "seconds_here": finite(cost.cpu_seconds),
@@ -278,7 +291,11 @@ def failures_table(failed) -> Table:
     return table
 
 
-@with_config_options(as_text=True)
+#: The threads a sweep's cells run with when --threads is left out (the executors' ``pin``).
+CELL_THREADS_SHOWN = "1 per cell with --executor local; ray and slurm: --cpus-per-cell"
+
+
+@with_config_options(as_text=True, shown={"threads": CELL_THREADS_SHOWN})
 @user_errors
 def sweep_command(
     config_values: dict[str, Any],
@@ -512,6 +529,48 @@ def sweep_command(
         )
 
 
+def dry_run_here(
+    plan, output: ScriptOutput, workers, tracking_uri, experiment, retry_failed, extend, executor=None
+) -> None:
+    """``--dry-run``: what a launch would do now (``dry_run``), its cost and the regime it reaches."""
+    from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
+    from initmem_core.sweep.disk import disk_text, estimate_disk  # lazy: keeps torch out of the CLI's start-up
+    from initmem_core.training.plan import plan_horizons  # lazy: keeps the training code out of the start-up
+
+    from .dry_run import TO_RUN, forecast_claims, needed, read_store, work_of  # lazy: the store, torch
+
+    console = output.console
+    store = read_store(plan, tracking_uri, experiment, retry_failed, extend)  # a changed grid: one line, no plan
+    horizons = plan_horizons(plan.plans)  # sizes each dataset once
+    forecasts = forecasts_of(plan, horizons)
+    testable = forecast_claims(plan.cells)
+    needs = {f.group: needed(plan, f) for f in forecasts if f.short and f.clock in testable}
+    run = [index for index, state in enumerate(store.states) if state == TO_RUN]
+    plans, ends = [plan.plans[i] for i in run], [horizons[i] for i in run]
+    # Each model to run is built (and timed) before any plan is printed: an unknown one is one line alone.
+    cost = estimate_cost(plans, workers=workers or 1, horizons=ends) if run else None
+    disk = estimate_disk(plans, workers or 1)
+    work = work_of([p.config for p in plans], ends)
+    console.print(f"sweep [bold]{plan.name}[/bold]")
+    if not output.as_json:  # the JSON holds every cell: no tables on stderr
+        regime = regime_table(plan, forecasts, testable, needs)
+        console.print(*dry_run_tables(plan, horizons, store.states), regime if regime.row_count else "")
+        if not regime.row_count:
+            console.print("the regime: no claim these groups can test needs a clock to reach a threshold")
+    console.print(
+        f"{store.line(len(set(plan.groups)))}; estimated work of those to run: {work['text']}", soft_wrap=True
+    )
+    for line in cost_lines(cost) if cost else []:
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in adaptive_lines([plan.cells[i] for i in run]):
+        console.print(line, highlight=False, soft_wrap=True)
+    if cost is not None:  # which cells the executor fuses (lockstep), and the time each way
+        for line in getattr(executor, "dry_run_lines", lambda *_: [])([plan.cells[i] for i in run], cost.cpu_seconds):
+            console.print(line, highlight=False, soft_wrap=True)
+    console.print(disk_text(disk))
+    output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts, store, testable, needs))
+
+
 def _sweep_or_dry_run(
     plan,
     executor,
@@ -524,42 +583,15 @@ def _sweep_or_dry_run(
     system_metrics,
     extend=False,
 ) -> None:
-    from initmem_core.sweep.grid import estimate_work  # lazy: keeps sweep.grid out of the CLI's start-up
     from initmem_core.sweep.launch import (  # lazy: keeps the sweep, training and report code out of the CLI's start-up
         run_sweep,
     )
 
-    console = output.console
-    if not dry_run:  # a dry run names the sweep once its models are built (an unknown one: one line)
-        console.print(f"sweep [bold]{plan.name}[/bold]")
-    if dry_run:
-        from initmem_core.sweep.cost import estimate_cost  # lazy: measures a step with torch
-        from initmem_core.sweep.disk import (  # lazy: keeps torch out of the CLI's start-up
-            disk_text,
-            estimate_disk,
-        )
-        from initmem_core.training.plan import (  # lazy: keeps the training code out of the CLI's start-up
-            plan_horizons,
-        )
-
-        horizons = plan_horizons(plan.plans)  # sizes each dataset once
-        work = estimate_work(plan.cells, horizons)
-        forecasts = forecasts_of(plan, horizons)
-        # Each model is built (and timed) before any plan is printed: an unknown one is one line alone.
-        cost = estimate_cost(plan.plans, workers=workers or 1, horizons=horizons)
-        disk = estimate_disk(plan.plans, workers or 1)
-        console.print(f"sweep [bold]{plan.name}[/bold]")
-        if not output.as_json:  # the JSON holds every cell: no tables on stderr
-            console.print(*dry_run_tables(plan, horizons), regime_table(plan, forecasts))
-        groups = len(set(plan.groups))
-        console.print(f"{len(plan.cells)} cells in {groups} group(s); estimated work: {work}")
-        for line in cost_lines(cost) + adaptive_lines(plan.cells):
-            console.print(line, highlight=False, soft_wrap=True)
-        for line in getattr(executor, "dry_run_lines", lambda *_: [])(plan.cells, cost.cpu_seconds):
-            console.print(line, highlight=False, soft_wrap=True)
-        console.print(disk_text(disk))
-        output.emit(dry_run_document(plan, horizons, cost, disk, work, forecasts))
+    if dry_run:  # it names the sweep once its models are built (an unknown one: one line)
+        dry_run_here(plan, output, workers, tracking_uri, experiment, retry_failed, extend, executor)
         return
+    console = output.console
+    console.print(f"sweep [bold]{plan.name}[/bold]")
 
     from .sweep_progress import SweepDisplay  # lazy: keeps rich.progress out of the CLI's start-up
 

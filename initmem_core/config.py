@@ -88,6 +88,12 @@ class RunConfig:
     arch: str = knob("resnet20", "Architecture (see `initmem plugins`)", MODEL)
     init: str = knob("fan-in", "Initializer that applies sigma", MODEL)
     sigma: float = knob(1.0, "Initialization scale sigma_w", MODEL, check="positive", maximum=MAX_SIGMA)
+    arch_arg: tuple[str, ...] = knob(
+        (),
+        "A keyword of the architecture's factory, key=value, e.g. drop_rate=0.1; repeatable",
+        MODEL,
+        hashed_when_set=True,
+    )
     # Optimization
     opt: str = knob("sgd", "Optimizer", OPTIM)
     lr: float = knob(
@@ -283,7 +289,7 @@ class RunConfig:
         hashed = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.metadata["hashed"] and not (f.metadata["hashed_when_set"] and getattr(self, f.name) == f.default)
+            if f.metadata["hashed"] and not (f.metadata["hashed_when_set"] and getattr(self, f.name) in (f.default, ()))
         }
         if self.until and not self.patience:  # the target sets the epochs; --epochs only caps them
             del hashed["epochs"]
@@ -363,7 +369,7 @@ def coerce(name: str, value: Any) -> Any:
                 value = [
                     f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()
                 ]
-            if isinstance(value, str) and name == "opt_arg":  # a comma starts a new item only before key=
+            if isinstance(value, str) and name in ("opt_arg", "arch_arg"):  # a comma starts an item only before key=
                 items = re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", value)
             else:
                 items = value.split(",") if isinstance(value, str) else list(value)

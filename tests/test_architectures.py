@@ -8,6 +8,7 @@ import torch
 import initmem_plugins.architectures as architectures
 from initmem_core.errors import ConfigError
 from initmem_plugins.architectures.cifar_resnet import ShortcutA, build_cifar_resnet
+from tests.cli_processes import stored_runs
 from tests.fresh_imports import assert_imports_none_of
 
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
@@ -115,3 +116,51 @@ def test_registering_imports_no_torch():
         "assert 'resnet56' in registry.names('architecture')\n"
     )
     assert_imports_none_of(code, "torch", "timm")
+
+
+def test_an_arch_arg_reaches_the_factory_typed(registry, monkeypatch):
+    """``--arch-arg key=value``: a keyword argument of the factory, its value a literal; the
+    default (none) leaves every config hash as it was."""
+    import initmem_plugins.architectures.timm_models as bridge
+    from initmem_core.config import RunConfig, from_mapping
+    from initmem_core.training.plan import plan_run
+
+    config = from_mapping({"arch": "timm:resnet10t", "arch_arg": "drop_rate=0.25,zero_init_last=false"})
+    assert config.arch_arg == ("drop_rate=0.25", "zero_init_last=false")
+    plan = plan_run(config, registry)
+    assert dict(plan.arch_options) == {"drop_rate": 0.25, "zero_init_last": False}
+    seen: dict = {}
+    create = bridge.timm.create_model
+    monkeypatch.setattr(bridge.timm, "create_model", lambda *a, **kw: seen.update(kw) or create(*a, **kw))
+    model = plan.components["architecture"].build(in_channels=1, num_classes=10, image_size=8, **plan.arch_options)
+    assert seen["drop_rate"] == 0.25 and seen["zero_init_last"] is False and model.drop_rate == 0.25
+    assert (
+        RunConfig(arch_arg=()).config_hash()
+        == RunConfig().config_hash()
+        != config.replace(arch="resnet20").config_hash()
+    )
+    assert plan_run(config.replace(arch_arg=("depth=3",)), registry).arch_options["depth"] == 3  # a whole number
+
+
+def test_an_arch_arg_the_factory_does_not_take_is_one_line(tracking_uri):
+    from typer.testing import CliRunner
+
+    from initmem_cli.app import app
+
+    uri = tracking_uri
+    for arch, arg, says in [
+        ("resnet20", "width=2", "--arch-arg width: architecture resnet20 does not take it: it takes none"),
+        ("timm:resnet10t", "foo=1", "--arch-arg foo: timm model resnet10t does not take it"),
+        (
+            "resnet20",
+            "num_classes=3",
+            "--arch-arg num_classes: architecture resnet20 does not take it: initmem sets it",
+        ),
+        ("resnet20", "width", "--arch-arg 'width': write key=value, e.g. --arch-arg drop_rate=0.1"),
+    ]:
+        args = ["--arch", arch, "--arch-arg", arg, "--epochs", "1", "--train-size", "64", "--tracking-uri", uri]
+        result = CliRunner().invoke(app, ["run", *args])
+        assert result.exit_code == 2, result.output
+        [line] = [line for line in result.output.splitlines() if line.strip()]
+        assert says in line and "Traceback" not in result.output
+    assert not stored_runs(uri)  # nothing half-written

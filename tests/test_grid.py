@@ -13,7 +13,6 @@ from initmem_core.plugin_system.loader import load_registry
 from initmem_core.sweep.grid import (
     SweepSpec,
     default_name,
-    estimate_work,
     expand,
     parse_range,
     parse_values,
@@ -200,8 +199,10 @@ def test_default_name_is_readable_and_the_same_for_the_same_grid():
 
 def test_estimated_work_counts_optimizer_steps_when_sizes_are_known():
     cells = expand(spec_from_values({"train_size": 200, "batch_size": "50,64", "epochs": 2}))
-    assert estimate_work(cells) == f"{2 * 4 + 2 * 4:,} optimizer steps"
-    assert estimate_work(expand(spec_from_values({"epochs": "2,3"}))) == "5 epochs"
+    from initmem_cli.dry_run import work_of
+
+    assert work_of(cells, None) == {"text": f"{2 * 4 + 2 * 4:,} optimizer steps", "optimizer_steps": 16, "epochs": 4}
+    assert work_of(expand(spec_from_values({"epochs": "2,3"})), None)["text"] == "5 epochs"
 
 
 def test_groups_are_a_union_of_grids_and_the_cli_overrides_them(tmp_path):

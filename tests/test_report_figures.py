@@ -413,3 +413,18 @@ def test_memory_vs_epoch_marks_where_runs_stopped_early(tmp_path, monkeypatch):
     figures.clear()
     plots.memory_vs_epoch(report, tmp_path / "figure.png")
     assert not [g for g in lines_by_gid(figures[0]) if g.endswith("|stops")]
+
+
+@pytest.mark.parametrize("draw", [plots.memory_vs_epoch, plots.memory_vs_clock], ids=lambda d: d.__name__)
+def test_the_memory_figures_titles_promise_only_what_they_draw(forgetting, draw, tmp_path, monkeypatch):
+    """Bands and half-lives in the title where drawn; a 2-seed sweep draws no band and says why."""
+    from matplotlib.collections import PolyCollection
+
+    for report in (forgetting, build_report(EDGES["two seeds"])):
+        figure = drawn(report, draw, tmp_path, monkeypatch)
+        title = figure._suptitle.get_text()
+        bands = [c for ax in figure.axes for c in ax.collections if isinstance(c, PolyCollection)]
+        dotted = [line for ax in figure.axes for line in ax.get_lines() if line.get_linestyle() == ":"]
+        assert ("bands: 95% CI" in title) == bool(bands) and ("no bands: too few seeds" in title) != bool(bands)
+        assert ("dotted: half-life" in title) == bool(dotted) and ("no half-life" in title) != bool(dotted)
+    assert "no bands" in title  # the two-seed report's

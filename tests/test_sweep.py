@@ -196,7 +196,8 @@ def test_dry_run_prints_the_cells_and_runs_nothing(tmp_path):
     uri = f"sqlite:///{tmp_path / 'never.db'}"
     result = runner.invoke(app, ["sweep", *SMALL, *GRID, "--dry-run", "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
-    assert "4 cells in 2 group(s); estimated work: 32 optimizer steps" in result.output
+    assert "4 cells in 2 group(s): 0 done, 0 running elsewhere, 4 to run" in result.output
+    assert "estimated work of those to run: 32 optimizer steps" in result.output
     assert "opt=adam" in result.output and "dry run" in result.output
     assert not (tmp_path / "never.db").exists()
 
@@ -223,7 +224,8 @@ def test_a_sweep_file_gives_the_grid_and_options_override_it(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "sweep from-file" in result.output
-    assert "3 cells in 1 group(s); estimated work: 18 optimizer steps" in result.output
+    assert "3 cells in 1 group(s): 0 done, 0 running elsewhere, 3 to run" in result.output
+    assert "estimated work of those to run: 18 optimizer steps" in result.output
 
 
 def test_bad_grid_exits_2_before_anything_is_tracked(tracking_uri):

@@ -250,7 +250,7 @@ def test_dry_run_prints_each_cells_epochs_and_final_clocks():
     cells = [[v for v in row if v not in "│┃"] for row in cells if row[0] == "│"]
     assert cells[0][:5] == ["1", "1", "0.5", "0", "59"] and f"{0.01 * 0.05 * 17 * 59:.4g}" in cells[0]
     assert cells[1][:5] == ["2", "2", "0.5", "0", "118"] and f"{0.01 * 0.05 * 17 * 118:.4g}" in cells[1]
-    assert "2 cells in 2 group(s); estimated work: 3,009 optimizer steps" in result.output
+    assert "2 to run; estimated work of those to run: 3,009 optimizer steps" in result.output
     short = runner.invoke(app, ["sweep", "--until", "clock_l2=0.5", "--l2", "0.01", "--epochs", "20", "--dry-run"])
     assert short.exit_code == 2 and "raise --epochs to at least 59" in short.output
 

@@ -22,16 +22,16 @@ from initmem_core.plugin_system.registry import ComponentSpec
 FALLBACK_LR = 0.05
 
 
-def split_opt_args(items: Iterable[str]) -> dict[str, str]:
+def split_opt_args(items: Iterable[str], flag: str = "--opt-arg", example: str = "betas=0.9,0.99") -> dict[str, str]:
     """``["betas=0.9,0.99", "eps=1e-8"]`` -> ``{"betas": "0.9,0.99", "eps": "1e-8"}``."""
     parsed: dict[str, str] = {}
     for item in items:
         key, sep, value = str(item).partition("=")
         key = key.strip()
         if not sep or not key or not value.strip():
-            raise ConfigError(f"--opt-arg {item!r}: write key=value, e.g. --opt-arg betas=0.9,0.99")
+            raise ConfigError(f"{flag} {item!r}: write key=value, e.g. {flag} {example}")
         if key in parsed:
-            raise ConfigError(f"--opt-arg {key} is given more than once")
+            raise ConfigError(f"{flag} {key} is given more than once")
         parsed[key] = value.strip()
     return parsed
 

@@ -168,12 +168,3 @@ def claim_named(name: str, registry: Registry | None = None) -> ComponentSpec:
 def evaluate_claims(sweep: Sweep, registry: Registry | None = None) -> list[Finding]:
     """Every registered claim on one sweep, in registration order."""
     return [evaluate_claim(spec, sweep) for spec in claim_specs(registry)]
-
-
-def claims_by_clock(registry: Registry | None = None) -> dict[str, list[str]]:
-    """The registered claims by the clock their mechanism needs (the dry run's forecast names them)."""
-    by_clock: dict[str, list[str]] = {}
-    for spec in claim_specs(registry):
-        if spec.claim is not None and spec.claim.clock:
-            by_clock.setdefault(spec.claim.clock, []).append(spec.name)
-    return by_clock

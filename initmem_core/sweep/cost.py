@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -113,7 +113,9 @@ def measure_step(
     torch.set_num_threads(1)
     try:
         arch, batch_size = plan.config.arch, plan.config.batch_size
-        model = plan.components["architecture"].build(in_channels=shape[0], num_classes=classes, image_size=shape[1])
+        model = plan.components["architecture"].build(
+            in_channels=shape[0], num_classes=classes, image_size=shape[1], **plan.arch_options
+        )
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
         def step(batch: int) -> float:
@@ -161,19 +163,14 @@ def gpu_step_ms(arch: str, path: Path | Traversable = GPU_FIGURES) -> tuple[floa
         results = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    rows: list[dict[str, Any]] = []
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("arch") == arch and isinstance(node.get("step_ms"), (int, float)) and node["step_ms"] > 0:
-                rows.append(node)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
+    def walk(node: Any) -> Iterator[dict[str, Any]]:
+        if isinstance(node, dict) and node.get("arch") == arch and isinstance(node.get("step_ms"), (int, float)):
+            yield node
+        for value in node.values() if isinstance(node, dict) else node if isinstance(node, list) else ():
+            yield from walk(value)
 
-    walk(results)
+    rows = [row for row in walk(results) if row["step_ms"] > 0]
     if not rows:
         return None
     plain = [

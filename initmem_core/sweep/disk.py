@@ -1,8 +1,8 @@
 """How much disk a sweep's checkpoints take, as ``initmem sweep --dry-run`` states it.
 
-A checkpoint holds the model's fp32 parameters, the optimizer's state (none for plain SGD, one
-buffer per parameter with momentum, two for an adaptive optimizer) and, with ``--eval-size``, the
-selected weights. Parameters are counted on torch's meta device for a nominal input (``NOMINAL``:
+A checkpoint holds the model's fp32 parameters, W0, the optimizer's state (as its plugin builds it:
+none for plain SGD, one buffer per parameter with momentum, two for Adam) and, with ``--eval-size``,
+the selected weights. Parameters are counted on torch's meta device for a nominal input (``NOMINAL``:
 the trunk, nearly all of them, does not depend on the dataset). A running cell keeps two
 checkpoints, a finished one what ``--keep-checkpoints`` says, and logs its final weights."""
 
@@ -12,9 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from initmem_core.config import RunConfig
-from initmem_core.training.clocks import CONVENTION_FAMILIES
 from initmem_core.training.plan import RunPlan
-from initmem_core.vocabulary import ADAPTIVE_FAMILY
 
 BYTES_PER_VALUE = 4  # fp32 weights and optimizer state, as checkpoints store them
 
@@ -42,25 +40,38 @@ class DiskEstimate:
     workers: int
 
 
-def parameter_count(plan: RunPlan) -> int:
-    """The plan's architecture's parameters, counted on the meta device."""
+def values_per_parameter(plan: RunPlan) -> tuple[int, float]:
+    """The plan's architecture's parameters and the optimizer state per parameter that its plugin
+    keeps: what the optimizer it builds holds after one step of zero gradients, on the meta device
+    (on this CPU for an optimizer that cannot step there, as Muon reads a value)."""
     import torch
 
-    with torch.device("meta"):
-        model = plan.components["architecture"].build(**NOMINAL)
-    return sum(p.numel() for p in model.parameters())
+    for device in ("meta", "cpu"):
+        with torch.device(device):
+            model = plan.components["architecture"].build(**NOMINAL, **plan.arch_options)
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            optimizer = plan.optimizer.build(model=model, config=plan.config, options=dict(plan.options))
+            try:
+                optimizer.step()
+            except (RuntimeError, NotImplementedError):  # not on the meta device
+                continue
+        count = sum(p.numel() for p in model.parameters())
+        state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
+        return count, sum(v.numel() for v in state) / max(count, 1)
+    raise AssertionError("the step on this CPU raises")  # unreachable: a CPU step raises itself
 
 
-def checkpoint_bytes(plan: RunPlan, counts: dict[str, int] | None = None) -> int:
+def checkpoint_bytes(plan: RunPlan, counts: dict[tuple, tuple[int, float]] | None = None) -> int:
+    """A checkpoint: the weights, W0 (the memory metrics' reference), the optimizer's state and,
+    with ``--eval-size``, the selected weights (training.selection)."""
     counts = {} if counts is None else counts
-    arch = plan.config.arch
-    if arch not in counts:
-        counts[arch] = parameter_count(plan)
-    # Optimizer state per parameter: 2 adaptive (by the plan's clock convention), 1 with momentum, else 0.
-    adaptive = CONVENTION_FAMILIES.get(plan.clock) == ADAPTIVE_FAMILY
-    state = 2 if adaptive else 1 if plan.config.momentum > 0 else 0
-    selected = 1 if plan.config.eval_size else 0  # training.selection: the selected weights, kept
-    return counts[arch] * BYTES_PER_VALUE * (1 + state + selected)
+    config = plan.config
+    key = (config.arch, config.arch_arg, config.opt, config.momentum, config.opt_arg)
+    if key not in counts:
+        counts[key] = values_per_parameter(plan)
+    params, state = counts[key]
+    return round(params * BYTES_PER_VALUE * (2 + state + (1 if config.eval_size else 0)))
 
 
 def kept_per_cell(config: RunConfig) -> int:
@@ -74,12 +85,13 @@ def kept_per_cell(config: RunConfig) -> int:
 
 def estimate_disk(plans: Sequence[RunPlan], workers: int = 1) -> DiskEstimate:
     """The disk a sweep's cells (its ``plans``) take (``DiskEstimate``), ``workers`` of them running at once."""
-    counts: dict[str, int] = {}
+    counts: dict[tuple, tuple[int, float]] = {}
     sizes = [checkpoint_bytes(plan, counts) for plan in plans]
     running = sorted(sizes, reverse=True)[: max(1, workers)]
     cells = [plan.config for plan in plans]
     kept = sum(size * kept_per_cell(config) for size, config in zip(sizes, cells))
-    artifacts = sum(counts[config.arch] * BYTES_PER_VALUE for config in cells)
+    weights = {key[:2]: values[0] for key, values in counts.items()}
+    artifacts = sum(weights[config.arch, config.arch_arg] * BYTES_PER_VALUE for config in cells)
     return DiskEstimate(2 * sum(running) + kept, kept, artifacts, workers)
 
 

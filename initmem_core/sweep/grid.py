@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -288,17 +287,6 @@ def default_name(spec: SweepSpec) -> str:
     varying = "-".join(spec.varying) or "single"
     prefix = "-".join(re.sub(r"[^A-Za-z0-9_.]", "_", "+".join(map(str, v))) for v in (data, arch))
     return f"{prefix}-{varying}-{digest}"
-
-
-def estimate_work(cells: list[RunConfig], horizons: list[Any] | None = None) -> str:
-    """Optimizer steps when every cell's are known (``horizons``) or every cell fixes
-    ``train_size``; otherwise the total epochs."""
-    if cells and horizons and all(h is not None for h in horizons):
-        return f"{sum(h.epochs * h.steps_per_epoch for h in horizons):,} optimizer steps"
-    if cells and all(c.train_size > 0 for c in cells):
-        steps = sum(c.epochs * math.ceil(c.train_size / c.batch_size) for c in cells)
-        return f"{steps:,} optimizer steps"
-    return f"{sum(c.epochs for c in cells):,} epochs"
 
 
 # -- the plan of a sweep ---------------------------------------------------------------------

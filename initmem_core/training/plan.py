@@ -8,6 +8,8 @@ these again. Imports no torch, except to build a dataset that declares no sizes,
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,29 @@ def config_params(config: RunConfig, config_hash: str) -> dict[str, Any]:
         key, _, value = item.partition("=")
         values[f"opt_arg.{key}"] = value
     return {**values, CONFIG_HASH_TAG: config_hash}
+
+
+def arch_options(config: RunConfig, architecture: Component) -> dict[str, Any]:
+    """``--arch-arg``s as the architecture's factory takes them, each value a JSON literal (true,
+    3, 0.1) or else text: one its signature does not take (a factory with ``**kwargs``, timm's,
+    checks its own) or that initmem sets from the dataset is a ``ConfigError``."""
+    options = optimizer_options.split_opt_args(config.arch_arg, "--arch-arg", "drop_rate=0.1")
+    names = inspect.signature(architecture.spec.load_factory()).parameters if options else {}
+    contract = {"in_channels", "num_classes", "image_size"}
+    taken = None if any(p.kind is p.VAR_KEYWORD for p in names.values()) else set(names) - {"variant", *contract}
+    for key in options:
+        if key in contract or (taken is not None and key not in taken):
+            why = f"it takes {', '.join(sorted(taken or ())) or 'none'}" if key not in contract else "initmem sets it"
+            raise ConfigError(f"--arch-arg {key}: architecture {config.arch} does not take it: {why}")
+    return {key: literal(value) for key, value in options.items()}
+
+
+def literal(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (bool, int, float)) else text
 
 
 def checkpoint_folder(config: RunConfig, config_hash: str, store_uri: str | None) -> Path | None:
@@ -97,6 +122,7 @@ class RunPlan:
     store_uri: str | None = None  # the tracking store, resolved; None: not tracked
     checkpoints: Path | None = None  # the run's checkpoint folder; None: it keeps none
     min_epochs: int = 0  # with --patience and --until: no stop before this epoch
+    arch_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # --arch-arg: the model's keywords
 
     @property
     def optimizer(self) -> Component:
@@ -160,6 +186,7 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
         trains,
         n_train,
         min_epochs=min_epochs,
+        arch_options=MappingProxyType(arch_options(config, components["architecture"])),
     ).at(store_uri)
 
 

@@ -225,6 +225,7 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
     # paired Z of this seed (scaled-default relies on it), whatever sigma is.
     torch.manual_seed(config.seed)
     model = component["architecture"].build(
+        **plan.arch_options,
         in_channels=dataset.in_channels,
         num_classes=dataset.num_classes,
         image_size=dataset.image_size,

@@ -411,6 +411,21 @@ def _memory_groups(report: Report) -> tuple[list[str], dict[str, str], str, dict
     return groups, {g: names.get(g, g) for g in groups}, shared, group_colours(report)
 
 
+def _marks(report: Report, groups: list[str], memories: list[str], units: list[str]) -> str:
+    """What the memory figures' lines mean, promising only what they draw: the 95% bands where a
+    curve has one, the dashed half of the initial value, the dotted half-lives where one was
+    reached; what is not drawn says why."""
+    found = [(report.forgetting[g], m) for g in groups for m in memories]
+    banded = any(not math.isnan(p.lo) and not math.isnan(p.hi) for f, m in found for p in f.curves.get(m, []))
+    halves = [half for f, m in found if (half := f.half_lives.get(m)) is not None]
+    lives = any(h.reached and not math.isnan(h.value(unit)[0]) for h in halves for unit in units)
+    marks = ["bands: 95% CI" if banded else "no bands: too few seeds for a 95% CI"]
+    if any(not math.isnan(h.initial) and h.initial > 0 for h in halves):
+        marks.append("dashed: half the initial value")
+    marks.append("dotted: half-life" if lives else "no half-life: no curve fell to half within the horizon")
+    return "; ".join(marks)
+
+
 def _say_if_empty(figure, groups: list[str]) -> None:
     if not groups:  # records read without their histories (an older store, hand-made records)
         figure.text(0.5, 0.5, "no per-epoch histories in these records", ha="center", va="center", color="0.35")
@@ -453,7 +468,7 @@ def memory_vs_epoch(report: Report, path: Path, records: Sequence[CellRecord] = 
         ax.title.set_fontsize("small")
         ax.grid(alpha=0.3)
     rug = "; ticks at the foot: where runs stopped (--patience)" if stops else ""
-    figure.suptitle(f"Memory over training (bands: 95% CI; dashed: half the initial value; dotted: half-life{rug})")
+    figure.suptitle(f"Memory over training ({_marks(report, groups, list(MEMORIES), ['epoch'])}{rug})")
     _say_if_empty(figure, groups)
     _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     return save_figure(figure, path)
@@ -487,10 +502,7 @@ def memory_vs_clock(report: Report, path: Path) -> Path:
             ax.set_xlabel(CLOCK_FORMULAS[clock] + edge, fontsize="small" if edge else None)
             ax.grid(alpha=0.3)
         row[0].set_ylabel(MEMORY_LABELS[memory], fontsize="small")
-    figure.suptitle(
-        "Memory against the forgetting clocks that moved (bands: 95% CI; dashed: half the initial value; "
-        "dotted: half-life)"
-    )
+    figure.suptitle(f"Memory against the forgetting clocks that moved ({_marks(report, groups, memories, clocks)})")
     _say_if_empty(figure, groups)
     _legend_below(figure, shared, 2 if len(groups) > 3 else 1)
     return save_figure(figure, path)
