@@ -46,9 +46,7 @@ def official_sized(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
 def test_every_builtin_dataset_declares_its_sizes():
     registry = load_registry(entry_points=False)
-    undeclared = [
-        name for name in registry.names("dataset") if registry.lookup("dataset", name)[0].dataset.splits is None
-    ]
+    undeclared = [name for name in registry.names("dataset") if registry.lookup("dataset", name)[0].info.splits is None]
     assert undeclared == ["synthetic:*"]  # a family: its sizes are its variant's (counted when planned)
 
 
@@ -60,7 +58,7 @@ def test_the_declared_training_set_is_the_one_a_file_dataset_builds(monkeypatch,
     plan = plan_run(RunConfig(data=name, **UNTIL, **options), registry)
     built = registry.build("dataset", name, config=plan.trains)
     assert plan.n_train == len(built.train_y) == (options.get("train_size") or OFFICIAL[name][0] * 9 // 10)
-    declared = registry.lookup("dataset", name)[0].dataset.splits
+    declared = registry.lookup("dataset", name)[0].info.splits
     assert declared == (OFFICIAL[name][0] * 9 // 10, OFFICIAL[name][0] // 10, OFFICIAL[name][1])
     assert (len(built.val_y), len(built.test_y)) == declared[1:]
 
