@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # What each kind declares beside its factory, declared with the kinds: imported from here too.
-from initmem_core.kinds import ArchitectureInfo, ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo  # noqa: F401
+from initmem_core.kinds import (  # noqa: F401
+    PLUGIN_KINDS,
+    ArchitectureInfo,
+    ClaimInfo,
+    DatasetInfo,
+    ExecutorInfo,
+    FigureInfo,
+    OptimizerInfo,
+    resolve,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -236,3 +245,12 @@ class CommandFunction(Protocol):
     ``typer.Option`` annotations; a ``typer.Context`` parameter if it needs one) and its docstring."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+
+
+def __getattr__(name: str) -> Any:
+    """A report kind's contract (``report.claims.ClaimEvaluator``...), which sits beside the types it
+    names: still importable from here, where plugins written for API 1.x found it."""
+    for kind in PLUGIN_KINDS:
+        if kind.contract.endswith(":" + name):
+            return resolve(kind.contract)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

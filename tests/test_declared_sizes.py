@@ -80,7 +80,7 @@ def test_the_planned_training_set_is_the_one_the_setup_loads(name, options):
 def test_a_dataset_declaring_other_sizes_than_it_builds_fails_in_one_line():
     registry = load_registry(entry_points=False)
     digits, _ = registry.lookup("dataset", "digits")
-    wrong = dataclasses.replace(digits, dataset=dataclasses.replace(digits.dataset, splits=(1000, 359, 359)))
+    wrong = dataclasses.replace(digits, info=dataclasses.replace(digits.info, splits=(1000, 359, 359)))
     plan = plan_run(RunConfig(data="digits", **UNTIL, device="cpu"), registry.with_component(wrong))
     assert plan.n_train == 1000
     with process_settings_kept(), pytest.raises(ConfigError, match=r"declares 1000 training examples .* but has 1079"):
@@ -90,7 +90,7 @@ def test_a_dataset_declaring_other_sizes_than_it_builds_fails_in_one_line():
 def test_a_dataset_that_declares_no_sizes_is_counted_once_when_planned(monkeypatch):
     registry = load_registry(entry_points=False)
     digits, _ = registry.lookup("dataset", "digits")
-    bare = dataclasses.replace(digits, dataset=dataclasses.replace(digits.dataset, splits=None))
+    bare = dataclasses.replace(digits, info=dataclasses.replace(digits.info, splits=None))
     plan = plan_run(RunConfig(data="digits", **UNTIL, train_size=500), registry.with_component(bare))
     assert plan.n_train == 500
     missing = dataclasses.replace(bare, factory=lambda config: (_ for _ in ()).throw(FileNotFoundError("no files")))
