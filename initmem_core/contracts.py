@@ -17,17 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from initmem_core import kinds
+
 # What each kind declares beside its factory, declared with the kinds: imported from here too.
-from initmem_core.kinds import (  # noqa: F401
-    PLUGIN_KINDS,
-    ArchitectureInfo,
-    ClaimInfo,
-    DatasetInfo,
-    ExecutorInfo,
-    FigureInfo,
-    OptimizerInfo,
-    resolve,
-)
+from initmem_core.kinds import ArchitectureInfo, ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo  # noqa: F401
 
 if TYPE_CHECKING:
     import torch
@@ -250,7 +243,7 @@ class CommandFunction(Protocol):
 def __getattr__(name: str) -> Any:
     """A report kind's contract (``report.claims.ClaimEvaluator``...), which sits beside the types it
     names: still importable from here, where plugins written for API 1.x found it."""
-    for kind in PLUGIN_KINDS:
+    for kind in kinds.PLUGIN_KINDS:
         if kind.contract.endswith(":" + name):
-            return resolve(kind.contract)
+            return kinds.resolve(kind.contract)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

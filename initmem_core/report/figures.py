@@ -5,13 +5,13 @@ description links. The figures themselves are plugins (the report's own: ``initm
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from initmem_core.errors import RunWarning
+from initmem_core.kinds import resolve
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.report.memory import Report
@@ -84,8 +84,7 @@ def warm_up(registry: Registry | None = None) -> None:
     calls this on a thread while its cells train. A warm-up that fails is only a lost head start."""
     targets = dict.fromkeys(spec.info.warm_up for spec in figure_specs(registry) if spec.info.warm_up)
     for target in targets:
-        module, _, function = target.partition(":")
         try:
-            getattr(importlib.import_module(module), function)()
+            resolve(target)()
         except Exception:  # the report draws, and says what fails, for itself
             continue

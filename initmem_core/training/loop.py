@@ -324,14 +324,15 @@ def train(
             progress.advance((config.epochs - epoch) * steps_per_epoch)  # the cap's steps it did not need
             break
 
-    return history, {STOP_EPOCH: history[-1]["epoch"], **summarize(setup, selection, history)}
+    return history, summarize(setup, selection, history)
 
 
 def summarize(setup: TrainingSetup, selection: SelectedCheckpoint, history: History) -> dict[str, float]:
-    """The end of a run: the selected checkpoint, scored on the whole test split where --eval-size
-    capped it, goes to the metrics that take it; then the figures read off the whole history."""
+    """The end of a run (a lockstep job's members' too): the epoch it stopped at; the selected
+    checkpoint, scored on the whole test split where --eval-size capped it, goes to the metrics
+    that take it; then the figures read off the whole history."""
     predictor = score_selected(setup, selection, history)
-    summary: dict[str, float] = {}
+    summary: dict[str, float] = {STOP_EPOCH: history[-1]["epoch"]}
     for metric in setup.metrics.values():
         if predictor is not None and isinstance(metric, TakesSelected):
             metric.take_selected(predictor)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import Diverged
+from initmem_core.kinds import resolve
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.tracker import Tracker
@@ -164,11 +165,8 @@ def _log_run_files(member: Member) -> None:
 def fuse(members: Sequence[Member]) -> torch.nn.Module:
     """The fused model of the members' models, whose tensors each plain model then views."""
     spec = members[0].plan.components["architecture"].spec
-    from importlib import import_module
-
-    module_name, _, attribute = spec.info.fused.partition(":")
     models = [member.setup.model for member in members]
-    fused = getattr(import_module(module_name), attribute)(models)
+    fused = resolve(spec.info.fused)(models)
     fused.to(members[0].setup.device, memory_format=members[0].setup.memory_format)
     parameters = fused.split({name: p.data for name, p in fused.named_parameters()})
     buffers = fused.split(dict(fused.named_buffers()))
