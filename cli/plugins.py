@@ -50,8 +50,7 @@ def optimizer_declarations(spec) -> dict:
 def claim_declarations(spec) -> dict:
     """What a claim declares beside its evaluator (``contracts.ClaimInfo``): axis, quantities, margin,
     the clock its mechanism needs and its threshold, the paper or note it tests."""
-    info = spec.info
-    return {"declared": {} if info is None else {**dataclasses.asdict(info), "axis": list(info.axis)}}
+    return {"declared": {**dataclasses.asdict(spec.info), "axis": list(spec.info.axis)}}
 
 
 def executor_declarations(spec) -> dict:
