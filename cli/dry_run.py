@@ -99,8 +99,8 @@ def forecast_claims(cells: list[RunConfig], registry=None) -> dict[str, list[str
     varying = varying_settings(cells)
     by_clock: dict[str, list[str]] = {}
     for spec in claim_specs(registry):
-        info = spec.claim
-        if info is not None and info.clock and varying & set(info.axis):
+        info = spec.info
+        if info.clock and varying & set(info.axis):
             by_clock.setdefault(info.clock, []).append(spec.name)
     return by_clock
 

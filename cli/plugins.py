@@ -25,7 +25,7 @@ from .tables import prose_console
 def optimizer_declarations(spec) -> dict:
     """An optimizer's clock convention, its family in the report's claims and its default rate,
     as declared (a family such as ``timm:*`` declares them per variant: read only when used)."""
-    info = spec.optimizer
+    info = spec.info
     if ":" in info.clock:
         clock, family = "per variant", "per variant"
     else:
@@ -50,8 +50,7 @@ def optimizer_declarations(spec) -> dict:
 def claim_declarations(spec) -> dict:
     """What a claim declares beside its evaluator (``contracts.ClaimInfo``): axis, quantities, margin,
     the clock its mechanism needs and its threshold, the paper or note it tests."""
-    info = spec.claim
-    return {"declared": {} if info is None else {**dataclasses.asdict(info), "axis": list(info.axis)}}
+    return {"declared": {**dataclasses.asdict(spec.info), "axis": list(spec.info.axis)}}
 
 
 def executor_declarations(spec) -> dict:
@@ -60,7 +59,7 @@ def executor_declarations(spec) -> dict:
     return {
         "executor": {
             key: list(value) if isinstance(value, tuple) else value
-            for key, value in dataclasses.asdict(spec.executor).items()
+            for key, value in dataclasses.asdict(spec.info).items()
         }
     }
 
@@ -79,7 +78,7 @@ def plugins_report(registry) -> dict:
                 "package": s.provider.package,
                 "version": s.provider.version,
                 **(optimizer_declarations(s) if s.kind == "optimizer" else {}),
-                **({"fused": s.architecture.fused} if s.kind == "architecture" else {}),
+                **({"fused": s.info.fused} if s.kind == "architecture" else {}),
                 **(claim_declarations(s) if s.kind == "claim" else {}),
                 **(executor_declarations(s) if s.kind == "executor" else {}),
             }

@@ -1,20 +1,26 @@
-"""What each kind of plugin component receives and returns: the contracts of the factories.
+"""What a run's kinds of plugin component receive and return: the contracts of their factories
+(a report's kinds have theirs beside the types they name: ``report.claims.ClaimEvaluator``,
+``report.figures.FigureFactory``, ``sweep.executor.ExecutorFactory``).
 
 A hook registers a factory (``hookspecs``); a run calls it with the keyword arguments written
 here, passing only those the factory's signature accepts (a factory may take a subset, as hook
 implementations may). Also here: the records that cross the boundary, ``DatasetBundle``
 (what a dataset returns), ``EvalState`` (what a metric sees) and ``SelectedPredictor`` (what a
-metric is told of the selected checkpoint). Importing this module imports
-no torch: the types are for readers, type checkers and the generated hook reference.
+metric is told of the selected checkpoint), and, re-exported from ``initmem_core.kinds``, what
+each kind declares beside its factory. Importing this module imports no torch: the types are for
+readers, type checkers and the generated hook reference.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from initmem_core import kinds
+
+# What each kind declares beside its factory, declared with the kinds: imported from here too.
+from initmem_core.kinds import ArchitectureInfo, ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo  # noqa: F401
 
 if TYPE_CHECKING:
     import torch
@@ -186,9 +192,17 @@ class SummaryMetric(Protocol):
     def summarize(self, history: list[dict[str, float]]) -> dict[str, float]: ...
 
 
-#: A metric implements ``compute``, ``summarize`` or both, and the optional methods that
-#: ``hookspecs.initmem_register_metrics`` lists.
-Metric = Any
+@runtime_checkable
+class TakesSelected(Protocol):
+    """A metric told of the run's selected predictor: ``take_selected`` is called once, after
+    training and before ``summarize`` (optional)."""
+
+    def take_selected(self, predictor: SelectedPredictor) -> None: ...
+
+
+#: A metric implements ``compute``, ``summarize`` or both; ``take_selected`` and the other optional
+#: methods ``hookspecs.initmem_register_metrics`` lists are looked for on it.
+Metric = EpochMetric | SummaryMetric
 
 
 class MetricFactory(Protocol):
@@ -219,158 +233,6 @@ class Register(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True)
-class OptimizerInfo:
-    """What an optimizer declares beside its factory (``register(name, factory, description,
-    defaults=..., clock=...)``), in the manner of timm's ``OptimInfo``.
-
-    ``defaults``: ``lr`` (what ``--lr`` left unset means; 0.05 when not declared) and every option
-    ``--opt-arg key=value`` may set, with its default value, which gives the type a command-line
-    value is read as (an unknown key is refused with the valid ones). ``clock``: how a step maps
-    to the forgetting clocks: ``"heavy-ball"`` (the default), effective step
-    ``lr * (1 - dampening) / (1 - momentum)``, for momentum that sums gradients (torch SGD);
-    ``"lr"``, the step is ``lr``, for momentum that averages them (Adam, Lion, Muon) or none. The
-    clocks count the declaration (``testing.check_optimizer`` checks the built optimizer agrees);
-    the run logs it as ``clock_convention``. A family (``timm:*``) may give either as an import
-    string of ``f(variant)``, resolved only when a run uses it. ``elementwise``: its update and
-    state are per element, so one optimizer over K models' stacked parameters is K optimizers (a
-    lockstep sweep fuses only such; undeclared: not fused)."""
-
-    defaults: Mapping[str, Any] | str | None = None
-    clock: str = ""
-    elementwise: bool = False
-
-    def declared_defaults(self, variant: str | None = None) -> dict[str, Any]:
-        """The declared defaults (an import string is resolved here, not before)."""
-        if self.defaults is None:
-            return {}
-        if isinstance(self.defaults, str):
-            return dict(_resolve(self.defaults)(variant))
-        return dict(self.defaults)
-
-    def declared_clock(self, variant: str | None = None) -> str:
-        """The declared clock convention ("" when none), an import string resolved here."""
-        return str(_resolve(self.clock)(variant)) if ":" in self.clock else self.clock
-
-
-@dataclass(frozen=True)
-class ArchitectureInfo:
-    """What an architecture declares beside its factory: ``fused``, the import string of
-    ``f(models) -> module``, K of its built models as one module whose ``forward`` returns K x N x
-    classes and whose ``split(tensors)`` gives its named tensors back as K state dicts of views in
-    one model's names (what a lockstep sweep trains; undeclared: never fused)."""
-
-    fused: str = ""
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """What a dataset declares beside its factory (``register(name, factory, description, shape=...,
-    classes=..., splits=...)``), so that a run is planned and ``initmem sweep --dry-run`` sized
-    without its files: ``shape``, (C, H, W) of an image; ``classes``; ``splits``, the (train,
-    validation, test) examples of the whole dataset, as the factory builds them (``--train-size``
-    cuts the first). ``--until`` finds a run's epochs from the training split when it is planned;
-    left undeclared, the planning builds the dataset to count it (so a run reads its data twice),
-    and the dry run to read them all. ``files``: (file name, md5) pairs that recognise the
-    dataset's files (a name may repeat; a ``.gz`` file matches its own or its content's md5): a
-    ``--data-dir`` holding files another dataset declares, and none of these, is refused."""
-
-    shape: tuple[int, int, int] | None = None
-    classes: int | None = None
-    splits: tuple[int, int, int] | None = None
-    files: tuple[tuple[str, str], ...] = ()
-
-
-def _resolve(target: str) -> Callable[..., Any]:
-    module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
-class ClaimEvaluator(Protocol):
-    """A claim: from the sweep view (``initmem_core.report.claim_groups.Sweep``: the report, its
-    groups with their optimizer family and clocks, its strata along an axis) to its ``Finding``
-    (``initmem_core.report.verdicts``), built with the core's helpers (``initmem_core.report.claims``:
-    ``per_stratum``, ``difference``, the verdict rule and the regime checks)."""
-
-    def __call__(self, sweep: Any) -> Any: ...  # Sweep -> Finding (the report's layer, above this module)
-
-
-@dataclass(frozen=True)
-class ClaimInfo:
-    """What a claim declares beside its evaluator (``register(name, evaluate, statement, **info)``),
-    shown by ``initmem plugins`` and read by the core: ``axis``, the settings it compares (its
-    strata hold everything else equal); ``quantities``, what it decides on, in words; ``margin``,
-    the margin fixed before any run, in words; ``clock`` and ``threshold``, the clock its mechanism
-    needs (``clock_sgd``, ``clock_l2``, ``clock_adapt``) and the value it must reach before the
-    claim can be contradicted (empty clock: none, a claim that memory is kept; no threshold:
-    ``report.regime.CLOCK_THRESHOLDS``); ``source``, the paper or note it tests."""
-
-    axis: tuple[str, ...] = ()
-    quantities: str = ""
-    margin: str = ""
-    clock: str = ""
-    threshold: float | None = None
-    source: str = ""
-
-
-class FigureFactory(Protocol):
-    """A report figure: draws one figure of ``report`` (``initmem_core.report.memory.Report``, its
-    claims' ``findings`` on it) and writes it to ``path`` (the report's folder joined with the
-    figure's declared ``FigureInfo.file``); returns the path written, or ``None`` when the report
-    lacks what the figure needs (no claim evaluated, no per-epoch histories). ``records``: the
-    cells the report was built from (``initmem_core.tracking.records.CellRecord``: config, every
-    metric logged, histories), for what the report does not aggregate. A figure that raises is
-    left out with a one-line warning; the report's other files and figures are still written."""
-
-    # Report and CellRecord: the report's and tracking's layers, above this module
-    def __call__(self, *, report: Any, path: Path, records: Sequence[Any]) -> Path | None: ...
-
-
-@dataclass(frozen=True)
-class FigureInfo:
-    """What a figure declares beside its factory (``register(name, draw, description, file=...,
-    warm_up=...)``): ``file``, its file name in the report's folder and under the parent run's
-    ``report/`` (default ``<name>.png``), which the parent run's description links without drawing
-    it; ``warm_up``, an import string of a function without arguments that loads what drawing needs
-    (its library, fonts), which a sweep calls once while its cells train so that the report at the
-    end does not wait for it (the built-in figures share ``initmem_plugins.figures.canvas:warm_up``)."""
-
-    file: str = ""
-    warm_up: str = ""
-
-    def __post_init__(self) -> None:
-        if self.file and (Path(self.file).name != self.file or self.file.startswith(".")):
-            raise ValueError(f"file must be a plain file name, not {self.file!r}")
-
-    def file_for(self, name: str) -> str:
-        """The file a figure registered as ``name`` is written to."""
-        return self.file or f"{name}.png"
-
-
-class ExecutorFactory(Protocol):
-    """Returns an executor (``initmem_core.sweep.executor.Executor``: ``run(cells, sweep)``, each cell
-    submitted and closed through ``sweep``, run with ``run_cell``; ``start``, ``stop`` and ``pin``
-    optional), built from the executor options the sweep was given (``--workers``, ``--ray-address``...:
-    those its ``ExecutorInfo.options`` declares) and ``folder``, its own folder in the sweep's output
-    (``<out>/<name>``) for files its workers share. A bad option is a ``ConfigError`` (one line)."""
-
-    def __call__(self, *, folder: Path, **options: Any) -> Any: ...  # -> Executor (the sweep's layer, above)
-
-
-@dataclass(frozen=True)
-class ExecutorInfo:
-    """What an executor declares beside its factory (``register(name, factory, description, needs=...,
-    install=..., options=...)``), read before it is built: ``needs``, the optional packages it imports
-    (import names), of which a missing one is refused in one line with ``install``, the command that
-    installs them; ``options``, the executor options its factory takes, by keyword (``workers``,
-    ``address``, ``cpus_per_cell``...: ``initmem sweep``'s executor flags), another given to it
-    refused before anything runs."""
-
-    needs: tuple[str, ...] = ()
-    install: str = ""
-    options: tuple[str, ...] = ()
-
-
 class CommandFunction(Protocol):
     """An ``initmem`` subcommand: Typer makes the command of its signature (``typer.Argument`` and
     ``typer.Option`` annotations; a ``typer.Context`` parameter if it needs one) and its docstring."""
@@ -378,19 +240,10 @@ class CommandFunction(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> None: ...
 
 
-#: Every contract by name, as ``initmem_core.kinds`` refers to them, for the hook reference.
-FACTORIES = {
-    cls.__name__: cls
-    for cls in (
-        ArchitectureFactory,
-        OptimizerFactory,
-        InitializerFactory,
-        RegularizerFactory,
-        MetricFactory,
-        DatasetFactory,
-        ClaimEvaluator,
-        FigureFactory,
-        ExecutorFactory,
-        CommandFunction,
-    )
-}
+def __getattr__(name: str) -> Any:
+    """A report kind's contract (``report.claims.ClaimEvaluator``...), which sits beside the types it
+    names: still importable from here, where plugins written for API 1.x found it."""
+    for kind in kinds.PLUGIN_KINDS:
+        if kind.contract.endswith(":" + name):
+            return kinds.resolve(kind.contract)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -231,8 +231,8 @@ def test_what_a_kind_declares_becomes_its_record_and_other_keywords_fail_the_plu
         def initmem_register_architectures(self, register):
             register("my-arch", "x:y", "an architecture that declares a clock", clock="lr")
 
-    with pytest.warns(UserWarning, match="takes no clock"):
+    with pytest.warns(UserWarning, match="kind 'architecture' takes no clock; it takes fused"):
         registry = load_registry(extra_plugins=[("declares", Declares())], strict=False)
     spec, _ = registry.lookup("optimizer", "my-opt")
-    assert spec.optimizer == OptimizerInfo({"lr": 0.2}, "heavy-ball") and spec.declared_defaults() == {"lr": 0.2}
+    assert spec.info == OptimizerInfo({"lr": 0.2}, "heavy-ball") and spec.info.declared_defaults() == {"lr": 0.2}
     assert "my-arch" not in registry.names("architecture")

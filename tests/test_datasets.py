@@ -579,7 +579,7 @@ def test_the_declared_checksums_are_torchvisions():
     from torchvision import datasets
 
     declared = {
-        name: dict(get_registry().lookup("dataset", name)[0].dataset.files)
+        name: dict(get_registry().lookup("dataset", name)[0].info.files)
         for name in ("mnist", "fashion-mnist", "cifar10", "cifar100")
     }
     assert dict(datasets.MNIST.resources).items() <= declared["mnist"].items()
@@ -602,7 +602,7 @@ def test_a_third_party_dataset_is_recognised_by_the_files_it_declares(tmp_path):
 
     def spec(name: str, content: bytes) -> ComponentSpec:
         files = (("images.bin", hashlib.md5(content).hexdigest()),)
-        return ComponentSpec("dataset", name, "x:y", "", Provider("p", "p", "1"), dataset=DatasetInfo(files=files))
+        return ComponentSpec("dataset", name, "x:y", "", Provider("p", "p", "1"), info=DatasetInfo(files=files))
 
     datasets = {"ours": spec("ours", b"ours"), "theirs": spec("theirs", b"theirs")}
     (tmp_path / "sub").mkdir()

@@ -46,9 +46,7 @@ def official_sized(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
 def test_every_builtin_dataset_declares_its_sizes():
     registry = load_registry(entry_points=False)
-    undeclared = [
-        name for name in registry.names("dataset") if registry.lookup("dataset", name)[0].dataset.splits is None
-    ]
+    undeclared = [name for name in registry.names("dataset") if registry.lookup("dataset", name)[0].info.splits is None]
     assert undeclared == ["synthetic:*"]  # a family: its sizes are its variant's (counted when planned)
 
 
@@ -60,7 +58,7 @@ def test_the_declared_training_set_is_the_one_a_file_dataset_builds(monkeypatch,
     plan = plan_run(RunConfig(data=name, **UNTIL, **options), registry)
     built = registry.build("dataset", name, config=plan.trains)
     assert plan.n_train == len(built.train_y) == (options.get("train_size") or OFFICIAL[name][0] * 9 // 10)
-    declared = registry.lookup("dataset", name)[0].dataset.splits
+    declared = registry.lookup("dataset", name)[0].info.splits
     assert declared == (OFFICIAL[name][0] * 9 // 10, OFFICIAL[name][0] // 10, OFFICIAL[name][1])
     assert (len(built.val_y), len(built.test_y)) == declared[1:]
 
@@ -82,7 +80,7 @@ def test_the_planned_training_set_is_the_one_the_setup_loads(name, options):
 def test_a_dataset_declaring_other_sizes_than_it_builds_fails_in_one_line():
     registry = load_registry(entry_points=False)
     digits, _ = registry.lookup("dataset", "digits")
-    wrong = dataclasses.replace(digits, dataset=dataclasses.replace(digits.dataset, splits=(1000, 359, 359)))
+    wrong = dataclasses.replace(digits, info=dataclasses.replace(digits.info, splits=(1000, 359, 359)))
     plan = plan_run(RunConfig(data="digits", **UNTIL, device="cpu"), registry.with_component(wrong))
     assert plan.n_train == 1000
     with process_settings_kept(), pytest.raises(ConfigError, match=r"declares 1000 training examples .* but has 1079"):
@@ -92,7 +90,7 @@ def test_a_dataset_declaring_other_sizes_than_it_builds_fails_in_one_line():
 def test_a_dataset_that_declares_no_sizes_is_counted_once_when_planned(monkeypatch):
     registry = load_registry(entry_points=False)
     digits, _ = registry.lookup("dataset", "digits")
-    bare = dataclasses.replace(digits, dataset=dataclasses.replace(digits.dataset, splits=None))
+    bare = dataclasses.replace(digits, info=dataclasses.replace(digits.info, splits=None))
     plan = plan_run(RunConfig(data="digits", **UNTIL, train_size=500), registry.with_component(bare))
     assert plan.n_train == 500
     missing = dataclasses.replace(bare, factory=lambda config: (_ for _ in ()).throw(FileNotFoundError("no files")))

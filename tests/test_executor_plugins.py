@@ -65,8 +65,8 @@ def test_the_builtin_executors_are_a_plugin_with_their_declarations():
     assert registry.names("executor") == ["local", "ray", "slurm"]
     ray = registry.lookup("executor", "ray")[0]
     assert ray.provider.plugin == "executors" and isinstance(ray.factory, str)  # resolved only when built
-    assert ray.executor.needs == ("ray",) and "initmem[distributed]" in ray.executor.install
-    assert "workers" in registry.lookup("executor", "local")[0].executor.options
+    assert ray.info.needs == ("ray",) and "initmem[distributed]" in ray.info.install
+    assert "workers" in registry.lookup("executor", "local")[0].info.options
     rows = json.loads(runner.invoke(app, ["plugins", "--json"]).stdout)["components"]
     listed = {row["name"]: row for row in rows if row["kind"] == "executor"}
     assert set(listed) == {"local", "ray", "slurm"} and listed["slurm"]["executor"]["needs"] == ["submitit"]

@@ -53,7 +53,7 @@ def test_the_plan_holds_the_resolved_config_and_the_declared_rule():
     registry = load_registry(entry_points=False)
     config = RunConfig(**SYNTHETIC, opt="sgd", momentum=0.5, opt_arg=("dampening=0.5", "nesterov=false"))
     plan = plan_run(config, registry)
-    declared_lr = registry.lookup("optimizer", "sgd")[0].declared_defaults()["lr"]
+    declared_lr = registry.lookup("optimizer", "sgd")[0].info.declared_defaults()["lr"]
     assert config.lr == 0 and plan.config == config.replace(lr=declared_lr, opt_arg=("dampening=0.5",))
     assert plan.config.lr > 0 and plan.config.opt_arg == ("dampening=0.5",)  # the default nesterov dropped
     assert plan.options["dampening"] == 0.5 and plan.options["nesterov"] is False

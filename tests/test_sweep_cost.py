@@ -88,7 +88,7 @@ def test_a_dataset_not_on_this_machine_is_sized_from_what_its_plugin_declares():
 
 def test_a_dataset_that_declares_nothing_is_sized_from_the_dataset_built_here():
     [cell] = plan_sweep({"data": "synthetic:1x8x8-c4-n40"}).plans
-    assert cell.components["dataset"].spec.dataset.splits is None
+    assert cell.components["dataset"].spec.info.splits is None
     facts = cost.dataset_facts(cell)
     assert (facts.shape, facts.classes, facts.train) == ((1, 8, 8), 4, 40)
 

@@ -13,6 +13,7 @@ allow-lists third-party plugins and the optional built-ins (unset: all; empty: n
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata as metadata
 import os
@@ -24,17 +25,9 @@ from typing import Any
 import pluggy
 
 from initmem_core import hookspecs
-from initmem_core.contracts import (
-    ArchitectureInfo,
-    ClaimInfo,
-    DatasetInfo,
-    ExecutorInfo,
-    FigureInfo,
-    OptimizerInfo,
-    Register,
-)
+from initmem_core.contracts import Register
 from initmem_core.errors import PluginLoadError, RunWarning
-from initmem_core.kinds import PLUGIN_KINDS
+from initmem_core.kinds import PLUGIN_KINDS, ComponentKind
 from initmem_core.plugin_system.api_version import check_plugin_api
 from initmem_core.plugin_system.registry import ComponentSpec, PluginFailure, Provider, Registry
 
@@ -130,24 +123,18 @@ class _Loader:
         self.registry.plugins[provider.plugin] = provider
 
     @staticmethod
-    def register_for(kind: str, provider: Provider, specs: list[ComponentSpec]) -> Register:
+    def register_for(kind: ComponentKind, provider: Provider, specs: list[ComponentSpec]) -> Register:
         """The ``register`` one hook implementation receives: what it registers goes to ``specs``;
-        what a kind declares beside its factory becomes its record (``records``), an unknown
-        keyword a ``TypeError`` (the plugin fails to load)."""
-        records = {
-            "optimizer": OptimizerInfo,
-            "architecture": ArchitectureInfo,
-            "claim": ClaimInfo,
-            "dataset": DatasetInfo,
-            "executor": ExecutorInfo,
-            "figure": FigureInfo,
-        }
+        what it declares beside its factory becomes the kind's info record, an unknown keyword a
+        ``TypeError`` (the plugin fails to load)."""
 
         def register(name: str, factory: Any, description: str = "", *, default: bool = False, **declared: Any) -> None:
-            info = {kind: records[kind](**declared)} if kind in records else {}
-            if declared and not info:
-                raise TypeError(f"register() of a {kind} takes no {', '.join(declared)}")
-            specs.append(ComponentSpec(kind, str(name), factory, str(description), provider, bool(default), **info))
+            fields = [field.name for field in dataclasses.fields(kind.info)] if kind.info else []
+            if unknown := [key for key in declared if key not in fields]:
+                takes = f"; it takes {', '.join(fields)}" if fields else ""
+                raise TypeError(f"register() of kind '{kind.name}' takes no {', '.join(unknown)}{takes}")
+            info = kind.info(**declared) if kind.info else None
+            specs.append(ComponentSpec(kind.name, str(name), factory, str(description), provider, bool(default), info))
 
         return register
 
@@ -159,7 +146,7 @@ class _Loader:
             for impl in getattr(self.pm.hook, kind.hook).get_hookimpls():
                 provider = self.registry.plugins[impl.plugin_name]
                 specs: list[ComponentSpec] = []
-                register = self.register_for(kind.name, provider, specs)
+                register = self.register_for(kind, provider, specs)
                 try:
                     impl.function(**{arg: register for arg in impl.argnames})
                 except (PluginLoadError, KeyboardInterrupt):

@@ -115,7 +115,7 @@ def settle(config: RunConfig, spec: ComponentSpec, defaults: Mapping[str, Any]) 
     ``key=value``, without those equal to the declared default); the options are read from that
     spelling. ``spec``: the optimizer's; ``defaults``: what it declares."""
     # a step normalised, or averaged: not SGD's (a family: when built)
-    if config.lr_match_sigma and spec.optimizer.clock == "lr":
+    if config.lr_match_sigma and spec.info.clock == "lr":
         raise not_sgd_family(config.opt, "normalises or averages its step")
     typed = typed_given(config, defaults)
     # A value equal to the declared default changes nothing, so it leaves the hash alone too.

@@ -6,14 +6,13 @@ and who provided it. Nothing is imported or built until ``build`` is called.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem_core.contracts import ArchitectureInfo, ClaimInfo, DatasetInfo, ExecutorInfo, FigureInfo, OptimizerInfo
 from initmem_core.errors import DuplicateComponentError, UnknownComponentError
+from initmem_core.kinds import BY_NAME, resolve
 
 FAMILY_SUFFIX = ":*"
 
@@ -38,13 +37,14 @@ class ComponentSpec:
     description: str
     provider: Provider
     default: bool = False  # built into every run (the built-in metrics), whatever the config names
-    # What a kind declares beside its factory, as its record in ``contracts`` (other kinds: the default).
-    optimizer: OptimizerInfo = OptimizerInfo()
-    architecture: ArchitectureInfo = ArchitectureInfo()
-    claim: ClaimInfo | None = None
-    dataset: DatasetInfo = DatasetInfo()
-    figure: FigureInfo = FigureInfo()
-    executor: ExecutorInfo = ExecutorInfo()
+    #: What it declares beside its factory: a record of its kind's ``info`` class (``kinds``; its
+    #: defaults when not given), ``None`` for a kind that declares nothing.
+    info: Any = None
+
+    def __post_init__(self) -> None:
+        record = BY_NAME[self.kind].info if self.kind in BY_NAME else None
+        if self.info is None and record is not None:
+            object.__setattr__(self, "info", record())
 
     @property
     def is_family(self) -> bool:
@@ -52,18 +52,7 @@ class ComponentSpec:
 
     def load_factory(self) -> Callable[..., Any]:
         """Resolve an import-string factory (this is where heavy imports happen)."""
-        if callable(self.factory):
-            return self.factory
-        module_name, _, attribute = self.factory.partition(":")
-        return getattr(importlib.import_module(module_name), attribute)
-
-    def declared_defaults(self, variant: str | None = None) -> dict[str, Any]:
-        """The defaults an optimizer declared (``OptimizerInfo.declared_defaults``)."""
-        return self.optimizer.declared_defaults(variant)
-
-    def declared_clock(self, variant: str | None = None) -> str:
-        """The clock convention an optimizer declared ("" when none: ``OptimizerInfo.declared_clock``)."""
-        return self.optimizer.declared_clock(variant)
+        return self.factory if callable(self.factory) else resolve(self.factory)
 
     def build(self, variant: str | None = None, **kwargs: Any) -> Any:
         """Call the factory with the keyword arguments of its kind's contract that it accepts

@@ -35,7 +35,7 @@ def declared_convention(opt: str) -> str:
     or none is installed)."""
     try:
         spec, variant = get_registry().lookup("optimizer", opt)
-        return spec.declared_clock(variant)
+        return spec.info.declared_clock(variant)
     except (InitmemError, ImportError, KeyError, AttributeError):
         return ""
 

@@ -16,6 +16,7 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from initmem_core.errors import RunWarning
 from initmem_core.plugin_system.loader import get_registry
@@ -37,6 +38,16 @@ from initmem_core.report.verdicts import (
 
 #: The kind claims register as (``kinds.REPORT_KINDS``).
 CLAIM = "claim"
+
+
+class ClaimEvaluator(Protocol):
+    """A claim: from the sweep view (``initmem_core.report.claim_groups.Sweep``: the report, its
+    groups with their optimizer family and clocks, its strata along an axis) to its ``Finding``
+    (``initmem_core.report.verdicts``), built with the helpers here (``per_stratum``, ``difference``,
+    the verdict rule and the regime checks)."""
+
+    def __call__(self, sweep: Sweep) -> Finding: ...
+
 
 #: What a stratum's evaluation gives: its measured text, the quantities it decides on, its notes,
 #: and what it compared (the groups whose runs must fit, those whose clock must have run: regime.py).
@@ -135,8 +146,8 @@ def claim_specs(registry: Registry | None = None) -> list[ComponentSpec]:
 def thresholds_of(spec: ComponentSpec) -> Mapping[str, float]:
     """The clock thresholds a claim's regime checks use: ``regime.CLOCK_THRESHOLDS``, with the
     claim's own threshold for its declared clock."""
-    info = spec.claim
-    if info is None or not info.clock or info.threshold is None:
+    info = spec.info
+    if not info.clock or info.threshold is None:
         return CLOCK_THRESHOLDS
     return {**CLOCK_THRESHOLDS, info.clock: float(info.threshold)}
 

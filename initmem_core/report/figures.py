@@ -5,12 +5,13 @@ description links. The figures themselves are plugins (the report's own: ``initm
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from initmem_core.errors import RunWarning
+from initmem_core.kinds import resolve
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
 from initmem_core.report.memory import Report
@@ -18,6 +19,18 @@ from initmem_core.tracking.records import CellRecord
 
 #: The kind figures register as (``kinds.REPORT_KINDS``).
 FIGURE = "figure"
+
+
+class FigureFactory(Protocol):
+    """A report figure: draws one figure of ``report`` (``initmem_core.report.memory.Report``, its
+    claims' ``findings`` on it) and writes it to ``path`` (the report's folder joined with the
+    figure's declared ``FigureInfo.file``); returns the path written, or ``None`` when the report
+    lacks what the figure needs (no claim evaluated, no per-epoch histories). ``records``: the
+    cells the report was built from (``initmem_core.tracking.records.CellRecord``: config, every
+    metric logged, histories), for what the report does not aggregate. A figure that raises is
+    left out with a one-line warning; the report's other files and figures are still written."""
+
+    def __call__(self, *, report: Report, path: Path, records: Sequence[CellRecord]) -> Path | None: ...
 
 
 def figure_specs(registry: Registry | None = None) -> list[ComponentSpec]:
@@ -28,7 +41,7 @@ def figure_specs(registry: Registry | None = None) -> list[ComponentSpec]:
 
 def figure_files(registry: Registry | None = None) -> list[str]:
     """The file name of every registered figure: what the parent run's description links."""
-    return list(dict.fromkeys(spec.figure.file_for(spec.name) for spec in figure_specs(registry)))
+    return list(dict.fromkeys(spec.info.file_for(spec.name) for spec in figure_specs(registry)))
 
 
 def _left_out(spec: ComponentSpec, why: str) -> None:
@@ -46,7 +59,7 @@ def draw_figures(
     folder, written = Path(folder), []
     taken: dict[str, str] = {}  # file -> the figure that writes it
     for spec in figure_specs(registry):
-        file = spec.figure.file_for(spec.name)
+        file = spec.info.file_for(spec.name)
         if file in taken:
             _left_out(spec, f"figure '{taken[file]}' writes {file} already")
             continue
@@ -69,10 +82,9 @@ def warm_up(registry: Registry | None = None) -> None:
     """Call each distinct warm-up the registered figures declare (``FigureInfo.warm_up``: their
     library's import, its fonts), so that drawing the report later does not wait for them; a sweep
     calls this on a thread while its cells train. A warm-up that fails is only a lost head start."""
-    targets = dict.fromkeys(spec.figure.warm_up for spec in figure_specs(registry) if spec.figure.warm_up)
+    targets = dict.fromkeys(spec.info.warm_up for spec in figure_specs(registry) if spec.info.warm_up)
     for target in targets:
-        module, _, function = target.partition(":")
         try:
-            getattr(importlib.import_module(module), function)()
+            resolve(target)()
         except Exception:  # the report draws, and says what fails, for itself
             continue

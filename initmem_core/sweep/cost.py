@@ -87,7 +87,7 @@ def dataset_facts(plan: RunPlan) -> DatasetFacts | None:
     """A cell's dataset as its plugin declares it (``contracts.DatasetInfo``), else as built here;
     ``None`` when neither says (a dataset not on this machine that declares nothing)."""
     config, dataset = plan.config, plan.components["dataset"]
-    info = dataset.spec.dataset
+    info = dataset.spec.info
     if info.shape and info.classes and info.splits:
         train, val, test = info.splits
         train = min(train, config.train_size) if config.train_size else train

@@ -91,7 +91,7 @@ class SweepCells(Protocol):
 
 
 class Executor:
-    """What every executor is (what ``contracts.ExecutorFactory`` returns); the built-in ones
+    """What every executor is (what an ``ExecutorFactory`` returns); the built-in ones
     derive from it. Only ``run`` must be given: ``start``, ``stop`` and ``pin`` have defaults."""
 
     name: str
@@ -115,6 +115,16 @@ class Executor:
     def run(self, cells: list[CellOutcome], sweep: SweepCells) -> None:
         """Run every cell, submitting and closing each through ``sweep``."""
         raise NotImplementedError
+
+
+class ExecutorFactory(Protocol):
+    """Returns an ``Executor`` (``run(cells, sweep)``, each cell submitted and closed through
+    ``sweep``, run with ``run_cell``; ``start``, ``stop`` and ``pin`` optional), built from the
+    executor options the sweep was given (``--workers``, ``--ray-address``...: those its
+    ``ExecutorInfo.options`` declares) and ``folder``, its own folder in the sweep's output
+    (``<out>/<name>``) for files its workers share. A bad option is a ``ConfigError`` (one line)."""
+
+    def __call__(self, *, folder: Path, **options: Any) -> Executor: ...
 
 
 def check_store(executor: Executor, uri: str) -> None:
@@ -157,17 +167,17 @@ def make_executor(
         ) from None
     spelled = dict(flags or {})
     for option in options:
-        if option not in spec.executor.options:
-            takers = [s.name for s in registry.components[EXECUTOR].values() if option in s.executor.options]
-            takes = ", ".join(spelled.get(o, o) for o in spec.executor.options) or "none"
+        if option not in spec.info.options:
+            takers = [s.name for s in registry.components[EXECUTOR].values() if option in s.info.options]
+            takes = ", ".join(spelled.get(o, o) for o in spec.info.options) or "none"
             raise ConfigError(
                 f"{spelled.get(option, option)} is for --executor {' or '.join(takers)}, not {name}"
                 if takers
                 else f"--executor {name} takes no option {spelled.get(option, option)}; its options: {takes}"
             )
-    missing = [package for package in spec.executor.needs if not _installed(package)]
+    missing = [package for package in spec.info.needs if not _installed(package)]
     if missing:
-        install = f": {spec.executor.install}" if spec.executor.install else ""
+        install = f": {spec.info.install}" if spec.info.install else ""
         raise ConfigError(f"--executor {name} needs {', '.join(missing)}, which is not installed{install}")
     if folder is not None:
         options["folder"] = Path(folder)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from initmem_core.config import RunConfig
-from initmem_core.contracts import DatasetBundle
+from initmem_core.contracts import DatasetBundle, EvalState, SelectedPredictor, TakesSelected
 from initmem_core.errors import ConfigError
 from initmem_core.kernels import kernel_parameters
 from initmem_core.kinds import kind_named
@@ -193,18 +193,26 @@ def check_regularizer(name: str, coefficient: float = 0.1, *, registry: Registry
 
 
 class _RecordingMetric:
-    """Passes every call through to a metric and checks what comes back as it happens."""
+    """Passes every call through to a metric and checks what comes back as it happens (a method the
+    metric lacks gives nothing, as the run would take from it)."""
 
     def __init__(self, metric: Any, name: str, returned: list[dict]):
         self.metric, self.name, self.returned = metric, name, returned
 
     def __getattr__(self, attribute: str) -> Any:
-        value = getattr(self.metric, attribute)  # hasattr(metric, "compute") must see the truth
-        if attribute == "compute":
-            return lambda state: self._checked(value(state), f"compute() at epoch {state.epoch}")
-        if attribute == "summarize":
-            return lambda history: self._checked(value(history), "summarize()")
-        return value
+        return getattr(self.metric, attribute)  # state_dict(), artifacts()...
+
+    def compute(self, state: EvalState) -> dict[str, float]:
+        compute = getattr(self.metric, "compute", None)
+        return self._checked(compute(state), f"compute() at epoch {state.epoch}") if compute else {}
+
+    def summarize(self, history: list[dict[str, float]]) -> dict[str, float]:
+        summarize = getattr(self.metric, "summarize", None)
+        return self._checked(summarize(history), "summarize()") if summarize else {}
+
+    def take_selected(self, predictor: SelectedPredictor) -> None:
+        if isinstance(self.metric, TakesSelected):
+            self.metric.take_selected(predictor)
 
     def _checked(self, values: Any, call: str) -> Any:
         where = f"metric '{self.name}': {call}"
@@ -280,7 +288,7 @@ def check_dataset(name: str, *, registry: Registry | None = None, **config: Any)
     )
     assert all(s > 0 for s in bundle.std), f"{where}: std must be positive, got {bundle.std}"
     # What it declares for a dry run (not its split sizes: a test's files may be a small stand-in).
-    declared = registry.lookup("dataset", name)[0].dataset
+    declared = registry.lookup("dataset", name)[0].info
     assert declared.shape in (None, image_shape), f"{where}: declares images {declared.shape} but builds {image_shape}"
     assert declared.classes in (None, bundle.num_classes), (
         f"{where}: declares {declared.classes} classes but builds {bundle.num_classes}"

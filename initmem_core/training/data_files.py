@@ -34,7 +34,7 @@ def check_data_dir(wanted: str, folder: str, datasets: Mapping[str, ComponentSpe
     ``<Class>/raw/``) holds files another dataset declares and none that ``wanted`` declares."""
     owners: dict[tuple[str, str], list[str]] = {}  # (file name, md5) -> the datasets declaring it
     for name, spec in sorted(datasets.items()):
-        for file, md5 in spec.dataset.files:
+        for file, md5 in spec.info.files:
             owners.setdefault((file, md5.lower()), []).append(name)
     names = {file for file, _ in owners}
     root = Path(folder).expanduser()

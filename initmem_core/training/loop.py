@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from initmem_core.contracts import EvalState, SelectedPredictor
+from initmem_core.contracts import EpochMetric, EvalState, SelectedPredictor, SummaryMetric, TakesSelected
 from initmem_core.errors import RunWarning
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
@@ -121,7 +121,7 @@ def evaluation_row(
         test_correct=test_correct,
     )
     for metric in setup.metrics.values():
-        if hasattr(metric, "compute"):
+        if isinstance(metric, EpochMetric):
             row.update(metric.compute(state))
     selection.offer(setup.model, epoch, row[VAL_LOSS], test_correct)
     row.update(clocks.as_metrics())
@@ -324,14 +324,19 @@ def train(
             progress.advance((config.epochs - epoch) * steps_per_epoch)  # the cap's steps it did not need
             break
 
-    # The selected checkpoint, scored on the whole test split where --eval-size capped it, goes
-    # to the metrics that take it; then the figures read off the whole history (tau_interp...).
+    return history, summarize(setup, selection, history)
+
+
+def summarize(setup: TrainingSetup, selection: SelectedCheckpoint, history: History) -> dict[str, float]:
+    """The end of a run (a lockstep job's members' too): the epoch it stopped at; the selected
+    checkpoint, scored on the whole test split where --eval-size capped it, goes to the metrics
+    that take it; then the figures read off the whole history."""
     predictor = score_selected(setup, selection, history)
-    for metric in setup.metrics.values():
-        if predictor is not None and hasattr(metric, "take_selected"):
-            metric.take_selected(predictor)
     summary: dict[str, float] = {STOP_EPOCH: history[-1]["epoch"]}
     for metric in setup.metrics.values():
-        if hasattr(metric, "summarize"):
+        if predictor is not None and isinstance(metric, TakesSelected):
+            metric.take_selected(predictor)
+    for metric in setup.metrics.values():
+        if isinstance(metric, SummaryMetric):
             summary.update(metric.summarize(history))
-    return history, summary
+    return summary

@@ -88,7 +88,7 @@ def training_set_size(config: RunConfig, dataset: Component) -> int:
     """How many examples a run of ``config`` trains on: the training split its dataset plugin
     declares (``contracts.DatasetInfo.splits``), cut to ``--train-size`` as every loader cuts it
     (the first N; a larger N fails when the data is built), else counted in the dataset built here."""
-    declared = dataset.spec.dataset.splits
+    declared = dataset.spec.info.splits
     if declared is None:
         try:
             return len(dataset.build(config=config).train_y)
@@ -157,9 +157,9 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
         for name in dict.fromkeys([*registry.defaults("metric"), *config.metrics])
     }
     optimizer = components["optimizer"]
-    defaults = optimizer.spec.declared_defaults(optimizer.variant)
+    defaults = optimizer.spec.info.declared_defaults(optimizer.variant)
     config, options = optimizer_options.settle(config, optimizer.spec, defaults)
-    declared = optimizer.spec.declared_clock(optimizer.variant)
+    declared = optimizer.spec.info.declared_clock(optimizer.variant)
     clock = check_convention(declared or DEFAULT_CONVENTION, config.opt)
     momentum = float(config.momentum)
     dampening = float(options.get("dampening", 0.0) or 0.0) if momentum else 0.0

@@ -54,10 +54,10 @@ def check_mode(mode: str | bool | None, max_models: int) -> str:
 def refusal(config: RunConfig, registry: Registry) -> str:
     """Why this cell cannot train fused with others ("" when it can)."""
     arch, _ = registry.lookup("architecture", config.arch)
-    if not arch.architecture.fused:
+    if not arch.info.fused:
         return f"--arch {config.arch} declares no fused form"
     opt, _ = registry.lookup("optimizer", config.opt)
-    if not opt.optimizer.elementwise:
+    if not opt.info.elementwise:
         return f"--opt {config.opt} does not declare an element-wise update"
     if config.compile:
         return "--compile is not fused"
@@ -73,7 +73,7 @@ def not_measured_to_pay(config: RunConfig, registry: Registry) -> str:
     if config.device not in ("cpu", "auto") or _has_gpu():
         return "auto fuses on the CPU only (a GPU's product path is not measured yet: --lockstep on)"
     spec, _ = registry.lookup("dataset", config.data)
-    shape = spec.dataset.shape
+    shape = spec.info.shape
     if shape is None or shape[1] * shape[2] > AUTO_MAX_PIXELS or config.batch_size > AUTO_MAX_BATCH:
         return (
             f"auto fuses images of at most {AUTO_MAX_PIXELS} pixels at batches of at most {AUTO_MAX_BATCH}, "

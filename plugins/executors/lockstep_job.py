@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import Diverged
+from initmem_core.kinds import resolve
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.tracker import Tracker
@@ -46,7 +47,7 @@ from initmem_core.training.loop import (
     evaluated_at,
     evaluation_row,
     loss_diverged,
-    score_selected,
+    summarize,
 )
 from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.schedules import lr_multiplier
@@ -164,11 +165,8 @@ def _log_run_files(member: Member) -> None:
 def fuse(members: Sequence[Member]) -> torch.nn.Module:
     """The fused model of the members' models, whose tensors each plain model then views."""
     spec = members[0].plan.components["architecture"].spec
-    from importlib import import_module
-
-    module_name, _, attribute = spec.architecture.fused.partition(":")
     models = [member.setup.model for member in members]
-    fused = getattr(import_module(module_name), attribute)(models)
+    fused = resolve(spec.info.fused)(models)
     fused.to(members[0].setup.device, memory_format=members[0].setup.memory_format)
     parameters = fused.split({name: p.data for name, p in fused.named_parameters()})
     buffers = fused.split(dict(fused.named_buffers()))
@@ -351,14 +349,7 @@ def _finish(member: Member) -> None:
     """The end of a live member's run, as ``loop.train`` and ``runner._train_tracked`` end one."""
     setup, tracker = member.setup, member.tracker
     assert member.selection is not None
-    predictor = score_selected(setup, member.selection, member.history)
-    for metric in setup.metrics.values():
-        if predictor is not None and hasattr(metric, "take_selected"):
-            metric.take_selected(predictor)
-    summary: dict[str, float] = {}
-    for metric in setup.metrics.values():
-        if hasattr(metric, "summarize"):
-            summary.update(metric.summarize(member.history))
+    summary = summarize(setup, member.selection, member.history)
     tracker.log_metrics(summary, step=member.plan.trains.epochs)
     runner._log_final_artifacts(tracker, setup)
     if member.checkpoints:
