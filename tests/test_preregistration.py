@@ -92,7 +92,7 @@ def preset_seeds(path: Path) -> set[int]:
 
 
 def test_no_exploratory_export_pilot_or_preset_uses_a_confirmatory_seed():
-    confirmatory = confirmatory_presets()
+    confirmatory = {**confirmatory_presets(), **{p.preset: () for p in second_presets()}}
     used = set()
     for path in (ROOT / "docs" / "results").glob("*.json.gz"):  # exploratory: confirmatory/ is below
         used |= {record.config.seed for record in read_export(path).records}
@@ -160,3 +160,83 @@ def test_every_confirmatory_export_is_complete_and_in_the_regime():
         assert all(record.status == FINISHED for record in export.records), name
         fit, ran = fit_counts(export.records)
         assert ran == len(export.records) and fit >= 0.95 * ran, (name, fit, ran)
+
+
+# -- The second registration (its dated section of the page) -----------------------------------
+
+SECOND_EXPORTS = ROOT / "docs" / "results" / "confirmatory-2"
+
+
+def second_presets():
+    from initmem_plugins.claims.findings_table import second_registration
+
+    return second_registration(PAGE)
+
+
+def seed_range(text: str) -> set[int]:
+    first, _, last = text.partition("-")
+    return set(range(int(first), int(last or first) + 1))
+
+
+def every_other_seed_and_data_seed() -> tuple[set[int], set[int]]:
+    """The seeds and data seeds of every export, pilot and preset but the second registration's."""
+    second = {p.preset for p in second_presets()}
+    seeds, data_seeds = set(), set()
+    exports = [*(ROOT / "docs" / "results").rglob("*.json.gz"), *(ROOT / "docs" / "pilots").glob("*.json.gz")]
+    for path in exports:
+        if path.parent != SECOND_EXPORTS:
+            records = read_export(path).records
+            seeds |= {r.config.seed for r in records}
+            data_seeds |= {r.config.data_seed for r in records}
+    for path in [*PRESETS.glob("*.toml"), *(ROOT / "docs" / "pilots").glob("*.toml")]:
+        if path.stem not in second:
+            seeds |= preset_seeds(path)
+            data_seeds.add(tomllib.loads(path.read_text()).get("base", {}).get("data_seed", 0))
+    return seeds, data_seeds
+
+
+def test_the_second_registrations_seeds_and_split_are_fresh_and_its_presets_match_the_table():
+    presets = second_presets()
+    assert presets, "the second registration has no presets table"
+    used, used_splits = every_other_seed_and_data_seed()
+    seen: set[int] = set()
+    for preset in presets:
+        grid = tomllib.loads((PRESETS / f"{preset.preset}.toml").read_text())
+        seeds = seed_range(preset.seeds)
+        assert preset_seeds(PRESETS / f"{preset.preset}.toml") == seeds, preset.preset
+        assert not seeds & used and not seeds & seen, preset.preset  # disjoint from everything before it
+        seen |= seeds
+        data_seed = grid["base"]["data_seed"]
+        assert str(data_seed) == preset.data_seed and data_seed not in used_splits, preset.preset
+        assert grid["base"]["patience"] > 0, preset.preset  # every run trains to convergence
+
+
+def second_registration_text(text: str) -> str:
+    return text.split(LATER_REGISTRATIONS, 1)[1]
+
+
+def test_every_second_registration_export_ran_from_the_commit_that_froze_it_and_converged():
+    """Each export under docs/results/confirmatory-2/ ran from a commit holding the second registration
+    as it is now, on its preset's seeds and split; at least 90% of its trained runs fit and stopped
+    before their cap."""
+    exports = sorted(SECOND_EXPORTS.glob("*.json.gz"))
+    if not exports:
+        pytest.skip("no export of the second registration yet")
+    if _git("rev-parse", "HEAD") is None:
+        pytest.skip("not a git checkout: the commits cannot be read")
+    presets = {p.preset: p for p in second_presets()}
+    for path in exports:
+        export = read_export(path)
+        preset = presets[export.name]
+        commit = export.parent_tags["mlflow.source.git.commit"]
+        if _git("cat-file", "-e", f"{commit}^{{commit}}") is None:
+            pytest.skip(f"a shallow clone: {commit[:7]}, which froze the page, is not in it")
+        assert _git("merge-base", "--is-ancestor", commit, "HEAD") is not None, (path, commit)
+        frozen = _git("show", f"{commit}:docs/PREREGISTRATION.md")
+        assert frozen is not None and second_registration_text(frozen) == second_registration_text(PAGE.read_text())
+        assert {r.config.seed for r in export.records} == seed_range(preset.seeds)
+        assert {str(r.config.data_seed) for r in export.records} == {preset.data_seed}
+        trained = [r for r in export.records if r.trained]
+        fit = sum(r.fit for r in trained)
+        converged = sum(r.stop_reason == "patience" for r in trained)
+        assert fit >= 0.9 * len(trained) and converged >= 0.9 * len(trained), (path, fit, converged, len(trained))
