@@ -233,7 +233,7 @@ def _train(members: list[Member], states: list[dict[str, Any] | None], stop: Sto
     for epoch in range(done + 1, config.epochs + 1):
         loader_state = lead.train_loader.state_dict()
         try:
-            lr, fused, live = _epoch(fused, live, epoch, step, stop)
+            lr, fused, live = _epoch(fused, live, lead.train_loader, epoch, step, stop)
         except EpochInterrupted as interrupted:
             assert stop.signum is not None
             saved = [m.checkpoint((epoch - 1, interrupted.step), loader_state) for m in members if m.alive]
@@ -333,20 +333,21 @@ def _epoch_checks(member: Member, epoch: int, steps_per_epoch: int) -> None:
 
 
 def _epoch(
-    fused: torch.nn.Module, live: list[Member], epoch: int, step: int, stop: StopSignals
+    fused: torch.nn.Module, live: list[Member], loader: Any, epoch: int, step: int, stop: StopSignals
 ) -> tuple[float, torch.nn.Module, list[Member]]:
-    """``loop.run_epoch`` for the live members: one fused forward and backward a step, each
-    member's optimizer and schedule stepping its own views. A member whose loss is not finite
+    """``loop.run_epoch`` for the live members on the job's batches (``loader``: the first
+    member's, which the job draws from, whoever is still training): one fused forward and
+    backward a step, each member's optimizer and schedule stepping its own views. A member whose loss is not finite
     ends DIVERGED at once and leaves the fused model (``_without_ended``); returns the last rate
     applied and the fused model and members still training."""
     lead = live[0].setup
     config, rule = lead.config, lead.plan.rule
     _, autocast = lead.forward_pass()
     memory_format = lead.memory_format
-    steps_per_epoch = len(lead.train_loader)
+    steps_per_epoch = len(loader)
     lr = lead.optimizer.param_groups[0]["lr"]
     fused.train()
-    for x, y in lead.train_loader.epoch(step):
+    for x, y in loader.epoch(step):
         lr = live[0].setup.optimizer.param_groups[0]["lr"]
         multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
         with autocast():
