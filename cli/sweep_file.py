@@ -17,6 +17,7 @@ from typing import Any
 
 from initmem_core.config import load_toml
 from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.sweep.presets import PRESET
 
 #: What ``[execution]`` may set, each option's accepted types and how a mistake is told.
 OPTIONS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -46,8 +47,6 @@ def with_file_options(
     preset's sweep file, then ``--config``'s, set where the command line did not; an option the
     executor does not take (those it declares: ``contracts.ExecutorInfo.options``) is left out
     with a warning."""
-    from initmem_core.sweep.presets import PRESET
-
     files = [Path(str(registry.lookup(PRESET, preset)[0].factory))] if preset else []
     files += [config] if config else []
     try:
