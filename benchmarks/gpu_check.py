@@ -1,4 +1,4 @@
-"""One prepared GPU check: correctness on CUDA and speed, in at most 7 minutes by its own clock.
+"""One prepared GPU check: correctness on CUDA and speed, in under 8 minutes by its own clock.
 
     python -m benchmarks.gpu_check --out DIR        # on a CUDA machine: every step; DIR gets what it found
     python -m benchmarks.gpu_check --dry-run        # every step at toy size on the CPU
@@ -11,12 +11,14 @@ exits 1 if any failed:
 (b) ``determinism``, (c) ``divergence``, (d) ``resume``: small cells checked for exact agreement;
 (e) ``speed``: ms per step and per epoch of ResNet-20 and ResNet-9 against a bare loop;
 (f) ``concurrency``: images/s of 1, 2, 4, 8 concurrent ResNet-20 cells;
-(g) ``lockstep``: K ResNet-20s fused into one model against K processes, K = 1, 4, 8.
+(g) ``lockstep``: K ResNet-20s fused into one model against K processes, K = 1, 4, 8; then the
+product path: 8 whole cells as one fused sweep job (evaluation on, tracking off) against one cell
+and against 8 processes, in cells per hour.
 
 Each step runs in its own process (its own session) with a hard deadline: a step that outlasts
 it is killed with everything it started and reported failed, with whatever it had saved, and
 the others still run. (a)-(d) check correctness and run side by side; then (e), (f), (g) run one
-at a time, alone on the device. Every deadline fits inside ``--budget`` (420 s on a GPU).
+at a time, alone on the device. Every deadline fits inside ``--budget`` (470 s on a GPU).
 
 What it writes: with ``--json``, every sample; with ``--out DIR``, ``gpu_check.json``, the
 section (``gpu_check.md``), the log (``gpu_check.log``) and, after a complete run (every step run
@@ -67,6 +69,7 @@ WORKER_MODULES = {
     "throughput": "concurrency",
     "lockstep-fused": "lockstep",
     "lockstep-process": "lockstep",
+    "lockstep-product": "lockstep",
 }
 #: The packages a step's processes import, and the folders of the tree they are in.
 PACKAGES = {"initmem_core": "initmem_core", "initmem_plugins": "plugins", "initmem_cli": "cli"}

@@ -19,6 +19,7 @@ from .early_signals import handled_from_here
 from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, Experiment, TrackingUri, with_config_options
 from .script_output import JSON_HELP, ScriptOutput, finite
+from .sweep_file import with_file_options
 from .tables import one_table
 
 SWEEP, EXECUTOR = "Sweep", "Executor"
@@ -504,9 +505,7 @@ def sweep_command(
     spec = spec.override(spec_from_values(config_values))
     registry = get_registry()
     plan = plan_sweep(spec, name=name, out=out, registry=registry)
-    executor = build_executor(
-        executor_name,
-        plan.out,
+    given = with_file_options(
         {
             "workers": workers,
             "lockstep": lockstep,
@@ -520,8 +519,12 @@ def sweep_command(
             "options": slurm_option,
             "local": slurm_local,
         },
+        preset,
+        config,
+        executor_name,
         registry,
     )
+    executor = build_executor(executor_name, plan.out, given, registry)
     output = ScriptOutput(as_json)
     with output.redirected():
         _sweep_or_dry_run(

@@ -132,12 +132,20 @@ def test_gpu_check_dry_run_passes_every_step_without_mlflow(short_tmp):
     assert [row["models"] for row in lockstep["rows"]] == DRY_LOCKSTEP_MODELS
     assert all(row["fused_vs_processes"] > 0 for row in lockstep["rows"])
     assert [row["per_process"] and len(row["per_process"]) for row in lockstep["rows"]] == DRY_LOCKSTEP_MODELS
+    # the product path: a fused sweep job of whole cells, one cell alone, K processes of one cell each
+    product = steps["lockstep"]["product"]
+    assert product["fused"]["outcomes"] == [["FINISHED", ""]] * product["models"]
+    assert [product[side]["cells"] for side in ("one cell", "fused", "processes")] == [1, 2, 2]
+    assert len(product["processes"]["per_process_s"]) == 2
+    assert all(product[side]["cells_per_hour"] > 0 for side in ("one cell", "fused", "processes"))
+    assert product["fused_vs_processes"] > 0 and product["fused_vs_one_cell"] > 0
     assert all(goal["met"] is None for goal in results["goals"])  # a CPU dry run reads off no goal
 
     page = (out / "PERFORMANCE.md").read_text()
     assert outside_markers(page) == outside_markers(real_docs.decode())
     inside = between_markers(page)
     assert "Dry run (`--dry-run`) on the CPU" in inside and "| (g) lockstep |" in inside and "Lockstep (g)" in inside
+    assert "Lockstep's product path (g)" in inside and "| one fused job | 2 |" in inside
     assert (out / "gpu_check.md").read_text().strip() == inside.strip()
     assert "===== lockstep =====" in (out / "gpu_check.log").read_text()
     assert docs.read_bytes() == real_docs and DOCS.read_bytes() == real_docs  # --out: the pages it read untouched

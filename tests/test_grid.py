@@ -135,7 +135,7 @@ def test_cli_values_replace_both_base_and_grid_of_the_file(tmp_path):
         ("[base]\nbatchsize = 4\n", "unknown key 'batchsize' in \\[base\\] of .* \\(did you mean 'batch_size'\\?\\)"),
         (
             "[grids]\nsigma = [1.0]\n",
-            "unknown key 'grids' in .*; a sweep file has name, \\[base\\], \\[grid\\] and \\[\\[groups\\]\\]",
+            "unknown key 'grids' in .*; it takes name, \\[base\\], \\[grid\\], \\[\\[groups\\]\\], \\[execution\\]",
         ),
         ("[base]\nsigma = [1.0, 2.0]\n", "\\[base\\] sigma in .* must be one value; put lists in \\[grid\\]"),
         ("[grid]\nsigma = 1.0\n", "\\[grid\\] sigma in .* must be a list or a range"),

@@ -85,6 +85,7 @@ def assert_same_run(fused, lone, rtol=1e-3, atol=1e-4):
         assert got[key] == pytest.approx(value, rel=rtol, abs=atol), key
     assert fused.texts.keys() == lone.texts.keys() and fused.files.keys() == lone.files.keys()
     assert fused.tags[LOCKSTEP_TAG] and LOCKSTEP_TAG not in lone.tags
+    assert {k: v for k, v in fused.tags.items() if k != LOCKSTEP_TAG} == lone.tags
     assert fused.params == lone.params
     for name, tensor in lone.weights.items():  # a plain model's state dict, loadable as such
         torch.testing.assert_close(fused.weights[name], tensor, rtol=rtol, atol=atol)
@@ -112,8 +113,11 @@ def test_a_model_that_diverges_ends_its_own_cell_and_the_others_finish(monkeypat
     fuse = lockstep_job.fuse
 
     def fuse_with_a_fault(members):
-        """Model 1's training loss turns NaN at its second step; the others' stay the lone runs'."""
+        """Model 1's training loss turns NaN at its second step; the others' stay the lone runs'
+        (once it has left, the other two are fused anew, without a fault)."""
         fused = fuse(members)
+        if len(members) < 3:
+            return fused
         forward, calls = fused.forward, []
 
         def faulty(x):
@@ -182,3 +186,86 @@ def test_a_killed_fused_job_resumes_to_the_uninterrupted_jobs_values(tmp_path):
     resumed = job(tmp_path / "killed", -1, "resume")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == whole.stdout
+
+
+# With --patience 1 these three sigmas stop at three epochs (3, 2 and the cap, 6): the first, whose
+# batches the job draws, stops while others train on.
+PATIENT = dict(BASE, epochs=6, opt="adam", lr=0.01, patience=1)
+PATIENT_SIGMAS = (0.25, 0.5, 2.0)
+
+
+@pytest.mark.slow
+def test_with_patience_each_model_stops_where_its_lone_run_does_and_the_others_train_on():
+    configs = [RunConfig(**PATIENT, sigma=s) for s in PATIENT_SIGMAS]
+    outcomes, fused, lone = _job_and_lone_runs(configs)
+    assert outcomes == [(FINISHED, "")] * 3
+    stops = [{key: value for _, key, value in tracker.metrics}["stop_epoch"] for tracker in lone]
+    assert len(set(stops)) == 3 and min(stops) < PATIENT["epochs"]  # models stop at different epochs
+    for one, alone in zip(fused, lone, strict=True):
+        # its history ends where it stopped, its summary and stop_reason are the lone run's, and its
+        # final weights (BatchNorm statistics included) are where it stopped, untouched by the others
+        assert_same_run(one, alone)
+        assert max(step for step, key, _ in one.metrics if key == "val_loss") == stops[fused.index(one)]
+
+
+PATIENT_KILLED_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from initmem_core.config import RunConfig
+    from initmem_core.tracking.tracker import MemoryTracker
+    from initmem_plugins.executors.lockstep_job import run_lockstep
+
+    folder, kill_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume"
+
+    class Tracker(MemoryTracker):
+        def log_metrics(self, metrics, step):
+            super().log_metrics(metrics, step)
+            if step == kill_at and "val_loss" in metrics:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    base = dict(PATIENT, checkpoint_dir=folder, checkpoint_every=1, deterministic=True)
+    configs = [RunConfig(**base, sigma=s) for s in SIGMAS]
+    trackers = [Tracker() for _ in configs]
+    outcomes = run_lockstep(configs, trackers, resume=[resume] * len(configs))
+    runs = [{"metrics": [m[:2] + (repr(m[2]),) for m in t.metrics], "tags": t.tags, "status": t.status}
+            for t in trackers]
+    print(json.dumps({"outcomes": outcomes, "runs": runs}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_killed_fused_job_with_patience_resumes_to_the_uninterrupted_jobs_values(tmp_path):
+    import json
+
+    script = f"PATIENT = {PATIENT!r}\nSIGMAS = {PATIENT_SIGMAS!r}\n" + PATIENT_KILLED_JOB
+
+    def job(folder, kill_at, mode):
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(folder), str(kill_at), mode], capture_output=True, text=True, timeout=300
+        )
+        return done, (json.loads(done.stdout) if done.returncode == 0 else None)
+
+    whole, uninterrupted = job(tmp_path / "whole", -1, "fresh")
+    assert whole.returncode == 0, whole.stderr
+    stops = [
+        int(float(dict((key, value) for _, key, value in run["metrics"])["stop_epoch"]))
+        for run in uninterrupted["runs"]
+    ]
+    first = min(stops)
+    assert first < max(stops)  # one model stopped while the others trained on
+    # Killed in the epoch after the first model stopped: that one's last checkpoint is where it
+    # stopped (a run killed before it was ended), the others' the epoch before.
+    killed, _ = job(tmp_path / "killed", first + 1, "fresh")
+    assert killed.returncode == -9
+    resumed, after = job(tmp_path / "killed", -1, "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert after["outcomes"] == uninterrupted["outcomes"] == [[FINISHED, ""]] * 3
+    for again, run, stop in zip(after["runs"], uninterrupted["runs"], stops, strict=True):
+        assert again["status"] == FINISHED and again["tags"]["stop_reason"] == run["tags"]["stop_reason"]
+        # bit-identical: every figure the resumed run logged is the uninterrupted run's, and it
+        # logged everything the uninterrupted one did after the checkpoint (its stop epoch's summary)
+        logged = {(step, key): value for step, key, value in run["metrics"]}
+        resumed_logged = {(step, key): value for step, key, value in again["metrics"]}
+        assert resumed_logged.items() <= logged.items()
+        assert {key for key in logged if key[0] > first} | {(stop, "stop_epoch")} <= resumed_logged.keys()

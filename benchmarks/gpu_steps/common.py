@@ -46,6 +46,9 @@ class Plan:
     lockstep_batch: int
     lockstep_warmup: int  # (g): untimed steps before each window (cuDNN's algorithm search)
     lockstep_fp32: bool  # (g): fp32 too, after bf16 with channels-last, if time is left
+    lockstep_product_models: int  # (g)'s product path: K whole cells fused, against one and K processes
+    lockstep_cell_train: int  # training images of each of those cells
+    lockstep_cell_epochs: int
     budget_s: float  # the whole check's wall time, by its own clock
     step_s: dict[str, float]  # each step's hard deadline (its process is killed there)
 
@@ -77,7 +80,10 @@ FULL = Plan(
     lockstep_batch=128,
     lockstep_warmup=15,
     lockstep_fp32=True,
-    budget_s=420.0,  # 7 minutes: a 10-minute command with room for starting and copying back
+    lockstep_product_models=8,
+    lockstep_cell_train=4096,
+    lockstep_cell_epochs=2,
+    budget_s=470.0,  # under 8 minutes: a 10-minute command with room for starting and copying back
     # The four checks run side by side (150 s at most together), then (e), (f), (g) one at a time.
     step_s={
         "tests": 150.0,
@@ -86,7 +92,7 @@ FULL = Plan(
         "resume": 150.0,
         "speed": 100.0,
         "concurrency": 75.0,
-        "lockstep": 85.0,
+        "lockstep": 135.0,  # the bare loops (85 s), then the product path
     },
 )
 DRY = Plan(
@@ -108,7 +114,10 @@ DRY = Plan(
     lockstep_batch=8,
     lockstep_warmup=1,
     lockstep_fp32=False,
-    budget_s=720.0,  # a shared 2-core machine: generous, the dry run proves plumbing, not speed
+    lockstep_product_models=2,
+    lockstep_cell_train=32,
+    lockstep_cell_epochs=1,
+    budget_s=770.0,  # a shared 2-core machine: generous, the dry run proves plumbing, not speed
     step_s={
         "tests": 240.0,
         "determinism": 240.0,
@@ -116,7 +125,7 @@ DRY = Plan(
         "resume": 240.0,
         "speed": 150.0,
         "concurrency": 150.0,
-        "lockstep": 150.0,
+        "lockstep": 200.0,
     },
 )
 

@@ -7,8 +7,14 @@ Both sides run the same bare loop: synthetic batches resident on the device, SGD
 and weight decay, no evaluation, no tracking, each model initialized with its own sigma. The
 fused side is timed in one process, one K after another (after a warm-up that covers cuDNN's
 algorithm search); the K processes are timed over one common window (``common.run_together``).
-K = 1 is one process training one plain CifarResNet, the baseline of both sides. The figure that
-decides whether initmem should train sigma groups in lockstep: fused images/s over K processes'.
+K = 1 is one process training one plain CifarResNet, the baseline of both sides.
+
+Then the product path, what ``initmem sweep --lockstep`` runs (``lockstep_job.run_lockstep``):
+K whole ResNet-20 cells of one sigma group (building, training with augmentation, evaluation every
+epoch, selection, summary; tracking off: each cell's run in memory) as one fused job in one
+process, against one such cell alone, and against K processes running one cell each, started
+together, in cells per hour. The figure that decides whether initmem should train sigma groups in
+lockstep on this device: the fused job's cells per hour over K processes'.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ POOL = 8  # distinct batches cycled through (resident on the device)
 BLOCKS = 3  # ResNet-20
 BUILD_S = 4.0  # what building and warming one fused configuration is expected to take beyond its window
 ROUND_S = 25.0  # a round of K processes beyond its window (start, CUDA context, warm-up, stop)
+PRODUCT_S = 30.0  # what the product path needs at least: three process starts and K + 1 + K small cells
 PRECISIONS = (("bf16", True), ("fp32", False))  # (precision, channels-last), most important first
 
 
@@ -131,7 +138,102 @@ def worker_process(spec: dict[str, Any]) -> None:
         trainer.step()
 
 
-WORKERS = {"lockstep-fused": worker_fused, "lockstep-process": worker_process}
+def product_knobs(plan: Any, data_dir: str, threads: int) -> dict[str, Any]:
+    """One cell of the product path: a small ResNet-20 cell on the synthetic CIFAR files."""
+    return dict(
+        arch="resnet20",
+        data="cifar10",
+        data_dir=data_dir,
+        batch_size=plan.lockstep_batch,
+        train_size=plan.lockstep_cell_train,
+        eval_size=plan.cell_eval_size,
+        epochs=plan.lockstep_cell_epochs,
+        lr=0.05,
+        momentum=0.9,
+        augment="on",
+        device=plan.device,
+        threads=threads,
+        eval_batch_size=1024,
+    )
+
+
+def one_cell(knobs: dict[str, Any], sigma: float) -> float:
+    """Seconds one cell takes as a sweep runs it (``run_cell``: a tracker of its own, here in memory)."""
+    from initmem_core.config import RunConfig
+    from initmem_core.tracking.tracker import MemoryTracker
+    from initmem_core.training.runner import run
+
+    began = time.perf_counter()
+    run(RunConfig(**knobs, sigma=sigma), tracker=MemoryTracker())
+    return time.perf_counter() - began
+
+
+def worker_product(spec: dict[str, Any]) -> None:
+    """``alone``: one cell, then K cells as one fused job, rows saved after each; ``together``: one
+    of K processes, each running one cell from the common start."""
+    import initmem_core.training.runner  # noqa: F401  (imported before any clock starts)
+    import initmem_plugins.executors.lockstep_job  # noqa: F401
+
+    knobs, models = spec["knobs"], spec["models"]
+    if spec["mode"] == "together":
+        together = Together(spec)
+        together.wait_for_start()
+        wall = time.time()
+        seconds = one_cell(knobs, sigmas(models)[spec["seed"]])
+        together.report({"seconds": seconds, "wall": [wall, time.time()]})
+        return
+    from initmem_core.config import RunConfig
+    from initmem_core.tracking.tracker import MemoryTracker
+    from initmem_plugins.executors.lockstep_job import run_lockstep
+
+    rows = [{"side": "one cell", "cells": 1, "seconds": one_cell(knobs, sigmas(1)[0])}]
+    write_json(Path(spec["rows"]), rows)
+    configs = [RunConfig(**knobs, sigma=sigma) for sigma in sigmas(models)]
+    began = time.perf_counter()
+    outcomes = run_lockstep(configs, [MemoryTracker() for _ in configs])
+    rows.append({"side": "fused", "cells": models, "seconds": time.perf_counter() - began, "outcomes": outcomes})
+    write_json(Path(spec["rows"]), rows)
+
+
+WORKERS = {"lockstep-fused": worker_fused, "lockstep-process": worker_process, "lockstep-product": worker_product}
+
+
+def product(ctx: Context) -> dict[str, Any]:
+    """The product path at K = ``plan.lockstep_product_models``: one cell, the fused job, K processes."""
+    plan, models = ctx.plan, ctx.plan.lockstep_product_models
+    cores = os.cpu_count() or 1
+    knobs = product_knobs(plan, str(ctx.data_dir), plan.threads or cores)
+    rows_path = ctx.path("product").with_suffix(".json")
+    spec = {"mode": "alone", "knobs": knobs, "models": models, "rows": str(rows_path)}
+    problems: list[str] = []
+    try:
+        done = ctx.worker("lockstep-product", spec, ctx.left_s() - 1)
+        if done.returncode != 0:
+            problems.append(f"the product path's fused process exited {done.returncode}: {last_lines(done.stderr)}")
+    except Exception as error:
+        problems.append(f"the product path's fused process: {type(error).__name__}: {error}")
+    rows = {row["side"]: row for row in (json.loads(rows_path.read_text()) if rows_path.exists() else [])}
+    failed = [o for o in rows.get("fused", {}).get("outcomes", []) if o[0] != "FINISHED"]
+    if failed:
+        problems.append(f"the fused job's cells did not all finish: {failed}")
+    together = {**knobs, "threads": plan.threads or max(1, cores // models)}
+    specs = [{"mode": "together", "knobs": together, "models": models, "seed": i} for i in range(models)]
+    try:
+        outs = run_together(ctx, "lockstep-product", specs, f"product-{models}")
+        began = min(o["wall"][0] for o in outs)
+        rows["processes"] = {"side": "processes", "cells": models, "seconds": max(o["wall"][1] for o in outs) - began}
+        rows["processes"]["per_process_s"] = [o["seconds"] for o in outs]
+    except RuntimeError as error:
+        problems.append(str(error))
+    figures: dict[str, Any] = {"models": models, "knobs": knobs, "problems": problems}
+    for side, row in rows.items():
+        figures[side] = {**row, "cells_per_hour": row["cells"] * 3600 / row["seconds"]}
+    hourly = {side: figures[side]["cells_per_hour"] for side in rows}
+    if "fused" in hourly and "one cell" in hourly:
+        figures["fused_vs_one_cell"] = hourly["fused"] / hourly["one cell"]
+    if "fused" in hourly and "processes" in hourly:
+        figures["fused_vs_processes"] = hourly["fused"] / hourly["processes"]
+    return figures
 
 
 def measure(ctx: Context, precision: str, channels_last: bool) -> dict[str, Any]:
@@ -207,6 +309,7 @@ def measure(ctx: Context, precision: str, channels_last: bool) -> dict[str, Any]
 
 def run(ctx: Context) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
+    product_figures: dict[str, Any] = {}
     for precision, channels_last in PRECISIONS if ctx.plan.lockstep_fp32 else PRECISIONS[:1]:
         if results and ctx.left_s() < ctx.plan.window_s * (len(ctx.plan.lockstep_models) + 1) + 2 * ROUND_S:
             results.append(
@@ -220,13 +323,19 @@ def run(ctx: Context) -> dict[str, Any]:
             )
             continue
         results.append(measure(ctx, precision, channels_last))
-        ctx.save(summarise(ctx, results))
-    return summarise(ctx, results)
+        ctx.save(summarise(ctx, results, product_figures))
+    if ctx.left_s() < PRODUCT_S:
+        product_figures = {"status": "not measured: the time budget was spent", "problems": []}
+    else:
+        product_figures = product(ctx)
+    return summarise(ctx, results, product_figures)
 
 
-def summarise(ctx: Context, results: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(ctx: Context, results: list[dict[str, Any]], product_figures: dict[str, Any]) -> dict[str, Any]:
     first = results[0] if results else {"rows": []}
-    problems = [p for r in results for p in r.get("problems", [])]
+    problems = [p for r in results for p in r.get("problems", [])] + product_figures.get("problems", [])
+    if "fused_vs_processes" not in product_figures:
+        problems.append("the product path: the fused job and K processes not both measured")
     complete = [r for r in first["rows"] if "fused_vs_processes" in r]
     if len(complete) < len(ctx.plan.lockstep_models):
         problems.append(f"{first.get('precision', 'bf16')}: fused and processes not both measured at every K")
@@ -236,4 +345,16 @@ def summarise(ctx: Context, results: list[dict[str, Any]]) -> dict[str, Any]:
         f"{ctx.plan.window_s:g} s windows), {first.get('precision', 'bf16')}"
         f"{' channels-last' if first.get('channels_last') else ''}: {measured}"
     )
-    return {"passed": not problems, "detail": detail, "problems": problems, "precisions": results}
+    if "fused_vs_processes" in product_figures:
+        detail += (
+            f"; product path (whole cells, evaluation, tracking off), K={product_figures['models']}: "
+            f"{product_figures['fused_vs_processes']:.2f}x K processes, "
+            f"{product_figures['fused_vs_one_cell']:.2f}x one cell"
+        )
+    return {
+        "passed": not problems,
+        "detail": detail,
+        "problems": problems,
+        "precisions": results,
+        "product": product_figures,
+    }

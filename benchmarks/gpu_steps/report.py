@@ -62,6 +62,19 @@ def goals(results: dict[str, Any], dry: bool) -> list[dict[str, Any]]:
             "met": None,
         }
     )
+    product = results["steps"].get("lockstep", {}).get("product", {})
+    read.append(
+        {
+            "goal": "lockstep's product path (a figure that decides, no goal): a fused sweep job's cells per hour "
+            "against K processes'",
+            "figure": (
+                f"{product['fused_vs_processes']:.2f}x at K = {product['models']}"
+                if "fused_vs_processes" in product
+                else "not measured"
+            ),
+            "met": None,
+        }
+    )
     if dry:
         for item in read:
             item["met"] = None  # toy sizes on a CPU say nothing about a GPU
@@ -168,7 +181,7 @@ def write_section(path: Path, text: str) -> None:
 def lockstep_lines(step: dict[str, Any]) -> list[str]:
     precisions = [p for p in step.get("precisions", []) if p.get("rows")]
     if not precisions:
-        return []
+        return product_lines(step.get("product", {}))
     lines = [
         "",
         "Lockstep (g): K ResNet-20s fused into one model (grouped convolutions, per-model BatchNorm, each "
@@ -193,4 +206,35 @@ def lockstep_lines(step: dict[str, Any]) -> list[str]:
                 f"{figure(r['fused_images_per_s'], r['fused_status'])} | "
                 f"{figure(r['processes_images_per_s'], r['processes_status'])} | {ratio} | {one} |"
             )
+    return lines + product_lines(step.get("product", {}))
+
+
+def product_lines(product: dict[str, Any]) -> list[str]:
+    """(g)'s product path: a fused sweep job (``lockstep_job``) against one cell and K processes."""
+    sides = [side for side in ("one cell", "fused", "processes") if side in product]
+    if not sides:
+        return []
+    knobs = product["knobs"]
+    lines = [
+        "",
+        f"Lockstep's product path (g): whole ResNet-20 cells ({knobs['train_size']:,} training images, "
+        f"{knobs['epochs']} epoch(s) at batch {knobs['batch_size']}, evaluation every epoch, tracking off), "
+        f"K = {product['models']} of one sigma group as one fused job in one process "
+        "(what `initmem sweep --lockstep` runs), one cell alone, and K processes of one cell each started "
+        "together; wall time from the built process to the last cell's end.",
+        "",
+        "| how | cells | seconds | cells per hour |",
+        "| --- | --- | --- | --- |",
+    ]
+    names = {"one cell": "one cell", "fused": "one fused job", "processes": "K processes"}
+    for side in sides:
+        row = product[side]
+        lines.append(f"| {names[side]} | {row['cells']} | {row['seconds']:.1f} | {row['cells_per_hour']:,.0f} |")
+    ratios = [
+        f"{product[key]:.2f}x {what}"
+        for key, what in (("fused_vs_processes", "K processes"), ("fused_vs_one_cell", "one cell"))
+        if key in product
+    ]
+    if ratios:
+        lines += ["", f"The fused job's cells per hour: {', '.join(ratios)}."]
     return lines

@@ -152,11 +152,11 @@ def spec_from_values(values: Mapping[str, Any], name: str | None = None) -> Swee
 
 
 def spec_from_toml(path: str | Path) -> SweepSpec:
-    """A sweep file: optional ``name``, ``[base]`` fixed values, ``[grid]`` lists or ranges."""
-    data = load_toml(path)
-    for key in data:
-        if key not in ("name", "base", "grid", "groups"):
-            raise ConfigError(f"unknown key '{key}' in {path}; a sweep file has name, [base], [grid] and [[groups]]")
+    """A sweep file: optional ``name``, ``[base]`` fixed values, ``[grid]`` lists or ranges
+    (``[execution]``, how it runs, is the command line's: ``cli/sweep_file.py``)."""
+    for key in (data := load_toml(path)):
+        if key not in ("name", "base", "grid", "groups", "execution"):
+            raise ConfigError(f"unknown key '{key}' in {path}; it takes name, [base], [grid], [[groups]], [execution]")
     axes: dict[str, tuple[Any, ...]] = {}
     for table in ("base", "grid"):
         section = data.get(table, {})

@@ -63,8 +63,6 @@ def refusal(config: RunConfig, registry: Registry) -> str:
         return "--compile is not fused"
     if config.lr_match_sigma:
         return "--lr-match-sigma gives each sigma its own rates"
-    if getattr(config, "patience", 0):
-        return "--patience stops each model at its own epoch"
     return ""
 
 

@@ -12,9 +12,12 @@ optimizer steps its own views. So each model's evaluation, metrics, selection, c
 checkpoints and ``final_weights.pt`` are the lone run's code on the lone run's model; its
 checkpoint is a lone run's, which a fused job (or a lone run) resumes.
 
-A model whose loss turns non-finite ends its own cell DIVERGED at that step (as a lone run
-would); its loss is left out of the sum and its optimizer never steps again, while the others
-train on. SIGTERM/SIGHUP/Ctrl-C checkpoint every live model and end each KILLED.
+Each model ends its own run where a lone run would: at its own stopping point
+(``selection.stopping``: ``--patience`` on its own validation loss, ``--until``, the last epoch),
+FINISHED, or DIVERGED at the step its loss turned non-finite. An ended model takes its own
+storage back and leaves: the others are fused anew without it (the same values, fewer models), so
+its weights, BatchNorm statistics and optimizer state stay where it ended, and the job ends when
+every model has. SIGTERM/SIGHUP/Ctrl-C checkpoint every live model and end each KILLED.
 """
 
 from __future__ import annotations
@@ -51,11 +54,11 @@ from initmem_core.training.loop import (
 )
 from initmem_core.training.plan import RunPlan, plan_run
 from initmem_core.training.schedules import lr_multiplier
-from initmem_core.training.selection import SelectedCheckpoint
+from initmem_core.training.selection import SelectedCheckpoint, stopping
 from initmem_core.training.setup import TrainingSetup, build_setup, process_settings_kept
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import Stopped, StopSignals
-from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG
+from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG, STOP_REASON_TAG
 
 Outcome = tuple[str, str]  # (status, error as text), as ``sweep.executor.run_cell`` returns
 
@@ -191,7 +194,10 @@ def unfuse(members: Sequence[Member]) -> None:
 
 
 def _train(members: list[Member], states: list[dict[str, Any] | None], stop: StopSignals) -> None:
-    """``loop.train`` for K models at once, then each live model's end, as ``_train_tracked``'s."""
+    """``loop.train`` for K models at once, each ending its own run where a lone run would: at
+    its own ``selection.stopping`` point (``--patience``, ``--until``, the last epoch), as
+    ``_train_tracked`` ends one. The live models stay fused; one that leaves gets its own storage
+    back, and the others are fused anew without it."""
     lead = members[0].setup
     config = lead.config
     steps_per_epoch = len(lead.train_loader)
@@ -209,52 +215,80 @@ def _train(members: list[Member], states: list[dict[str, Any] | None], stop: Sto
     if len(positions) != 1:
         raise RuntimeError(f"the cells of a lockstep job stand at different points {sorted(positions)}")
     ((done, step),) = positions
-    fused = fuse(members)
+    for member in members:  # killed after the checkpoint where it stopped early: it trains no further
+        if member.history and _stop_reason(member):
+            _finish(member, stop)
+    live = [member for member in members if member.alive]
+    if not live:
+        return
+    fused = fuse(live)
     if done == 0 and step == 0:
-        evaluated = _evaluate_fused(fused, members)
-        for index, member in enumerate(members):
-            member.record(0, None, member.setup.optimizer.param_groups[0]["lr"], evaluated[index])
-    for member in members:
+        evaluated = _evaluate_fused(fused, live)
+        for member, scores in zip(live, evaluated, strict=True):
+            member.record(0, None, member.setup.optimizer.param_groups[0]["lr"], scores)
+    for member in live:
         member.guard = LossGuard(member.setup.device, start=done * steps_per_epoch + step)
-    fused.train()
     for epoch in range(done + 1, config.epochs + 1):
         loader_state = lead.train_loader.state_dict()
         try:
-            lr = _epoch(fused, members, epoch, step, stop)
+            lr, fused, live = _epoch(fused, live, lead.train_loader, epoch, step, stop)
         except EpochInterrupted as interrupted:
             assert stop.signum is not None
             saved = [m.checkpoint((epoch - 1, interrupted.step), loader_state) for m in members if m.alive]
             raise Stopped(stop.signum, saved[0] if saved else None) from None
-        if evaluated_at(epoch, config):
-            for member in members:
-                if member.alive:
-                    try:
-                        _epoch_checks(member, epoch, steps_per_epoch)
-                    except Diverged as diverged:
-                        member.end(diverged)
-            evaluated = _evaluate_fused(fused, members)
-            for index, member in enumerate(members):
-                if member.alive:
-                    figures = (member.sums.loss.item() / member.sums.seen, _accuracy(member.sums))
-                    member.record(epoch, figures, lr, evaluated[index])
-        for member in members:
+        stopping_now = []
+        if live and evaluated_at(epoch, config):
+            for member in live:
+                try:
+                    _epoch_checks(member, epoch, steps_per_epoch)
+                except Diverged as diverged:
+                    member.end(diverged)
+            fused, live = _without_ended(fused, live)
+            evaluated = _evaluate_fused(fused, live) if live else []
+            for member, scores in zip(live, evaluated, strict=True):
+                figures = (member.sums.loss.item() / member.sums.seen, _accuracy(member.sums))
+                member.record(epoch, figures, lr, scores)
+                if _stop_reason(member):
+                    stopping_now.append(member)
+        for member in live:
             member.sums = EpochSums.zero(member.setup.device)
         step = 0
+        # Checkpoint on schedule, where a model stops (early or at the end), and before stopping on a signal.
         every = config.checkpoint_every
-        saved = None
-        if stop.requested or epoch == config.epochs or (every and epoch % every == 0):
-            state = lead.train_loader.state_dict()
-            saved = [m.checkpoint((epoch, 0), state) for m in members if m.alive]
+        scheduled = stop.requested or bool(every and epoch % every == 0)
+        state = lead.train_loader.state_dict()
+        saved = [m.checkpoint((epoch, 0), state) for m in live if scheduled or m in stopping_now]
         if stop.requested:
             assert stop.signum is not None
             raise Stopped(stop.signum, saved[0] if saved else None)
-        if not any(m.alive for m in members):
+        if stopping_now:
+            for member in stopping_now:
+                member.progress.advance((config.epochs - epoch) * steps_per_epoch)  # the cap's steps it did not need
+                unfuse([member])
+                _finish(member, stop)
+            fused, live = _without_ended(fused, live)
+            if stop.requested and live:  # a signal while those runs were written: stop the others now
+                assert stop.signum is not None
+                saved = [m.checkpoint((epoch, 0), state) for m in live]
+                raise Stopped(stop.signum, saved[0] if saved else None)
+        if not live:
             return
-    unfuse(members)
-    stop.finishing = True
-    for member in members:
-        if member.alive:
-            _finish(member)
+
+
+def _stop_reason(member: Member) -> str | None:
+    """Where its history ends, whether (and why) its run stops there: a lone run's rule."""
+    return stopping(member.setup.config, member.plan.min_epochs, member.history)
+
+
+def _without_ended(fused: torch.nn.Module, live: list[Member]) -> tuple[torch.nn.Module, list[Member]]:
+    """The fused model of the members still training: an ended one (stopped, diverged) takes its
+    own storage and leaves, so that nothing of the others' training touches its weights, BatchNorm
+    statistics or optimizer state, and the rest are fused anew (the same values, fewer models)."""
+    left = [member for member in live if member.alive]
+    if len(left) == len(live):
+        return fused, live
+    unfuse(live)
+    return (fuse(left) if left else fused), left
 
 
 @torch.no_grad()
@@ -296,30 +330,33 @@ def _epoch_checks(member: Member, epoch: int, steps_per_epoch: int) -> None:
         raise Diverged(epoch, "a weight or BatchNorm statistic")
 
 
-def _epoch(fused: torch.nn.Module, members: list[Member], epoch: int, step: int, stop: StopSignals) -> float:
-    """``loop.run_epoch`` for the live members: one fused forward and backward a step, each live
-    member's optimizer and schedule stepping its own views. A member whose loss is not finite
-    ends DIVERGED at once and drops out."""
-    lead = members[0].setup
+def _epoch(
+    fused: torch.nn.Module, live: list[Member], loader: Any, epoch: int, step: int, stop: StopSignals
+) -> tuple[float, torch.nn.Module, list[Member]]:
+    """``loop.run_epoch`` for the live members on the job's batches (``loader``: the first
+    member's, which the job draws from, whoever is still training): one fused forward and
+    backward a step, each member's optimizer and schedule stepping its own views. A member whose loss is not finite
+    ends DIVERGED at once and leaves the fused model (``_without_ended``); returns the last rate
+    applied and the fused model and members still training."""
+    lead = live[0].setup
     config, rule = lead.config, lead.plan.rule
     _, autocast = lead.forward_pass()
     memory_format = lead.memory_format
-    steps_per_epoch = len(lead.train_loader)
-    models = len(members)
-    live = [index for index, member in enumerate(members) if member.alive]
-    lr = members[live[0]].setup.optimizer.param_groups[0]["lr"]
-    for x, y in lead.train_loader.epoch(step):
-        lr = members[live[0]].setup.optimizer.param_groups[0]["lr"]
+    steps_per_epoch = len(loader)
+    lr = lead.optimizer.param_groups[0]["lr"]
+    fused.train()
+    for x, y in loader.epoch(step):
+        lr = live[0].setup.optimizer.param_groups[0]["lr"]
         multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
         with autocast():
             logits = fused(x.contiguous(memory_format=memory_format)).float()  # K x N x classes
-        losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(models), reduction="none").view(models, -1).mean(1)
+        losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(len(live)), reduction="none").view(len(live), -1)
+        losses = losses.mean(1)
         fused.zero_grad(set_to_none=True)
-        losses[live].sum().backward() if len(live) < models else losses.sum().backward()
+        losses.sum().backward()
         gradients = fused.split({name: p.grad for name, p in fused.named_parameters()})
         right = (logits.argmax(2) == y).sum(1)
-        for index in live:
-            member = members[index]
+        for index, member in enumerate(live):
             setup = member.setup
             member.clocks.tick(rule.eta(multiplier), len(y), rule.shrink)
             for name, parameter in setup.model.named_parameters():
@@ -333,27 +370,32 @@ def _epoch(fused: torch.nn.Module, members: list[Member], epoch: int, step: int,
             member.sums.seen += len(y)
             member.progress.advance(1)
         step += 1
-        for index in list(live):
-            member = members[index]
+        for index, member in enumerate(live):
             if member.guard.tripped(losses[index]):
                 member.end(loss_diverged(member.guard, steps_per_epoch))
-                live.remove(index)
+        fused, live = _without_ended(fused, live)
         if not live:
-            return lr
+            return lr, fused, live
         if stop.requested and step < steps_per_epoch:
             raise EpochInterrupted(step)
-    return lr
+    return lr, fused, live
 
 
-def _finish(member: Member) -> None:
-    """The end of a live member's run, as ``loop.train`` and ``runner._train_tracked`` end one."""
+def _finish(member: Member, stop: StopSignals) -> None:
+    """The end of a member's run where its history stops, as ``loop.train`` and
+    ``runner._train_tracked`` end one (its model has its own storage by now)."""
     setup, tracker = member.setup, member.tracker
     assert member.selection is not None
-    summary = summarize(setup, member.selection, member.history)
-    tracker.log_metrics(summary, step=member.plan.trains.epochs)
-    runner._log_final_artifacts(tracker, setup)
-    if member.checkpoints:
-        member.checkpoints.wait()
-        member.checkpoints.finish()
-    runner._end_run(tracker, member.checkpoints, FINISHED)
-    member.outcome = (FINISHED, "")
+    finishing, stop.finishing = stop.finishing, True  # a signal now waits until the run is written
+    try:
+        summary = summarize(setup, member.selection, member.history)
+        tracker.log_metrics(summary, step=int(member.history[-1]["epoch"]))
+        tracker.set_tags({STOP_REASON_TAG: str(stopping(member.plan.trains, member.plan.min_epochs, member.history))})
+        runner._log_final_artifacts(tracker, setup)
+        if member.checkpoints:
+            member.checkpoints.wait()
+            member.checkpoints.finish()
+        runner._end_run(tracker, member.checkpoints, FINISHED)
+        member.outcome = (FINISHED, "")
+    finally:
+        stop.finishing = finishing
