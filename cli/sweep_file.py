@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from initmem_core.config import load_toml
-from initmem_core.errors import ConfigError, RunWarning
+from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.sweep.presets import PRESET
 
 #: What ``[execution]`` may set, each option's accepted types and how a mistake is told.
@@ -50,8 +50,8 @@ def with_file_options(
     files = [Path(str(registry.lookup(PRESET, preset)[0].factory))] if preset else []
     files += [config] if config else []
     try:
-        taken = registry.lookup("executor", executor)[0].executor.options
-    except Exception:  # an unknown executor: make_executor says so in one line
+        taken = registry.lookup("executor", executor)[0].info.options
+    except InitmemError:  # an unknown executor: make_executor says so in one line
         return given
     merged = dict(given)
     for path in files:
