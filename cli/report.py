@@ -64,7 +64,7 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
         headers, cells = findings_rows(report.findings)
         # One table, however narrow the terminal: a claim never sits apart from its verdict.
-        tables.append(one_table(f"sweep {name}, the paper's claims on this sweep", headers, cells, width))
+        tables.append(one_table(f"sweep {name}, claims on this sweep", headers, cells, width))
     return tables
 
 

@@ -276,7 +276,7 @@ def verdicts_table(report, width: int | None = None) -> Table | None:
     if not done:
         return None
     return one_table(
-        "the paper's claims on this sweep (`initmem report` has their numbers)",
+        "claims on this sweep (`initmem report` has their numbers)",
         ["claim", "verdict"],
         [[finding.name, finding.verdict_text] for finding in done],
         width,

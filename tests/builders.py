@@ -91,3 +91,26 @@ def two_optimizers(seeds: int = 6, sgd=(0.90, 0.60), adam=(0.91, 0.90), **extra)
                 metrics = {"weight_norm": norm, "weight_norm_ratio": norm / sigma, "tau_interp": 5, **clock}
                 out.append(record({**config, **extra, "sigma": sigma, "seed": seed}, value, metrics=metrics))
     return out
+
+
+def claim(name: str):
+    """The registered claim ``name`` as a function of records or a sweep view, evaluated as a report
+    evaluates it (its registration on the view); a claim that raised fails the test with its error."""
+    from initmem_core.report.claim_groups import Sweep, read_sweep
+    from initmem_core.report.claims import claim_named, evaluate_claim
+
+    def evaluate(sweep_or_records):
+        sweep = sweep_or_records if isinstance(sweep_or_records, Sweep) else read_sweep(sweep_or_records)
+        found = evaluate_claim(claim_named(name), sweep)
+        assert not found.error, found.error
+        return found
+
+    return evaluate
+
+
+def findings(cells) -> list:
+    """Every registered claim's finding on the sweep of ``cells`` (the paper's, unless a test registers more)."""
+    from initmem_core.report.claim_groups import read_sweep
+    from initmem_core.report.claims import evaluate_claims
+
+    return evaluate_claims(read_sweep(cells))

@@ -15,7 +15,7 @@ from initmem_cli.app import app
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.report.assessment import build_assessed_report
-from initmem_core.report.claim_groups import Group, Sweep
+from initmem_core.report.claim_groups import Group, Sweep, read_sweep
 from initmem_core.report.claims import Evaluated, difference, per_stratum
 from initmem_core.report.regime import Check
 from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, NOT_EVALUATED, REPRODUCED
@@ -37,7 +37,7 @@ def adam_minus_sgd(sweep: Sweep) -> object:
         quantities = [difference("adam − sgd", adam[0].accuracy, sgd[0].accuracy)]
         return "adam against sgd", quantities, [], Check.of([sgd[0], adam[0]], [(adam[0], CLOCK_ADAPT)])
 
-    return per_stratum(sweep, "adam_remembers_more", "Adam remembers more", ("opt", "lr"), evaluate, "sgd and adam")
+    return per_stratum(sweep, evaluate, "sgd and adam")
 
 
 def sgd_minus_adam(sweep: Sweep) -> object:
@@ -49,7 +49,7 @@ def sgd_minus_adam(sweep: Sweep) -> object:
         quantities = [difference("sgd − adam", sgd[0].accuracy, adam[0].accuracy)]
         return "sgd against adam", quantities, [], Check.of([sgd[0], adam[0]])
 
-    return per_stratum(sweep, "mine", "SGD remembers more than Adam", ("opt", "lr"), evaluate, "sgd and adam")
+    return per_stratum(sweep, evaluate, "sgd and adam")
 
 
 def broken(sweep: Sweep) -> object:
@@ -99,10 +99,11 @@ def test_an_outside_claim_gets_its_verdict_in_initmem_report(with_claims, tmp_pa
     found = {f["name"]: f for f in json.loads(result.stdout)["findings"]}
     assert found["sgd_beats_adam"]["verdict"] == REPRODUCED
     assert found["adam_remembers_more"]["verdict"] == CONTRADICTED  # Adam's T_adapt 50 is past 3
-    # the broken claim is not evaluated and says why; the paper's claims are still decided beside it
-    assert (
-        found["broken_claim"]["verdict"] == NOT_EVALUATED and "this claim is broken" in found["broken_claim"]["needs"]
-    )
+    # the broken claim is not evaluated and says why, naming its plugin; the paper's claims are still decided beside it
+    broken = found["broken_claim"]
+    assert broken["verdict"] == NOT_EVALUATED and broken["plugin"] == "myclaims"
+    assert broken["error"] == "RuntimeError: this claim is broken" and not broken["needs"]
+    assert found["sgd_beats_adam"]["plugin"] == "myclaims" and found["sgd_keeps_memory"]["plugin"] == "claims"
     assert found["sgd_remembers_more_than_adaptive"]["verdict"] == REPRODUCED
 
 
@@ -115,6 +116,38 @@ def test_a_claims_own_threshold_decides_when_its_clock_has_run(with_claims):
     assert "T_adapt 50 < 100" in found["adam_remembers_more"].verdict_text
     # the paper's claims keep the pre-registered thresholds
     assert found["adaptive_optimizers_forget"].verdict == REPRODUCED
+
+
+def test_a_failed_claim_reads_as_failed_naming_its_plugin_in_the_report_and_the_parent_run(with_claims):
+    from initmem_core.report.description import description
+    from initmem_core.report.render import to_markdown
+
+    with_claims(MyClaims())
+    with pytest.warns(UserWarning, match="broken_claim"):
+        report = build_assessed_report(two_optimizers())
+    failed = "failed: RuntimeError: this claim is broken (plugin myclaims)"
+    assert f"- `broken_claim` (A claim that raises): {failed}" in to_markdown(report)
+    note = description(report, "mine", "1", "abc", "view")
+    assert f"`broken_claim`: {failed}" in note and "| `sgd_beats_adam` (myclaims) |" in note
+
+
+def test_a_claim_reads_its_axis_statement_and_margin_from_its_registration(with_claims):
+    class TwoReadings:
+        @hookimpl
+        def initmem_register_claims(self, register):
+            register("by_arch", sgd_minus_adam, "SGD beats Adam on each architecture", axis=("opt", "lr"))
+            register("any_arch", sgd_minus_adam, "SGD beats Adam", axis=("opt", "lr", "arch"), margin="a margin")
+
+    with_claims(TwoReadings())
+    cells = [*two_optimizers(arch="resnet20"), *two_optimizers(arch="resnet32")]
+    found = {f.name: f for f in build_assessed_report(cells).findings}
+    by_arch, anywhere = found["by_arch"], found["any_arch"]
+    assert [part.stratum for part in by_arch.parts] == ["arch=resnet20", "arch=resnet32"]  # the arch is held equal
+    assert not anywhere.parts and len(anywhere.quantities) == 1  # one stratum: the arch is on its axis
+    assert (by_arch.claim, by_arch.margin, by_arch.plugin) == ("SGD beats Adam on each architecture", "", "myclaims")
+    assert (anywhere.claim, anywhere.margin) == ("SGD beats Adam", "a margin")
+    with pytest.raises(ValueError, match="reads the claim's registration"):
+        sgd_minus_adam(read_sweep(cells))  # called outside a report, it has no registration to read
 
 
 def test_the_paper_is_the_plugin_claims_listed_under_its_kind():

@@ -1,4 +1,4 @@
-"""The paper's claims (initmem_plugins/claims/paper.py, on report/claims.py and report/claim_groups.py)
+"""The paper's claims (initmem_plugins/claims/paper.py, on initmem_core.claim_api)
 on hand-made sweep results: one world where every claim holds, one where each fails; claims compare
 like with like (strata); an optimizer's family comes from its plugin; the claims on training longer, a
 larger rate and depth each read only the groups that differ in the one setting they are about; a
@@ -15,7 +15,6 @@ from initmem_core import hookimpl
 from initmem_core.config import RunConfig
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.report.claim_groups import UNKNOWN_FAMILY, forgetting_clock, optimizer_family, read_sweep
-from initmem_core.report.claims import rate_difference
 from initmem_core.report.inference import POPULATION
 from initmem_core.report.verdicts import (
     CANNOT_DECIDE,
@@ -27,22 +26,20 @@ from initmem_core.report.verdicts import (
 )
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
-from initmem_plugins.claims.paper import (
-    CLAIMS,
-    CLAIMS_BY_NAME,
-    adaptive_optimizers_forget,
-    baseline_sgd,
-    deep_nets_fail_to_interpolate,
-    evaluate_findings,
-    larger_batch_increases_spread,
-    larger_lr_makes_sgd_forget,
-    longer_training_keeps_sgd_memory,
-    norm_forgetting,
-    norms_coupled_for_sgd_not_adaptive,
-    sgd_remembers_more_than_adaptive,
-    spread_orders_by_clock_within_family,
-)
-from tests.builders import REMEMBERING_WORLD, SIGMAS, clocks, record, records
+from initmem_plugins.claims.baseline import baseline_sgd
+from initmem_plugins.claims.declared import STATEMENTS
+from initmem_plugins.claims.paper import norm_forgetting, rate_difference
+from tests.builders import REMEMBERING_WORLD, SIGMAS, claim, clocks, record, records
+from tests.builders import findings as evaluate_findings
+
+adaptive_optimizers_forget = claim("adaptive_optimizers_forget")
+deep_nets_fail_to_interpolate = claim("deep_nets_fail_to_interpolate")
+larger_batch_increases_spread = claim("larger_batch_increases_spread")
+larger_lr_makes_sgd_forget = claim("larger_lr_makes_sgd_forget")
+longer_training_keeps_sgd_memory = claim("longer_training_keeps_sgd_memory")
+norms_coupled_for_sgd_not_adaptive = claim("norms_coupled_for_sgd_not_adaptive")
+sgd_remembers_more_than_adaptive = claim("sgd_remembers_more_than_adaptive")
+spread_orders_by_clock_within_family = claim("spread_orders_by_clock_within_family")
 
 ALL_HOLD = (
     "sgd_remembers_more_than_adaptive",
@@ -62,7 +59,7 @@ def by_name(found):
 
 def test_every_claim_holds_where_the_numbers_say_so():
     found = by_name(evaluate_findings(records(REMEMBERING_WORLD)))
-    assert list(found) == [claim.__name__ for claim in CLAIMS] == list(CLAIMS_BY_NAME)
+    assert list(found) == list(STATEMENTS)  # every claim the plugin declares, in its order
     assert all(found[name].verdict == REPRODUCED for name in ALL_HOLD), [(f.name, f.measured) for f in found.values()]
     # Forgetting follows the clocks reads per-epoch histories these records lack (tests/test_forgetting.py);
     # horizon, rate and depth have no groups here (below).
@@ -101,7 +98,7 @@ def test_claims_without_their_groups_are_not_evaluated():
     only_sgd = {"sgd": REMEMBERING_WORLD["sgd"]}
     found = by_name(evaluate_findings(records(only_sgd)))
     assert found.pop("sgd_keeps_memory").verdict == REPRODUCED  # the headline needs SGD alone
-    assert [f.reproduced for f in found.values()] == [None] * (len(CLAIMS) - 1)
+    assert [f.reproduced for f in found.values()] == [None] * (len(STATEMENTS) - 1)
     assert all(f.measured == "groups missing from the sweep" for f in found.values())
 
 
@@ -199,8 +196,8 @@ def test_a_third_party_optimizer_is_classed_by_its_declared_clock(third_party_re
 def test_an_optimizer_that_declares_no_clock_is_in_no_family_and_the_family_claims_say_so(third_party_registry):
     from initmem_core.plugin_system.loader import get_registry
     from initmem_core.training.plan import plan_run
-    from initmem_plugins.claims.paper import forgetting_follows_the_clocks
 
+    forgetting_follows_the_clocks = claim("forgetting_follows_the_clocks")
     assert optimizer_family(CellRecord({"opt": "mystery"})) == UNKNOWN_FAMILY
     # its run counts its clocks as heavy-ball's but logs that nothing was declared: no family from the record either
     convention = plan_run(RunConfig(opt="mystery"), get_registry(), "sqlite:///unused.db").params["clock_convention"]
@@ -211,8 +208,8 @@ def test_an_optimizer_that_declares_no_clock_is_in_no_family_and_the_family_clai
     sweep = read_sweep(records(world(sgd=SGD_FOUR, mystery=mystery), seeds=6))
     found = sgd_remembers_more_than_adaptive(sweep)
     assert "mystery" not in found.measured  # neither a baseline nor an adaptive group
-    for claim in (spread_orders_by_clock_within_family, forgetting_follows_the_clocks):
-        assert "left out: mystery lr=0.01 b=64 (its optimizer's plugin declares no clock" in claim(sweep).measured
+    for other in (spread_orders_by_clock_within_family, forgetting_follows_the_clocks):
+        assert "left out: mystery lr=0.01 b=64 (its optimizer's plugin declares no clock" in other(sweep).measured
 
 
 def test_the_logged_convention_wins_over_the_installed_plugin():
@@ -254,9 +251,9 @@ def test_every_interval_is_for_the_population_when_records_are_present():
 def test_the_effective_step_claim_compares_plain_and_matched_sgd_only():
     matched_flat = ({"opt": "sgd", "lr_match_sigma": 1.0}, (0.86, 0.86))
     matched_same = ({"opt": "sgd", "lr_match_sigma": 1.0}, (0.90, 0.82))
-    claim = CLAIMS_BY_NAME["effective_step_explains_memory"]
-    assert claim(read_sweep(records(world(sgd=SGD_FOUR, matched=matched_flat), seeds=6))).verdict == REPRODUCED
-    kept = claim(read_sweep(records(world(sgd=SGD_FOUR, matched=matched_same), seeds=6)))
+    effective = claim("effective_step_explains_memory")
+    assert effective(read_sweep(records(world(sgd=SGD_FOUR, matched=matched_flat), seeds=6))).verdict == REPRODUCED
+    kept = effective(read_sweep(records(world(sgd=SGD_FOUR, matched=matched_same), seeds=6)))
     assert kept.verdict == CONTRADICTED and "matched to sigma 1" in kept.measured
     # the matched group is in no other claim's stratum: it is not a second baseline
     assert sgd_remembers_more_than_adaptive(
@@ -297,13 +294,15 @@ SHORT = {"opt": "sgd", "lr": 0.01, "batch_size": 32, "epochs": 10}
 LONG = {**SHORT, "epochs": 100}
 
 
-def verdict(claim, records):
-    return claim(read_sweep(records))
+def verdict(evaluate, records):
+    return evaluate(read_sweep(records))
 
 
 def test_there_is_a_claim_for_every_finding_of_the_paper():
-    assert len(CLAIMS) >= 9
-    assert len({claim.__name__ for claim in CLAIMS}) == len(CLAIMS)
+    from initmem_core.report.claims import claim_specs
+
+    names = [spec.name for spec in claim_specs() if spec.provider.plugin == "claims"]
+    assert len(names) >= 9 and names == list(STATEMENTS)
 
 
 def test_training_longer_keeps_memory_when_the_long_spread_stays():
@@ -463,8 +462,7 @@ def horizon_cells(config: dict, accuracy: tuple[float, float], last_epoch: int) 
 def test_a_group_trained_to_a_clock_is_compared_by_the_epochs_the_clock_set(plain_epochs, compared):
     # paper-l2-horizon: L2 trained --until clock_l2=0.25 (capped at 200 epochs, reached at 74),
     # the plain group given 74 epochs: the same horizon, so they differ only in L2.
-    from initmem_plugins.claims.paper import l2_shrinks_sgd_spread
-
+    l2_shrinks_sgd_spread = claim("l2_shrinks_sgd_spread")
     plain = horizon_cells({**SHORT, "epochs": plain_epochs}, (0.97, 0.91), plain_epochs)
     l2 = horizon_cells({**SHORT, "l2": 0.01, "until": "clock_l2=0.25", "epochs": 200}, (0.96, 0.95), 74)
     found = verdict(l2_shrinks_sgd_spread, plain + l2)

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from initmem_core.report.claim_groups import mechanism_clock
+from initmem_core.report.claim_groups import mechanism_clock, read_sweep
 from initmem_core.report.forgetting import at_epoch, first_crossing, group_forgetting, radial_by_seed
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import forgetting_csv, to_json, to_markdown
@@ -19,12 +19,11 @@ from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
 from initmem_plugins.claims import forgetting_sweeps
-from initmem_plugins.claims.paper import (
-    evaluate_findings,
-    forgetting_follows_the_clocks,
-    read_sweep,
-)
+from tests.builders import claim
+from tests.builders import findings as evaluate_findings
 from tests.builders import record as cell_record
+
+forgetting_follows_the_clocks = claim("forgetting_follows_the_clocks")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

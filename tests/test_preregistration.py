@@ -14,7 +14,7 @@ from initmem_core.config import RunConfig
 from initmem_core.report import inference, regime
 from initmem_core.tracking.export import read_export
 from initmem_core.tracking.records import FINISHED, fit_counts
-from initmem_plugins.claims import paper as findings
+from initmem_plugins.claims import declared
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "PREREGISTRATION.md"
@@ -34,12 +34,12 @@ def table(registration: str = "") -> dict[str, float]:
 
 def test_the_codes_margins_and_thresholds_are_the_pre_registered_ones():
     code = {
-        "FORGOTTEN_SHARE": findings.FORGOTTEN_SHARE,
-        "KEPT_AT_LEAST": findings.KEPT_AT_LEAST,
-        "COUPLED_AT_MOST": findings.COUPLED_AT_MOST,
-        "CONVERGED_AT_LEAST": findings.CONVERGED_AT_LEAST,
-        "LONGER": findings.LONGER,
-        "LARGER_LR": findings.LARGER_LR,
+        "FORGOTTEN_SHARE": declared.FORGOTTEN_SHARE,
+        "KEPT_AT_LEAST": declared.KEPT_AT_LEAST,
+        "COUPLED_AT_MOST": declared.COUPLED_AT_MOST,
+        "CONVERGED_AT_LEAST": declared.CONVERGED_AT_LEAST,
+        "LONGER": declared.LONGER,
+        "LARGER_LR": declared.LARGER_LR,
         **{f"CLOCK_THRESHOLDS[{clock}]": value for clock, value in regime.CLOCK_THRESHOLDS.items()},
         "EDGE_SHARE": regime.EDGE_SHARE,
         "LEVEL": inference.LEVEL,
@@ -50,15 +50,13 @@ def test_the_codes_margins_and_thresholds_are_the_pre_registered_ones():
 
 
 def test_the_second_registrations_constants_are_the_codes():
-    from initmem_plugins.claims import declared
-
     code = {
-        "FORGOTTEN_SHARE": findings.FORGOTTEN_SHARE,
-        "KEPT_AT_LEAST": findings.KEPT_AT_LEAST,
-        "COUPLED_AT_MOST": findings.COUPLED_AT_MOST,
-        "CONVERGED_AT_LEAST": findings.CONVERGED_AT_LEAST,
-        "LONGER": findings.LONGER,
-        "LARGER_LR": findings.LARGER_LR,
+        "FORGOTTEN_SHARE": declared.FORGOTTEN_SHARE,
+        "KEPT_AT_LEAST": declared.KEPT_AT_LEAST,
+        "COUPLED_AT_MOST": declared.COUPLED_AT_MOST,
+        "CONVERGED_AT_LEAST": declared.CONVERGED_AT_LEAST,
+        "LONGER": declared.LONGER,
+        "LARGER_LR": declared.LARGER_LR,
         "LOW_RATE_SHARE": declared.LOW_RATE_SHARE,
         "EQUAL_STEPS": declared.EQUAL_STEPS,
         **{f"CLOCK_THRESHOLDS[{clock}]": value for clock, value in regime.CLOCK_THRESHOLDS.items()},
@@ -73,7 +71,7 @@ def test_the_second_registrations_constants_are_the_codes():
 
 def test_every_claim_is_pre_registered():
     text = PAGE.read_text()
-    assert all(f"| `{name}`" in text for name in findings.CLAIMS_BY_NAME)
+    assert all(f"| `{name}`" in text for name in declared.STATEMENTS)
 
 
 def confirmatory_presets() -> dict[str, tuple[set[int], list[str]]]:
@@ -110,7 +108,7 @@ def test_the_confirmatory_presets_are_the_pre_registered_ones_on_disjoint_fresh_
         assert preset_seeds(PRESETS / f"{name}.toml") == seeds and min(seeds) >= CONFIRMATORY_SEEDS_FROM
         assert not seeds & seen, name  # no two confirmatory presets share a seed
         seen |= seeds
-        assert primary and set(primary) <= set(findings.CLAIMS_BY_NAME), name
+        assert primary and set(primary) <= set(declared.STATEMENTS), name
 
 
 def _git(*args: str) -> str | None:

@@ -16,13 +16,12 @@ from initmem_core.report.verdicts import (
     REPRODUCED,
     UNDER_TRAINED,
 )
-from initmem_plugins.claims.paper import (
-    adaptive_optimizers_forget,
-    larger_batch_increases_spread,
-    sgd_keeps_memory,
-    sgd_remembers_more_than_adaptive,
-)
-from tests.builders import clocks, record
+from tests.builders import claim, clocks, record
+
+adaptive_optimizers_forget = claim("adaptive_optimizers_forget")
+larger_batch_increases_spread = claim("larger_batch_increases_spread")
+sgd_keeps_memory = claim("sgd_keeps_memory")
+sgd_remembers_more_than_adaptive = claim("sgd_remembers_more_than_adaptive")
 
 SIGMAS = (0.1, 1.0, 2.5)
 WOBBLE = (0.0, 0.003, -0.003, 0.001)
@@ -124,7 +123,7 @@ def test_a_contradiction_from_an_unconverged_adaptive_group_is_not_converged():
 
 
 def test_norms_are_read_whatever_the_selection_so_convergence_does_not_gate_them():
-    from initmem_plugins.claims.paper import norms_coupled_for_sgd_not_adaptive
+    norms_coupled_for_sgd_not_adaptive = claim("norms_coupled_for_sgd_not_adaptive")
 
     records = group(SGD, (0.95, 0.90, 0.80), weight_norm=2.0, weight_norm_ratio=1.0)
     records += group(ADAM, (0.95, 0.95, 0.94), weight_norm=2.0, weight_norm_ratio=1.0)

@@ -16,13 +16,15 @@ from benchmarks.results_page import OLD_HAND_BELOW
 from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
 from initmem_plugins.claims import findings_table
-from initmem_plugins.claims.paper import CLAIMS, evaluate_findings
+from initmem_plugins.claims.declared import STATEMENTS
 from tests.builders import REMEMBERING_WORLD, records
 from tests.long_commands import benchmark, run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FROZEN = DOCS / "results" / "confirmatory" / findings_table.REGISTERED_FILE
+#: The paper's claims, in the plugin's order: the table's rows.
+PAPER_CLAIMS = list(STATEMENTS)
 OLD_PAGE = f"""# Results
 
 <!-- findings table: begin (written by hand; paper_check.py keeps it) -->
@@ -72,7 +74,7 @@ def expected_numbers(paths: list[Path]) -> dict[tuple[str, str], list[str]]:
     found: dict[tuple[str, str], list[str]] = {}
     for export in sorted((read_export(p) for p in paths), key=lambda e: e.name):
         (data,) = export.datasets
-        for f in evaluate_findings(export.records):
+        for f in findings_table.evaluate_paper(export.records):
             if f.verdict == NOT_EVALUATED:
                 continue
             q = f.key
@@ -86,7 +88,7 @@ def number_problems(page: str, paths: list[Path]) -> list[str]:
     """Where the page's table shows numbers other than the exports give (export names left out)."""
     wanted = expected_numbers(paths)
     rows = table_cells(page)
-    problems = [] if list(rows) == [c.__name__ for c in CLAIMS] else [f"rows {list(rows)}"]
+    problems = [] if list(rows) == PAPER_CLAIMS else [f"rows {list(rows)}"]
     for claim, cells in rows.items():
         for data, cell in zip(("digits", "fashion-mnist"), cells):
             shown = findings_table.numbers(re.sub(r"`[^`]*`", "", cell).replace("−", "-"))
@@ -196,7 +198,7 @@ def _git(*args: str) -> str | None:
 def test_the_first_registration_keeps_its_registered_reading_beside_todays():
     registered = findings_table.read_registered(FROZEN)
     assert registered is not None and registered.column == "digits/confirmatory"
-    assert list(registered.cells) == [claim.__name__ for claim in CLAIMS]
+    assert list(registered.cells) == PAPER_CLAIMS
     page = (DOCS / "RESULTS.md").read_text()
     # The page shows the frozen column and line word for word, today's reading of the same exports beside it.
     assert column_of(page, registered.title) == registered.cells
@@ -340,7 +342,7 @@ def test_a_frozen_reading_is_a_column_beside_the_one_it_stands_by():
     table = findings_table.decided_by(
         {"conf-world": findings_table.findings_by_dataset(explored, folder="confirmatory")}
     )
-    cells = {claim.__name__: f"**reproduced**: frozen {i}.5 (`conf-world`)" for i, claim in enumerate(CLAIMS)}
+    cells = {name: f"**reproduced**: frozen {i}.5 (`conf-world`)" for i, name in enumerate(PAPER_CLAIMS)}
     frozen = findings_table.RegisteredReading(
         "digits/confirmatory", "a" * 40, "b" * 40, cells, "**Family-wise (x):** kept"
     )

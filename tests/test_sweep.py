@@ -106,13 +106,13 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
     # unless a run did not fit its training set in 2 epochs: then it is under-trained, the regime's first check)
     from initmem_core.report.verdicts import CANNOT_DECIDE, UNDER_TRAINED
     from initmem_core.vocabulary import verdict_tag
-    from initmem_plugins.claims.paper import CLAIMS_BY_NAME
+    from initmem_plugins.claims.declared import STATEMENTS
 
-    assert all(verdict_tag(name) in parent.data.tags for name in CLAIMS_BY_NAME)
+    assert all(verdict_tag(name) in parent.data.tags for name in STATEMENTS)
     unfit = any(c.data.metrics["fit"] == 0 for c in children)
     expected = UNDER_TRAINED if unfit else CANNOT_DECIDE
     assert parent.data.tags[verdict_tag("sgd_remembers_more_than_adaptive")] == expected
-    assert "The paper's claims on this sweep" in parent.data.tags["mlflow.note.content"]
+    assert "Claims on this sweep" in parent.data.tags["mlflow.note.content"]
     assert {i.dataset.name for c in children for i in c.inputs.dataset_inputs} == {"digits"}
     assert len({c.data.tags["config_hash"] for c in children}) == 4
 

@@ -24,7 +24,7 @@ from initmem_core.report.verdicts import (
     decide,
 )
 from initmem_core.vocabulary import VERDICT_TAG_PREFIX, verdict_tag
-from initmem_plugins.claims.paper import CLAIMS_BY_NAME
+from initmem_plugins.claims.declared import STATEMENTS
 from tests.builders import two_optimizers
 
 
@@ -42,7 +42,7 @@ def test_decide_by_hand():
 def test_the_report_carries_every_claim_and_decides_the_ones_its_groups_allow():
     report = build_assessed_report(two_optimizers())
     names = [f.name for f in report.findings]
-    assert names == list(CLAIMS_BY_NAME)
+    assert names == list(STATEMENTS)
     decided = {f.name: f.verdict for f in evaluated(report.findings)}
     assert decided["sgd_remembers_more_than_adaptive"] == REPRODUCED
     assert decided["adaptive_optimizers_forget"] == REPRODUCED
@@ -54,11 +54,11 @@ def test_the_report_carries_every_claim_and_decides_the_ones_its_groups_allow():
 def test_markdown_shows_each_claims_key_interval_margin_and_verdict_and_what_the_rest_would_need():
     report = build_assessed_report(two_optimizers())
     text = to_markdown(report)
-    assert "## The paper's claims on this sweep" in text
-    section = text.split("## The paper's claims on this sweep", 1)[1].split("\n## ", 1)[0]
+    assert "## Claims on this sweep" in text
+    section = text.split("## Claims on this sweep", 1)[1].split("\n## ", 1)[0]
     found = {f.name: f for f in report.findings}
     forgets = found["adaptive_optimizers_forget"]
-    row = next(line for line in section.splitlines() if line.startswith("| `adaptive_optimizers_forget`"))
+    row = next(line for line in section.splitlines() if line.startswith("| `adaptive_optimizers_forget` (claims):"))
     key = forgets.key
     assert key is not None
     assert f"{key.estimate:+.2f} pp {interval(key.lo, key.hi)}" in row
@@ -92,12 +92,12 @@ def test_json_findings_hold_the_key_quantity_parts_and_needs():
 def test_the_parent_run_gets_a_verdict_tag_per_claim_and_the_claims_in_its_description():
     report = build_assessed_report(two_optimizers())
     tags = verdict_tags(report.findings)
-    assert set(tags) == {verdict_tag(name) for name in CLAIMS_BY_NAME}
+    assert set(tags) == {verdict_tag(name) for name in STATEMENTS}
     assert all(key.startswith(VERDICT_TAG_PREFIX) for key in tags) and set(tags.values()) <= set(VERDICTS)
     assert tags[verdict_tag("sgd_remembers_more_than_adaptive")] == REPRODUCED
     note = description(report, "mine", "1", "abc", "view")
-    assert "The paper's claims on this sweep" in note
-    assert f"| `sgd_remembers_more_than_adaptive` | {REPRODUCED} |" in note
+    assert "**Claims on this sweep**, each with its plugin" in note
+    assert f"| `sgd_remembers_more_than_adaptive` (claims) | {REPRODUCED} |" in note
     assert "`l2_shrinks_sgd_spread`:" in note  # not evaluated, with what it needs
 
 
@@ -107,7 +107,7 @@ def test_a_sweep_that_decides_nothing_says_what_each_claim_would_need():
     assert not evaluated(report.findings)
     text = to_markdown(report)
     assert "No claim could be evaluated on this sweep's groups." in text
-    assert all(f"- `{name}`" in text for name in CLAIMS_BY_NAME)
+    assert all(f"- `{name}`" in text for name in STATEMENTS)
 
 
 def test_the_terminal_report_has_a_table_of_the_claims():
@@ -119,7 +119,7 @@ def test_the_terminal_report_has_a_table_of_the_claims():
     console = Console(width=160, record=True)
     console.print(*rich_tables(report, "mine", 160))
     shown = console.export_text()
-    assert "the paper's claims on this sweep" in shown
+    assert "claims on this sweep" in shown and "sgd_remembers_more_than_adaptive (claims)" in shown
     assert "sgd_remembers_more_than_adaptive" in shown and REPRODUCED in shown
 
 

@@ -12,14 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import InitmemError
+from initmem_core.kinds import ClaimInfo
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.report.inference import Matrix
 from initmem_core.report.memory import GroupSummary, Report, build_report, cells_by_group
-from initmem_core.report.regime import CLOCK_THRESHOLDS, last_epoch
+from initmem_core.report.regime import CLOCK_THRESHOLDS, Check, assess, last_epoch
 from initmem_core.report.render import interval
+from initmem_core.report.verdicts import Finding, Quantity, regime_verdict
 from initmem_core.tracking.records import CellRecord
 from initmem_core.training.clocks import CONVENTION_FAMILIES
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
@@ -149,16 +152,41 @@ class Group:
         )
 
 
+@dataclass(frozen=True)
+class Claim:
+    """The claim reading a sweep, as its plugin registered it (``claims.evaluate_claim`` puts it on
+    the sweep view): its name, statement and plugin, and what it declares (its axis, margin, clock
+    and threshold). ``thresholds``: ``regime.CLOCK_THRESHOLDS`` with its own for its clock."""
+
+    name: str = ""
+    statement: str = ""
+    plugin: str = ""
+    info: ClaimInfo = ClaimInfo()
+
+    @property
+    def thresholds(self) -> Mapping[str, float]:
+        clock, threshold = self.info.clock, self.info.threshold
+        return CLOCK_THRESHOLDS if not clock or threshold is None else {**CLOCK_THRESHOLDS, clock: float(threshold)}
+
+    def finding(self, measured: str, verdict: str, quantities: Iterable[Quantity] = (), **fields: Any) -> Finding:
+        """A ``Finding`` of this claim: its statement, name, margin and plugin as registered."""
+        margin, plugin = self.info.margin, self.plugin
+        return Finding(self.statement, measured, verdict, self.name, list(quantities), margin, plugin=plugin, **fields)
+
+
 @dataclass
 class Sweep:
-    """What every claim reads: the report and the groups it can name."""
+    """What every claim reads: the report, the groups it can name and the claim reading it."""
 
     report: Report
     groups: list[Group]
     #: every group's cells, trained or not, by group key (the depth claim counts runs that never trained)
     cells: dict[str, list[CellRecord]] = field(default_factory=dict)
-    #: the clock thresholds of the claim reading it (``claims.thresholds_of``): what ``regime.assess`` checks
-    thresholds: Mapping[str, float] = field(default_factory=lambda: CLOCK_THRESHOLDS)
+    claim: Claim = Claim()
+
+    def verdict(self, quantities: list[Quantity], check: Check) -> tuple[str, list[str]]:
+        """``verdicts.regime_verdict`` of ``quantities`` in the regime of ``check``, at the claim's thresholds."""
+        return regime_verdict(quantities, assess(check, self.claim.thresholds))
 
     def strata(self, axis: Iterable[str]) -> list[tuple[str, list[Group]]]:
         """The groups in sets that agree on every setting but ``axis`` (and sigma and seed), each

@@ -13,28 +13,18 @@ groups are missing is *not evaluated* and says which groups it would need (``Fin
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 from initmem_core.errors import RunWarning
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import ComponentSpec, Registry
-from initmem_core.report.claim_groups import Group, Sweep
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, Matrix, measured_sigmas, spread_difference
-from initmem_core.report.regime import CLOCK_THRESHOLDS, Check, assess
+from initmem_core.report.claim_groups import Claim, Group, Sweep
+from initmem_core.report.inference import Matrix, measured_sigmas, spread_difference
+from initmem_core.report.regime import Check
 from initmem_core.report.render import quantity_cell
-from initmem_core.report.verdicts import (
-    NOT_EVALUATED,
-    OUT_OF_REGIME,
-    SEEDS_ONLY,
-    Finding,
-    Quantity,
-    from_spread,
-    regime_verdict,
-    verdict_of,
-)
+from initmem_core.report.verdicts import NOT_EVALUATED, OUT_OF_REGIME, Finding, Quantity, from_spread, verdict_of
 
 #: The kind claims register as (``kinds.REPORT_KINDS``).
 CLAIM = "claim"
@@ -64,27 +54,23 @@ def difference(label: str, a: Matrix, b: Matrix) -> Quantity:
     return found
 
 
-def per_stratum(
-    sweep: Sweep,
-    name: str,
-    claim: str,
-    axis: Iterable[str],
-    evaluate: Callable[[list[Group]], Evaluated | None],
-    needs: str,
-    margin: str = "",
-) -> Finding:
-    """``claim`` evaluated in every stratum of ``sweep`` along ``axis`` that has its groups, and
-    decided over all their quantities together (module docstring)."""
+def per_stratum(sweep: Sweep, evaluate: Callable[[list[Group]], Evaluated | None], needs: str) -> Finding:
+    """The claim reading ``sweep`` (``sweep.claim``, as registered) evaluated in every stratum along
+    its axis that has its groups, and decided over all their quantities together (module docstring);
+    ``needs``: what it would need where no stratum has its groups."""
+    claim = sweep.claim
+    if not claim.name:
+        raise ValueError("per_stratum reads the claim's registration: evaluate it with claims.evaluate_claim")
     parts = []
-    for stratum, groups in sweep.strata(axis):
+    for stratum, groups in sweep.strata(claim.info.axis):
         found = evaluate(groups)
         if found is None:
             continue
         measured, quantities, notes, check = found
-        verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
-        parts.append(Finding(claim, measured, verdict, name, quantities, margin, [], stratum, "", notes, regime))
+        verdict, regime = sweep.verdict(quantities, check)
+        parts.append(claim.finding(measured, verdict, quantities, stratum=stratum, notes=notes, regime=regime))
     if not parts:
-        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, margin=margin, needs=needs)
+        return claim.finding("groups missing from the sweep", NOT_EVALUATED, needs=needs)
     if len(parts) == 1:
         return parts[0]
     # The rule over the strata inside the regime; with none inside it, the first of OUT_OF_REGIME any stratum reads.
@@ -97,41 +83,11 @@ def per_stratum(
     notes = [q for part in parts for q in part.notes]
     measured = " || ".join(f"[{part.stratum}] {part.measured} → {part.verdict}" for part in parts)
     regime = [f"[{part.stratum}] {part.verdict_text}" for part in parts if part.regime]
-    return Finding(claim, measured, verdict, name, quantities, margin, parts, notes=notes, regime=regime)
+    return claim.finding(measured, verdict, quantities, parts=parts, notes=notes, regime=regime)
 
 
 def texts(quantities: list[Quantity], verdicts: bool = False) -> str:
     return "; ".join(quantity_cell(q) + (f" ({q.verdict})" if verdicts else "") for q in quantities)
-
-
-def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float]:
-    """Newcombe's hybrid score interval (1998, method 10) for p1 − p2 of two independent binomial
-    proportions, from each one's Wilson score interval: near its nominal coverage at small n, and
-    defined at 0/n and n/n (where a Wald interval collapses). Runs of one seed in both, if
-    correlated, only make it conservative."""
-    from scipy import stats
-
-    if min(n1, n2) == 0:
-        return math.nan, math.nan
-    p1, p2 = k1 / n1, k2 / n2
-    l1, u1 = stats.binomtest(k1, n1).proportion_ci(level, method="wilson")
-    l2, u2 = stats.binomtest(k2, n2).proportion_ci(level, method="wilson")
-    return p1 - p2 - math.hypot(p1 - l1, u2 - p2), p1 - p2 + math.hypot(u1 - p1, p2 - l2)
-
-
-def share_difference(label: str, k1: int, n1: int, k2: int, n2: int) -> Quantity:
-    low, high = rate_difference(k1, n1, k2, n2)
-    return Quantity(
-        label,
-        k1 / n1 - k2 / n2 if min(n1, n2) else math.nan,
-        low,
-        high,
-        "",
-        SEEDS_ONLY,
-        "" if min(n1, n2) else "no runs",
-        min(n1, n2) < MIN_SEEDS,
-        lambda level: rate_difference(k1, n1, k2, n2, level),
-    )
 
 
 # -- the registered claims --------------------------------------------------------------------
@@ -143,20 +99,13 @@ def claim_specs(registry: Registry | None = None) -> list[ComponentSpec]:
     return list(registry.components.get(CLAIM, {}).values())
 
 
-def thresholds_of(spec: ComponentSpec) -> Mapping[str, float]:
-    """The clock thresholds a claim's regime checks use: ``regime.CLOCK_THRESHOLDS``, with the
-    claim's own threshold for its declared clock."""
-    info = spec.info
-    if not info.clock or info.threshold is None:
-        return CLOCK_THRESHOLDS
-    return {**CLOCK_THRESHOLDS, info.clock: float(info.threshold)}
-
-
 def evaluate_claim(spec: ComponentSpec, sweep: Sweep) -> Finding:
-    """One claim on ``sweep``, named as registered. A claim that raises is not evaluated, with its
-    error as what it needs, and a one-line warning: it takes no other claim down."""
+    """One claim on ``sweep``, which it reads with its registration (``Sweep.claim``) and answers
+    for under its registered name. A claim that raises is not evaluated, with its error (``Finding.error``)
+    and a one-line warning: it takes no other claim down."""
+    claim = Claim(spec.name, spec.description, spec.provider.plugin, spec.info)
     try:
-        found = spec.load_factory()(dataclasses.replace(sweep, thresholds=thresholds_of(spec)))
+        found = spec.load_factory()(dataclasses.replace(sweep, claim=claim))
         if not isinstance(found, Finding):
             raise TypeError(f"returned {type(found).__name__}, not a Finding")
     except (KeyboardInterrupt, SystemExit):
@@ -164,10 +113,8 @@ def evaluate_claim(spec: ComponentSpec, sweep: Sweep) -> Finding:
     except Exception as error:
         text = " ".join(f"{type(error).__name__}: {error}".split())
         warnings.warn(f"claim '{spec.name}' ({spec.provider}) failed: {text}", RunWarning, stacklevel=2)
-        return Finding(
-            spec.description, "the claim failed", NOT_EVALUATED, spec.name, needs=f"a claim that runs ({text})"
-        )
-    return found if found.name == spec.name else dataclasses.replace(found, name=spec.name)
+        return claim.finding("the claim failed", NOT_EVALUATED, error=text)
+    return dataclasses.replace(found, name=spec.name, plugin=claim.plugin)
 
 
 def claim_named(name: str, registry: Registry | None = None) -> ComponentSpec:

@@ -30,13 +30,13 @@ def claims_lines(findings: list[Finding]) -> list[str]:
     if not findings:
         return []
     done = [f for f in findings if f.verdict != NOT_EVALUATED]
-    lines = ["", "**The paper's claims on this sweep** (key quantity claimed above zero, 95% interval):", ""]
+    lines = ["", "**Claims on this sweep**, each with its plugin (key quantity claimed above zero, 95% interval):", ""]
     if done:
         lines += markdown_table(
             ["claim", "verdict", "key quantity", "margin"],
             [
                 [
-                    f"`{f.name}`",
+                    f"`{f.name}` ({f.plugin})",
                     f.verdict_text.replace("|", "\\|"),
                     quantity_cell(f.key).replace("|", "\\|"),
                     f.margin or DASH,
@@ -48,7 +48,7 @@ def claims_lines(findings: list[Finding]) -> list[str]:
         lines += ["None could be evaluated on this sweep's groups."]
     left = [f for f in findings if f.verdict == NOT_EVALUATED]
     if left:
-        lines += ["", "Not evaluated (each would need): " + "; ".join(f"`{f.name}`: {f.needs}" for f in left)]
+        lines += ["", "Not evaluated (each would need): " + "; ".join(f"`{f.name}`: {f.left_out}" for f in left)]
     return lines
 
 

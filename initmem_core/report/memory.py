@@ -151,7 +151,7 @@ class Report:
     accuracy: dict[str, Matrix] = field(default_factory=dict)
     #: group -> its memories over training and their half-lives (report/forgetting.py)
     forgetting: dict[str, Any] = field(default_factory=dict)
-    #: the paper's claims evaluated on these groups, in the claims' registration order (empty: not
+    #: every registered claim evaluated on these groups, in the claims' registration order (empty: not
     #: evaluated; ``report/assessment.py`` fills it)
     findings: list[Finding] = field(default_factory=list)
 

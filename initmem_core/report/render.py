@@ -287,18 +287,16 @@ def to_json(report: Report) -> str:
 # -- the claims (report/claims.py, report/assessment.py) ------------------------------------
 
 CLAIMS_EXPLAINED = (
-    "Each registered claim (the paper's: the plugin `claims`, `plugins/claims/`) that this sweep's groups let it "
-    "evaluate, "
-    "comparing only groups that differ in nothing but the claim's own axis (a stratum each, when the sweep varies "
-    "more). Every number a claim decides on is claimed above zero; the key is the one whose 95% interval is least "
-    "clear of zero. Reproduced: every interval above zero; contradicted: one below zero at the Bonferroni level; "
-    "not resolved at this scale otherwise; cannot be decided with too few seeds. Before any of these, the regime: "
-    "under-trained where a compared run's selected predictor did not fit its training set (memory is read only "
-    "among runs that fit), not converged where, at some sigma of a compared group, most runs were selected at "
-    "the horizon's edge (still improving when training ended: memory is read only where every sigma converged), "
-    "horizon short of the mechanism where a forgetting mechanism's clock is short of its threshold (no "
-    "contradiction there). The margin is the one the "
-    "claim was fixed with before any run."
+    "Each registered claim that this sweep's groups let it evaluate (after its name, the plugin that registered it), "
+    "comparing only groups that differ in nothing but the claim's own axis (a stratum each, when the "
+    "sweep varies more). Every number a claim decides on is claimed above zero; the key is the one whose 95% "
+    "interval is least clear of zero. Reproduced: every interval above zero; contradicted: one below zero at the "
+    "Bonferroni level; not resolved at this scale otherwise; cannot be decided with too few seeds. Before any of "
+    "these, the regime: under-trained where a compared run's selected predictor did not fit its training set "
+    "(memory is read only among runs that fit), not converged where, at some sigma of a compared group, most runs "
+    "were selected at the horizon's edge (still improving when training ended: memory is read only where every "
+    "sigma converged), horizon short of the mechanism where a forgetting mechanism's clock is short of its "
+    "threshold (no contradiction there). The margin is the one the claim was fixed with before any run."
 )
 
 
@@ -324,7 +322,7 @@ def findings_rows(findings: list[Finding], markdown: bool = False) -> tuple[list
     cell = _cell if markdown else (lambda text: text or DASH)
     rows = []
     for f in (f for f in findings if f.verdict != NOT_EVALUATED):
-        name = f"`{f.name}`" if markdown else f.name
+        name = f"`{f.name}` ({f.plugin})" if markdown else f"{f.name} ({f.plugin})"
         for finding, label in [(f, f"{name}: {cell(f.claim)}"), *((p, f"↳ [{cell(p.stratum)}]") for p in f.parts)]:
             key = finding.key
             interval_for = key.interval_for if key else DASH
@@ -340,12 +338,12 @@ def findings_markdown(findings: list[Finding]) -> list[str]:
     if not findings:
         return []
     headers, rows = findings_rows(findings, markdown=True)
-    lines = ["", "## The paper's claims on this sweep", "", CLAIMS_EXPLAINED, ""]
+    lines = ["", "## Claims on this sweep", "", CLAIMS_EXPLAINED, ""]
     lines += markdown_table(headers, rows) if rows else ["No claim could be evaluated on this sweep's groups."]
     left = [f for f in findings if f.verdict == NOT_EVALUATED]
     if left:
-        lines += ["", "Not evaluated on this sweep, and the groups each would need:", ""]
-        lines += [f"- `{f.name}` ({f.claim}): {f.needs or f.measured}" for f in left]
+        lines += ["", "Not evaluated on this sweep, and the groups each would need (or why it failed):", ""]
+        lines += [f"- `{f.name}` ({f.claim}): {f.left_out}" for f in left]
     return lines
 
 
@@ -365,6 +363,8 @@ def finding_data(f: Finding) -> dict[str, Any]:
         "margin": f.margin,
         "stratum": f.stratum,
         "needs": f.needs,
+        "plugin": f.plugin,
+        "error": f.error,
         "quantities": [quantity_data(q) for q in f.quantities],
         "notes": [quantity_data(q) for q in f.notes],
         "parts": [finding_data(part) for part in f.parts],

@@ -187,7 +187,8 @@ class Finding:
     each with its own verdict, when the sweep has more than one; ``stratum``: which one this is;
     ``needs``: when not evaluated, the groups the claim would need; ``notes``: lines that inform
     the reading but do not decide (a weaker margin, a dose-response); ``regime``: why the verdict
-    is out of the regime (``report/regime.py``), or the flags a verdict that stands carries."""
+    is out of the regime (``report/regime.py``), or the flags a verdict that stands carries;
+    ``plugin``: the plugin that registered it; ``error``: why it failed, when it raised (not evaluated)."""
 
     claim: str
     measured: str
@@ -200,6 +201,13 @@ class Finding:
     needs: str = ""
     notes: list[Quantity] = field(default_factory=list)
     regime: list[str] = field(default_factory=list)
+    plugin: str = ""
+    error: str = ""
+
+    @property
+    def left_out(self) -> str:
+        """Why it was not evaluated: the groups it would need, or "failed: <error> (plugin X)"."""
+        return f"failed: {self.error} (plugin {self.plugin})" if self.error else self.needs or self.measured
 
     @property
     def verdict_text(self) -> str:

@@ -1,7 +1,7 @@
 """RESULTS.md's opening table, rebuilt from the sweeps' exports (docs/results/<sweep>.json.gz), and what
 ``benchmarks/paper_check.py`` says of each sweep beside it (when its cells ran, the preset it runs).
 
-One row per claim of ``initmem_plugins.claims.paper.CLAIMS``, one column per dataset the exports trained on (digits and
+One row per claim this plugin registers (``paper_claims``, read from the registry), one column per dataset the exports trained on (digits and
 Fashion-MNIST always, others as they appear): in each cell, every export that evaluates the claim
 on that dataset, with its verdict and the claim's key interval (``Finding.key``: the quantity least
 clear of zero), or "not run" where none does. ``table_problems`` compares a page's table with what
@@ -22,8 +22,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from initmem_core.report.verdicts import NOT_EVALUATED, Quantity
-from initmem_plugins.claims.paper import CLAIMS, evaluate_findings, quantity_text
+from initmem_core.claim_api import NOT_EVALUATED, Finding, Quantity
+from initmem_core.claim_api import quantity_cell as quantity_text
+from initmem_core.plugin_system.registry import ComponentSpec
+from initmem_core.report.claim_groups import read_sweep
+from initmem_core.report.claims import claim_specs, evaluate_claim
+
+#: The plugin whose claims the table holds: this one, the paper's (its entry point's name).
+PLUGIN = "claims"
 
 #: Datasets by their ``config.data`` name, as the table's columns title them (these first, in this order).
 DATASET_TITLES = {"digits": "digits", "fashion-mnist": "Fashion-MNIST"}
@@ -90,6 +96,19 @@ def read_registered(path: Path) -> RegisteredReading | None:
     return RegisteredReading(**{name: data[name] for name in fields})
 
 
+def paper_claims() -> list[ComponentSpec]:
+    """The claims this plugin registered, in its order, as the registry holds them (none when
+    ``INITMEM_LOAD_PLUGINS`` leaves the plugin out)."""
+    return [spec for spec in claim_specs() if spec.provider.plugin == PLUGIN]
+
+
+def evaluate_paper(records) -> list[Finding]:
+    """This plugin's claims on the sweep of ``records``, each evaluated as a report evaluates it (its
+    registration on the sweep view, its own thresholds, a failure kept to itself)."""
+    sweep = read_sweep(records)
+    return [evaluate_claim(spec, sweep) for spec in paper_claims()]
+
+
 def findings_by_dataset(export, findings=None, folder: str = "") -> dict[str, list]:
     """Every claim's finding on each dataset of ``export`` (a ``tracking.export.SweepExport``):
     the whole sweep when it trained on one dataset (``findings``, if already evaluated), else its
@@ -99,18 +118,18 @@ def findings_by_dataset(export, findings=None, folder: str = "") -> dict[str, li
     suffix = f"/{folder}" if folder else ""
     datasets = export.datasets
     if len(datasets) == 1:
-        return {datasets[0] + suffix: findings if findings is not None else evaluate_findings(export.records)}
-    return {data + suffix: evaluate_findings([r for r in export.records if r.config.data == data]) for data in datasets}
+        return {datasets[0] + suffix: findings if findings is not None else evaluate_paper(export.records)}
+    return {data + suffix: evaluate_paper([r for r in export.records if r.config.data == data]) for data in datasets}
 
 
 def decided_by(evaluated: dict[str, dict[str, list]]) -> dict[str, dict[str, list[Decided]]]:
     """claim name -> dataset -> the exports that evaluate it there, from ``{export name:
-    findings_by_dataset(...)}`` (exports in name order)."""
-    table: dict[str, dict[str, list[Decided]]] = {claim.__name__: {} for claim in CLAIMS}
+    findings_by_dataset(...)}`` (exports in name order); another plugin's claims are not the table's."""
+    table: dict[str, dict[str, list[Decided]]] = {spec.name: {} for spec in paper_claims()}
     for export in sorted(evaluated):
         for data, findings in evaluated[export].items():
             for f in findings:
-                if f.verdict != NOT_EVALUATED:
+                if f.verdict != NOT_EVALUATED and f.name in table:
                     table[f.name].setdefault(data, []).append(Decided(export, f.verdict, f.key))
     return table
 
@@ -152,7 +171,7 @@ def table_rows(
     table: dict[str, dict[str, list[Decided]]], datasets: list[str], registered: RegisteredReading | None = None
 ) -> list[str]:
     """The table's header, rule and one line per claim (a frozen reading's cells as it holds them)."""
-    claims = {f.name: f.claim for f in evaluate_findings([])}  # every claim's wording, evaluated on nothing
+    claims = {spec.name: spec.description for spec in paper_claims()}  # every claim's statement
     header = [
         "#",
         "claim (its name in `plugins/claims/paper.py`)",
@@ -344,7 +363,7 @@ def second_registration(page: Path) -> list[RegisteredPreset]:
     if SECOND_BEGIN not in text:
         return []
     block = text.split(SECOND_BEGIN, 1)[1].split(SECOND_END, 1)[0].split("\n", 1)[-1]
-    known = {claim.__name__ for claim in CLAIMS}
+    known = {spec.name for spec in paper_claims()}
     presets = []
     for line in block.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]

@@ -134,15 +134,15 @@ def without_accuracy(records: list[CellRecord]) -> list[CellRecord]:
 def measure_finding(sweeps: int) -> dict[str, float]:
     """How often "forgetting follows the clocks" is reproduced / contradicted when the groups
     forget on T_L2 (it holds) and when they forget on epochs whatever their clocks (it fails)."""
+    from initmem_core.report.claim_groups import read_sweep
+    from initmem_core.report.claims import claim_named, evaluate_claim
     from initmem_core.report.verdicts import CONTRADICTED, REPRODUCED
-    from initmem_plugins.claims.paper import forgetting_follows_the_clocks, read_sweep
 
+    claim = claim_named("forgetting_follows_the_clocks")
     counts = {"clock_reproduced": 0, "clock_contradicted": 0, "epoch_reproduced": 0, "epoch_contradicted": 0}
     for sweep in range(sweeps):
         for world, options in (("clock", {}), ("epoch", {"in_epochs": 12.0})):
-            verdict = forgetting_follows_the_clocks(
-                read_sweep(without_accuracy(synthetic_sweep(sweep, **options)))
-            ).verdict
+            verdict = evaluate_claim(claim, read_sweep(without_accuracy(synthetic_sweep(sweep, **options)))).verdict
             counts[f"{world}_reproduced"] += verdict == REPRODUCED
             counts[f"{world}_contradicted"] += verdict == CONTRADICTED
     return {key: value / sweeps for key, value in counts.items()}

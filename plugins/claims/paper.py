@@ -1,8 +1,9 @@
 """The paper's claims (docs/PAPER.md, docs/PREREGISTRATION.md), each one function of the sweep view
-(``initmem_core.report.claim_groups.Sweep``) returning a ``Finding`` with its numbers, the quantities
-it decided on and its verdict; ``initmem_plugins.claims`` registers them (``CLAIMS``: name, statement
-and what each declares). They are written with the core's helpers (``initmem_core.report.claims``:
-the strata, the verdict rule, the regime checks), as any claim plugin is.
+(``Sweep``) returning a ``Finding`` with its numbers, the quantities it decided on and its verdict;
+``initmem_plugins.claims`` registers each once (``declared.py``: its name, statement and what it
+declares), and each reads that registration from the sweep view (``Sweep.claim``). They are written
+with the claim API (``initmem_core.claim_api``: the strata, the verdict rule, the regime checks) and
+the low-rate baseline (``baseline.py``), as any claim plugin is.
 
 Comparisons of spreads use the *debiased* (cross-fitted) spread with its 95% interval for the
 population of test examples (``report/inference.py``); a derived table (a share of a spread, a
@@ -29,70 +30,55 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from initmem_core.config import RunConfig
-from initmem_core.groups import group_fields, short_group_names
-from initmem_core.report.claim_groups import (
-    OPTIMIZER_AXIS,
-    UNKNOWN_FAMILY,
-    Group,
-    Sweep,
-    mechanism_clock,
-    optimizer_family,
-    read_sweep,
-    settings,
-)
-from initmem_core.report.claims import (
-    Evaluated,
-    difference,
-    per_stratum,
-    share_difference,
-    texts,
-)
-from initmem_core.report.inference import LEVEL, MIN_SEEDS, AccuracyTable, Matrix
-from initmem_core.report.memory import percentile_interval
-from initmem_core.report.regime import Check, assess
-from initmem_core.report.render import quantity_cell as quantity_text
-from initmem_core.report.verdicts import (
-    CANNOT_DECIDE,
-    NOT_EVALUATED,
-    NOT_RESOLVED,
-    SEEDS_ONLY,
-    Finding,
-    Quantity,
-    from_seeds,
-    from_spread,
-    negated,
-    regime_verdict,
-    verdict_of,
-)
-from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import (
+from initmem_core.claim_api import (
     ADAPTIVE_FAMILY,
+    CANNOT_DECIDE,
     CLOCK_ADAPT,
     CLOCK_L2,
     CLOCK_SGD,
     CLOCK_SYMBOLS,
-    FINISHED,
+    MIN_SEEDS,
+    NOT_EVALUATED,
+    NOT_RESOLVED,
+    SEEDS_ONLY,
     SGD_FAMILY,
+    UNKNOWN_FAMILY,
+    Check,
+    Evaluated,
+    Finding,
+    Group,
+    Quantity,
+    Sweep,
+    difference,
+    from_seeds,
+    from_spread,
+    negated,
+    per_stratum,
+    settings,
+    texts,
+    verdict_of,
 )
+from initmem_core.claim_api import quantity_cell as quantity_text
+from initmem_core.groups import group_fields, short_group_names
+from initmem_core.report.claim_groups import mechanism_clock, optimizer_family
+from initmem_core.report.inference import LEVEL, AccuracyTable, Matrix
+from initmem_core.report.memory import percentile_interval
+from initmem_core.tracking.records import CellRecord
+from initmem_core.vocabulary import FINISHED
+from initmem_plugins.claims.baseline import baseline_sgd, is_plain_sgd, low_rate, low_rate_needs, plain_sgd
 from initmem_plugins.claims.declared import (
     CONVERGED_AT_LEAST,
     COUPLED_AT_MOST,
-    DECLARED,
     EQUAL_STEPS,
     FAMILY_FREE,
-    FORGETS_MARGIN,
     FORGOTTEN_SHARE,
     KEPT_AT_LEAST,
     KEPT_HALF,
-    L2_AXIS,
     LARGER_LR,
     LONGER,
-    LOW_RATE_SHARE,
-    STATEMENTS,
 )
 
 #: Draws of the groups' debiased spreads behind a rank correlation's interval, and their fixed seed.
@@ -106,45 +92,6 @@ def scaled(accuracy: Matrix, factor: float) -> Matrix:
     if isinstance(accuracy, AccuracyTable):
         return accuracy.scaled(factor)
     return {sigma: {seed: factor * value for seed, value in runs.items()} for sigma, runs in accuracy.items()}
-
-
-# -- plain and low-rate SGD: the paper's remembering baseline ----------------------------------
-
-
-def is_plain_sgd(config: RunConfig, family: str) -> bool:
-    """SGD-like with no momentum, no L2 and no weight decay: the paper's plain SGD."""
-    return family == SGD_FAMILY and config.momentum == 0 and config.l2 + config.weight_decay == 0
-
-
-def plain_sgd(group: Group) -> bool:
-    return is_plain_sgd(group.config, group.family)
-
-
-def low_rate_ceiling(sweep: Sweep) -> float:
-    """The largest T_SGD a low-rate group ends at: ``LOW_RATE_SHARE`` of the claim's T_SGD threshold."""
-    return LOW_RATE_SHARE * sweep.thresholds[CLOCK_SGD]
-
-
-def low_rate(sweep: Sweep, group: Group) -> bool:
-    """Plain SGD whose T_SGD ends far below the threshold of its forgetting (``LOW_RATE_SHARE``): low
-    rate by its clock, whatever other rates the sweep holds."""
-    return plain_sgd(group) and group.summary.clock_sgd <= low_rate_ceiling(sweep)
-
-
-def baseline_sgd(sweep: Sweep, groups: list[Group]) -> Group | None:
-    """Of a stratum's low-rate SGD groups, the remembering baseline (the paper's, and the claim
-    template's): torch's SGD before any other SGD-like plugin, then the lowest rate, then the
-    shortest horizon (T_SGD). None without a low-rate group: the claim is not evaluated there."""
-    return min(
-        (g for g in groups if low_rate(sweep, g)),
-        key=lambda g: (g.config.opt != "sgd", g.config.lr, g.summary.clock_sgd),
-        default=None,
-    )
-
-
-def low_rate_needs(sweep: Sweep, what: str = "a plain low-rate SGD group") -> str:
-    """The groups a claim would need, with what low rate is: "a plain SGD group whose T_SGD ends at most 0.3"."""
-    return f"{what} (plain SGD whose T_SGD ends at most {low_rate_ceiling(sweep):.3g}: low rate by its clock)"
 
 
 # -- the optimizers ---------------------------------------------------------------------------
@@ -189,9 +136,6 @@ def sgd_keeps_memory(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "sgd_keeps_memory",
-        STATEMENTS["sgd_keeps_memory"],
-        OPTIMIZER_AXIS,
         evaluate,
         low_rate_needs(sweep, "a plain low-rate SGD group over two or more sigmas"),
     )
@@ -210,9 +154,6 @@ def sgd_remembers_more_than_adaptive(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "sgd_remembers_more_than_adaptive",
-        STATEMENTS["sgd_remembers_more_than_adaptive"],
-        OPTIMIZER_AXIS,
         evaluate,
         adaptive_needs(sweep),
     )
@@ -240,12 +181,8 @@ def adaptive_optimizers_forget(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "adaptive_optimizers_forget",
-        STATEMENTS["adaptive_optimizers_forget"],
-        OPTIMIZER_AXIS,
         evaluate,
         adaptive_needs(sweep),
-        FORGETS_MARGIN,
     )
 
 
@@ -283,7 +220,9 @@ def l2_shrinks_sgd_spread(sweep: Sweep) -> Finding:
         return f"{shown} | debiased {texts(quantities + notes)}", quantities, notes, check
 
     return per_stratum(
-        sweep, "l2_shrinks_sgd_spread", STATEMENTS["l2_shrinks_sgd_spread"], L2_AXIS, evaluate, l2_needs(sweep)
+        sweep,
+        evaluate,
+        l2_needs(sweep),
     )
 
 
@@ -306,12 +245,8 @@ def l2_brings_spread_near_zero(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "l2_brings_spread_near_zero",
-        STATEMENTS["l2_brings_spread_near_zero"],
-        L2_AXIS,
         evaluate,
         l2_needs(sweep),
-        FORGETS_MARGIN,
     )
 
 
@@ -361,9 +296,6 @@ def larger_batch_increases_spread(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "larger_batch_increases_spread",
-        STATEMENTS["larger_batch_increases_spread"],
-        DECLARED["larger_batch_increases_spread"].axis,
         evaluate,
         low_rate_needs(
             sweep,
@@ -426,12 +358,8 @@ def norms_coupled_for_sgd_not_adaptive(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "norms_coupled_for_sgd_not_adaptive",
-        STATEMENTS["norms_coupled_for_sgd_not_adaptive"],
-        OPTIMIZER_AXIS,
         evaluate,
         adaptive_needs(sweep),
-        DECLARED["norms_coupled_for_sgd_not_adaptive"].margin,
     )
 
 
@@ -509,15 +437,12 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
     with the larger clock has the smaller debiased spread: Spearman's rho below zero in every family.
     Comparing across families would restate the optimizer claims (T_adapt = Σ η is far above
     T_SGD = Σ η²/b whenever η ≪ b: docs/STATISTICS.md); within one it is not given by the definitions."""
-    claim = STATEMENTS["spread_orders_by_clock_within_family"]
     every = clock_families(sweep)
     families = {key: groups for key, groups in every.items() if len(groups) >= 3}
     if not families:
-        return Finding(
-            claim,
+        return sweep.claim.finding(
             "groups missing from the sweep" + familyless(sweep),
             NOT_EVALUATED,
-            "spread_orders_by_clock_within_family",
             needs="three groups of one family (say plain SGD at three batch sizes or rates) that differ only in "
             "what its clock accounts for",
         )
@@ -540,8 +465,8 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
         + "".join(f"; {text}" for text in left_out)
         + familyless(sweep)
     )
-    verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
-    return Finding(claim, measured, verdict, "spread_orders_by_clock_within_family", quantities, regime=regime)
+    verdict, regime = sweep.verdict(quantities, check)
+    return sweep.claim.finding(measured, verdict, quantities, regime=regime)
 
 
 def clock_agreement(
@@ -576,14 +501,13 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     below zero in every family whose radial memory halves within the horizon (in every group, for at
     least ``MIN_SEEDS`` seeds). A family whose memory never halves says nothing either way and is
     named as left out; with none left the claim is not resolved."""
-    name = "forgetting_follows_the_clocks"
-    claim = STATEMENTS["forgetting_follows_the_clocks"]
+    claim = sweep.claim
     families = clock_families(sweep)
     needs = "two groups of one family that differ in lr, batch size or lambda, with per-epoch histories"
     if not families:
-        return Finding(claim, "groups missing from the sweep" + familyless(sweep), NOT_EVALUATED, name, needs=needs)
+        return claim.finding("groups missing from the sweep" + familyless(sweep), NOT_EVALUATED, needs=needs)
     if not sweep.report.forgetting:
-        return Finding(claim, "no per-epoch histories in these records", NOT_EVALUATED, name, needs=needs)
+        return claim.finding("no per-epoch histories in these records", NOT_EVALUATED, needs=needs)
     short = short_group_names([g.summary.group for g in sweep.groups])[0]
     parts, quantities, notes, too_few, check = [], [], [], False, Check.of([])
     regime: list[str] = []
@@ -617,13 +541,13 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
     if too_few:
         verdict = CANNOT_DECIDE
     elif quantities:
-        verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
+        verdict, regime = sweep.verdict(quantities, check)
     else:
         verdict = NOT_RESOLVED
     if notes:
         parts.append(f"against the other clocks (notes): {texts(notes)}")
     measured = "; ".join(parts) + familyless(sweep)
-    return Finding(claim, measured, verdict, name, quantities, needs=needs, notes=notes, regime=regime)
+    return claim.finding(measured, verdict, quantities, needs=needs, notes=notes, regime=regime)
 
 
 # -- horizon and rate -------------------------------------------------------------------------
@@ -651,18 +575,14 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
     the long group's debiased spread above zero and at least ``KEPT_AT_LEAST`` of the short one's
     (long − 0.75 × short > 0, a non-inferiority on the scaled table, records kept). Notes: the
     earlier 50% margin and the plain difference short − long."""
-    name = "longer_training_keeps_sgd_memory"
-    claim = STATEMENTS["longer_training_keeps_sgd_memory"]
     pairs = family_ends(
         [g for g in sweep.groups if plain_sgd(g)], ("epochs", "until"), lambda g: g.summary.clock_sgd, LONGER
     )
     pairs = [(short, long) for short, long in pairs if low_rate(sweep, short)]
     if not pairs:
-        return Finding(
-            claim,
+        return sweep.claim.finding(
             "groups missing from the sweep",
             NOT_EVALUATED,
-            name,
             needs=low_rate_needs(
                 sweep,
                 f"two plain SGD groups that differ only in horizon, one {LONGER:g}x the other, the shorter low-rate",
@@ -688,25 +608,20 @@ def longer_training_keeps_sgd_memory(sweep: Sweep) -> Finding:
             f"short {short.spread_text().split(' ', 2)[-1]}; long {long.spread_text().split(' ', 2)[-1]}"
             f" | {texts(mine)} | notes: {texts(extra)}"
         )
-    margin = DECLARED[name].margin
-    verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
-    return Finding(claim, "; ".join(parts), verdict, name, quantities, margin, notes=notes, regime=regime)
+    verdict, regime = sweep.verdict(quantities, check)
+    return sweep.claim.finding("; ".join(parts), verdict, quantities, notes=notes, regime=regime)
 
 
 def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
     """Plain-SGD groups that differ only in learning rate (same batch, same horizon settings), the
     largest at least ``LARGER_LR`` times the smallest: the small rate's debiased spread is above the
     large rate's."""
-    name = "larger_lr_makes_sgd_forget"
-    claim = STATEMENTS["larger_lr_makes_sgd_forget"]
     pairs = family_ends([g for g in sweep.groups if plain_sgd(g)], ("lr",), lambda g: g.config.lr, LARGER_LR)
     pairs = [(low, high) for low, high in pairs if low_rate(sweep, low)]  # the smaller rate: the baseline
     if not pairs:
-        return Finding(
-            claim,
+        return sweep.claim.finding(
             "groups missing from the sweep",
             NOT_EVALUATED,
-            name,
             needs=low_rate_needs(
                 sweep,
                 f"two plain SGD groups that differ only in learning rate, one {LARGER_LR:g}x the other, the smaller "
@@ -724,11 +639,42 @@ def larger_lr_makes_sgd_forget(sweep: Sweep) -> Finding:
             f"{low.spread_text().split(' ', 2)[-1]}; lr={high.config.lr:g} "
             f"(T_SGD {high.summary.clock_sgd:.3g}) {high.spread_text().split(' ', 2)[-1]} | {quantity_text(found)}"
         )
-    verdict, regime = regime_verdict(quantities, assess(check, sweep.thresholds))
-    return Finding(claim, "; ".join(parts), verdict, name, quantities, regime=regime)
+    verdict, regime = sweep.verdict(quantities, check)
+    return sweep.claim.finding("; ".join(parts), verdict, quantities, regime=regime)
 
 
 # -- depth ------------------------------------------------------------------------------------
+
+
+def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, method 10) for p1 − p2 of two independent binomial
+    proportions, from each one's Wilson score interval: near its nominal coverage at small n, and
+    defined at 0/n and n/n (where a Wald interval collapses). Runs of one seed in both, if
+    correlated, only make it conservative."""
+    from scipy import stats
+
+    if min(n1, n2) == 0:
+        return math.nan, math.nan
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = stats.binomtest(k1, n1).proportion_ci(level, method="wilson")
+    l2, u2 = stats.binomtest(k2, n2).proportion_ci(level, method="wilson")
+    return p1 - p2 - math.hypot(p1 - l1, u2 - p2), p1 - p2 + math.hypot(u1 - p1, p2 - l2)
+
+
+def share_difference(label: str, k1: int, n1: int, k2: int, n2: int) -> Quantity:
+    """The difference of two shares of runs, k1/n1 − k2/n2, with Newcombe's interval (``rate_difference``)."""
+    low, high = rate_difference(k1, n1, k2, n2)
+    return Quantity(
+        label,
+        k1 / n1 - k2 / n2 if min(n1, n2) else math.nan,
+        low,
+        high,
+        "",
+        SEEDS_ONLY,
+        "" if min(n1, n2) else "no runs",
+        min(n1, n2) < MIN_SEEDS,
+        lambda level: rate_difference(k1, n1, k2, n2, level),
+    )
 
 
 def interpolation_counts(cells: list[CellRecord], sigma: float) -> tuple[int, int]:
@@ -745,8 +691,7 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
     interpolates in a larger share at the smallest sigma than at the largest (the failure is one of
     large sigma). Each share difference has Newcombe's interval (``rate_difference``). Reads every
     cell, trained or not (a group that never trained still counts its runs)."""
-    name = "deep_nets_fail_to_interpolate"
-    claim = STATEMENTS["deep_nets_fail_to_interpolate"]
+    claim = sweep.claim
     needs = "plain SGD on two CIFAR ResNet depths (resnet20 and resnet56, say), nothing else different"
     families: dict[tuple, list[list[CellRecord]]] = {}
     for cells in sweep.cells.values():
@@ -761,7 +706,7 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
 
     families = {k: sorted(v, key=depth) for k, v in families.items() if len({depth(c) for c in v}) >= 2}
     if not families:
-        return Finding(claim, "groups missing from the sweep", NOT_EVALUATED, name, needs=needs)
+        return claim.finding("groups missing from the sweep", NOT_EVALUATED, needs=needs)
     quantities, shown = [], []
     for members in families.values():
         sigmas = sorted(set.intersection(*({c.config.sigma for c in cells} for cells in members)))
@@ -795,11 +740,11 @@ def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
                 )
             )
     if not quantities:
-        return Finding(claim, "groups missing from the sweep (no two sigmas shared)", NOT_EVALUATED, name, needs=needs)
+        return claim.finding("groups missing from the sweep (no two sigmas shared)", NOT_EVALUATED, needs=needs)
     measured = (
         "runs that interpolated: " + " | ".join(shown) + " | share differences: " + texts(quantities).replace(" :", ":")
     )
-    return Finding(claim, measured, verdict_of(quantities), name, quantities)
+    return claim.finding(measured, verdict_of(quantities), quantities)
 
 
 # -- the effective step (a control the paper does not run) -------------------------------------
@@ -823,21 +768,6 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
 
     return per_stratum(
         sweep,
-        "effective_step_explains_memory",
-        STATEMENTS["effective_step_explains_memory"],
-        ("lr_match_sigma",),
         evaluate,
         low_rate_needs(sweep, "plain low-rate SGD with and without --lr-match-sigma, nothing else different"),
-        FORGETS_MARGIN,
     )
-
-
-def evaluate_findings(records: Iterable[CellRecord]) -> list[Finding]:
-    """Every claim of the paper on the sweep of ``records`` (the registry's other claims left out)."""
-    sweep = read_sweep(records)
-    return [claim(sweep) for claim in CLAIMS]
-
-
-#: Each claim's evaluator by its name, in the report's order (``declared.STATEMENTS``).
-CLAIMS_BY_NAME: dict[str, Callable[[Sweep], Finding]] = {name: globals()[name] for name in STATEMENTS}
-CLAIMS = tuple(CLAIMS_BY_NAME.values())

@@ -55,7 +55,7 @@ LABEL_WIDTH = 60
 
 
 def _label(finding: Finding, quantity: Quantity, part: bool) -> str:
-    head = f"  ↳ [{finding.stratum}]" if part else finding.name
+    head = f"  ↳ [{finding.stratum}]" if part else f"{finding.name} (plugin {finding.plugin})"
     lines = [head, *textwrap.wrap(quantity.label, LABEL_WIDTH)]
     if finding.margin and not part:
         lines += textwrap.wrap(f"margin: {finding.margin}", LABEL_WIDTH)
@@ -119,7 +119,7 @@ def verdict_plot(report: Report, path: Path) -> Path | None:
     figure = new_figure(11.0, 1.4 + 0.24 * lines + 0.6 * len(units))
     if not rows:
         figure.text(
-            0.5, 0.5, "no claim of the paper could be evaluated on this sweep", ha="center", va="center", color="0.35"
+            0.5, 0.5, "no registered claim could be evaluated on this sweep", ha="center", va="center", color="0.35"
         )
         return save_figure(figure, path)
     axes = figure.subplots(len(units), 1, squeeze=False, height_ratios=[len(per_unit[u]) for u in units])[:, 0]
@@ -132,5 +132,5 @@ def verdict_plot(report: Report, path: Path) -> Path | None:
         ax.set_ylim(-len(shown) + 0.5, 0.5)
         ax.set_xlabel(f"key quantity, claimed above zero ({UNIT_TITLES.get(unit, unit)}; bars: 95% CI)")
         ax.grid(axis="x", alpha=0.3)
-    figure.suptitle("The paper's claims on this sweep: reproduced when the interval is right of zero")
+    figure.suptitle("Claims on this sweep, each with its plugin: reproduced when the interval is right of zero")
     return save_figure(figure, path)
