@@ -1,4 +1,4 @@
-"""The paper's claims (initmem_plugins/claims/paper.py, on initmem_core.claim_api)
+"""The paper's claims (initmem_plugins/claims/paper.py, on initmem_core.report.claim_api)
 on hand-made sweep results: one world where every claim holds, one where each fails; claims compare
 like with like (strata); an optimizer's family comes from its plugin; the claims on training longer, a
 larger rate and depth each read only the groups that differ in the one setting they are about; a

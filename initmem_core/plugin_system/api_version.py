@@ -13,7 +13,7 @@ from initmem_core.errors import InitmemError
 
 #: The plugin API version. The major number changes when a plugin written for the previous one
 #: may break; the minor number when something is added. See docs/plugins.md.
-API_VERSION = "1.2"  # 1.1: metric factories may take the run config, register(..., default=); 1.2: commands
+API_VERSION = "1.3"  # 1.1: metric factories take the run config, register(default=); 1.2: commands; 1.3: claim_api
 
 #: The module attribute in which a plugin declares the API range it supports.
 API_ATTRIBUTE = "INITMEM_API"

@@ -87,6 +87,7 @@ def per_stratum(sweep: Sweep, evaluate: Callable[[list[Group]], Evaluated | None
 
 
 def texts(quantities: list[Quantity], verdicts: bool = False) -> str:
+    """``quantities`` as a claim's measured text shows them, each with its verdict when ``verdicts``."""
     return "; ".join(quantity_cell(q) + (f" ({q.verdict})" if verdicts else "") for q in quantities)
 
 

@@ -1,12 +1,12 @@
 """The paper's remembering baseline, for claims that compare with it: plain SGD, low rate by its clock.
-On initmem's stable surface beside ``initmem_core.claim_api`` (docs/plugins.md), for claim plugins
+On initmem's stable surface beside ``initmem_core.report.claim_api`` (docs/plugins.md), for claim plugins
 that test the paper's kind of statement ("X forgets what low-rate SGD keeps").
 """
 
 from __future__ import annotations
 
-from initmem_core.claim_api import CLOCK_SGD, SGD_FAMILY, Group, Sweep
 from initmem_core.config import RunConfig
+from initmem_core.report.claim_api import CLOCK_SGD, SGD_FAMILY, Group, Sweep
 from initmem_plugins.claims.declared import LOW_RATE_SHARE
 
 

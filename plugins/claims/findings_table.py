@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from initmem_core.claim_api import NOT_EVALUATED, Finding, Quantity
-from initmem_core.claim_api import quantity_cell as quantity_text
 from initmem_core.plugin_system.registry import ComponentSpec
+from initmem_core.report.claim_api import NOT_EVALUATED, Finding, Quantity
+from initmem_core.report.claim_api import quantity_cell as quantity_text
 from initmem_core.report.claim_groups import read_sweep
 from initmem_core.report.claims import claim_specs, evaluate_claim
 

@@ -2,7 +2,7 @@
 (``Sweep``) returning a ``Finding`` with its numbers, the quantities it decided on and its verdict;
 ``initmem_plugins.claims`` registers each once (``declared.py``: its name, statement and what it
 declares), and each reads that registration from the sweep view (``Sweep.claim``). They are written
-with the claim API (``initmem_core.claim_api``: the strata, the verdict rule, the regime checks) and
+with the claim API (``initmem_core.report.claim_api``: the strata, the verdict rule, the regime checks) and
 the low-rate baseline (``baseline.py``), as any claim plugin is.
 
 Comparisons of spreads use the *debiased* (cross-fitted) spread with its 95% interval for the
@@ -33,7 +33,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from initmem_core.claim_api import (
+from initmem_core.groups import group_fields, short_group_names
+from initmem_core.report.claim_api import (
     ADAPTIVE_FAMILY,
     CANNOT_DECIDE,
     CLOCK_ADAPT,
@@ -61,8 +62,7 @@ from initmem_core.claim_api import (
     texts,
     verdict_of,
 )
-from initmem_core.claim_api import quantity_cell as quantity_text
-from initmem_core.groups import group_fields, short_group_names
+from initmem_core.report.claim_api import quantity_cell as quantity_text
 from initmem_core.report.claim_groups import mechanism_clock, optimizer_family
 from initmem_core.report.inference import LEVEL, AccuracyTable, Matrix
 from initmem_core.report.memory import percentile_interval
