@@ -24,7 +24,6 @@ from .presets import presets_app
 from .report import report_command
 from .run import run_command
 from .sweep import sweep_command
-from .sync import sync_command
 from .ui import ui_command
 from .version import show_version
 
@@ -67,7 +66,6 @@ for name, command, options in (
     ("report", report_command, {}),
     ("export", export_command, {}),
     ("ui", ui_command, {}),
-    ("sync", sync_command, {}),
 ):
     # The summary `initmem --help` lists: the docstring's first paragraph as one sentence.
     app.command(name, short_help=summary(command.__doc__), epilog=ENVIRONMENT_HELP, **options)(command)

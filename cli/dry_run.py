@@ -17,12 +17,15 @@ from typing import Any
 
 from initmem_core.config import HASHED, RunConfig
 from initmem_core.errors import ConfigError
+from initmem_core.report.claim_groups import UNKNOWN_FAMILY, declared_convention, mechanism_clock
 from initmem_core.report.claims import claim_specs
+from initmem_core.report.regime import CLOCK_THRESHOLDS
 from initmem_core.sweep.identity import GridIdentity
 from initmem_core.tracking.cells import LEASES_FOLDER, CellLeases
 from initmem_core.tracking.client import open_client
 from initmem_core.tracking.records import child_runs, find_parent
 from initmem_core.tracking.uris import resolve_tracking_uri, sqlite_path, store_folder
+from initmem_core.training.clocks import CONVENTION_FAMILIES
 from initmem_core.training.horizons import Schedule, epoch_batches, epochs_until
 from initmem_core.training.plan import training_set_size
 from initmem_core.vocabulary import CONFIG_HASH_TAG, DIVERGED_TAG, FAILED, FINISHED
@@ -168,3 +171,40 @@ def work_of(cells: list[RunConfig], horizons) -> dict[str, Any]:
         epochs = sum(c.epochs for c in cells)
     text = f"{steps:,} optimizer steps" if steps is not None else f"{epochs:,} epochs"
     return {"text": text if cells else "none", "optimizer_steps": steps, "epochs": epochs}
+
+
+# -- the regime each planned group reaches --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClockForecast:
+    """Where a planned group's mechanism clock will end against its threshold (``report.regime.CLOCK_THRESHOLDS``)."""
+
+    group: str
+    clock: str  # the clock of the mechanism by which the group would forget (``mechanism_clock``)
+    reached: float  # the smallest value any of its cells ends with (nan: not known before it runs)
+    threshold: float
+
+    @property
+    def short(self) -> bool:
+        """Short of the threshold: contradictions of its forgetting will read horizon short."""
+        return not self.reached >= self.threshold
+
+
+def clock_forecasts(
+    groups: list[str], configs: list[RunConfig], clocks: list[dict[str, float] | None]
+) -> list[ClockForecast]:
+    """Per planned group (in first order), its mechanism's clock (by its optimizer plugin's declared
+    family) and the least value its cells end with (``clocks``: per cell, from ``training.horizons``;
+    None where unknown), against the threshold a contradiction needs."""
+    clock_of: dict[str, str] = {}
+    reached: dict[str, list[float]] = {}
+    for group, config, ends in zip(groups, configs, clocks):
+        family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
+        clock = clock_of.setdefault(group, mechanism_clock(config, family))
+        reached.setdefault(group, []).append(ends[clock] if ends and clock in ends else math.nan)
+    forecasts = []
+    for group, clock in clock_of.items():
+        least = math.nan if any(math.isnan(v) for v in reached[group]) else min(reached[group])
+        forecasts.append(ClockForecast(group, clock, least, CLOCK_THRESHOLDS[clock]))
+    return forecasts

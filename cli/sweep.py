@@ -87,9 +87,7 @@ def dry_run_tables(plan, horizons=None, states=None) -> list[Table]:
 
 def forecasts_of(plan, horizons) -> list:
     """Each planned group's mechanism clock against the threshold its claims need (report/regime.py)."""
-    from initmem_core.report.claim_groups import (  # lazy: keeps the report code out of the CLI's start-up
-        clock_forecasts,
-    )
+    from .dry_run import clock_forecasts  # lazy: keeps the report code out of the CLI's start-up
 
     ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
     return clock_forecasts(plan.groups, plan.cells, ends)

@@ -786,7 +786,7 @@ def first_difference(got: list, want: list) -> Any:
 
 def files_left(folder: Path, tmp: Path) -> list[str]:
     """Held leases, temporary files and spooled writes left in the round's folder or TMPDIR."""
-    from initmem_core.tracking.sync import SYNC_LOCK
+    from initmem_plugins.commands.uploads import SYNC_LOCK
 
     problems = []
     spool = folder / "initmem-unsynced"

@@ -1,4 +1,4 @@
-"""Writes the store did not take (tracking/pending.py, tracking/sync.py, `initmem sync`): unsynced
+"""Writes the store did not take (tracking/pending.py; `initmem sync`, plugins/commands/uploads.py): unsynced
 files whole or absent, naming only their run and its copies, a file whose run is gone, two syncs
 at once, a run whose store and spool both fill up, and the run result and sweep that say so."""
 

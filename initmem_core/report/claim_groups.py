@@ -64,40 +64,6 @@ def mechanism_clock(config: RunConfig, family: str) -> str:
     return CLOCK_L2 if config.l2 + config.weight_decay > 0 else CLOCK_SGD
 
 
-@dataclass(frozen=True)
-class ClockForecast:
-    """Where a planned group's mechanism clock will end against its threshold (``regime.CLOCK_THRESHOLDS``)."""
-
-    group: str
-    clock: str  # the clock of the mechanism by which the group would forget (``mechanism_clock``)
-    reached: float  # the smallest value any of its cells ends with (nan: not known before it runs)
-    threshold: float
-
-    @property
-    def short(self) -> bool:
-        """Short of the threshold: contradictions of its forgetting will read horizon short."""
-        return not self.reached >= self.threshold
-
-
-def clock_forecasts(
-    groups: list[str], configs: list[RunConfig], clocks: list[dict[str, float] | None]
-) -> list[ClockForecast]:
-    """Per planned group (in first order), its mechanism's clock (by its optimizer plugin's declared
-    family) and the least value its cells end with (``clocks``: per cell, from ``training.horizons``;
-    None where unknown), against the threshold a contradiction needs."""
-    clock_of: dict[str, str] = {}
-    reached: dict[str, list[float]] = {}
-    for group, config, ends in zip(groups, configs, clocks):
-        family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
-        clock = clock_of.setdefault(group, mechanism_clock(config, family))
-        reached.setdefault(group, []).append(ends[clock] if ends and clock in ends else math.nan)
-    forecasts = []
-    for group, clock in clock_of.items():
-        least = math.nan if any(math.isnan(v) for v in reached[group]) else min(reached[group])
-        forecasts.append(ClockForecast(group, clock, least, CLOCK_THRESHOLDS[clock]))
-    return forecasts
-
-
 def settings(config: RunConfig, free: Iterable[str]) -> tuple:
     """Every setting of ``config`` that tells groups apart (not execution knobs) but sigma, seed and ``free``."""
     left_out = {"sigma", "seed", *free}

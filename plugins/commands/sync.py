@@ -1,4 +1,5 @@
-"""``initmem sync``: upload what runs could not write to an unreachable or locked tracking store."""
+"""``initmem sync``: upload what runs could not write to an unreachable or locked tracking store, through
+``uploads``."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ from typing import Annotated
 
 import typer
 
-from initmem_core.tracking.sync import sync_folder
-
-from .errors import user_errors
-from .options import TrackingUri
-from .script_output import JSON_HELP, ScriptOutput
+from initmem_cli.options import TrackingUri
+from initmem_cli.script_output import JSON_HELP, ScriptOutput
+from initmem_plugins.commands.uploads import sync_folder
 
 
-@user_errors
 def sync_command(
     tracking_uri: TrackingUri = None,
     folder: Annotated[

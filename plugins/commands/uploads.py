@@ -1,4 +1,5 @@
-"""``initmem sync``: upload what runs left in ``initmem-unsynced/`` once the store answers again.
+"""What ``initmem sync`` does: upload what runs left in ``initmem-unsynced/`` (``tracking.pending``)
+once the store answers again.
 
 Safe to repeat: a metric whose key already has that step in the store is skipped, and a file is
 deleted only once the store took all of it. Safe to run twice at once: a lock in the folder lets
