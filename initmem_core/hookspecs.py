@@ -103,11 +103,11 @@ DOCS = {
                  files=(("train_32x32.mat", "e26dedcc434d2e4c54c9b2d4a06d8373"),))""",
     "claim": """Register claims: statements a sweep's report decides (``initmem report``, a sweep's parent run).
 
-    The factory is the claim's evaluator (``initmem_core.report.claims.ClaimEvaluator``: the sweep
-    view to a ``Finding``, written with that module's ``per_stratum``, ``difference``, the
-    verdict rule and the regime checks) and the description its statement;
-    what it declares beside them are ``register`` keywords (``initmem_core.contracts.ClaimInfo``).
-    A claim that raises is reported as not evaluated with its error; the other claims are
+    The factory is the claim's evaluator (the sweep view to a ``Finding``, written with
+    ``initmem_core.report.claim_api``: ``per_stratum``, ``difference``, the verdict rule and the
+    regime checks) and the description its statement; what it declares beside them are
+    ``register`` keywords (``initmem_core.contracts.ClaimInfo``), which the view it reads carries.
+    A claim that raises is reported as failed, with its error and its plugin; the other claims are
     unaffected. The paper's claims are the built-in plugin ``claims`` (``INITMEM_LOAD_PLUGINS``
     can leave it out).
 

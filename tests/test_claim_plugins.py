@@ -15,8 +15,8 @@ from initmem_cli.app import app
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.report.assessment import build_assessed_report
+from initmem_core.report.claim_api import Evaluated, difference, per_stratum
 from initmem_core.report.claim_groups import Group, Sweep, read_sweep
-from initmem_core.report.claims import Evaluated, difference, per_stratum
 from initmem_core.report.regime import Check
 from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, NOT_EVALUATED, REPRODUCED
 from initmem_core.tracking.export import SweepExport, write_export

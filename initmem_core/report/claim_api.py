@@ -14,21 +14,11 @@ from initmem_core.report.claims import Evaluated, difference, per_stratum, texts
 from initmem_core.report.inference import MIN_SEEDS  # noqa: F401
 from initmem_core.report.regime import CLOCK_THRESHOLDS, Check  # noqa: F401
 from initmem_core.report.render import quantity_cell  # noqa: F401
-from initmem_core.report.verdicts import (  # noqa: F401
-    CANNOT_DECIDE,
-    CONTRADICTED,
-    HORIZON_SHORT,
-    NOT_CONVERGED,
-    NOT_EVALUATED,
-    NOT_RESOLVED,
-    REPRODUCED,
-    SEEDS_ONLY,
-    UNDER_TRAINED,
-    Finding,
-    Quantity,
-    from_seeds,
-    from_spread,
-    negated,
-    verdict_of,
-)
+from initmem_core.report.verdicts import Finding, Quantity, from_seeds, from_spread, negated, verdict_of  # noqa: F401
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCK_SYMBOLS, SGD_FAMILY  # noqa: F401
+
+# isort: split
+from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, NOT_EVALUATED, NOT_RESOLVED, REPRODUCED  # noqa: F401
+
+# isort: split
+from initmem_core.report.verdicts import HORIZON_SHORT, NOT_CONVERGED, SEEDS_ONLY, UNDER_TRAINED  # noqa: F401

@@ -120,9 +120,8 @@ class Group:
 
 @dataclass(frozen=True)
 class Claim:
-    """The claim reading a sweep, as its plugin registered it (``claims.evaluate_claim`` puts it on
-    the sweep view): its name, statement and plugin, and what it declares (its axis, margin, clock
-    and threshold). ``thresholds``: ``regime.CLOCK_THRESHOLDS`` with its own for its clock."""
+    """The claim reading a sweep as its plugin registered it (``claims.evaluate_claim`` puts it on the
+    view). ``thresholds``: ``regime.CLOCK_THRESHOLDS`` with its own for its declared clock."""
 
     name: str = ""
     statement: str = ""

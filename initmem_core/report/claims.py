@@ -1,13 +1,11 @@
-"""The claim kind: the helpers every claim is written with, and every registered claim evaluated on
-a sweep (``evaluate_claims``).
+"""The claim kind: the helpers every claim is written with (``claim_api`` is their public face), and
+every registered claim evaluated on a sweep (``evaluate_claims``).
 
-A claim is a plugin component (``hookspecs.initmem_register_claims``): a function of the sweep view
-(``report/claim_groups.py``) that returns a ``Finding`` (``report/verdicts.py``), with what it
-declares beside it (``contracts.ClaimInfo``). The paper's claims are one such plugin
-(``initmem_plugins.claims``). A claim compares like with like: ``per_stratum`` evaluates it in each
-stratum along its axis, keeps each stratum's verdict (``Finding.parts``) and decides over the
-quantities of every stratum together, by the one rule of ``report/verdicts.py``. A claim whose
-groups are missing is *not evaluated* and says which groups it would need (``Finding.needs``).
+A claim (``hookspecs.initmem_register_claims``) is a function of the sweep view (``claim_groups.Sweep``,
+which carries its registration) returning a ``Finding``. ``per_stratum`` evaluates it in each stratum
+along its axis, keeps each stratum's verdict (``Finding.parts``) and decides over the quantities of
+every stratum together, by the one rule of ``report/verdicts.py``. A claim whose groups are missing
+is *not evaluated* and says what it would need (``Finding.needs``); one that raises, why (``Finding.error``).
 """
 
 from __future__ import annotations
@@ -31,10 +29,8 @@ CLAIM = "claim"
 
 
 class ClaimEvaluator(Protocol):
-    """A claim: from the sweep view (``initmem_core.report.claim_groups.Sweep``: the report, its
-    groups with their optimizer family and clocks, its strata along an axis) to its ``Finding``
-    (``initmem_core.report.verdicts``), built with the helpers here (``per_stratum``, ``difference``,
-    the verdict rule and the regime checks)."""
+    """A claim: from the sweep view (``Sweep``: the report, its groups, the claim's registration) to
+    its ``Finding``, written with ``initmem_core.report.claim_api``."""
 
     def __call__(self, sweep: Sweep) -> Finding: ...
 

@@ -32,18 +32,9 @@ def claims_lines(findings: list[Finding]) -> list[str]:
     done = [f for f in findings if f.verdict != NOT_EVALUATED]
     lines = ["", "**Claims on this sweep**, each with its plugin (key quantity claimed above zero, 95% interval):", ""]
     if done:
-        lines += markdown_table(
-            ["claim", "verdict", "key quantity", "margin"],
-            [
-                [
-                    f"`{f.name}` ({f.plugin})",
-                    f.verdict_text.replace("|", "\\|"),
-                    quantity_cell(f.key).replace("|", "\\|"),
-                    f.margin or DASH,
-                ]
-                for f in done
-            ],
-        )
+        rows = [[f"`{f.name}` ({f.plugin})", f.verdict_text, quantity_cell(f.key), f.margin or DASH] for f in done]
+        escaped = [[cell.replace("|", "\\|") for cell in row] for row in rows]
+        lines += markdown_table(["claim", "verdict", "key quantity", "margin"], escaped)
     else:
         lines += ["None could be evaluated on this sweep's groups."]
     left = [f for f in findings if f.verdict == NOT_EVALUATED]

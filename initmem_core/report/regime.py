@@ -133,7 +133,7 @@ def last_epoch(cell: CellRecord) -> float:
 
 def assess(check: Check, thresholds: Mapping[str, float] = CLOCK_THRESHOLDS) -> Regime:
     """Where ``check``'s groups stand: which did not fit, and why the horizon is short, if it is
-    (a clock short of its value in ``thresholds``: a claim's own, ``claims.thresholds_of``)."""
+    (a clock short of its value in ``thresholds``: a claim's own, ``claim_groups.Claim.thresholds``)."""
     regime = Regime()
     for group in check.compared:
         fit, total = fit_counts(group.cells)
