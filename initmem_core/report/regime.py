@@ -11,7 +11,7 @@ govern (docs/PREREGISTRATION.md holds them too, and a test keeps the two equal).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,18 +84,19 @@ class Regime:
     def short_text(self) -> str:
         return "; ".join(self.short)
 
-    def unconverged_text(self) -> str:
-        return "; ".join(self.unconverged)
+
+def by_sigma(group: Group, count: Callable[[Iterable[CellRecord]], tuple[int, int]], text: str, bad) -> list[str]:
+    """``text`` (its fields n, total and sigma) for each sigma of ``group`` whose runs' ``count`` is ``bad``."""
+    sigmas = sorted({c.config.sigma for c in group.cells})
+    counts = {s: count(c for c in group.cells if c.config.sigma == s) for s in sigmas}
+    return [text.format(n=n, total=total, sigma=s) for s, (n, total) in counts.items() if total and bad(n, total)]
 
 
 def unfit_text(group: Group) -> str:
     """Which sigmas of ``group`` have runs that did not fit, as "sgd b=128: 0/3 at sigma 2.5, 1/3 at 1.4"."""
-    parts = []
-    for sigma in sorted({c.config.sigma for c in group.cells}):
-        fit, total = fit_counts(c for c in group.cells if c.config.sigma == sigma)
-        if fit < total:
-            parts.append(f"{fit}/{total} fit at sigma {sigma:g}")
-    return f"{group.label()}: {', '.join(parts)}"
+    return (
+        f"{group.label()}: {', '.join(by_sigma(group, fit_counts, '{n}/{total} fit at sigma {sigma:g}', int.__lt__))}"
+    )
 
 
 def at_edge(cell: CellRecord) -> bool | None:
@@ -118,12 +119,8 @@ def edge_counts(cells: Iterable[CellRecord]) -> tuple[int, int]:
 def unconverged_sigmas(group: Group) -> list[str]:
     """Each sigma of ``group`` where more than ``EDGE_SHARE`` of its runs sit at the edge, as
     "6/6 selected at the horizon's edge at sigma 2.5"."""
-    parts = []
-    for sigma in sorted({c.config.sigma for c in group.cells}):
-        edge, known = edge_counts(c for c in group.cells if c.config.sigma == sigma)
-        if known and edge > EDGE_SHARE * known:
-            parts.append(f"{edge}/{known} selected at the horizon's edge at sigma {sigma:g}")
-    return parts
+    text = "{n}/{total} selected at the horizon's edge at sigma {sigma:g}"
+    return by_sigma(group, edge_counts, text, lambda edge, known: edge > EDGE_SHARE * known)
 
 
 def last_epoch(cell: CellRecord) -> float:

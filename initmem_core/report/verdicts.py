@@ -42,19 +42,10 @@ REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE = (
     "cannot be decided: too few seeds",
 )
 UNDER_TRAINED, NOT_CONVERGED, HORIZON_SHORT = "under-trained", "not converged", "horizon short of the mechanism"
-VERDICTS = (
-    REPRODUCED,
-    CONTRADICTED,
-    NOT_RESOLVED,
-    NOT_EVALUATED,
-    CANNOT_DECIDE,
-    UNDER_TRAINED,
-    NOT_CONVERGED,
-    HORIZON_SHORT,
-)
 #: The verdicts of a comparison outside the paper's regime, the first that applies first: it decides
 #: nothing either way.
 OUT_OF_REGIME = (UNDER_TRAINED, NOT_CONVERGED, HORIZON_SHORT)
+VERDICTS = (REPRODUCED, CONTRADICTED, NOT_RESOLVED, NOT_EVALUATED, CANNOT_DECIDE, *OUT_OF_REGIME)
 #: What an interval over seeds alone is for (norms, interpolation shares: no test set enters them).
 SEEDS_ONLY = "the runs (no test set enters it)"
 
@@ -161,7 +152,7 @@ def regime_verdict(quantities: list[Quantity], regime: Regime) -> tuple[str, lis
     if not regime.fits:
         return UNDER_TRAINED, [regime.under_trained_text()]
     if regime.unconverged:  # a spread read before every sigma converged is partly a horizon
-        return NOT_CONVERGED, [regime.unconverged_text()]
+        return NOT_CONVERGED, ["; ".join(regime.unconverged)]
     verdict = verdict_of(quantities)
     if regime.short and verdict in (CONTRADICTED, NOT_RESOLVED):
         return HORIZON_SHORT, [regime.short_text()]
