@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
-from initmem_core.config import FIELDS, HASHED, RunConfig
+from initmem_core.config import DEFAULTS, FIELDS, HASHED, NAME_PREFIX, RunConfig, exact_text, setting_text, value_text
 
 #: Within a group only these vary; every other varying field tells groups apart.
 WITHIN_GROUP = ("sigma", "seed")
-
-DEFAULTS = RunConfig()
 
 
 def group_fields(configs: Iterable[RunConfig]) -> list[str]:
@@ -30,24 +27,9 @@ def group_fields(configs: Iterable[RunConfig]) -> list[str]:
     ]
 
 
-def value_text(value: Any) -> str:
-    """A value as group and cell names show it: a float to 6 significant digits, a tuple joined by ``+``."""
-    if isinstance(value, tuple):
-        return "+".join(value) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 #: Always named in a group label, default or not: a label is never empty and says what trains.
 #: (An unset lr, 0, is the optimizer's declared default, so ``opt`` alone says it.)
 ALWAYS_LABELLED = ("opt",)
-
-
-def exact_text(value: Any) -> str:
-    """A value as a group label shows it."""
-    # 12 significant digits, not value_text's 6: lr 0.0010001 and 0.001 must not share a label.
-    return f"{value:.12g}" if isinstance(value, float) else value_text(value)
 
 
 def group_label(config: RunConfig) -> str:
@@ -89,6 +71,39 @@ def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
     shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
     names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
     return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
+
+
+def short_labels(keys: list[str]) -> tuple[dict[str, str], str]:
+    """Each group key's (``group_label``) one short label, by which the report's tables and JSON,
+    the figures' legends and the MLflow view name the group, and what every group shares (said
+    once): the settings that tell the sweep's groups apart, as run names write them (``adamw
+    lr=0.001`` beside ``sgd``, ``b=32``). A group at the default of what tells the others apart
+    names that default (``lr=default``, ``b=64``); one group alone is named by its optimizer."""
+    if not keys:
+        return {}, ""
+    split = label_parts(keys)
+    every = [set(parts) for parts in split.values()]
+    shared = set.intersection(*every) if len(every) > 1 else {p for p in every[0] if _field(p) not in ALWAYS_LABELLED}
+    told = {_field(p) for parts in every for p in parts if p not in shared}
+
+    def text(part: str) -> str:
+        name, _, value = part.partition("=")
+        return setting_text(name, value, "=") if name in FIELDS else part
+
+    def at_default(name: str) -> str:
+        value = getattr(DEFAULTS, name)
+        return setting_text(name, value, "=") if value else f"{NAME_PREFIX.get(name, name)}=default"
+
+    def label(parts: list[str]) -> str:
+        return " ".join([text(p) for p in parts if p not in shared] or [at_default(f) for f in FIELDS if f in told])
+
+    return {key: label(parts) or key for key, parts in split.items()}, ", ".join(
+        p for p in split[keys[0]] if p in shared
+    )
+
+
+def _field(part: str) -> str:
+    return part.partition("=")[0]
 
 
 def metric_suffix(key: str) -> str:

@@ -90,7 +90,7 @@ def description(
             ],
             [
                 [
-                    g.group,
+                    g.label,
                     spread_cell(g),
                     interval(g.spread_lo, g.spread_hi, ".2f"),
                     debiased_cell(g),
@@ -102,6 +102,7 @@ def description(
                 for g in report.groups
             ],
         ),
+        *([f"Every group: {report.shared}."] if report.shared else []),
     ]
     lines += claims_lines(report.findings)
     unresolved = [p for p in report.pairs if p.seeds_needed is not None or p.seeds_needed_note]
@@ -117,7 +118,7 @@ def description(
                 ["a − b", "difference pp [95% interval]", "next step"],
                 [
                     [
-                        f"{p.a} − {p.b}",
+                        f"{report.label(p.a)} − {report.label(p.b)}",
                         f"{number(p.spread_diff, '+.2f')} {interval(p.spread_diff_lo, p.spread_diff_hi)}",
                         seeds_needed_cell(p),
                     ]

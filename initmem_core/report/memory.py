@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from initmem_core.groups import group_fields, group_keys, metric_suffix
+from initmem_core.groups import group_fields, group_keys, metric_suffix, short_labels
 from initmem_core.report.forgetting import build_forgetting, half_life_metrics
 from initmem_core.report.inference import (
     MIN_SEEDS_PER_SIGMA,
@@ -98,6 +98,9 @@ class GroupSummary:
     #: what its interval is for: "population" (the test set's sampling error included, from the
     #: runs' per-example records) or "this test set" (records missing: see debiased_note)
     debiased_interval_for: str = THIS_TEST_SET
+    #: what every place that shows the group names it by (``groups.short_labels``): the settings
+    #: that tell the sweep's groups apart, e.g. ``adamw lr=0.001``; ``group`` is the full key
+    label: str = ""
 
 
 @dataclass
@@ -154,6 +157,12 @@ class Report:
     #: the paper's claims evaluated on these groups, in the claims' registration order (empty: not
     #: evaluated; ``report/assessment.py`` fills it)
     findings: list[Finding] = field(default_factory=list)
+    #: the settings every group shares (``groups.short_labels``), e.g. ``opt=sgd, epochs=3``
+    shared: str = ""
+
+    def label(self, group: str) -> str:
+        """``group``'s (a key) short label; the key itself for a group the report does not hold."""
+        return next((g.label for g in self.groups if g.group == group and g.label), group)
 
     def parent_metrics(self) -> dict[str, float]:
         """Per-group figures as metric names the MLflow UI can chart, e.g. ``spread_opt-sgd``."""
@@ -411,5 +420,8 @@ def build_report(records: Iterable[CellRecord]) -> Report:
         )
     trained = [g for g in groups if not math.isnan(g.spread)]
     pairs = [_paired(a, b, accuracy) for i, a in enumerate(trained) for b in trained[i + 1 :]]
-
-    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))
+    labels, shared = short_labels([g.group for g in groups])
+    for g in groups:
+        g.label = labels[g.group]
+    forgetting = build_forgetting(by_group)
+    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, forgetting, shared=shared)
