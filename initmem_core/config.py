@@ -359,11 +359,13 @@ NAME_PREFIX = {
 
 def value_text(value: Any) -> str:
     """A value as group and cell names show it: a float to 6 significant digits, a tuple joined by ``+``."""
-    if isinstance(value, tuple):
-        return "+".join(value) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    return (
+        ("+".join(value) or "none")
+        if isinstance(value, tuple)
+        else f"{value:g}"
+        if isinstance(value, float)
+        else str(value)
+    )
 
 
 def exact_text(value: Any) -> str:

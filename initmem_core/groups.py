@@ -1,5 +1,5 @@
-"""A sweep's groups and how they are named, in one scheme: the report, the sweep and the CLI all
-name a group by ``group_label``.
+"""A sweep's groups and how they are named: a group's key (``group_label``), and within a sweep its
+short label (``short_labels``), which every table, figure and the MLflow view show.
 
 Cells that differ only in sigma and seed form a *group*: the report measures the spread of test
 accuracy over sigma inside each group. A group's label names its optimizer and every hashed field
@@ -37,17 +37,13 @@ def group_label(config: RunConfig) -> str:
     optimizer, then every hashed field except sigma and seed whose value is not the default.
     The same group has the same label in every sweep, and two groups that differ in anything
     but sigma and seed never share one (the UI groups by it across sweeps)."""
+    # With an --until target, not epochs: the target sets them, --epochs only caps them (config_hash).
+    named = [name for name in HASHED if name not in WITHIN_GROUP and not (name == "epochs" and config.until)]
     return ",".join(
         f"{name}={exact_text(getattr(config, name))}"
-        for name in identity_fields(config)
+        for name in named
         if name in ALWAYS_LABELLED or getattr(config, name) != getattr(DEFAULTS, name)
     )
-
-
-def identity_fields(config: RunConfig) -> list[str]:
-    """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
-    (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
-    return [name for name in HASHED if name not in WITHIN_GROUP and not (name == "epochs" and config.until)]
 
 
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
@@ -74,11 +70,11 @@ def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
 
 
 def short_labels(keys: list[str]) -> tuple[dict[str, str], str]:
-    """Each group key's (``group_label``) one short label, by which the report's tables and JSON,
-    the figures' legends and the MLflow view name the group, and what every group shares (said
-    once): the settings that tell the sweep's groups apart, as run names write them (``adamw
-    lr=0.001`` beside ``sgd``, ``b=32``). A group at the default of what tells the others apart
-    names that default (``lr=default``, ``b=64``); one group alone is named by its optimizer."""
+    """Each group key's (``group_label``) one short label, which the report's tables and JSON, the
+    figures and the MLflow view name the group by, and what every group shares (said once): the
+    settings that tell the groups apart as run names write them, one word a terminal never breaks
+    (``adamw,lr=0.001`` beside ``sgd``; ``b=32``). A group at the default of what tells the others
+    apart names it (``lr=default``, ``b=64``); one group alone is named by its optimizer."""
     if not keys:
         return {}, ""
     split = label_parts(keys)
@@ -86,16 +82,12 @@ def short_labels(keys: list[str]) -> tuple[dict[str, str], str]:
     shared = set.intersection(*every) if len(every) > 1 else {p for p in every[0] if _field(p) not in ALWAYS_LABELLED}
     told = {_field(p) for parts in every for p in parts if p not in shared}
 
-    def text(part: str) -> str:
-        name, _, value = part.partition("=")
-        return setting_text(name, value, "=") if name in FIELDS else part
-
-    def at_default(name: str) -> str:
-        value = getattr(DEFAULTS, name)
+    def text(name: str, value: object) -> str:
         return setting_text(name, value, "=") if value else f"{NAME_PREFIX.get(name, name)}=default"
 
     def label(parts: list[str]) -> str:
-        return " ".join([text(p) for p in parts if p not in shared] or [at_default(f) for f in FIELDS if f in told])
+        own = [text(*p.split("=", 1)) if _field(p) in FIELDS else p for p in parts if p not in shared]
+        return ",".join(own or [text(f, getattr(DEFAULTS, f)) for f in FIELDS if f in told])
 
     return {key: label(parts) or key for key, parts in split.items()}, ", ".join(
         p for p in split[keys[0]] if p in shared

@@ -180,17 +180,17 @@ def test_short_labels_name_only_what_tells_the_groups_apart_and_say_once_what_th
 
     timm = "arch=timm:resnet10t,opt={},epochs=3,data=fashion-mnist,train_size=256,eval_size=500"
     names, shared = short_labels([timm.format("adamw,lr=0.001"), timm.format("sgd")])
-    assert list(names.values()) == ["adamw lr=0.001", "sgd"]
+    assert list(names.values()) == ["adamw,lr=0.001", "sgd"]
     assert shared == "arch=timm:resnet10t, epochs=3, data=fashion-mnist, train_size=256, eval_size=500"
     # groups that differ in the rate alone are named by it; a shared optimizer goes with the rest
     names, shared = short_labels(["opt=sgd,lr=0.01,epochs=3", "opt=sgd,lr=0.1,epochs=3"])
     assert list(names.values()) == ["lr=0.01", "lr=0.1"] and shared == "opt=sgd, epochs=3"
     # a group at the default of what sets the others apart names that default; fields by their short names
     names, _ = short_labels(["opt=sgd,epochs=40", "opt=sgd,lr=0.1,batch_size=32,epochs=40"])
-    assert list(names.values()) == ["lr=default b=64", "lr=0.1 b=32"]
+    assert list(names.values()) == ["lr=default,b=64", "lr=0.1,b=32"]
     # values that hold commas and equals signs stay whole; one group alone is named by its optimizer
     names, _ = short_labels(["opt=lion,opt_arg=betas=0.9,0.99,until=clock_sgd=0.05", "opt=lion"])
-    assert list(names.values()) == ["opt_arg=betas=0.9,0.99 clock_sgd=0.05", "opt_arg=default until=default"]
+    assert list(names.values()) == ["opt_arg=betas=0.9,0.99,clock_sgd=0.05", "opt_arg=default,until=default"]
     assert short_labels(["arch=resnet56,opt=adam,lr=0.001"]) == (
         {"arch=resnet56,opt=adam,lr=0.001": "adam"},
         "arch=resnet56, lr=0.001",
