@@ -27,7 +27,7 @@ class ReportFormat(StrEnum):
 
 
 def rich_tables(report, name: str, width: int) -> list[Table]:
-    """The full table, one section per group (its label as the title: labels are long), each
+    """The full table, one section per group (its label in the title), each
     split into as many tables as ``width`` needs, sigma repeated in each: nothing is cut."""
     from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up
         TABLE_COLUMNS,
@@ -36,14 +36,14 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
         table_rows,
     )
 
-    keys = [c for c, _, _ in TABLE_COLUMNS if c != "group"]
-    headers = [h for c, h, _ in TABLE_COLUMNS if c != "group"]
+    keys = [c for c, _, _ in TABLE_COLUMNS if c != "label"]
+    headers = [h for c, h, _ in TABLE_COLUMNS if c != "label"]
     rows = table_rows(report)
     summaries = {g.group: g for g in report.groups}
     tables = []
     for group in dict.fromkeys(row["group"] for row in rows):
         cells = [[formatted(key, row[key]) for key in keys] for row in rows if row["group"] == group]
-        title = f"sweep {name}, group {group}"
+        title = f"sweep {name}, group {report.label(group)}"
         if group in summaries and (why := spread_cell(summaries[group])).startswith(("did not", "no run")):
             title += f": {why}"  # said once, rather than a dash in its spread column
         tables += fitted_tables(title, headers, cells, width, right=tuple(range(len(keys))))
@@ -55,7 +55,7 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
         # One table per pair, the two labels in its title: side by side they leave no room for numbers.
         for p in report.pairs:
-            title = f"sweep {name}, paired difference (95% CI): {p.a} − {p.b}"
+            title = f"sweep {name}, paired difference (95% CI): {report.label(p.a)} − {report.label(p.b)}"
             tables += fitted_tables(title, PAIR_HEADERS, [pair_cells(p)], width, keys=0, right=(0, 1, 4, 5, 6, 7))
     if report.findings:
         from initmem_core.report.render import (  # lazy: keeps the report code out of the CLI's start-up

@@ -46,8 +46,8 @@ def resolve_config(config_file: Path | None, config_values: dict[str, Any]):
     return from_mapping({**values, **config_values}, source)  # --until without --epochs: no cap
 
 
-def summary_table(result) -> Table:
-    table = Table(title=f"{result.config.run_name()}  ({result.status})")
+def summary_table(result, name: str) -> Table:
+    table = Table(title=f"{name}  ({result.status})")
     table.add_column("figure", overflow="fold")  # fold, never cut, on a narrow terminal
     table.add_column("value", justify="right", overflow="fold")
     final = result.history[-1] if result.history else {}
@@ -152,24 +152,24 @@ def _run_and_report(
         raise  # not reached: _fail_for raises
     except KeyboardInterrupt:  # only before the run exists: from then on signals become Stopped
         raise fail("interrupted before the run was tracked; nothing was written", 130) from None
-    console.print(summary_table(result))
+    console.print(summary_table(result, run_config.run_name()))
     if result.unsynced and not result.lost:
         console.print(f"[yellow]{stored_as(result.status, result)}[/yellow]")
     if result.run_id and not no_tracking:
         console.print(f"MLflow run id: [bold]{result.run_id}[/bold]  (browse with `initmem ui`)")
-    output.emit(run_document(result, tracked=not no_tracking))
+    output.emit(run_document(result, run_config.run_name(), tracked=not no_tracking))
     if result.lost:  # the last line: what is missing, and the command that records it
         raise fail(
             f"{run_config.run_name()} ended {result.status}, but {result.unsynced}; {recovery(result.checkpoint)}", 1
         )
 
 
-def run_document(result, tracked: bool = True) -> dict[str, Any]:
+def run_document(result, name: str, tracked: bool = True) -> dict[str, Any]:
     """What ``initmem run --json`` prints: the run's id, status, summary and last epoch's figures."""
     final = result.history[-1] if result.history else {}
     return {
         "run_id": result.run_id if tracked else None,
-        "run_name": result.config.run_name(),
+        "run_name": name,
         "status": result.status,
         CONFIG_HASH_TAG: result.config_hash,
         "summary": {key: finite(value) for key, value in result.summary.items()},

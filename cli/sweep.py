@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from initmem_core.groups import short_group_names
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.sweep.executor import make_executor
 from initmem_core.tracking.uris import resolve_tracking_uri
@@ -240,11 +239,10 @@ def groups_table(report, width: int | None = None) -> Table:
         spread_cell,
     )
 
-    names, shared = short_group_names([g.group for g in report.groups])
     headers = ["group", "spread pp", "debiased pp [95% CI]", "best σ", "worst σ", "σ never interpolated", "runs fit"]
     rows = [
         [
-            names[g.group],
+            g.label,
             spread_cell(g),  # "did not train", not a dash
             DASH if g.did_not_train or not g.runs_ran else debiased_cell(g),
             formatted("sigma", g.best_sigma),
@@ -261,7 +259,7 @@ def groups_table(report, width: int | None = None) -> Table:
         rows,
         width,
         right=tuple(range(1, len(headers) + 1)),
-        caption=f"every group: {shared}" if shared else None,
+        caption=f"every group: {report.shared}" if report.shared else None,
     )
 
 

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,9 +298,17 @@ class RunConfig:
         text = json.dumps(hashed, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def run_name(self) -> str:
-        """A name for humans, e.g. ``resnet56-muon-s2.0-seed0``."""
-        return f"{self.arch}-{self.opt}-s{short_number(self.sigma)}-seed{self.seed}"
+    def run_name(self, fields: Iterable[str] | None = None) -> str:
+        """A name for humans: the architecture, the optimizer, each of ``fields`` (by default every
+        hashed setting but ``UNNAMED`` that differs from its default: what tells this run from
+        others), sigma and seed, e.g. ``resnet56-muon-lr0.003-clock_sgd=0.05-s2.0-seed0``. A sweep
+        names its cells by the fields it varies (``sweep.grid.cell_names``)."""
+        if fields is None:
+            fields = [name for name in HASHED if name not in UNNAMED and getattr(self, name) != getattr(DEFAULTS, name)]
+        told = [n for n in fields if n not in ("arch", "opt", "sigma", "seed") and not (n == "epochs" and self.until)]
+        parts = [self.arch, self.opt, *(setting_text(n, getattr(self, n)) for n in told)]
+        name = "-".join([*parts, f"s{short_number(self.sigma)}", f"seed{self.seed}"])
+        return re.sub(r"[^\w.+:=,-]", "_", name)  # nothing a file name or a shell would trip on
 
     def replace(self, **changes: Any) -> RunConfig:
         return from_mapping({**self.to_dict(), **changes})
@@ -339,6 +347,40 @@ def _canonical_until(text: str) -> str:
     return f"{parsed[0]}={parsed[1]!r}" if parsed else ""
 
 
+#: What only measures a run, not what it trains: left out of a single run's name.
+UNNAMED = ("metrics", "train_eval_size", "eval_size", "eval_every", "interp_threshold")
+#: How run names (``lr0.001``) and group labels (``lr=0.001``) name a field; a text field without
+#: one shows its value alone (``adamw``, ``fashion-mnist``, ``clock_sgd=0.05``).
+NAME_PREFIX = {
+    **{"momentum": "mom", "weight_decay": "wd", "batch_size": "b", "epochs": "ep", "train_size": "n"},
+    **{"warmup_epochs": "warm", "interp_threshold": "thr", "augment": "aug", "amp": "amp", "tf32": "tf32"},
+}
+
+
+def value_text(value: Any) -> str:
+    """A value as group and cell names show it: a float to 6 significant digits, a tuple joined by ``+``."""
+    return (
+        ("+".join(value) or "none")
+        if isinstance(value, tuple)
+        else f"{value:g}"
+        if isinstance(value, float)
+        else str(value)
+    )
+
+
+def exact_text(value: Any) -> str:
+    """A value as a group label or run name shows it."""
+    # 12 significant digits, not value_text's 6: lr 0.0010001 and 0.001 must not share a label.
+    return f"{value:.12g}" if isinstance(value, float) else value_text(value)
+
+
+def setting_text(name: str, value: Any, equals: str = "") -> str:
+    """One setting as a run name (``lr0.001``, ``b32``) or, with ``equals="="``, a group label shows it."""
+    if name not in NAME_PREFIX and isinstance(FIELDS[name].default, str):
+        return exact_text(value)
+    return f"{NAME_PREFIX.get(name, name)}{equals}{exact_text(value)}"
+
+
 def short_number(value: float) -> str:
     text = f"{value:g}"
     return text if any(c in text for c in ".e") else f"{text}.0"
@@ -347,6 +389,7 @@ def short_number(value: float) -> str:
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 #: The fields the config hash may hold (``knob(hashed=...)``): what a run computes, in field order.
 HASHED = tuple(name for name, f in FIELDS.items() if f.metadata["hashed"])
+DEFAULTS = RunConfig()
 
 
 def field_type(name: str) -> type:

@@ -1,5 +1,5 @@
-"""A sweep's groups and how they are named, in one scheme: the report, the sweep and the CLI all
-name a group by ``group_label``.
+"""A sweep's groups and how they are named: a group's key (``group_label``), and within a sweep its
+short label (``short_labels``), which every table, figure and the MLflow view show.
 
 Cells that differ only in sigma and seed form a *group*: the report measures the spread of test
 accuracy over sigma inside each group. A group's label names its optimizer and every hashed field
@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
-from initmem_core.config import FIELDS, HASHED, RunConfig
+from initmem_core.config import DEFAULTS, FIELDS, HASHED, NAME_PREFIX, RunConfig, exact_text, setting_text, value_text
 
 #: Within a group only these vary; every other varying field tells groups apart.
 WITHIN_GROUP = ("sigma", "seed")
-
-DEFAULTS = RunConfig()
 
 
 def group_fields(configs: Iterable[RunConfig]) -> list[str]:
@@ -30,24 +27,9 @@ def group_fields(configs: Iterable[RunConfig]) -> list[str]:
     ]
 
 
-def value_text(value: Any) -> str:
-    """A value as group and cell names show it: a float to 6 significant digits, a tuple joined by ``+``."""
-    if isinstance(value, tuple):
-        return "+".join(value) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 #: Always named in a group label, default or not: a label is never empty and says what trains.
 #: (An unset lr, 0, is the optimizer's declared default, so ``opt`` alone says it.)
 ALWAYS_LABELLED = ("opt",)
-
-
-def exact_text(value: Any) -> str:
-    """A value as a group label shows it."""
-    # 12 significant digits, not value_text's 6: lr 0.0010001 and 0.001 must not share a label.
-    return f"{value:.12g}" if isinstance(value, float) else value_text(value)
 
 
 def group_label(config: RunConfig) -> str:
@@ -55,17 +37,13 @@ def group_label(config: RunConfig) -> str:
     optimizer, then every hashed field except sigma and seed whose value is not the default.
     The same group has the same label in every sweep, and two groups that differ in anything
     but sigma and seed never share one (the UI groups by it across sweeps)."""
+    # With an --until target, not epochs: the target sets them, --epochs only caps them (config_hash).
+    named = [name for name in HASHED if name not in WITHIN_GROUP and not (name == "epochs" and config.until)]
     return ",".join(
         f"{name}={exact_text(getattr(config, name))}"
-        for name in identity_fields(config)
+        for name in named
         if name in ALWAYS_LABELLED or getattr(config, name) != getattr(DEFAULTS, name)
     )
-
-
-def identity_fields(config: RunConfig) -> list[str]:
-    """The hashed fields of ``config`` but sigma and seed; with an ``until`` target, not ``epochs``
-    (the target sets them, ``--epochs`` only caps them: see ``RunConfig.config_hash``)."""
-    return [name for name in HASHED if name not in WITHIN_GROUP and not (name == "epochs" and config.until)]
 
 
 def group_keys(configs: Iterable[RunConfig]) -> list[str]:
@@ -89,6 +67,35 @@ def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
     shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
     names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
     return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
+
+
+def short_labels(keys: list[str]) -> tuple[dict[str, str], str]:
+    """Each group key's (``group_label``) one short label, which the report's tables and JSON, the
+    figures and the MLflow view name the group by, and what every group shares (said once): the
+    settings that tell the groups apart as run names write them, one word a terminal never breaks
+    (``adamw,lr=0.001`` beside ``sgd``; ``b=32``). A group at the default of what tells the others
+    apart names it (``lr=default``, ``b=64``); one group alone is named by its optimizer."""
+    if not keys:
+        return {}, ""
+    split = label_parts(keys)
+    every = [set(parts) for parts in split.values()]
+    shared = set.intersection(*every) if len(every) > 1 else {p for p in every[0] if _field(p) not in ALWAYS_LABELLED}
+    told = {_field(p) for parts in every for p in parts if p not in shared}
+
+    def text(name: str, value: object) -> str:
+        return setting_text(name, value, "=") if value else f"{NAME_PREFIX.get(name, name)}=default"
+
+    def label(parts: list[str]) -> str:
+        own = [text(*p.split("=", 1)) if _field(p) in FIELDS else p for p in parts if p not in shared]
+        return ",".join(own or [text(f, getattr(DEFAULTS, f)) for f in FIELDS if f in told])
+
+    return {key: label(parts) or key for key, parts in split.items()}, ", ".join(
+        p for p in split[keys[0]] if p in shared
+    )
+
+
+def _field(part: str) -> str:
+    return part.partition("=")[0]
 
 
 def metric_suffix(key: str) -> str:

@@ -103,11 +103,13 @@ COMPILE_FALLBACKS_TAG = "initmem.compile_fallbacks"
 INITMEM_VERSION_TAG = "initmem.version"
 
 #: A sweep's runs: the sweep's name (on the parent and every child), the parent's role, a
-#: child's group label (``initmem_core.groups.group_label``).
+#: child's group key (``initmem_core.groups.group_label``) and its short label in the sweep
+#: (``groups.short_labels``: what the prepared view groups by).
 SWEEP_TAG = "initmem.sweep"
 ROLE_TAG = "initmem.role"
 PARENT_ROLE = "parent"  # the value of ROLE_TAG on a sweep's parent run
 GROUP_TAG = "initmem.group"
+GROUP_LABEL_TAG = "initmem.group_label"
 #: On a sweep cell's run: how many times a remote worker started it, and the host:pid of the
 #: worker running (or that last ran) it.
 ATTEMPTS_TAG = "initmem.attempts"

@@ -265,7 +265,7 @@ def test_a_full_checkpoint_disk_fails_the_run_in_one_line_and_resume_completes_i
     assert "could not be written: No space left on device" in failed.stderr and str(disk) in failed.stderr
     assert "the run is marked FAILED" in failed.stderr and "--resume continues from" in failed.stderr
     assert not list(disk.rglob("*.tmp"))
-    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FAILED")]
+    assert runs_in(tracking_uri) == [("resnet20-sgd-b32-ep4-n128-s1.0-seed0", "FAILED")]
 
     disk.resize("8m")
     resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=120)

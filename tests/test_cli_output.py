@@ -46,8 +46,8 @@ def test_a_run_piped_into_head_lands_and_exits_like_a_unix_tool(tmp_path, tracki
     process.stdout.close()
     error = process.stderr.read()
     assert process.wait(timeout=120) in (0, BROKEN_PIPE_EXIT)
-    assert first.strip() == "resnet20-sgd-s1.0-seed0" and error == "", error
-    assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
+    assert first.strip() == "resnet20-sgd-b32-ep2-n128-s1.0-seed0" and error == "", error
+    assert runs_in(uri) == [("resnet20-sgd-b32-ep2-n128-s1.0-seed0", "FINISHED")]
 
 
 @pytest.mark.slow
@@ -62,7 +62,7 @@ def test_a_run_with_stdout_closed_lands_without_a_traceback(tmp_path, tracking_u
         timeout=120,
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
+    assert runs_in(uri) == [("resnet20-sgd-b32-ep2-n128-s1.0-seed0", "FINISHED")]
 
 
 def test_output_on_a_full_disk_is_dropped_and_the_command_ends_in_one_line(tmp_path):

@@ -14,10 +14,27 @@ from initmem_core.training.plan import plan_run
 
 
 def test_defaults_are_valid_and_run_name_reads_well():
-    config = plan_run(RunConfig(), load_registry(entry_points=False)).config
-    assert config.run_name() == "resnet20-sgd-s1.0-seed0"
+    plan = plan_run(RunConfig(), load_registry(entry_points=False))
+    # named as given: the optimizer's default rate, resolved in the plan, is no setting of the run's
+    assert plan.name == "resnet20-sgd-s1.0-seed0" and plan.config.lr > 0
     assert RunConfig(arch="resnet56", opt="muon", sigma=2.0).run_name() == "resnet56-muon-s2.0-seed0"
     assert RunConfig(sigma=0.25, seed=3).run_name() == "resnet20-sgd-s0.25-seed3"
+
+
+def test_a_run_is_named_by_every_setting_that_differs_from_the_defaults():
+    registry = load_registry(entry_points=False)
+    rate = plan_run(RunConfig(opt="adam", lr=0.003), registry)
+    assert rate.name == "resnet20-adam-lr0.003-s1.0-seed0"
+    # two runs that differ in their rate, their target or their data never share a name
+    target = from_mapping({"until": "clock_sgd=0.050", "epochs": 100, "batch_size": 32})
+    assert target.run_name() == "resnet20-sgd-b32-clock_sgd=0.05-s1.0-seed0"  # --epochs only caps a target
+    assert (
+        from_mapping({"data": "mnist", "train_size": 256, "epochs": 3}).run_name()
+        == "resnet20-sgd-ep3-mnist-n256-s1.0-seed0"
+    )
+    # what only measures a run is not in its name; nothing a file name or shell would trip on is
+    assert RunConfig(eval_size=500, metrics=("ece",)).run_name() == "resnet20-sgd-s1.0-seed0"
+    assert RunConfig(opt_arg=("betas=0.9 0.95",)).run_name() == "resnet20-sgd-opt_argbetas=0.9_0.95-s1.0-seed0"
 
 
 def test_hash_ignores_execution_knobs_but_not_learning_knobs():

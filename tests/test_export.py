@@ -268,6 +268,6 @@ def test_report_from_a_file_marks_a_sigma_at_chance_as_not_trained(tmp_path, mon
     markdown = done["markdown"].stdout
     assert "(rests on σ 2.5, which did not train)" in markdown
     per_sigma = markdown.split("## Per sigma")[1].splitlines()
-    [adam_row] = [line for line in per_sigma if line.startswith("| opt=adam") and "| 2.5 |" in line]
+    [adam_row] = [line for line in per_sigma if line.startswith("| adam") and "| 2.5 |" in line]
     assert "| at chance |" in adam_row
     assert markdown.count("which did not train)") == 1  # SGD's spread rests on trained sigmas

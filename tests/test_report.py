@@ -126,7 +126,7 @@ def test_csv_markdown_and_json_hold_the_same_table(records):
     markdown = to_markdown(report)
     # paper's spread, its interval, the debiased one (two seeds: no interval, and why), sigmas, counts, runs that fit
     assert re.search(
-        r"\| opt=sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| \+26\.00 \(no interval: too few seeds to decide "
+        r"\| sgd \| 26\.00 \| \[[\d.]+, [\d.]+\] \| \+26\.00 \(no interval: too few seeds to decide "
         r"\(2 < 3\)\) \| 1 \| 2 \| 1 \| 6/6 \| 0 \|",
         markdown,
     ), markdown
@@ -175,6 +175,29 @@ def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_v
     assert short_group_names(["opt=sgd,epochs=40"]) == ({"opt=sgd,epochs=40": "opt=sgd,epochs=40"}, "")
 
 
+def test_short_labels_name_only_what_tells_the_groups_apart_and_say_once_what_they_share():
+    from initmem_core.groups import short_labels
+
+    timm = "arch=timm:resnet10t,opt={},epochs=3,data=fashion-mnist,train_size=256,eval_size=500"
+    names, shared = short_labels([timm.format("adamw,lr=0.001"), timm.format("sgd")])
+    assert list(names.values()) == ["adamw,lr=0.001", "sgd"]
+    assert shared == "arch=timm:resnet10t, epochs=3, data=fashion-mnist, train_size=256, eval_size=500"
+    # groups that differ in the rate alone are named by it; a shared optimizer goes with the rest
+    names, shared = short_labels(["opt=sgd,lr=0.01,epochs=3", "opt=sgd,lr=0.1,epochs=3"])
+    assert list(names.values()) == ["lr=0.01", "lr=0.1"] and shared == "opt=sgd, epochs=3"
+    # a group at the default of what sets the others apart names that default; fields by their short names
+    names, _ = short_labels(["opt=sgd,epochs=40", "opt=sgd,lr=0.1,batch_size=32,epochs=40"])
+    assert list(names.values()) == ["lr=default,b=64", "lr=0.1,b=32"]
+    # values that hold commas and equals signs stay whole; one group alone is named by its optimizer
+    names, _ = short_labels(["opt=lion,opt_arg=betas=0.9,0.99,until=clock_sgd=0.05", "opt=lion"])
+    assert list(names.values()) == ["opt_arg=betas=0.9,0.99,clock_sgd=0.05", "opt_arg=default,until=default"]
+    assert short_labels(["arch=resnet56,opt=adam,lr=0.001"]) == (
+        {"arch=resnet56,opt=adam,lr=0.001": "adam"},
+        "arch=resnet56, lr=0.001",
+    )
+    assert short_labels([]) == ({}, "")
+
+
 def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_path):
     import dataclasses
 
@@ -185,10 +208,10 @@ def test_figures_name_groups_by_what_tells_them_apart(records, monkeypatch, tmp_
     monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.append(figure) or path)
     plots.accuracy_vs_sigma(build_report(long), tmp_path / "acc.png")
     legend = [text.get_text() for text in drawn[0].legends[0].get_texts()]
-    assert [label.split(" (")[0] for label in legend] == ["opt=adam", "opt=sgd"]
+    assert [label.split(" (")[0] for label in legend] == ["adam", "sgd"]
     assert drawn[0].legends[0].get_title().get_text() == "every group: epochs=40, schedule=cosine"
     plots.spread_vs_clocks(build_report(long), tmp_path / "clocks.png")  # one colour per group, named below
-    assert [text.get_text() for text in drawn[1].legends[0].get_texts()] == ["opt=adam", "opt=sgd"]
+    assert [text.get_text() for text in drawn[1].legends[0].get_texts()] == ["adam", "sgd"]
 
 
 def test_the_sweep_summary_table_names_groups_by_what_tells_them_apart(records):
@@ -202,9 +225,58 @@ def test_the_sweep_summary_table_names_groups_by_what_tells_them_apart(records):
     console = Console(record=True, width=200)
     console.print(groups_table(build_report(long)))
     text = console.export_text()
-    rows = [line for line in text.splitlines() if "opt=" in line]
-    assert [row.split("│")[1].strip() for row in rows] == ["opt=adam", "opt=sgd"]
+    rows = [line for line in text.splitlines() if "/" in line]  # runs fit, "5/5"
+    assert [row.split("│")[1].strip() for row in rows] == ["adam", "sgd"]
     assert "every group: epochs=40" in text
+
+
+def test_two_groups_that_differ_only_in_rate_have_one_short_name_everywhere(monkeypatch, tmp_path):
+    """One name per group: the terminal, Markdown, JSON, the figures' legend and the MLflow view's
+    grouping tag all call a group by its short label; JSON and Markdown keep the full key."""
+    from rich.console import Console
+
+    from initmem_cli.sweep import groups_table
+    from initmem_core.groups import short_labels
+    from initmem_core.sweep.grid import plan_sweep
+    from initmem_plugins.figures import plots
+
+    fixed = {"arch": "timm:resnet10t", "opt": "adamw", "epochs": 3, "data": "fashion-mnist", "train_size": 256}
+    report = build_report(
+        [
+            record(RunConfig(**fixed, lr=lr, sigma=sigma, seed=seed), acc + 0.01 * seed)
+            for lr, accs in ((0.001, (0.8, 0.6)), (0.003, (0.7, 0.69)))
+            for sigma, acc in zip((0.5, 2.0), accs)
+            for seed in range(2)
+        ]
+    )
+    labels = ["lr=0.001", "lr=0.003"]
+    assert [g.label for g in report.groups] == labels
+    shared = "arch=timm:resnet10t, opt=adamw, epochs=3, data=fashion-mnist, train_size=256"
+    assert report.shared == shared
+    console = Console(record=True, width=200)
+    console.print(groups_table(report))
+    terminal = console.export_text()
+    assert [line.split("│")[1].strip() for line in terminal.splitlines() if "/" in line] == labels
+    assert f"every group: {shared}" in terminal
+    markdown = to_markdown(report)
+    assert all(f"| {label} | " in markdown for label in labels) and "arch=timm:resnet10t,opt=" not in markdown
+    assert f"Every group: {shared}." in markdown
+    data = json.loads(to_json(report))
+    assert [(g["label"], g["group"]) for g in data["groups"]] == [(g.label, g.group) for g in report.groups]
+    assert (
+        data["groups"][0]["group"]
+        == "arch=timm:resnet10t,opt=adamw,lr=0.001,epochs=3,data=fashion-mnist,train_size=256"
+    )
+    assert {row["label"] for row in data["rows"]} == set(labels) and data["shared"] == shared
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.append(figure) or path)
+    plots.accuracy_vs_sigma(report, tmp_path / "acc.png")
+    legend = drawn[0].legends[0]
+    assert [text.get_text().split(" (")[0] for text in legend.get_texts()][:2] == labels
+    assert legend.get_title().get_text() == f"every group: {shared}"
+    # the tag the prepared MLflow view groups the sweep's runs by, given as each child run is made
+    plan = plan_sweep({**fixed, "lr": "0.001,0.003", "sigma": "0.5,2", "seed": "0,1"})
+    assert sorted(set(short_labels(plan.groups)[0].values())) == labels
 
 
 def test_the_per_sigma_table_says_how_each_sigmas_runs_stopped():

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -185,12 +186,15 @@ def test_every_figure_gives_a_group_the_same_colour(no_l2, tmp_path, monkeypatch
 
 
 def test_a_group_at_the_default_of_the_varying_field_is_named_by_that_default():
-    names, shared = plots.legend_names(["opt=sgd,lr=0.01,epochs=15", "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1"])
-    assert names == {
-        "opt=sgd,lr=0.01,epochs=15": "lr_match_sigma=0",
-        "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1": "lr_match_sigma=1",
-    }
+    from initmem_core.groups import short_labels
+
+    keys = ["opt=sgd,lr=0.01,epochs=15", "opt=sgd,lr=0.01,epochs=15,lr_match_sigma=1"]
+    names, shared = short_labels(keys)
+    assert names == dict(zip(keys, ["lr_match_sigma=default", "lr_match_sigma=1"]))
     assert shared == "opt=sgd, lr=0.01, epochs=15"
+    # a legend names each group by the report's label, the shared settings in its title
+    report = SimpleNamespace(groups=[SimpleNamespace(group=k, label=names[k]) for k in keys], shared=shared)
+    assert plots.legend_names(report) == (names, shared)
 
 
 # Figures that do not mislead.

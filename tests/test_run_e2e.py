@@ -28,7 +28,7 @@ def test_cli_run_logs_params_metrics_and_artifacts(tracking_uri, tmp_path):
     result = runner.invoke(app, ["run", *SMALL, "--sigma", "2.0", "--tracking-uri", tracking_uri])
     assert result.exit_code == 0, result.output
     run, client = only_run(tracking_uri), mlflow_client(tracking_uri)
-    assert run.info.status == "FINISHED" and run.info.run_name == "resnet20-sgd-s2.0-seed0"
+    assert run.info.status == "FINISHED" and run.info.run_name == "resnet20-sgd-ep2-n256-s2.0-seed0"
     assert run.info.run_id in result.stdout
     params = run.data.params
     assert set(FIELDS) <= set(params)

@@ -36,7 +36,7 @@ def test_a_live_run_holds_its_config_and_once_its_process_is_dead_it_resumes(tmp
         initmem_command(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     try:
-        assert first.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # training
+        assert first.stdout.readline().strip() == "resnet20-sgd-b32-ep12-n256-s1.0-seed0"  # training
         second = subprocess.run(initmem_command(*args), cwd=tmp_path, capture_output=True, text=True, timeout=60)
         resumed_early = subprocess.run(
             initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True, text=True, timeout=60
@@ -46,16 +46,16 @@ def test_a_live_run_holds_its_config_and_once_its_process_is_dead_it_resumes(tmp
         first.send_signal(signal.SIGKILL)  # its owner dies outright: the run stays RUNNING
         first.wait()
     assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
-    assert f"resnet20-sgd-s1.0-seed0 is already running in process {first.pid}" in second.stderr
+    assert f"resnet20-sgd-b32-ep12-n256-s1.0-seed0 is already running in process {first.pid}" in second.stderr
     assert resumed_early.returncode == 2 and resumed_early.stderr.count("\n") == 1, resumed_early.stderr
     assert f"the run of this config is still running in process {first.pid}" in resumed_early.stderr
-    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "RUNNING")]  # neither wrote a run
+    assert runs_in(tracking_uri) == [("resnet20-sgd-b32-ep12-n256-s1.0-seed0", "RUNNING")]  # neither wrote a run
 
     resumed = subprocess.run(
         initmem_command(*args, "--resume"), cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert runs_in(tracking_uri) == [("resnet20-sgd-s1.0-seed0", "FINISHED")]
+    assert runs_in(tracking_uri) == [("resnet20-sgd-b32-ep12-n256-s1.0-seed0", "FINISHED")]
 
 
 def test_a_run_whose_process_died_resumes_whatever_a_later_run_of_its_config_did(tracking_uri, tmp_path):

@@ -62,7 +62,7 @@ def test_a_signal_at_any_moment_ends_the_command_in_one_line_and_leaves_nothing_
         text=True,
     )
     if moment == TRAINING:
-        assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # printed as training starts
+        assert process.stdout.readline().strip() == "resnet20-sgd-b32-ep6-n256-s1.0-seed0"  # printed as training starts
         time.sleep(0.3)
     else:
         time.sleep(moment)

@@ -89,6 +89,8 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
         assert c.data.tags["initmem.group"] == (
             f"opt={c.data.params['opt']},lr={float(c.data.params['lr']):g},batch_size=50,epochs=2,train_size=200"
         )
+        # and the short one the prepared view groups by: what tells the two groups apart
+        assert c.data.tags["initmem.group_label"] == f"{c.data.params['opt']},lr={float(c.data.params['lr']):g}"
     # names carry what tells the cells apart; the parent carries the grid and a description
     assert sorted(c.info.run_name for c in children) == [
         "resnet20-adam-s0.5-seed0",

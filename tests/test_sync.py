@@ -247,13 +247,15 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
         process = subprocess.Popen(
             initmem_command("run", *args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        assert process.stdout.readline().strip() == "resnet20-sgd-s1.0-seed0"  # the run exists, training starts
+        # the run exists, training starts
+        assert process.stdout.readline().strip() == "resnet20-sgd-b32-ep6-n256-s1.0-seed0"
         fill_up(filler)  # while it trains
     output, error = process.communicate(timeout=120)
     assert process.returncode == 1 and "Traceback" not in error, error
     last = error.strip().splitlines()[-1]
     assert (
-        last.startswith("Error: resnet20-sgd-s1.0-seed0 ended FINISHED, but tracking store") and "not recorded" in last
+        last.startswith("Error: resnet20-sgd-b32-ep6-n256-s1.0-seed0 ended FINISHED, but tracking store")
+        and "not recorded" in last
     )
     # The last two: the run's lease, and the packages list written with the run's start, before the disk filled.
     kept = ("mlflow.db", "mlflow.db.lock", "filler", "ac1c534c19fd9902.lock", "requirements.txt")
@@ -262,7 +264,7 @@ def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_ever
     for left in [p for p in disk.rglob("*") if p.is_file() and p.name not in kept]:
         assert left.parent.name == "initmem-unsynced" and left.suffix == ".jsonl", left
         read_unsynced(left)  # whole: it parses
-    assert runs_in(uri) == [("resnet20-sgd-s1.0-seed0", "RUNNING")]
+    assert runs_in(uri) == [("resnet20-sgd-b32-ep6-n256-s1.0-seed0", "RUNNING")]
 
     command = last.split("once the store answers, `")[1].split("`")[0].split()
     assert command[0] == "initmem" and command[-1] == "--resume"

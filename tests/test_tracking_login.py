@@ -359,7 +359,7 @@ def test_a_login_that_expires_mid_run_keeps_the_figures_for_initmem_sync(server,
         # apart, so a run that trained to its end between two polls would land whole.
         while run is None:
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            found = [r for r in all_runs(server) if r.info.run_name == "resnet20-sgd-s1.0-seed7"]
+            found = [r for r in all_runs(server) if r.info.run_name == "resnet20-sgd-b32-n128-s1.0-seed7"]
             run = found[0] if found and found[0].data.params else None
             time.sleep(0.1)
         new_password = "alice-" + os.urandom(6).hex()

@@ -81,7 +81,7 @@ def description(
             ],
             [
                 [
-                    g.group,
+                    g.label,
                     spread_cell(g),
                     interval(g.spread_lo, g.spread_hi, ".2f"),
                     debiased_cell(g),
@@ -93,6 +93,7 @@ def description(
                 for g in report.groups
             ],
         ),
+        *([f"Every group: {report.shared}."] if report.shared else []),
     ]
     lines += claims_lines(report.findings)
     unresolved = [p for p in report.pairs if p.seeds_needed is not None or p.seeds_needed_note]
@@ -108,7 +109,7 @@ def description(
                 ["a − b", "difference pp [95% interval]", "next step"],
                 [
                     [
-                        f"{p.a} − {p.b}",
+                        f"{report.label(p.a)} − {report.label(p.b)}",
                         f"{number(p.spread_diff, '+.2f')} {interval(p.spread_diff_lo, p.spread_diff_hi)}",
                         seeds_needed_cell(p),
                     ]

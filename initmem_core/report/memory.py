@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from initmem_core.groups import group_fields, group_keys, metric_suffix
+from initmem_core.groups import group_fields, group_keys, metric_suffix, short_labels
 from initmem_core.report.forgetting import build_forgetting, half_life_metrics
 from initmem_core.report.inference import (
     MIN_SEEDS_PER_SIGMA,
@@ -98,6 +98,9 @@ class GroupSummary:
     #: what its interval is for: "population" (the test set's sampling error included, from the
     #: runs' per-example records) or "this test set" (records missing: see debiased_note)
     debiased_interval_for: str = THIS_TEST_SET
+    #: what every place that shows the group names it by (``groups.short_labels``): the settings
+    #: that tell the sweep's groups apart, e.g. ``adamw,lr=0.001``; ``group`` is the full key
+    label: str = ""
 
 
 @dataclass
@@ -154,6 +157,12 @@ class Report:
     #: every registered claim evaluated on these groups, in the claims' registration order (empty: not
     #: evaluated; ``report/assessment.py`` fills it)
     findings: list[Finding] = field(default_factory=list)
+    #: the settings every group shares (``groups.short_labels``), e.g. ``opt=sgd, epochs=3``
+    shared: str = ""
+
+    def label(self, group: str) -> str:
+        """``group``'s (a key) short label; the key itself for a group the report does not hold."""
+        return next((g.label for g in self.groups if g.group == group and g.label), group)
 
     def parent_metrics(self) -> dict[str, float]:
         """Per-group figures as metric names the MLflow UI can chart, e.g. ``spread_opt-sgd``."""
@@ -335,7 +344,7 @@ def _stops(cells: list[CellRecord]) -> str:
 
 
 def _summary(
-    group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy: Matrix, estimate: SpreadEstimate
+    group: str, rows: list[SigmaRow], cells: list[CellRecord], accuracy: Matrix, estimate: SpreadEstimate, label: str
 ) -> GroupSummary:
     measured = [r for r in rows if not math.isnan(r.test_acc)]
     best = max(measured, key=lambda r: r.test_acc, default=None)
@@ -354,6 +363,7 @@ def _summary(
         estimate = SpreadEstimate(NAN, NAN, NAN, NAN, NAN, 0, ())
     return GroupSummary(
         group=group,
+        label=label,
         spread=spread,
         spread_lo=low,
         spread_hi=high,
@@ -393,12 +403,13 @@ def build_report(records: Iterable[CellRecord]) -> Report:
     failures: list[Failure] = []
     accuracy: dict[str, Matrix] = {group: accuracy_matrix(cells) for group, cells in by_group.items()}
     estimates = {group: cross_fit_spread(table) for group, table in accuracy.items()}
+    labels, shared = short_labels(sorted(by_group))
     for group in sorted(by_group):
         cells = by_group[group]
         sigmas = sorted({c.config.sigma for c in cells})
         group_rows = [_sigma_row(group, s, [c for c in cells if c.config.sigma == s]) for s in sigmas]
         rows.extend(group_rows)
-        groups.append(_summary(group, group_rows, cells, accuracy[group], estimates[group]))
+        groups.append(_summary(group, group_rows, cells, accuracy[group], estimates[group], labels[group]))
         curves[group] = [
             (c.config.sigma, c.config.seed, c.weight_norms)
             for c in sorted(cells, key=lambda c: (c.config.sigma, c.config.seed))
@@ -411,5 +422,5 @@ def build_report(records: Iterable[CellRecord]) -> Report:
         )
     trained = [g for g in groups if not math.isnan(g.spread)]
     pairs = [_paired(a, b, accuracy) for i, a in enumerate(trained) for b in trained[i + 1 :]]
-
-    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, build_forgetting(by_group))
+    forgetting = build_forgetting(by_group)
+    return Report(groups, rows, failures, fields, curves, pairs, estimates, accuracy, forgetting, shared=shared)

@@ -10,7 +10,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -70,9 +70,10 @@ def csv_table(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 # -- the report (report/memory.py) ----------------------------------------------------------
 
-#: (column, header, format spec) of the full table, one row per (group, sigma).
+#: (column, header, format spec) of the full table, one row per (group, sigma): a group by its
+#: label (the CSV and JSON rows keep its key, ``group``, beside it).
 TABLE_COLUMNS = (
-    ("group", "group", ""),
+    ("label", "group", ""),
     ("sigma", "sigma", "g"),
     ("runs", "runs", ""),
     ("failed", "failed", ""),
@@ -103,9 +104,9 @@ _FORMATS = {column: spec for column, _, spec in TABLE_COLUMNS}
 
 
 def table_rows(report: Report) -> list[dict[str, Any]]:
-    """The full table as plain rows: each (group, sigma) row carries its group's spread."""
+    """The full table as plain rows: each (group, sigma) row carries its group's label and spread."""
     by_group = {g.group: g for g in report.groups}
-    carried = ("spread", "spread_lo", "spread_hi", "debiased_spread", "debiased_spread_lo", "debiased_spread_hi")
+    carried = ("label", "spread", "spread_lo", "spread_hi", *(f"debiased_spread{end}" for end in ("", "_lo", "_hi")))
     return [{**asdict(row), **{key: getattr(by_group[row.group], key) for key in carried}} for row in report.rows]
 
 
@@ -115,7 +116,7 @@ def formatted(column: str, value: Any) -> str:
 
 
 def to_csv(report: Report) -> str:
-    return csv_table((c for c, _, _ in TABLE_COLUMNS), table_rows(report))
+    return csv_table(("group", *(c for c, _, _ in TABLE_COLUMNS)), table_rows(report))
 
 
 def spread_cell(g: GroupSummary) -> str:
@@ -204,7 +205,7 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
         ],
         [
             [
-                g.group,
+                g.label,
                 spread_cell(g),
                 interval(g.spread_lo, g.spread_hi, ".2f"),
                 debiased_cell(g),
@@ -217,9 +218,9 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
             for g in report.groups
         ],
     )
-    notes = [f"- `{g.group}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
-    if notes:
-        lines += ["", *notes]
+    notes = [f"- `{g.label}`: {g.debiased_note}" for g in report.groups if g.debiased_note and not g.did_not_train]
+    lines += ["", *notes] if notes else []
+    lines += ["", f"Every group: {report.shared}."] if report.shared else []
     lines += findings_markdown(report.findings)
     if report.pairs:
         lines += [
@@ -233,8 +234,9 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
             "interval over those pairs (this test set).",
             "",
         ]
-        lines += markdown_table(["a", "b", *PAIR_HEADERS], [[p.a, p.b, *pair_cells(p)] for p in report.pairs])
-        scoped = [f"- `{p.a}` − `{p.b}`: {p.scope_note}" for p in report.pairs if p.scope_note]
+        named = [(report.label(p.a), report.label(p.b), p) for p in report.pairs]
+        lines += markdown_table(["a", "b", *PAIR_HEADERS], [[a, b, *pair_cells(p)] for a, b, p in named])
+        scoped = [f"- `{a}` − `{b}`: {p.scope_note}" for a, b, p in named if p.scope_note]
         if scoped:
             lines += ["", *scoped]
     lines += ["", "## Per sigma", ""]
@@ -242,14 +244,14 @@ def to_markdown(report: Report, title: str = "Initialization memory") -> str:
         [h for _, h, _ in TABLE_COLUMNS],
         [[formatted(c, row[c]) for c, _, _ in TABLE_COLUMNS] for row in table_rows(report)],
     )
-    lines += forgetting_markdown(report.forgetting)
+    lines += forgetting_markdown(report.forgetting, report.label)
     if report.failures:
         lines += ["", "## Failed cells", ""]
         lines += markdown_table(
             ["group", "sigma", "seed", "status", "error", "run id"],
             [
                 [
-                    f.group,
+                    report.label(f.group),
                     f"{f.sigma:g}",
                     str(f.seed),
                     f.status,
@@ -274,6 +276,7 @@ def to_json(report: Report) -> str:
 
     data = {
         "group_fields": report.group_fields,
+        "shared": report.shared,
         "groups": [asdict(g) for g in report.groups],
         "rows": table_rows(report),
         "pairs": [asdict(p) for p in report.pairs],
@@ -400,8 +403,9 @@ FORGETTING_EXPLAINED = (
 )
 
 
-def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
-    """The report's "Forgetting times" section (no lines when no record had histories)."""
+def forgetting_markdown(forgetting: Mapping[str, GroupForgetting], label: Callable[[str], str] = str) -> list[str]:
+    """The report's "Forgetting times" section (no lines when no record had histories), each group
+    by its ``label``."""
     if not forgetting:
         return []
     header = [
@@ -426,7 +430,7 @@ def forgetting_markdown(forgetting: Mapping[str, GroupForgetting]) -> list[str]:
                 cells = [half_life_text(half), "", "", ""]
             seeds = f"{half.seeds}" + (f" ({half.never} never)" if half.never else "")
             note = "" if half.note == "not within the horizon" else half.note.replace("|", "\\|")
-            rows.append([group, memory, initial, *cells, seeds, note])
+            rows.append([label(group), memory, initial, *cells, seeds, note])
     return ["", "## Forgetting times", "", FORGETTING_EXPLAINED, "", *markdown_table(header, rows)]
 
 

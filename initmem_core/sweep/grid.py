@@ -25,12 +25,11 @@ from initmem_core.config import (
     field_type,
     from_mapping,
     load_toml,
-    short_number,
     unknown_key_error,
     validate,
 )
 from initmem_core.errors import ConfigError
-from initmem_core.groups import DEFAULTS, WITHIN_GROUP, exact_text, group_keys, identity_fields, value_text
+from initmem_core.groups import DEFAULTS, WITHIN_GROUP, exact_text, group_keys, value_text
 from initmem_core.kinds import flag_for
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
@@ -236,43 +235,11 @@ def _expanded(spec: SweepSpec, make: Callable[[RunConfig], T], config_of: Callab
     return made
 
 
-#: Short prefixes of varying numeric fields in cell names; other fields show their name.
-NAME_PREFIX = {
-    "lr": "lr",
-    "momentum": "mom",
-    "weight_decay": "wd",
-    "batch_size": "b",
-    "epochs": "ep",
-    "l2": "l2",
-    "train_size": "n",
-    "warmup_epochs": "warm",
-    "interp_threshold": "thr",
-}
-
-
 def cell_names(configs: list[RunConfig], varying: Iterable[str]) -> list[str]:
-    """A unique run name per cell with every value that tells it apart in its sweep, e.g.
-    ``resnet20-lion-lr0.001-s0.5-seed0`` (a config hash is appended on a clash)."""
-    extra = [n for n in HASHED if n in set(varying) and n not in ("arch", "opt", "sigma", "seed")]
-
-    def part(config: RunConfig, name: str) -> str:
-        value = getattr(config, name)
-        if isinstance(value, str) and name not in NAME_PREFIX:
-            return value  # data, schedule, init...: the value says which field it is
-        return f"{NAME_PREFIX.get(name, name)}{exact_text(value)}"
-
-    names = [
-        "-".join(
-            [
-                config.arch,
-                config.opt,
-                *(part(config, n) for n in extra if n in identity_fields(config)),
-                f"s{short_number(config.sigma)}",
-                f"seed{config.seed}",
-            ]
-        )
-        for config in configs
-    ]
+    """A unique run name per cell with every value that tells it apart in its sweep
+    (``RunConfig.run_name``), e.g. ``resnet20-lion-lr0.001-s0.5-seed0`` (a config hash is
+    appended on a clash)."""
+    names = [config.run_name([n for n in HASHED if n in set(varying)]) for config in configs]
     counts = Counter(names)
     return [f"{n}-{c.config_hash()[:6]}" if counts[n] > 1 else n for n, c in zip(names, configs)]
 

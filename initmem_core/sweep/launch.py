@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
+from initmem_core.groups import short_labels
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.report.assessment import build_assessed_report, verdict_tags
@@ -51,6 +52,7 @@ from initmem_core.vocabulary import (
     FAILURE_REASON_TAG,
     FINISHED,
     GRID_TAG,
+    GROUP_LABEL_TAG,
     GROUP_TAG,
     KILLED,
     NOTE_TAG,
@@ -116,6 +118,7 @@ class _Sweep:
         self.runs = SweepRuns(uri, experiment, name, lambda tags, params: identity.admit(name, tags, params, extend))
         self.experiment_id, self.parent_id = self.runs.experiment_id, self.runs.parent_id
         self.names: dict[str, str] = {}  # config hash -> the cell's run name in this sweep
+        self.labels: dict[str, str] = {}  # group key -> its short label in this sweep
         self.restarted: set[str] = set()  # child runs an earlier launch left with no checkpoint: run again
         self.view_key = ""
 
@@ -126,6 +129,7 @@ class _Sweep:
         is in ``sweep.json`` and the tag ``initmem.varying``; the digest of every grid admitted
         (``sweep.identity``) in the tag ``initmem.grid``."""
         self.names = {cell.config_hash: name for cell, name in zip(plan.plans, plan.names)}
+        self.labels = short_labels(plan.groups)[0]
         held = self.runs.parent_params()
         self.runs.add_parent_params({k: v for k, v in self.identity.values.items() if k not in held})
         self.runs.set_parent_tags({GRID_TAG: self.identity.tag_value(self.runs.parent_tags())})
@@ -186,6 +190,7 @@ class _Sweep:
                     PARENT_TAG: self.parent_id,
                     SWEEP_TAG: self.name,
                     GROUP_TAG: cell.group,
+                    GROUP_LABEL_TAG: self.labels.get(cell.group, cell.group),
                     CONFIG_HASH_TAG: cell.config_hash,
                     **table_tags(params),  # the values its row in the runs table shows
                 },
@@ -219,6 +224,7 @@ class _Sweep:
         it onto the parent run and into ``out``."""
         records = self.runs.cell_records()
         report = build_assessed_report(records)
+        self.runs.label_children({g.group: g.label for g in report.groups})  # an --extend may rename groups
         title = f"Initialization memory: sweep {self.name}"
         files = write_report_files(report, out, title=title, registry=self.registry, records=records)
         grid = {"axes": {name: list(values) for name, values in spec.axes.items()}, "groups": list(spec.groups)}

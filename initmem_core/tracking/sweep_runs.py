@@ -37,6 +37,8 @@ from initmem_core.vocabulary import (
     CURVES_DIGEST_TAG,
     CURVES_SECTION_PREFIX,
     CURVES_TAG,
+    GROUP_LABEL_TAG,
+    GROUP_TAG,
     PARENT_ROLE,
     ROLE_TAG,
     RUNNING,
@@ -170,6 +172,14 @@ class SweepRuns:
     def children(self) -> list[StoredRun]:
         """Every child run of the sweep, from every launch."""
         return [StoredRun.of(run) for run in child_runs(self._client, self._parent)]
+
+    def label_children(self, labels: Mapping[str, str]) -> None:
+        """Each child's group label tag (``GROUP_LABEL_TAG``) from ``labels`` (group key -> label),
+        where it reads otherwise."""
+        for run in self.children():
+            label = labels.get(run.tags.get(GROUP_TAG, ""))
+            if label is not None and run.tags.get(GROUP_LABEL_TAG) != label:
+                self._client.set_tag(run.run_id, GROUP_LABEL_TAG, label)
 
     def create_child(self, run_name: str, tags: Mapping[str, str]) -> str:
         """A new child run (RUNNING, as MLflow creates a run); returns its id."""

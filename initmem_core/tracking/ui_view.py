@@ -19,7 +19,7 @@ from initmem_core.tracking.cells import TABLE_FIELDS
 from initmem_core.vocabulary import (
     BEST_VAL_TEST_ACC,
     FIT,
-    GROUP_TAG,
+    GROUP_LABEL_TAG,
     KIND_TAG,
     PARENT_TAG,
     STOP_EPOCH,
@@ -86,7 +86,8 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
         # UI state
         "selectedColumns": columns,
         "columnOrder": columns,
-        "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": GROUP_TAG}]},
+        # by the group's short label (its full key: the tag initmem.group, on each run's page)
+        "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": GROUP_LABEL_TAG}]},
         "runsHiddenMode": "SHOW_ALL",
         "useGroupedValuesInCharts": False,
         "hideEmptyCharts": True,

@@ -123,6 +123,7 @@ class RunPlan:
     checkpoints: Path | None = None  # the run's checkpoint folder; None: it keeps none
     min_epochs: int = 0  # with --patience and --until: no stop before this epoch
     arch_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # --arch-arg: the model's keywords
+    name: str = ""  # the run's name, of the config as given (``RunConfig.run_name``: lr when set, not resolved)
 
     @property
     def optimizer(self) -> Component:
@@ -158,7 +159,7 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
     }
     optimizer = components["optimizer"]
     defaults = optimizer.spec.info.declared_defaults(optimizer.variant)
-    config, options = optimizer_options.settle(config, optimizer.spec, defaults)
+    name, (config, options) = config.run_name(), optimizer_options.settle(config, optimizer.spec, defaults)
     declared = optimizer.spec.info.declared_clock(optimizer.variant)
     clock = check_convention(declared or DEFAULT_CONVENTION, config.opt)
     momentum = float(config.momentum)
@@ -187,6 +188,7 @@ def plan_run(config: RunConfig, registry: Registry, store_uri: str | None = None
         n_train,
         min_epochs=min_epochs,
         arch_options=MappingProxyType(arch_options(config, components["architecture"])),
+        name=name,
     ).at(store_uri)
 
 

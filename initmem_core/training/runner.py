@@ -161,7 +161,7 @@ def _open_run(
         CONFIG_HASH_TAG: plan.config_hash,
         **(tags or {}),
     }
-    run_id = tracker.start_run(config.run_name(), params, run_tags)
+    run_id = tracker.start_run(plan.name, params, run_tags)
     for split in dataset_inputs(config, setup.dataset):
         tracker.log_dataset(*split)
     checkpoints = CheckpointStore(plan.checkpoints, config.keep_checkpoints) if plan.checkpoints else None
@@ -291,7 +291,7 @@ def _take_lease(plan: RunPlan, resume: bool):
             "checkpoints it), then --resume"
         )
     raise ConfigError(
-        f"{plan.config.run_name()} is already running in {holder}; wait for it to end, or change a value "
+        f"{plan.name} is already running in {holder}; wait for it to end, or change a value "
         "(such as --seed) to run another"
     )
 

@@ -7,8 +7,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from initmem_core.config import FIELDS
-from initmem_core.groups import DEFAULTS, group_keys, label_parts, value_text
+from initmem_core.groups import group_keys
 from initmem_core.report.forgetting import MEMORIES
 from initmem_core.report.memory import Report
 from initmem_core.tracking.records import CellRecord
@@ -31,27 +30,11 @@ MEMORY_LABELS = {
 }
 
 
-def legend_names(labels: list[str]) -> tuple[dict[str, str], str]:
-    """Names for a figure's legend: only the parts of each label that not every group shares (the
-    optimizer too, when every group has the same), and what every group shares, for the legend's
-    title. One group alone is named by its first part (its optimizer), the rest shared."""
-    split = label_parts(labels)
-    if len(split) == 1:
-        (label, parts), *_ = split.items()
-        return {label: parts[0]}, ", ".join(parts[1:])
-    shared = set.intersection(*(set(parts) for parts in split.values())) if split else set()
-    fields = {part.partition("=")[0] for parts in split.values() for part in parts if part not in shared}
-
-    def name(label: str, parts: list[str]) -> str:
-        own = [part for part in parts if part not in shared]
-        if own:
-            return ",".join(own)
-        # a group at the default of what tells the others apart (its label leaves defaults out)
-        at_default = [f"{field}={value_text(getattr(DEFAULTS, field))}" for field in sorted(fields) if field in FIELDS]
-        return ",".join(at_default) or label
-
-    names = {label: name(label, parts) for label, parts in split.items()}
-    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
+def legend_names(report: Report) -> tuple[dict[str, str], str]:
+    """Each group's name in a legend, by its key: its label, as every part of the report names it
+    (``GroupSummary.label``: what tells the sweep's groups apart), and what every group shares,
+    for the legend's title."""
+    return {g.group: g.label or g.group for g in report.groups}, report.shared
 
 
 #: A clock axis goes logarithmic when its positive values span more than this factor.
@@ -130,7 +113,7 @@ def accuracy_vs_sigma(report: Report, path: Path) -> Path:
     with the 95% interval of the mean over seeds as error bars."""
     figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    names, shared = legend_names([g.group for g in report.groups])
+    names, shared = legend_names(report)
     colours = group_colours(report)
     sigmas = [r.sigma for r in report.rows] or [0.0]
     dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # groups' bars side by side, not hiding each other
@@ -188,7 +171,7 @@ def weight_norm_curves(report: Report, path: Path) -> Path:
     from matplotlib.colors import Normalize
 
     groups = [g.group for g in report.groups]
-    names, shared = legend_names(groups)
+    names, shared = legend_names(report)
     columns = min(3, max(1, len(groups)))
     rows = math.ceil(len(groups) / columns) or 1
     figure = new_figure(4.2 * columns + 1.0, 3.4 * rows)
@@ -217,7 +200,7 @@ def spread_vs_clocks(report: Report, path: Path) -> Path:
     what groups are compared by) in the panel of each clock that moved, one colour per group across
     the panels (named in the legend: labels beside points would overlap)."""
     groups = [g for g in report.groups if not math.isnan(g.spread)]
-    names, shared = legend_names([g.group for g in report.groups])
+    names, shared = legend_names(report)
     colours = group_colours(report)
     clocks = moved_clocks({c: [getattr(g, c) for g in groups] for c in CLOCKS})
     columns = 2 if len(groups) > 3 else 1
@@ -258,7 +241,7 @@ def tau_interp_vs_sigma(report: Report, path: Path) -> Path:
 
     figure = new_figure(7.0, 6.4)  # room for the legend below
     ax = figure.add_subplot()
-    names, shared = legend_names([g.group for g in report.groups])
+    names, shared = legend_names(report)
     colours = group_colours(report)
     sigmas = [r.sigma for r in report.rows] or [0.0]
     dodge = 0.012 * ((max(sigmas) - min(sigmas)) or 1.0)  # x markers of different groups side by side
@@ -407,8 +390,7 @@ def _memory_axis(ax, memory: str) -> None:
 
 def _memory_groups(report: Report) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
     groups = list(report.forgetting)
-    names, shared = legend_names([g.group for g in report.groups] or groups)
-    return groups, {g: names.get(g, g) for g in groups}, shared, group_colours(report)
+    return groups, {g: report.label(g) for g in groups}, report.shared, group_colours(report)
 
 
 def _marks(report: Report, groups: list[str], memories: list[str], units: list[str]) -> str:
