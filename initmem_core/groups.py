@@ -57,18 +57,6 @@ def label_parts(labels: list[str]) -> dict[str, list[str]]:
     return {label: boundary.split(label) for label in labels}
 
 
-def short_group_names(labels: list[str]) -> tuple[dict[str, str], str]:
-    """Short names for figures and terminal tables, and what every group shares (for a caption):
-    each label (``group_label``) keeps its optimizer and the parts that not every group has, so
-    ``opt=sgd,lr=0.01,batch_size=128,epochs=40`` beside ``opt=adam,...,epochs=40`` reads
-    ``opt=sgd,lr=0.01,batch_size=128``, with ``epochs=40`` shared."""
-    split = label_parts(labels)
-    shared = set.intersection(*(set(parts) for parts in split.values())) if len(split) > 1 else set()
-    shared = {part for part in shared if part.split("=", 1)[0] not in ALWAYS_LABELLED}
-    names = {label: ",".join(part for part in parts if part not in shared) for label, parts in split.items()}
-    return names, ", ".join(part for part in split[labels[0]] if part in shared) if labels else ""
-
-
 def short_labels(keys: list[str]) -> tuple[dict[str, str], str]:
     """Each group key's (``group_label``) one short label, which the report's tables and JSON, the
     figures and the MLflow view name the group by, and what every group shares (said once): the

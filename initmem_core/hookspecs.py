@@ -161,8 +161,8 @@ DOCS = {
     (``initmem_core.contracts.CommandFunction``: its parameters the command's arguments and
     options, its docstring the help); it is imported when the command is listed or run, so keep
     heavy imports inside it. An ``InitmemError`` it raises is one line and exit 2. A name the
-    ``initmem`` command already has is refused with a warning. ``initmem new-plugin`` and
-    ``initmem clean`` are the built-in plugin ``commands`` (``INITMEM_LOAD_PLUGINS`` can leave it out).
+    ``initmem`` command already has is refused with a warning. ``initmem new-plugin``, ``clean`` and
+    ``sync`` are the built-in plugin ``commands`` (``INITMEM_LOAD_PLUGINS`` can leave it out).
 
     Example::
 

@@ -158,23 +158,6 @@ def test_report_files_are_tables_and_valid_pngs(records, tmp_path):
             assert height > 200 and width > 200
 
 
-def test_short_group_names_drop_what_every_group_shares_and_keep_commas_inside_values():
-    from initmem_core.groups import short_group_names
-
-    names, shared = short_group_names(
-        ["opt=sgd,lr=0.01,batch_size=128,epochs=40", "opt=lion,opt_arg=betas=0.9,0.99,epochs=40"]
-    )
-    assert names == {
-        "opt=sgd,lr=0.01,batch_size=128,epochs=40": "opt=sgd,lr=0.01,batch_size=128",
-        "opt=lion,opt_arg=betas=0.9,0.99,epochs=40": "opt=lion,opt_arg=betas=0.9,0.99",
-    }
-    assert shared == "epochs=40"
-    # The optimizer stays in every name, even when all groups share it.
-    names, shared = short_group_names(["opt=sgd,epochs=40", "opt=sgd,lr=0.1,epochs=40"])
-    assert list(names.values()) == ["opt=sgd", "opt=sgd,lr=0.1"] and shared == "epochs=40"
-    assert short_group_names(["opt=sgd,epochs=40"]) == ({"opt=sgd,epochs=40": "opt=sgd,epochs=40"}, "")
-
-
 def test_short_labels_name_only_what_tells_the_groups_apart_and_say_once_what_they_share():
     from initmem_core.groups import short_labels
 

@@ -33,7 +33,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from initmem_core.groups import group_fields, short_group_names
+from initmem_core.groups import group_fields
 from initmem_core.report.claim_api import (
     ADAPTIVE_FAMILY,
     CANNOT_DECIDE,
@@ -446,7 +446,7 @@ def spread_orders_by_clock_within_family(sweep: Sweep) -> Finding:
             needs="three groups of one family (say plain SGD at three batch sizes or rates) that differ only in "
             "what its clock accounts for",
         )
-    short = short_group_names([g.summary.group for g in sweep.groups])[0]
+    short = {g.summary.group: g.summary.label for g in sweep.groups}  # the report's one label per group
     quantities = []
     check = Check.of([])
     for (clock, _), groups in families.items():
@@ -508,7 +508,7 @@ def forgetting_follows_the_clocks(sweep: Sweep) -> Finding:
         return claim.finding("groups missing from the sweep" + familyless(sweep), NOT_EVALUATED, needs=needs)
     if not sweep.report.forgetting:
         return claim.finding("no per-epoch histories in these records", NOT_EVALUATED, needs=needs)
-    short = short_group_names([g.summary.group for g in sweep.groups])[0]
+    short = {g.summary.group: g.summary.label for g in sweep.groups}  # the report's one label per group
     parts, quantities, notes, too_few, check = [], [], [], False, Check.of([])
     regime: list[str] = []
     for (clock, _), groups in families.items():
