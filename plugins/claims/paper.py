@@ -762,7 +762,7 @@ def effective_step_explains_memory(sweep: Sweep) -> Finding:
         matched = [g for g in groups if plain_sgd(g) and g.config.lr_match_sigma > 0]
         if base is None or not matched:
             return None
-        quantities = [_forgets(base, g, f"{g.label()} matched to sigma {g.config.lr_match_sigma:g}") for g in matched]
+        quantities = [_forgets(base, g, f"{g.label()} to sigma {g.config.lr_match_sigma:g}") for g in matched]
         shown = "; ".join(g.spread_text() for g in [base, *matched])
         return f"{shown} | {texts(quantities)}", quantities, [], Check.of([base, *matched])
 
