@@ -262,7 +262,7 @@ def test_forgetting_follows_the_clocks_when_half_lives_agree_in_t_l2():
         f for f in evaluate_findings(forgetting_sweeps.synthetic_sweep(1)) if f.claim.startswith("Forgetting follows")
     )
     assert finding.verdict == REPRODUCED, finding.measured
-    assert "T_L2 family [opt=sgd,lr=0.05,l2=0.01, opt=sgd,lr=0.05,l2=0.02, opt=sgd,lr=0.1,l2=0.01]" in finding.measured
+    assert "T_L2 family [lr=0.05,l2=0.01, lr=0.05,l2=0.02, lr=0.1,l2=0.01]" in finding.measured
 
 
 @pytest.mark.slow  # simulates sweeps with a known half-life
@@ -291,8 +291,7 @@ def test_a_family_whose_memory_never_halves_is_left_out_and_named():
     finding = forgetting_follows_the_clocks(read_sweep(forgetting_sweeps.without_accuracy(records)))
     assert finding.verdict == REPRODUCED, finding.measured  # decided by the T_L2 family alone
     assert (
-        "T_SGD family [opt=sgd,lr=0.05,batch_size=128, opt=sgd,lr=0.05,batch_size=32]: left out "
-        "(no radial half-life within the horizon in"
+        "T_SGD family [lr=0.05,b=128, lr=0.05,b=32]: left out (no radial half-life within the horizon in"
     ) in finding.measured
     # without the family that decides, nothing is resolved
     alone = forgetting_follows_the_clocks(read_sweep([r for r in records if r.config.l2 == 0]))

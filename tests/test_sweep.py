@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core import hookimpl
-from initmem_core.groups import metric_suffix
+from initmem_core.groups import metric_suffix, short_labels
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
-from initmem_core.vocabulary import FIT, PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, TAU_INTERP
+from initmem_core.vocabulary import FIT, PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, STOP_EPOCH, TAU_INTERP
 from tests.cli_processes import mlflow_client, stored_runs
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
@@ -147,7 +147,9 @@ def test_the_report_is_on_the_parent_and_in_the_output_folder(swept, tmp_path):
     for name in PLOTS:
         assert (out / name).read_bytes()[:8] == PNG_SIGNATURE
         assert image.imread(out / name).ndim == 3
-    assert "opt=sgd" in (out / "report.md").read_text()
+    report_md = (out / "report.md").read_text()
+    labels = short_labels(sorted({c.data.tags["initmem.group"] for c in children}))[0]
+    assert all(f"| {label} |" in report_md for label in labels.values())  # each group by its one short label
 
 
 def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path):
@@ -172,9 +174,9 @@ def test_report_command_rebuilds_the_table_from_the_store_alone(swept, tmp_path)
     by_id = runner.invoke(
         app, ["report", parent.info.run_id, "--format", "csv", "--tracking-uri", uri, "--out", str(tmp_path)]
     )
-    assert by_id.exit_code == 0 and by_id.stdout.startswith("group,sigma,")
+    assert by_id.exit_code == 0 and by_id.stdout.startswith("group,label,sigma,")
     table = runner.invoke(app, ["report", "e2e", "--tracking-uri", uri, "--out", str(tmp_path)])
-    assert table.exit_code == 0 and "opt=adam" in table.stdout
+    assert table.exit_code == 0 and "adam,lr=0.001" in table.stdout  # the group by its short label
     unknown = runner.invoke(app, ["report", "e2f", "--tracking-uri", uri])
     assert unknown.exit_code == 2
     assert "no sweep 'e2f' in experiment 'initmem'; sweeps there: e2e" in unknown.output
@@ -364,7 +366,7 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
     for run_id, key, step in rows:
         steps.setdefault((run_id, key), []).append(step)
     per_epoch = set(PER_EPOCH_METRICS)
-    summary = set(SELECTION_METRICS) | {FIT}
+    summary = set(SELECTION_METRICS) | {FIT, STOP_EPOCH}
     batch = {"train_loss_batch", "train_acc_batch"}  # running train-mode figures: epochs 1.. only
     expected_rows = 0
     for child in children:
@@ -383,8 +385,8 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
             assert sorted(steps[(run_id, key)]) == expected, key
         expected_rows += (epochs + 1) * len(per_epoch) + epochs * len(batch) + len(summary) + 2 * interpolated
     child_ids = {c.info.run_id for c in children}
-    # 7 summary figures a cell: the selection's six (test_examples among them) and fit
-    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 2 * 2 + 4 * 7
+    # 8 summary figures a cell: the selection's six (test_examples among them), fit and stop_epoch
+    assert sum(1 for run_id, _, _ in rows if run_id in child_ids) == expected_rows == 4 * 3 * 14 + 4 * 2 * 2 + 4 * 8
 
 
 def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracking_uri, monkeypatch):

@@ -59,7 +59,7 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{'a' * 32}'"
     # by the group's short label, which MLflow's 190 px name column shows ("Group: lr=0.003")
     assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "initmem.group_label"}]
-    # sigma first, the key metrics next (what a 1400 px window shows), why and where each run stopped, then the rest
+    # sigma first, the key metrics next (what a 1400 px window shows), seed and rate, then why each run stopped
     assert (
         state["selectedColumns"]
         == state["columnOrder"]
@@ -69,10 +69,10 @@ def test_the_view_filters_to_the_sweep_groups_by_group_and_shows_the_chosen_colu
             "metrics.`fit`",
             "metrics.`tau_interp`",
             "metrics.`weight_norm_ratio`",
-            "tags.`stop_reason`",
-            "metrics.`stop_epoch`",
             "tags.`seed`",
             "tags.`lr`",
+            "tags.`stop_reason`",
+            "metrics.`stop_epoch`",
             "attributes.`Dataset`",
         ]
     )

@@ -75,7 +75,7 @@ def view_state(parent_run_id: str) -> dict[str, Any]:
     ]
     sigma, *others = (_column("tags", field) for field in TABLE_FIELDS)  # sigma comes first
     stops = [_column("tags", STOP_REASON_TAG), _column("metrics", STOP_EPOCH)]  # why and where each run ended
-    columns = [sigma, *(_column("metrics", m) for m in VIEW_METRICS), *stops, *others, _column("attributes", "Dataset")]
+    columns = [sigma, *(_column("metrics", m) for m in VIEW_METRICS), *others, *stops, _column("attributes", "Dataset")]
     return {
         # search facets
         "searchFilter": f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
