@@ -144,6 +144,9 @@ def test_a_model_that_diverges_ends_its_own_cell_and_the_others_finish(monkeypat
         assert_same_run(fused[index], lone[index])
 
 
+#: A fused job in its own process, killed (SIGKILL) once a tracker logs the evaluation of epoch
+#: ``kill_at``, or resumed: prints its outcomes and every run's metrics, tags and status as JSON.
+#: ``BASE`` and ``SIGMAS`` are prepended by ``fused_job``.
 KILLED_JOB = textwrap.dedent(
     """
     import json, os, signal, sys
@@ -160,32 +163,45 @@ KILLED_JOB = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
 
     base = dict(BASE, checkpoint_dir=folder, checkpoint_every=1, deterministic=True)
-    configs = [RunConfig(**base, sigma=s) for s in (0.5, 2.0)]
+    configs = [RunConfig(**base, sigma=s) for s in SIGMAS]
     trackers = [Tracker() for _ in configs]
-    print(json.dumps(run_lockstep(configs, trackers, resume=[resume] * 2)))
-    print(json.dumps([[m for m in t.metrics if m[0] == 2] for t in trackers]))
+    outcomes = run_lockstep(configs, trackers, resume=[resume] * len(configs))
+    runs = [{"metrics": [m[:2] + (repr(m[2]),) for m in t.metrics], "tags": t.tags, "status": t.status}
+            for t in trackers]
+    print(json.dumps({"outcomes": outcomes, "runs": runs}))
     """
 )
 
 
+def fused_job(base: dict, sigmas: tuple[float, ...], folder, kill_at: int, mode: str):
+    """``KILLED_JOB`` on ``base`` at ``sigmas``: the finished process and its JSON (``None`` if it failed)."""
+    import json
+
+    script = f"BASE = {base!r}\nSIGMAS = {sigmas!r}\n" + KILLED_JOB
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folder), str(kill_at), mode], capture_output=True, text=True, timeout=300
+    )
+    return done, (json.loads(done.stdout) if done.returncode == 0 else None)
+
+
+def at_epoch(found: dict, epoch: int) -> list[list]:
+    """Each run's metrics logged at ``epoch``."""
+    return [[m for m in run["metrics"] if m[0] == epoch] for run in found["runs"]]
+
+
 @pytest.mark.slow
 def test_a_killed_fused_job_resumes_to_the_uninterrupted_jobs_values(tmp_path):
-    script = f"BASE = {BASE!r}\n" + KILLED_JOB
-
-    def job(folder, kill_at, mode):
-        return subprocess.run(
-            [sys.executable, "-c", script, str(folder), str(kill_at), mode], capture_output=True, text=True, timeout=300
-        )
-
-    whole = job(tmp_path / "whole", -1, "fresh")
-    again = job(tmp_path / "again", -1, "fresh")  # --deterministic: bit-identical across processes
+    sigmas = (0.5, 2.0)
+    whole, uninterrupted = fused_job(BASE, sigmas, tmp_path / "whole", -1, "fresh")
+    again, _ = fused_job(BASE, sigmas, tmp_path / "again", -1, "fresh")
     assert whole.returncode == 0, whole.stderr
-    assert whole.stdout == again.stdout
-    killed = job(tmp_path / "killed", 2, "fresh")  # after epoch 1's checkpoint, once epoch 2 is logged
+    assert whole.stdout == again.stdout  # --deterministic: bit-identical across processes
+    killed, _ = fused_job(BASE, sigmas, tmp_path / "killed", 2, "fresh")  # after epoch 1's checkpoint
     assert killed.returncode == -9
-    resumed = job(tmp_path / "killed", -1, "resume")
+    resumed, after = fused_job(BASE, sigmas, tmp_path / "killed", -1, "resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stdout == whole.stdout
+    assert after["outcomes"] == uninterrupted["outcomes"]
+    assert at_epoch(after, 2) == at_epoch(uninterrupted, 2)  # epoch 2, trained again from the checkpoint
 
 
 # With --patience 1 these three sigmas stop at three epochs (3, 2 and the cap, 6): the first, whose
@@ -208,43 +224,10 @@ def test_with_patience_each_model_stops_where_its_lone_run_does_and_the_others_t
         assert max(step for step, key, _ in one.metrics if key == "val_loss") == stops[fused.index(one)]
 
 
-PATIENT_KILLED_JOB = textwrap.dedent(
-    """
-    import json, os, signal, sys
-    from initmem_core.config import RunConfig
-    from initmem_core.tracking.tracker import MemoryTracker
-    from initmem_plugins.executors.lockstep_job import run_lockstep
-
-    folder, kill_at, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume"
-
-    class Tracker(MemoryTracker):
-        def log_metrics(self, metrics, step):
-            super().log_metrics(metrics, step)
-            if step == kill_at and "val_loss" in metrics:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    base = dict(PATIENT, checkpoint_dir=folder, checkpoint_every=1, deterministic=True)
-    configs = [RunConfig(**base, sigma=s) for s in SIGMAS]
-    trackers = [Tracker() for _ in configs]
-    outcomes = run_lockstep(configs, trackers, resume=[resume] * len(configs))
-    runs = [{"metrics": [m[:2] + (repr(m[2]),) for m in t.metrics], "tags": t.tags, "status": t.status}
-            for t in trackers]
-    print(json.dumps({"outcomes": outcomes, "runs": runs}))
-    """
-)
-
-
 @pytest.mark.slow
 def test_a_killed_fused_job_with_patience_resumes_to_the_uninterrupted_jobs_values(tmp_path):
-    import json
-
-    script = f"PATIENT = {PATIENT!r}\nSIGMAS = {PATIENT_SIGMAS!r}\n" + PATIENT_KILLED_JOB
-
     def job(folder, kill_at, mode):
-        done = subprocess.run(
-            [sys.executable, "-c", script, str(folder), str(kill_at), mode], capture_output=True, text=True, timeout=300
-        )
-        return done, (json.loads(done.stdout) if done.returncode == 0 else None)
+        return fused_job(PATIENT, PATIENT_SIGMAS, folder, kill_at, mode)
 
     whole, uninterrupted = job(tmp_path / "whole", -1, "fresh")
     assert whole.returncode == 0, whole.stderr
