@@ -94,9 +94,8 @@ def by_sigma(group: Group, count: Callable[[Iterable[CellRecord]], tuple[int, in
 
 def unfit_text(group: Group) -> str:
     """Which sigmas of ``group`` have runs that did not fit, as "sgd b=128: 0/3 at sigma 2.5, 1/3 at 1.4"."""
-    return (
-        f"{group.label()}: {', '.join(by_sigma(group, fit_counts, '{n}/{total} fit at sigma {sigma:g}', int.__lt__))}"
-    )
+    parts = by_sigma(group, fit_counts, "{n}/{total} fit at sigma {sigma:g}", lambda fit, ran: fit < ran)
+    return f"{group.label()}: {', '.join(parts)}"
 
 
 def at_edge(cell: CellRecord) -> bool | None:
