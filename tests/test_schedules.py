@@ -9,7 +9,7 @@ import torch
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.training.schedules import build_scheduler, lr_multiplier, total_steps, warmup_steps
+from initmem_core.training.schedules import RateSchedule, lr_multiplier, total_steps, warmup_steps
 
 
 def lr_multipliers(config, steps_per_epoch: int) -> list[float]:
@@ -67,20 +67,20 @@ def test_bad_inputs():
         lr_multiplier(RunConfig(), 0, 0)
 
 
-def test_lambda_lr_applies_multiplier_k_at_optimizer_step_k():
+def test_the_schedule_applies_multiplier_k_at_optimizer_step_k_and_returns_it():
     config = RunConfig(schedule="cosine", epochs=2, warmup_epochs=1, lr=0.2)
     spe = 3
-    param = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=config.lr)
-    scheduler = build_scheduler(optimizer, config, spe)
-    used = []
-    for _ in range(2 * spe):
+    param, other = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([{"params": [param]}, {"params": [other], "lr": 0.05}], lr=config.lr)
+    scheduler = RateSchedule(optimizer, config, spe)
+    used, returned = [], []
+    for k in range(2 * spe):
+        returned.append(scheduler.at(k))
         param.grad = torch.ones(1)
         before = param.item()
         optimizer.step()
         used.append(before - param.item())  # plain SGD with grad 1: the step is the lr used
-        scheduler.step()
-    expected = [config.lr * m for m in lr_multipliers(config, spe)]
-    assert used == pytest.approx(expected, rel=1e-5)
+        assert optimizer.param_groups[1]["lr"] == 0.05 * returned[-1]  # a group's own rate keeps its ratio
+    assert returned == lr_multipliers(config, spe)  # the very values the clocks replay
+    assert used == pytest.approx([config.lr * m for m in returned], rel=1e-5)
     assert used[0] == pytest.approx(0.2 / 3, rel=1e-5)
-    assert "lr_lambdas" in scheduler.state_dict()

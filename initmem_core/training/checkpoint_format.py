@@ -24,7 +24,7 @@ FORMAT = "initmem-checkpoint/2"
 HEADER = ("format", "config", "config_hash", "run_id", "epoch", "step")  # kept out of the packing: read alone
 PATTERN = "ckpt-e*-s*.pt"
 NAME = re.compile(r"ckpt-e(\d{6})-s(\d{6})\.pt")  # epochs done, steps into the next
-REQUIRED = (*HEADER, "model", "optimizer", "scheduler")
+REQUIRED = (*HEADER, "model", "optimizer")  # the schedule is a function of the position
 
 
 def header(config: RunConfig, config_hash: str, run_id: str | None) -> dict[str, Any]:

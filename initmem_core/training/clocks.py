@@ -80,9 +80,10 @@ class ForgettingClocks:
 @dataclass(frozen=True)
 class StepRule:
     """How the scheduled rate of a step becomes the clocks' effective step ``eta`` and how much of
-    it shrinks the weights, as the optimizer declares them. The loop ticks its clocks with
-    ``eta(lr_multiplier(step))`` and ``training.horizons`` replays the same calls, so a run and
-    its ``--until`` plan count alike by construction."""
+    it shrinks the weights, as the optimizer declares them. The loop ticks its clocks with ``eta``
+    of the multiplier the schedule applies to the step (``schedules.RateSchedule.at``:
+    ``lr_multiplier(step)``) and ``training.horizons`` replays the same calls, so a run and its
+    ``--until`` plan count alike by construction."""
 
     lr: float  # the peak rate (the param group's initial lr)
     convention: str = DEFAULT_CONVENTION  # heavy-ball: eta = lr*(1-dampening)/(1-momentum); lr: eta = lr

@@ -26,14 +26,13 @@ from initmem_core.errors import RunWarning
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import Diverged, LossGuard, all_finite
 from initmem_core.training.loaders import FULL_TEST
-from initmem_core.training.schedules import lr_multiplier
 from initmem_core.training.selection import SelectedCheckpoint, stopping
 from initmem_core.training.setup import TrainingSetup
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import Stopped, StopSignals
 from initmem_core.vocabulary import LR, STOP_EPOCH, TEST_ACC, TEST_LOSS, TRAIN_ACC, TRAIN_LOSS, VAL_ACC, VAL_LOSS
 
-__all__ = ["evaluate", "evaluate_correct", "evaluation_row", "run_epoch", "score_selected", "train"]
+__all__ = ["evaluate_correct", "evaluation_row", "run_epoch", "score_selected", "train"]
 
 History = list[dict[str, float]]
 LogMetrics = Callable[[dict[str, float], int], None]
@@ -80,11 +79,6 @@ def evaluate_correct(setup: TrainingSetup, split: str) -> tuple[float, float, to
     return loss_sum.item() / n, correct.sum().item() / n, correct
 
 
-def evaluate(setup: TrainingSetup, split: str) -> tuple[float, float]:
-    """Mean loss and accuracy on a split, in eval mode, with large batches."""
-    return evaluate_correct(setup, split)[:2]
-
-
 def evaluation_row(
     setup: TrainingSetup,
     epoch: int,
@@ -116,7 +110,7 @@ def evaluation_row(
         setup.config,
         setup.dataset,
         setup.device,
-        evaluate=lambda split: evaluate(setup, split),
+        evaluate=lambda split: evaluate_correct(setup, split)[:2],
         figures=dict(row),
         test_correct=test_correct,
     )
@@ -188,16 +182,16 @@ def run_epoch(
     """Train epoch ``epoch`` from batch ``step`` on, adding into ``sums``; returns the last rate
     applied. Raises ``Diverged`` on a non-finite loss and ``EpochInterrupted`` when ``stop`` is
     requested before the epoch's last step (the caller checkpoints there)."""
-    config, optimizer, rule = setup.config, setup.optimizer, setup.plan.rule
+    optimizer, rule = setup.optimizer, setup.plan.rule
     trainable, initial = setup.penalized()
     forward, autocast = setup.forward_pass()
     memory_format = setup.memory_format
     steps_per_epoch = len(setup.train_loader)
     lr = optimizer.param_groups[0]["lr"]
     for x, y in setup.train_loader.epoch(step):
+        # One multiplier a step: the optimizer's rates, and the clocks on the plan's rule (as horizons replays it).
+        multiplier = setup.scheduler.at((epoch - 1) * steps_per_epoch + step)
         lr = optimizer.param_groups[0]["lr"]  # the rate this step applies, as logged
-        # The clocks count the plan's rule on the schedule the scheduler follows, as horizons does.
-        multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
         clocks.tick(rule.eta(multiplier), len(y), rule.shrink)
         with autocast():
             logits = forward(x.contiguous(memory_format=memory_format))
@@ -207,7 +201,6 @@ def run_epoch(
         if setup.regularizer is not None:
             setup.regularizer.add_gradient(trainable, initial)
         optimizer.step()
-        setup.scheduler.step()
         # Accumulate on the device: the host reads these once, at the end of the epoch.
         sums.loss += loss.detach() * len(y)
         sums.correct += (logits.argmax(1) == y).sum()

@@ -134,11 +134,13 @@ def dataset_inputs(config: RunConfig, dataset: DatasetBundle) -> list[tuple[str,
     ]
 
 
-def _open_run(
+def open_run(
     plan: RunPlan, setup: TrainingSetup, tracker: Tracker, tags: Mapping[str, str] | None, resume: bool
 ) -> tuple[str, CheckpointStore | None, dict[str, Any] | None]:
     """Start the run, or reopen the one of the newest checkpoint; returns (run id, its checkpoint
-    store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first."""
+    store or ``None``, the state to resume from or ``None``). Checkpoint problems raise first.
+    ``open_run``, ``log_run_files``, ``finish_run``, ``end_run`` and ``fail_run`` are a run's
+    stages in the store, whoever trains it (``run``, a lockstep job's models)."""
     config = plan.config
     checkpoints: CheckpointStore | None
     if resume:
@@ -335,7 +337,7 @@ def _train_tracked(
         # A helper still opening the store asks this: a signal then ends it at once.
         tracker.give_up_opening = lambda: stop.signum
         try:
-            run_id, checkpoints, resume_from = _open_run(plan, setup, tracker, tags, resume)
+            run_id, checkpoints, resume_from = open_run(plan, setup, tracker, tags, resume)
         except OpeningAbandoned as gave_up:  # a signal before the helper began to open it: no run
             raise Stopped(gave_up.signum, status=NOT_TRACKED) from None
         save = (
@@ -348,14 +350,7 @@ def _train_tracked(
                 assert stop.signum is not None  # requested: a signal came
                 kept = checkpoints.previous if checkpoints and resume_from is not None else None
                 raise Stopped(stop.signum, str(kept) if kept else None)
-            # Again on a resume: the first attempt may not have got them into the store.
-            tracker.log_text(to_json(config.to_dict()), "config.json")
-            # Where it runs (a resume may run elsewhere: the latest machine's); derived once per process.
-            tracker.log_text(to_json(system_description()), SYSTEM_ARTIFACT)
-            # Optional (contracts.OptimizerFactory): an optimizer may record its parameter groups.
-            groups = getattr(setup.optimizer, "initmem_param_groups", None)
-            if groups:
-                tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+            log_run_files(plan, setup, tracker)
             fallbacks_before = compiling.fallbacks()
             history, summary = train(
                 setup, tracker.log_metrics, progress, save_checkpoint=save, resume_from=resume_from, stop=stop
@@ -363,13 +358,7 @@ def _train_tracked(
             if config.compile:
                 _record_fallbacks(tracker, config, compiling.fallbacks() - fallbacks_before)
             stop.finishing = True  # trained: a signal now waits until the run is written
-            tracker.log_metrics(summary, step=int(history[-1]["epoch"]))  # --until or --patience may have set it
-            reason = str(stopping(plan.trains, plan.min_epochs, history))
-            tracker.set_tags({STOP_REASON_TAG: reason})
-            _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
-            if checkpoints:
-                checkpoints.wait()  # a run is not FINISHED before its last checkpoint is on disk
-                checkpoints.finish()  # then it keeps what --keep-checkpoints says
+            reason = finish_run(plan, setup, tracker, checkpoints, history, summary)
             status = FINISHED
             result = RunResult(
                 config,
@@ -384,14 +373,13 @@ def _train_tracked(
             )
         except BaseException as error:
             stop.finishing = True
-            status = _record_failure(tracker, error)
             # Whoever reports the error must say what the store holds: the end may not be there yet.
-            error.unsynced = _end_run(tracker, checkpoints, status)  # type: ignore[attr-defined]
+            status, error.unsynced = fail_run(tracker, checkpoints, error)  # type: ignore[attr-defined]
             error.lost = tracker.lost  # type: ignore[attr-defined]
             error.run_id = run_id  # type: ignore[attr-defined]
             error.config_hash = plan.config_hash  # type: ignore[attr-defined]
             raise
-        unsynced = _end_run(tracker, checkpoints, status)
+        unsynced = end_run(tracker, checkpoints, status)
     result.unsynced, result.lost = unsynced, tracker.lost
     result.checkpoint = str(checkpoints.previous) if checkpoints and checkpoints.previous else None
     if stop.requested:  # the signal came while the finished run was being written: stop now
@@ -416,7 +404,57 @@ def _record_fallbacks(tracker: Tracker, config: RunConfig, count: int) -> None:
         )
 
 
-def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str) -> str:
+def log_run_files(plan: RunPlan, setup: TrainingSetup, tracker: Tracker) -> None:
+    """What a run logs as it trains (again on a resume: the first attempt may not have got them
+    into the store): its config, the machine it runs on (a resume's may differ), and the parameter
+    groups its optimizer may record (optional: ``contracts.OptimizerFactory``)."""
+    tracker.log_text(to_json(plan.config.to_dict()), "config.json")
+    tracker.log_text(to_json(system_description()), SYSTEM_ARTIFACT)
+    groups = getattr(setup.optimizer, "initmem_param_groups", None)
+    if groups:
+        tracker.log_text(to_json(groups), "optimizer_param_groups.json")
+
+
+def finish_run(
+    plan: RunPlan,
+    setup: TrainingSetup,
+    tracker: Tracker,
+    checkpoints: CheckpointStore | None,
+    history: list[dict[str, float]],
+    summary: dict[str, float],
+) -> str:
+    """The end of a run trained to where it stops, before ``end_run`` ends it FINISHED: its summary
+    (at its last epoch: --until or --patience may have set it), why it stopped (returned, and
+    tagged), the metrics' artifacts and the final weights, and its last checkpoint on disk (a run
+    is not FINISHED before it is), then kept as --keep-checkpoints says."""
+    tracker.log_metrics(summary, step=int(history[-1]["epoch"]))
+    reason = str(stopping(plan.trains, plan.min_epochs, history))
+    tracker.set_tags({STOP_REASON_TAG: reason})
+    _log_final_artifacts(tracker, setup)  # while the last checkpoint is being written
+    if checkpoints:
+        checkpoints.wait()
+        checkpoints.finish()
+    return reason
+
+
+def fail_run(tracker: Tracker, checkpoints: CheckpointStore | None, error: BaseException) -> tuple[str, str]:
+    """End the run as ``error`` ends it, why tagged: KILLED by Ctrl-C or a signal, else FAILED (a
+    divergence tagged ``diverged=true``); returns its status and what the store did not take (``end_run``)."""
+    if isinstance(error, KeyboardInterrupt):  # Stopped is one: a signal
+        if isinstance(error, Stopped):
+            tracker.set_tags({STOPPED_BY_TAG: error.signal_name})
+        return KILLED, end_run(tracker, checkpoints, KILLED)
+    if isinstance(error, Diverged):
+        where = {DIVERGED_EPOCH_TAG: str(error.epoch)}
+        if error.step is not None:
+            where["diverged_step"] = str(error.step)
+        tracker.set_tags({DIVERGED_TAG: "true", **where, FAILURE_REASON_TAG: str(error)})
+    else:
+        tracker.set_tags({FAILURE_REASON_TAG: f"{type(error).__name__}: {error}"[:5000]})
+    return FAILED, end_run(tracker, checkpoints, FAILED)
+
+
+def end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str) -> str:
     """End the run in the store; returns what the store did not take (empty when it took all).
     A stopped or failed run leaves no write behind: its last checkpoint is on disk (or said to be
     missing) before the run ends and its exception reaches the caller."""
@@ -432,23 +470,6 @@ def _end_run(tracker: Tracker, checkpoints: CheckpointStore | None, status: str)
             )
     tracker.end_run(status)
     return tracker.unsynced
-
-
-def _record_failure(tracker: Tracker, error: BaseException) -> str:
-    """Tag why the run ends; returns the status it ends with."""
-    if isinstance(error, Stopped):
-        tracker.set_tags({STOPPED_BY_TAG: error.signal_name})
-        return KILLED
-    if isinstance(error, KeyboardInterrupt):
-        return KILLED
-    if isinstance(error, Diverged):
-        where = {DIVERGED_EPOCH_TAG: str(error.epoch)}
-        if error.step is not None:
-            where["diverged_step"] = str(error.step)
-        tracker.set_tags({DIVERGED_TAG: "true", **where, FAILURE_REASON_TAG: str(error)})
-    else:
-        tracker.set_tags({FAILURE_REASON_TAG: f"{type(error).__name__}: {error}"[:5000]})
-    return FAILED
 
 
 def _log_final_artifacts(tracker: Tracker, setup: TrainingSetup) -> None:

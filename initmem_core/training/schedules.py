@@ -17,9 +17,9 @@ steps and ``T = epochs * steps_per_epoch`` steps in all:
 Warm-up (``W > 0``): for ``step < W`` the schedule's value is multiplied by
 ``(step + 1) / W``, a linear ramp from ``lr / W`` at step 0 to ``lr`` at step ``W - 1``.
 
-``build_scheduler`` wraps this in ``torch.optim.lr_scheduler.LambdaLR``, stepped once after every
-``optimizer.step()``: the ``k``-th (0-based) step uses ``lr_multiplier(..., k, ...)``. Only
-``build_scheduler`` imports torch.
+``RateSchedule.at(k)`` applies it before the ``k``-th (0-based) ``optimizer.step()``: it sets every
+param group's rate and returns the multiplier, the one value the step's update and its clocks
+both take. Imports no torch.
 """
 
 from __future__ import annotations
@@ -73,17 +73,20 @@ def lr_match_factor(config: Any) -> float:
     return ratio * ratio
 
 
-def build_scheduler(optimizer: Any, config: Any, steps_per_epoch: int):
-    """A ``LambdaLR`` applying ``lr_multiplier``; step it once after every ``optimizer.step()``.
+class RateSchedule:
+    """The run's schedule on its optimizer. ``at(step)`` sets each param group's ``lr`` to the rate
+    it was built with times ``lr_multiplier(step)`` (groups with their own rates keep their
+    ratios) and returns that multiplier: the loop calls it before every ``optimizer.step()`` and
+    ticks the clocks on what it returns. A function of the step alone, so a resumed run needs no
+    state of it."""
 
-    It scales each parameter group's ``lr`` as set when the optimizer was built (its
-    ``initial_lr``), so groups with their own learning rates keep their ratios.
-    """
-    from torch.optim.lr_scheduler import LambdaLR
+    def __init__(self, optimizer: Any, config: Any, steps_per_epoch: int):
+        self.optimizer, self.config, self.steps_per_epoch = optimizer, config, steps_per_epoch
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.at(0)  # fails early on a bad schedule or steps_per_epoch
 
-    lr_multiplier(config, 0, steps_per_epoch)  # fail early on a bad schedule or steps_per_epoch
-
-    def multiplier(step: int) -> float:  # a plain function, so LambdaLR.state_dict skips it
-        return lr_multiplier(config, step, steps_per_epoch)
-
-    return LambdaLR(optimizer, multiplier)
+    def at(self, step: int) -> float:
+        multiplier = lr_multiplier(self.config, step, self.steps_per_epoch)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * multiplier
+        return multiplier

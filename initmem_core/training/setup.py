@@ -21,7 +21,7 @@ from initmem_core.training.effective_step import match_effective_step
 from initmem_core.training.loaders import EvalLoader, TrainLoader, make_loaders
 from initmem_core.training.plan import RunPlan
 from initmem_core.training.precision import LEGACY, tf32_api, use_precision
-from initmem_core.training.schedules import build_scheduler
+from initmem_core.training.schedules import RateSchedule
 
 
 def seed_for(seed: int, stream: str) -> int:
@@ -57,7 +57,7 @@ class TrainingSetup:
     dataset: DatasetBundle
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    scheduler: Any
+    scheduler: RateSchedule  # sets the rates at each step (a function of the step: no checkpointed state)
     regularizer: Regularizer | None
     metrics: dict[str, Metric]
     train_loader: TrainLoader
@@ -247,7 +247,7 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
         subset_generator=torch.Generator().manual_seed(seed_for(config.data_seed, "train-eval-subset")),
         full_test=full_test,
     )
-    scheduler = build_scheduler(optimizer, config, len(train_loader))
+    scheduler = RateSchedule(optimizer, config, len(train_loader))
     regularizer = component["regularizer"].build(coefficient=config.l2) if config.l2 > 0 else None
     # The metrics every run computes (registered with default=True), then the config's own.
     metrics = {name: metric.build(config=config) for name, metric in plan.metrics.items()}

@@ -1,9 +1,10 @@
 """The training state at a step boundary, as a checkpoint holds it, and how it is put back.
 
-Everything the loop depends on is in it (model with BatchNorm buffers, optimizer, schedule, W0,
-clocks, history, the figures of the epoch in progress, the data order, metric plugins' state,
-the selected checkpoint with its kept weights, every random stream: ``capture_rng``), so a run
-resumed from it computes exactly what it would have computed.
+Everything the loop depends on is in it (the position, which the schedule's rates follow from;
+model with BatchNorm buffers, optimizer, W0, clocks, history, the figures of the epoch in
+progress, the data order, metric plugins' state, the selected checkpoint with its kept weights,
+every random stream: ``capture_rng``), so a run resumed from it computes exactly what it would
+have computed.
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ def snapshot(
         "step": position[1],
         "model": setup.model.state_dict(),  # BatchNorm buffers included
         "optimizer": setup.optimizer.state_dict(),
-        "scheduler": setup.scheduler.state_dict(),
         "initial_params": setup.initial_params,  # W0, which the memory metrics compare against
         "clocks": dataclasses.asdict(clocks),
         "history": history,  # best-validation selection and tau_interp are read off it
@@ -103,7 +103,6 @@ def restore(
     device = setup.device
     setup.model.load_state_dict(state["model"])
     setup.optimizer.load_state_dict(state["optimizer"])
-    setup.scheduler.load_state_dict(state["scheduler"])
     with torch.no_grad():
         for name, value in state["initial_params"].items():
             setup.initial_params[name].copy_(value)

@@ -36,13 +36,11 @@ from initmem_core.kinds import resolve
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
 from initmem_core.tracking.tracker import Tracker
-from initmem_core.tracking.writing import to_json
 from initmem_core.training import runner
 from initmem_core.training.checkpoint_format import header
 from initmem_core.training.checkpoint_store import CheckpointStore
 from initmem_core.training.clocks import ForgettingClocks
 from initmem_core.training.divergence import LossGuard, all_finite
-from initmem_core.training.environment import SYSTEM_ARTIFACT, system_description
 from initmem_core.training.loaders import FULL_TEST
 from initmem_core.training.loop import (
     EpochInterrupted,
@@ -53,12 +51,11 @@ from initmem_core.training.loop import (
     summarize,
 )
 from initmem_core.training.plan import RunPlan, plan_run
-from initmem_core.training.schedules import lr_multiplier
 from initmem_core.training.selection import SelectedCheckpoint, stopping
 from initmem_core.training.setup import TrainingSetup, build_setup, process_settings_kept
 from initmem_core.training.state import EpochSums, restore, snapshot
 from initmem_core.training.stop_signals import Stopped, StopSignals
-from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG, STOP_REASON_TAG
+from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG
 
 Outcome = tuple[str, str]  # (status, error as text), as ``sweep.executor.run_cell`` returns
 
@@ -100,8 +97,7 @@ class Member:
 
     def end(self, error: BaseException) -> None:
         """End its run as a lone run ending with ``error`` would (DIVERGED, KILLED, FAILED)."""
-        status = runner._record_failure(self.tracker, error)
-        runner._end_run(self.tracker, self.checkpoints, status)
+        status, _ = runner.fail_run(self.tracker, self.checkpoints, error)
         self.outcome = (status, f"{type(error).__name__}: {error}" if status == FAILED else "")
 
 
@@ -137,12 +133,12 @@ def run_lockstep(
                 states = []
                 for member, resumed in zip(members, resume, strict=True):
                     tags = {LOCKSTEP_TAG: str(len(members))}
-                    member.run_id, member.checkpoints, state = runner._open_run(
+                    member.run_id, member.checkpoints, state = runner.open_run(
                         member.plan, member.setup, member.tracker, tags, resumed
                     )
                     opened.append(member)
                     states.append(state)
-                    _log_run_files(member)
+                    runner.log_run_files(member.plan, member.setup, member.tracker)
                 _train(members, states, stop)
             except BaseException as error:
                 for member in opened:
@@ -154,15 +150,6 @@ def run_lockstep(
                 if isinstance(error, (KeyboardInterrupt, Stopped)):
                     raise
     return [member.outcome or (FAILED, "never ended") for member in members]
-
-
-def _log_run_files(member: Member) -> None:
-    """What ``runner._train_tracked`` writes as a run begins."""
-    member.tracker.log_text(to_json(member.plan.config.to_dict()), "config.json")
-    member.tracker.log_text(to_json(system_description()), SYSTEM_ARTIFACT)
-    groups = getattr(member.setup.optimizer, "initmem_param_groups", None)
-    if groups:
-        member.tracker.log_text(to_json(groups), "optimizer_param_groups.json")
 
 
 def fuse(members: Sequence[Member]) -> torch.nn.Module:
@@ -196,7 +183,7 @@ def unfuse(members: Sequence[Member]) -> None:
 def _train(members: list[Member], states: list[dict[str, Any] | None], stop: StopSignals) -> None:
     """``loop.train`` for K models at once, each ending its own run where a lone run would: at
     its own ``selection.stopping`` point (``--patience``, ``--until``, the last epoch), as
-    ``_train_tracked`` ends one. The live models stay fused; one that leaves gets its own storage
+    ``runner.run`` ends one. The live models stay fused; one that leaves gets its own storage
     back, and the others are fused anew without it."""
     lead = members[0].setup
     config = lead.config
@@ -339,15 +326,12 @@ def _epoch(
     ends DIVERGED at once and leaves the fused model (``_without_ended``); returns the last rate
     applied and the fused model and members still training."""
     lead = live[0].setup
-    config, rule = lead.config, lead.plan.rule
     _, autocast = lead.forward_pass()
     memory_format = lead.memory_format
     steps_per_epoch = len(loader)
     lr = lead.optimizer.param_groups[0]["lr"]
     fused.train()
     for x, y in loader.epoch(step):
-        lr = live[0].setup.optimizer.param_groups[0]["lr"]
-        multiplier = lr_multiplier(config, (epoch - 1) * steps_per_epoch + step, steps_per_epoch)
         with autocast():
             logits = fused(x.contiguous(memory_format=memory_format)).float()  # K x N x classes
         losses = F.cross_entropy(logits.flatten(0, 1), y.repeat(len(live)), reduction="none").view(len(live), -1)
@@ -357,18 +341,19 @@ def _epoch(
         gradients = fused.split({name: p.grad for name, p in fused.named_parameters()})
         right = (logits.argmax(2) == y).sum(1)
         for index, member in enumerate(live):
-            setup = member.setup
+            setup, rule = member.setup, member.plan.rule
+            multiplier = setup.scheduler.at((epoch - 1) * steps_per_epoch + step)  # its rates and its clocks'
             member.clocks.tick(rule.eta(multiplier), len(y), rule.shrink)
             for name, parameter in setup.model.named_parameters():
                 parameter.grad = gradients[index][name]
             if setup.regularizer is not None:
                 setup.regularizer.add_gradient(*setup.penalized())
             setup.optimizer.step()
-            setup.scheduler.step()
             member.sums.loss += losses[index].detach() * len(y)
             member.sums.correct += right[index]
             member.sums.seen += len(y)
             member.progress.advance(1)
+        lr = live[0].setup.optimizer.param_groups[0]["lr"]  # the rate this step applied, as logged
         step += 1
         for index, member in enumerate(live):
             if member.guard.tripped(losses[index]):
@@ -383,19 +368,14 @@ def _epoch(
 
 def _finish(member: Member, stop: StopSignals) -> None:
     """The end of a member's run where its history stops, as ``loop.train`` and
-    ``runner._train_tracked`` end one (its model has its own storage by now)."""
+    ``runner.run`` ends one (``runner.finish_run``, ``end_run``; its model has its own storage by now)."""
     setup, tracker = member.setup, member.tracker
     assert member.selection is not None
     finishing, stop.finishing = stop.finishing, True  # a signal now waits until the run is written
     try:
         summary = summarize(setup, member.selection, member.history)
-        tracker.log_metrics(summary, step=int(member.history[-1]["epoch"]))
-        tracker.set_tags({STOP_REASON_TAG: str(stopping(member.plan.trains, member.plan.min_epochs, member.history))})
-        runner._log_final_artifacts(tracker, setup)
-        if member.checkpoints:
-            member.checkpoints.wait()
-            member.checkpoints.finish()
-        runner._end_run(tracker, member.checkpoints, FINISHED)
+        runner.finish_run(member.plan, setup, tracker, member.checkpoints, member.history, summary)
+        runner.end_run(tracker, member.checkpoints, FINISHED)
         member.outcome = (FINISHED, "")
     finally:
         stop.finishing = finishing
