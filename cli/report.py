@@ -70,13 +70,11 @@ def rich_tables(report, name: str, width: int) -> list[Table]:
 
 def _report_single_run(run_id: str, tracking_uri: str | None, format: str) -> bool:
     """The summary and per-epoch curves of run ``run_id`` if it is a single run; False if not."""
-    from initmem_core.tracking.single_run import load_single_run  # lazy: keeps MLflow out of the CLI's start-up
+    from . import run_report  # lazy: it reads the store (MLflow), needed only for a run id
 
-    run = load_single_run(run_id, tracking_uri)
+    run = run_report.load_single_run(run_id, tracking_uri)
     if run is None:
         return False
-    from . import run_report  # lazy: its tables import the report's renderers, needed only for a run id
-
     if format == "table":
         output_console().print(*run_report.rich_tables(run))
     else:

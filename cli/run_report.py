@@ -1,4 +1,9 @@
-"""``initmem report RUN_ID`` for one run that is not a sweep: its summary and per-epoch curves."""
+"""``initmem report RUN_ID`` for one run that is not a sweep: read back from the store, its summary
+and per-epoch curves.
+
+>>> run = load_single_run("3f2a...", "sqlite:///mlflow.db")
+>>> run.summary["best_val_test_acc"], run.epochs[-1]["test_acc"]
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,28 @@ import csv
 import dataclasses
 import io
 import json
+from dataclasses import dataclass, field
+from typing import Any
 
 from rich.table import Table
 
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.records import looks_like_run_id, metric_history
 from initmem_core.vocabulary import (
     CLOCK_SYMBOLS,
+    FIT,
+    PARENT_ROLE,
+    PER_EPOCH_METRICS,
+    REPAIR_GAP,
+    ROLE_TAG,
+    SELECTION_METRICS,
+    TAU_INTERP,
     TEST_ACC,
     TRAIN_ACC,
     TRAIN_LOSS,
     VAL_ACC,
     VAL_LOSS,
+    WEIGHT_NORM_RATIO,
 )
 
 #: The per-epoch columns shown: (metric, header).
@@ -25,11 +42,51 @@ CURVE_COLUMNS = (
     (VAL_LOSS, "val loss"),
     (VAL_ACC, "val acc"),
     (TEST_ACC, "test acc"),
-    ("weight_norm_ratio", "||W||/||W0||"),
+    (WEIGHT_NORM_RATIO, "||W||/||W0||"),
     *CLOCK_SYMBOLS.items(),
 )
 #: The params worth a line in the summary, when the run has them.
 SHOWN_PARAMS = ("arch", "opt", "lr", "sigma", "seed", "epochs", "batch_size", "data", "train_size", "eval_size")
+#: A run's summary figures, in the order a report shows them.
+SUMMARY_METRICS = (*SELECTION_METRICS, TAU_INTERP, REPAIR_GAP, FIT)
+
+
+@dataclass(frozen=True)
+class SingleRun:
+    run_id: str
+    run_name: str
+    status: str
+    params: dict[str, str]
+    summary: dict[str, float]
+    #: one row per logged epoch: ``{"epoch": 0, "train_loss": ..., "clock_sgd": ..., ...}``
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_single_run(run_id: str, tracking_uri: str | None = None) -> SingleRun | None:
+    """The run ``run_id`` with its summary and per-epoch figures; ``None`` when the store has no
+    such run or it is a sweep's parent (a sweep, reported as one). Creates no store."""
+    if not looks_like_run_id(run_id):
+        return None
+    client = open_client(tracking_uri, create=False)
+    try:
+        run = client.get_run(run_id)
+    except Exception:  # MLflow raises its own error for an unknown id
+        return None
+    if run.data.tags.get(ROLE_TAG) == PARENT_ROLE:
+        return None
+    metrics = run.data.metrics
+    by_epoch: dict[int, dict[str, Any]] = {}
+    for key in [key for key in PER_EPOCH_METRICS if key in metrics]:
+        for step, value in metric_history(client, run_id, key):
+            by_epoch.setdefault(step, {"epoch": step})[key] = value
+    return SingleRun(
+        run_id,
+        run.info.run_name or "",
+        run.info.status,
+        dict(run.data.params),
+        {key: metrics[key] for key in SUMMARY_METRICS if key in metrics},
+        [by_epoch[epoch] for epoch in sorted(by_epoch)],
+    )
 
 
 def _number(value) -> str:

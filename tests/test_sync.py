@@ -63,14 +63,14 @@ def write_unsynced(folder: Path, run_id: str, artifact: str | None = None) -> Pa
 
 @pytest.mark.parametrize("run_id", ["../../elsewhere", "/tmp/x", "a/b", ""])
 def test_an_unsynced_file_naming_no_run_id_is_refused(tmp_path, run_id):
-    from initmem_core.tracking.pending import read_unsynced
+    from initmem_plugins.commands.uploads import read_unsynced
 
     with pytest.raises(ConfigError, match="which is not a run id; move it out of the way"):
         read_unsynced(write_unsynced(tmp_path / "initmem-unsynced", run_id))
 
 
 def test_an_unsynced_artifact_outside_its_runs_copies_is_refused_and_left_alone(tmp_path):
-    from initmem_core.tracking.pending import read_unsynced
+    from initmem_plugins.commands.uploads import read_unsynced
 
     victim = tmp_path / "victim.txt"
     victim.write_text("not initmem's")
@@ -223,7 +223,7 @@ def fill_up(filler, patience_s: float = 1.0) -> None:
 def test_a_run_whose_store_and_spool_fill_up_names_the_command_that_records_everything(
     tmp_path, small_disk, store_in, _empty_store
 ):
-    from initmem_core.tracking.pending import read_unsynced
+    from initmem_plugins.commands.uploads import read_unsynced
 
     disk = small_disk(f"{_empty_store.stat().st_size // 1024 + 550}k")  # the store's folder, filled up below
     with open(new_file(disk / "filler"), "wb", buffering=0) as filler:

@@ -20,7 +20,6 @@ from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, UnknownComponentError, did_you_mean
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.plugin_system.registry import Registry
-from initmem_core.tracking.cells import PROGRESS_CALLS
 from initmem_core.vocabulary import FAILED
 
 if TYPE_CHECKING:
@@ -135,12 +134,6 @@ def check_store(executor: Executor, uri: str) -> None:
             "start an MLflow tracking server (`mlflow server --backend-store-uri sqlite:///server.db "
             "--host 0.0.0.0 --port 5000`) and pass --tracking-uri http://<host>:5000; see docs/distributed.md"
         )
-
-
-def replay_progress(job: Job, call: str, args: Any) -> None:
-    """A progress event a worker sent (see ``tracking.cells.QueueProgress``), onto the cell's bar."""
-    if job.progress is not None and call in PROGRESS_CALLS:
-        getattr(job.progress, call)(*args)
 
 
 def make_executor(

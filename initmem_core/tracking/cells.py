@@ -20,9 +20,6 @@ from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.tracking.writing import log_params, log_tags
 from initmem_core.vocabulary import ENDED, FAILED, FAILURE_REASON_TAG, FINISHED
 
-PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})  # what an executor's progress sends
-
-
 LEASES_FOLDER = "initmem-leases"
 
 

@@ -1,5 +1,6 @@
 """Writes the tracking store has not taken yet: held in memory and retried with backoff while a
-run trains, and left in a local file if the run ends first (``sync`` uploads it).
+run trains, and left in a local file if the run ends first (``initmem sync``, the commands
+plugin's, reads it back and uploads it).
 
 The file is ``initmem-unsynced/<run id>.jsonl`` beside the SQLite database (in the current folder
 for a server), one JSON object per line: a ``run`` line naming the store and the run, then
@@ -195,39 +196,3 @@ def spill(pending: PendingWrites, folder: Path, run_id: str, tracking_uri: str) 
             folder.rmdir()  # if this made it and it is empty
         raise
     return path
-
-
-def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
-    """The ``run`` line and the pending writes of one file; ``ConfigError`` if it is not ours."""
-    try:
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{path} is not an initmem unsynced file ({error}); move it out of the way") from None
-    if not lines or lines[0].get("kind") != "run" or "run_id" not in lines[0]:
-        raise ConfigError(f"{path} is not an initmem unsynced file (no run line); move it out of the way")
-    try:
-        run_id = checked_run_id(lines[0]["run_id"])
-    except ConfigError:
-        raise ConfigError(
-            f"{path} names the run {lines[0]['run_id']!r}, which is not a run id; move it out of the way"
-        ) from None
-    copies = (path.parent / f"{run_id}.files").resolve()  # the only place its artifact copies may be
-    pending = PendingWrites()
-    for line in lines[1:]:
-        kind = line.get("kind")
-        if kind == "metric":
-            pending.metrics.append((line["key"], float(line["value"]), int(line["timestamp"]), int(line["step"])))
-        elif kind == "tag":
-            pending.tags[line["key"]] = line["value"]
-        elif kind == "text":
-            pending.texts[line["artifact_file"]] = line["text"]
-        elif kind == "artifact" and not (path.parent / line["path"]).resolve().is_relative_to(copies):
-            raise ConfigError(
-                f"{path} points an artifact outside {copies.name}/ ({line['path']}); move it out of the way"
-            )
-        elif kind == "artifact" and (path.parent / line["path"]).exists():
-            # A copy is deleted once uploaded: a missing one was taken by an interrupted sync.
-            pending.files.append((str(path.parent / line["path"]), line["artifact_path"]))
-        elif kind == "status":
-            pending.status = (line["status"], int(line["end_time"]))
-    return lines[0], pending

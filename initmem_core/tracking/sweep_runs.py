@@ -26,9 +26,7 @@ from initmem_core.tracking.records import (
     child_runs,
     find_parent,
     latest_per_cell,
-    open_sweep,
     record_from_run,
-    sweep_name_of,
 )
 from initmem_core.tracking.system_metrics import SystemMetrics
 from initmem_core.tracking.ui_view import write_view
@@ -68,13 +66,6 @@ class StoredRun:
     def of(cls, run: Any) -> StoredRun:
         info, data = run.info, run.data
         return cls(info.run_id, info.run_name or "", info.status, dict(data.tags), dict(data.params))
-
-
-def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
-    """An existing sweep's name and every child run of it, the sweep found by name or by its
-    parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
-    _, parent, children = open_sweep(uri, experiment, name_or_parent_run_id)
-    return sweep_name_of(parent), [StoredRun.of(run) for run in children]
 
 
 class SweepRuns:

@@ -69,10 +69,6 @@ def store_folder(uri: str | None) -> Path:
     return database.parent if database else Path.cwd()
 
 
-def same_store(first: str, second: str) -> bool:
-    return (sqlite_path(first) or first.rstrip("/")) == (sqlite_path(second) or second.rstrip("/"))
-
-
 def artifact_root_for(uri: str, experiment: str) -> str | None:
     """For a SQLite store, keep artifacts beside the database (as ``mlflow server`` does), in a
     folder named after the experiment that stays under ``mlartifacts`` whatever the name says."""

@@ -15,11 +15,12 @@ from pathlib import Path
 from initmem_core.errors import ConfigError
 from initmem_core.sweep.grid import DEFAULT_OUTPUT
 from initmem_core.tracking.cells import LEASES_FOLDER
-from initmem_core.tracking.single_run import stored_runs
-from initmem_core.tracking.sweep_runs import stored_sweep
+from initmem_core.tracking.client import open_client
+from initmem_core.tracking.records import open_sweep, search_all, sweep_name_of
+from initmem_core.tracking.sweep_runs import StoredRun
 from initmem_core.tracking.uris import DEFAULT_EXPERIMENT, resolve_tracking_uri, store_folder
 from initmem_core.training.checkpoint_store import default_root
-from initmem_core.vocabulary import CONFIG_HASH_TAG
+from initmem_core.vocabulary import CONFIG_HASH_TAG, PARENT_ROLE, PARENT_TAG, ROLE_TAG
 
 CHECKPOINTS, LEASE, OUTPUT = "checkpoints", "lease", "report output"
 #: ``--older-than``'s units, in seconds
@@ -68,6 +69,25 @@ def sweep_leftovers(
             found[store_folder(uri) / LEASES_FOLDER / f"{config_hash}.lock"] = LEASE
     found[Path(out) if out else DEFAULT_OUTPUT / name] = OUTPUT
     return name, [Leftover(what, path, size_of(path)) for path, what in found.items() if path.exists()]
+
+
+def stored_sweep(uri: str, experiment: str, name_or_parent_run_id: str) -> tuple[str, list[StoredRun]]:
+    """An existing sweep's name and every child run of it, the sweep found by name or by its
+    parent run id; ``ConfigError`` naming the sweeps there if there is none. Creates nothing."""
+    _, parent, children = open_sweep(uri, experiment, name_or_parent_run_id)
+    return sweep_name_of(parent), [StoredRun.of(run) for run in children]
+
+
+def stored_runs(uri: str, experiment: str) -> tuple[list[StoredRun], list[StoredRun]]:
+    """The runs of ``experiment`` as ``StoredRun``: the single runs (no sweep's parent nor cell)
+    and the sweeps' cells. Creates no store; ``ConfigError`` when the experiment is not there."""
+    client = open_client(uri, create=False)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ConfigError(f"experiment '{experiment}' does not exist in the tracking store {uri}; check --experiment")
+    runs = [StoredRun.of(run) for run in search_all(client, [found.experiment_id], "")]
+    runs = [run for run in runs if run.tags.get(ROLE_TAG) != PARENT_ROLE]
+    return [run for run in runs if PARENT_TAG not in run.tags], [run for run in runs if PARENT_TAG in run.tags]
 
 
 def parse_age(text: str) -> float:

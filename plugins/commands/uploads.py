@@ -9,15 +9,17 @@ is not in the store is left where it is (and named), and the others are synced a
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.client import open_client
 from initmem_core.tracking.login import refusal
-from initmem_core.tracking.pending import PendingWrites, read_unsynced, unsynced_folder
-from initmem_core.tracking.uris import resolve_tracking_uri, same_store, store_folder
+from initmem_core.tracking.pending import PendingWrites, checked_run_id, unsynced_folder
+from initmem_core.tracking.uris import resolve_tracking_uri, sqlite_path, store_folder
 from initmem_core.vocabulary import CELLS_UNSYNCED_TAG, PARENT_TAG, RUNNING
 
 SYNC_LOCK = ".sync.lock"
@@ -101,3 +103,45 @@ def _one_cell_less_unsynced(client, parent_id: str | None) -> None:
             client.set_tag(parent_id, CELLS_UNSYNCED_TAG, str(waiting - 1))
     except Exception:  # the parent is gone or not a sweep's: the cell itself is synced all the same
         pass
+
+
+def read_unsynced(path: Path) -> tuple[dict[str, Any], PendingWrites]:
+    """The ``run`` line and the pending writes of one file (``tracking.pending.spill`` wrote it);
+    ``ConfigError`` if it is not ours."""
+    try:
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} is not an initmem unsynced file ({error}); move it out of the way") from None
+    if not lines or lines[0].get("kind") != "run" or "run_id" not in lines[0]:
+        raise ConfigError(f"{path} is not an initmem unsynced file (no run line); move it out of the way")
+    try:
+        run_id = checked_run_id(lines[0]["run_id"])
+    except ConfigError:
+        raise ConfigError(
+            f"{path} names the run {lines[0]['run_id']!r}, which is not a run id; move it out of the way"
+        ) from None
+    copies = (path.parent / f"{run_id}.files").resolve()  # the only place its artifact copies may be
+    pending = PendingWrites()
+    for line in lines[1:]:
+        kind = line.get("kind")
+        if kind == "metric":
+            pending.metrics.append((line["key"], float(line["value"]), int(line["timestamp"]), int(line["step"])))
+        elif kind == "tag":
+            pending.tags[line["key"]] = line["value"]
+        elif kind == "text":
+            pending.texts[line["artifact_file"]] = line["text"]
+        elif kind == "artifact" and not (path.parent / line["path"]).resolve().is_relative_to(copies):
+            raise ConfigError(
+                f"{path} points an artifact outside {copies.name}/ ({line['path']}); move it out of the way"
+            )
+        elif kind == "artifact" and (path.parent / line["path"]).exists():
+            # A copy is deleted once uploaded: a missing one was taken by an interrupted sync.
+            pending.files.append((str(path.parent / line["path"]), line["artifact_path"]))
+        elif kind == "status":
+            pending.status = (line["status"], int(line["end_time"]))
+    return lines[0], pending
+
+
+def same_store(first: str, second: str) -> bool:
+    """Whether two tracking URIs name one store (a SQLite file however its path is spelled)."""
+    return (sqlite_path(first) or first.rstrip("/")) == (sqlite_path(second) or second.rstrip("/"))

@@ -30,7 +30,7 @@ from typing import Any
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, InitmemError, RunWarning
 from initmem_core.plugin_system.loader import one_line_warnings
-from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress, run_cell
+from initmem_core.sweep.executor import Executor, Job, SweepCells, run_cell
 from initmem_core.tracking.client import python_handles_ctrl_c
 from initmem_core.tracking.tracker import ForwardedCalls
 from initmem_core.vocabulary import FAILED, FINISHED
@@ -163,6 +163,7 @@ def start_worker(parent_pid: int, environment: dict[str, str]) -> None:
 TRACKER_CALLS = frozenset(
     {"start_run", "resume_run", "log_metrics", "set_tags", "log_text", "log_artifact", "log_dataset", "end_run"}
 )
+PROGRESS_CALLS = frozenset({"start", "advance", "epoch_done"})  # a worker's QueueProgress
 
 
 class QueueTracker(ForwardedCalls):
@@ -226,6 +227,12 @@ class QueueProgress:
     def epoch_done(self, epoch, metrics):
         self.flush()
         self._send("epoch_done", epoch, {k: float(v) for k, v in metrics.items()})
+
+
+def replay_progress(job: Job, call: str, args: Any) -> None:
+    """A progress event a worker sent (``QueueProgress``), onto the cell's bar."""
+    if job.progress is not None and call in PROGRESS_CALLS:
+        getattr(job.progress, call)(*args)
 
 
 def run_cell_in_worker(

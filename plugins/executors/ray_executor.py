@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from initmem_core.errors import ConfigError, InitmemError
-from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress
+from initmem_core.sweep.executor import Executor, Job, SweepCells
 from initmem_core.tracking.client import store_must_answer
 from initmem_core.tracking.login import CREDENTIAL_ENV
-from initmem_plugins.executors.local import QueueProgress
+from initmem_plugins.executors.local import QueueProgress, replay_progress
 from initmem_plugins.executors.placement import pin_process, process_environment
 from initmem_plugins.executors.remote_cell import (
     CellTask,

@@ -33,9 +33,9 @@ from typing import Any, cast
 import submitit
 
 from initmem_core.errors import ConfigError
-from initmem_core.sweep.executor import Executor, Job, SweepCells, replay_progress
+from initmem_core.sweep.executor import Executor, Job, SweepCells
 from initmem_core.vocabulary import FAILED
-from initmem_plugins.executors.local import QueueProgress, die_with_parent
+from initmem_plugins.executors.local import QueueProgress, die_with_parent, replay_progress
 from initmem_plugins.executors.placement import pin_process, process_environment
 from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, fit_to_request, run_remote_cell
 
