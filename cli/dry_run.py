@@ -17,7 +17,7 @@ from typing import Any
 
 from initmem_core.config import HASHED, RunConfig
 from initmem_core.errors import ConfigError
-from initmem_core.report.claim_groups import UNKNOWN_FAMILY, declared_convention, mechanism_clock
+from initmem_core.report.claim_groups import UNKNOWN_FAMILY, mechanism_clock
 from initmem_core.report.claims import claim_specs
 from initmem_core.report.regime import CLOCK_THRESHOLDS
 from initmem_core.sweep.identity import GridIdentity
@@ -27,7 +27,7 @@ from initmem_core.tracking.records import child_runs, find_parent
 from initmem_core.tracking.uris import resolve_tracking_uri, sqlite_path, store_folder
 from initmem_core.training.clocks import CONVENTION_FAMILIES
 from initmem_core.training.horizons import Schedule, epoch_batches, epochs_until
-from initmem_core.training.plan import training_set_size
+from initmem_core.training.plan import RunPlan, training_set_size
 from initmem_core.vocabulary import CONFIG_HASH_TAG, DIVERGED_TAG, FAILED, FINISHED
 
 #: Each cell's state in the store, as the dry run's table and JSON name it.
@@ -192,16 +192,17 @@ class ClockForecast:
 
 
 def clock_forecasts(
-    groups: list[str], configs: list[RunConfig], clocks: list[dict[str, float] | None]
+    groups: list[str], plans: list[RunPlan], clocks: list[dict[str, float] | None]
 ) -> list[ClockForecast]:
-    """Per planned group (in first order), its mechanism's clock (by its optimizer plugin's declared
-    family) and the least value its cells end with (``clocks``: per cell, from ``training.horizons``;
-    None where unknown), against the threshold a contradiction needs."""
+    """Per planned group (in first order), its mechanism's clock (by the family of the clock
+    convention each cell's plan holds, ``RunPlan.convention``: what its run will log) and the least
+    value its cells end with (``clocks``: per cell, from ``training.horizons``; None where unknown),
+    against the threshold a contradiction needs."""
     clock_of: dict[str, str] = {}
     reached: dict[str, list[float]] = {}
-    for group, config, ends in zip(groups, configs, clocks):
-        family = CONVENTION_FAMILIES.get(declared_convention(config.opt), UNKNOWN_FAMILY)
-        clock = clock_of.setdefault(group, mechanism_clock(config, family))
+    for group, plan, ends in zip(groups, plans, clocks):
+        family = CONVENTION_FAMILIES.get(plan.convention, UNKNOWN_FAMILY)
+        clock = clock_of.setdefault(group, mechanism_clock(plan.config, family))
         reached.setdefault(group, []).append(ends[clock] if ends and clock in ends else math.nan)
     forecasts = []
     for group, clock in clock_of.items():

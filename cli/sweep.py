@@ -89,7 +89,7 @@ def forecasts_of(plan, horizons) -> list:
     from .dry_run import clock_forecasts  # lazy: keeps the report code out of the CLI's start-up
 
     ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
-    return clock_forecasts(plan.groups, plan.cells, ends)
+    return clock_forecasts(plan.groups, plan.plans, ends)
 
 
 def regime_table(plan, forecasts, testable: dict[str, list[str]], needs: dict[str, Any]) -> Table:

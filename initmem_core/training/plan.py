@@ -129,6 +129,11 @@ class RunPlan:
     def optimizer(self) -> Component:
         return self.components["optimizer"]
 
+    @property
+    def convention(self) -> str:
+        """The clock convention its run logs, as a report reads it back: ``clock``, or ``UNDECLARED``."""
+        return self.params["clock_convention"].partition(":")[0]
+
     def at(self, store_uri: str | None) -> RunPlan:
         """The plan of this run tracked in ``store_uri`` (resolved): its checkpoints go beside it."""
         folder = checkpoint_folder(self.config, self.config_hash, store_uri)
