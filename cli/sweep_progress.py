@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from initmem_core.vocabulary import FINISHED
+from initmem_core.vocabulary import FINISHED, TRAIN_ACC, VAL_ACC
 
 
 def eta_text(elapsed_s: float, finished: int, remaining: int) -> str:
@@ -38,7 +38,7 @@ class CellBar:
         self.bar.update(
             self.task,
             description=f"  {self.label} epoch {epoch}/{self.epochs}",
-            figures=f"acc {metrics['train_acc']:.3f} val {metrics['val_acc']:.3f}",
+            figures=f"acc {metrics[TRAIN_ACC]:.3f} val {metrics[VAL_ACC]:.3f}",
         )
 
     def remove(self) -> None:

@@ -210,6 +210,18 @@ def test_clock_names_are_spelled_only_in_the_vocabulary():
     assert not found, found
 
 
+def test_metric_names_are_spelled_only_in_the_vocabulary():
+    """A metric a run logs (``test_acc``, ``best_val_test_acc``, ``tau_interp``...) as a whole string
+    literal outside the vocabulary is a second spelling (``lr``, a config field too, aside)."""
+    from initmem_core import vocabulary as v
+
+    metrics = {*v.PER_EPOCH_METRICS, *v.SELECTION_METRICS, v.TAU_INTERP, v.REPAIR_GAP, v.FIT, v.STOP_EPOCH} - {v.LR}
+    # A checkpoint's selection state, and the report table's rows, have fields of the same names.
+    allowed = {"initmem_core/training/selection.py": {v.VAL_LOSS}, "initmem_core/report/render.py": {v.TEST_ACC, v.FIT}}
+    found = _second_spellings(metrics | {v.BEST_VAL_TEST_ACC_CAPPED}, allowed)
+    assert not found, found
+
+
 def test_run_statuses_and_tag_keys_are_spelled_only_in_the_vocabulary():
     """A run status (``FINISHED``...) or the key of a tag initmem writes or reads (``config_hash``,
     ``initmem.group``...) as a whole string literal outside the vocabulary is a second spelling."""

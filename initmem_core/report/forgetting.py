@@ -20,7 +20,7 @@ from typing import Any
 from initmem_core.groups import metric_suffix
 from initmem_core.report.inference import NAN, cross_fit_spread, mean_interval
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import CLOCKS
+from initmem_core.vocabulary import CLOCKS, INIT_COSINE, TEST_ACC, WEIGHT_NORM
 
 MEMORIES = ("radial", "directional", "accuracy")
 #: The units a half-life is given in: epochs, then each clock.
@@ -141,7 +141,7 @@ def radial_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list
     out = {}
     for seed in sorted({c.config.seed for c in cells}):
         mine = [c for c in cells if c.config.seed == seed and c.config.sigma > 0]
-        norms = [dict(c.histories.get("weight_norm", ())) for c in mine]
+        norms = [dict(c.histories.get(WEIGHT_NORM, ())) for c in mine]
         row = []
         for epoch in epochs:
             points = [
@@ -162,14 +162,14 @@ def _mean_by_epoch(cells: Iterable[CellRecord], metric: str, epochs: list[int]) 
 def directional_by_seed(cells: list[CellRecord], epochs: list[int]) -> dict[int, list[float]]:
     """Per seed, the mean init_cosine over the seed's runs at each epoch."""
     seeds = sorted({c.config.seed for c in cells})
-    return {seed: _mean_by_epoch((c for c in cells if c.config.seed == seed), "init_cosine", epochs) for seed in seeds}
+    return {seed: _mean_by_epoch((c for c in cells if c.config.seed == seed), INIT_COSINE, epochs) for seed in seeds}
 
 
 def accuracy_at(cells: list[CellRecord], epoch: int) -> dict[float, dict[int, float]]:
     """Test accuracy (pp) by sigma and seed at ``epoch``: the spread's table at that epoch."""
     table: dict[float, dict[int, float]] = {}
     for cell in cells:
-        value = dict(cell.histories.get("test_acc", ())).get(epoch, NAN)
+        value = dict(cell.histories.get(TEST_ACC, ())).get(epoch, NAN)
         if not math.isnan(value):
             table.setdefault(cell.config.sigma, {})[cell.config.seed] = 100 * value
     return table
@@ -292,12 +292,7 @@ def group_forgetting(group: str, cells: Iterable[CellRecord], accuracy: bool = T
     ``accuracy=False`` leaves accuracy memory out (a debiased spread per epoch is the slow part)."""
     cells = [c for c in cells if c.trained and c.histories]
     epochs = sorted(
-        {
-            epoch
-            for c in cells
-            for key in ("weight_norm", "init_cosine", "test_acc")
-            for epoch, _ in c.histories.get(key, ())
-        }
+        {epoch for c in cells for key in (WEIGHT_NORM, INIT_COSINE, TEST_ACC) for epoch, _ in c.histories.get(key, ())}
     )
     clocks = {clock: _mean_by_epoch(cells, clock, epochs) for clock in CLOCKS}
     result = GroupForgetting(group)

@@ -34,7 +34,19 @@ from initmem_core.report.inference import (
 )
 from initmem_core.report.regime import edge_counts
 from initmem_core.tracking.records import CellRecord, fit_counts
-from initmem_core.vocabulary import BEST_VAL_TEST_ACC, CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD, CLOCKS, STOP_EPOCH
+from initmem_core.vocabulary import (
+    BEST_VAL_TEST_ACC,
+    CLOCK_ADAPT,
+    CLOCK_L2,
+    CLOCK_SGD,
+    CLOCKS,
+    REPAIR_GAP,
+    STOP_EPOCH,
+    TAU_INTERP,
+    TEST_EXAMPLES,
+    WEIGHT_NORM,
+    WEIGHT_NORM_RATIO,
+)
 
 if TYPE_CHECKING:
     from initmem_core.report.verdicts import Finding
@@ -222,7 +234,7 @@ def test_set_of(cell: CellRecord) -> tuple:
     """Which test examples a cell's selected accuracy and records score: the whole split when the run
     says so (``test_examples``: runs that score the selected checkpoint on it, capped or not) or
     nothing capped it, else the ``--eval-size`` subset drawn by ``data_seed``."""
-    whole = "test_examples" in cell.metrics or cell.config.eval_size == 0
+    whole = TEST_EXAMPLES in cell.metrics or cell.config.eval_size == 0
     return cell.config.data, cell.config.data_seed, "whole split" if whole else cell.config.eval_size
 
 
@@ -300,7 +312,7 @@ def _paired(a: GroupSummary, b: GroupSummary, accuracy: Mapping[str, Matrix]) ->
 def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
     trained = [c for c in cells if c.trained]
     acc = [100 * c.metrics[BEST_VAL_TEST_ACC] for c in trained if BEST_VAL_TEST_ACC in c.metrics]
-    interpolated = [c for c in trained if "tau_interp" in c.metrics]
+    interpolated = [c for c in trained if TAU_INTERP in c.metrics]
     # an accuracy lies in [0, 100]: so does its interval (few seeds far apart reach past either)
     low, high = (min(max(v, 0.0), 100.0) for v in mean_interval(acc))
 
@@ -316,12 +328,12 @@ def _sigma_row(group: str, sigma: float, cells: list[CellRecord]) -> SigmaRow:
         test_acc_std=statistics.stdev(acc) if len(acc) > 1 else NAN,
         test_acc_lo=low,
         test_acc_hi=high,
-        tau_interp=mean_of("tau_interp", interpolated),
+        tau_interp=mean_of(TAU_INTERP, interpolated),
         never_interp=len(trained) - len(interpolated),
         fit=fit_counts(cells)[0],
-        repair_gap=mean_of("repair_gap", interpolated, 100.0),
-        weight_norm=mean_of("weight_norm"),
-        weight_norm_ratio=mean_of("weight_norm_ratio"),
+        repair_gap=mean_of(REPAIR_GAP, interpolated, 100.0),
+        weight_norm=mean_of(WEIGHT_NORM),
+        weight_norm_ratio=mean_of(WEIGHT_NORM_RATIO),
         clock_sgd=mean_of(CLOCK_SGD),
         clock_l2=mean_of(CLOCK_L2),
         clock_adapt=mean_of(CLOCK_ADAPT),

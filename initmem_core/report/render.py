@@ -17,7 +17,7 @@ from typing import Any
 from initmem_core.report.forgetting import MEMORIES, UNITS, GroupForgetting, HalfLife
 from initmem_core.report.memory import CHANCE_MARGIN_PP, GroupSummary, PairedDifference, Report
 from initmem_core.report.verdicts import NOT_EVALUATED, Finding, Quantity
-from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS
+from initmem_core.vocabulary import CLOCK_SYMBOLS, CLOCKS, REPAIR_GAP, TAU_INTERP, WEIGHT_NORM, WEIGHT_NORM_RATIO
 
 #: What a missing value (nan) reads as in every table and sentence.
 DASH = "–"
@@ -87,13 +87,13 @@ TABLE_COLUMNS = (
     ("debiased_spread", "debiased pp", "+.2f"),
     ("debiased_spread_lo", "debiased CI low", "+.2f"),
     ("debiased_spread_hi", "debiased CI high", "+.2f"),
-    ("tau_interp", "tau_interp", ".1f"),
+    (TAU_INTERP, TAU_INTERP, ".1f"),
     ("never_interp", "never interp", ""),
     ("fit", "runs fit", ""),
     ("untrained", "did not train", ""),
-    ("repair_gap", "repair gap pp", "+.2f"),
-    ("weight_norm", "‖W‖_F", ".4g"),
-    ("weight_norm_ratio", "‖W‖/‖W0‖", ".4g"),
+    (REPAIR_GAP, "repair gap pp", "+.2f"),
+    (WEIGHT_NORM, "‖W‖_F", ".4g"),
+    (WEIGHT_NORM_RATIO, "‖W‖/‖W0‖", ".4g"),
     *((clock, CLOCK_SYMBOLS[clock], ".4g") for clock in CLOCKS),
     ("stopped", "stopped", ""),
     ("at_edge", "at the edge", ""),

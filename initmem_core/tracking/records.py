@@ -224,14 +224,14 @@ def record_from_run(client, run) -> CellRecord:
     trained = run.info.status == FINISHED and tags.get(DIVERGED_TAG) != "true"
     # Only a trained cell's course is read (what memory over training rests on); a failed one
     # gets its weight_norm curve alone, as before.
-    wanted = [key for key in HISTORY_METRICS if key in run.data.metrics] if trained else ["weight_norm"]
+    wanted = [key for key in HISTORY_METRICS if key in run.data.metrics] if trained else [WEIGHT_NORM]
     histories = {key: metric_history(client, run.info.run_id, key) for key in wanted}
     return CellRecord(
         # every config field is logged as a param, as is
         config=from_mapping({k: v for k, v in run.data.params.items() if k in FIELDS}, "the run's params"),
         status=run.info.status,
         metrics=dict(run.data.metrics),
-        weight_norms=histories.get("weight_norm", []),
+        weight_norms=histories.get(WEIGHT_NORM, []),
         histories={key: values for key, values in histories.items() if values} if trained else {},
         error=tags.get(FAILURE_REASON_TAG, ""),
         diverged=tags.get(DIVERGED_TAG) == "true",

@@ -19,7 +19,17 @@ import math
 import numpy as np
 
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import CLOCK_ADAPT, CLOCK_L2, CLOCK_SGD
+from initmem_core.vocabulary import (
+    BEST_VAL_TEST_ACC,
+    CLOCK_ADAPT,
+    CLOCK_L2,
+    CLOCK_SGD,
+    FIT,
+    INIT_COSINE,
+    TEST_ACC,
+    WEIGHT_NORM,
+    WEIGHT_NORM_RATIO,
+)
 
 SIGMAS = (0.25, 0.5, 1.0, 2.0, 4.0)
 SEEDS = 4
@@ -62,9 +72,9 @@ def group_records(
             accuracy = 0.9 - 0.1 * memory * abs(math.log(sigma)) / math.log(4) + 0.01 * rng.standard_normal(epochs + 1)
             accuracy[0] = 0.1
             histories = {
-                "weight_norm": list(enumerate(np.exp(log_norm).tolist())),
-                "init_cosine": list(enumerate(cosine.tolist())),
-                "test_acc": list(enumerate(accuracy.tolist())),
+                WEIGHT_NORM: list(enumerate(np.exp(log_norm).tolist())),
+                INIT_COSINE: list(enumerate(cosine.tolist())),
+                TEST_ACC: list(enumerate(accuracy.tolist())),
                 CLOCK_SGD: list(enumerate(clock_sgd.tolist())),
                 CLOCK_L2: list(enumerate(clock_l2.tolist())),
                 CLOCK_ADAPT: list(enumerate(clock_adapt.tolist())),
@@ -73,17 +83,17 @@ def group_records(
                 CellRecord(
                     config={"opt": "sgd", "lr": lr, "l2": l2, "epochs": epochs, "sigma": sigma, "seed": seed},
                     metrics={
-                        "best_val_test_acc": float(accuracy[-1]),
-                        "fit": 1.0,  # every simulated run fits: the question here is when it forgets
-                        "weight_norm": float(np.exp(log_norm[-1])),
-                        "weight_norm_ratio": float(np.exp(log_norm[-1])) / sigma,
-                        "init_cosine": float(cosine[-1]),
+                        BEST_VAL_TEST_ACC: float(accuracy[-1]),
+                        FIT: 1.0,  # every simulated run fits: the question here is when it forgets
+                        WEIGHT_NORM: float(np.exp(log_norm[-1])),
+                        WEIGHT_NORM_RATIO: float(np.exp(log_norm[-1])) / sigma,
+                        INIT_COSINE: float(cosine[-1]),
                         CLOCK_SGD: float(clock_sgd[-1]),
                         CLOCK_L2: float(clock_l2[-1]),
                         CLOCK_ADAPT: float(clock_adapt[-1]),
                     },
                     histories=histories,
-                    weight_norms=histories["weight_norm"],
+                    weight_norms=histories[WEIGHT_NORM],
                     num_classes=10,
                 )
             )
@@ -127,7 +137,7 @@ def without_accuracy(records: list[CellRecord]) -> list[CellRecord]:
     """The records without their test_acc history: the finding reads radial memory only, and a
     debiased spread per epoch is the slow part of a report."""
     for record in records:
-        record.histories.pop("test_acc", None)
+        record.histories.pop(TEST_ACC, None)
     return records
 
 

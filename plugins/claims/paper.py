@@ -67,7 +67,7 @@ from initmem_core.report.claim_groups import mechanism_clock, optimizer_family
 from initmem_core.report.inference import LEVEL, AccuracyTable, Matrix
 from initmem_core.report.memory import percentile_interval
 from initmem_core.tracking.records import CellRecord
-from initmem_core.vocabulary import FINISHED
+from initmem_core.vocabulary import FINISHED, TAU_INTERP, WEIGHT_NORM, WEIGHT_NORM_RATIO
 from initmem_plugins.claims.baseline import baseline_sgd, is_plain_sgd, low_rate, low_rate_needs, plain_sgd
 from initmem_plugins.claims.declared import (
     CONVERGED_AT_LEAST,
@@ -314,7 +314,7 @@ def norm_forgetting(group: Group) -> dict[int, float]:
     memory), 1 = the final norms meet (a common scale), below 0 = they moved further apart."""
     by_seed: dict[int, dict[float, CellRecord]] = {}
     for cell in group.cells:
-        if cell.trained and {"weight_norm", "weight_norm_ratio"} <= set(cell.metrics):
+        if cell.trained and {WEIGHT_NORM, WEIGHT_NORM_RATIO} <= set(cell.metrics):
             by_seed.setdefault(cell.config.seed, {})[cell.config.sigma] = cell
     sigmas = sorted({c.config.sigma for c in group.cells})
     moved = {}
@@ -322,9 +322,9 @@ def norm_forgetting(group: Group) -> dict[int, float]:
         low, high = cells.get(sigmas[0]), cells.get(sigmas[-1])
         if low is None or high is None or low is high:
             continue
-        final = high.metrics["weight_norm"] / low.metrics["weight_norm"]
-        initial = (high.metrics["weight_norm"] / high.metrics["weight_norm_ratio"]) / (
-            low.metrics["weight_norm"] / low.metrics["weight_norm_ratio"]
+        final = high.metrics[WEIGHT_NORM] / low.metrics[WEIGHT_NORM]
+        initial = (high.metrics[WEIGHT_NORM] / high.metrics[WEIGHT_NORM_RATIO]) / (
+            low.metrics[WEIGHT_NORM] / low.metrics[WEIGHT_NORM_RATIO]
         )
         if initial > 0 and final > 0 and abs(math.log(initial)) > 1e-12:
             moved[seed] = 1 - math.log(final) / math.log(initial)
@@ -681,7 +681,7 @@ def interpolation_counts(cells: list[CellRecord], sigma: float) -> tuple[int, in
     """(runs that reached the interpolation threshold, runs that ran to the end or diverged) at ``sigma``:
     a diverged run did not interpolate; a cell that failed for another reason is left out."""
     ran = [c for c in cells if c.config.sigma == sigma and c.status == FINISHED]
-    return sum(1 for c in ran if c.trained and "tau_interp" in c.metrics), len(ran)
+    return sum(1 for c in ran if c.trained and TAU_INTERP in c.metrics), len(ran)
 
 
 def deep_nets_fail_to_interpolate(sweep: Sweep) -> Finding:
