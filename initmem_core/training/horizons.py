@@ -59,13 +59,8 @@ class Schedule:
 
     @classmethod
     def of(cls, config: RunConfig) -> Schedule:
-        return cls(
-            config.schedule,
-            int(config.epochs),
-            float(config.warmup_epochs),
-            int(config.lr_step_epochs),
-            float(config.lr_gamma),
-        )
+        """The config's fields of these names."""
+        return cls(*(getattr(config, field.name) for field in dataclasses.fields(cls)))
 
 
 # -- the clocks of a run, replayed --------------------------------------------------------------
@@ -208,10 +203,8 @@ def clock_limit(clock: str, schedule: Schedule, rule: StepRule, batches: Sequenc
     warmup_epochs = math.ceil(warmup_steps(schedule, len(batches)) / len(batches))
     start = block * math.ceil(warmup_epochs / block)
     before = final_clocks(schedule, rule, batches, start)[clock]
-    base = ForgettingClocks()
-    for batch_size in batches:
-        base.tick(rule.eta(1.0), batch_size, rule.shrink)
-    per_block = base.as_metrics()[clock] * block
+    flat = dataclasses.replace(schedule, schedule="constant", warmup_epochs=0.0)  # every step at multiplier 1
+    per_block = final_clocks(flat, rule, batches, 1)[clock] * block
     ratio = schedule.lr_gamma ** (2 if clock == CLOCK_SGD else 1)
     first = start // block
     return before + per_block * ratio**first / (1 - ratio)
