@@ -1,14 +1,16 @@
 """Lockstep sweeps against plain ones, as whole processes: cells per hour and their ratio.
 
     python -m benchmarks.lockstep [--epochs 10] [--write-docs]
+    python -m benchmarks.lockstep --data fashion-mnist --data-dir DIR --epochs 3 [--write-docs]
 
-Runs the same digits sweep (ResNet-20, b = 32, 4 sigmas x 2 seeds, ``--workers 2``, tracking and
-evaluation on) with ``--lockstep off`` and ``--lockstep on``, each as one ``initmem sweep``
+Runs the same sweep (ResNet-20, b = 32, 4 sigmas x 2 seeds, ``--workers 2``, tracking and
+evaluation on; digits whole, or Fashion-MNIST at its presets' sizes: 500 training images, 500
+validation and test) with ``--lockstep off`` and ``--lockstep on``, each as one ``initmem sweep``
 process into its own fresh store, and reports wall time, cells per hour and the ratio, with the
 machine (``machine_info``), its load average and the code measured (``timing.code_version``).
 Each sweep's per-cell best-validation test accuracy is printed beside the other's (same seeds:
 they differ by float rounding grown over training, within seed noise). ``--write-docs`` puts the
-table into docs/PERFORMANCE.md between its lockstep markers.
+table into docs/PERFORMANCE.md between its dataset's lockstep markers.
 """
 
 from __future__ import annotations
@@ -27,18 +29,24 @@ from benchmarks.machine_info import describe
 from benchmarks.timing import ROOT, code_version
 
 SIGMAS, SEEDS = "0.5,1,2,4", "0,1"
-BEGIN, END = "<!-- lockstep:begin -->", "<!-- lockstep:end -->"
+#: What each dataset's sweep adds to the command: Fashion-MNIST at its presets' sizes (paper-fmnist).
+DATA_ARGS = {"digits": [], "fashion-mnist": ["--train-size", "500", "--eval-size", "500"]}
 
 
-def sweep(mode: str, epochs: int, folder: Path) -> tuple[float, dict[str, float]]:
+def markers(data: str) -> tuple[str, str]:
+    """The docs block of a dataset's table (digits' kept its first, unsuffixed name)."""
+    name = "lockstep" if data == "digits" else f"lockstep-{data}"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def sweep(mode: str, epochs: int, folder: Path, data: list[str]) -> tuple[float, dict[str, float]]:
     """One whole sweep process; returns its wall seconds and each cell's test accuracy at selection."""
     command = [
         str(Path(sys.executable).parent / "initmem"),
         "sweep",
         "--arch",
         "resnet20",
-        "--data",
-        "digits",
+        *data,
         "--batch-size",
         "32",
         "--epochs",
@@ -77,13 +85,16 @@ def sweep(mode: str, epochs: int, folder: Path) -> tuple[float, dict[str, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--data", choices=sorted(DATA_ARGS), default="digits")
+    parser.add_argument("--data-dir", help="the dataset's files (Fashion-MNIST's IDX files)")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
+    data = ["--data", args.data, *(["--data-dir", args.data_dir] if args.data_dir else []), *DATA_ARGS[args.data]]
     cells = len(SIGMAS.split(",")) * len(SEEDS.split(","))
     results = {}
     for mode in ("off", "on"):
         with tempfile.TemporaryDirectory() as folder:
-            results[mode] = sweep(mode, args.epochs, Path(folder))
+            results[mode] = sweep(mode, args.epochs, Path(folder), data)
     load = os.getloadavg()[0]
     rows = [
         f"| {mode} | {seconds:.0f} s | {cells * 3600 / seconds:.0f} |"
@@ -93,9 +104,10 @@ def main() -> None:
     version = code_version()
     table = "\n".join(
         [
-            f"`python -m benchmarks.lockstep --epochs {args.epochs}` ({describe()}; load average "
-            f"{load:.1f} at the end; code {version.get('commit', '?')}): digits, ResNet-20, b = 32, "
-            f"{cells} cells, --workers 2, whole `initmem sweep` processes",
+            f"`python -m benchmarks.lockstep {' '.join(sys.argv[1:])}` ({describe()}; load average "
+            f"{load:.1f} at the end; code {version.get('commit', '?')}): "
+            f"{' '.join([args.data, *DATA_ARGS[args.data]])}, ResNet-20, b = 32, {cells} cells, --workers 2, "
+            "whole `initmem sweep` processes",
             "",
             "| sweep | wall | cells/hour |",
             "| --- | ---: | ---: |",
@@ -110,11 +122,13 @@ def main() -> None:
     if args.write_docs:
         path = ROOT / "docs" / "PERFORMANCE.md"
         text = path.read_text()
-        block = f"{BEGIN}\n{table}\n{END}"
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-        else:
-            text += f"\n## Lockstep sweeps (a sigma group as one fused model)\n\n{block}\n"
+        begin, end = markers(args.data)
+        block = f"{begin}\n{table}\n{end}"
+        if begin in text:
+            text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+        else:  # after digits' block, in its section
+            digits_end = markers("digits")[1]
+            text = text.replace(digits_end, f"{digits_end}\n\n{block}", 1)
         path.write_text(text)
 
 
