@@ -10,7 +10,6 @@ and the Ray task's function runs in a process of its own where a lost worker is.
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import os
 import signal
 import time
@@ -29,6 +28,7 @@ from initmem_core.sweep.executor import CellOutcome, Job
 from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG
 from tests import pausing_plugin
 from tests.cli_processes import SMALL_CELL_ARGS, children, history, mlflow_client
+from tests.network_isolation import loopback_only
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -371,93 +371,112 @@ def assert_the_reference(uri: str, sweep: str, reference, names: bool = True) ->
     return children(uri, sweep)
 
 
-@pytest.mark.slow(seconds=60)
-def test_a_lost_ray_worker_is_run_again_and_the_fused_job_resumes_its_cells(
-    fused_reference, pausing, tracking_uri, tmp_path
-):
-    """Ray's task function on the fused job, in a process of its own, killed (SIGKILL) as the job
-    pauses after epoch 1's checkpoint; run again (what Ray does, up to --max-retries), each cell
-    resumes from its checkpoint into its own child run, fused again."""
-    from initmem_core.sweep.executor import CellOutcome
-    from initmem_core.sweep.identity import GridIdentity
-    from initmem_core.sweep.launch import NoSweepProgress, _Sweep
-    from initmem_core.training.plan import plan_run
-    from initmem_plugins.executors.ray_executor import _ray_job
-    from initmem_plugins.executors.remote_cell import CellTask
-    from initmem_plugins.executors.slurm import ProgressFile
-
-    registry, checkpoints = get_registry(), str(tmp_path / "ckpt")
-    plans = [  # the cells as a sweep plans them (their settled configs)
-        plan_run(RunConfig(**CELL, opt="pausing-sgd", sigma=s, device="cpu", checkpoint_dir=checkpoints), registry)
-        for s in (0.5, 1.0, 2.0)
-    ]
-    configs = [plan.config for plan in plans]
-    sweep = _Sweep("lost", tracking_uri, "initmem", NoSweepProgress(), registry, GridIdentity.of(configs))
-    cells = [CellOutcome(plan.config, "all", "PENDING", "", config_hash=plan.config_hash) for plan in plans]
-    for cell in cells:
-        sweep.submit(cell, scheduled=True)  # its child run, SCHEDULED, as a Ray launch leaves it
-    tasks = [CellTask(cell.config, cell.run_id, tracking_uri, "initmem") for cell in cells]
-    events = ProgressFile(tmp_path / "events.jsonl")
-    worker = multiprocessing.get_context("spawn").Process(target=_ray_job, args=(tasks, events))
-    worker.start()
-    try:
-        assert paused_pid(pausing, worker.is_alive) == worker.pid
-        os.kill(worker.pid, signal.SIGKILL)  # the worker is lost, its cells RUNNING in the store
-    finally:
-        worker.join(timeout=60)
-    assert worker.exitcode == -signal.SIGKILL
-    assert _ray_job(tasks, events) == [(FINISHED, "")] * 3  # Ray runs the task again
-    runs = assert_the_reference(tracking_uri, "lost", fused_reference[1], names=False)
-    assert [run.data.tags["initmem.attempts"] for run in runs] == ["2"] * 3
-    replayed = ProgressFile(tmp_path / "events.jsonl").take()  # what Ray's queue carried, both attempts
-    for task in tasks:  # each cell's progress, resumed from its checkpoint of epoch 1
-        assert resumed_from_epoch_1([event[1:] for event in replayed if event[0] == task.run_id]), task.run_id
-
-
-@needs_submitit
-@pytest.mark.slow(seconds=120)
-def test_a_slurm_lockstep_sweep_is_the_local_fused_sweep_and_its_preempted_job_resumes(
-    fused_reference, pausing, tmp_path_factory, _empty_store, tmp_path
-):
-    """``--executor slurm --lockstep on`` through submitit's local executor: one array task for
-    the fused job, preempted (Slurm's SIGUSR2 warning) as it pauses after epoch 1's checkpoint,
-    requeued, each cell resumed, and the sweep's child runs are the local fused sweep's."""
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, _empty_store):
     import shutil
 
     from tests.local_services import mlflow_server
 
     folder = tmp_path_factory.mktemp("server")
     shutil.copy(_empty_store, folder / "server.db")  # already migrated: the server starts sooner
-    with mlflow_server(folder / "server.db", folder / "artifacts") as server:
-        marker = pausing
-        signalled = []
+    with mlflow_server(folder / "server.db", folder / "artifacts") as url:
+        yield url
 
-        def preempt() -> None:
-            pid = paused_pid(marker)
-            if pid is not None:
-                os.kill(pid, signal.SIGUSR2)
-                signalled.append(pid)
 
-        import threading
+def remote_sweep(name: str, executor: list[str], server: str, marker: Path, act, tmp_path: Path):
+    """The grid fused (``--lockstep on``) on ``executor`` into ``server``, ``act(pid)`` done to the
+    job as it pauses after epoch 1's checkpoint: the result, and the process ids acted on."""
+    import threading
 
-        killer = threading.Thread(target=preempt, daemon=True)
-        killer.start()
-        result = runner.invoke(
-            app,
-            [
-                *("sweep", *SMALL_CELL_ARGS, *GRID, "--name", "on-slurm", "--lockstep", "on"),
-                *("--executor", "slurm", "--slurm-local", "--tracking-uri", server),
-                *("--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt")),
-            ],
+    acted: list[int] = []
+
+    def watch() -> None:
+        pid = paused_pid(marker)
+        if pid is not None:
+            act(pid)
+            acted.append(pid)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    result = runner.invoke(
+        app,
+        [
+            *("sweep", *SMALL_CELL_ARGS, *GRID, "--name", name, "--lockstep", "on", *executor),
+            *("--tracking-uri", server, "--out", str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ckpt")),
+        ],
+    )
+    thread.join(timeout=1)
+    return result, acted
+
+
+def assert_ran_as_the_local_fused_sweep(result, acted: list[int], server: str, name: str, fused_reference) -> list:
+    """The sweep ran each cell into its own child run as the local fused sweep did, its fused job
+    twice (the first attempt lost)."""
+    assert result.exit_code == 0, result.output
+    assert acted, "the fused job never paused, so nothing was done to it"
+    lines, reference = fused_reference
+    assert printed(result.output) == lines  # what the local executor says of the same cells
+    assert "3 cells: 3 ran, 0 skipped (ended before: finished or diverged), 0 failed" in result.output
+    runs = assert_the_reference(server, name, reference)
+    assert [run.data.tags["initmem.attempts"] for run in runs] == ["2"] * 3  # run again as a whole
+    return runs
+
+
+@needs_ray
+@pytest.mark.slow(seconds=90)
+@pytest.mark.skipif(not loopback_only(), reason="Ray needs a loopback-only network namespace (test_executors_isolated)")
+def test_a_ray_lockstep_sweep_is_the_local_fused_sweep_and_its_killed_worker_is_run_again(
+    fused_reference, pausing, server, monkeypatch, tmp_path
+):
+    """``--executor ray --lockstep on`` on a Ray head here: one task for the fused job, whose
+    worker is killed (SIGKILL) as it pauses after epoch 1's checkpoint; Ray runs it again, each
+    cell resumes, fused again, and the sweep's child runs are the local fused sweep's."""
+    from initmem_plugins.executors import ray_executor
+    from tests.local_services import ray_head
+
+    bars: list[list] = []  # each cell's progress as the sweep replays it from Ray's queue
+
+    class Recorded(ray_executor.RetriedCellProgress):
+        def __init__(self, bar):
+            super().__init__(bar)
+            self.events: list = []
+            bars.append(self.events)
+
+        def start(self, epochs, steps_per_epoch):
+            self.events.append(["start", [epochs, steps_per_epoch]])
+            super().start(epochs, steps_per_epoch)
+
+        def advance(self, steps):
+            self.events.append(["advance", [steps]])
+            super().advance(steps)
+
+    monkeypatch.setattr(ray_executor, "RetriedCellProgress", Recorded)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a test head on this machine, for this process only
+    with ray_head(2, dict(os.environ)) as address:
+        executor = ["--executor", "ray", "--ray-address", address]
+        result, killed = remote_sweep(
+            "on-ray", executor, server, pausing, lambda pid: os.kill(pid, signal.SIGKILL), tmp_path
         )
-        killer.join(timeout=1)
-        assert result.exit_code == 0, result.output
-        assert signalled, "the fused job never paused, so it was not preempted"
-        lines, reference = fused_reference
-        assert printed(result.output) == lines  # what the local executor says of the same cells
-        assert "3 cells: 3 ran, 0 skipped (ended before: finished or diverged), 0 failed" in result.output
-        runs = assert_the_reference(server, "on-slurm", reference)
-    assert [run.data.tags["initmem.attempts"] for run in runs] == ["2"] * 3  # requeued as a whole
+    runs = assert_ran_as_the_local_fused_sweep(result, killed, server, "on-ray", fused_reference)
+    assert all(not run.data.tags["initmem.worker"].endswith(f":{killed[0]}") for run in runs)  # another worker
+    assert len(bars) == 3 and all(resumed_from_epoch_1(events) for events in bars), bars
+
+
+@needs_submitit
+@pytest.mark.slow(seconds=60)
+def test_a_slurm_lockstep_sweep_is_the_local_fused_sweep_and_its_preempted_job_resumes(
+    fused_reference, pausing, server, tmp_path
+):
+    """``--executor slurm --lockstep on`` through submitit's local executor: one array task for
+    the fused job, preempted (Slurm's SIGUSR2 warning) as it pauses after epoch 1's checkpoint,
+    requeued, each cell resumed, and the sweep's child runs are the local fused sweep's."""
+    executor = ["--executor", "slurm", "--slurm-local"]
+    preempt = lambda pid: os.kill(pid, signal.SIGUSR2)  # noqa: E731
+    result, signalled = remote_sweep("on-slurm", executor, server, pausing, preempt, tmp_path)
+    runs = assert_ran_as_the_local_fused_sweep(
+        result, signalled, server, "on-slurm", fused_reference, tmp_path / "ckpt"
+    )
+
     tasks = [folder for folder in (tmp_path / "out/slurm").iterdir() if folder.name.isdigit()]
     assert len(tasks) == 1  # one array task for the fused job
     for run in runs:

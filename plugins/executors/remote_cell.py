@@ -131,6 +131,11 @@ class ServerCellWriter(MlflowTracker):
         self.log_requirements()  # the worker's own environment, on its own machine
         return self.run_id
 
+    def resume_run(self, run_id):
+        super().resume_run(run_id)
+        # Again: an attempt killed outright (a lost Ray worker) may have died with them unwritten.
+        self.log_requirements()
+
 
 def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
     """Wait, ``wait_s`` at most, until the tracking server ``uri`` answers its health check. A cell
