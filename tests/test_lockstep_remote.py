@@ -4,8 +4,10 @@ as plain remote cells with the local executor's lines, and a fused job run again
 was lost (Ray) or its job preempted (Slurm) leaves the cells an earlier attempt ended and resumes
 the others from their checkpoints, to the local fused sweep's child runs.
 
-No Ray instance is started: Ray's submission is replaced where the executor's planning is tested,
-and the Ray task's function runs in a process of its own where a lost worker is."""
+The planning is tested with Ray's submission and submitit replaced (no worker starts); the whole
+sweeps, one per executor, against the local fused sweep: Slurm through submitit's local executor
+here, Ray on a head started here, which runs only in a loopback-only network namespace
+(test_executors_isolated.py runs it there, with the other Ray tests)."""
 
 from __future__ import annotations
 
@@ -473,10 +475,7 @@ def test_a_slurm_lockstep_sweep_is_the_local_fused_sweep_and_its_preempted_job_r
     executor = ["--executor", "slurm", "--slurm-local"]
     preempt = lambda pid: os.kill(pid, signal.SIGUSR2)  # noqa: E731
     result, signalled = remote_sweep("on-slurm", executor, server, pausing, preempt, tmp_path)
-    runs = assert_ran_as_the_local_fused_sweep(
-        result, signalled, server, "on-slurm", fused_reference, tmp_path / "ckpt"
-    )
-
+    runs = assert_ran_as_the_local_fused_sweep(result, signalled, server, "on-slurm", fused_reference)
     tasks = [folder for folder in (tmp_path / "out/slurm").iterdir() if folder.name.isdigit()]
     assert len(tasks) == 1  # one array task for the fused job
     for run in runs:
