@@ -383,9 +383,10 @@ def sweep_command(
         str | None,
         typer.Option(
             help=(
-                "local: auto, on or off: train the cells that differ only in sigma as one fused model a job "
-                "(architectures and optimizers that declare it; auto: only where measured to pay, "
-                "see docs/PERFORMANCE.md); each cell keeps its own run"
+                "local, ray, slurm: auto, on or off: train the cells that differ only in sigma as one fused "
+                "model a job (one worker's, or one task with one cell's resources; architectures and "
+                "optimizers that declare it; auto: only where measured to pay, see docs/PERFORMANCE.md); "
+                "each cell keeps its own run"
             ),
             show_default="off",
             rich_help_panel=EXECUTOR,
@@ -394,7 +395,9 @@ def sweep_command(
     lockstep_max: Annotated[
         int | None,
         typer.Option(
-            help="local: at most this many models in one fused job", show_default="8", rich_help_panel=EXECUTOR
+            help="local, ray, slurm: at most this many models in one fused job",
+            show_default="8",
+            rich_help_panel=EXECUTOR,
         ),
     ] = None,
     ray_address: Annotated[

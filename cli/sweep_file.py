@@ -1,8 +1,9 @@
 """A sweep file's (or preset's) ``[execution]`` table: how its cells run, not which cells there
 are, so no part of the sweep's identity. It sets executor options, under the names their factories
 take (``sweep.EXECUTOR_FLAGS``); the command line's flags override it, and ``--config``'s file a
-preset's. An option the chosen executor does not take is left out with one warning: a preset
-that fuses on this machine (``lockstep = true``) still runs on Ray.
+preset's. An option the chosen executor does not take is left out with one warning, so a preset
+still runs on an executor that lacks one (the built-in local, Ray and Slurm executors all take
+``lockstep``: each fused job is one worker's job, Ray task or Slurm array task).
 
     [execution]
     lockstep = true      # or "auto", "on", "off": --lockstep

@@ -12,14 +12,27 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import threading
 import time
+from pathlib import Path
 
 from initmem_core import hookimpl
 
 PAUSE_ENV = "INITMEM_TEST_PAUSE_FILE"
 PAUSE_AT_STEP = 5
 WAIT_S = 120
+
+
+def install(site: Path) -> Path:
+    """This module installed into ``site`` as pip would (its entry point included), for processes
+    started with ``site`` on PYTHONPATH; returns ``site``."""
+    shutil.copy(Path(__file__), site / "pausing_plugin.py")
+    info = site / "initmem_test_pausing-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: initmem-test-pausing\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[initmem]\npausing = pausing_plugin\n")
+    return site
 
 
 def _pause_once(path: str) -> None:
@@ -54,4 +67,10 @@ def build(model, config):
 
 @hookimpl
 def initmem_register_optimizers(register):
-    register("pausing-sgd", build, "SGD that pauses once at step 5 for a test (see INITMEM_TEST_PAUSE_FILE)")
+    # Element-wise, as SGD is: a lockstep sweep fuses its cells (the first model's step 5 pauses the job).
+    register(
+        "pausing-sgd",
+        build,
+        "SGD that pauses once at step 5 for a test (see INITMEM_TEST_PAUSE_FILE)",
+        elementwise=True,
+    )

@@ -79,13 +79,7 @@ def report_json(uri: str, sweep: str, out: Path) -> dict:
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory) -> Path:
     """``pausing_plugin`` installed as pip would, for processes started with it on PYTHONPATH."""
-    site = tmp_path_factory.mktemp("site")
-    shutil.copy(Path(pausing_plugin.__file__), site)
-    info = site / "initmem_test_pausing-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: initmem-test-pausing\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[initmem]\npausing = pausing_plugin\n")
-    return site
+    return pausing_plugin.install(tmp_path_factory.mktemp("site"))
 
 
 @pytest.fixture(scope="module")

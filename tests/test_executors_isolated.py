@@ -1,6 +1,6 @@
-"""The Ray and Slurm executor tests, and the Ray test of a login to the tracking server, run where
-Ray's traffic cannot leave the machine: one pytest in one network namespace for both files (each
-start of one costs a Python with torch and a login server)."""
+"""The Ray and Slurm executor tests, the Ray test of a login to the tracking server and the Ray
+lockstep sweep, run where Ray's traffic cannot leave the machine: one pytest in one network
+namespace for the three files (each start of one costs a Python with torch and a server)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,16 @@ from tests.network_isolation import isolated, loopback_only
 
 TESTS = Path(__file__).resolve().parent
 RAY_LOGIN = f"{TESTS / 'test_tracking_login.py'}::test_ray_tasks_get_the_login_though_their_head_never_saw_it"
+RAY_LOCKSTEP = (
+    f"{TESTS / 'test_lockstep_remote.py'}::"
+    "test_a_ray_lockstep_sweep_is_the_local_fused_sweep_and_its_killed_worker_is_run_again"
+)
 
 
-@pytest.mark.slow(seconds=400)  # the Ray and Slurm suite in a network namespace
+@pytest.mark.slow(seconds=460)  # the Ray and Slurm suite in a network namespace
 @pytest.mark.skipif(loopback_only(), reason="already isolated: test_executors.py runs directly")
 def test_executor_suite_and_the_ray_login_in_a_private_network_namespace(short_tmp):
-    command = isolated(nested_pytest(short_tmp, str(TESTS / "test_executors.py"), RAY_LOGIN))
+    command = isolated(nested_pytest(short_tmp, str(TESTS / "test_executors.py"), RAY_LOGIN, RAY_LOCKSTEP))
     done = run_command(command, short_tmp, timeout_s=1200)
     tail = (done.stdout + done.stderr)[-4000:]
     assert done.returncode == 0, tail

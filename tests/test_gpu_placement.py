@@ -283,7 +283,7 @@ def submitted_ray_tasks(ray, monkeypatch, gpus_per_cell: float, cells: list) -> 
 
     monkeypatch.setattr(RemoteFunction, "_remote", submit)
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (list(refs), []))
-    monkeypatch.setattr(ray, "get", lambda ref: ("FINISHED", ""))
+    monkeypatch.setattr(ray, "get", lambda ref: [("FINISHED", "")])  # each cell of the task's job
     sweep = FakeSweep()
     RayExecutor(gpus_per_cell=gpus_per_cell)._run_tasks(cells, sweep, FakeQueue())
     assert len(sweep.closed) == len(cells) and all(error == "" for _, error in sweep.closed)
@@ -317,16 +317,16 @@ def test_a_ray_gpu_task_sees_only_the_gpus_ray_assigned_it(ray, clean_gpu_env):
     clean_gpu_env.setattr(ray, "get_gpu_ids", lambda: ["2"])
     clean_gpu_env.setattr(
         ray_executor,
-        "run_remote_cell",
-        lambda task, progress: (os.environ[VISIBLE_DEVICES], os.environ.get(CUBLAS_WORKSPACE, "")),
+        "run_remote_job",
+        lambda tasks, progresses: [(os.environ[VISIBLE_DEVICES], os.environ.get(CUBLAS_WORKSPACE, ""))],
     )
-    task = CellTask(CONFIG, "run", "http://127.0.0.1:5000", "initmem")
-    assert ray_executor._ray_cell(task, FakeQueue(), True) == ("2", ":4096:8")
+    tasks = [CellTask(CONFIG, "run", "http://127.0.0.1:5000", "initmem")]
+    assert ray_executor._ray_job(tasks, FakeQueue(), True) == [("2", ":4096:8")]
     clean_gpu_env.setenv(VISIBLE_DEVICES, "0,1")
     clean_gpu_env.setattr(ray, "get_gpu_ids", lambda: [])
-    assert ray_executor._ray_cell(task, FakeQueue(), True)[0] == ""  # assigned none: sees none
+    assert ray_executor._ray_job(tasks, FakeQueue(), True)[0][0] == ""  # assigned none: sees none
     clean_gpu_env.setenv(VISIBLE_DEVICES, "0,1")
-    assert ray_executor._ray_cell(task, FakeQueue(), False)[0] == "0,1"  # a CPU cell (device cpu) is left alone
+    assert ray_executor._ray_job(tasks, FakeQueue(), False)[0][0] == "0,1"  # a CPU cell (device cpu) is left alone
 
 
 # --- Slurm: several cells in one GPU task --------------------------------------------------------

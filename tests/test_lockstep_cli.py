@@ -78,19 +78,33 @@ def test_a_bad_execution_table_is_one_line_and_exit_2(tmp_path, execution, messa
 
 
 def test_an_option_the_executor_does_not_take_is_left_out_with_a_warning(tmp_path):
+    import types
+
     from cli.sweep_file import with_file_options
+    from initmem_core import hookimpl
     from initmem_core.errors import RunWarning
-    from initmem_core.plugin_system.loader import get_registry
+    from initmem_core.plugin_system.loader import get_registry, load_registry
 
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP_FILE + "[execution]\nlockstep = true\nlockstep_max = 3\n")
     given = {"lockstep": None, "lockstep_max": 5}
     assert with_file_options(given, None, path, "local", get_registry()) == {"lockstep": True, "lockstep_max": 5}
+    for remote in ("ray", "slurm"):  # every built-in executor fuses
+        assert with_file_options({"address": None}, None, path, remote, get_registry()) == {
+            "address": None,
+            "lockstep": True,
+            "lockstep_max": 3,
+        }
+    plain = types.ModuleType("plain_executor")  # an executor plugin that declares no options
+    plain.initmem_register_executors = hookimpl(  # type: ignore[attr-defined]
+        lambda register: register("plain", "plain_executor:Plain", "takes no options")
+    )
+    registry = load_registry(entry_points=False, extra_plugins=[("plain", plain)])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert with_file_options({"address": None}, None, path, "ray", get_registry()) == {"address": None}
+        assert with_file_options({}, None, path, "plain", registry) == {}
     assert [w.category for w in caught] == [RunWarning, RunWarning]
-    assert "[execution] lockstep in" in str(caught[0].message) and "--executor ray does not take it" in str(
+    assert "[execution] lockstep in" in str(caught[0].message) and "--executor plain does not take it" in str(
         caught[0].message
     )
 

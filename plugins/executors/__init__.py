@@ -24,16 +24,27 @@ def initmem_register_executors(register):
     register(
         "ray",
         "initmem_plugins.executors.ray_executor:RayExecutor",
-        "A Ray cluster (--ray-address), each cell one task writing to a tracking server",
+        "A Ray cluster (--ray-address), each cell (or --lockstep's fused sigma group) one task writing to a "
+        "tracking server",
         needs=("ray",),
         install=DISTRIBUTED,
-        options=("address", "cpus_per_cell", "gpus_per_cell", "max_retries"),
+        options=("address", "cpus_per_cell", "gpus_per_cell", "max_retries", "lockstep", "lockstep_max"),
     )
     register(
         "slurm",
         "initmem_plugins.executors.slurm:SlurmExecutor",
-        "Slurm: the cells as one array job (submitit), writing to a tracking server",
+        "Slurm: the cells (or --lockstep's fused sigma groups) as one array job (submitit), writing to a "
+        "tracking server",
         needs=("submitit",),
         install=DISTRIBUTED,
-        options=("partition", "time_min", "cpus_per_cell", "gpus_per_cell", "options", "local"),
+        options=(
+            "partition",
+            "time_min",
+            "cpus_per_cell",
+            "gpus_per_cell",
+            "options",
+            "local",
+            "lockstep",
+            "lockstep_max",
+        ),
     )

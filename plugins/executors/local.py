@@ -21,27 +21,19 @@ import signal
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.errors import ConfigError, InitmemError, RunWarning
+from initmem_core.errors import ConfigError, InitmemError
 from initmem_core.plugin_system.loader import one_line_warnings
 from initmem_core.sweep.executor import Executor, Job, SweepCells, run_cell
 from initmem_core.tracking.client import python_handles_ctrl_c
 from initmem_core.tracking.tracker import ForwardedCalls
 from initmem_core.vocabulary import FAILED, FINISHED
-from initmem_plugins.executors.lockstep import (
-    DEFAULT_MAX,
-    MEASURED_SPEEDUP,
-    LockstepPlan,
-    check_mode,
-    duration_text,
-    plan_lockstep,
-)
+from initmem_plugins.executors.lockstep import DEFAULT_MAX, Lockstep
 from initmem_plugins.executors.placement import pin_process, visible_gpus, worker_environments
 from initmem_plugins.executors.scratch import ScratchFolder
 
@@ -266,22 +258,6 @@ def run_lockstep_in_worker(
     return run_lockstep(configs, trackers, [QueueProgress(queue, run_id) for run_id in run_ids], resume=resume)
 
 
-def lockstep_jobs(cells: list, sweep: SweepCells, mode: str, max_models: int) -> LockstepPlan:
-    """The sweep's cells as jobs: sigma groups fused (``lockstep``), the rest one cell each; a
-    resumed cell fuses only with cells whose checkpoints stand where its own does."""
-
-    def position(cell) -> Any:
-        if not cell.resume:
-            return None
-        from initmem_core.training.plan import plan_run  # lazy: the training code
-        from initmem_core.training.resume import find_resumable
-
-        point = find_resumable(plan_run(cell.config, sweep.registry, sweep.uri).checkpoints)
-        return None if point is None else (point.epoch, point.step)
-
-    return plan_lockstep(cells, sweep.registry, mode, max_models, position_of=position)
-
-
 def run_job(cells: list, jobs: list[Job], sweep: SweepCells) -> list[tuple[str, str]]:
     """One job in this process: a lone cell, or a fused one (each cell its own writer)."""
     if len(jobs) == 1:
@@ -384,28 +360,13 @@ class LocalExecutor(Executor):
         if workers < 1:
             raise ConfigError(f"--workers must be 1 or greater, got {workers}")
         self.workers = workers
-        self.lockstep, self.lockstep_max = check_mode(lockstep, lockstep_max), lockstep_max
-        self.said: list[str] = []  # what lockstep said of the last run's cells (the CLI prints it)
+        self.lockstep = Lockstep.of(lockstep, lockstep_max)
         self._started: _Workers | None = None
         self._gpus: list[str] | None = None
 
     def dry_run_lines(self, configs: list[RunConfig], seconds: float) -> list[str]:
-        """What ``--lockstep`` would do with these cells (the dry run's lines): which fuse, into
-        how many jobs, and the estimated time each way (fused jobs at the speed-up measured for
-        them, docs/PERFORMANCE.md)."""
-        if self.lockstep == "off":
-            return []
-        from initmem_core.plugin_system.loader import get_registry
-
-        configs = [pin_threads(config) for config in configs]
-        plan = plan_lockstep(configs, get_registry(), self.lockstep, self.lockstep_max, config_of=lambda c: c)
-        fused = sum(len(job) for job in plan.fused)
-        share = (len(configs) - fused + fused / MEASURED_SPEEDUP) / max(len(configs), 1)
-        return [
-            *plan.lines(),
-            f"lockstep: {len(plan.jobs)} job(s); estimated time {duration_text(seconds * share)} fused, "
-            f"{duration_text(seconds)} unfused (fused jobs at {MEASURED_SPEEDUP:g}x: docs/PERFORMANCE.md)",
-        ]
+        """What ``--lockstep`` would do with these cells (``Lockstep.dry_run_lines``)."""
+        return self.lockstep.dry_run_lines(configs, seconds, pin_threads)
 
     def gpus(self) -> list[str]:
         """The GPUs the workers are spread over (counted once, without torch)."""
@@ -432,15 +393,11 @@ class LocalExecutor(Executor):
     def run(self, cells: list, sweep: SweepCells) -> None:
         for cell in cells:
             cell.config = pin_threads(cell.config)
-        plan = lockstep_jobs(cells, sweep, self.lockstep, self.lockstep_max)
-        if self.lockstep != "off":
-            self.said = plan.lines()
-            for line in self.said:
-                warnings.warn(line, RunWarning, stacklevel=2)
+        jobs = self.lockstep.jobs(cells, sweep)
         if self.workers == 1:
-            self._in_process(plan.jobs, sweep)
+            self._in_process(jobs, sweep)
         else:
-            self._in_workers(plan.jobs, sweep)
+            self._in_workers(jobs, sweep)
 
     @staticmethod
     def _in_process(units: list[list], sweep: SweepCells) -> None:

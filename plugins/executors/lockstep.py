@@ -10,19 +10,24 @@ optimizer an element-wise update (``contracts.OptimizerInfo.elementwise``): noth
 on the CPU, for images of at most ``AUTO_MAX_PIXELS`` pixels (8x8 digits: 1.3x and more at
 b = 32) and batches of at most ``AUTO_MAX_BATCH``; not for 28x28 images (Fashion-MNIST: 0.65x to
 1.01x), and not on a GPU until a lease measures the product path (benchmarks/gpu_check.py).
-Imports no torch: the dry run and the executor plan with it.
+Imports no torch: the dry run and the executors plan with it.
+
+Every executor plans alike (``Lockstep``): the local one hands a fused job to a worker, Ray and
+Slurm submit it as one task or job with one cell's resources (``remote_cell.run_remote_job``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from initmem_core.config import RunConfig
-from initmem_core.errors import ConfigError
+from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.plugin_system.registry import Registry
+from initmem_core.sweep.executor import SweepCells
 
 #: What ``--lockstep`` takes: ``auto`` fuses where it was measured to pay, ``on`` wherever it can.
 MODES = ("auto", "on", "off")
@@ -66,9 +71,10 @@ def refusal(config: RunConfig, registry: Registry) -> str:
     return ""
 
 
-def not_measured_to_pay(config: RunConfig, registry: Registry) -> str:
-    """``auto``: why fusing is not chosen for this cell ("" when it is)."""
-    if config.device not in ("cpu", "auto") or _has_gpu():
+def not_measured_to_pay(config: RunConfig, registry: Registry, gpu: bool | None = None) -> str:
+    """``auto``: why fusing is not chosen for this cell ("" when it is). ``gpu``: whether the
+    machine the cell trains on has one (``None``: this machine, as a local worker's)."""
+    if config.device not in ("cpu", "auto") or (_has_gpu() if gpu is None else gpu):
         return "auto fuses on the CPU only (a GPU's product path is not measured yet: --lockstep on)"
     spec, _ = registry.lookup("dataset", config.data)
     shape = spec.info.shape
@@ -122,10 +128,12 @@ def plan_lockstep(
     max_models: int = DEFAULT_MAX,
     config_of=lambda cell: cell.config,
     position_of=lambda cell: None,
+    gpu: bool | None = None,
 ) -> LockstepPlan:
     """Group ``cells`` (CellOutcomes, or anything ``config_of`` reads a config from) into jobs of
     at most ``max_models``, balanced (7 at most 4: 4 and 3). ``position_of``: where a resumed
-    cell's checkpoint stands; cells fuse only with cells at the same point."""
+    cell's checkpoint stands; cells fuse only with cells at the same point. ``gpu``: whether the
+    cells train on a machine with a GPU (``auto``'s rule; ``None``: this machine)."""
     plan = LockstepPlan()
     if mode == "off":
         plan.jobs = [[cell] for cell in cells]
@@ -133,7 +141,7 @@ def plan_lockstep(
     groups: dict[str, list[Any]] = {}
     for cell in cells:
         config = config_of(cell)
-        reason = refusal(config, registry) or (not_measured_to_pay(config, registry) if mode == "auto" else "")
+        reason = refusal(config, registry) or (not_measured_to_pay(config, registry, gpu) if mode == "auto" else "")
         if reason:
             plan.reasons[reason] = plan.reasons.get(reason, 0) + 1
             plan.jobs.append([cell])
@@ -151,3 +159,65 @@ def plan_lockstep(
             plan.jobs.append(group[start:end])
             start = end
     return plan
+
+
+def lockstep_jobs(cells: list, sweep: SweepCells, mode: str, max_models: int, gpu: bool | None = None) -> LockstepPlan:
+    """The sweep's cells as jobs: sigma groups fused (``lockstep``), the rest one cell each; a
+    resumed cell fuses only with cells whose checkpoints, as this machine sees them, stand where
+    its own does (a remote job regroups its cells by where they stand there: ``run_remote_job``)."""
+
+    def position(cell) -> Any:
+        if not cell.resume:
+            return None
+        from initmem_core.training.plan import plan_run  # lazy: the training code
+        from initmem_core.training.resume import find_resumable
+
+        point = find_resumable(plan_run(cell.config, sweep.registry, sweep.uri).checkpoints)
+        return None if point is None else (point.epoch, point.step)
+
+    return plan_lockstep(cells, sweep.registry, mode, max_models, position_of=position, gpu=gpu)
+
+
+@dataclass(frozen=True)
+class Lockstep:
+    """An executor's ``--lockstep`` and ``--lockstep-max``: its sweep's jobs, and what it says of
+    them (the same lines whichever executor runs them). ``gpu``: whether its cells train on a GPU
+    (a remote executor knows it from its request; ``None``: this machine's, as a local worker's)."""
+
+    mode: str = "off"
+    max_models: int = DEFAULT_MAX
+    gpu: bool | None = None
+
+    @classmethod
+    def of(cls, mode: str | bool | None, max_models: int, gpu: bool | None = None) -> Lockstep:
+        return cls(check_mode(mode, max_models), max_models, gpu)
+
+    def jobs(self, cells: list, sweep: SweepCells) -> list[list]:
+        """The cells' jobs (one cell each when off), with one line per fused set and per reason
+        cells run alone, as warnings (the CLI prints them)."""
+        if self.mode == "off":
+            return [[cell] for cell in cells]
+        plan = lockstep_jobs(cells, sweep, self.mode, self.max_models, self.gpu)
+        for line in plan.lines():
+            warnings.warn(line, RunWarning, stacklevel=3)
+        return plan.jobs
+
+    def dry_run_lines(
+        self, configs: list[RunConfig], seconds: float, pin: Callable[[RunConfig], RunConfig] = lambda c: c
+    ) -> list[str]:
+        """What ``--lockstep`` would do with these cells (the dry run's lines): which fuse, into
+        how many jobs, and the estimated time each way (fused jobs at the speed-up measured for
+        them, docs/PERFORMANCE.md). ``pin``: the executor's, which sets what a cell runs under."""
+        if self.mode == "off":
+            return []
+        from initmem_core.plugin_system.loader import get_registry
+
+        configs = [pin(config) for config in configs]
+        plan = plan_lockstep(configs, get_registry(), self.mode, self.max_models, config_of=lambda c: c, gpu=self.gpu)
+        fused = sum(len(job) for job in plan.fused)
+        share = (len(configs) - fused + fused / MEASURED_SPEEDUP) / max(len(configs), 1)
+        return [
+            *plan.lines(),
+            f"lockstep: {len(plan.jobs)} job(s); estimated time {duration_text(seconds * share)} fused, "
+            f"{duration_text(seconds)} unfused (fused jobs at {MEASURED_SPEEDUP:g}x: docs/PERFORMANCE.md)",
+        ]

@@ -111,7 +111,8 @@ def run_lockstep(
 ) -> list[Outcome]:
     """Train ``configs`` (cells that differ only in sigma) as one fused model; each writes to its
     own tracker (a sweep's child run). Returns each cell's (status, error), as ``run_cell`` does;
-    a signal ends every live run KILLED and propagates (``Stopped``)."""
+    a signal ends every live run KILLED and propagates (``Stopped``), as does any other exit
+    (``SystemExit``: submitit requeuing a preempted Slurm job), as a lone run's does."""
     registry = registry or get_registry()
     progresses = progresses or [None] * len(configs)
     resume = resume or [False] * len(configs)
@@ -147,7 +148,7 @@ def run_lockstep(
                 for member in members:
                     if member.outcome is None:
                         member.outcome = (FAILED, f"{type(error).__name__}: {error}")
-                if isinstance(error, (KeyboardInterrupt, Stopped)):
+                if not isinstance(error, Exception):  # a signal (Stopped), Ctrl-C, SystemExit: the caller's
                     raise
     return [member.outcome or (FAILED, "never ended") for member in members]
 

@@ -1,10 +1,12 @@
-"""``--executor ray``: each cell is one Ray task with its own resource request.
+"""``--executor ray``: each cell is one Ray task with its own resource request; with
+``--lockstep``, each fused sigma group is one task (one cell's request) training its cells as one
+model, each into its own child run (``lockstep``, ``remote_cell.run_remote_job``).
 
 Ray schedules the tasks over the cluster (``--ray-address``), or over a Ray instance started
 here for the sweep (no address). A task whose worker process died (killed, out of memory, node
-lost) is run again by Ray, up to ``max_retries`` times, into the same child run (see
-``remote_cell``); a cell that raises is not retried: it failed. Progress comes back through a
-Ray queue, so the display is the same as with local workers.
+lost) is run again by Ray, up to ``max_retries`` times, into the same child runs, each cell
+resuming from its checkpoint (see ``remote_cell``); a cell that raises is not retried: it
+failed. Progress comes back through a Ray queue, so the display is the same as with local workers.
 
 GPUs: a task that asks for some runs alone in its worker process (``RayExecutor.remote_task``)
 and sees only the GPUs Ray assigned it, so ``--gpus-per-cell 0.25`` shares one GPU between four
@@ -25,12 +27,13 @@ from initmem_core.sweep.executor import Executor, Job, SweepCells
 from initmem_core.tracking.client import store_must_answer
 from initmem_core.tracking.login import CREDENTIAL_ENV
 from initmem_plugins.executors.local import QueueProgress, replay_progress
+from initmem_plugins.executors.lockstep import DEFAULT_MAX, Lockstep
 from initmem_plugins.executors.placement import pin_process, process_environment
 from initmem_plugins.executors.remote_cell import (
     CellTask,
     RetriedCellProgress,
     fit_to_request,
-    run_remote_cell,
+    run_remote_job,
     wait_for_server,
 )
 
@@ -100,20 +103,21 @@ def logged_in(login: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _ray_cell(
-    task: CellTask, events: Any, uses_gpus: bool = False, login: dict[str, str] | None = None
-) -> tuple[str, str]:
-    """The Ray task: the cell, with its progress sent to the sweep through ``events``. With
-    GPUs it sees those Ray assigned it and no other, set before torch starts CUDA here.
-    ``login``: the tracking server's login variables of the launching shell (a worker of a
-    cluster started elsewhere lacks them), set while the cell runs. They come as an argument,
-    not as the task's runtime environment, which Ray writes into its logs."""
+def _ray_job(
+    tasks: list[CellTask], events: Any, uses_gpus: bool = False, login: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The Ray task: a job (one cell, or a fused sigma group), each cell's progress sent to the
+    sweep through ``events``; returns each cell's (status, error). With GPUs it sees those Ray
+    assigned it and no other, set before torch starts CUDA here. ``login``: the tracking server's
+    login variables of the launching shell (a worker of a cluster started elsewhere lacks them),
+    set while the cells run. They come as an argument, not as the task's runtime environment,
+    which Ray writes into its logs."""
     if uses_gpus:
         import ray
 
         pin_process(process_environment([str(gpu) for gpu in ray.get_gpu_ids()]))
     with logged_in(login or {}):
-        return run_remote_cell(task, QueueProgress(events, task.run_id))
+        return run_remote_job(tasks, [QueueProgress(events, task.run_id) for task in tasks])
 
 
 class RayExecutor(Executor):
@@ -121,14 +125,25 @@ class RayExecutor(Executor):
     remote = True
 
     def __init__(
-        self, address: str | None = None, cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0, max_retries: int = 3
+        self,
+        address: str | None = None,
+        cpus_per_cell: float = 1.0,
+        gpus_per_cell: float = 0.0,
+        max_retries: int = 3,
+        lockstep: str | bool | None = "off",
+        lockstep_max: int = DEFAULT_MAX,
     ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or max_retries < 0:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell and --max-retries 0 or more")
         self.address, self.cpus, self.gpus, self.max_retries = address, cpus_per_cell, gpus_per_cell, max_retries
+        self.lockstep = Lockstep.of(lockstep, lockstep_max, gpu=gpus_per_cell > 0)
 
     def pin(self, config):
         return fit_to_request(config, self.cpus, self.gpus)
+
+    def dry_run_lines(self, configs: list, seconds: float) -> list[str]:
+        """What ``--lockstep`` would do with these cells (``Lockstep.dry_run_lines``)."""
+        return self.lockstep.dry_run_lines(configs, seconds, self.pin)
 
     def run(self, cells: list, sweep: SweepCells) -> None:
         import ray
@@ -149,7 +164,8 @@ class RayExecutor(Executor):
                 ray.shutdown()
 
     def remote_task(self) -> Any:
-        """The cell as a Ray remote function with the cell's resource request. A GPU task runs
+        """A job as a Ray remote function with one cell's resource request (a fused job's too:
+        its K models train as one, where one cell would). A GPU task runs
         alone in its worker process (``max_calls=1``): Ray sets CUDA_VISIBLE_DEVICES before each
         task, but CUDA reads it once per process, so a reused worker would run the next cell on
         the last cell's GPU. ``max_calls`` is taken from ``ray.remote`` only (Ray drops it
@@ -163,51 +179,57 @@ class RayExecutor(Executor):
             "retry_exceptions": False,
         }
         try:
-            ray.remote(_ray_cell).options(**options)  # Ray checks the request here
+            ray.remote(_ray_job).options(**options)  # Ray checks the request here
         except ValueError as error:  # e.g. a fractional GPU count above 1
             raise ConfigError(f"--cpus-per-cell/--gpus-per-cell: {error}") from None
         if self.gpus:
             options["max_calls"] = 1
-        return ray.remote(**options)(_ray_cell)
+        return ray.remote(**options)(_ray_job)
 
     def _run_tasks(self, cells: list, sweep: SweepCells, events: Any) -> None:
         import ray
         from ray.exceptions import AuthenticationError
 
         task = self.remote_task()
-        jobs: dict[Any, Job] = {}
+        jobs: dict[Any, list[Job]] = {}  # a task -> its cells' jobs
         watch = ClusterWatch(getattr(ray._private.worker.global_worker, "gcs_client", None))  # set by ray.init
+        for cell in cells:
+            cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
         try:
-            for cell in cells:
-                cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
+            for unit in self.lockstep.jobs(cells, sweep):
                 wait_for_server(sweep.uri)  # handing out many cells takes minutes: a restart ended it
-                job = sweep.submit(cell, scheduled=True)
-                job.progress = job.progress and RetriedCellProgress(job.progress)
-                ref = task.options(name=f"initmem {cell.config.run_name()}").remote(
-                    CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment),
+                submitted = []
+                for cell in unit:
+                    job = sweep.submit(cell, scheduled=True)
+                    job.progress = job.progress and RetriedCellProgress(job.progress)
+                    submitted.append(job)
+                ref = task.options(name=task_name(unit)).remote(
+                    [CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment) for cell in unit],
                     LossyEvents(events),
                     self.gpus > 0,
                     credentials_env(),
                 )
-                jobs[ref] = job
+                jobs[ref] = submitted
             while jobs:
                 ready, _ = ray.wait(list(jobs), num_returns=len(jobs), timeout=POLL_S)
-                # A ready task has put all its events: replay them first, then close its cell.
-                _drain(events, {job.cell.run_id: job for job in jobs.values()})
+                # A ready task has put all its events: replay them first, then close its cells.
+                _drain(events, {job.cell.run_id: job for unit in jobs.values() for job in unit})
                 for ref in ready:
-                    close_cell(sweep, jobs.pop(ref), _error_of(ref))
+                    unit = jobs.pop(ref)
+                    for job, error in zip(unit, _errors_of(ref, len(unit)), strict=True):
+                        close_cell(sweep, job, error)
                 if jobs and (why := watch.lost()):
                     raise ClusterLost(self._lost(why))
         except ClusterLost:  # its tasks went with it; asking Ray to cancel them can crash this process
-            interrupt_cells(sweep, jobs.values())
+            interrupt_cells(sweep, (job for unit in jobs.values() for job in unit))
             raise
         except AuthenticationError:  # a call to a head that restarted meanwhile (submitting a cell)
-            interrupt_cells(sweep, jobs.values())
+            interrupt_cells(sweep, (job for unit in jobs.values() for job in unit))
             raise ClusterLost(self._lost(RESTARTED)) from None
         except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
             for ref in jobs:
                 ray.cancel(ref, force=True)
-            interrupt_cells(sweep, jobs.values())
+            interrupt_cells(sweep, (job for unit in jobs.values() for job in unit))
             raise
 
     def _lost(self, why: str) -> str:
@@ -296,16 +318,22 @@ def _drain(events: Any, jobs: dict[str, Job]) -> None:
             replay_progress(jobs[run_id], call, args)
 
 
-def _error_of(ref: Any) -> str:
-    """'' if the task returned (its run is ended in the store), else why Ray gave up on it."""
+def task_name(cells: list) -> str:
+    """A task's name in Ray's dashboard: its cell's run name, or a fused job's first and count."""
+    first = cells[0].config.run_name()
+    return f"initmem {first}" if len(cells) == 1 else f"initmem lockstep {first} +{len(cells) - 1}"
+
+
+def _errors_of(ref: Any, cells: int) -> list[str]:
+    """Each cell's '' if the task returned (its run is ended in the store), else why Ray gave up on it."""
     import ray
     from ray.exceptions import RayError, RayTaskError
 
     try:
-        return ray.get(ref)[1]
+        return [error for _, error in ray.get(ref)]
     except RayTaskError as error:  # raised in the task before or after training, e.g. the server was down
         cause = error.cause
-        return f"{type(cause).__name__}: {cause}"
+        return [f"{type(cause).__name__}: {cause}"] * cells
     except RayError as error:  # the worker died more often than --max-retries allows, or its node is gone
         lines = str(error).strip().splitlines()
-        return f"{type(error).__name__}: {lines[0] if lines else 'the Ray task failed'}"
+        return [f"{type(error).__name__}: {lines[0] if lines else 'the Ray task failed'}"] * cells

@@ -1,7 +1,9 @@
-"""What a Ray task or a Slurm job runs: one cell, written straight into its child run on the
-tracking server (``ServerCellWriter``), safe to run again for the same cell: an attempt resumes
-from the cell's newest checkpoint when it belongs to that run (a shared checkpoint folder, or
-the same machine), and otherwise trains the config from the start.
+"""What a Ray task or a Slurm job runs: one cell, or a lockstep sigma group trained as one fused
+model (``run_remote_job``), each cell written straight into its child run on the tracking server
+(``ServerCellWriter``), safe to run again for the same cells: an attempt resumes each cell from
+its newest checkpoint when it belongs to that run (a shared checkpoint folder, or the same
+machine), otherwise trains its config from the start, and leaves a cell an earlier attempt ended
+(finished, or diverged) as it is.
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
+from initmem_core.plugin_system.loader import get_registry
 from initmem_core.sweep.executor import run_cell
 from initmem_core.tracking.cells import quiet_run_links
 from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.tracking.writing import log_params, log_tags
 from initmem_core.training.plan import checkpoint_folder
 from initmem_core.training.resume import find_resumable
-from initmem_core.vocabulary import ATTEMPTS_TAG, FINISHED, RUNNING, WORKER_TAG
+from initmem_core.vocabulary import (
+    ATTEMPTS_TAG,
+    DIVERGED_TAG,
+    FAILED,
+    FAILURE_REASON_TAG,
+    FINISHED,
+    RUNNING,
+    WORKER_TAG,
+)
+from initmem_plugins.executors.lockstep import plan_lockstep
 
 STORE_WAIT_S = 120.0  # how long a cell waits at its start for a tracking server that is restarting
 
@@ -96,7 +108,12 @@ class ServerCellWriter(MlflowTracker):
     def __init__(self, uri: str, experiment: str, run_id: str):
         super().__init__(uri, experiment, run_id=run_id)
         run = self.client.get_run(run_id)
-        self.finished = run.info.status == FINISHED  # by an attempt whose worker died just after
+        # Ended for good by an attempt whose worker died just after (a fused job's other cells
+        # trained on): FINISHED, or diverged (a result, as a relaunch counts it, not a fault).
+        diverged = run.info.status == FAILED and run.data.tags.get(DIVERGED_TAG) == "true"
+        self.finished = run.info.status == FINISHED or diverged
+        reason = run.data.tags.get(FAILURE_REASON_TAG, "")
+        self.outcome = (FAILED, f"Diverged: {reason}") if diverged else (FINISHED, "")
         self.held_params = set(run.data.params)
         self.attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
         self.logged = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in run.data.metrics}
@@ -113,6 +130,11 @@ class ServerCellWriter(MlflowTracker):
         log_tags(self.client, self.run_id, tags)
         self.log_requirements()  # the worker's own environment, on its own machine
         return self.run_id
+
+    def resume_run(self, run_id):
+        super().resume_run(run_id)
+        # Again: an attempt killed outright (a lost Ray worker) may have died with them unwritten.
+        self.log_requirements()
 
 
 def wait_for_server(uri: str, wait_s: float = STORE_WAIT_S) -> None:
@@ -156,14 +178,76 @@ def open_attempt(task: CellTask, wait_s: float = STORE_WAIT_S) -> ServerCellWrit
         time.sleep(2.0)
 
 
+def resume_point(task: CellTask, writer: ServerCellWriter) -> tuple[int, int] | None:
+    """Where the cell's newest checkpoint of this run stands (epoch, step), seen from this node
+    (a shared --checkpoint-dir, else beside the store as seen here); ``None``: start it over (none,
+    or a checkpoint of another launch)."""
+    point = find_resumable(checkpoint_folder(task.config, task.config.config_hash(), writer.uri))
+    return (point.epoch, point.step) if point is not None and point.run_id == task.run_id else None
+
+
 def run_remote_cell(task: CellTask, progress: Any = None) -> tuple[str, str]:
     """Run one cell; returns (status, error). The run's status is in the store either way: a
     cell that raises is FAILED there, with its reason, as with the local executor."""
     quiet_run_links()
     writer = open_attempt(task)
-    if writer.finished:  # an earlier attempt finished, and its worker died before it could say so
-        return FINISHED, ""
-    # This node's checkpoint folder: a shared --checkpoint-dir, else beside the store as seen here.
-    point = find_resumable(checkpoint_folder(task.config, task.config.config_hash(), writer.uri))
-    resume = point is not None and point.run_id == task.run_id  # else a checkpoint of another launch
+    if writer.finished:  # an earlier attempt ended it, and its worker died before it could say so
+        return writer.outcome
+    resume = resume_point(task, writer) is not None
     return run_cell(task.config, tracker=writer, progress=progress, resume=resume)
+
+
+@dataclass
+class _Member:
+    """A cell of a fused job in this attempt: its task, writer, progress and checkpoint position."""
+
+    index: int
+    task: CellTask
+    writer: ServerCellWriter
+    progress: Any
+    position: tuple[int, int] | None
+
+
+def run_remote_job(tasks: list[CellTask], progresses: list[Any] | None = None) -> list[tuple[str, str]]:
+    """Run a job, one cell or a lockstep sigma group trained as one fused model
+    (``lockstep_job``), each cell into its own child run with its own progress; returns each
+    cell's (status, error). Run again after a lost worker, it leaves the cells an earlier attempt
+    ended as they are and resumes the others from their checkpoints: those whose checkpoints stand
+    at one point train fused again (``plan_lockstep``, by position), any others after them."""
+    progresses = progresses or [None] * len(tasks)
+    if len(tasks) == 1:
+        return [run_remote_cell(tasks[0], progresses[0])]
+    quiet_run_links()
+    outcomes: list[tuple[str, str] | None] = [None] * len(tasks)
+    members = []
+    for index, (task, progress) in enumerate(zip(tasks, progresses, strict=True)):
+        writer = open_attempt(task)
+        if writer.finished:
+            outcomes[index] = writer.outcome
+        else:
+            members.append(_Member(index, task, writer, progress, resume_point(task, writer)))
+    try:
+        plan = plan_lockstep(
+            members, get_registry(), "on", max(len(members), 2), lambda m: m.task.config, lambda m: m.position
+        )
+    except Exception as error:  # e.g. a component this worker lacks: its cells fail, as a lone cell's plan would
+        return [outcome or (FAILED, f"{type(error).__name__}: {error}") for outcome in outcomes]
+    for job in plan.jobs:
+        for member, outcome in zip(job, _run_members(job), strict=True):
+            outcomes[member.index] = outcome
+    return [outcome or (FAILED, "never ran") for outcome in outcomes]
+
+
+def _run_members(job: list[_Member]) -> list[tuple[str, str]]:
+    if len(job) == 1:
+        member = job[0]
+        resume = member.position is not None
+        return [run_cell(member.task.config, tracker=member.writer, progress=member.progress, resume=resume)]
+    from initmem_plugins.executors.lockstep_job import run_lockstep  # lazy: imports torch
+
+    return run_lockstep(
+        [member.task.config for member in job],
+        [member.writer for member in job],
+        [member.progress for member in job],
+        resume=[member.position is not None for member in job],
+    )

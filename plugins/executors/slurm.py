@@ -1,14 +1,17 @@
 """``--executor slurm``: the sweep's cells as one Slurm array job, submitted with submitit.
 
-Each cell is one array task with its own CPUs, GPUs and time limit. A task that Slurm preempts,
-or that reaches its time limit, is requeued by submitit and resumes its cell (see
+Each cell is one array task with its own CPUs, GPUs and time limit; with ``--lockstep``, each
+fused sigma group is one array task (one cell's CPUs and GPUs) training its cells as one model,
+each into its own child run (``lockstep``, ``remote_cell.run_remote_job``). A task that Slurm
+preempts, or that reaches its time limit, is requeued by submitit and resumes its cells (see
 ``remote_cell``). ``local=True`` runs the tasks as processes on this machine with submitit's
 ``LocalExecutor``: the same code path, for trying a sweep where there is no Slurm.
 
 Several cells per GPU: Slurm allocates whole GPUs, so ``gpus_per_cell=1/k`` (0.5, 0.25...)
-packs k cells into one array task that holds one GPU and k times a cell's CPUs, and runs them
-side by side, one process each (``SlurmTask``). The task waits for all k; requeued, it runs
-them all again: a cell that finished does nothing, the others resume from their checkpoints.
+packs k jobs (a cell each, or a fused group) into one array task that holds one GPU and k times
+a cell's CPUs, and runs them side by side, one process each (``SlurmTask``). The task waits for
+all k; requeued, it runs them all again: a cell that finished does nothing, the others resume
+from their checkpoints.
 
 submitit's folder (job scripts, pickles, logs) and the progress files must be on a disk that
 this machine and the compute nodes share, as is usual for a Slurm home or project folder.
@@ -36,8 +39,9 @@ from initmem_core.errors import ConfigError
 from initmem_core.sweep.executor import Executor, Job, SweepCells
 from initmem_core.vocabulary import FAILED
 from initmem_plugins.executors.local import QueueProgress, die_with_parent, replay_progress
+from initmem_plugins.executors.lockstep import DEFAULT_MAX, Lockstep
 from initmem_plugins.executors.placement import pin_process, process_environment
-from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, fit_to_request, run_remote_cell
+from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, fit_to_request, run_remote_job
 
 POLL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0  # a shared disk takes a line per cell every few seconds with ease
@@ -80,8 +84,13 @@ def sbatch_options(items: list[str]) -> dict[str, str]:
     return options
 
 
-def run_slurm_cell(task: CellTask, progress_path: str) -> tuple[str, str]:
-    return run_remote_cell(task, QueueProgress(ProgressFile(progress_path), task.run_id, PROGRESS_INTERVAL_S))
+def run_slurm_job(tasks: list[CellTask], progress_paths: list[str]) -> list[tuple[str, str]]:
+    """A job (one cell, or a fused sigma group), each cell's progress into its own file."""
+    progresses = [
+        QueueProgress(ProgressFile(path), task.run_id, PROGRESS_INTERVAL_S)
+        for task, path in zip(tasks, progress_paths, strict=True)
+    ]
+    return run_remote_job(tasks, progresses)
 
 
 def cells_per_task(gpus_per_cell: float) -> int:
@@ -100,35 +109,43 @@ def cells_per_task(gpus_per_cell: float) -> int:
 
 
 class SlurmTask(submitit.helpers.Checkpointable):
-    """An array task's callable: its cells (one, or k sharing a GPU), each result in order.
-    Checkpointable: on preemption or timeout submitit requeues it with the same arguments, and
-    each cell resumes from its own checkpoint (or, finished, does nothing).
+    """An array task's callable: its jobs (one, or k sharing a GPU; each a cell or a fused sigma
+    group of ``sizes`` cells, in order), each cell's result in order. Checkpointable: on
+    preemption or timeout submitit requeues it with the same arguments, and each cell resumes
+    from its own checkpoint (or, finished, does nothing).
 
-    One cell runs in this process. k cells run side by side, one spawned process each, while this
+    One job runs in this process. k jobs run side by side, one spawned process each, while this
     process (submitit's rank 0, which requeues the task when Slurm signals it) waits for them all
     and stays alive until the last one ends, so that a signal is always handled."""
 
+    def __init__(self, sizes: list[int] | None = None):
+        self.sizes = sizes  # cells per job; None: one each
+
     def __call__(self, tasks: list[CellTask], progress_paths: list[str]) -> list[tuple[str, str]]:
-        if len(tasks) == 1:
-            return [run_slurm_cell(tasks[0], progress_paths[0])]
-        return run_side_by_side(tasks, progress_paths)
+        sizes = self.sizes or [1] * len(tasks)
+        starts = [sum(sizes[:index]) for index in range(len(sizes))]
+        jobs = [(tasks[s : s + n], progress_paths[s : s + n]) for s, n in zip(starts, sizes, strict=True)]
+        if len(jobs) == 1:
+            return run_slurm_job(*jobs[0])
+        return [outcome for outcomes in run_side_by_side(jobs) for outcome in outcomes]
 
 
-def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[tuple[str, str]]:
-    """Each cell in its own spawned process; a process that dies (out of memory) fails its cell
-    alone. Leaving early (submitit requeues the task: ``SystemExit``) kills them all."""
+def run_side_by_side(jobs: list[tuple[list[CellTask], list[str]]]) -> list[list[tuple[str, str]]]:
+    """Each job (its cells' tasks and progress files) in its own spawned process; a process that
+    dies (out of memory) fails its cells alone. Leaving early (submitit requeues the task:
+    ``SystemExit``) kills them all."""
     context = multiprocessing.get_context("spawn")
     members = []
     try:
-        for index, (task, path) in enumerate(zip(tasks, progress_paths)):
+        for index, (tasks, paths) in enumerate(jobs):
             receive, send = context.Pipe(duplex=False)
             process = context.Process(
-                target=_side_by_side_cell, args=(task, path, os.getpid(), send), name=f"initmem-cell-{index}"
+                target=_side_by_side_job, args=(tasks, paths, os.getpid(), send), name=f"initmem-cell-{index}"
             )
             process.start()
             send.close()
             members.append((process, receive))
-        results: list[tuple[str, str]] = [(FAILED, "")] * len(members)
+        results: list[list[tuple[str, str]]] = [[(FAILED, "")] * len(tasks) for tasks, _ in jobs]
         waiting = {receive: index for index, (_, receive) in enumerate(members)}
         while waiting:
             for ready in cast(list[Connection], wait_for(list(waiting))):  # the ones it was given
@@ -138,10 +155,8 @@ def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[t
                 except EOFError:  # the process died before it could answer
                     process = members[index][0]
                     process.join()
-                    results[index] = (
-                        FAILED,
-                        f"the cell's process died (exit code {process.exitcode}), e.g. out of memory",
-                    )
+                    died = f"the cell's process died (exit code {process.exitcode}), e.g. out of memory"
+                    results[index] = [(FAILED, died)] * len(jobs[index][0])
         return results
     finally:
         for process, receive in members:
@@ -151,18 +166,18 @@ def run_side_by_side(tasks: list[CellTask], progress_paths: list[str]) -> list[t
             receive.close()
 
 
-def _side_by_side_cell(task: CellTask, progress_path: str, parent_pid: int, results) -> None:
-    """One of a task's k cells, in its own process: it dies with the task's process, leaves
+def _side_by_side_job(tasks: list[CellTask], progress_paths: list[str], parent_pid: int, results) -> None:
+    """One of a task's k jobs, in its own process: it dies with the task's process, leaves
     Slurm's warning signals to it (Slurm signals every process of the job), and sends back its
-    (status, error)."""
+    cells' (status, error)."""
     die_with_parent(parent_pid)
     pin_process(process_environment(None))  # the task's GPUs, as Slurm set them; cuBLAS before torch
     for number in (signal.SIGTERM, submitit.JobEnvironment._usr_sig()):
         signal.signal(number, signal.SIG_IGN)
     try:
-        result = run_slurm_cell(task, progress_path)
-    except Exception as error:  # e.g. the tracking server was down: the cell failed, not the task
-        result = (FAILED, f"{type(error).__name__}: {error}")
+        result = run_slurm_job(tasks, progress_paths)
+    except Exception as error:  # e.g. the tracking server was down: the cells failed, not the task
+        result = [(FAILED, f"{type(error).__name__}: {error}")] * len(tasks)
     results.send(result)
     results.close()
 
@@ -180,6 +195,8 @@ class SlurmExecutor(Executor):
         gpus_per_cell: float = 0.0,
         local: bool = False,
         options: Mapping[str, str] | list[str] | None = None,
+        lockstep: str | bool | None = "off",
+        lockstep_max: int = DEFAULT_MAX,
     ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or time_min < 1:
             raise ConfigError("--cpus-per-cell must be above 0, --gpus-per-cell 0 or more, --slurm-time 1 or more")
@@ -193,6 +210,7 @@ class SlurmExecutor(Executor):
         self.cpus, self.gpus, self.local = cpus_per_cell, gpus_per_cell, local
         # any other sbatch option: account, qos, mem, constraint... (``KEY=VALUE`` items: --slurm-option)
         self.options = sbatch_options(options) if isinstance(options, list) else dict(options or {})
+        self.lockstep = Lockstep.of(lockstep, lockstep_max, gpu=gpus_per_cell > 0)
 
     def _submitit(self, sweep_name: str) -> submitit.AutoExecutor:
         executor = submitit.AutoExecutor(self.folder / "%j", cluster="local" if self.local else "slurm")
@@ -212,26 +230,35 @@ class SlurmExecutor(Executor):
     def pin(self, config):
         return fit_to_request(config, self.cpus, self.gpus)
 
+    def dry_run_lines(self, configs: list, seconds: float) -> list[str]:
+        """What ``--lockstep`` would do with these cells (``Lockstep.dry_run_lines``)."""
+        return self.lockstep.dry_run_lines(configs, seconds, self.pin)
+
     def run(self, cells: list, sweep: SweepCells) -> None:
         progress_folder = self.folder / "progress"
         progress_folder.mkdir(parents=True, exist_ok=True)
         executor = self._submitit(f"initmem-{sweep.name}")
-        waiting: list[tuple[Job, ProgressFile]] = []
         for cell in cells:
             cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
-            job = sweep.submit(cell, scheduled=True)
-            job.progress = job.progress and RetriedCellProgress(job.progress)
-            waiting.append((job, ProgressFile(progress_folder / f"{cell.run_id}.jsonl")))
-        packs = [waiting[start : start + self.packed] for start in range(0, len(waiting), self.packed)]
+        units: list[list[tuple[Job, ProgressFile]]] = []  # the jobs: a cell, or a fused sigma group
+        for unit in self.lockstep.jobs(cells, sweep):
+            units.append([])
+            for cell in unit:
+                job = sweep.submit(cell, scheduled=True)
+                job.progress = job.progress and RetriedCellProgress(job.progress)
+                units[-1].append((job, ProgressFile(progress_folder / f"{cell.run_id}.jsonl")))
+        waiting = [entry for unit in units for entry in unit]
+        groups = [units[start : start + self.packed] for start in range(0, len(units), self.packed)]
+        packs = [[entry for unit in group for entry in unit] for group in groups]
         try:
-            with executor.batch():  # one array job for the whole sweep, one task per pack of cells
+            with executor.batch():  # one array job for the whole sweep, one task per pack of jobs
                 slurm_jobs = [
                     executor.submit(
-                        SlurmTask(),
+                        SlurmTask([len(unit) for unit in group]),
                         [CellTask(job.cell.config, job.cell.run_id, sweep.uri, sweep.experiment) for job, _ in pack],
                         [str(channel.path) for _, channel in pack],
                     )
-                    for pack in packs
+                    for group, pack in zip(groups, packs, strict=True)
                 ]
         except Exception as error:  # sbatch refused the array: no cell runs
             reason = " ".join(str(error).split())[:300]
