@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.blocked_imports import command_without, environment_without
-from tests.long_commands import run_command
+from tests.support import ROOT
+from tests.support.blocked_imports import command_without, environment_without
+from tests.support.long_commands import run_command
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 DOCS = ROOT / "docs" / "PERFORMANCE.md"
 #: What the GPU machine lacks of what the tests and their extras install (/work/.library/device/KINDS.md).

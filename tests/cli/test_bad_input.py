@@ -1,7 +1,7 @@
 """Bad input: one line on stderr saying what is wrong, exit code 2, no traceback, no run tracked.
 
 Unknown names, a batch larger than the training set, a negative sigma, a NaN learning rate and
-a plugin clashing with a built-in name are covered in test_run_e2e.py and test_cli_plugins.py.
+a plugin clashing with a built-in name are covered in tests/e2e/test_run.py and tests/cli/test_plugins.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from initmem_cli.app import app
 from initmem_core.config import from_mapping
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import runs_in
+from tests.support.cli_processes import runs_in
 
 runner = CliRunner()
 SMALL = ["--epochs", "1", "--train-size", "64", "--threads", "1"]
@@ -186,7 +186,7 @@ def test_an_unknown_executor_is_one_line_with_the_registered_ones():
     )
 
 
-# -- every case of issue 15 (bad input that reached a traceback or a wasted run) ---------------
+# -- bad input that once reached a traceback or a wasted run ------------------------------------
 
 UNWRITABLE = "/proc/initmem-nope"  # not even root can create a folder in /proc
 linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")

@@ -1,4 +1,4 @@
-"""The conventions a researcher expects (issue 50): every imported package declared, MLflow's source
+"""The conventions a researcher expects: every imported package declared, MLflow's source
 tags and the environment on every run, system metrics on request, each split a dataset input,
 ``--json`` for scripts and the environment variables named in ``--help``."""
 
@@ -22,9 +22,9 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.tracking.provenance import command_source, requirements_text, source_tags
 from initmem_core.training.environment import kept_variables
-from tests.cli_processes import SMALL, TINY_RUN_ARGS, TINY_SWEEP_ARGS
+from tests.support import ROOT
+from tests.support.cli_processes import SMALL, TINY_RUN_ARGS, TINY_SWEEP_ARGS
 
-ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner(env={"COLUMNS": "200"})
 #: Imported where only an optional feature runs, and declared in that extra (or pytest's plugin).
 OPTIONAL = {"ray": "distributed", "submitit": "distributed", "pytest": None}

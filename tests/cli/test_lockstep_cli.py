@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.vocabulary import FINISHED, LOCKSTEP_TAG
-from tests.cli_processes import children, initmem_command, mlflow_client
+from tests.support.cli_processes import children, initmem_command, mlflow_client
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

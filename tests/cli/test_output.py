@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from initmem_cli.output import BROKEN_PIPE_EXIT, PipeSafeStream
-from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from tests.cli_processes import TINY_SWEEP_ARGS, initmem_command, runs_in
+from tests.support.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.support.cli_processes import TINY_SWEEP_ARGS, initmem_command, runs_in
 
 
 class ClosedPipe(io.StringIO):

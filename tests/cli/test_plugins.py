@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from initmem_cli.app import app
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
@@ -16,9 +15,9 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_cli.options import summary
 from initmem_cli.tables import READABLE_WIDTH
-from tests.cli_processes import initmem_command
+from tests.support import ROOT
+from tests.support.cli_processes import initmem_command
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "plugins" / "claims" / "presets"
 #: "issue 46", "issues 36-40", "#29": a citation of the project's tracker.
 ISSUE = re.compile(r"\bissues? \d+|(?<![\w&/])#\d+\b", re.IGNORECASE)

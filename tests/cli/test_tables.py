@@ -1,4 +1,4 @@
-"""Tables that read in a terminal and in a log (issue 47): piped to a file no word is broken, the
+"""Tables that read in a terminal and in a log: piped to a file no word is broken, the
 claims are one table whatever the width, and a sweep's closing table says what a group without a
 spread did (did not train, no run ended) instead of a dash."""
 
@@ -15,7 +15,7 @@ from initmem_core.config import RunConfig
 from initmem_core.report.assessment import build_assessed_report, evaluated
 from initmem_core.report.memory import build_report
 from initmem_core.vocabulary import FAILED
-from tests.builders import record, two_optimizers
+from tests.support.builders import record, two_optimizers
 
 LONG = dict(epochs=2, train_size=256, batch_size=32)  # constants of the sweep: long group labels
 

@@ -1,6 +1,6 @@
 """`initmem ui` without a real server: MLflow's server is started lean (one worker, no job runner)
 unless asked otherwise, and a server that exits early is reported in one line. The real server,
-its URLs, the browser and the shutdown: tests/test_mlflow_ui.py."""
+its URLs, the browser and the shutdown: tests/e2e/test_mlflow_ui.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_cli.ui import JOBS_ENV
 from initmem_core.errors import ConfigError
-from tests.local_services import free_port
+from tests.support.local_services import free_port
 
 runner = CliRunner()
 

@@ -8,6 +8,7 @@ import functools
 from pathlib import Path
 
 import initmem_core
+from tests.support import ROOT
 
 CORE = Path(initmem_core.__file__).parent
 
@@ -132,7 +133,7 @@ def test_every_import_points_down_the_layers():
 
 
 #: This checkout's own sources (the installed ``initmem_cli`` may be another clone's).
-SOURCES = Path(__file__).resolve().parents[1]
+SOURCES = ROOT
 FIRST_PARTY = ("initmem_core", "initmem_plugins", "initmem_cli")
 
 

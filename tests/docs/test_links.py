@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 #: ``[text](target)`` and ``![alt](target)``, an optional title after the target.
 INLINE = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 #: ``[label]: target`` reference definitions.

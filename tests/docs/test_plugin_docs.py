@@ -6,14 +6,14 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
 from initmem_core.plugin_system.loader import load_registry
 from initmem_plugins.commands.scaffold import SCAFFOLD_KINDS, create_plugin
+from tests.support import ROOT
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+DOC = ROOT / "docs" / "plugins.md"
 # The generator is a tool of the docs (docs/hook_reference.py), not part of the installed package.
 _spec = importlib.util.spec_from_file_location("hook_reference", DOC.with_name("hook_reference.py"))
 assert _spec is not None and _spec.loader is not None

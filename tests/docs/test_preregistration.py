@@ -15,8 +15,8 @@ from initmem_core.report import inference, regime
 from initmem_core.tracking.export import read_export
 from initmem_core.tracking.records import FINISHED, fit_counts
 from initmem_plugins.claims import declared
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "PREREGISTRATION.md"
 #: The first seed the pre-registration keeps for confirmatory runs.
 CONFIRMATORY_SEEDS_FROM = 1000

@@ -17,10 +17,10 @@ from initmem_core.report.verdicts import NOT_EVALUATED
 from initmem_core.tracking.export import SweepExport, read_export, write_export
 from initmem_plugins.claims import findings_table
 from initmem_plugins.claims.declared import STATEMENTS
-from tests.builders import REMEMBERING_WORLD, records
-from tests.long_commands import benchmark, run_command
+from tests.support import ROOT
+from tests.support.builders import REMEMBERING_WORLD, records
+from tests.support.long_commands import benchmark, run_command
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FROZEN = DOCS / "results" / "confirmatory" / findings_table.REGISTERED_FILE
 #: The paper's claims, in the plugin's order: the table's rows.

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-NAMED = re.compile(r"benchmarks[/.]([a-z_]+(?:[/.][a-z_]+)*?)(?:\.py\b|\b)")
+from tests.support import ROOT
+
+#: ``benchmarks/NAME.py`` or ``benchmarks.NAME`` (``tests/benchmarks/``, the tests of a few, is none).
+NAMED = re.compile(r"(?<![\w/])benchmarks[/.]([a-z_]+(?:[/.][a-z_]+)*?)(?:\.py\b|\b)")
 COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
 
 

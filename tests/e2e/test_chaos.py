@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.long_commands import run_command
+from tests.support.long_commands import run_command
 
 
 def load_chaos():

@@ -1,8 +1,8 @@
-"""Issue 13 end to end: `initmem ui` over a store with a finished sweep prints its URLs only once the
+"""The prepared MLflow view end to end: `initmem ui` over a store with a finished sweep prints its URLs only once the
 server answers, the prepared view renders in headless Chromium with the sweep's cells, columns and
 groups and no manual step, and SIGTERM leaves no process and no listening port behind.
 
-Issue 47: in a 1400 x 900 window, MLflow's Assistant panel open as on a first visit, the runs
+What a researcher sees first: in a 1400 x 900 window, MLflow's Assistant panel open as on a first visit, the runs
 table shows sigma and the key metrics without scrolling, group rows show no average of a config
 value, and the chart tab draws its charts a card a row. ``INITMEM_UI_SCREENSHOTS=1`` writes what
 the window shows to docs/images (the README's pictures of the view)."""
@@ -23,9 +23,10 @@ import pytest
 from initmem_core.groups import short_labels
 
 # Skipped, not an error, where MLflow is not installed (the GPU machine has none).
-from tests.chromium_page import ChromiumPage
-from tests.cli_processes import initmem_command
-from tests.local_services import STARTUP_S, _alive, _children, free_port, stop_session
+from tests.support import ROOT
+from tests.support.chromium_page import ChromiumPage
+from tests.support.cli_processes import initmem_command
+from tests.support.local_services import STARTUP_S, _alive, _children, free_port, stop_session
 
 MlflowClient = pytest.importorskip("mlflow").MlflowClient
 
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.slow  # a sweep, an MLflow server and a browser
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: The window a researcher's laptop gives the browser.
 WIDTH, HEIGHT = 1400, 900
-DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+DOCS_IMAGES = ROOT / "docs" / "images"
 
 
 def _descendants(pid: int) -> set[int]:

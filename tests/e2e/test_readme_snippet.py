@@ -14,14 +14,15 @@ import pytest
 
 from initmem_core.sweep.grid import plan_sweep
 from initmem_core.vocabulary import PARENT_TAG, ROLE_TAG
-from tests.long_commands import run_command
+from tests.support import ROOT
+from tests.support.long_commands import run_command
 
 # Skipped, not an error, where MLflow is not installed (the GPU machine has none).
 MlflowClient = pytest.importorskip("mlflow").MlflowClient
 
 pytestmark = pytest.mark.slow(seconds=90)  # a tracked run and a 4-cell sweep with 2 worker processes
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = ROOT / "README.md"
 
 
 def readme_snippet() -> str:

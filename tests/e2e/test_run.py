@@ -15,7 +15,7 @@ from initmem_core import hookimpl
 from initmem_core.config import FIELDS
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.vocabulary import PER_EPOCH_METRICS
-from tests.cli_processes import history, mlflow_client, only_run, stored_runs
+from tests.support.cli_processes import history, mlflow_client, only_run, stored_runs
 
 pytestmark = pytest.mark.slow  # end-to-end runs through the CLI and MLflow
 

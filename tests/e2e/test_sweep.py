@@ -17,7 +17,7 @@ from initmem_core.groups import metric_suffix, short_labels
 from initmem_core.plugin_system.loader import load_registry, set_registry
 from initmem_core.training.checkpoint_store import CHECKPOINTS_FOLDER
 from initmem_core.vocabulary import FIT, PER_EPOCH_METRICS, REPAIR_GAP, SELECTION_METRICS, STOP_EPOCH, TAU_INTERP
-from tests.cli_processes import mlflow_client, stored_runs
+from tests.support.cli_processes import mlflow_client, stored_runs
 
 pytestmark = pytest.mark.slow  # end-to-end sweeps with worker processes
 
@@ -85,7 +85,7 @@ def test_one_parent_and_one_child_per_cell_in_one_experiment(swept):
         ("opt=sgd", "0.5"),
         ("opt=sgd", "2.0"),
     ]
-    for c in children:  # complete labels (issue 13): every value but sigma and seed that is not the default
+    for c in children:  # complete labels: every value but sigma and seed that is not the default
         assert c.data.tags["initmem.group"] == (
             f"opt={c.data.params['opt']},lr={float(c.data.params['lr']):g},batch_size=50,epochs=2,train_size=200"
         )
@@ -390,7 +390,7 @@ def test_two_workers_on_one_sqlite_store_lose_no_metric_row(tracking_uri, tmp_pa
 
 
 def test_ui_binds_localhost_and_checks_the_sweep_before_starting_a_server(tracking_uri, monkeypatch):
-    # The real server, its URLs and its shutdown: tests/test_mlflow_ui.py.
+    # The real server, its URLs and its shutdown: tests/e2e/test_mlflow_ui.py.
     from initmem_cli.ui import ui_args
 
     started = []

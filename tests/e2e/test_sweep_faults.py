@@ -1,7 +1,7 @@
-"""What faults/chaos.py found in a local sweep with workers (issue 30), each fixed and pinned here:
+"""What faults/chaos.py found in a local sweep with workers, each fixed and pinned here:
 a Ctrl-C while the workers import torch, the queue's process killed, and a SIGKILLed sweep's
-scratch folders in TMPDIR; (issue 48) a Ctrl-C in a spawned process's own start or while the sweep
-imports MLflow, a relaunch's memory curves charted beside an earlier launch's; and (issue 15) a
+scratch folders in TMPDIR; a Ctrl-C in a spawned process's own start or while the sweep
+imports MLflow, a relaunch's memory curves charted beside an earlier launch's; and a
 diverged cell final unless retried, no worker outliving a killed sweep. The whole-process cases run
 the real CLI and are slow."""
 
@@ -22,8 +22,8 @@ import initmem_core
 from initmem_core import hookimpl
 from initmem_core.plugin_system.loader import load_registry
 from initmem_plugins.executors import scratch
-from tests.cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
-from tests.cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
+from tests.support.cli_processes import TINY, alive, children, descendants, metric_histories, sweep_command
+from tests.support.cli_processes import TINY_SWEEP_ARGS as TINY_ARGS
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and parent-death signals")
 

@@ -13,7 +13,7 @@ import initmem_core
 from initmem_core import get_registry
 from initmem_core.config import RunConfig
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import children, cli_args, history, initmem_command, stored_runs
+from tests.support.cli_processes import children, cli_args, history, initmem_command, stored_runs
 
 pytestmark = pytest.mark.slow(seconds=30)  # kills and relaunches a real sweep
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 #: What the wheel is built from: the project's own files, copied so the build writes nothing here.
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "initmem_core", "plugins", "cli")
 

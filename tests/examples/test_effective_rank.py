@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.cli_processes import history, only_run
+from tests.support import ROOT
+from tests.support.cli_processes import history, only_run
 
 pytestmark = pytest.mark.slow  # pip-installs the example package and runs it
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "initmem-effective-rank"
+EXAMPLE = ROOT / "examples" / "initmem-effective-rank"
 
 
 def test_initmem_run_logs_the_effective_rank(installed_example, initmem_subprocess, tracking_uri, tmp_path):

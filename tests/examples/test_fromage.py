@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.cli_processes import only_run
+from tests.support import ROOT
+from tests.support.cli_processes import only_run
 
 pytestmark = pytest.mark.slow  # pip-installs the example package and runs it
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "initmem-fromage"
 
 

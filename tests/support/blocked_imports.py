@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tests.support import ROOT
+
 SITECUSTOMIZE = """\\
 import sys
 
@@ -18,7 +20,8 @@ BLOCKED = {blocked!r}
 class Blocked:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by tests/blocked_imports.py)", name=name)
+            blocker = "tests/support/blocked_imports.py"
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by {{blocker}})", name=name)
         return None
 
 
@@ -31,7 +34,7 @@ def environment_without(folder: Path, *modules: str) -> dict[str, str]:
     (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(blocked=sorted(modules)))
     env = dict(os.environ)
     # The tree on the path too, as the device's command puts it (PYTHONPATH=$PWD): benchmarks.* imports.
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(ROOT)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), root, env.get("PYTHONPATH")]))
     env.pop("INITMEM_LOAD_PLUGINS", None)
     return env

@@ -5,12 +5,12 @@
 A call *enters* a module when its nearest first-party caller is in another module. ``Path``
 counts, per module, those entries; how many came *back* to a module the config had entered before
 (any entry after a module's first); and how many *climbed* from a core layer to a higher one (the layers of
-``tests/test_architecture.py``; a call from the core into a plugin's factory is the registry at
+``tests/core/test_architecture.py``; a call from the core into a plugin's factory is the registry at
 work, not a climb).
 
-``python -m tests.call_path`` follows one small run from ``build_setup`` and from ``run`` and
-writes the figures into docs/ARCHITECTURE.md between its markers; ``tests/test_plan.py`` holds
-the limits issues 40 and 49 set (from ``build_setup`` the plan goes straight down: it enters
+``python -m tests.support.call_path`` follows one small run from ``build_setup`` and from ``run`` and
+writes the figures into docs/ARCHITECTURE.md between its markers; ``tests/core/training/test_plan.py``
+holds its limits (from ``build_setup`` the plan goes straight down: it enters
 neither ``optimizer_options`` nor ``horizons`` and comes back to no module it left).
 """
 
@@ -22,16 +22,16 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from initmem_core.config import RunConfig
 from initmem_core.training.plan import RunPlan
-from tests.test_architecture import _layer
+from tests.core.test_architecture import _layer
+from tests.support import ROOT
 
 FIRST_PARTY = ("initmem_core", "initmem_plugins")
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
+DOCS = ROOT / "docs" / "ARCHITECTURE.md"
 BEGIN, END = "<!-- call-path:begin -->", "<!-- call-path:end -->"
 
 

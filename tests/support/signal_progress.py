@@ -1,5 +1,5 @@
 """A training progress that sends this process a real signal after a given step (in
-the tests package: test modules import it as tests.signal_progress)."""
+the tests package: test modules import it as tests.support.signal_progress)."""
 
 from __future__ import annotations
 

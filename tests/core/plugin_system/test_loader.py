@@ -10,7 +10,7 @@ from initmem_core import hookimpl
 from initmem_core.errors import DuplicateComponentError, PluginLoadError, UnknownComponentError
 from initmem_core.kinds import KIND_NAMES
 from initmem_core.plugin_system.loader import PluginLoadWarning, load_registry, set_registry
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
 

@@ -15,7 +15,7 @@ from initmem_core.plugin_system.optimizer_options import coerce_option, split_op
 from initmem_core.sweep.grid import expand, spec_from_toml
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import SYNTHETIC
+from tests.support.cli_processes import SYNTHETIC
 
 SMALL = {**SYNTHETIC, "batch_size": 32, "epochs": 1}
 

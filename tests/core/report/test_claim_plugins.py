@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -21,7 +20,8 @@ from initmem_core.report.regime import Check
 from initmem_core.report.verdicts import CONTRADICTED, HORIZON_SHORT, NOT_EVALUATED, REPRODUCED
 from initmem_core.tracking.export import SweepExport, write_export
 from initmem_core.vocabulary import CLOCK_ADAPT
-from tests.builders import two_optimizers
+from tests.support import ROOT
+from tests.support.builders import two_optimizers
 
 runner = CliRunner()
 
@@ -158,7 +158,7 @@ def test_the_paper_is_the_plugin_claims_listed_under_its_kind():
     declared = by_name["adaptive_optimizers_forget"]["declared"]
     assert declared["clock"] == CLOCK_ADAPT and "opt" in declared["axis"] and "25%" in declared["margin"]
     # the source names the paper by the title docs/PAPER.md gives it, and the page
-    paper = (Path(__file__).resolve().parents[1] / "docs" / "PAPER.md").read_text()
+    paper = (ROOT / "docs" / "PAPER.md").read_text()
     title = re.search(r'^"([^"]+)"', paper, re.MULTILINE).group(1)
     assert title in declared["source"] and declared["source"].endswith("(docs/PAPER.md)")
     presets = [r["name"] for r in json.loads(result.stdout)["components"] if r["kind"] == "preset"]

@@ -19,7 +19,7 @@ from initmem_core.report.figures import draw_figures, figure_files, warm_up
 from initmem_core.report.memory import build_report
 from initmem_core.tracking.export import SweepExport, write_export
 from initmem_plugins.figures import FILES
-from tests.builders import two_optimizers
+from tests.support.builders import two_optimizers
 
 runner = CliRunner()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

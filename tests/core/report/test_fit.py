@@ -4,7 +4,7 @@ history, or (exports from before either was kept) from tau_interp and the final 
 from __future__ import annotations
 
 from initmem_core.tracking.records import FIT_FROM_HISTORY, FIT_FROM_SUMMARY, FIT_LOGGED
-from tests.builders import cell
+from tests.support.builders import cell
 
 
 def test_a_logged_fit_is_taken_as_logged():

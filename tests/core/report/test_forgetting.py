@@ -19,9 +19,9 @@ from initmem_core.report.verdicts import CANNOT_DECIDE, CONTRADICTED, REPRODUCED
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
 from initmem_plugins.claims import forgetting_sweeps
-from tests.builders import claim
-from tests.builders import findings as evaluate_findings
-from tests.builders import record as cell_record
+from tests.support.builders import claim
+from tests.support.builders import findings as evaluate_findings
+from tests.support.builders import record as cell_record
 
 forgetting_follows_the_clocks = claim("forgetting_follows_the_clocks")
 

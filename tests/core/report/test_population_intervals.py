@@ -25,7 +25,7 @@ from initmem_core.report.inference import (
 )
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import seeds_needed_cell, to_json, to_markdown
-from tests.builders import record
+from tests.support.builders import record
 
 SIGMAS = (0.1, 0.5, 1.4, 2.5)
 

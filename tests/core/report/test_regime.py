@@ -16,7 +16,7 @@ from initmem_core.report.verdicts import (
     REPRODUCED,
     UNDER_TRAINED,
 )
-from tests.builders import claim, clocks, record
+from tests.support.builders import claim, clocks, record
 
 adaptive_optimizers_forget = claim("adaptive_optimizers_forget")
 larger_batch_increases_spread = claim("larger_batch_increases_spread")

@@ -14,7 +14,7 @@ from initmem_core.config import RunConfig
 from initmem_core.report.files import write_report_files
 from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_csv, to_json, to_markdown
-from tests.builders import clocks, record
+from tests.support.builders import clocks, record
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -100,7 +100,7 @@ def test_failures_are_listed_and_parent_metrics_are_named_per_group(records):
 
 
 def test_a_sweep_without_varying_fields_is_one_group_named_by_its_config():
-    # Named by what it trains, as in any other sweep (issue 13: labels never depend on the sweep)
+    # Named by what it trains, as in any other sweep (labels never depend on the sweep)
     report = build_report([cell("sgd", 0.5, 0, 0.5), cell("sgd", 1.0, 0, 0.75)])
     assert [(g.group, g.spread) for g in report.groups] == [("opt=sgd", pytest.approx(25.0))]
     assert list(report.parent_metrics()) == [

@@ -1,6 +1,6 @@
 """Intervals in the report against hand computations: per-sigma t intervals, the resampled interval
 of the paper's spread, the cross-fitted (debiased) spread, paired differences, and groups that did
-not train. Their error rates are checked by simulation in test_calibration.py."""
+not train. Their error rates are checked by simulation in tests/core/testing/test_calibration.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from initmem_core.report.memory import build_report, mean_interval
 from initmem_core.report.render import to_markdown
 from initmem_core.tracking.correct_sets import ARTIFACT, decode, encode
 from initmem_core.tracking.tracker import MemoryTracker
-from tests.builders import record
+from tests.support.builders import record
 
 T_975_1DF = 12.706204736  # the t table: two-sided 95%, one degree of freedom
 

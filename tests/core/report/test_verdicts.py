@@ -25,7 +25,7 @@ from initmem_core.report.verdicts import (
 )
 from initmem_core.vocabulary import VERDICT_TAG_PREFIX, verdict_tag
 from initmem_plugins.claims.declared import STATEMENTS
-from tests.builders import two_optimizers
+from tests.support.builders import two_optimizers
 
 
 def test_decide_by_hand():

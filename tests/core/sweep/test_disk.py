@@ -1,4 +1,4 @@
-"""A sweep's --dry-run states the disk its checkpoints take (issue 39): parameters counted on the
+"""A sweep's --dry-run states the disk its checkpoints take: parameters counted on the
 meta device, times fp32, times two (the weights and W0) plus the optimizer's state per parameter (read
 off the optimizer its plugin builds), times what each cell keeps."""
 

@@ -12,7 +12,7 @@ from initmem_core.sweep.grid import spec_from_values
 from initmem_core.sweep.identity import GridIdentity
 from initmem_core.sweep.presets import preset_spec
 from initmem_core.vocabulary import GRID_TAG
-from tests.cli_processes import children, stored_runs
+from tests.support.cli_processes import children, stored_runs
 
 runner = CliRunner(env={"COLUMNS": "200"})
 TINY = [

@@ -11,6 +11,7 @@ from initmem_core.groups import group_keys
 from initmem_core.plugin_system.loader import load_registry
 from initmem_core.sweep.grid import expand, expand_plans, spec_from_toml
 from initmem_core.sweep.presets import preset_names, preset_spec, preset_text
+from tests.support import ROOT
 
 runner = CliRunner()
 PAPER_SIGMAS = (0.1, 0.5, 0.9, 1.3, 1.7, 2.1, 2.5)
@@ -230,9 +231,8 @@ SECOND_REGISTRATION = {"confirm2-digits"}
 @pytest.mark.parametrize("name", preset_names())
 def test_a_presets_power_figure_is_the_calibration_row_it_cites_on_the_fitted_noise(name):
     """The first figure of a `# power:` line is the measured figure of the first calibration row it cites,
-    and that row draws the noise fitted to the exports (docs/STATISTICS.md, issue 45)."""
+    and that row draws the noise fitted to the exports (docs/STATISTICS.md)."""
     import re
-    from pathlib import Path
 
     power = preset_power(name)
     cited = re.search(r"\brows? (\d+)", power)
@@ -243,13 +243,13 @@ def test_a_presets_power_figure_is_the_calibration_row_it_cites_on_the_fitted_no
         assert "85.0%" in power and "power: larger rate" in power, power
         return
     if name in SECOND_REGISTRATION:  # its power is stated where it was registered, each figure there
-        page = (Path(__file__).resolve().parents[1] / "docs" / "PREREGISTRATION.md").read_text()
+        page = (ROOT / "docs" / "PREREGISTRATION.md").read_text()
         registered = page.split("# Second registration", 1)[1]
         assert "docs/PREREGISTRATION.md, second" in power, power
         assert all(f"**{figure}**" in registered for figure in re.findall(r"\d+%", power)), power
         return
     assert cited, f"{name}: its power line names no calibration row: {power}"
-    text = (Path(__file__).resolve().parents[1] / "docs" / "STATISTICS.md").read_text()
+    text = (ROOT / "docs" / "STATISTICS.md").read_text()
     table = text[text.index("<!-- calibration table: begin -->") : text.index("<!-- calibration table: end -->")]
     (row,) = [line for line in table.splitlines() if line.startswith(f"| {cited.group(1)} |")]
     cells = [cell.strip() for cell in row.split("|")[1:-1]]

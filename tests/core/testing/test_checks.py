@@ -21,7 +21,7 @@ from initmem_core.testing import (
     registered_plugins,
     smoke_train,
 )
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.fresh_imports import assert_imports_none_of
 
 
 @pytest.mark.slow  # starts a process

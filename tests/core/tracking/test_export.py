@@ -22,7 +22,7 @@ from initmem_core.report.memory import build_report
 from initmem_core.report.render import to_json, to_markdown
 from initmem_core.tracking.export import VERSION, SweepExport, read_export, to_json_text, write_export
 from initmem_core.tracking.records import FIT_LOGGED, CellRecord
-from tests.builders import clocks, record
+from tests.support.builders import clocks, record
 
 runner = CliRunner()
 
@@ -247,7 +247,7 @@ def test_exporting_a_sweep_the_store_lacks_is_one_line_and_writes_nothing(tracki
 def test_report_from_a_file_marks_a_sigma_at_chance_as_not_trained(tmp_path, monkeypatch):
     """Adam at sigma 2.5 predicts one class (10% of 10 classes): the group trained (91% at 0.1), its
     spread rests on a sigma that did not, and the Markdown and JSON say so; SGD's sigmas trained."""
-    from tests.builders import two_optimizers
+    from tests.support.builders import two_optimizers
 
     monkeypatch.setenv("INITMEM_LOAD_PLUGINS", "claims")  # tables alone: no figures drawn
     records = [dataclasses.replace(r, num_classes=10) for r in two_optimizers(seeds=3, adam=(0.91, 0.10))]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from initmem_core.errors import ConfigError
-from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from tests.cli_processes import alive, children, descendants, initmem_command, only_run, runs_in, sweep_command
+from tests.support.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.support.cli_processes import alive, children, descendants, initmem_command, only_run, runs_in, sweep_command
 
 
 def interrupt_the_wait(folder: Path, uri: str) -> str:

@@ -10,7 +10,7 @@ First, without a server (tracking/login.py): what a server's refusal of the logi
 the task by ``logged_in``). The tests that start a server are slow; these are not.
 
 Ray reaches for outside addresses: its test runs in a network namespace with only loopback, in the
-same pytest as the executor suite (``tests/test_executors_isolated.py``).
+same pytest as the executor suite (``tests/plugins/executors/test_executors_isolated.py``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typer.testing import CliRunner
 
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.login import CREDENTIAL_ENV, login_must_be_taken, refusal
-from tests.cli_processes import SMALL_CELL_ARGS, initmem_command
-from tests.local_services import add_user, auth_request, login_server, ray_head
-from tests.network_isolation import loopback_only
+from tests.support.cli_processes import SMALL_CELL_ARGS, initmem_command
+from tests.support.local_services import add_user, auth_request, login_server, ray_head
+from tests.support.network_isolation import loopback_only
 
 URI = "http://head-node:5000"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import initmem_core
-from tests.cli_processes import TINY
+from tests.support.cli_processes import TINY
 
 
 @pytest.mark.parametrize("experiment", ["../../outside", "/tmp/initmem-outside-abs"])

@@ -15,8 +15,8 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
-from tests.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
-from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.support.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
+from tests.support.cli_processes import TINY_RUN_ARGS as TINY_ARGS
 
 # -- unsynced files ---------------------------------------------------------------------------
 

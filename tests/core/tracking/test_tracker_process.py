@@ -22,7 +22,7 @@ from initmem_cli.app import app
 from initmem_core.errors import ConfigError, RunWarning
 from initmem_core.tracking.tracker_process import TrackerProcess
 from initmem_core.training.loop import NoProgress
-from tests.cli_processes import SMALL, history, mlflow_client, only_run
+from tests.support.cli_processes import SMALL, history, mlflow_client, only_run
 
 runner = CliRunner()
 

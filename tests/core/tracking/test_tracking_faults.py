@@ -11,7 +11,7 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core.errors import RunWarning
 from initmem_core.tracking.tracker import MlflowTracker
-from tests.cli_processes import SMALL, history, mlflow_client
+from tests.support.cli_processes import SMALL, history, mlflow_client
 
 runner = CliRunner()
 WRITES = ("log_batch", "log_text", "log_artifact", "set_terminated")

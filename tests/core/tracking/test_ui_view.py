@@ -1,4 +1,4 @@
-"""Issue 13 without a server: group labels and run names that describe a cell, the prepared MLflow
+"""The prepared MLflow view without a server: group labels and run names that describe a cell, the prepared MLflow
 view's state, the parent's description, and terminal tables that never cut a value."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from initmem_core.report.description import description
 from initmem_core.report.memory import build_report
 from initmem_core.sweep.grid import cell_names, plan_sweep
 from initmem_core.tracking.ui_view import view_key, view_state
-from tests.builders import cell, record
+from tests.support.builders import cell, record
 
 
 def test_two_sweeps_with_different_learning_rates_never_share_a_group_label():

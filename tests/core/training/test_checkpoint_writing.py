@@ -18,8 +18,8 @@ from initmem_core.training.checkpoint_format import (
 )
 from initmem_core.training.checkpoint_store import CheckpointNotWritten, CheckpointStore
 from initmem_core.training.tensor_packing import pack, unpack
-from tests.cli_processes import TINY_RUN_ARGS as TINY_ARGS
-from tests.cli_processes import history, initmem_command, only_run, runs_in
+from tests.support.cli_processes import TINY_RUN_ARGS as TINY_ARGS
+from tests.support.cli_processes import history, initmem_command, only_run, runs_in
 
 
 def nested_state():

@@ -11,7 +11,7 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.loaders import normalize
 from initmem_plugins.metrics.selection import Interpolation
-from tests.cli_processes import SYNTHETIC
+from tests.support.cli_processes import SYNTHETIC
 
 SMALL = {**SYNTHETIC, "batch_size": 16, "epochs": 2}
 

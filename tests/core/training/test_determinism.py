@@ -12,8 +12,8 @@ import initmem_core
 from initmem_core.errors import ConfigError
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training import setup
-from tests import cli_processes
-from tests.cli_processes import TINY, children, metric_histories, sweep_command
+from tests.support import cli_processes
+from tests.support.cli_processes import TINY, children, metric_histories, sweep_command
 
 # Momentum and augmentation, so optimizer state and every random stream take part.
 SMALL = {**cli_processes.SMALL, "epochs": 2, "augment": "on", "momentum": 0.9}

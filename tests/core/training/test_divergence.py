@@ -13,7 +13,7 @@ import initmem_core
 from initmem_cli.app import app
 from initmem_core import Diverged, hookimpl
 from initmem_core.plugin_system.loader import load_registry, set_registry
-from tests.cli_processes import SMALL, cli_args, history, only_run
+from tests.support.cli_processes import SMALL, cli_args, history, only_run
 
 runner = CliRunner()
 STEPS_PER_EPOCH = 4  # train_size 128, batch size 32

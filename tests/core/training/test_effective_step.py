@@ -16,8 +16,8 @@ from initmem_core.training.effective_step import scale_invariant_names, traced_s
 from initmem_core.training.plan import plan_run
 from initmem_core.training.schedules import lr_match_factor, lr_multiplier
 from initmem_core.training.setup import build_setup, process_settings_kept
-from tests import cli_processes
-from tests.cli_processes import only_run
+from tests.support import cli_processes
+from tests.support.cli_processes import only_run
 
 #: The shared tiny run for two epochs, every example scored, without checkpoints.
 TINY = dict(cli_processes.TINY, arch="resnet20", epochs=2, eval_size=64, train_eval_size=64, checkpoint_every=0)
@@ -193,7 +193,7 @@ def test_a_stopped_matched_run_resumes_to_the_bits_of_the_run_left_alone(trackin
     import signal
 
     from initmem_core.training.stop_signals import Stopped
-    from tests.signal_progress import SignalAtStep
+    from tests.support.signal_progress import SignalAtStep
 
     config = {**TINY, "sigma": 2.0, "lr_match_sigma": 1.0, "momentum": 0.9, "schedule": "cosine", "epochs": 3}
     config["checkpoint_every"] = 1

@@ -17,7 +17,7 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training import loop, setup
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import SMALL
+from tests.support.cli_processes import SMALL
 
 #: The shared small run for two epochs, untracked and without checkpoints.
 TINY = dict(SMALL, arch="resnet20", epochs=2, checkpoint_every=0, tracking=False)

@@ -29,7 +29,7 @@ from initmem_core.vocabulary import (
     TEST_ACC,
     TEST_EXAMPLES,
 )
-from tests.signal_progress import SignalAtStep
+from tests.support.signal_progress import SignalAtStep
 
 # 64 training images in batches of 16 (4 steps an epoch); validation and test hold 16 each, and
 # --eval-size 8 scores half of them every epoch. Which epoch a seed selects, and whether its weights

@@ -17,8 +17,8 @@ from initmem_core.plugin_system.loader import get_registry
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.plan import plan_horizons, plan_run
 from initmem_core.training.selection import stopping
-from tests.cli_processes import cli_args, history, mlflow_client, only_run
-from tests.signal_progress import SignalAtStep
+from tests.support.cli_processes import cli_args, history, mlflow_client, only_run
+from tests.support.signal_progress import SignalAtStep
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

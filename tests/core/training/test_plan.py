@@ -11,7 +11,7 @@ from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError, UnknownComponentError
 from initmem_core.plugin_system.loader import load_registry
 from initmem_core.training.plan import plan_run
-from tests.cli_processes import SYNTHETIC
+from tests.support.cli_processes import SYNTHETIC
 
 
 def counting_registry():
@@ -73,7 +73,7 @@ def test_a_bad_config_fails_in_the_plan_as_validation_would():
 
 
 def test_from_build_setup_the_config_goes_straight_down():
-    from tests.call_path import from_build_setup
+    from tests.support.call_path import from_build_setup
 
     path = from_build_setup(opt="sgd", momentum=0.9, until="clock_sgd=0.001", epochs=50)
     assert path.entered("horizons") == 0  # plan_run found the epochs --until sets

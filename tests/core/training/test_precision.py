@@ -93,7 +93,7 @@ def test_an_older_torch_with_only_the_legacy_flags_gets_them():
 
 
 def test_the_stand_in_for_torch_2_9_refuses_a_legacy_read_after_the_new_api_set_it():
-    """The failure of issue 37 (pytorch issue 166387), reproduced: what the old setter did."""
+    """The failure --tf32 once met (pytorch issue 166387), reproduced: what the old setter did."""
     backends = both_apis()
     backends.cuda.matmul.fp32_precision = "tf32"
     with pytest.raises(RuntimeError, match="mix of the legacy and new"):

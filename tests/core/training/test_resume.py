@@ -22,8 +22,8 @@ from initmem_core.training.checkpoint_format import FORMAT, read_checkpoint
 from initmem_core.training.plan import plan_run
 from initmem_core.training.resume import find_resumable
 from initmem_core.training.stop_signals import Stopped
-from tests.cli_processes import cli_args, history, initmem_command, mlflow_client, only_run
-from tests.signal_progress import SignalAtStep
+from tests.support.cli_processes import cli_args, history, initmem_command, mlflow_client, only_run
+from tests.support.signal_progress import SignalAtStep
 
 
 def hash_of(values) -> str:

@@ -10,8 +10,8 @@ import pytest
 
 import initmem_core
 from initmem_core import Stopped
-from tests.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
-from tests.signal_progress import SignalAtStep
+from tests.support.cli_processes import TINY, history, initmem_command, mlflow_client, only_run, runs_in
+from tests.support.signal_progress import SignalAtStep
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import initmem_core
 from initmem_core import Stopped
 from initmem_core.tracking.tracker import MemoryTracker
 from initmem_core.training.stop_signals import StopSignals
-from tests.cli_processes import (
+from tests.support.cli_processes import (
     TINY,
     alive,
     descendants,
@@ -25,7 +25,7 @@ from tests.cli_processes import (
     only_run,
     runs_in,
 )
-from tests.signal_progress import SignalAtStep
+from tests.support.signal_progress import SignalAtStep
 
 # -- signals at every moment ------------------------------------------------------------------
 
@@ -153,7 +153,7 @@ def test_a_resumed_run_that_finishes_loses_the_tags_of_its_early_end(tracking_ur
 
     import initmem_core
     from initmem_core import Stopped
-    from tests.signal_progress import SignalAtStep
+    from tests.support.signal_progress import SignalAtStep
 
     tiny = dict(
         TINY, epochs=2, helper_process=False, tracking_uri=tracking_uri, checkpoint_dir=str(tmp_path / "checkpoints")

@@ -345,7 +345,7 @@ def test_initmem_run_until_trains_the_fewest_epochs_that_reach_the_target(tmp_pa
 @pytest.mark.slow  # a run stopped by a signal, then resumed from its checkpoint
 def test_a_run_whose_epochs_came_from_until_resumes_with_the_same_epochs(tracking_uri, tmp_path):
     from initmem_core.training.stop_signals import Stopped
-    from tests.signal_progress import SignalAtStep
+    from tests.support.signal_progress import SignalAtStep
 
     values = dict(
         TINY,

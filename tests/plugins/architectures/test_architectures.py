@@ -8,8 +8,8 @@ import torch
 import initmem_plugins.architectures as architectures
 from initmem_core.errors import ConfigError
 from initmem_plugins.architectures.cifar_resnet import ShortcutA, build_cifar_resnet
-from tests.cli_processes import stored_runs
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.cli_processes import stored_runs
+from tests.support.fresh_imports import assert_imports_none_of
 
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9, "resnet110": 18}
 OWN_ARCHS = ["resnet9", *CIFAR_DEPTHS]

@@ -29,8 +29,8 @@ from initmem_core.vocabulary import ADAPTIVE_FAMILY, SGD_FAMILY
 from initmem_plugins.claims.baseline import baseline_sgd
 from initmem_plugins.claims.declared import STATEMENTS
 from initmem_plugins.claims.paper import norm_forgetting, rate_difference
-from tests.builders import REMEMBERING_WORLD, SIGMAS, claim, clocks, record, records
-from tests.builders import findings as evaluate_findings
+from tests.support.builders import REMEMBERING_WORLD, SIGMAS, claim, clocks, record, records
+from tests.support.builders import findings as evaluate_findings
 
 adaptive_optimizers_forget = claim("adaptive_optimizers_forget")
 deep_nets_fail_to_interpolate = claim("deep_nets_fail_to_interpolate")
@@ -61,7 +61,7 @@ def test_every_claim_holds_where_the_numbers_say_so():
     found = by_name(evaluate_findings(records(REMEMBERING_WORLD)))
     assert list(found) == list(STATEMENTS)  # every claim the plugin declares, in its order
     assert all(found[name].verdict == REPRODUCED for name in ALL_HOLD), [(f.name, f.measured) for f in found.values()]
-    # Forgetting follows the clocks reads per-epoch histories these records lack (tests/test_forgetting.py);
+    # Forgetting follows the clocks reads per-epoch histories these records lack (tests/core/report/test_forgetting.py);
     # horizon, rate and depth have no groups here (below).
     assert found["forgetting_follows_the_clocks"].measured == "no per-epoch histories in these records"
     rest = [f for name, f in found.items() if name not in ALL_HOLD]

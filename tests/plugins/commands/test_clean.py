@@ -1,4 +1,4 @@
-"""Checkpoints that go when they are done (issue 39): a finished run keeps its last checkpoint (what
+"""Checkpoints that go when they are done: a finished run keeps its last checkpoint (what
 ``--resume`` of a longer horizon needs), every one, or none (``--keep-checkpoints``, not hashed);
 ``initmem clean NAME`` removes a sweep's leftover checkpoints, leases and report output, and
 ``--dry-run`` only says what and how much."""

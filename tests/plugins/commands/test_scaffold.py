@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from initmem_cli.app import app
 from initmem_core.kinds import BY_NAME
 from initmem_plugins.commands.scaffold import SCAFFOLD_KINDS
-from tests.cli_processes import history, only_run
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.cli_processes import history, only_run
+from tests.support.fresh_imports import assert_imports_none_of
 
 runner = CliRunner()
 

@@ -5,9 +5,7 @@ and sizes, then raw bytes), gzipped and not; never downloaded."""
 from __future__ import annotations
 
 import gzip
-import io
 import pickle
-import struct
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -23,7 +21,9 @@ from initmem_core.contracts import DatasetBundle
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
 from initmem_core.testing.checks import check_dataset
-from tests.fresh_imports import assert_imports_none_of
+from tests.support import ROOT
+from tests.support.dataset_files import TEST, write_cifar10, write_cifar100, write_idx
+from tests.support.fresh_imports import assert_imports_none_of
 
 DATASET_NAMES = {"digits", "cifar10", "cifar100", "synthetic", "synthetic:*"}
 
@@ -214,110 +214,7 @@ def test_synthetic_labels_are_learnable(registry):
     assert (predicted == bundle.val_y).float().mean() > 0.9
 
 
-# -- cifar10 / cifar100 from files written here in the official on-disk format ---------------------
-
-
-class _Py2Pickler(pickle._Pickler):
-    """Writes ``bytes`` as Python 2 ``str`` (BINSTRING), as the official CIFAR pickles do.
-
-    The official files are Python 2 protocol-2 pickles whose keys are ``str``: they load as
-    ``b'data'`` with ``encoding='bytes'`` (the dataset page's recipe) and as ``'data'`` with
-    ``encoding='latin1'`` (torchvision's), and the numpy array's buffer is a ``str`` too.
-    """
-
-    dispatch = pickle._Pickler.dispatch.copy()
-
-    def _save_py2_str(self, obj):
-        n = len(obj)
-        self.write(
-            pickle.SHORT_BINSTRING + bytes([n]) + obj if n < 256 else pickle.BINSTRING + struct.pack("<i", n) + obj
-        )
-        self.memoize(obj)
-
-    dispatch[bytes] = _save_py2_str
-
-
-def _dump_py2(path: Path, obj) -> None:
-    buffer = io.BytesIO()
-    _Py2Pickler(buffer, protocol=2).dump(obj)
-    path.write_bytes(buffer.getvalue())
-
-
-def _fake_images(n: int, offset: int, rng: np.random.Generator) -> np.ndarray:
-    data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
-    data[:, 0] = np.arange(offset, offset + n) % 256  # first red pixel: an id, so rows can be traced
-    data[:, 1] = np.arange(offset, offset + n) // 256
-    return data
-
-
-def write_cifar10(root: Path, per_batch: int = 20, n_test: int = 30) -> dict:
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    train_data, train_labels = [], []
-    for i in range(1, 6):
-        data = _fake_images(per_batch, (i - 1) * per_batch, rng)
-        labels = [int(v) for v in rng.integers(0, 10, per_batch)]
-        _dump_py2(
-            folder / f"data_batch_{i}",
-            {
-                b"batch_label": f"training batch {i} of 5".encode(),
-                b"labels": labels,
-                b"data": data,
-                b"filenames": [f"img_{i}_{j}.png".encode() for j in range(per_batch)],
-            },
-        )
-        train_data.append(data)
-        train_labels += labels
-    test_data = _fake_images(n_test, 10_000, rng)
-    test_labels = [int(v) for v in rng.integers(0, 10, n_test)]
-    _dump_py2(
-        folder / "test_batch",
-        {
-            b"batch_label": b"testing batch 1 of 1",
-            b"labels": test_labels,
-            b"data": test_data,
-            b"filenames": [b"t.png"] * n_test,
-        },
-    )
-    _dump_py2(
-        folder / "batches.meta",
-        {
-            b"num_cases_per_batch": per_batch,
-            b"num_vis": 3072,
-            b"label_names": [f"class{k}".encode() for k in range(10)],
-        },
-    )
-    return {"train_x": np.concatenate(train_data), "train_y": train_labels, "test_x": test_data, "test_y": test_labels}
-
-
-def write_cifar100(root: Path, n_train: int = 60, n_test: int = 20) -> dict:
-    folder = root / "cifar-100-python"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(1)
-    arrays = {}
-    for split, n, offset in (("train", n_train, 0), ("test", n_test, 10_000)):
-        data = _fake_images(n, offset, rng)
-        fine = [int(v) for v in rng.integers(0, 100, n)]
-        _dump_py2(
-            folder / split,
-            {
-                b"filenames": [b"x.png"] * n,
-                b"batch_label": split.encode(),
-                b"fine_labels": fine,
-                b"coarse_labels": [f // 5 for f in fine],
-                b"data": data,
-            },
-        )
-        arrays[split] = (data, fine)
-    _dump_py2(
-        folder / "meta",
-        {
-            b"fine_label_names": [f"f{k}".encode() for k in range(100)],
-            b"coarse_label_names": [f"c{k}".encode() for k in range(20)],
-        },
-    )
-    return arrays
+# -- cifar10 / cifar100 from files in the official on-disk format (tests/support/dataset_files.py) --
 
 
 @pytest.fixture
@@ -338,7 +235,7 @@ def test_fake_files_have_the_official_pickle_layout(tmp_path):
 
 
 def _traced(images: torch.Tensor) -> list[int]:
-    """The ids written into the first two pixels by _fake_images."""
+    """The ids written into the first two pixels by write_cifar10 and write_cifar100."""
     return (images[:, 0, 0, 0].long() + 256 * images[:, 0, 0, 1].long()).tolist()
 
 
@@ -437,36 +334,7 @@ def test_cifar_files_failing_the_md5_check_are_a_config_error(registry, tmp_path
     assert_one_line_error(error, "md5", "cifar-10-python.tar.gz")
 
 
-# -- Fashion-MNIST and MNIST (IDX files) ---------------------------------------------------------
-
-TRAIN, TEST = 40, 12
-
-
-def idx_images(images: torch.Tensor) -> bytes:
-    n, rows, cols = images.shape
-    return struct.pack(">IIII", 0x00000803, n, rows, cols) + images.to(torch.uint8).numpy().tobytes()
-
-
-def idx_labels(labels: torch.Tensor) -> bytes:
-    return struct.pack(">II", 0x00000801, len(labels)) + labels.to(torch.uint8).numpy().tobytes()
-
-
-def write_idx(folder: Path, gzipped: bool) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(0)
-    data = {
-        "train-images-idx3-ubyte": torch.randint(0, 256, (TRAIN, 28, 28), generator=generator),
-        "train-labels-idx1-ubyte": torch.arange(TRAIN) % 10,
-        "t10k-images-idx3-ubyte": torch.randint(0, 256, (TEST, 28, 28), generator=generator),
-        "t10k-labels-idx1-ubyte": (torch.arange(TEST) * 3) % 10,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, tensor in data.items():
-        payload = idx_images(tensor) if tensor.ndim == 3 else idx_labels(tensor)
-        if gzipped:
-            (folder / f"{name}.gz").write_bytes(gzip.compress(payload))
-        else:
-            (folder / name).write_bytes(payload)
-    return data
+# -- Fashion-MNIST and MNIST (IDX files, tests/support/dataset_files.py) --------------------------
 
 
 def load(name: str, folder: Path, **config):
@@ -550,7 +418,7 @@ REAL_FASHION_MNIST = next(
     (
         folder
         for folder in (
-            Path(__file__).resolve().parents[2] / "shared/data/fashion-mnist",
+            ROOT.parent / "shared/data/fashion-mnist",
             Path("/work/shared/data/fashion-mnist"),
         )
         if (folder / "t10k-labels-idx1-ubyte.gz").is_file()

@@ -1,4 +1,4 @@
-"""``--download`` (issue 39) against a local fake of the download, no network: an http.server on
+"""``--download`` against a local fake of the download, no network: an http.server on
 127.0.0.1 serves files in the exact release formats (CIFAR's pickled batches in a .tar.gz, MNIST's
 gzipped IDX files), torchvision's mirror URLs point at it and its checksums are those of the
 files served, so torchvision's own downloader, progress bar and md5 checks do the work."""
@@ -19,7 +19,7 @@ import torch
 from initmem_core.config import FIELDS, RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from tests.test_datasets import write_cifar10, write_idx
+from tests.support.dataset_files import write_cifar10, write_idx
 
 
 class Quiet(http.server.SimpleHTTPRequestHandler):

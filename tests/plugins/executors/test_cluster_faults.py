@@ -1,4 +1,4 @@
-"""What the cluster chaos soak (issue 48, faults/cluster.py) found, reproduced without it:
+"""What the cluster chaos soak (faults/cluster.py) found, reproduced without it:
 against fakes of Ray's objects (no Ray instance is started), and one tiny sweep."""
 
 from __future__ import annotations

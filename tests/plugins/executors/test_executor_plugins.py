@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from initmem_cli.app import app
 from initmem_core.plugin_system.loader import load_registry
-from tests.cli_processes import mlflow_client
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.cli_processes import mlflow_client
+from tests.support.fresh_imports import assert_imports_none_of
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.network_isolation import loopback_only  # noqa: E402
+from tests.support.network_isolation import loopback_only  # noqa: E402
 
 # Present, not imported: every test here is slow, and the quick loop collects this file too (Ray
 # takes 0.4 s of CPU to import, in each xdist worker).
 for _needed in ("ray", "submitit"):
     try:
         _found = importlib.util.find_spec(_needed) is not None
-    except ImportError:  # a finder that refuses it (tests/blocked_imports.py, as on the GPU machine)
+    except ImportError:  # a finder that refuses it (tests/support/blocked_imports.py, as on the GPU machine)
         _found = False
     if not _found:
         pytest.skip(f"could not import '{_needed}'", allow_module_level=True)
@@ -43,9 +43,9 @@ from initmem_core.config import RunConfig  # noqa: E402
 from initmem_core.plugin_system.loader import load_registry, set_registry  # noqa: E402
 from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, run_remote_cell  # noqa: E402
 from initmem_plugins.executors.slurm import ProgressFile  # noqa: E402
-from tests import pausing_plugin  # noqa: E402  (the workers get it from plugin_site)
-from tests.cli_processes import SMALL_CELL_ARGS, history, mlflow_client, stored_runs  # noqa: E402
-from tests.local_services import mlflow_server, processes, ray_head  # noqa: E402
+from tests.support import pausing_plugin  # noqa: E402  (the workers get it from plugin_site)
+from tests.support.cli_processes import SMALL_CELL_ARGS, history, mlflow_client, stored_runs  # noqa: E402
+from tests.support.local_services import mlflow_server, processes, ray_head  # noqa: E402
 
 runner = CliRunner(env={"COLUMNS": "200"})
 GRID = ["--opt", "sgd,pausing-sgd", "--sigma", "0.5,2", "--seed", "0"]

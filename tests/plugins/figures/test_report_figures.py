@@ -24,7 +24,7 @@ from initmem_core.report.memory import build_report
 from initmem_core.vocabulary import CLOCK_FORMULAS, CLOCK_L2, CLOCKS
 from initmem_plugins.claims import forgetting_sweeps
 from initmem_plugins.figures import plots, verdicts
-from tests.builders import clocks, record, two_optimizers
+from tests.support.builders import clocks, record, two_optimizers
 
 pytestmark = pytest.mark.slow  # each test draws and renders whole figures (1-5 s each)
 

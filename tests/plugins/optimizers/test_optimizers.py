@@ -8,7 +8,7 @@ from torch import nn
 
 from initmem_core import RunConfig
 from initmem_core.errors import ConfigError
-from tests.fresh_imports import assert_imports_none_of
+from tests.support.fresh_imports import assert_imports_none_of
 
 
 class SmallNet(nn.Module):
