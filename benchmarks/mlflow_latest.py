@@ -26,22 +26,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "RELIABILITY.md"
 BEGIN, END = "<!-- mlflow_latest: begin -->", "<!-- mlflow_latest: end -->"
-#: The test files that open a tracking store, a tracking server or MLflow's UI.
+#: The test files that open a tracking store, a tracking server or MLflow's UI (under tests/).
 MLFLOW_TESTS = (
-    "test_store_creation.py",
-    "test_store_locks.py",
-    "test_mlflow_logs.py",
-    "test_tracking_batching.py",
-    "test_tracking_faults.py",
-    "test_tracking_login.py",
-    "test_tracking_paths.py",
-    "test_tracker_process.py",
-    "test_sync.py",
-    "test_ui_view.py",
-    "test_ui_command.py",
-    "test_mlflow_ui.py",
-    "test_resume.py",
-    "test_sweep_resume.py",
+    "core/tracking/test_store_creation.py",
+    "core/tracking/test_locks.py",
+    "core/tracking/test_mlflow_logs.py",
+    "core/tracking/test_tracker.py",
+    "core/tracking/test_tracking_faults.py",
+    "core/tracking/test_login.py",
+    "core/tracking/test_paths.py",
+    "core/tracking/test_tracker_process.py",
+    "core/tracking/test_pending.py",
+    "core/tracking/test_ui_view.py",
+    "cli/test_ui.py",
+    "e2e/test_mlflow_ui.py",
+    "core/training/test_resume.py",
+    "e2e/test_sweep_resume.py",
 )
 
 

@@ -4,7 +4,7 @@
     python docs/hook_reference.py --update docs/plugins.md # rewrite it between the markers
 
 A tool of this repository's docs, as benchmarks/ are of its figures: the installed initmem does
-not carry it. tests/test_plugin_docs.py fails when the document and this output differ, so a hook added or
+not carry it. tests/docs/test_plugin_docs.py fails when the document and this output differ, so a hook added or
 changed in ``hookspecs`` cannot go undocumented.
 """
 

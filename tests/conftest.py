@@ -60,7 +60,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         if shares_a_module_fixture(item):
-            group = item.path.stem  # xdist shows it after the test's id: test_x.py::test_y@test_x
+            # The file's path, unique across folders (xdist shows it after the test's id:
+            # tests/e2e/test_x.py::test_y@tests/e2e/test_x.py).
+            group = item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(group))
         else:
             group = item.nodeid

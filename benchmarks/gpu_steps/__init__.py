@@ -4,7 +4,7 @@
 CIFAR files and the comparisons; ``report``: the goals and the docs section. Each step module
 holds a ``run(ctx) -> dict`` and the worker processes it starts; ``STEPS`` lists them in order.
 The fused model of K CIFAR ResNets that ``lockstep`` measures is
-``initmem_plugins.architectures.fused_cifar_resnet`` (tests/test_lockstep.py checks it).
+``initmem_plugins.architectures.fused_cifar_resnet`` (tests/plugins/architectures/test_fused_cifar_resnet.py checks it).
 """
 
 from __future__ import annotations

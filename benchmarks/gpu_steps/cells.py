@@ -10,7 +10,7 @@ process, checked for exact agreement.
     continued in another process by ``initmem_core.run(resume=True)`` (what ``--resume`` runs)
     with an in-memory tracker: every metric it logs and its ``final_weights.pt`` must equal the
     reference's, and the weights must load onto the CPU without ``map_location``. (The MLflow
-    side of a resume does not depend on the device; tests/test_resume.py covers it.)
+    side of a resume does not depend on the device; tests/core/training/test_resume.py covers it.)
 """
 
 from __future__ import annotations

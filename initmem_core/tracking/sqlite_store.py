@@ -149,7 +149,7 @@ def _keep_as_template(store: Path) -> None:
 
 def _let_go(client: Any) -> None:
     """Close the connections MLflow keeps to the store (MLflow has no public call for it: its
-    client's private ``_tracking_client``; tests/test_store_creation.py checks none stay open)."""
+    client's private ``_tracking_client``; tests/core/tracking/test_store_creation.py checks none stay open)."""
     store = getattr(getattr(client, "_tracking_client", None), "store", None)
     engine = getattr(store, "engine", None)
     if engine is not None:

@@ -14,11 +14,12 @@ side along the channel axis (model-major: channel ``k * C + c`` is channel ``c``
 parameters, that model's own gradient, and SGD (like every element-wise optimizer) keeps its state
 per element, so one optimizer over the fused parameters is K optimizers, one per model.
 
-``merge_states`` builds the fused state from K ``CifarResNet`` state dicts (each model initialized
-with its own sigma) and ``split_state`` takes it apart again; tests/test_lockstep.py checks that the
-K outputs and the updates of a training step equal those of K separate models. ``fuse_cifar_resnets``
-is the fused form the CIFAR ResNets declare (``contracts.ArchitectureInfo``): what a lockstep sweep
-trains (``initmem_plugins.executors.lockstep``).
+``merge_states`` builds the fused state from K ``CifarResNet`` state dicts (each model initialized with
+its own sigma) and ``split_state`` takes it apart again;
+tests/plugins/architectures/test_fused_cifar_resnet.py checks that the K outputs and the updates of a
+training step equal those of K separate models. ``fuse_cifar_resnets`` is the fused form the CIFAR
+ResNets declare (``contracts.ArchitectureInfo``): what a lockstep sweep trains
+(``initmem_plugins.executors.lockstep``).
 """
 
 from __future__ import annotations

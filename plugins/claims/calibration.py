@@ -47,7 +47,7 @@ class World:
     true_text: str = ""
     #: in the null and the true world, the share of each cell's runs selected at the horizon's edge
     edges: tuple[dict | None, dict | None] = (None, None)
-    #: the least power a short calibration (tests/test_calibration.py) must see; a design registered
+    #: the least power a short calibration (tests/core/testing/test_calibration.py) must see; a design registered
     #: at a power it states as low (the effective step at convergence) asks less
     least_power: float = 3 / 16
 

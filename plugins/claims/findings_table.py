@@ -5,7 +5,7 @@ One row per claim this plugin registers (``paper_claims``, read from the registr
 Fashion-MNIST always, others as they appear): in each cell, every export that evaluates the claim
 on that dataset, with its verdict and the claim's key interval (``Finding.key``: the quantity least
 clear of zero), or "not run" where none does. ``table_problems`` compares a page's table with what
-the exports give, so a number edited by hand is found (tests/test_results_table.py).
+the exports give, so a number edited by hand is found (tests/docs/test_results_table.py).
 
 Each registration of docs/PREREGISTRATION.md has a folder of exports under docs/results/
 (``CONFIRMATORY_FOLDERS``) and columns of its own, read by today's rule, with a family-wise line

@@ -1,0 +1,1 @@
+"""Tests of the scripts in ``benchmarks/`` that the suite runs as commands."""

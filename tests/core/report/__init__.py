@@ -1,0 +1,1 @@
+"""Tests of ``initmem_core.report``: memory, intervals, claims, regimes, verdicts and the report's files."""

@@ -1,0 +1,1 @@
+"""Tests of ``initmem_plugins.metrics``."""
