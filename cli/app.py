@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -59,16 +59,16 @@ def main_options(
         set_registry(None)  # reload under the strict rule
 
 
-for name, command, options in (
-    ("run", run_command, {"no_args_is_help": False}),
-    ("plugins", plugins_command, {}),
-    ("sweep", sweep_command, {"no_args_is_help": False}),
-    ("report", report_command, {}),
-    ("export", export_command, {}),
-    ("ui", ui_command, {}),
+for name, command in (
+    ("run", run_command),
+    ("plugins", plugins_command),
+    ("sweep", sweep_command),
+    ("report", report_command),
+    ("export", export_command),
+    ("ui", ui_command),
 ):
     # The summary `initmem --help` lists: the docstring's first paragraph as one sentence.
-    app.command(name, short_help=summary(command.__doc__), epilog=ENVIRONMENT_HELP, **options)(command)
+    app.command(name, short_help=summary(command.__doc__), epilog=ENVIRONMENT_HELP)(command)
 app.add_typer(presets_app, name="presets", short_help=summary(presets_app.info.help))
 
 
@@ -84,7 +84,11 @@ def main() -> None:
     raise SystemExit(exit_code_after_flushing(0))
 
 
-def exit_code_after_flushing(code: int | str | None) -> int | str | None:
+#: An exit code as ``SystemExit`` holds it: a number, a message (exit 1) or None (exit 0).
+ExitCode = TypeVar("ExitCode", bound=int | str | None)
+
+
+def exit_code_after_flushing(code: ExitCode) -> ExitCode | int:
     """``code``, or 141 if the command would have succeeded but the reader of its output left, or
     1 with one line on stderr if a full disk cut its output short."""
     broken = flush_standard_streams()
@@ -112,4 +116,5 @@ def exit_without_teardown(done: SystemExit) -> None:
             print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
-    os._exit(exit_code_after_flushing(code) or 0)
+    code = exit_code_after_flushing(code)
+    os._exit(code or 0)

@@ -9,10 +9,12 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-try:  # recent Typer carries its own copy of Click, whose exceptions are not click's
+try:  # recent Typer carries its own copy of Click, whose context and exceptions are not click's
+    from typer._click import Context
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
-except ImportError:
-    from click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # mypy reads a recent Typer's: this older Typer's names are Click's types
+    from click import Context  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from initmem_core.errors import InitmemError
 from initmem_core.tracking.login import refusal
@@ -74,7 +76,7 @@ class OneLineUsageErrors(TyperGroup):
     """Click's own usage errors (a value not among an option's choices, a missing argument, an
     unknown command) as one line on stderr with exit code 2, like every other user error."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except NoArgsIsHelpError:

@@ -86,7 +86,7 @@ def _option(name: str, field: dataclasses.Field, as_text: bool, shown: str | Non
         annotation, metavar = str | None, "INTEGER" if kind is int else "FLOAT"
     else:
         annotation = kind | None
-    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
     option = typer.Option(
         flag_for(name),
         help=help_text,

@@ -93,7 +93,8 @@ def unwritten_line() -> str:
     error = getattr(stream, "full", None)
     if error is None:
         return ""
-    where = f" ({stream.path})" if getattr(stream, "path", "") else ""
+    path = getattr(stream, "path", "")
+    where = f" ({path})" if path else ""
     return (
         f"Error: standard output{where} could not be written: {error.strerror or error}; the rest of "
         "this command's output was dropped; free space on that disk or send the output elsewhere"

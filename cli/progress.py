@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from initmem_core.vocabulary import CLOCK_SYMBOLS, TEST_ACC, TRAIN_ACC, TRAIN_LOSS, VAL_ACC
 
@@ -52,7 +60,7 @@ class RunProgress:
             console=console,
             transient=False,
         )
-        self.task = None
+        self.task: TaskID | None = None
         self.epochs = 0
         self._since = time.monotonic()
 
@@ -70,6 +78,7 @@ class RunProgress:
         self._since = time.monotonic()
 
     def advance(self, steps: int) -> None:
+        assert self.task is not None  # start() comes first
         self.bar.advance(self.task, steps)
 
     def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
@@ -85,4 +94,5 @@ class RunProgress:
             self._since = now
         loss, train, val = (metrics.get(k, float("nan")) for k in (TRAIN_LOSS, TRAIN_ACC, VAL_ACC))
         figures = f"loss {loss:.3f} acc {train:.3f} val {val:.3f}"
+        assert self.task is not None
         self.bar.update(self.task, description=f"epoch {epoch}/{self.epochs}", figures=figures)

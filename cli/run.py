@@ -32,10 +32,16 @@ from .errors import fail, user_errors
 from .options import DEFAULT_EXPERIMENT, TRACKING, Experiment, TrackingUri, with_config_options
 from .script_output import JSON_HELP, ScriptOutput, finite
 
-#: ``--progress`` (``cli.progress.PROGRESS_MODES``).
-ProgressMode = StrEnum("ProgressMode", {mode: mode for mode in ("auto", "lines", "bar")})  # type: ignore[misc]
 SUMMARY_KEYS = (BEST_VAL_TEST_ACC, BEST_VAL_EPOCH, FINAL_TEST_ACC, TAU_INTERP, REPAIR_GAP)
 FINAL_KEYS = (*WEIGHT_NORMS, *CLOCKS)
+
+
+class ProgressMode(StrEnum):
+    """``--progress`` (``cli.progress.PROGRESS_MODES``)."""
+
+    auto = "auto"
+    lines = "lines"
+    bar = "bar"
 
 
 def resolve_config(config_file: Path | None, config_values: dict[str, Any]):

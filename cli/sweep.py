@@ -88,7 +88,9 @@ def forecasts_of(plan, horizons) -> list:
     """Each planned group's mechanism clock against the threshold its claims need (report/regime.py)."""
     from .dry_run import clock_forecasts  # lazy: keeps the report code out of the CLI's start-up
 
-    ends = [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
+    ends: list[dict[str, float] | None] = (
+        [horizon.clocks if horizon else None for horizon in horizons] if horizons else [None] * len(plan.cells)
+    )
     return clock_forecasts(plan.groups, plan.plans, ends)
 
 

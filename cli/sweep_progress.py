@@ -32,9 +32,11 @@ class CellBar:
         self.task = self.bar.add_task(f"  {self.label} epoch 0/{epochs}", total=epochs * steps_per_epoch, figures="")
 
     def advance(self, steps: int) -> None:
+        assert self.task is not None  # start() comes first
         self.bar.advance(self.task, steps)
 
     def epoch_done(self, epoch: int, metrics: dict[str, float]) -> None:
+        assert self.task is not None
         self.bar.update(
             self.task,
             description=f"  {self.label} epoch {epoch}/{self.epochs}",
@@ -82,6 +84,7 @@ class SweepDisplay:
         finished = self.done + self.failed
         remaining = self.total - finished
         eta = eta_text(time.monotonic() - self.started_at, finished, remaining)
+        assert self.overall is not None  # sweep_started() comes first
         self.bar.update(
             self.overall,
             completed=finished,

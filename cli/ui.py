@@ -164,13 +164,13 @@ def ui_command(
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):  # `mlflow ui` cannot open a server's store: the server is the UI
         open_client(uri)  # says so in one line if it does not answer
-        urls = sweep_urls(uri, uri, experiment, sweep)
+        served = sweep_urls(uri, uri, experiment, sweep)
         typer.echo(f"{uri} is an MLflow tracking server; its UI:")
-        print_urls(urls)
+        print_urls(served)
         if open_browser:
             import webbrowser
 
-            webbrowser.open(urls[-1][1])
+            webbrowser.open(served[-1][1])
         return
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     # A sweep named on the command line is checked, and a new store created, before a server

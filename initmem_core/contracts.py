@@ -142,14 +142,21 @@ class DeclaresScaleInvariance(Protocol):
 class OptimizerFactory(Protocol):
     """Returns an optimizer over every trainable parameter, set from ``config`` (``lr``,
     ``momentum``, ``weight_decay``...) and ``options`` (its declared options with the run's
-    ``--opt-arg`` values, typed). It may set ``optimizer.initmem_param_groups`` (group name ->
-    parameter names) to record which parameters went where. Its first param group must step as
-    the optimizer's declared clock convention says (``testing.check_optimizer`` checks it): the
-    clocks count the declaration. A family whose variants differ declares per variant."""
+    ``--opt-arg`` values, typed). It may record which parameters went where (``record_param_groups``).
+    Its first param group must step as the optimizer's declared clock convention says
+    (``testing.check_optimizer`` checks it): the clocks count the declaration. A family whose
+    variants differ declares per variant."""
 
     def __call__(
         self, *, model: torch.nn.Module, config: RunConfig, options: dict[str, Any], variant: str | None = None
     ) -> torch.optim.Optimizer: ...
+
+
+def record_param_groups(optimizer: torch.optim.Optimizer, groups: dict[str, list[str]]) -> None:
+    """Add ``groups`` (group name -> parameter names) to what ``optimizer.initmem_param_groups``, an
+    attribute torch's optimizers do not declare, records of which parameters went where (a run logs it)."""
+    attributes = vars(optimizer)
+    attributes["initmem_param_groups"] = {**attributes.get("initmem_param_groups", {}), **groups}
 
 
 class InitializerFactory(Protocol):

@@ -16,7 +16,7 @@ KERNEL_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 __all__ = ["KERNEL_LAYERS", "fan_in", "kernel_layers", "kernel_parameters"]
 
 
-def kernel_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def kernel_layers(model: nn.Module) -> list[tuple[str, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.Linear]]:
     """Conv/Linear layers with a weight, in ``named_modules()`` order (fixes the draw order)."""
     return [
         (name, module)

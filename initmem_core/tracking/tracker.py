@@ -47,10 +47,13 @@ FLUSH_EVERY_S = 5.0
 
 
 class Tracker(Protocol):
-    run_id: str | None
     #: Asked while the run is being opened: a signal number to give up on opening it, or ``None``
     #: (a tracker that opens its store in a helper process asks it; others never do).
     give_up_opening: Callable[[], int | None]
+
+    @property
+    def run_id(self) -> str | None:
+        """The run written to, once started or resumed (a tracker given its run has it from the start)."""
 
     @property
     def uri(self) -> str | None:

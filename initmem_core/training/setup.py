@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from initmem_core.config import RunConfig
-from initmem_core.contracts import DatasetBundle, Metric, Regularizer
+from initmem_core.contracts import DatasetBundle, Metric, Regularizer, record_param_groups
 from initmem_core.errors import ConfigError
 from initmem_core.training.compiling import compiled
 from initmem_core.training.effective_step import match_effective_step
@@ -237,8 +237,7 @@ def build_setup(plan: RunPlan) -> TrainingSetup:
 
     optimizer = plan.optimizer.build(model=model, config=config, options=dict(plan.options))
     if config.lr_match_sigma:  # before the scheduler, which takes each group's rate as its base
-        groups = match_effective_step(optimizer, model, config)
-        optimizer.initmem_param_groups = {**getattr(optimizer, "initmem_param_groups", {}), **groups}
+        record_param_groups(optimizer, match_effective_step(optimizer, model, config))
     train_loader, eval_loaders = make_loaders(
         dataset,
         config,

@@ -24,11 +24,13 @@ ResNets declare (``contracts.ArchitectureInfo``): what a lockstep sweep trains
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from initmem_plugins.architectures.cifar_resnet import STAGE_WIDTHS
+from initmem_plugins.architectures.cifar_resnet import STAGE_WIDTHS, CifarResNet
 
 HEAD_WEIGHT, HEAD_BIAS = "fc_weight", "fc_bias"  # the fused heads; one model's are fc.weight, fc.bias
 
@@ -114,7 +116,7 @@ class FusedCifarResNet(nn.Module):
         return split_state(tensors, self.models)
 
     @classmethod
-    def from_models(cls, models: list[nn.Module], blocks_per_stage: int) -> FusedCifarResNet:
+    def from_models(cls, models: Sequence[nn.Module], blocks_per_stage: int) -> FusedCifarResNet:
         """The fused model holding these CifarResNets' parameters and BatchNorm statistics."""
         first = models[0].state_dict()
         fused = cls(
@@ -127,7 +129,7 @@ class FusedCifarResNet(nn.Module):
         return fused.to(first["conv1.weight"].device)
 
 
-def fuse_cifar_resnets(models: list[nn.Module]) -> FusedCifarResNet:
+def fuse_cifar_resnets(models: Sequence[CifarResNet]) -> FusedCifarResNet:
     """The declared fused form of K built CifarResNets of one depth (``contracts.ArchitectureInfo``)."""
     return FusedCifarResNet.from_models(models, len(models[0].layer1))
 

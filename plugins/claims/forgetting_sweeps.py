@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from initmem_core.config import from_mapping
 from initmem_core.tracking.records import CellRecord
 from initmem_core.vocabulary import (
     BEST_VAL_TEST_ACC,
@@ -81,7 +82,9 @@ def group_records(
             }
             records.append(
                 CellRecord(
-                    config={"opt": "sgd", "lr": lr, "l2": l2, "epochs": epochs, "sigma": sigma, "seed": seed},
+                    config=from_mapping(
+                        {"opt": "sgd", "lr": lr, "l2": l2, "epochs": epochs, "sigma": sigma, "seed": seed}
+                    ),
                     metrics={
                         BEST_VAL_TEST_ACC: float(accuracy[-1]),
                         FIT: 1.0,  # every simulated run fits: the question here is when it forgets

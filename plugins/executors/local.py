@@ -430,6 +430,8 @@ class LocalExecutor(Executor):
                     jobs = [sweep.submit(cell) for cell in cells]
                     pool = started.pools[slot]
                     staging = started.staging.name
+                    # a lone cell's (status, error), or a fused job's, one per cell
+                    future: futures.Future[tuple[str, str] | list[tuple[str, str]]]
                     try:
                         if len(cells) == 1:
                             cell = cells[0]

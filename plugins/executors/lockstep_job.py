@@ -23,9 +23,9 @@ every model has. SIGTERM/SIGHUP/Ctrl-C checkpoint every live model and end each 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,19 @@ from initmem_core.training.stop_signals import Stopped, StopSignals
 from initmem_core.vocabulary import FAILED, FINISHED, LOCKSTEP_TAG
 
 Outcome = tuple[str, str]  # (status, error as text), as ``sweep.executor.run_cell`` returns
+
+
+class FusedModel(Protocol):
+    """What an architecture's declared fused form builds (``kinds.ArchitectureInfo``), as the job
+    uses it: a module of K models whose output is K x N x classes and whose ``split(tensors)`` gives
+    its named tensors back as K state dicts of views in one model's names."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+    def split(self, tensors: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]: ...
+    def named_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]: ...
+    def train(self) -> Any: ...
+    def eval(self) -> Any: ...
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
 
 
 @dataclass
@@ -153,7 +166,7 @@ def run_lockstep(
     return [member.outcome or (FAILED, "never ended") for member in members]
 
 
-def fuse(members: Sequence[Member]) -> torch.nn.Module:
+def fuse(members: Sequence[Member]) -> FusedModel:
     """The fused model of the members' models, whose tensors each plain model then views."""
     spec = members[0].plan.components["architecture"].spec
     models = [member.setup.model for member in members]
@@ -268,7 +281,7 @@ def _stop_reason(member: Member) -> str | None:
     return stopping(member.setup.config, member.plan.min_epochs, member.history)
 
 
-def _without_ended(fused: torch.nn.Module, live: list[Member]) -> tuple[torch.nn.Module, list[Member]]:
+def _without_ended(fused: FusedModel, live: list[Member]) -> tuple[FusedModel, list[Member]]:
     """The fused model of the members still training: an ended one (stopped, diverged) takes its
     own storage and leaves, so that nothing of the others' training touches its weights, BatchNorm
     statistics or optimizer state, and the rest are fused anew (the same values, fewer models)."""
@@ -280,7 +293,7 @@ def _without_ended(fused: torch.nn.Module, live: list[Member]) -> tuple[torch.nn
 
 
 @torch.no_grad()
-def _evaluate_fused(fused: torch.nn.Module, members: list[Member]) -> list[Any]:
+def _evaluate_fused(fused: FusedModel, members: list[Member]) -> list[Any]:
     """``loop.evaluate_correct`` of every member on the three splits, in one fused pass a batch
     (eval mode: each model's running statistics); the splits are the same for every sigma."""
     lead = members[0].setup
@@ -319,8 +332,8 @@ def _epoch_checks(member: Member, epoch: int, steps_per_epoch: int) -> None:
 
 
 def _epoch(
-    fused: torch.nn.Module, live: list[Member], loader: Any, epoch: int, step: int, stop: StopSignals
-) -> tuple[float, torch.nn.Module, list[Member]]:
+    fused: FusedModel, live: list[Member], loader: Any, epoch: int, step: int, stop: StopSignals
+) -> tuple[float, FusedModel, list[Member]]:
     """``loop.run_epoch`` for the live members on the job's batches (``loader``: the first
     member's, which the job draws from, whoever is still training): one fused forward and
     backward a step, each member's optimizer and schedule stepping its own views. A member whose loss is not finite
@@ -339,7 +352,8 @@ def _epoch(
         losses = losses.mean(1)
         fused.zero_grad(set_to_none=True)
         losses.sum().backward()
-        gradients = fused.split({name: p.grad for name, p in fused.named_parameters()})
+        # every parameter takes part in the forward pass: each has its gradient now
+        gradients = fused.split({name: p.grad for name, p in fused.named_parameters() if p.grad is not None})
         right = (logits.argmax(2) == y).sum(1)
         for index, member in enumerate(live):
             setup, rule = member.setup, member.plan.rule

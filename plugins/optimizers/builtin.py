@@ -23,11 +23,13 @@ The coupled, objective-level regularizer is ``--reg``/``--l2`` (see the regulari
 from __future__ import annotations
 
 import difflib
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from initmem_core.config import EXECUTION_OPT_ARGS
+from initmem_core.contracts import record_param_groups
 from initmem_core.errors import ConfigError
 
 #: Muon's momentum when ``--momentum`` is left at 0 (timm's and Keller Jordan's default).
@@ -144,10 +146,9 @@ def build_muon(model: nn.Module, config, options: dict | None = None) -> torch.o
         conv_mode="flatten",
         **(options or {}),
     )
-    optimizer.initmem_param_groups = {
-        "muon": [name for name, _ in muon],
-        "adamw_fallback": [name for name, _ in fallback],
-    }
+    record_param_groups(
+        optimizer, {"muon": [name for name, _ in muon], "adamw_fallback": [name for name, _ in fallback]}
+    )
     return optimizer
 
 
@@ -157,7 +158,8 @@ def build_muon(model: nn.Module, config, options: dict | None = None) -> torch.o
 def _timm_name(variant: str | None) -> str:
     import timm.optim
 
-    available = timm.optim.list_optimizers()
+    # Names only (its annotation covers with_description=True's (name, description) pairs too).
+    available = cast(list[str], timm.optim.list_optimizers())
     name = (variant or "").strip().lower()
     base = name.split("_")[-1]  # timm accepts a "lookahead_" prefix
     if not name or base not in available:
@@ -181,8 +183,10 @@ def timm_defaults(variant: str | None) -> dict:
     from timm.optim._optim_factory import default_registry
 
     info = default_registry.get_optimizer_info(_timm_name(variant).split("_")[-1])
-    defaults = {}
-    for name, parameter in inspect.signature(info.opt_class.__init__).parameters.items():
+    defaults: dict[str, Any] = {}
+    # A class timm names by its import path (apex's, bitsandbytes') is not imported to be read.
+    keywords = {} if isinstance(info.opt_class, str) else inspect.signature(info.opt_class.__init__).parameters
+    for name, parameter in keywords.items():
         value = parameter.default
         if name in _NOT_OPTIONS or value is inspect.Parameter.empty:
             continue
@@ -202,8 +206,18 @@ def timm_clock(variant: str | None) -> str:
     timm's other optimizers average them or normalise the step (``"lr"``)."""
     from timm.optim._optim_factory import default_registry
 
-    info = default_registry.get_optimizer_info(_timm_name(variant).split("_")[-1])
-    return "heavy-ball" if issubclass(info.opt_class, torch.optim.SGD) else "lr"
+    name = _timm_name(variant)
+    info = default_registry.get_optimizer_info(name.split("_")[-1])
+    try:  # a class timm names by its import path (apex's, bitsandbytes') is imported here
+        opt_class = default_registry.get_optimizer_class(info, bind_defaults=False)
+    except (ImportError, AssertionError) as error:  # not installed, or CUDA-only
+        raise _unavailable(name, error) from None
+    return "heavy-ball" if isinstance(opt_class, type) and issubclass(opt_class, torch.optim.SGD) else "lr"
+
+
+def _unavailable(name: str, error: Exception) -> ConfigError:
+    message = " ".join(str(error).split()) or type(error).__name__
+    return ConfigError(f"timm optimizer '{name}' is unavailable here: {message}; pick another timm:<name>")
 
 
 def build_timm(
@@ -232,8 +246,7 @@ def build_timm(
             **given,
         )
     except (ImportError, AssertionError) as error:  # apex / bitsandbytes / CUDA-only optimizers
-        message = " ".join(str(error).split()) or type(error).__name__
-        raise ConfigError(f"timm optimizer '{name}' is unavailable here: {message}; pick another timm:<name>") from None
+        raise _unavailable(name, error) from None
     except ValueError as error:  # torch's own argument checks, e.g. timm's default Nesterov with --momentum 0
         message = " ".join(str(error).split())
         raise ConfigError(
@@ -244,5 +257,5 @@ def build_timm(
     for group in optimizer.param_groups:
         key = f"weight_decay={group.get('weight_decay', 0.0):g}"
         recorded.setdefault(key, []).extend(names.get(id(p), "?") for p in group["params"])
-    optimizer.initmem_param_groups = recorded
+    record_param_groups(optimizer, recorded)
     return optimizer

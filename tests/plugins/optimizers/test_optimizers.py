@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from torch import nn
@@ -125,6 +127,18 @@ def test_timm_family_passes_the_config(registry):
 def test_unknown_timm_optimizer_is_a_config_error(registry):
     with pytest.raises(ConfigError, match="unknown timm optimizer 'lionn'.*lion") as info:
         build(registry, "timm:lionn", SmallNet())
+    assert "\n" not in str(info.value)
+
+
+def test_a_timm_optimizer_of_a_library_not_here_is_a_config_error(registry):
+    """timm names apex's optimizers by import path: without apex (or CUDA), planning a run of one
+    is refused in one line, as building it is."""
+    from initmem_core.training.plan import plan_run
+
+    if importlib.util.find_spec("apex") is not None:
+        pytest.skip("apex is installed")
+    with pytest.raises(ConfigError, match="timm optimizer 'fusedsgd' is unavailable here") as info:
+        plan_run(RunConfig(opt="timm:fusedsgd"), registry)
     assert "\n" not in str(info.value)
 
 
