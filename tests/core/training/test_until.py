@@ -265,7 +265,7 @@ def test_run_with_a_cap_too_short_fails_in_one_line_before_training():
             "--lr",
             "0.05",
             "--l2",
-            "0.1",
+            "0.01",
             "--until",
             "clock_l2=0.5",
             "--epochs",
