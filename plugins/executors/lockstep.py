@@ -7,9 +7,12 @@ where its architecture declares a fused form (``contracts.ArchitectureInfo.fused
 optimizer an element-wise update (``contracts.OptimizerInfo.elementwise``): nothing is guessed.
 
 ``auto`` (the default of ``--lockstep``) fuses where docs/PERFORMANCE.md measured that it pays:
-on the CPU, for images of at most ``AUTO_MAX_PIXELS`` pixels (8x8 digits: 1.3x and more at
-b = 32) and batches of at most ``AUTO_MAX_BATCH``; not for 28x28 images (Fashion-MNIST: 0.65x to
-1.01x), and not on a GPU until a lease measures the product path (benchmarks/gpu_check.py).
+on the CPU, for images of at most ``AUTO_MAX_PIXELS`` pixels at batches of at most
+``AUTO_MAX_BATCH``: whole sweep processes (benchmarks/lockstep.py, b = 32, --workers 2) ran 1.33x
+faster fused on 8x8 digits and 2.07x on 28x28 Fashion-MNIST at its presets' sizes (the bare training
+loops alone, at b = 128 on 28x28, did not pay: 0.65x to 1.01x; evaluation, start-up and tracking are
+shared by a fused job). Not for larger images (CIFAR's 32x32: not measured), and not on a GPU until a
+lease measures the product path (benchmarks/gpu_check.py).
 Imports no torch: the dry run and the executors plan with it.
 
 Every executor plans alike (``Lockstep``): the local one hands a fused job to a worker, Ray and
@@ -32,7 +35,7 @@ from initmem_core.sweep.executor import SweepCells
 #: What ``--lockstep`` takes: ``auto`` fuses where it was measured to pay, ``on`` wherever it can.
 MODES = ("auto", "on", "off")
 DEFAULT_MAX = 8  # models in one fused job: the GPU's measured K (docs/PERFORMANCE.md)
-AUTO_MAX_PIXELS = 16 * 16
+AUTO_MAX_PIXELS = 28 * 28
 AUTO_MAX_BATCH = 64
 #: Cells per hour fused over unfused, for the dry run's estimate: benchmarks/lockstep.py on
 #: digits (docs/PERFORMANCE.md).
