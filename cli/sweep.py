@@ -390,7 +390,7 @@ def sweep_command(
                 "optimizers that declare it; auto: only where measured to pay, see docs/PERFORMANCE.md); "
                 "each cell keeps its own run"
             ),
-            show_default="off",
+            show_default="auto",
             rich_help_panel=EXECUTOR,
         ),
     ] = None,

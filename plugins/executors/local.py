@@ -356,7 +356,7 @@ class LocalExecutor(Executor):
     name = "local"
     remote = False
 
-    def __init__(self, workers: int = 1, lockstep: str | bool | None = "off", lockstep_max: int = DEFAULT_MAX):
+    def __init__(self, workers: int = 1, lockstep: str | bool | None = "auto", lockstep_max: int = DEFAULT_MAX):
         if workers < 1:
             raise ConfigError(f"--workers must be 1 or greater, got {workers}")
         self.workers = workers

@@ -197,11 +197,12 @@ class Lockstep:
 
     def jobs(self, cells: list, sweep: SweepCells) -> list[list]:
         """The cells' jobs (one cell each when off), with one line per fused set and per reason
-        cells run alone, as warnings (the CLI prints them)."""
+        cells run alone, as warnings (the CLI prints them); ``auto``, the default, says nothing
+        where nothing fuses (a sweep that never asked for lockstep hears nothing of it)."""
         if self.mode == "off":
             return [[cell] for cell in cells]
         plan = lockstep_jobs(cells, sweep, self.mode, self.max_models, self.gpu)
-        for line in plan.lines():
+        for line in plan.lines() if plan.fused or self.mode == "on" else []:
             warnings.warn(line, RunWarning, stacklevel=3)
         return plan.jobs
 
@@ -217,6 +218,8 @@ class Lockstep:
 
         configs = [pin(config) for config in configs]
         plan = plan_lockstep(configs, get_registry(), self.mode, self.max_models, config_of=lambda c: c, gpu=self.gpu)
+        if not plan.fused and self.mode == "auto":
+            return []
         fused = sum(len(job) for job in plan.fused)
         share = (len(configs) - fused + fused / MEASURED_SPEEDUP) / max(len(configs), 1)
         return [

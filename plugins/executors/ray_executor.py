@@ -130,7 +130,7 @@ class RayExecutor(Executor):
         cpus_per_cell: float = 1.0,
         gpus_per_cell: float = 0.0,
         max_retries: int = 3,
-        lockstep: str | bool | None = "off",
+        lockstep: str | bool | None = "auto",
         lockstep_max: int = DEFAULT_MAX,
     ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or max_retries < 0:

@@ -195,7 +195,7 @@ class SlurmExecutor(Executor):
         gpus_per_cell: float = 0.0,
         local: bool = False,
         options: Mapping[str, str] | list[str] | None = None,
-        lockstep: str | bool | None = "off",
+        lockstep: str | bool | None = "auto",
         lockstep_max: int = DEFAULT_MAX,
     ):
         if cpus_per_cell <= 0 or gpus_per_cell < 0 or time_min < 1:

@@ -53,6 +53,11 @@ def test_lockstep_true_in_a_sweep_file_fuses_as_the_flag_does_and_the_flag_wins(
         "lockstep: 4 cells fuse into 2 job(s) of 2, 2"
     )
     assert lockstep_lines(tmp_path, "[execution]\nlockstep = true\n", "--lockstep", "off") == []
+    # auto is the default: it fuses these 8x8 digits cells at b = 32, where it was measured to pay,
+    # and says nothing of lockstep where it fuses nothing (Muon's update is not element-wise)
+    assert lockstep_lines(tmp_path, "") == by_flag
+    assert lockstep_lines(tmp_path, "", "--opt", "muon") == []
+    assert lockstep_lines(tmp_path, "", "--opt", "muon", "--lockstep", "on")[0] == "lockstep: no cells fuse"
     assert lockstep_lines(tmp_path, "[execution]\nlockstep_max = 2\n", "--lockstep", "on")[0].endswith("of 2, 2")
 
 

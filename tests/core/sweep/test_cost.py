@@ -120,6 +120,7 @@ def test_the_estimate_is_within_twice_a_measured_small_sweep(tracking_uri, tmp_p
     from mlflow.tracking import MlflowClient
 
     from initmem_core.sweep.launch import run_sweep
+    from initmem_plugins.executors.local import LocalExecutor
 
     monkeypatch.chdir(tmp_path)
     spec = {"sigma": [0.5, 2.0], "data": "digits", "epochs": 6, "train_size": 512, "threads": 1, "checkpoint_every": 0}
@@ -130,7 +131,9 @@ def test_the_estimate_is_within_twice_a_measured_small_sweep(tracking_uri, tmp_p
 
     before = estimate()
     assert before.eval_seconds is not None and before.eval_seconds > 0
-    result = run_sweep(spec, name="timed", tracking_uri=tracking_uri, out=tmp_path / "out")
+    # each cell in its own process, as the estimate counts them (a fused job's cells share its time)
+    lone = LocalExecutor(lockstep="off")
+    result = run_sweep(spec, name="timed", tracking_uri=tracking_uri, out=tmp_path / "out", executor=lone)
     after = estimate()
     client = MlflowClient(tracking_uri)
     runs = [client.get_run(cell.run_id).info for cell in result.cells]

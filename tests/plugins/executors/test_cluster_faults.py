@@ -161,7 +161,7 @@ def test_a_head_that_restarts_while_cells_are_submitted_ends_the_sweep_in_one_li
         def interrupt(self, jobs):
             self.killed.extend(job.cell.run_id for job in jobs)
 
-    executor, sweep, waited = RayExecutor(address="127.0.0.1:6379"), Sweep(), []
+    executor, sweep, waited = RayExecutor(address="127.0.0.1:6379", lockstep="off"), Sweep(), []
     monkeypatch.setattr(executor, "remote_task", Task)
     monkeypatch.setattr(ray_executor, "wait_for_server", waited.append)
     monkeypatch.setattr(ray._private.worker.global_worker, "gcs_client", None, raising=False)

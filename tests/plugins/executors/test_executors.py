@@ -49,6 +49,8 @@ from tests.support.local_services import mlflow_server, processes, ray_head  # n
 
 runner = CliRunner(env={"COLUMNS": "200"})
 GRID = ["--opt", "sgd,pausing-sgd", "--sigma", "0.5,2", "--seed", "0"]
+#: The sweeps here test one cell a process or task (test_lockstep_remote.py tests fused jobs).
+LONE = ("--lockstep", "off")
 PER_EPOCH = ("train_loss", "train_acc", "val_acc", "test_acc", "weight_norm", "clock_sgd", "lr")
 PAUSE_S = 150  # how long a test waits for a cell to pause
 
@@ -115,6 +117,7 @@ def reference(tmp_path_factory, store_in):
                 app,
                 [
                     "sweep",
+                    *LONE,
                     *SMALL_CELL_ARGS,
                     *GRID,
                     "--name",
@@ -170,6 +173,7 @@ def test_a_ray_sweep_into_a_server_matches_the_local_executor_and_survives_a_kil
             app,
             [
                 "sweep",
+                *LONE,
                 *SMALL_CELL_ARGS,
                 *GRID,
                 "--name",
@@ -207,6 +211,7 @@ def test_slurm_through_submitits_local_executor_runs_a_sweep_and_requeues_a_pree
         app,
         [
             "sweep",
+            *LONE,
             *SMALL_CELL_ARGS,
             "--opt",
             "pausing-sgd",
@@ -262,6 +267,7 @@ def test_slurm_runs_cells_sharing_a_gpu_side_by_side_in_one_task_and_requeues_th
         app,
         [
             "sweep",
+            *LONE,
             *SMALL_CELL_ARGS,
             "--opt",
             "pausing-sgd",
@@ -330,6 +336,7 @@ def test_ray_without_an_address_starts_its_own_instance_and_stops_it(server, mon
         app,
         [
             "sweep",
+            *LONE,
             *no_threads,
             "--sigma",
             "1",
@@ -376,6 +383,7 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
         app,
         [
             "sweep",
+            *LONE,
             *SMALL_CELL_ARGS,
             "--sigma",
             "0.5,1",
@@ -420,7 +428,9 @@ def test_slurm_gets_one_array_job_with_the_options_given(server, tmp_path, monke
 def test_remote_executors_refuse_a_store_their_workers_cannot_reach(tmp_path):
     database = tmp_path / "mlflow.db"
     for executor in (["--executor", "ray"], ["--executor", "slurm", "--slurm-local"]):
-        result = runner.invoke(app, ["sweep", *SMALL_CELL_ARGS, *executor, "--tracking-uri", f"sqlite:///{database}"])
+        result = runner.invoke(
+            app, ["sweep", *LONE, *SMALL_CELL_ARGS, *executor, "--tracking-uri", f"sqlite:///{database}"]
+        )
         assert result.exit_code == 2, result.output
         assert (
             f"--executor {executor[1]} runs cells on other machines, which cannot write to sqlite:///" in result.output

@@ -209,12 +209,14 @@ def test_auto_fuses_on_a_remote_executor_by_its_request_not_this_machine(monkeyp
     configs = [RunConfig(**CELL, sigma=s) for s in (0.5, 1.0, 2.0)]
     on_cpus = RayExecutor(lockstep="auto").dry_run_lines(configs, 600.0)
     assert on_cpus[0] == "lockstep: 3 cells fuse into 1 job(s) of 3"
-    on_gpus = RayExecutor(gpus_per_cell=1, lockstep="auto").dry_run_lines(configs, 600.0)
-    assert on_gpus[:2] == [
-        "lockstep: no cells fuse",
-        "lockstep: 3 cell(s) run alone: auto fuses on the CPU only "
-        + "(a GPU's product path is not measured yet: --lockstep on)",
-    ]
+    # GPU cells: auto, the default, fuses none and says nothing of it; on fuses them anyway
+    assert RayExecutor(gpus_per_cell=1, lockstep="auto").dry_run_lines(configs, 600.0) == []
+    on_gpus = RayExecutor(gpus_per_cell=1, lockstep="on").dry_run_lines(configs, 600.0)
+    assert on_gpus[0] == "lockstep: 3 cells fuse into 1 job(s) of 3"
+    from initmem_core.plugin_system.loader import get_registry
+
+    [reason] = lockstep.plan_lockstep(configs, get_registry(), "auto", config_of=lambda c: c, gpu=True).reasons
+    assert reason == "auto fuses on the CPU only (a GPU's product path is not measured yet: --lockstep on)"
 
 
 # -- a fused job run again ------------------------------------------------------------------------

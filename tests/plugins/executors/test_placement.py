@@ -217,7 +217,7 @@ def test_local_cells_on_gpu_workers_keep_device_auto_and_go_to_their_slots_pool(
 
     clean_gpu_env.setattr(placement, "installed_gpus", lambda: 2)
     clean_gpu_env.setattr(local, "_Workers", SlotWorkers)
-    executor = LocalExecutor(workers=2)
+    executor = LocalExecutor(workers=2, lockstep="off")  # cells one by one to the slots' pools
     executor.start()
     pools = executor._started.pools
     assert executor._started.gpus == ["0", "1"]  # counted in this process, without torch
@@ -285,7 +285,7 @@ def submitted_ray_tasks(ray, monkeypatch, gpus_per_cell: float, cells: list) -> 
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (list(refs), []))
     monkeypatch.setattr(ray, "get", lambda ref: [("FINISHED", "")])  # each cell of the task's job
     sweep = FakeSweep()
-    RayExecutor(gpus_per_cell=gpus_per_cell)._run_tasks(cells, sweep, FakeQueue())
+    RayExecutor(gpus_per_cell=gpus_per_cell, lockstep="off")._run_tasks(cells, sweep, FakeQueue())
     assert len(sweep.closed) == len(cells) and all(error == "" for _, error in sweep.closed)
     assert waited == [sweep.uri] * len(cells)  # each cell handed out once the server answers
     return submitted
@@ -383,7 +383,7 @@ def test_slurm_packs_gpu_sharing_cells_into_one_task_each_closed_with_its_own_re
     from initmem_plugins.executors import slurm
 
     monkeypatch.setattr(slurm, "POLL_S", 0)
-    executor = slurm.SlurmExecutor(tmp_path, gpus_per_cell=0.5, cpus_per_cell=2, local=True)
+    executor = slurm.SlurmExecutor(tmp_path, gpus_per_cell=0.5, cpus_per_cell=2, local=True, lockstep="off")
     fake = FakeSubmitit(lost={1})
     monkeypatch.setattr(executor, "_submitit", lambda name: fake)
     cells = [
@@ -408,7 +408,7 @@ def test_slurm_packs_gpu_sharing_cells_into_one_task_each_closed_with_its_own_re
 def test_slurm_gpu_task_asks_for_one_gpu_and_the_cpus_of_all_its_cells(tmp_path):
     from initmem_plugins.executors.slurm import SlurmExecutor
 
-    executor = SlurmExecutor(tmp_path, gpus_per_cell=0.25, cpus_per_cell=3, local=True)
+    executor = SlurmExecutor(tmp_path, gpus_per_cell=0.25, cpus_per_cell=3, local=True, lockstep="off")
     parameters = executor._submitit("sweep")._executor.parameters
     assert (parameters["gpus_per_node"], parameters["cpus_per_task"]) == (1, 12)
     whole = SlurmExecutor(tmp_path, gpus_per_cell=2, cpus_per_cell=3, local=True)
