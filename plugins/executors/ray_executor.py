@@ -31,9 +31,9 @@ from initmem_plugins.executors.lockstep import DEFAULT_MAX, Lockstep
 from initmem_plugins.executors.placement import pin_process, process_environment
 from initmem_plugins.executors.remote_cell import (
     CellTask,
-    RetriedCellProgress,
     fit_to_request,
     run_remote_job,
+    submit_remote,
     wait_for_server,
 )
 
@@ -192,17 +192,17 @@ class RayExecutor(Executor):
 
         task = self.remote_task()
         jobs: dict[Any, list[Job]] = {}  # a task -> its cells' jobs
+
+        def unfinished() -> Iterator[Job]:
+            return (job for unit in jobs.values() for job in unit)
+
         watch = ClusterWatch(getattr(ray._private.worker.global_worker, "gcs_client", None))  # set by ray.init
         for cell in cells:
             cell.config = fit_to_request(cell.config, self.cpus, self.gpus)
         try:
             for unit in self.lockstep.jobs(cells, sweep):
                 wait_for_server(sweep.uri)  # handing out many cells takes minutes: a restart ended it
-                submitted = []
-                for cell in unit:
-                    job = sweep.submit(cell, scheduled=True)
-                    job.progress = job.progress and RetriedCellProgress(job.progress)
-                    submitted.append(job)
+                submitted = [submit_remote(sweep, cell) for cell in unit]
                 ref = task.options(name=task_name(unit)).remote(
                     [CellTask(cell.config, cell.run_id, sweep.uri, sweep.experiment) for cell in unit],
                     LossyEvents(events),
@@ -213,7 +213,7 @@ class RayExecutor(Executor):
             while jobs:
                 ready, _ = ray.wait(list(jobs), num_returns=len(jobs), timeout=POLL_S)
                 # A ready task has put all its events: replay them first, then close its cells.
-                _drain(events, {job.cell.run_id: job for unit in jobs.values() for job in unit})
+                _drain(events, {job.cell.run_id: job for job in unfinished()})
                 for ref in ready:
                     unit = jobs.pop(ref)
                     for job, error in zip(unit, _errors_of(ref, len(unit)), strict=True):
@@ -221,15 +221,15 @@ class RayExecutor(Executor):
                 if jobs and (why := watch.lost()):
                     raise ClusterLost(self._lost(why))
         except ClusterLost:  # its tasks went with it; asking Ray to cancel them can crash this process
-            interrupt_cells(sweep, (job for unit in jobs.values() for job in unit))
+            interrupt_cells(sweep, unfinished())
             raise
         except AuthenticationError:  # a call to a head that restarted meanwhile (submitting a cell)
-            interrupt_cells(sweep, (job for unit in jobs.values() for job in unit))
+            interrupt_cells(sweep, unfinished())
             raise ClusterLost(self._lost(RESTARTED)) from None
         except BaseException:  # Ctrl-C, or this process failing: no cell should run on unwatched
             for ref in jobs:
                 ray.cancel(ref, force=True)
-            interrupt_cells(sweep, (job for unit in jobs.values() for job in unit))
+            interrupt_cells(sweep, unfinished())
             raise
 
     def _lost(self, why: str) -> str:

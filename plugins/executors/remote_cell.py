@@ -19,7 +19,7 @@ from typing import Any
 from initmem_core.config import RunConfig
 from initmem_core.errors import ConfigError
 from initmem_core.plugin_system.loader import get_registry
-from initmem_core.sweep.executor import run_cell
+from initmem_core.sweep.executor import Job, SweepCells, run_cell
 from initmem_core.tracking.cells import quiet_run_links
 from initmem_core.tracking.tracker import MlflowTracker
 from initmem_core.tracking.writing import log_params, log_tags
@@ -60,6 +60,14 @@ def fit_to_request(config: RunConfig, cpus: float, gpus: float) -> RunConfig:
     if config.device == "auto" and gpus == 0:
         changes["device"] = "cpu"
     return config.replace(**changes) if changes else config
+
+
+def submit_remote(sweep: SweepCells, cell: Any) -> Job:
+    """A cell handed to a remote worker: scheduled in the store until it starts there, its bar
+    kept across the attempts Ray or Slurm may run (``RetriedCellProgress``)."""
+    job = sweep.submit(cell, scheduled=True)
+    job.progress = job.progress and RetriedCellProgress(job.progress)
+    return job
 
 
 class RetriedCellProgress:

@@ -41,7 +41,7 @@ from initmem_core.vocabulary import FAILED
 from initmem_plugins.executors.local import QueueProgress, die_with_parent, replay_progress
 from initmem_plugins.executors.lockstep import DEFAULT_MAX, Lockstep
 from initmem_plugins.executors.placement import pin_process, process_environment
-from initmem_plugins.executors.remote_cell import CellTask, RetriedCellProgress, fit_to_request, run_remote_job
+from initmem_plugins.executors.remote_cell import CellTask, fit_to_request, run_remote_job, submit_remote
 
 POLL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0  # a shared disk takes a line per cell every few seconds with ease
@@ -244,8 +244,7 @@ class SlurmExecutor(Executor):
         for unit in self.lockstep.jobs(cells, sweep):
             units.append([])
             for cell in unit:
-                job = sweep.submit(cell, scheduled=True)
-                job.progress = job.progress and RetriedCellProgress(job.progress)
+                job = submit_remote(sweep, cell)  # gives the cell its run id, which names its progress file
                 units[-1].append((job, ProgressFile(progress_folder / f"{cell.run_id}.jsonl")))
         waiting = [entry for unit in units for entry in unit]
         groups = [units[start : start + self.packed] for start in range(0, len(units), self.packed)]

@@ -435,12 +435,12 @@ def test_a_ray_lockstep_sweep_is_the_local_fused_sweep_and_its_killed_worker_is_
     """``--executor ray --lockstep on`` on a Ray head here: one task for the fused job, whose
     worker is killed (SIGKILL) as it pauses after epoch 1's checkpoint; Ray runs it again, each
     cell resumes, fused again, and the sweep's child runs are the local fused sweep's."""
-    from initmem_plugins.executors import ray_executor
+    from initmem_plugins.executors import remote_cell
     from tests.support.local_services import ray_head
 
     bars: list[list] = []  # each cell's progress as the sweep replays it from Ray's queue
 
-    class Recorded(ray_executor.RetriedCellProgress):
+    class Recorded(remote_cell.RetriedCellProgress):
         def __init__(self, bar):
             super().__init__(bar)
             self.events: list = []
@@ -454,7 +454,7 @@ def test_a_ray_lockstep_sweep_is_the_local_fused_sweep_and_its_killed_worker_is_
             self.events.append(["advance", [steps]])
             super().advance(steps)
 
-    monkeypatch.setattr(ray_executor, "RetriedCellProgress", Recorded)
+    monkeypatch.setattr(remote_cell, "RetriedCellProgress", Recorded)  # submit_remote's
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a test head on this machine, for this process only
     with ray_head(2, dict(os.environ)) as address:
         executor = ["--executor", "ray", "--ray-address", address]
